@@ -1,0 +1,65 @@
+"""measure: build and time CUDA kernels in isolated processes (kernel source in, timings out).
+
+It knows nothing of autosched's IR: it is given `KernelArtifact`s (CUDA source, launches,
+argument specs) and `Reference`s (inputs and expected outputs) and returns results carrying a
+`MeasureErrorKind`. Only the runner's worker process touches the GPU.
+"""
+
+from .artifact import ArgSpec, KernelArtifact, Launch
+from .builder import BuildResult, LocalBuilder, check_resources, compile_resources, compile_source
+from .context import LocalMeasureContext, MeasureResult
+from .errors import (
+    CompileError,
+    GPUUnavailableError,
+    MeasureError,
+    MeasureErrorKind,
+    NvccNotFoundError,
+)
+from .framing import pack, unpack
+from .hardware import HardwareParams, device_arch
+from .ptxas import KernelResources, find_nvcc, parse_ptxas
+from .reference import (
+    DEFAULT_TOLERANCES,
+    Reference,
+    compare_output,
+    compare_outputs,
+    default_tolerance,
+    make_reference,
+    random_array,
+)
+from .runner import LocalRunner, RunResult, gpu_available
+
+__all__ = [
+    "ArgSpec",
+    "BuildResult",
+    "CompileError",
+    "DEFAULT_TOLERANCES",
+    "GPUUnavailableError",
+    "HardwareParams",
+    "KernelArtifact",
+    "KernelResources",
+    "Launch",
+    "LocalBuilder",
+    "LocalMeasureContext",
+    "LocalRunner",
+    "MeasureError",
+    "MeasureErrorKind",
+    "MeasureResult",
+    "NvccNotFoundError",
+    "Reference",
+    "RunResult",
+    "check_resources",
+    "compare_output",
+    "compare_outputs",
+    "compile_resources",
+    "compile_source",
+    "default_tolerance",
+    "device_arch",
+    "find_nvcc",
+    "gpu_available",
+    "make_reference",
+    "pack",
+    "parse_ptxas",
+    "random_array",
+    "unpack",
+]

@@ -1,0 +1,230 @@
+"""The runner's worker process: the only code in autosched that touches the GPU.
+
+Started by `LocalRunner` as `python -m measure._worker DEVICE`. It owns one CUDA context (made
+here, not through pycuda.autoinit), reads request frames on stdin and writes one reply frame per
+request on the original stdout; fd 1 is redirected to stderr so that a kernel's printf cannot
+corrupt the frame stream. After a CUDA error the context may be corrupted (an illegal address is
+sticky), so the worker replies with `fatal: True` and exits; the parent starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+from .artifact import ArgSpec, Launch
+from .errors import MeasureErrorKind
+from .framing import FrameEOF, read_frame, write_frame
+from .reference import Reference, compare_outputs, random_array
+
+MAX_NUMBER = 1 << 20  # back-to-back runs per repeat, at most
+
+
+class _Failure(Exception):
+    def __init__(self, kind: MeasureErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Worker:
+    """Serves run requests in one CUDA context."""
+
+    def __init__(self, drv, device) -> None:
+        self.drv = drv
+        self.device = device
+        self.references: dict[str, Reference] = {}
+        self.static_smem_limit = device.get_attribute(
+            drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK
+        )
+
+    def handle(self, req: dict) -> dict:
+        """Run one candidate; returns {costs, error_kind, error_msg, fatal}."""
+        for ref_id in req.get("drop_refs", ()):
+            self.references.pop(ref_id, None)
+        ref_id = req.get("ref_id")
+        if req.get("ref") is not None:
+            self.references[ref_id] = Reference.from_dict(req["ref"])
+        reference = self.references.get(ref_id) if ref_id is not None else None
+        if ref_id is not None and reference is None:
+            return _reply(MeasureErrorKind.UNKNOWN, f"reference {ref_id!r} was never sent")
+        try:
+            costs = self._measure(req, reference)
+        except _Failure as exc:
+            return _reply(exc.kind, str(exc))
+        except self.drv.Error as exc:
+            return _reply(MeasureErrorKind.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}", True)
+        except Exception as exc:  # a bug here; restart to be safe
+            return _reply(MeasureErrorKind.UNKNOWN, f"{type(exc).__name__}: {exc}", True)
+        return {"costs": costs, "error_kind": 0, "error_msg": "", "fatal": False}
+
+    def _measure(self, req: dict, reference: Reference | None) -> list[float]:
+        drv = self.drv
+        args = [ArgSpec.from_dict(a) for a in req["args"]]
+        launches = [Launch.from_dict(x) for x in req["launches"]]
+        module = drv.module_from_buffer(req["cubin"])
+        calls = [self._prepare(module, launch) for launch in launches]
+        buffers = [drv.mem_alloc(max(1, a.nbytes)) for a in args]
+        try:
+            self._upload(args, buffers, reference, req.get("seed", 0))
+            pointers = [int(b) for b in buffers]
+            run_sequence = _sequence(calls, pointers)
+
+            for arg, buf in zip(args, buffers):
+                if arg.is_output:
+                    drv.memset_d8(buf, 0xFF, arg.nbytes)  # NaN for floats, -1 for ints
+            run_sequence()
+            drv.Context.synchronize()
+            if req.get("check") and reference is not None:
+                outputs = {}
+                for arg, buf in zip(args, buffers):
+                    if arg.is_output:
+                        host = np.empty(arg.shape, dtype=arg.dtype)
+                        drv.memcpy_dtoh(host, buf)
+                        outputs[arg.name] = host
+                message = compare_outputs(outputs, reference)
+                if message:
+                    raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
+            return self._time(run_sequence, req)
+        finally:
+            for buf in buffers:
+                try:
+                    buf.free()
+                except Exception:
+                    pass
+
+    def _prepare(self, module, launch: Launch):
+        drv = self.drv
+        func = module.get_function(launch.kernel_name)
+        most = func.get_attribute(drv.function_attribute.MAX_THREADS_PER_BLOCK)
+        if launch.threads_per_block > most:
+            raise _Failure(
+                MeasureErrorKind.RESOURCE_LIMIT,
+                f"{launch.kernel_name}: {launch.threads_per_block} threads per block, but the "
+                f"driver allows at most {most} for this kernel (registers)",
+            )
+        shared = launch.dynamic_shared_bytes
+        static = func.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
+        if shared and static + shared > self.static_smem_limit:
+            func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+        return func, launch.grid, launch.block, shared
+
+    def _upload(self, args, buffers, reference: Reference | None, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for arg, buf in zip(args, buffers):
+            if arg.is_output:
+                continue
+            if reference is None:
+                data = random_array(arg.shape, arg.dtype, rng)
+            elif arg.name in reference.inputs:
+                data = np.ascontiguousarray(reference.inputs[arg.name])
+                if data.shape != arg.shape or data.dtype != np.dtype(arg.dtype):
+                    raise _Failure(
+                        MeasureErrorKind.INSTANTIATION_ERROR,
+                        f"reference input {arg.name!r} is {data.dtype}{list(data.shape)}, the "
+                        f"artifact declares {arg.dtype}{list(arg.shape)}",
+                    )
+            else:  # a scratch buffer between kernels: poison it like an output
+                self.drv.memset_d8(buf, 0xFF, arg.nbytes)
+                continue
+            if data.size:
+                self.drv.memcpy_htod(buf, data)
+
+    def _time(self, run_sequence, req: dict) -> list[float]:
+        drv = self.drv
+        start, end = drv.Event(), drv.Event()
+
+        def timed(count: int) -> float:
+            start.record()
+            for _ in range(count):
+                run_sequence()
+            end.record()
+            end.synchronize()
+            return end.time_since(start)  # milliseconds
+
+        number = max(1, int(req["number"]))
+        min_ms = float(req["min_repeat_ms"])
+        elapsed = timed(number)
+        while elapsed < min_ms and number < MAX_NUMBER:  # calibrate, as TVM's time_evaluator
+            per_run = max(elapsed / number, 1e-4)
+            number = min(MAX_NUMBER, max(number * 2, int(min_ms * 1.1 / per_run) + 1))
+            elapsed = timed(number)
+        costs = []
+        for i in range(max(1, int(req["repeat"]))):
+            if i and req.get("cooldown", 0) > 0:
+                time.sleep(req["cooldown"])
+            costs.append(timed(number) / number * 1e-3)
+        return costs
+
+
+def _sequence(calls, pointers: list[int]):
+    """A function launching the whole kernel sequence with the least Python overhead.
+
+    The parameter buffer is packed once; `Function._launch_kernel` (pycuda's launch primitive,
+    stable since 2011) takes it as is. Without it, fall back to the public prepared call.
+    """
+    params = struct.pack("P" * len(pointers), *pointers)
+    if all(hasattr(func, "_launch_kernel") for func, *_ in calls):
+
+        def run_sequence() -> None:
+            for func, grid, block, shared in calls:
+                func._launch_kernel(grid, block, params, shared, None)
+
+        return run_sequence
+    for func, *_ in calls:
+        func.prepare("P" * len(pointers))
+
+    def run_prepared() -> None:
+        for func, grid, block, shared in calls:
+            func.prepared_async_call(grid, block, None, *pointers, shared_size=shared)
+
+    return run_prepared
+
+
+def _reply(kind: MeasureErrorKind, message: str, fatal: bool = False) -> dict:
+    return {"costs": [], "error_kind": int(kind), "error_msg": message, "fatal": fatal}
+
+
+def main() -> None:
+    """Serve requests until stdin closes or an `exit` request arrives."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    inp = sys.stdin.buffer
+    device_index = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        if drv.Device.count() == 0:
+            raise RuntimeError("pycuda found no CUDA device")
+        device = drv.Device(device_index)
+        context = device.make_context()
+    except Exception as exc:
+        write_frame(out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    major, minor = device.compute_capability()
+    write_frame(out, {"ready": True, "device": device.name(), "arch": f"sm_{major}{minor}"})
+    worker = Worker(drv, device)
+    try:
+        while True:
+            try:
+                req = read_frame(inp)
+            except FrameEOF:
+                break
+            if req.get("op") == "exit":
+                break
+            reply = worker.handle(req)
+            write_frame(out, reply)
+            if reply["fatal"]:
+                out.close()
+                os._exit(3)  # the context may be corrupted: do not touch it again
+    finally:
+        context.pop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Compile kernel artifacts to cubins with nvcc, in parallel, and check their resources."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+
+from .artifact import KernelArtifact
+from .errors import CompileError, MeasureErrorKind
+from .hardware import HardwareParams, device_arch
+from .ptxas import KernelResources, find_nvcc, is_resource_message, parse_ptxas, relevant_lines
+
+SOURCE_NAME = "kernel.cu"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    """Outcome of building one artifact: the cubin and per-kernel resources, or an error."""
+
+    cubin: bytes | None
+    kernels: dict[str, KernelResources]
+    error_kind: MeasureErrorKind = MeasureErrorKind.NO_ERROR
+    error_msg: str = ""
+    build_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the cubin can be run."""
+        return self.error_kind == MeasureErrorKind.NO_ERROR
+
+    def to_dict(self) -> dict:
+        """Plain-dict form."""
+        return {
+            "cubin": self.cubin,
+            "kernels": {k: v.to_dict() for k, v in self.kernels.items()},
+            "error_kind": int(self.error_kind),
+            "error_msg": self.error_msg,
+            "build_seconds": self.build_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BuildResult:
+        """Inverse of `to_dict`."""
+        return cls(
+            data["cubin"],
+            {k: KernelResources.from_dict(v) for k, v in data["kernels"].items()},
+            MeasureErrorKind(data["error_kind"]),
+            data["error_msg"],
+            data["build_seconds"],
+        )
+
+
+class LocalBuilder:
+    """Builds artifacts with `nvcc -cubin -O3 -Xptxas -v`, `n_parallel` compilations at a time.
+
+    The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
+    `hardware.arch`. Raises NvccNotFoundError at construction when nvcc is missing.
+    """
+
+    def __init__(
+        self,
+        n_parallel: int | None = None,
+        timeout: float = 30.0,
+        arch: str | None = None,
+        hardware: HardwareParams | None = None,
+        extra_flags: Sequence[str] = (),
+    ) -> None:
+        self.nvcc = find_nvcc()
+        self.n_parallel = max(1, n_parallel or os.cpu_count() or 1)
+        self.timeout = timeout
+        self.hardware = hardware or HardwareParams()
+        self.arch = arch or device_arch() or self.hardware.arch
+        self.extra_flags = tuple(extra_flags)
+
+    def build(self, artifacts: Sequence[KernelArtifact]) -> list[BuildResult]:
+        """Compile every artifact; results come back in the same order. Never raises per candidate."""
+        if not artifacts:
+            return []
+        if len(artifacts) == 1 or self.n_parallel == 1:
+            return [self.build_one(a) for a in artifacts]
+        workers = min(self.n_parallel, len(artifacts))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(self.build_one, artifacts))
+
+    def build_one(self, artifact: KernelArtifact) -> BuildResult:
+        """Compile and check one artifact."""
+        start = time.perf_counter()
+        try:
+            result = self._build(artifact)
+        except Exception as exc:  # a bug or an OS error: a result, never a lost batch
+            result = BuildResult(None, {}, MeasureErrorKind.UNKNOWN, f"{type(exc).__name__}: {exc}")
+        return dataclasses.replace(result, build_seconds=time.perf_counter() - start)
+
+    def _build(self, artifact: KernelArtifact) -> BuildResult:
+        problem = artifact.validate()
+        if problem:
+            return BuildResult(None, {}, MeasureErrorKind.INSTANTIATION_ERROR, problem)
+        kind, message, cubin, kernels = compile_source(
+            artifact.source, self.arch, self.extra_flags, self.timeout, self.nvcc
+        )
+        if kind != MeasureErrorKind.NO_ERROR:
+            return BuildResult(None, kernels, kind, message)
+        kind, message = check_resources(artifact, kernels, self.hardware)
+        if kind != MeasureErrorKind.NO_ERROR:
+            return BuildResult(None, kernels, kind, message)
+        return BuildResult(cubin, kernels)
+
+
+def compile_source(
+    source: str,
+    arch: str,
+    extra_flags: Sequence[str] = (),
+    timeout: float = 30.0,
+    nvcc: str | None = None,
+) -> tuple[MeasureErrorKind, str, bytes | None, dict[str, KernelResources]]:
+    """Run nvcc on `source` in a temporary directory: (error kind, message, cubin, resources)."""
+    nvcc = nvcc or find_nvcc()
+    with tempfile.TemporaryDirectory(prefix="autosched_build_") as tmp:
+        src = os.path.join(tmp, SOURCE_NAME)
+        out = os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(source)
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", *extra_flags, "-o", out, src]
+        # Own session so that a timeout kills nvcc's children (cicc, ptxas) too.
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            text, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return MeasureErrorKind.COMPILE_TIMEOUT, f"nvcc ran past {timeout:g} s", None, {}
+        log = text.decode(errors="replace")
+        kernels = parse_ptxas(log)
+        if proc.returncode != 0 or not os.path.exists(out):
+            kind = (
+                MeasureErrorKind.RESOURCE_LIMIT
+                if is_resource_message(log)
+                else MeasureErrorKind.COMPILE_ERROR
+            )
+            message = relevant_lines(log, SOURCE_NAME) or f"nvcc exited with {proc.returncode}"
+            return kind, message, None, kernels
+        with open(out, "rb") as f:
+            return MeasureErrorKind.NO_ERROR, "", f.read(), kernels
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.communicate()
+
+
+def check_resources(
+    artifact: KernelArtifact, kernels: dict[str, KernelResources], hw: HardwareParams
+) -> tuple[MeasureErrorKind, str]:
+    """Check every launch against the hardware limits; (NO_ERROR, "") when it can launch."""
+    limit = MeasureErrorKind.RESOURCE_LIMIT
+    for launch in artifact.launches:
+        name = launch.kernel_name
+        res = kernels.get(name)
+        if res is None:
+            known = ", ".join(sorted(kernels)) or "none"
+            return (
+                MeasureErrorKind.INSTANTIATION_ERROR,
+                f"launch names kernel {name!r}, not an entry function of the source "
+                f"(entries: {known}); kernels must be extern \"C\" __global__",
+            )
+        threads = launch.threads_per_block
+        if threads > hw.max_threads_per_block:
+            return limit, f"{name}: {threads} threads per block > {hw.max_threads_per_block}"
+        for axis, (dim, most) in enumerate(zip(launch.block, hw.max_block_dims)):
+            if dim > most:
+                return limit, f"{name}: block dimension {'xyz'[axis]} = {dim} > {most}"
+        for axis, (dim, most) in enumerate(zip(launch.grid, hw.max_grid_dims)):
+            if dim > most:
+                return limit, f"{name}: grid dimension {'xyz'[axis]} = {dim} > {most}"
+        dynamic = launch.dynamic_shared_bytes
+        total = res.shared_bytes + dynamic
+        if res.shared_bytes > hw.max_shared_memory_per_block:
+            return limit, (
+                f"{name}: {res.shared_bytes} bytes of static shared memory > "
+                f"{hw.max_shared_memory_per_block} (larger buffers must be dynamic)"
+            )
+        most = (
+            hw.max_shared_memory_per_block_optin if dynamic else hw.max_shared_memory_per_block
+        )
+        if total > most:
+            return limit, (
+                f"{name}: {res.shared_bytes} static + {dynamic} dynamic shared bytes > {most}"
+            )
+        if res.registers > hw.max_registers_per_thread:
+            return limit, f"{name}: {res.registers} registers per thread > {hw.max_registers_per_thread}"
+        needed = hw.registers_needed(res.registers, threads)
+        if needed > hw.max_registers_per_block:
+            return limit, (
+                f"{name}: {res.registers} registers x {threads} threads needs {needed} registers "
+                f"> {hw.max_registers_per_block} per block"
+            )
+        if res.spill_bytes > hw.max_local_memory_spill_bytes:
+            return limit, (
+                f"{name}: spills {res.spill_store_bytes} bytes stored + {res.spill_load_bytes} "
+                f"loaded > {hw.max_local_memory_spill_bytes} allowed"
+            )
+    return MeasureErrorKind.NO_ERROR, ""
+
+
+def compile_resources(
+    source: str, arch: str = "sm_90", extra_flags: Sequence[str] = (), timeout: float = 60.0
+) -> dict[str, KernelResources]:
+    """Compile `source` and return ptxas's resources per entry function.
+
+    Raises CompileError (with nvcc's relevant lines) when it does not compile, NvccNotFoundError
+    when nvcc is missing. Used e.g. to assert that generated code spills 0 bytes.
+    """
+    kind, message, _, kernels = compile_source(source, arch, extra_flags, timeout)
+    if kind != MeasureErrorKind.NO_ERROR:
+        raise CompileError(f"{kind.name}: {message}")
+    return kernels

@@ -1,0 +1,95 @@
+"""A builder and a runner paired: the one call autosched's search makes per batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from .artifact import KernelArtifact
+from .builder import BuildResult, LocalBuilder
+from .errors import MeasureErrorKind
+from .ptxas import KernelResources
+from .reference import Reference
+from .runner import LocalRunner, RunResult
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureResult:
+    """Build and run outcome of one candidate. `costs` are seconds per run, one per repeat."""
+
+    costs: tuple[float, ...]
+    error_kind: MeasureErrorKind
+    error_msg: str
+    build_seconds: float
+    run_seconds: float
+    resources: dict[str, KernelResources]
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean of `costs` in seconds, or inf when the candidate failed."""
+        if self.error_kind != MeasureErrorKind.NO_ERROR or not self.costs:
+            return math.inf
+        return sum(self.costs) / len(self.costs)
+
+    @classmethod
+    def combine(cls, build: BuildResult, run: RunResult | None) -> MeasureResult:
+        """Merge a build result and (when it was run) its run result."""
+        if run is None or not build.ok:
+            return cls((), build.error_kind, build.error_msg, build.build_seconds, 0.0, build.kernels)
+        return cls(
+            run.costs, run.error_kind, run.error_msg, build.build_seconds, run.run_seconds, build.kernels
+        )
+
+    def to_dict(self) -> dict:
+        """Plain-dict form (for records)."""
+        return {
+            "costs": list(self.costs),
+            "error_kind": int(self.error_kind),
+            "error_msg": self.error_msg,
+            "build_seconds": self.build_seconds,
+            "run_seconds": self.run_seconds,
+            "resources": {k: v.to_dict() for k, v in self.resources.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MeasureResult:
+        """Inverse of `to_dict`."""
+        return cls(
+            tuple(data["costs"]),
+            MeasureErrorKind(data["error_kind"]),
+            data["error_msg"],
+            data["build_seconds"],
+            data["run_seconds"],
+            {k: KernelResources.from_dict(v) for k, v in data.get("resources", {}).items()},
+        )
+
+
+class LocalMeasureContext:
+    """Builds a batch in parallel, then runs the candidates that built. A failed build is never
+    run. With no arguments it makes a default `LocalBuilder()` and `LocalRunner()` (the latter
+    raises GPUUnavailableError without pycuda)."""
+
+    def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None):
+        self.builder = builder or LocalBuilder()
+        self.runner = runner or LocalRunner()
+
+    def measure_batch(
+        self,
+        artifacts: Sequence[KernelArtifact],
+        references: Mapping[str, Reference] | None = None,
+    ) -> list[MeasureResult]:
+        """Build then run every artifact; one result per artifact, in order."""
+        builds = self.builder.build(artifacts)
+        runs = self.runner.run(artifacts, builds, references or {})
+        return [MeasureResult.combine(b, r if b.ok else None) for b, r in zip(builds, runs)]
+
+    def close(self) -> None:
+        """Stop the runner's worker."""
+        self.runner.close()
+
+    def __enter__(self) -> LocalMeasureContext:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,110 @@
+"""msgpack frames: how requests and results cross the boundary to the runner's worker process.
+
+A frame is an 8-byte little-endian payload length followed by a msgpack payload. numpy arrays
+travel as `{"__ndarray__": True, "dtype": str, "shape": [...], "data": bytes}` (C order).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import time
+from typing import Any, BinaryIO
+
+import msgpack
+import numpy as np
+
+_HEADER = struct.Struct("<Q")
+_ND_KEY = "__ndarray__"
+
+
+class FrameTimeout(Exception):
+    """No complete frame arrived before the deadline."""
+
+
+class FrameEOF(Exception):
+    """The other end closed the stream (the worker died, or the parent went away)."""
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        return {_ND_KEY: True, "dtype": arr.dtype.str, "shape": list(arr.shape), "data": arr.tobytes()}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__} into a measure frame")
+
+
+def _object_hook(obj: dict) -> Any:
+    if obj.get(_ND_KEY) is True:
+        dtype = np.dtype(obj["dtype"])
+        return np.frombuffer(obj["data"], dtype=dtype).reshape(obj["shape"]).copy()
+    return obj
+
+
+def pack(obj: Any) -> bytes:
+    """Serialise `obj` (dicts, lists, scalars, bytes, str, numpy arrays) to msgpack bytes."""
+    return msgpack.packb(obj, default=_default, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    """Inverse of `pack`; arrays come back as writable numpy arrays."""
+    return msgpack.unpackb(data, object_hook=_object_hook, raw=False, strict_map_key=False)
+
+
+def write_frame(stream: BinaryIO, obj: Any) -> None:
+    """Write one frame holding `obj` to a binary stream and flush it."""
+    payload = pack(obj)
+    stream.write(_HEADER.pack(len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> Any:
+    """Read one frame from a blocking binary stream; raises FrameEOF at end of stream."""
+    header = _read_exactly(stream, _HEADER.size)
+    (size,) = _HEADER.unpack(header)
+    return unpack(_read_exactly(stream, size))
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+    chunks = []
+    remaining = size
+    while remaining:
+        chunk = stream.read(remaining)
+        if not chunk:
+            raise FrameEOF("stream closed in the middle of a frame" if chunks else "stream closed")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+class FdFrameReader:
+    """Reads frames from a raw file descriptor with a deadline (used by the parent process)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = bytearray()
+
+    def read(self, deadline: float | None) -> Any:
+        """Return the next frame's object; FrameTimeout past `deadline` (time.monotonic())."""
+        header = self._take(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack(header)
+        return unpack(self._take(size, deadline))
+
+    def _take(self, size: int, deadline: float | None) -> bytes:
+        while len(self._buffer) < size:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._fd], [], [], wait)
+            if not ready:
+                raise FrameTimeout(f"no frame within the deadline ({len(self._buffer)} bytes read)")
+            chunk = os.read(self._fd, max(65536, size - len(self._buffer)))
+            if not chunk:
+                raise FrameEOF("the worker closed its output")
+            self._buffer += chunk
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data

@@ -1,0 +1,210 @@
+"""Reference data that checks a candidate's outputs, and the comparison itself.
+
+Tolerances (`Reference.rtol`, `Reference.atol`) are scale-free. For floating outputs an element
+passes when
+
+    |out - ref| <= atol * rms(ref) + rtol * |ref|
+
+where `rms(ref)` is the root-mean-square of the whole reference tensor, so `atol` is in units of
+the tensor's typical magnitude (a reduction over K terms of O(1) inputs has outputs of O(sqrt(K));
+a fixed absolute tolerance would be wrong for one shape or another). Defaults per dtype:
+
+    float64: rtol 1e-7, atol 1e-9     float32: rtol 1e-3, atol 1e-4     float16: rtol 1e-2, atol 1e-2
+
+float32 accumulation in a different order than numpy's gives errors near sqrt(K) * 6e-8 * rms
+(about 4e-6 rms for K = 4096), well inside 1e-4; a missing term, a wrong index or an unwritten
+element is off by O(rms) and fails. NaN or Inf where the reference is finite always fails: outputs
+are poisoned with NaN (0xFF bytes) before the checked run, so an element a kernel never writes is
+caught. Integer and bool outputs must match exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .artifact import ArgSpec
+
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-9),
+    "float32": (1e-3, 1e-4),
+    "float16": (1e-2, 1e-2),
+}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Reference:
+    """Inputs to upload and the outputs expected, by argument name, with the tolerances."""
+
+    inputs: Mapping[str, np.ndarray]
+    outputs: Mapping[str, np.ndarray]
+    rtol: float = 1e-3
+    atol: float = 1e-4
+
+    def to_dict(self) -> dict:
+        """Plain dict holding numpy arrays (serialise it with `measure.framing.pack`)."""
+        return {
+            "inputs": dict(self.inputs),
+            "outputs": dict(self.outputs),
+            "rtol": self.rtol,
+            "atol": self.atol,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Reference:
+        """Inverse of `to_dict`."""
+        return cls(dict(data["inputs"]), dict(data["outputs"]), data["rtol"], data["atol"])
+
+
+def default_tolerance(dtypes: Sequence[str]) -> tuple[float, float]:
+    """(rtol, atol) for outputs of these dtypes: the loosest of the per-dtype defaults."""
+    rtol, atol = 0.0, 0.0
+    for dtype in dtypes:
+        r, a = DEFAULT_TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0))
+        rtol, atol = max(rtol, r), max(atol, a)
+    return rtol, atol
+
+
+def random_array(
+    shape: tuple[int, ...], dtype: str, rng: np.random.Generator, low=None, high=None
+) -> np.ndarray:
+    """Seeded random data that is never all zeros.
+
+    Floats: uniform in [low, high) (default [-1, 1)); signed ints: [-8, 8); unsigned: [1, 16);
+    bool: fair coin. A tensor that would come out all zeros gets a 1 in its first element.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        lo, hi = (-1.0, 1.0) if low is None else (low, high)
+        arr = rng.uniform(lo, hi, size=shape).astype(dt)
+    elif dt.kind == "i":
+        lo, hi = (-8, 8) if low is None else (low, high)
+        arr = rng.integers(lo, hi, size=shape).astype(dt)
+    elif dt.kind == "u":
+        lo, hi = (1, 16) if low is None else (low, high)
+        arr = rng.integers(lo, hi, size=shape).astype(dt)
+    elif dt.kind == "b":
+        arr = rng.integers(0, 2, size=shape).astype(dt)
+    else:
+        raise ValueError(f"cannot make random data of dtype {dt.name}")
+    if arr.size and not np.any(arr):
+        arr.flat[0] = 1
+    return arr
+
+
+def make_reference(
+    args: Sequence[ArgSpec],
+    fn: Callable[..., object],
+    seed: int = 0,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Reference:
+    """Build a `Reference`: seeded random inputs, and outputs computed by `fn(**inputs)`.
+
+    `fn` receives every non-output argument by name and returns a dict name -> array, a tuple in
+    output order, or a single array when there is one output. `ranges` overrides the value range
+    of named inputs (e.g. `{"x": (0.1, 2.0)}` for a log or sqrt). Tolerances default from the
+    output dtypes (see the module docstring). Compute the reference in float64 where it matters.
+    """
+    rng = np.random.default_rng(seed)
+    ranges = dict(ranges or {})
+    inputs = {}
+    for arg in args:
+        if not arg.is_output:
+            low, high = ranges.get(arg.name, (None, None))
+            inputs[arg.name] = random_array(arg.shape, arg.dtype, rng, low, high)
+    out_specs = [a for a in args if a.is_output]
+    if not out_specs:
+        raise ValueError("make_reference: no argument is marked is_output")
+    produced = fn(**{k: v.copy() for k, v in inputs.items()})
+    if isinstance(produced, Mapping):
+        missing = [a.name for a in out_specs if a.name not in produced]
+        if missing:
+            raise ValueError(f"make_reference: fn returned no value for outputs {missing}")
+        values = [produced[a.name] for a in out_specs]
+    else:
+        values = list(produced) if isinstance(produced, (tuple, list)) else [produced]
+        if len(values) != len(out_specs):
+            raise ValueError(
+                f"make_reference: fn returned {len(values)} arrays for {len(out_specs)} outputs"
+            )
+    outputs = {}
+    for spec, value in zip(out_specs, values):
+        arr = np.asarray(value)
+        if arr.shape != spec.shape:
+            raise ValueError(
+                f"make_reference: output {spec.name!r} has shape {arr.shape}, expected {spec.shape}"
+            )
+        outputs[spec.name] = np.ascontiguousarray(arr.astype(spec.dtype))
+    d_rtol, d_atol = default_tolerance([a.dtype for a in out_specs])
+    return Reference(
+        inputs,
+        outputs,
+        d_rtol if rtol is None else rtol,
+        d_atol if atol is None else atol,
+    )
+
+
+def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> str | None:
+    """Return None if `out` matches `ref` within tolerance, else a message saying how it differs."""
+    if out.shape != ref.shape:
+        return f"{name}: shape {out.shape} != expected {ref.shape}"
+    if ref.dtype.kind == "b":
+        out, ref = out.view(np.uint8), ref.view(np.uint8)  # a poison byte 0xFF is not True
+    if ref.dtype.kind != "f":
+        bad = out != ref
+        if not bad.any():
+            return None
+        i = int(np.flatnonzero(bad.ravel())[0])
+        return (
+            f"{name}: {int(bad.sum())} of {ref.size} elements differ; first at flat index {i}: "
+            f"got {out.ravel()[i]!r}, expected {ref.ravel()[i]!r}"
+        )
+    o = out.astype(np.float64).ravel()
+    r = ref.astype(np.float64).ravel()
+    finite = np.isfinite(r)
+    nonfinite_bad = ~np.isfinite(o) & finite
+    same_special = ~finite & ((o == r) | (np.isnan(o) & np.isnan(r)))
+    if nonfinite_bad.any():
+        i = int(np.flatnonzero(nonfinite_bad)[0])
+        return (
+            f"{name}: {int(nonfinite_bad.sum())} of {r.size} elements are NaN/Inf (never written, "
+            f"or overflow); first at flat index {i}: got {o[i]}, expected {r[i]}"
+        )
+    if (~finite & ~same_special).any():
+        i = int(np.flatnonzero(~finite & ~same_special)[0])
+        return f"{name}: expected {r[i]} at flat index {i}, got {o[i]}"
+    o, r = o[finite], r[finite]
+    if r.size == 0:
+        return None
+    rms = math.sqrt(float(np.mean(r * r)))
+    scale = rms if rms > 0 else 1.0
+    err = np.abs(o - r)
+    allowed = atol * scale + rtol * np.abs(r)
+    rel_norm = float(np.linalg.norm(o - r) / max(np.linalg.norm(r), 1e-300))
+    if np.all(err <= allowed):
+        return None
+    i = int(np.argmax(err - allowed))
+    return (
+        f"{name}: {int((err > allowed).sum())} of {r.size} elements out of tolerance; "
+        f"max abs error {float(err.max()):.3g} (ref rms {rms:.3g}), relative norm error "
+        f"{rel_norm:.3g}; worst at finite index {i}: got {o[i]:.6g}, expected {r[i]:.6g} "
+        f"(rtol {rtol:g}, atol {atol:g} x rms)"
+    )
+
+
+def compare_outputs(
+    outputs: Mapping[str, np.ndarray], reference: Reference
+) -> str | None:
+    """Compare every expected output; None when all pass, else the first message."""
+    for name, expected in reference.outputs.items():
+        if name not in outputs:
+            return f"{name}: the candidate produced no such output"
+        message = compare_output(name, outputs[name], expected, reference.rtol, reference.atol)
+        if message:
+            return message
+    return None

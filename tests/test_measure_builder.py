@@ -1,0 +1,238 @@
+"""Tests of measure's builder (nvcc + ptxas resource checks), artifacts and serialisation.
+
+They need nvcc but no GPU; each nvcc-dependent test is skipped with a reason when nvcc is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import msgpack
+import pytest
+
+from measure import (
+    ArgSpec,
+    BuildResult,
+    CompileError,
+    HardwareParams,
+    KernelArtifact,
+    KernelResources,
+    Launch,
+    LocalBuilder,
+    MeasureErrorKind,
+    MeasureResult,
+    NvccNotFoundError,
+    check_resources,
+    compile_resources,
+    find_nvcc,
+    pack,
+    parse_ptxas,
+    unpack,
+)
+
+try:
+    find_nvcc()
+    NVCC_MISSING = None
+except NvccNotFoundError as exc:
+    NVCC_MISSING = str(exc)
+needs_nvcc = pytest.mark.skipif(NVCC_MISSING is not None, reason=f"{NVCC_MISSING}")
+
+ARGS = (ArgSpec("a", (1024,), "float32"), ArgSpec("b", (1024,), "float32", is_output=True))
+
+SHARED_KERNEL = """
+extern "C" __global__ void k(const float* __restrict__ a, float* __restrict__ b) {
+  __shared__ float s[%(n)d];
+  int t = threadIdx.x;
+  s[t %% %(n)d] = a[t] * %(scale)d.0f;
+  __syncthreads();
+  b[t] = s[(%(n)d - 1 - t %% %(n)d)];
+}
+"""
+
+SPILL_KERNEL = r"""
+extern "C" __global__ void __launch_bounds__(1024) k(const float* a, float* b) {
+  float r[128];
+#pragma unroll
+  for (int i = 0; i < 128; i++) r[i] = a[i * blockDim.x + threadIdx.x];
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < 4; j++)
+#pragma unroll
+    for (int i = 0; i < 128; i++) s = s * r[(i + j) % 128] + r[i];
+  b[threadIdx.x] = s;
+}
+"""
+
+
+def artifact(source: str, block=(256, 1, 1), name: str = "k", dynamic: int = 0) -> KernelArtifact:
+    return KernelArtifact(source, (Launch(name, (4, 1, 1), block, dynamic),), ARGS, "ref", "t")
+
+
+def shared_source(n: int, scale: int = 1) -> str:
+    return SHARED_KERNEL % {"n": n, "scale": scale}
+
+
+@pytest.fixture(scope="module")
+def special():
+    """Build every special case in one parallel batch (nvcc is the slow part)."""
+    cases = {
+        "ok": artifact(shared_source(256)),
+        "smem64k": artifact(shared_source(16384)),
+        "threads2048": artifact(shared_source(256), block=(2048, 1, 1)),
+        "syntax": artifact("extern \"C\" __global__ void k(float* a, float* b) { a[0] = oops; }"),
+        "spill": artifact(SPILL_KERNEL, block=(1024, 1, 1)),
+        "wrong_name": artifact(shared_source(256), name="not_there"),
+    }
+    results = LocalBuilder(n_parallel=8).build(list(cases.values()))
+    return dict(zip(cases, results))
+
+
+@needs_nvcc
+def test_parallel_batch_reports_registers_and_shared_memory():
+    sizes = [32 * (i + 1) for i in range(16)]
+    arts = [artifact(shared_source(n, scale=i)) for i, n in enumerate(sizes)]
+    results = LocalBuilder(n_parallel=16).build(arts)
+    assert len(results) == 16
+    for n, res in zip(sizes, results):
+        assert res.ok, res.error_msg
+        assert res.cubin is not None and res.cubin[:4] == b"\x7fELF"
+        k = res.kernels["k"]
+        assert k.shared_bytes == 4 * n  # __shared__ float s[256] -> 1024 bytes
+        assert 0 < k.registers <= 255
+        assert k.spill_bytes == 0
+        assert res.build_seconds > 0
+
+
+@needs_nvcc
+def test_static_shared_over_48k_is_resource_limit(special):
+    # ptxas itself refuses it ("uses too much shared data"): classified as a resource limit.
+    res = special["smem64k"]
+    assert res.error_kind == MeasureErrorKind.RESOURCE_LIMIT
+    assert "too much shared data" in res.error_msg
+    assert res.cubin is None
+
+
+@needs_nvcc
+def test_2048_threads_per_block_is_resource_limit(special):
+    res = special["threads2048"]
+    assert res.error_kind == MeasureErrorKind.RESOURCE_LIMIT
+    assert "2048 threads per block" in res.error_msg
+
+
+@needs_nvcc
+def test_syntax_error_is_compile_error_with_message(special):
+    res = special["syntax"]
+    assert res.error_kind == MeasureErrorKind.COMPILE_ERROR
+    assert "oops" in res.error_msg and "kernel.cu" in res.error_msg
+    assert "/tmp" not in res.error_msg  # the temporary path is not leaked
+
+
+@needs_nvcc
+def test_spills_are_rejected_unless_allowed(special):
+    res = special["spill"]
+    assert res.error_kind == MeasureErrorKind.RESOURCE_LIMIT
+    assert "spills" in res.error_msg
+    assert res.kernels["k"].spill_store_bytes > 0
+    lenient = LocalBuilder(hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20))
+    assert lenient.build([artifact(SPILL_KERNEL, block=(1024, 1, 1))])[0].ok
+
+
+@needs_nvcc
+def test_unknown_kernel_name_is_instantiation_error(special):
+    res = special["wrong_name"]
+    assert res.error_kind == MeasureErrorKind.INSTANTIATION_ERROR
+    assert "not_there" in res.error_msg
+
+
+@needs_nvcc
+def test_compile_timeout():
+    res = LocalBuilder(timeout=0.01).build([artifact(shared_source(64))])[0]
+    assert res.error_kind == MeasureErrorKind.COMPILE_TIMEOUT
+
+
+@needs_nvcc
+def test_compile_resources():
+    kernels = compile_resources(shared_source(256))
+    assert kernels["k"].shared_bytes == 1024
+    assert kernels["k"].spill_bytes == 0
+    with pytest.raises(CompileError, match="oops"):
+        compile_resources('extern "C" __global__ void k() { oops; }')
+
+
+def test_missing_nvcc_raises_clear_error(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(NvccNotFoundError, match="nvcc was not found on PATH"):
+        LocalBuilder()
+
+
+def test_malformed_artifact_is_instantiation_error_without_compiling():
+    bad = KernelArtifact("", (), ARGS)
+    try:
+        builder = LocalBuilder()
+    except NvccNotFoundError:
+        pytest.skip(NVCC_MISSING)
+    res = builder.build([bad])[0]
+    assert res.error_kind == MeasureErrorKind.INSTANTIATION_ERROR
+
+
+PTXAS_LOG = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k2' for 'sm_90'
+ptxas info    : Function properties for k2
+    256 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 256 bytes cumulative stack size
+ptxas info    : Compiling entry function 'k1' for 'sm_90'
+ptxas info    : Function properties for k1
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 14 registers, used 1 barriers, 1024 bytes smem, 380 bytes cmem[0]
+"""
+
+
+def test_parse_ptxas():
+    kernels = parse_ptxas(PTXAS_LOG)
+    assert kernels["k1"] == KernelResources(14, 1024, 0, 0, 0)
+    assert kernels["k2"] == KernelResources(32, 0, 8, 12, 256)
+
+
+@pytest.mark.parametrize(
+    "res, launch, ok",
+    [
+        (KernelResources(64, 0), Launch("k", (1,), (1024,)), True),
+        (KernelResources(65, 0), Launch("k", (1,), (1024,)), False),  # 72 x 1024 > 65536
+        (KernelResources(32, 50000), Launch("k", (1,), (128,)), False),  # static > 48 KB
+        (KernelResources(32, 40000), Launch("k", (1,), (128,), 10000), True),  # opt-in
+        (KernelResources(32, 40000), Launch("k", (1,), (128,), 200 * 1024), False),
+        (KernelResources(32, 1024), Launch("k", (1,), (128,), 200 * 1024), True),  # opt-in
+        (KernelResources(32, 1024), Launch("k", (1,), (128,), 227 * 1024), False),
+        (KernelResources(32, 0), Launch("k", (1,), (1, 1, 128)), False),  # z > 64
+        (KernelResources(32, 0), Launch("k", (1, 70000), (32,)), False),  # grid y > 65535
+    ],
+)
+def test_check_resources_limits(res, launch, ok):
+    art = KernelArtifact("", (launch,), ARGS)
+    kind, message = check_resources(art, {"k": res}, HardwareParams())
+    assert (kind == MeasureErrorKind.NO_ERROR) == ok, message
+
+
+def test_artifact_and_results_roundtrip_through_msgpack():
+    art = KernelArtifact(
+        "src",
+        (Launch("k1", (4, 2), (32, 8), 0), Launch("k2", (1, 1, 1), (64,), 65536)),
+        ARGS + (ArgSpec("c", (2, 3, 4), "float16", True),),
+        reference_id="ref-1",
+        tag="state 7",
+    )
+    back = KernelArtifact.from_dict(msgpack.unpackb(msgpack.packb(art.to_dict())))
+    assert back == art
+    assert back.launches[0].grid == (4, 2, 1)
+    build = BuildResult(b"\x7fELF..", {"k1": KernelResources(10, 1024)}, build_seconds=1.5)
+    assert BuildResult.from_dict(unpack(pack(build.to_dict()))) == build
+    hw = HardwareParams(num_sms=108, arch="sm_80")
+    assert HardwareParams.from_dict(unpack(pack(hw.to_dict()))) == hw
+    result = MeasureResult((1e-5, 2e-5), MeasureErrorKind.NO_ERROR, "", 1.0, 0.5, build.kernels)
+    again = MeasureResult.from_dict(unpack(pack(result.to_dict())))
+    assert again == result and again.mean_cost == pytest.approx(1.5e-5)
+    failed = MeasureResult((), MeasureErrorKind.COMPILE_ERROR, "x", 1.0, 0.0, {})
+    assert failed.mean_cost == float("inf")
