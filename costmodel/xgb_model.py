@@ -1,0 +1,344 @@
+"""Ansor's learned cost model: gradient-boosted trees on statement features, pack-sum objective.
+
+The model scores a *statement*; a program's score is the sum of its statements' scores. Training
+fits those sums to the programs' measured throughputs, normalised per task, with the weighted
+squared error of ``packsum.py``. XGBoost cannot train incrementally in a useful way here, so like
+Ansor every ``update`` retrains from scratch on all data seen so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import xgboost as xgb
+
+from .base import (
+    CostModel,
+    FeatureMatrix,
+    PackedFeatures,
+    check_task_ids,
+    check_throughputs,
+    pack_features,
+    read_model_file,
+    rng_from_json,
+    rng_state_to_json,
+    write_model_file,
+)
+from .packsum import make_metric, make_objective, normalise_throughputs
+from .xgb_params import XGBParams
+
+logger = logging.getLogger("autosched.costmodel")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitReport:
+    """What the last training run did (for logs and tests).
+
+    Attributes:
+        n_programs: programs trained or validated on (those with at least one statement).
+        n_train_rows: statement rows the trees were fitted on.
+        n_valid_programs: programs held out for early stopping (0 = early stopping on train).
+        n_rounds: boosting rounds in the kept model.
+        valid_rmse: pack-sum RMSE of the kept model on the early-stopping set.
+        valid_recall: top-k recall of the kept model on the early-stopping set.
+        seconds: wall time of the training run, data preparation included.
+    """
+
+    n_programs: int
+    n_train_rows: int
+    n_valid_programs: int
+    n_rounds: int
+    valid_rmse: float
+    valid_recall: float
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chunk:
+    """One batch of measured programs as given to ``fit``/``update``."""
+
+    packed: PackedFeatures
+    throughputs: np.ndarray
+    task_ids: np.ndarray
+
+
+class XGBModel(CostModel):
+    """XGBoost cost model with Ansor's pack-sum objective.
+
+    ``XGBModel(seed=0)`` uses the defaults of ``XGBParams``; ``XGBModel(params, seed)`` or keyword
+    overrides (``XGBModel(seed=0, nthread=1, few_shot_threshold=0)``) change them.
+
+    Few-shot fallback: until ``params.few_shot_threshold`` programs (default 100) have been given to
+    ``fit``/``update``, ``predict`` returns uniform random scores drawn from a generator seeded with
+    ``seed`` (so a run is reproducible), even though ``fit`` does train on whatever data it has.
+    Set ``few_shot_threshold=0`` to always use the trees once trained.
+
+    Inputs: features are one 2-D float array ``(n_statements, n_features)`` per program, or None /
+    an empty array for an invalid program; throughputs are >= 0, higher = better, 0 for a failed
+    program; optional task ids (ints or workload keys) make the normalisation per task (default:
+    all programs belong to one task).
+    """
+
+    def __init__(self, params: XGBParams | None = None, seed: int = 0, **overrides: Any) -> None:
+        params = params or XGBParams()
+        self.params = dataclasses.replace(params, **overrides) if overrides else params
+        self.seed = seed
+        self.last_fit: FitReport | None = None
+        self._rng = np.random.default_rng(seed)  # draws the few-shot random scores only
+        self._chunks: list[_Chunk] = []
+        self._n_unkept = 0  # programs seen by a saved model whose data was not saved
+        self._n_features: int | None = None
+        self._booster: xgb.Booster | None = None
+        self._n_at_last_train = 0
+
+    # ----- state -----
+
+    @property
+    def n_programs(self) -> int:
+        """Measured programs seen so far (valid or not), across fit/update and save/load."""
+        return self._n_unkept + sum(chunk.packed.n_programs for chunk in self._chunks)
+
+    @property
+    def is_trained(self) -> bool:
+        """Whether a booster exists (it may still be unused: see ``uses_random_fallback``)."""
+        return self._booster is not None
+
+    @property
+    def uses_random_fallback(self) -> bool:
+        """True while ``predict`` ranks at random (untrained, or fewer programs than the threshold)."""
+        return self._booster is None or self.n_programs < self.params.few_shot_threshold
+
+    # ----- training -----
+
+    def fit(
+        self,
+        features: Sequence[FeatureMatrix],
+        throughputs: Sequence[float] | np.ndarray,
+        task_ids: Sequence[Any] | np.ndarray | None = None,
+    ) -> None:
+        """Forget all data seen so far, then train on these programs."""
+        self._chunks = []
+        self._n_unkept = 0
+        self._n_features = None
+        self._booster = None
+        self._add(features, throughputs, task_ids)
+        self._train()
+
+    def update(
+        self,
+        features: Sequence[FeatureMatrix],
+        throughputs: Sequence[float] | np.ndarray,
+        task_ids: Sequence[Any] | np.ndarray | None = None,
+    ) -> None:
+        """Add these programs to all data seen so far and retrain from scratch on everything.
+
+        With ``params.retrain_min_growth > 0`` the retraining is skipped until the data has grown
+        by that fraction since the last training run (the data is kept either way).
+        """
+        n_new = self._add(features, throughputs, task_ids)
+        if n_new == 0:
+            return
+        growth = self.n_programs - self._n_at_last_train
+        if self._booster is not None and growth < self.params.retrain_min_growth * (
+            self._n_at_last_train
+        ):
+            return
+        self._train()
+
+    def _add(self, features, throughputs, task_ids) -> int:
+        packed = pack_features(features, self._n_features)
+        y = check_throughputs(throughputs, packed.n_programs)
+        tasks = check_task_ids(task_ids, packed.n_programs)
+        if packed.n_programs:
+            self._chunks.append(_Chunk(packed, y, tasks))
+            self._n_features = packed.n_features
+        return packed.n_programs
+
+    def _gather(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """All kept data: rows, program lengths, throughputs, task ids."""
+        width = self._n_features or 0
+        rows = [c.packed.rows for c in self._chunks]
+        return (
+            np.concatenate(rows) if rows else np.zeros((0, width), np.float32),
+            np.concatenate([c.packed.lengths for c in self._chunks] or [np.zeros(0, np.int64)]),
+            np.concatenate([c.throughputs for c in self._chunks] or [np.zeros(0)]),
+            np.concatenate([c.task_ids for c in self._chunks] or [np.zeros(0, str)]),
+        )
+
+    def _train(self) -> None:
+        start = time.perf_counter()
+        self._n_at_last_train = self.n_programs
+        rows, lengths, throughputs, tasks = self._gather()
+        labels = normalise_throughputs(throughputs, tasks)
+        weights = np.maximum(labels, self.params.weight_floor)
+        group_ids = np.repeat(np.arange(len(lengths)), lengths)
+
+        # Programs without statements contribute no row and no gradient: leave them out.
+        programs = np.flatnonzero(lengths > 0)
+        if len(programs) == 0:
+            self._booster = None
+            self.last_fit = None
+            return
+        train, valid = self._split(programs)
+
+        def subset(selected: np.ndarray) -> tuple[xgb.DMatrix, np.ndarray]:
+            """The rows of the selected programs, with group ids renumbered 0..len-1."""
+            renumber = np.full(len(lengths), -1, dtype=np.int64)
+            renumber[selected] = np.arange(len(selected))
+            row_mask = renumber[group_ids] >= 0
+            dmatrix = xgb.DMatrix(rows[row_mask], nthread=self.params.threads)
+            return dmatrix, renumber[group_ids[row_mask]]
+
+        dtrain, train_gids = subset(train)
+        objective = make_objective(
+            train_gids, labels[train], weights[train], self.params.hessian, self.params.eta
+        )
+        if len(valid):
+            deval, eval_gids = subset(valid)
+            eval_name, eval_labels = "valid", labels[valid]
+        else:
+            deval, eval_gids, eval_name, eval_labels = dtrain, train_gids, "train", labels[train]
+
+        callbacks = []
+        if self.params.early_stopping_rounds > 0:
+            callbacks.append(
+                xgb.callback.EarlyStopping(
+                    rounds=self.params.early_stopping_rounds,
+                    metric_name="p-rmse",
+                    data_name=eval_name,
+                    maximize=False,
+                    save_best=True,
+                )
+            )
+        history: dict = {}
+        self._booster = xgb.train(
+            self.params.booster_params(self.seed),
+            dtrain,
+            num_boost_round=self.params.num_boost_round,
+            evals=[(deval, eval_name)],
+            obj=objective,
+            custom_metric=make_metric(eval_gids, eval_labels),
+            callbacks=callbacks,
+            evals_result=history,
+            verbose_eval=False,
+        )
+        n_rounds = self._booster.num_boosted_rounds()
+        self.last_fit = FitReport(
+            n_programs=len(programs),
+            n_train_rows=dtrain.num_row(),
+            n_valid_programs=len(valid),
+            n_rounds=n_rounds,
+            valid_rmse=float(history[eval_name]["p-rmse"][n_rounds - 1]),
+            valid_recall=float(history[eval_name]["p-recall"][n_rounds - 1]),
+            seconds=time.perf_counter() - start,
+        )
+        logger.debug("XGBModel trained: %s", self.last_fit)
+
+    def _split(self, programs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Split program indices into (train, held out), both sorted; held out may be empty.
+
+        The split is seeded by the model seed and the data size, so a given data set always gets the
+        same split, independently of how many predictions were drawn in between.
+        """
+        n_valid = int(round(self.params.valid_fraction * len(programs)))
+        if n_valid < self.params.min_valid_programs or n_valid >= len(programs):
+            return programs, programs[:0]
+        split_rng = np.random.default_rng([self.seed, len(programs)])
+        shuffled = split_rng.permutation(programs)
+        return np.sort(shuffled[n_valid:]), np.sort(shuffled[:n_valid])
+
+    # ----- prediction -----
+
+    def predict(self, features: Sequence[FeatureMatrix]) -> np.ndarray:
+        """One score per program, higher = predicted faster; ``-inf`` for None/empty matrices.
+
+        Random in [0, 1) while ``uses_random_fallback``; otherwise the sum over the program's
+        statements of the trees' per-statement predictions.
+
+        Raises:
+            ValueError: a matrix's feature count differs from the training data's.
+        """
+        packed = pack_features(features, self._n_features)
+        if self.uses_random_fallback:
+            scores = self._rng.uniform(0.0, 1.0, packed.n_programs)
+        elif len(packed.rows) == 0:
+            scores = np.zeros(packed.n_programs)
+        else:
+            row_preds = self._booster.inplace_predict(packed.rows, predict_type="margin")
+            scores = packed.program_sums(row_preds)
+        scores[~packed.valid] = -np.inf
+        return scores
+
+    def predict_statements(self, features: FeatureMatrix) -> np.ndarray:
+        """Per-statement scores of one program (their sum is its ``predict`` score once trained).
+
+        Raises:
+            RuntimeError: the model has not been trained.
+        """
+        if self._booster is None:
+            raise RuntimeError("XGBModel.predict_statements needs a trained model (call fit first)")
+        packed = pack_features([features], self._n_features)
+        if len(packed.rows) == 0:
+            return np.zeros(0)
+        return self._booster.inplace_predict(packed.rows, predict_type="margin").astype(np.float64)
+
+    # ----- persistence -----
+
+    def save(self, path: str | os.PathLike, include_data: bool = True) -> None:
+        """Write params, booster, random state and (by default) the training data to one file.
+
+        With ``include_data=False`` the file is much smaller, and a loaded model predicts the same,
+        but its next ``update`` retrains on the new data only (it still counts the old programs
+        towards ``few_shot_threshold``).
+        """
+        meta = {
+            "kind": "xgb",
+            "params": dataclasses.asdict(self.params),
+            "seed": self.seed,
+            "n_features": self._n_features,
+            "n_unkept": self.n_programs if not include_data else self._n_unkept,
+            "n_at_last_train": self._n_at_last_train,
+            "rng_state": rng_state_to_json(self._rng),
+            "last_fit": dataclasses.asdict(self.last_fit) if self.last_fit else None,
+        }
+        arrays: dict[str, np.ndarray] = {}
+        if self._booster is not None:
+            arrays["booster"] = np.frombuffer(bytes(self._booster.save_raw("ubj")), np.uint8)
+        if include_data and self._chunks:
+            rows, lengths, throughputs, tasks = self._gather()
+            arrays.update(rows=rows, lengths=lengths, throughputs=throughputs, task_ids=tasks)
+        write_model_file(path, meta, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> XGBModel:
+        """Read a model written by ``save``; its predictions equal the saved model's exactly."""
+        meta, arrays = read_model_file(path, "xgb")
+        model = cls(XGBParams(**meta["params"]), seed=meta["seed"])
+        model._n_features = meta["n_features"]
+        model._n_unkept = int(meta["n_unkept"])
+        model._n_at_last_train = int(meta["n_at_last_train"])
+        model._rng = rng_from_json(meta["rng_state"])
+        if meta["last_fit"] is not None:
+            model.last_fit = FitReport(**meta["last_fit"])
+        if "booster" in arrays:
+            booster = xgb.Booster(model.params.booster_params(model.seed))
+            booster.load_model(bytearray(arrays["booster"].tobytes()))
+            # The saved nthread was the saving machine's core count; use this machine's.
+            booster.set_param({"nthread": model.params.threads})
+            model._booster = booster
+        if "rows" in arrays:
+            lengths = arrays["lengths"].astype(np.int64)
+            packed = PackedFeatures(
+                rows=arrays["rows"].astype(np.float32, copy=False),
+                group_ids=np.repeat(np.arange(len(lengths)), lengths),
+                lengths=lengths,
+                n_features=model._n_features,
+            )
+            model._chunks = [_Chunk(packed, arrays["throughputs"], arrays["task_ids"])]
+        return model
