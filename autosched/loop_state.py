@@ -1,0 +1,314 @@
+"""Loop states: a compute DAG's loop structure after a list of transform steps.
+
+A State is an immutable value: stages (one per op, plus cache stages) and the steps that made
+them. Every State method builds a step, applies it and returns the new State, so the search and a
+replay from a record run the same code. Iterators are named as in the equivalent Python schedule
+(`x_o`, `x_i`, `a_b_fused`), stages by op name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from .errors import ScheduleError
+from .te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+
+if TYPE_CHECKING:
+    from .compute_dag import ComputeDAG
+    from .transform_steps import Step
+
+SPATIAL, REDUCE, MIXED, SPECIAL = "spatial", "reduce", "mixed", "special"
+
+ANNOTATIONS = (
+    "none", "unroll", "vectorize", "parallel", "vthread",
+    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
+)
+THREAD_ANNOTATIONS = frozenset(a for a in ANNOTATIONS if "Idx" in a or a == "vthread")
+
+ROOT, INLINED, ATTACHED = "root", "inlined", "attached"
+
+
+@dataclass(frozen=True, slots=True)
+class Iterator:
+    """One loop of a stage. `extent` is None for a sketch's unknown tile size."""
+
+    name: str
+    extent: int | None
+    kind: str
+    annotation: str = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitRel:
+    """`parent` was split into `children` (outer to inner) with the given child extents."""
+
+    parent: str
+    children: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FuseRel:
+    """`children` (outer to inner) were fused into `fused`."""
+
+    children: tuple[str, ...]
+    fused: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One op's loop nest inside a state.
+
+    `op` is what the stage computes. `produces` is the op whose tensor other stages' bodies load
+    to read this stage's result (differs from `op` only for a cache_write's original stage).
+    `redirects` maps an input op (by identity) to the op this stage reads instead (cache_read).
+    """
+
+    op: Operation
+    produces: Operation
+    iters: tuple[Iterator, ...]
+    root_iters: tuple[Iterator, ...]
+    relations: tuple[SplitRel | FuseRel, ...] = ()
+    compute_at: str = ROOT
+    attach: tuple[int, str] | None = None  # (target stage index, target iterator name)
+    scope: str = "global"
+    redirects: tuple[tuple[Operation, Operation], ...] = ()
+    auto_unroll_max_step: int = 0
+    unroll_explicit: bool = False
+    storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
+    origin: str = "dag"
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_placeholder(self) -> bool:
+        return isinstance(self.op, PlaceholderOp)
+
+    def iter_index(self, it: int | str | Iterator) -> int:
+        """Position of an iterator given by index, name or Iterator, with a clear error."""
+        if isinstance(it, Iterator):
+            it = it.name
+        if isinstance(it, int):
+            if not 0 <= it < len(self.iters):
+                raise ScheduleError(
+                    f"stage {self.name!r} has {len(self.iters)} iterators; index {it} is out of range"
+                )
+            return it
+        for i, x in enumerate(self.iters):
+            if x.name == it:
+                return i
+        raise ScheduleError(
+            f"stage {self.name!r} has no iterator named {it!r} (it may have been split or fused "
+            f"already); its iterators are {[x.name for x in self.iters]}"
+        )
+
+    def summary(self) -> tuple:
+        """A structural, process-independent description (used for equality)."""
+        return (
+            self.name, self.iters, self.compute_at, self.attach, self.scope,
+            self.auto_unroll_max_step, self.unroll_explicit, self.storage_align,
+            tuple((a.name, b.name) for a, b in self.redirects),
+        )
+
+
+def _root_iters(op: Operation) -> tuple[Iterator, ...]:
+    if not isinstance(op, ComputeOp):
+        return ()
+    its = [Iterator(a.name, a.extent, SPATIAL) for a in op.axis]
+    its += [Iterator(a.name, a.extent, REDUCE) for a in op.reduce_axis]
+    return tuple(its)
+
+
+def stage_from_op(op: Operation, **kw: Any) -> Stage:
+    roots = _root_iters(op)
+    return Stage(op=op, produces=kw.pop("produces", op), iters=roots, root_iters=roots, **kw)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class State:
+    """A DAG's loop structure after `steps`; compare with `==`, hash with `hash` or fingerprint()."""
+
+    dag: "ComputeDAG"
+    stages: tuple[Stage, ...]
+    steps: tuple["Step", ...] = ()
+    _key: Any = field(default=None, compare=False)
+
+    @staticmethod
+    def from_dag(dag: "ComputeDAG") -> "State":
+        return State(dag, tuple(stage_from_op(op) for op in dag.ops))
+
+    # ---- identity ----------------------------------------------------------------------------
+    def key(self) -> tuple:
+        if self._key is None:
+            object.__setattr__(self, "_key", tuple(s.to_record() for s in self.steps))
+        return self._key
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.key() == other.key() and all(
+            a.summary() == b.summary() for a, b in zip(self.stages, other.stages)
+        ) and len(self.stages) == len(other.stages)
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def fingerprint(self) -> str:
+        """A hash of the steps that is stable across processes and versions (for dedup)."""
+        text = json.dumps([list(r) for r in self.key()], separators=(",", ":"))
+        return hashlib.sha1(text.encode()).hexdigest()
+
+    # ---- lookup ------------------------------------------------------------------------------
+    def stage_index(self, stage: int | str | Stage | Tensor | Operation) -> int:
+        """Index of a stage given by index, op name, Stage, tensor or op."""
+        if isinstance(stage, int):
+            if not 0 <= stage < len(self.stages):
+                raise ScheduleError(f"stage index {stage} is out of range (0..{len(self.stages) - 1})")
+            return stage
+        if isinstance(stage, Stage):
+            stage = stage.op
+        if isinstance(stage, Tensor):
+            stage = stage.op
+        if isinstance(stage, Operation):
+            for i, s in enumerate(self.stages):
+                if s.op is stage or s.produces is stage:
+                    return i
+            stage = stage.name
+        for i, s in enumerate(self.stages):
+            if s.name == stage:
+                return i
+        raise ScheduleError(f"no stage named {stage!r}; stages are {[s.name for s in self.stages]}")
+
+    def stage_of_producer(self, op: Operation) -> int:
+        """The stage whose result a load of `op`'s tensor reads."""
+        for i, s in enumerate(self.stages):
+            if s.produces is op:
+                return i
+        raise ScheduleError(f"no stage produces {op.name!r}")
+
+    def __getitem__(self, stage: Any) -> Stage:
+        return self.stages[self.stage_index(stage)]
+
+    @property
+    def is_complete(self) -> bool:
+        """True when no iterator has an unknown extent (a sketch is incomplete)."""
+        return all(it.extent is not None for s in self.stages for it in s.iters)
+
+    # ---- applying steps ------------------------------------------------------------------------
+    def apply(self, step: "Step") -> "State":
+        """Apply `step` and return the new state (with the step appended)."""
+        new = step.apply(self)
+        return State(self.dag, new.stages, self.steps + (step,))
+
+    def replace_stage(self, index: int, stage: Stage) -> "State":
+        stages = list(self.stages)
+        stages[index] = stage
+        return State(self.dag, tuple(stages), self.steps)
+
+    def with_stages(self, stages: Sequence[Stage]) -> "State":
+        return State(self.dag, tuple(stages), self.steps)
+
+    # Convenience methods in the TVM State API's shape; each records one step.
+    def split(self, stage, it, lengths: Sequence[int | None], inner_to_outer: bool = True) -> "State":
+        from .transform_steps import SplitStep
+
+        si = self.stage_index(stage)
+        ii = self.stages[si].iter_index(it)
+        return self.apply(SplitStep(si, ii, self.stages[si].iters[ii].extent, tuple(lengths), inner_to_outer))
+
+    def follow_split(self, stage, it, src_step_id: int, n_split: int) -> "State":
+        from .transform_steps import FollowSplitStep
+
+        si = self.stage_index(stage)
+        return self.apply(FollowSplitStep(si, self.stages[si].iter_index(it), src_step_id, n_split))
+
+    def follow_fused_split(self, stage, it, src_step_ids: Sequence[int], level: int, factor_or_nparts: bool) -> "State":
+        from .transform_steps import FollowFusedSplitStep
+
+        si = self.stage_index(stage)
+        return self.apply(FollowFusedSplitStep(si, self.stages[si].iter_index(it), tuple(src_step_ids), level, factor_or_nparts))
+
+    def fuse(self, stage, iters: Iterable) -> "State":
+        from .transform_steps import FuseStep
+
+        si = self.stage_index(stage)
+        return self.apply(FuseStep(si, tuple(self.stages[si].iter_index(i) for i in iters)))
+
+    def reorder(self, stage, order: Iterable) -> "State":
+        from .transform_steps import ReorderStep
+
+        si = self.stage_index(stage)
+        return self.apply(ReorderStep(si, tuple(self.stages[si].iter_index(i) for i in order)))
+
+    def compute_at(self, stage, target, it) -> "State":
+        from .transform_steps import ComputeAtStep
+
+        si, ti = self.stage_index(stage), self.stage_index(target)
+        return self.apply(ComputeAtStep(si, ti, self.stages[ti].iter_index(it)))
+
+    def compute_root(self, stage) -> "State":
+        from .transform_steps import ComputeRootStep
+
+        return self.apply(ComputeRootStep(self.stage_index(stage)))
+
+    def compute_inline(self, stage) -> "State":
+        from .transform_steps import ComputeInlineStep
+
+        return self.apply(ComputeInlineStep(self.stage_index(stage)))
+
+    def cache_read(self, stage, scope: str, readers: Iterable) -> "State":
+        from .transform_steps import CacheReadStep
+
+        return self.apply(CacheReadStep(self.stage_index(stage), scope, tuple(self.stage_index(r) for r in readers)))
+
+    def cache_write(self, stage, scope: str = "local") -> "State":
+        from .transform_steps import CacheWriteStep
+
+        return self.apply(CacheWriteStep(self.stage_index(stage), scope))
+
+    def rfactor(self, stage, it, factor_iter_id: int) -> "State":
+        from .transform_steps import RfactorStep
+
+        si = self.stage_index(stage)
+        return self.apply(RfactorStep(si, self.stages[si].iter_index(it), factor_iter_id))
+
+    def annotate(self, stage, it, annotation: str) -> "State":
+        from .transform_steps import AnnotationStep
+
+        si = self.stage_index(stage)
+        return self.apply(AnnotationStep(si, self.stages[si].iter_index(it), annotation))
+
+    def bind(self, stage, it, thread: str) -> "State":
+        return self.annotate(stage, it, thread)
+
+    def vectorize(self, stage, it) -> "State":
+        return self.annotate(stage, it, "vectorize")
+
+    def unroll(self, stage, it) -> "State":
+        return self.annotate(stage, it, "unroll")
+
+    def parallel(self, stage, it) -> "State":
+        return self.annotate(stage, it, "parallel")
+
+    def pragma(self, stage, it, name: str, value: int | bool) -> "State":
+        from .transform_steps import PragmaStep
+
+        si = self.stage_index(stage)
+        return self.apply(PragmaStep(si, self.stages[si].iter_index(it), f"{name}${int(value)}"))
+
+    def storage_align(self, stage, it, factor: int, offset: int) -> "State":
+        from .transform_steps import StorageAlignStep
+
+        si = self.stage_index(stage)
+        return self.apply(StorageAlignStep(si, self.stages[si].iter_index(it), factor, offset))
+
+    def __str__(self) -> str:
+        from .state_printer import state_str
+
+        return state_str(self)
+
+    __repr__ = __str__
