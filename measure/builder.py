@@ -79,7 +79,7 @@ class LocalBuilder:
         self.extra_flags = tuple(extra_flags)
 
     def build(self, artifacts: Sequence[KernelArtifact]) -> list[BuildResult]:
-        """Compile every artifact; results come back in the same order. Never raises per candidate."""
+        """Compile every artifact; results in the same order. Never raises for a candidate."""
         if not artifacts:
             return []
         if len(artifacts) == 1 or self.n_parallel == 1:
@@ -126,7 +126,18 @@ def compile_source(
         out = os.path.join(tmp, "kernel.cubin")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", *extra_flags, "-o", out, src]
+        cmd = [
+            nvcc,
+            "-cubin",
+            f"-arch={arch}",
+            "-O3",
+            "-Xptxas",
+            "-v",
+            *extra_flags,
+            "-o",
+            out,
+            src,
+        ]
         # Own session so that a timeout kills nvcc's children (cicc, ptxas) too.
         proc = subprocess.Popen(
             cmd,
@@ -175,7 +186,7 @@ def check_resources(
             return (
                 MeasureErrorKind.INSTANTIATION_ERROR,
                 f"launch names kernel {name!r}, not an entry function of the source "
-                f"(entries: {known}); kernels must be extern \"C\" __global__",
+                f'(entries: {known}); kernels must be extern "C" __global__',
             )
         threads = launch.threads_per_block
         if threads > hw.max_threads_per_block:
@@ -193,15 +204,16 @@ def check_resources(
                 f"{name}: {res.shared_bytes} bytes of static shared memory > "
                 f"{hw.max_shared_memory_per_block} (larger buffers must be dynamic)"
             )
-        most = (
-            hw.max_shared_memory_per_block_optin if dynamic else hw.max_shared_memory_per_block
-        )
+        most = hw.max_shared_memory_per_block_optin if dynamic else hw.max_shared_memory_per_block
         if total > most:
             return limit, (
                 f"{name}: {res.shared_bytes} static + {dynamic} dynamic shared bytes > {most}"
             )
         if res.registers > hw.max_registers_per_thread:
-            return limit, f"{name}: {res.registers} registers per thread > {hw.max_registers_per_thread}"
+            return (
+                limit,
+                f"{name}: {res.registers} registers per thread > {hw.max_registers_per_thread}",
+            )
         needed = hw.registers_needed(res.registers, threads)
         if needed > hw.max_registers_per_block:
             return limit, (

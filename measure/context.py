@@ -36,9 +36,16 @@ class MeasureResult:
     def combine(cls, build: BuildResult, run: RunResult | None) -> MeasureResult:
         """Merge a build result and (when it was run) its run result."""
         if run is None or not build.ok:
-            return cls((), build.error_kind, build.error_msg, build.build_seconds, 0.0, build.kernels)
+            return cls(
+                (), build.error_kind, build.error_msg, build.build_seconds, 0.0, build.kernels
+            )
         return cls(
-            run.costs, run.error_kind, run.error_msg, build.build_seconds, run.run_seconds, build.kernels
+            run.costs,
+            run.error_kind,
+            run.error_msg,
+            build.build_seconds,
+            run.run_seconds,
+            build.kernels,
         )
 
     def to_dict(self) -> dict:

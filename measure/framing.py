@@ -30,7 +30,12 @@ class FrameEOF(Exception):
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
-        return {_ND_KEY: True, "dtype": arr.dtype.str, "shape": list(arr.shape), "data": arr.tobytes()}
+        return {
+            _ND_KEY: True,
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "data": arr.tobytes(),
+        }
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, tuple):

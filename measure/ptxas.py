@@ -11,9 +11,7 @@ from .errors import NvccNotFoundError
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PROPS = re.compile(r"Function properties for (\S+)")
-_FRAME = re.compile(
-    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
-)
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _TOO_MUCH = re.compile(r"too much (shared|local) data|too many resources|exceeds .* limit", re.I)

@@ -9,7 +9,7 @@ where `rms(ref)` is the root-mean-square of the whole reference tensor, so `atol
 the tensor's typical magnitude (a reduction over K terms of O(1) inputs has outputs of O(sqrt(K));
 a fixed absolute tolerance would be wrong for one shape or another). Defaults per dtype:
 
-    float64: rtol 1e-7, atol 1e-9     float32: rtol 1e-3, atol 1e-4     float16: rtol 1e-2, atol 1e-2
+    float64: rtol 1e-7, atol 1e-9;  float32: rtol 1e-3, atol 1e-4;  float16: rtol 1e-2, atol 1e-2
 
 float32 accumulation in a different order than numpy's gives errors near sqrt(K) * 6e-8 * rms
 (about 4e-6 rms for K = 4096), well inside 1e-4; a missing term, a wrong index or an unwritten
@@ -149,7 +149,9 @@ def make_reference(
     )
 
 
-def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> str | None:
+def compare_output(
+    name: str, out: np.ndarray, ref: np.ndarray, rtol: float, atol: float
+) -> str | None:
     """Return None if `out` matches `ref` within tolerance, else a message saying how it differs."""
     if out.shape != ref.shape:
         return f"{name}: shape {out.shape} != expected {ref.shape}"
@@ -197,9 +199,7 @@ def compare_output(name: str, out: np.ndarray, ref: np.ndarray, rtol: float, ato
     )
 
 
-def compare_outputs(
-    outputs: Mapping[str, np.ndarray], reference: Reference
-) -> str | None:
+def compare_outputs(outputs: Mapping[str, np.ndarray], reference: Reference) -> str | None:
     """Compare every expected output; None when all pass, else the first message."""
     for name, expected in reference.outputs.items():
         if name not in outputs:

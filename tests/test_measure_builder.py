@@ -80,7 +80,7 @@ def special():
         "ok": artifact(shared_source(256)),
         "smem64k": artifact(shared_source(16384)),
         "threads2048": artifact(shared_source(256), block=(2048, 1, 1)),
-        "syntax": artifact("extern \"C\" __global__ void k(float* a, float* b) { a[0] = oops; }"),
+        "syntax": artifact('extern "C" __global__ void k(float* a, float* b) { a[0] = oops; }'),
         "spill": artifact(SPILL_KERNEL, block=(1024, 1, 1)),
         "wrong_name": artifact(shared_source(256), name="not_there"),
     }

@@ -1,0 +1,111 @@
+"""Measure the measurer: build and run a batch of distinct matmul kernels, report throughput.
+
+    python -m measure.throughput --count 64 --parallel 16 [--json out.json]
+
+Prints candidates per second for the build (nvcc, in parallel), the run (one worker, checked and
+timed) and both together, plus the best kernel and the timing floor of an empty kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+
+import numpy as np
+
+from .artifact import ArgSpec, KernelArtifact, Launch
+from .builder import LocalBuilder
+from .errors import MeasureErrorKind
+from .reference import make_reference
+from .runner import LocalRunner
+
+BLOCKS = [(8, 8), (16, 16), (32, 8), (8, 32), (16, 8), (32, 4), (4, 32), (32, 32),
+          (64, 4), (4, 64), (16, 4), (8, 16), (16, 32), (32, 16), (64, 8), (8, 64)]  # fmt: skip
+UNROLLS = [1, 2, 4, 8]
+KERNEL = """
+extern "C" __global__ void __launch_bounds__(%(threads)d) mm_%(tag)s(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C) {
+  int row = blockIdx.y * %(by)d + threadIdx.y, col = blockIdx.x * %(bx)d + threadIdx.x;
+  float acc = 0.0f;
+#pragma unroll %(unroll)d
+  for (int k = 0; k < %(n)d; ++k) acc += A[row * %(n)d + k] * B[k * %(n)d + col];
+  C[row * %(n)d + col] = acc;
+}
+"""
+EMPTY = 'extern "C" __global__ void empty(const float* A, const float* B, float* C) { }'
+
+
+def matmul_variants(n: int, count: int) -> list[KernelArtifact]:
+    """`count` distinct naive n x n x n matmul kernels (block shape x unroll factor)."""
+    args = (
+        ArgSpec("A", (n, n), "float32"),
+        ArgSpec("B", (n, n), "float32"),
+        ArgSpec("C", (n, n), "float32", is_output=True),
+    )
+    arts = []
+    for (bx, by), unroll in itertools.islice(itertools.product(BLOCKS, UNROLLS), count):
+        tag = f"{bx}x{by}_u{unroll}"
+        src = KERNEL % dict(threads=bx * by, tag=tag, bx=bx, by=by, unroll=unroll, n=n)
+        launch = Launch(f"mm_{tag}", (n // bx, n // by), (bx, by))
+        arts.append(KernelArtifact(src, (launch,), args, "mm", tag))
+    return arts
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the throughput benchmark and print (and return) a summary dict."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=64)
+    p.add_argument("--parallel", type=int, default=16)
+    p.add_argument("--n", type=int, default=512)
+    p.add_argument("--json", default=None)
+    opts = p.parse_args(argv)
+
+    arts = matmul_variants(opts.n, opts.count)
+    ref = make_reference(arts[0].args, lambda A, B: A.astype(np.float64) @ B.astype(np.float64))
+    builder = LocalBuilder(n_parallel=opts.parallel)
+    with LocalRunner() as runner:
+        runner.start()  # worker start-up is not part of the batch
+        t0 = time.perf_counter()
+        builds = builder.build(arts)
+        t1 = time.perf_counter()
+        runs = runner.run(arts, builds, {"mm": ref})
+        t2 = time.perf_counter()
+        empty = KernelArtifact(EMPTY, (Launch("empty", (1,), (32,)),), arts[0].args, None, "empty")
+        floor = runner.run([empty], builder.build([empty]))[0]
+        device = runner.device_name
+    ok = [(a.tag, r.mean_cost) for a, r in zip(arts, runs) if r.error_kind == 0]
+    best = min(ok, key=lambda x: x[1]) if ok else (None, float("inf"))
+    errors = {}
+    for r in runs:
+        if r.error_kind:
+            errors[MeasureErrorKind(r.error_kind).name] = errors.get(r.error_kind, 0) + 1
+    summary = {
+        "device": device,
+        "count": len(arts),
+        "n_parallel": opts.parallel,
+        "build_s": t1 - t0,
+        "run_s": t2 - t1,
+        "build_per_s": len(arts) / (t1 - t0),
+        "run_per_s": len(arts) / (t2 - t1),
+        "total_per_s": len(arts) / (t2 - t0),
+        "built_ok": sum(b.ok for b in builds),
+        "ran_ok": len(ok),
+        "errors": errors,
+        "best": best[0],
+        "best_us": best[1] * 1e6,
+        "best_gflops": 2 * opts.n**3 / best[1] / 1e9 if ok else 0.0,
+        "empty_kernel_us": floor.mean_cost * 1e6,
+        "mean_run_seconds_per_candidate": sum(r.run_seconds for r in runs) / len(runs),
+        "costs_us": {a.tag: r.mean_cost * 1e6 for a, r in zip(arts, runs)},
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k != "costs_us"}, indent=1))
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

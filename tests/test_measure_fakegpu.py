@@ -1,0 +1,189 @@
+"""CPU tests of the runner's process handling, against a fake `pycuda` (no GPU needed).
+
+The fake driver (written to a temporary directory and put first on the path of the parent and of
+the worker) runs "kernels" on the host: the cubin bytes name a behaviour (add, wrong, crash, hang,
+print). This exercises the real worker, framing, reference caching, timeouts, kills and restarts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+import pytest
+
+from measure import (
+    ArgSpec,
+    BuildResult,
+    KernelArtifact,
+    Launch,
+    LocalRunner,
+    MeasureErrorKind,
+    make_reference,
+)
+
+FAKE_DRIVER = r"""
+import time
+import numpy as np
+
+class Error(Exception): pass
+class LaunchError(Error): pass
+class LogicError(Error): pass
+
+class _NS:
+    def __init__(self, **kw): self.__dict__.update(kw)
+
+device_attribute = _NS(MAX_SHARED_MEMORY_PER_BLOCK="smem")
+function_attribute = _NS(MAX_THREADS_PER_BLOCK="threads", SHARED_SIZE_BYTES="static",
+                         MAX_DYNAMIC_SHARED_SIZE_BYTES="dyn")
+_memory = {}
+_pending = []
+
+def init(): pass
+
+class Device:
+    def __init__(self, i): self.i = i
+    @staticmethod
+    def count(): return 1
+    def name(self): return "FakeGPU"
+    def compute_capability(self): return (9, 0)
+    def get_attribute(self, a): return 48 * 1024
+    def make_context(self): return Context()
+
+class Context:
+    def pop(self): pass
+    @staticmethod
+    def synchronize():
+        while _pending:
+            _pending.pop(0)()
+
+class _Alloc:
+    _next = 1 << 20
+    def __init__(self, n):
+        self.ptr = _Alloc._next; _Alloc._next += n + 256; _memory[self.ptr] = bytearray(n)
+    def __int__(self): return self.ptr
+    def free(self): _memory.pop(self.ptr, None)
+
+def mem_alloc(n): return _Alloc(n)
+def memset_d8(dst, value, n): _memory[int(dst)][:n] = bytes([value]) * n
+def memcpy_htod(dst, src): b = src.tobytes(); _memory[int(dst)][:len(b)] = b
+def memcpy_dtoh(dst, src):
+    dst.view(np.uint8).ravel()[:] = np.frombuffer(_memory[int(src)][: dst.nbytes], np.uint8)
+
+class Event:
+    def record(self, stream=None):
+        Context.synchronize(); self.t = time.perf_counter()
+    def synchronize(self): Context.synchronize()
+    def time_since(self, other): return (self.t - other.t) * 1e3
+
+class _Function:
+    def __init__(self, behaviour): self.behaviour = behaviour
+    def get_attribute(self, a): return 1024 if a == "threads" else 0
+    def set_attribute(self, a, v): pass
+    def _launch_kernel(self, grid, block, params, shared, stream):
+        ptrs = np.frombuffer(params, np.uint64).tolist()
+        def run():
+            a, b, c = (np.frombuffer(_memory[p], np.float32) for p in ptrs)
+            if self.behaviour == b"crash":
+                raise LaunchError("cuCtxSynchronize failed: an illegal memory access")
+            if self.behaviour == b"hang":
+                time.sleep(3600)
+            if self.behaviour == b"print":
+                print("kernel printf output that must not corrupt the frames", flush=True)
+            out = a + b + (np.float32(1) if self.behaviour == b"wrong" else np.float32(0))
+            _memory[ptrs[2]][:] = out.tobytes()
+        _pending.append(run)
+
+class _Module:
+    def __init__(self, data): self.data = data
+    def get_function(self, name): return _Function(self.data)
+
+def module_from_buffer(data): return _Module(bytes(data))
+"""
+
+N = 4096
+ARGS = (
+    ArgSpec("a", (N,), "float32"),
+    ArgSpec("b", (N,), "float32"),
+    ArgSpec("c", (N,), "float32", is_output=True),
+)
+
+
+@pytest.fixture()
+def fake_pycuda(tmp_path, monkeypatch):
+    pkg = tmp_path / "pycuda"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "driver.py").write_text(FAKE_DRIVER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    importlib.invalidate_caches()
+    yield
+    for name in [m for m in sys.modules if m == "pycuda" or m.startswith("pycuda.")]:
+        del sys.modules[name]
+
+
+def candidate(behaviour: str, ref_id: str | None = "add"):
+    art = KernelArtifact("// fake", (Launch("k", (N // 256,), (256,)),), ARGS, ref_id)
+    return art, BuildResult(behaviour.encode(), {})
+
+
+def add_reference():
+    return make_reference(ARGS, lambda a, b: a + b, seed=1)
+
+
+def test_fake_runner_measures_checks_and_recovers(fake_pycuda):
+    refs = {"add": add_reference()}
+    names = ["add", "wrong", "crash", "add", "print", "add"]
+    arts, builds = zip(*(candidate(n) for n in names))
+    with LocalRunner(number=2, repeat=3, min_repeat_ms=1.0, timeout=20.0) as runner:
+        results = runner.run(arts, builds, refs)
+        kinds = [r.error_kind for r in results]
+        assert kinds == [
+            MeasureErrorKind.NO_ERROR,
+            MeasureErrorKind.WRONG_ANSWER,
+            MeasureErrorKind.RUNTIME_ERROR,
+            MeasureErrorKind.NO_ERROR,
+            MeasureErrorKind.NO_ERROR,
+            MeasureErrorKind.NO_ERROR,
+        ], [r.error_msg for r in results]
+        assert len(results[0].costs) == 3 and all(c > 0 for c in results[0].costs)
+        assert "out of tolerance" in results[1].error_msg
+        assert "illegal memory access" in results[2].error_msg
+        assert runner.worker_starts == 2  # restarted after the crash only
+        assert runner.device_name == "FakeGPU (sm_90)"
+
+
+def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
+    refs = {"add": add_reference()}
+    arts, builds = zip(*(candidate(n) for n in ["hang", "add"]))
+    with LocalRunner(number=1, repeat=2, min_repeat_ms=1.0, timeout=1.5) as runner:
+        start = time.monotonic()
+        hang, good = runner.run(arts, builds, refs)
+        assert hang.error_kind == MeasureErrorKind.RUN_TIMEOUT
+        assert hang.run_seconds < 1.5 + 5
+        assert good.error_kind == MeasureErrorKind.NO_ERROR, good.error_msg
+        assert time.monotonic() - start < 30
+        assert runner.worker_starts == 2
+
+
+def test_fake_runner_without_reference_times_random_inputs(fake_pycuda):
+    art, build = candidate("wrong", ref_id=None)  # nothing to check against: timed only
+    failed = BuildResult(None, {}, MeasureErrorKind.COMPILE_ERROR, "boom")
+    with LocalRunner(number=1, repeat=2, min_repeat_ms=1.0) as runner:
+        timed, skipped = runner.run([art, art], [build, failed], {})
+    assert timed.error_kind == MeasureErrorKind.NO_ERROR and len(timed.costs) == 2
+    assert skipped.error_kind == MeasureErrorKind.COMPILE_ERROR and skipped.error_msg == "boom"
+
+
+def test_fake_runner_sends_each_reference_once(fake_pycuda):
+    refs = {"add": add_reference()}
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
+        art, build = candidate("add")
+        runner.start()
+        first = runner._request(art, build.cubin, refs["add"])
+        second = runner._request(art, build.cubin, refs["add"])
+        assert first["ref"] is not None and second["ref"] is None
+        with pytest.raises(KeyError, match="missing"):
+            runner.run([candidate("add", "missing")[0]], [build], refs)
