@@ -101,7 +101,8 @@ def pack_features(
 
     lengths_array = np.asarray(lengths, dtype=np.int64)
     if chunks:
-        rows = np.concatenate(chunks, axis=0).astype(np.float32, copy=False)
+        with np.errstate(over="ignore"):  # float64 beyond float32's range -> inf, sanitised below
+            rows = np.concatenate(chunks, axis=0).astype(np.float32, copy=False)
     else:
         rows = np.zeros((0, width or 0), dtype=np.float32)
     # Upstream feature extraction can produce NaN or +-inf (a division by a zero extent, a log of
