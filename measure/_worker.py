@@ -74,8 +74,8 @@ class Worker:
             run_sequence = _sequence(calls, pointers)
 
             for arg, buf in zip(args, buffers):
-                if arg.is_output:
-                    drv.memset_d8(buf, 0xFF, arg.nbytes)  # NaN for floats, -1 for ints
+                if arg.is_output and arg.nbytes:
+                    drv.memset_d8(int(buf), 0xFF, arg.nbytes)  # NaN for floats, -1 for ints
             run_sequence()
             drv.Context.synchronize()
             if req.get("check") and reference is not None:
@@ -128,7 +128,8 @@ class Worker:
                         f"artifact declares {arg.dtype}{list(arg.shape)}",
                     )
             else:  # a scratch buffer between kernels: poison it like an output
-                self.drv.memset_d8(buf, 0xFF, arg.nbytes)
+                if arg.nbytes:
+                    self.drv.memset_d8(int(buf), 0xFF, arg.nbytes)
                 continue
             if data.size:
                 self.drv.memcpy_htod(buf, data)

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
     errors = {}
     for r in runs:
         if r.error_kind:
-            errors[MeasureErrorKind(r.error_kind).name] = errors.get(r.error_kind, 0) + 1
+            name = MeasureErrorKind(r.error_kind).name
+            errors[name] = errors.get(name, 0) + 1
     summary = {
         "device": device,
         "count": len(arts),

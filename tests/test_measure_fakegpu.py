@@ -120,8 +120,10 @@ def fake_pycuda(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     importlib.invalidate_caches()
     yield
-    for name in [m for m in sys.modules if m == "pycuda" or m.startswith("pycuda.")]:
-        del sys.modules[name]
+    # Only the worker imports the fake; should this process have too, forget it (and only it).
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", "")).startswith(str(tmp_path)):
+            del sys.modules[name]
 
 
 def candidate(behaviour: str, ref_id: str | None = "add"):

@@ -13,6 +13,7 @@ import pytest
 from measure import (
     ArgSpec,
     GPUUnavailableError,
+    HardwareParams,
     KernelArtifact,
     Launch,
     LocalBuilder,
@@ -285,6 +286,18 @@ def test_kernel_sequence_with_scratch_and_dynamic_shared_over_48k(refs):
     assert good.error_kind == MeasureErrorKind.NO_ERROR, good.error_msg
     assert good.resources["add"].shared_bytes == 0 and good.mean_cost < 1e-3
     assert failed.error_kind == MeasureErrorKind.COMPILE_ERROR and failed.run_seconds == 0.0
+
+
+@pytest.mark.gpu
+def test_hardware_params_from_device():
+    hw = HardwareParams.from_device()
+    assert hw.arch.startswith("sm_") and hw.num_sms > 0
+    assert hw.max_shared_memory_per_block == 48 * 1024
+    assert hw.max_shared_memory_per_block_optin >= hw.max_shared_memory_per_block
+    assert (
+        HardwareParams.from_device(max_local_memory_spill_bytes=64).max_local_memory_spill_bytes
+        == 64
+    )
 
 
 def test_reference_type_is_plain_data():
