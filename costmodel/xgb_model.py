@@ -163,7 +163,8 @@ class XGBModel(CostModel):
     def _gather(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """All kept data: rows, program lengths, throughputs, task ids."""
         width = self._n_features or 0
-        rows = [c.packed.rows for c in self._chunks]
+        # A chunk of only invalid programs has no rows (and possibly no known width): skip it.
+        rows = [c.packed.rows for c in self._chunks if len(c.packed.rows)]
         return (
             np.concatenate(rows) if rows else np.zeros((0, width), np.float32),
             np.concatenate([c.packed.lengths for c in self._chunks] or [np.zeros(0, np.int64)]),
@@ -246,7 +247,7 @@ class XGBModel(CostModel):
         The split is seeded by the model seed and the data size, so a given data set always gets the
         same split, independently of how many predictions were drawn in between.
         """
-        n_valid = int(round(self.params.valid_fraction * len(programs)))
+        n_valid = round(self.params.valid_fraction * len(programs))
         if n_valid < self.params.min_valid_programs or n_valid >= len(programs):
             return programs, programs[:0]
         split_rng = np.random.default_rng([self.seed, len(programs)])

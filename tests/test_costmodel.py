@@ -36,7 +36,9 @@ def synthetic_programs(
         + 0.5 * x[:, 5] * x[:, 6]
     )
     program = np.repeat(np.arange(n_programs), lengths)
-    throughput = np.bincount(program, weights=per_statement) * np.exp(rng.normal(0, 0.05, n_programs))
+    throughput = np.bincount(program, weights=per_statement) * np.exp(
+        rng.normal(0, 0.05, n_programs)
+    )
     throughput[rng.random(n_programs) < fail_rate] = 0.0
     return np.split(x, np.cumsum(lengths)[:-1]), throughput
 
@@ -61,8 +63,10 @@ def test_ranks_held_out_programs(benchmark_data, trained):
     scores = trained.predict(test_x)
     accuracy = pairwise_accuracy(scores, test_y)
     recall = topk_recall(scores, test_y)
-    print(f"\nXGBModel held-out: pairwise accuracy {accuracy:.3f}, top-k recall {recall:.3f}, "
-          f"{trained.last_fit}")
+    print(
+        f"\nXGBModel held-out: pairwise accuracy {accuracy:.3f}, top-k recall {recall:.3f}, "
+        f"{trained.last_fit}"
+    )
     assert accuracy >= 0.85
     assert recall >= 0.6
 
@@ -87,16 +91,23 @@ def test_fit_time_1000_programs_one_core():
     start = time.perf_counter()
     model.fit(features, throughputs)
     seconds = time.perf_counter() - start
-    print(f"\nXGBModel.fit, 1000 programs x 20 statements x {N_FEATURES} features, 1 thread: "
-          f"{seconds:.2f} s ({model.last_fit.n_rounds} rounds kept)")
+    print(
+        f"\nXGBModel.fit, 1000 programs x 20 statements x {N_FEATURES} features, 1 thread: "
+        f"{seconds:.2f} s ({model.last_fit.n_rounds} rounds kept)"
+    )
     assert seconds < 5.0  # target <= 2 s; generous so that a loaded CI machine does not flake
 
 
 def test_pack_hessian_converges_where_diagonal_diverges():
     # 30 statements a program at eta 0.2: TVM's diagonal hessian overshoots (0.2 * 30 > 2).
     features, throughputs = synthetic_programs(300, seed=5, min_rows=30, max_rows=30)
-    common = dict(seed=0, few_shot_threshold=0, early_stopping_rounds=0, num_boost_round=20,
-                  min_valid_programs=10_000)  # no hold-out: the metric is on the training set
+    common = {
+        "seed": 0,
+        "few_shot_threshold": 0,
+        "early_stopping_rounds": 0,
+        "num_boost_round": 20,
+        "min_valid_programs": 10_000,
+    }  # no hold-out: the metric is on the training set
     rmse = {}
     for hessian in ("pack", "diagonal"):
         model = xgb_model(hessian=hessian, **common)
@@ -266,3 +277,15 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
     (tmp_path / "junk").write_bytes(b"not a model")
     with pytest.raises(ValueError, match="not a saved cost model"):
         XGBModel.load(tmp_path / "junk")
+
+
+def test_empty_and_all_invalid_batches():
+    model = xgb_model(few_shot_threshold=0)
+    model.fit([], [])
+    assert not model.is_trained and model.n_programs == 0
+    assert model.predict([]).shape == (0,)
+    model.update([None, np.zeros((0, 4))], [0.0, 0.0])  # nothing to train on, still counted
+    assert not model.is_trained and model.n_programs == 2
+    model.update([np.ones((2, 4)), 2 * np.ones((3, 4))], [1.0, 2.0])
+    assert model.is_trained and model.n_programs == 4
+    assert np.isneginf(model.predict([None])[0])
