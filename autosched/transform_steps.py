@@ -155,14 +155,19 @@ def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer:
 
 
 def _split_python(stage: Stage, name: str, lengths: tuple, inner_to_outer: bool) -> list[str]:
+    """TVM's form: every line binds the split's final iterator names (`nn_o_i, nn_i = split(nn)`,
+    then `nn_o_o_i, nn_o_i = split(nn_o_i)`), so the Python names end up as the state's."""
     lines, cur = [], name
     S = pyname(stage)
-    order = reversed(lengths) if inner_to_outer else lengths
-    kw = "factor" if inner_to_outer else "nparts"
-    for l in order:
-        nxt_o, nxt_i = cur + "_o", cur + "_i"
-        lines.append(f"{S}_{nxt_o}, {S}_{nxt_i} = s[{S}].split({S}_{cur}, {kw}={l})")
-        cur = nxt_o if inner_to_outer else nxt_i
+    outs = _split_names(name, len(lengths), inner_to_outer)
+    if inner_to_outer:
+        for i in range(len(lengths) - 1, -1, -1):
+            lines.append(f"{S}_{outs[i]}, {S}_{outs[i + 1]} = s[{S}].split({S}_{cur}, factor={lengths[i]})")
+            cur = outs[i]
+    else:
+        for i in range(len(lengths)):
+            lines.append(f"{S}_{outs[i]}, {S}_{outs[i + 1]} = s[{S}].split({S}_{cur}, nparts={lengths[i]})")
+            cur = outs[i + 1]
     return lines
 
 
