@@ -63,6 +63,24 @@ def test_seed_dag_bodies_print_like_tvm():
     assert [a.name for a in t_add.axis] == ["ax0", "ax1", "ax2", "ax3"]
 
 
+SEED_DAG = """\
+data = PLACEHOLDER [1, 512, 7, 7]
+pad_temp(i0, i1, i2, i3) = tir.if_then_else(((((i2 >= 1) && (i2 < 8)) && (i3 >= 1)) && (i3 < 8)), \
+data[i0, i1, (i2 - 1), (i3 - 1)], 0f)
+kernel = PLACEHOLDER [512, 512, 3, 3]
+conv2d_nchw(nn, ff, yy, xx) += (pad_temp[nn, rc, (yy + ry), (xx + rx)]*kernel[ff, rc, ry, rx])
+bias = PLACEHOLDER [1, 512, 1, 1]
+T_add(ax0, ax1, ax2, ax3) = (conv2d_nchw[ax0, ax1, ax2, ax3] + bias[ax0, ax1, 0, 0])
+compute(i0, i1, i2, i3) = max(T_add[i0, i1, i2, i3], 0f)"""
+
+
+def test_seed_dag_text():
+    from autosched.compute_dag import ComputeDAG
+
+    dag = ComputeDAG(conv_layer(1, 7, 7, 512, 512, 3, 3, (1, 1), (1, 1)))
+    assert str(dag).strip() == SEED_DAG
+
+
 def test_seed_layer_small_evaluates():
     tensors = conv_layer(1, 7, 7, 8, 4, 3, 3, (1, 1), (1, 1))
     a, w, b = rand(1, 4, 7, 7), rand(8, 4, 3, 3), rand(1, 8, 1, 1)
@@ -115,7 +133,9 @@ def test_conv2d_nhwc(case):
     close(run(out, data=a, kernel=k), ref.conv2d_nhwc_python(a, k, stride, padding, dilation))
 
 
-@pytest.mark.parametrize("mult,stride,padding,dilation", [(1, 1, 1, 1), (2, 2, 1, 1), (3, 1, 2, 2)])
+@pytest.mark.parametrize(
+    "mult,stride,padding,dilation", [(1, 1, 1, 1), (2, 2, 1, 1), (3, 1, 2, 2)]
+)
 def test_depthwise_conv2d_nchw(mult, stride, padding, dilation):
     data = te.placeholder((2, 4, 8, 8), name="data")
     kernel = te.placeholder((4, mult, 3, 3), name="kernel")
@@ -132,7 +152,8 @@ def test_group_conv2d_nchw(groups, stride, padding):
     kernel = te.placeholder((4, 8 // groups, 3, 3), name="kernel")
     out = topi.nn.group_conv2d_nchw(data, kernel, stride, padding, 1, groups)
     a, k = rand(1, 8, 7, 7), rand(4, 8 // groups, 3, 3)
-    close(run(out, data=a, kernel=k), ref.group_conv2d_nchw_python(a, k, stride, padding, 1, groups))
+    want = ref.group_conv2d_nchw_python(a, k, stride, padding, 1, groups)
+    close(run(out, data=a, kernel=k), want)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Transposed 2-D convolution, built as TVM builds it: dilate, pad, convolve with a flipped kernel."""
+"""Transposed 2-D convolution, built as TVM builds it: dilate, pad, convolve, flipped kernel."""
 
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ def cast_to(e: Expr, dtype: str) -> Expr:
 
 
 def with_axis_names(names: Sequence[str], fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn(*axes)` with a signature naming its axes `names` (te.compute takes axis names from it)."""
+    """`fn(*axes)` with a signature naming its axes `names` (te.compute reads axis names there)."""
 
     def fcompute(*axes: Any) -> Any:
         return fn(*axes)
