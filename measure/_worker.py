@@ -37,6 +37,7 @@ class Worker:
         self.drv = drv
         self.device = device
         self.references: dict[str, Reference] = {}
+        self.phases: dict[str, float] = {}  # seconds per phase of the last candidate
         self.static_smem_limit = device.get_attribute(
             drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK
         )
@@ -51,6 +52,7 @@ class Worker:
         reference = self.references.get(ref_id) if ref_id is not None else None
         if ref_id is not None and reference is None:
             return _reply(MeasureErrorKind.UNKNOWN, f"reference {ref_id!r} was never sent")
+        self.phases = {}
         try:
             costs = self._measure(req, reference)
         except _Failure as exc:
@@ -59,10 +61,17 @@ class Worker:
             return _reply(MeasureErrorKind.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}", True)
         except Exception as exc:  # a bug here; restart to be safe
             return _reply(MeasureErrorKind.UNKNOWN, f"{type(exc).__name__}: {exc}", True)
-        return {"costs": costs, "error_kind": 0, "error_msg": "", "fatal": False}
+        return {
+            "costs": costs,
+            "error_kind": 0,
+            "error_msg": "",
+            "fatal": False,
+            "phases": self.phases,
+        }
 
     def _measure(self, req: dict, reference: Reference | None) -> list[float]:
         drv = self.drv
+        t0 = time.perf_counter()
         args = [ArgSpec.from_dict(a) for a in req["args"]]
         launches = [Launch.from_dict(x) for x in req["launches"]]
         module = drv.module_from_buffer(req["cubin"])
@@ -73,6 +82,7 @@ class Worker:
             pointers = [int(b) for b in buffers]
             run_sequence = _sequence(calls, pointers)
 
+            t1 = time.perf_counter()
             for arg, buf in zip(args, buffers):
                 if arg.is_output and arg.nbytes:
                     drv.memset_d8(int(buf), 0xFF, arg.nbytes)  # NaN for floats, -1 for ints
@@ -88,7 +98,10 @@ class Worker:
                 message = compare_outputs(outputs, reference)
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
-            return self._time(run_sequence, req)
+            t2 = time.perf_counter()
+            costs = self._time(run_sequence, req)
+            self.phases = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
+            return costs
         finally:
             for buf in buffers:
                 try:

@@ -132,6 +132,15 @@ class LocalRunner:
         self._reader: FdFrameReader | None = None
         self._sent: collections.OrderedDict[str, Reference] = collections.OrderedDict()
         self._finalizer: weakref.finalize | None = None
+        # Diagnostics: seconds spent per phase, summed over candidates (load = cubin, buffers and
+        # inputs; check = first run and comparison; time = calibration and repeats; other =
+        # transport and worker overhead).
+        self.phase_seconds: dict[str, float] = {
+            "load": 0.0,
+            "check": 0.0,
+            "time": 0.0,
+            "other": 0.0,
+        }
 
     # -- worker lifecycle --------------------------------------------------------------------
 
@@ -242,6 +251,10 @@ class LocalRunner:
                 time.monotonic() - started,
             )
         elapsed = time.monotonic() - started
+        phases = reply.get("phases") or {}
+        for name, seconds in phases.items():
+            self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
+        self.phase_seconds["other"] += elapsed - sum(phases.values())
         if reply.get("fatal"):
             self._stop_worker()
         return RunResult(

@@ -60,18 +60,25 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--parallel", type=int, default=16)
     p.add_argument("--n", type=int, default=512)
     p.add_argument("--json", default=None)
+    p.add_argument("--number", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--min-repeat-ms", type=float, default=25.0)
+    p.add_argument("--twice", action="store_true", help="run the batch again; report agreement")
     opts = p.parse_args(argv)
 
     arts = matmul_variants(opts.n, opts.count)
     ref = make_reference(arts[0].args, lambda A, B: A.astype(np.float64) @ B.astype(np.float64))
     builder = LocalBuilder(n_parallel=opts.parallel)
-    with LocalRunner() as runner:
+    timing = dict(number=opts.number, repeat=opts.repeat, min_repeat_ms=opts.min_repeat_ms)
+    with LocalRunner(**timing) as runner:
         runner.start()  # worker start-up is not part of the batch
         t0 = time.perf_counter()
         builds = builder.build(arts)
         t1 = time.perf_counter()
         runs = runner.run(arts, builds, {"mm": ref})
         t2 = time.perf_counter()
+        phases = dict(runner.phase_seconds)
+        again = runner.run(arts, builds, {"mm": ref}) if opts.twice else None
         empty = KernelArtifact(EMPTY, (Launch("empty", (1,), (32,)),), arts[0].args, None, "empty")
         floor = runner.run([empty], builder.build([empty]))[0]
         device = runner.device_name
@@ -99,8 +106,19 @@ def main(argv: list[str] | None = None) -> dict:
         "best_gflops": 2 * opts.n**3 / best[1] / 1e9 if ok else 0.0,
         "empty_kernel_us": floor.mean_cost * 1e6,
         "mean_run_seconds_per_candidate": sum(r.run_seconds for r in runs) / len(runs),
+        "timing": timing,
+        "phase_seconds": phases,
         "costs_us": {a.tag: r.mean_cost * 1e6 for a, r in zip(arts, runs)},
     }
+    if again is not None:
+        diffs = sorted(
+            abs(a.mean_cost - b.mean_cost) / a.mean_cost
+            for a, b in zip(runs, again)
+            if a.error_kind == 0 and b.error_kind == 0
+        )
+        if diffs:
+            summary["rerun_rel_diff_median"] = diffs[len(diffs) // 2]
+            summary["rerun_rel_diff_max"] = diffs[-1]
     print(json.dumps({k: v for k, v in summary.items() if k != "costs_us"}, indent=1))
     if opts.json:
         with open(opts.json, "w") as f:

@@ -155,6 +155,7 @@ def test_fake_runner_measures_checks_and_recovers(fake_pycuda):
         assert "illegal memory access" in results[2].error_msg
         assert runner.worker_starts == 2  # restarted after the crash only
         assert runner.device_name == "FakeGPU (sm_90)"
+        assert runner.phase_seconds["time"] > 0 and runner.phase_seconds["check"] > 0
 
 
 def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
