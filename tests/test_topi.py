@@ -189,6 +189,16 @@ def test_conv2d_float16_input_float32_output():
     close(run(out, data=a, kernel=k), want)
 
 
+def test_conv2d_on_integers():
+    data = te.placeholder((1, 2, 5, 5), dtype="int32", name="data")
+    kernel = te.placeholder((3, 2, 3, 3), dtype="int32", name="kernel")
+    out = topi.nn.conv2d_nchw(data, kernel, 1, 1, out_dtype="int32")
+    assert repr(out.op.input_tensors[0].op.body).endswith(", 0)")
+    a = RNG.integers(-5, 5, (1, 2, 5, 5)).astype("int32")
+    k = RNG.integers(-5, 5, (3, 2, 3, 3)).astype("int32")
+    np.testing.assert_array_equal(run(out, data=a, kernel=k), ref.conv2d_nchw_python(a, k, 1, 1))
+
+
 # ---- dense / matmul ------------------------------------------------------------------------
 
 
@@ -271,7 +281,10 @@ def test_tensor_operators_and_scalars(op, fn):
     out = {"+": lambda: a + 2.0, "-": lambda: a - 2.0, "*": lambda: a * 2.0,
            "/": lambda: a / 2.0}[op]()
     close(run(out, a=x), fn(x, np.float32(2.0)))
-    assert repr(topi.add(2.0, a).op.body) == "(2f + a[ax0, ax1])"
+    rev = {"+": lambda: 2.0 + a, "-": lambda: 2.0 - a, "*": lambda: 2.0 * a,
+           "/": lambda: 2.0 / a}[op]()
+    close(run(rev, a=x), fn(np.float32(2.0), x))
+    assert repr(rev.op.body) == f"(2f {op} a[ax0, ax1])".replace(" * ", "*")
 
 
 def test_broadcast_errors():

@@ -109,16 +109,16 @@ class Tensor:
         return f"Tensor(name={self.name}, shape={list(self.shape)}, dtype={self.dtype})"
 
     # Elementwise arithmetic between tensors broadcasts, like TVM (`conv + bias`).
-    def _broadcast(self, other, op):
+    def _broadcast(self, other, op, reverse=False):
         from ..topi import broadcast
 
-        return broadcast.BINARY[op](self, other)
+        return broadcast.BINARY[op](other, self) if reverse else broadcast.BINARY[op](self, other)
 
     def __add__(self, o):
         return self._broadcast(o, "add")
 
     def __radd__(self, o):
-        return self._broadcast(o, "add")
+        return self._broadcast(o, "add", reverse=True)
 
     def __sub__(self, o):
         return self._broadcast(o, "subtract")
@@ -127,10 +127,16 @@ class Tensor:
         return self._broadcast(o, "multiply")
 
     def __rmul__(self, o):
-        return self._broadcast(o, "multiply")
+        return self._broadcast(o, "multiply", reverse=True)
+
+    def __rsub__(self, o):
+        return self._broadcast(o, "subtract", reverse=True)
 
     def __truediv__(self, o):
         return self._broadcast(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._broadcast(o, "divide", reverse=True)
 
 
 def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "placeholder") -> Tensor:

@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import te
+from ..te.dtype import is_float
 from ..te.expr import Expr, as_expr
 from .utils import check, check_tensor
+
+
+def _fill(value: Any, dtype: str) -> Expr:
+    """The fill literal in `dtype`; a whole float (the 0.0 default) also fills integer tensors."""
+    if isinstance(value, float) and not is_float(dtype) and value.is_integer():
+        value = int(value)
+    return as_expr(value, dtype)
 
 
 def pad(
@@ -33,7 +41,7 @@ def pad(
         all(isinstance(p, int) and p >= 0 for p in before + after),
         f"pad: paddings must be non-negative ints, got {list(before)} and {list(after)}",
     )
-    value = as_expr(pad_value, data.dtype)
+    value = _fill(pad_value, data.dtype)
     check(value.dtype == data.dtype, f"pad: pad_value {value!r} is not {data.dtype}")
     shape = tuple(d + b + a for d, b, a in zip(data.shape, before, after))
 
@@ -62,7 +70,7 @@ def dilate(
         len(strides) == data.ndim and all(isinstance(s, int) and s >= 1 for s in strides),
         f"dilate: strides must be {data.ndim} positive ints, got {list(strides)}",
     )
-    value = as_expr(dilation_value, data.dtype)
+    value = _fill(dilation_value, data.dtype)
     shape = tuple((d - 1) * s + 1 for d, s in zip(data.shape, strides))
 
     def fcompute(*i: Expr) -> Expr:
