@@ -43,10 +43,13 @@ class Iterator:
 
 @dataclass(frozen=True, slots=True)
 class SplitRel:
-    """`parent` was split into `children` (outer to inner) with the given child extents."""
+    """`parent` was split into `children` (outer to inner) by `lengths`: the inner parts'
+    extents when `inner_to_outer` (like `factor=`), else the outer parts' (like `nparts=`)."""
 
     parent: str
     children: tuple[str, ...]
+    lengths: tuple = ()
+    inner_to_outer: bool = True
 
 
 @dataclass(frozen=True, slots=True)

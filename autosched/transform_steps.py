@@ -149,7 +149,7 @@ def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer:
     children = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
     iters = stage.iters[:ii] + children + stage.iters[ii + 1:]
     stages = list(state.stages)
-    stages[si] = replace(stage, iters=iters, relations=stage.relations + (SplitRel(it.name, tuple(names)),))
+    stages[si] = replace(stage, iters=iters, relations=stage.relations + (SplitRel(it.name, tuple(names), tuple(lengths), inner_to_outer),))
     _retarget_attach(stages, si, {it.name: names[-1]})
     return state.with_stages(stages)
 
