@@ -180,13 +180,16 @@ def _eval_compute(op: ComputeOp, load: Callable, limit: int) -> np.ndarray:
     out_dtype = numpy_dtype(op.dtype)
     if total <= limit:
         return np.asarray(_eval_block(op, full_s, full_r, load)).astype(out_dtype)
-    # One step of the outermost reduce axis (or one row of the first spatial axis) costs:
+    # Chunk the outermost reduce axis so that a block holds about `limit` points; when one index
+    # of it is already too many points (or there is no reduction), chunk the first spatial axis.
     r_step = total // r_ext[0] if r_ext else total
-    r_size = max(1, limit // r_step) if r_ext else 0
-    s_step = r_step // shape[0] if shape else r_step
-    s_size = max(1, limit // s_step) if r_step > limit and shape else (shape[0] if shape else 0)
-    s_blocks = _chunks(shape[0], s_size) if shape else [None]
-    r_blocks = _chunks(r_ext[0], r_size) if r_ext else [None]
+    r_blocks = _chunks(r_ext[0], max(1, limit // r_step)) if r_ext else [None]
+    if not shape:
+        s_blocks = [None]
+    elif r_step > limit:
+        s_blocks = _chunks(shape[0], max(1, limit // (r_step // shape[0])))
+    else:
+        s_blocks = [(0, shape[0])]
     _, combine = _reducer_ops(op.body.reducer, op.dtype) if r_ext else (None, None)
     out = np.empty(shape, dtype=out_dtype)
     for sb in s_blocks:

@@ -112,6 +112,23 @@ def test_chunked_sum_matches_unchunked(limit):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("limit", [100, 1000, 5000])
+def test_blocks_stay_within_the_limit(monkeypatch, limit):
+    import autosched.evaluate as ev
+
+    sizes = []
+    block = ev._eval_block
+
+    def recording(op, s_ranges, r_ranges, load):
+        sizes.append(np.prod([hi - lo for lo, hi in list(s_ranges) + list(r_ranges)]))
+        return block(op, s_ranges, r_ranges, load)
+
+    monkeypatch.setattr(ev, "_eval_block", recording)
+    _, _, c = matmul_dag(24, 20, 64)
+    evaluate(c, {"A": rand(24, 64), "B": rand(64, 20)}, max_block_elems=limit)
+    assert len(sizes) > 1 and max(sizes) <= limit and sum(sizes) == 24 * 20 * 64
+
+
 @pytest.mark.parametrize("limit", [1 << 30, 333, 7])
 def test_chunked_max_and_custom_reducers(limit):
     x, y = rand(9, 33), rand(33, 5)
