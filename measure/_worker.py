@@ -9,6 +9,7 @@ sticky), so the worker replies with `fatal: True` and exits; the parent starts a
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import sys
@@ -159,16 +160,19 @@ class Worker:
             end.synchronize()
             return end.time_since(start)  # milliseconds
 
+        # Calibrate: raise `number` until one repeat lasts min_repeat_ms. Aim 5% above it from the
+        # last estimate (a small first probe overestimates the time per run by the launch
+        # latency, so this converges from below, in two or three probes, without overshooting).
         number = max(1, int(req["number"]))
         min_ms = float(req["min_repeat_ms"])
         elapsed = timed(number)
-        while elapsed < min_ms and number < MAX_NUMBER:  # calibrate, as TVM's time_evaluator
-            per_run = max(elapsed / number, 1e-4)
-            number = min(MAX_NUMBER, max(number * 2, int(min_ms * 1.1 / per_run) + 1))
+        while elapsed < min_ms and number < MAX_NUMBER:
+            per_run = max(elapsed / number, 1e-5)
+            number = min(MAX_NUMBER, max(number + 1, math.ceil(min_ms * 1.05 / per_run)))
             elapsed = timed(number)
-        costs = []
-        for i in range(max(1, int(req["repeat"]))):
-            if i and req.get("cooldown", 0) > 0:
+        costs = [elapsed / number * 1e-3]  # the last probe is a full repeat: it counts
+        for _ in range(max(1, int(req["repeat"])) - 1):
+            if req.get("cooldown", 0) > 0:
                 time.sleep(req["cooldown"])
             costs.append(timed(number) / number * 1e-3)
         return costs
