@@ -1,0 +1,148 @@
+"""Measurement records: one JSON object per line (task, steps, result).
+
+Appending is one `write` + flush per line, so a crash tears at most the last line, which
+`load_records` skips with a warning naming the line number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from measure import MeasureErrorKind
+
+from .errors import RecordError
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """What was measured: the task's workload key and the state's step records."""
+
+    workload_key: str
+    steps: tuple
+    target: str = "cuda"
+    hardware: dict = field(default_factory=dict)
+
+    @property
+    def state(self):
+        """Rebuild the State (the workload must be registered in this process)."""
+        from .compute_dag import ComputeDAG
+        from .workload_registry import workload_tensors
+
+        dag = ComputeDAG(workload_tensors(self.workload_key))
+        dag.workload_key = self.workload_key
+        return dag.replay_steps(self.steps)
+
+
+@dataclass(frozen=True)
+class MeasureRecordResult:
+    """How it went: costs in seconds (one per repeat), error kind and message, timings."""
+
+    costs: tuple[float, ...]
+    error_kind: int = 0
+    error_msg: str = ""
+    build_seconds: float = 0.0
+    run_seconds: float = 0.0
+    timestamp: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind == MeasureErrorKind.NO_ERROR and len(self.costs) > 0
+
+    @property
+    def mean_cost(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.ok else float("inf")
+
+
+def encode(inp: MeasureInput, res: MeasureRecordResult) -> str:
+    """One record as a JSON line (no trailing newline)."""
+    return json.dumps({
+        "v": RECORD_VERSION,
+        "task": {"workload_key": inp.workload_key, "target": inp.target, "hardware": inp.hardware},
+        "steps": [list(s) for s in inp.steps],
+        "result": {
+            "costs": list(res.costs), "error_kind": int(res.error_kind),
+            "error_name": MeasureErrorKind(res.error_kind).name, "error_msg": res.error_msg[:500],
+            "build_s": round(res.build_seconds, 4), "run_s": round(res.run_seconds, 4),
+            "timestamp": res.timestamp,
+        },
+    }, separators=(",", ":"))
+
+
+def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
+    """Parse one line; raises RecordError naming what is wrong."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"not JSON ({exc.msg})") from None
+    try:
+        if obj.get("v") != RECORD_VERSION:
+            raise RecordError(f"unsupported record version {obj.get('v')!r}")
+        t, r = obj["task"], obj["result"]
+        inp = MeasureInput(t["workload_key"], tuple(_tuplify(s) for s in obj["steps"]), t.get("target", "cuda"), t.get("hardware", {}))
+        res = MeasureRecordResult(tuple(float(c) for c in r["costs"]), int(r["error_kind"]), r.get("error_msg", ""),
+                                  float(r.get("build_s", 0)), float(r.get("run_s", 0)), float(r.get("timestamp", 0)))
+        return inp, res
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, RecordError):
+            raise
+        raise RecordError(f"missing or malformed field ({exc})") from None
+
+
+def _tuplify(v):
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+class RecordToFile:
+    """Measure callback: append one line per measurement to `path` and flush."""
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+
+    def __call__(self, inputs, results) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            for inp, res in zip(inputs, results):
+                f.write(encode(inp, res) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def load_records(path: str) -> Iterator[tuple[MeasureInput, MeasureRecordResult]]:
+    """Yield (input, result) per line; a torn or malformed line is skipped with a warning."""
+    if not os.path.exists(path):
+        raise RecordError(f"record file {path!r} does not exist")
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield decode(line)
+            except RecordError as exc:
+                warnings.warn(f"{path}:{lineno}: skipping malformed record: {exc}", stacklevel=2)
+
+
+def load_best(path: str, workload_key: str | None = None) -> tuple[MeasureInput, MeasureRecordResult] | None:
+    """The fastest correct record (of one workload key, if given), or None."""
+    best = None
+    for inp, res in load_records(path):
+        if workload_key is not None and inp.workload_key != workload_key:
+            continue
+        if res.ok and (best is None or res.mean_cost < best[1].mean_cost):
+            best = (inp, res)
+    return best
+
+
+def apply_steps(dag, record: tuple[MeasureInput, MeasureRecordResult] | MeasureInput):
+    """Rebuild the state of a record on `dag`."""
+    inp = record[0] if isinstance(record, tuple) else record
+    return dag.replay_steps(inp.steps)
+
+
+def now() -> float:
+    return round(time.time(), 3)
