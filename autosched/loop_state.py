@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -142,7 +143,11 @@ class State:
 
     @staticmethod
     def from_dag(dag: "ComputeDAG") -> "State":
-        return State(dag, tuple(stage_from_op(op) for op in dag.ops))
+        # States are values, so every replay can start from the same initial state.
+        state = _INIT_STATES.get(dag)
+        if state is None:
+            state = _INIT_STATES[dag] = State(dag, tuple(stage_from_op(op) for op in dag.ops))
+        return state
 
     # ---- identity ----------------------------------------------------------------------------
     def key(self) -> tuple:
@@ -315,3 +320,6 @@ class State:
         return state_str(self)
 
     __repr__ = __str__
+
+
+_INIT_STATES: "weakref.WeakKeyDictionary[ComputeDAG, State]" = weakref.WeakKeyDictionary()

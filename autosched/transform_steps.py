@@ -8,8 +8,8 @@ schedule). Stages and iterators are named by index, which makes steps replayable
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
-from typing import ClassVar
+from dataclasses import dataclass, fields
+from typing import Callable, ClassVar
 
 from .errors import ScheduleError
 from .loop_state import (
@@ -21,12 +21,27 @@ from .te.tensor import ComputeOp, PlaceholderOp
 from .te.visitor import substitute
 
 STEP_REGISTRY: dict[str, type["Step"]] = {}
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # record field names per step class
 
 
-def check(cond: bool, msg: str) -> None:
-    """Raise ScheduleError(msg) unless `cond`: the one way steps reject invalid input."""
+def replace(obj, **changes):
+    """`dataclasses.replace` for the frozen slots dataclasses of loop_state (Stage, Iterator):
+    copies the slots directly instead of re-running `__init__`, several times faster; the search
+    creates millions of stages."""
+    cls = type(obj)
+    new = object.__new__(cls)
+    for name in cls.__slots__:
+        object.__setattr__(new, name, changes.pop(name) if name in changes else getattr(obj, name))
+    if changes:
+        raise TypeError(f"{cls.__name__} has no fields {sorted(changes)}")
+    return new
+
+
+def check(cond: bool, msg: str | Callable[[], str]) -> None:
+    """Raise ScheduleError(msg) unless `cond`: the one way steps reject invalid input. Hot paths
+    pass `msg` as a lambda, so the message is only formatted when the step is rejected."""
     if not cond:
-        raise ScheduleError(msg)
+        raise ScheduleError(msg if isinstance(msg, str) else msg())
 
 
 def pyname(stage: Stage | str) -> str:
@@ -58,7 +73,10 @@ class Step:
 
     def to_record(self) -> tuple:
         """(TAG, *fields): nested tuples, which JSON writes as lists (from_record accepts both)."""
-        return (self.TAG,) + tuple(getattr(self, f.name) for f in fields(self))
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))
+        return (self.TAG,) + tuple(getattr(self, n) for n in names)
 
     @classmethod
     def from_record(cls, record) -> "Step":
@@ -91,27 +109,44 @@ def _insert_stage(stages: list[Stage], pos: int, stage: Stage) -> None:
     stages.insert(pos, stage)
 
 
-def reads_of(state: State, index: int) -> set[int]:
-    """Stages whose results stage `index` reads (after its redirects)."""
+def _producer_map(state: State) -> dict[int, int]:
+    """id(op) -> index of the stage whose result a load of op's tensor reads."""
+    return {id(s.produces): i for i, s in enumerate(state.stages)}
+
+
+def reads_of(state: State, index: int, producers: dict[int, int] | None = None) -> set[int]:
+    """Stages whose results stage `index` reads (after its redirects). `producers`, from
+    `_producer_map(state)`, saves the lookup when calling this for many stages."""
     stage = state.stages[index]
     if not isinstance(stage.op, ComputeOp):
         return set()
-    redirect = {id(a): b for a, b in stage.redirects}
+    if producers is None:
+        producers = _producer_map(state)
+    redirect = {id(a): b for a, b in stage.redirects} if stage.redirects else None
     out = set()
     for t in stage.op.input_tensors:
-        op = redirect.get(id(t.op), t.op)
-        out.add(state.stage_of_producer(op))
+        op = redirect.get(id(t.op), t.op) if redirect else t.op
+        j = producers.get(id(op))
+        if j is None:
+            raise ScheduleError(f"no stage produces {op.name!r}")
+        out.add(j)
     return out
 
 
 def consumers_of(state: State, index: int) -> set[int]:
-    return {j for j in range(len(state.stages)) if index in reads_of(state, j)}
+    producers = _producer_map(state)
+    return {j for j in range(len(state.stages)) if index in reads_of(state, j, producers)}
 
 
 def _transitive_consumers(state: State, index: int) -> set[int]:
+    producers = _producer_map(state)
+    consumers: dict[int, list[int]] = {}
+    for j in range(len(state.stages)):
+        for i in reads_of(state, j, producers):
+            consumers.setdefault(i, []).append(j)
     out, todo = set(), [index]
     while todo:
-        for c in consumers_of(state, todo.pop()):
+        for c in consumers.get(todo.pop(), ()):
             if c not in out:
                 out.add(c)
                 todo.append(c)
@@ -121,7 +156,7 @@ def _transitive_consumers(state: State, index: int) -> set[int]:
 def _check_unannotated(stage: Stage, its: list[Iterator], what: str) -> None:
     for it in its:
         check(it.annotation == "none",
-              f"cannot {what} iterator {it.name!r} of stage {stage.name!r}: it is already "
+              lambda: f"cannot {what} iterator {it.name!r} of stage {stage.name!r}: it is already "
               f"annotated {it.annotation!r}")
 
 
@@ -135,17 +170,19 @@ def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer:
     stage = state.stages[si]
     it = stage.iters[ii]
     _check_unannotated(stage, [it], "split")
-    check(len(lengths) >= 1, f"split of {stage.name}.{it.name} needs at least one length")
+    # Messages are built only on failure: this is the search's hottest path.
+    check(len(lengths) >= 1, lambda: f"split of {stage.name}.{it.name} needs at least one length")
     for l in lengths:
         check(l is None or (isinstance(l, int) and l > 0),
-              f"split of {stage.name}.{it.name}: lengths must be positive ints or None, got {lengths}")
+              lambda: f"split of {stage.name}.{it.name}: lengths must be positive ints or None, "
+              f"got {lengths}")
     known = None not in lengths and it.extent is not None
-    rest = math.ceil(it.extent / math.prod(lengths)) if known else None
+    rest = -(-it.extent // math.prod(lengths)) if known else None
     extents = [rest, *lengths] if inner_to_outer else [*lengths, rest]
     names = _split_names(it.name, len(lengths), inner_to_outer)
     existing = {x.name for x in stage.iters}
-    for n in names:
-        check(n not in existing, f"split of {stage.name}.{it.name}: the name {n!r} is taken")
+    check(existing.isdisjoint(names), lambda: f"split of {stage.name}.{it.name}: the name "
+          f"{[n for n in names if n in existing][0]!r} is taken")
     children = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
     iters = stage.iters[:ii] + children + stage.iters[ii + 1:]
     stages = list(state.stages)
@@ -196,10 +233,10 @@ class SplitStep(Step):
 
 
 def _follow_lengths(state: State, src_step_id: int, n_split: int) -> tuple:
-    check(0 <= src_step_id < len(state.steps), f"follow_split: no step {src_step_id}")
+    check(0 <= src_step_id < len(state.steps), lambda: f"follow_split: no step {src_step_id}")
     src = state.steps[src_step_id]
-    check(isinstance(src, SplitStep), f"follow_split: step {src_step_id} is not a split")
-    check(1 <= n_split <= len(src.lengths) + 1, f"follow_split: n_split {n_split} too large")
+    check(isinstance(src, SplitStep), lambda: f"follow_split: step {src_step_id} is not a split")
+    check(1 <= n_split <= len(src.lengths) + 1, lambda: f"follow_split: n_split {n_split} too large")
     lengths = list(src.lengths[: n_split - 1])
     tail = src.lengths[n_split - 1:]
     lengths.append(None if None in tail else math.prod(tail))
@@ -242,9 +279,9 @@ class FollowFusedSplitStep(Step):
         total = 1
         for sid in self.src_step_ids:
             check(0 <= sid < len(state.steps) and isinstance(state.steps[sid], SplitStep),
-                  f"follow_fused_split: step {sid} is not a split")
+                  lambda: f"follow_fused_split: step {sid} is not a split")
             lengths = state.steps[sid].lengths
-            check(self.level < len(lengths), f"follow_fused_split: level {self.level} too deep")
+            check(self.level < len(lengths), lambda: f"follow_fused_split: level {self.level} too deep")
             if lengths[self.level] is None:
                 return None
             total *= lengths[self.level]
@@ -269,11 +306,11 @@ class FuseStep(Step):
     def apply(self, state):
         stage = state.stages[self.stage_id]
         ids = list(self.fused_ids)
-        check(len(ids) >= 1, f"fuse on stage {stage.name!r} needs at least one iterator")
+        check(len(ids) >= 1, lambda: f"fuse on stage {stage.name!r} needs at least one iterator")
         for i in ids:
             stage.iter_index(i)
         check(all(b == a + 1 for a, b in zip(ids, ids[1:])),
-              f"fuse on stage {stage.name!r}: iterators {[stage.iters[i].name for i in ids]} "
+              lambda: f"fuse on stage {stage.name!r}: iterators {[stage.iters[i].name for i in ids]} "
               "are not adjacent (outer to inner)")
         its = [stage.iters[i] for i in ids]
         if len(its) == 1:
@@ -315,10 +352,10 @@ class ReorderStep(Step):
         stage = state.stages[self.stage_id]
         ids = list(self.after_ids)
         n = len(stage.iters)
-        missing = [stage.iters[i].name for i in range(n) if i not in ids]
-        check(sorted(ids) == list(range(n)),
-              f"reorder on stage {stage.name!r} must list each of its {n} iterators once; "
-              f"got {ids} (missing {missing}, repeated {sorted({i for i in ids if ids.count(i) > 1})})")
+        check(sorted(ids) == list(range(n)), lambda: (
+              f"reorder on stage {stage.name!r} must list each of its {n} iterators once; got {ids} "
+              f"(missing {[stage.iters[i].name for i in range(n) if i not in ids]}, repeated "
+              f"{[stage.iters[i].name if 0 <= i < n else i for i in sorted(set(ids)) if ids.count(i) > 1]})"))
         return state.replace_stage(self.stage_id, replace(stage, iters=tuple(stage.iters[i] for i in ids)))
 
     def to_python(self, before, after):
@@ -340,18 +377,22 @@ class ComputeAtStep(Step):
         stage = state.stages[self.stage_id]
         target = state.stages[self.target_stage_id]
         it = target.iters[target.iter_index(self.target_iter_id)]
-        check(not stage.is_placeholder, f"compute_at: {stage.name!r} is a placeholder")
-        check(self.stage_id != self.target_stage_id, f"compute_at: {stage.name!r} cannot be computed at itself")
-        check(self.target_stage_id in _transitive_consumers(state, self.stage_id),
-              f"compute_at: {target.name!r} does not consume {stage.name!r} (directly or through "
-              "other stages), so attaching there would not be a consumer chain")
+        where = lambda: f"compute_at of {stage.name!r} at {target.name}.{it.name}"  # noqa: E731
+        check(not stage.is_placeholder, lambda: f"{where()}: {stage.name!r} is a placeholder")
+        check(self.stage_id != self.target_stage_id,
+              lambda: f"{where()}: a stage cannot be computed inside itself (a cycle)")
+        # The cycle check comes first: its message says more than "not a consumer".
         cur, seen = target, set()
         while cur.attach is not None and cur.attach[0] not in seen:
             seen.add(cur.attach[0])
             check(cur.attach[0] != self.stage_id,
-                  f"compute_at: {target.name!r} is itself computed inside {stage.name!r}: a cycle")
+                  lambda: f"{where()}: {target.name!r} is itself computed inside {stage.name!r}, "
+                  "so this would create a cycle")
             cur = state.stages[cur.attach[0]]
-        check(target.compute_at != INLINED, f"compute_at: target {target.name!r} is inlined")
+        check(self.target_stage_id in _transitive_consumers(state, self.stage_id),
+              lambda: f"{where()}: {target.name!r} does not consume {stage.name!r} (directly or "
+              "through other stages), so attaching there would not be a consumer chain")
+        check(target.compute_at != INLINED, lambda: f"{where()}: the target is inlined")
         new = replace(stage, compute_at=ATTACHED, attach=(self.target_stage_id, it.name))
         return state.replace_stage(self.stage_id, new)
 
@@ -368,7 +409,7 @@ class ComputeRootStep(Step):
 
     def apply(self, state):
         stage = state.stages[self.stage_id]
-        check(not stage.is_placeholder, f"compute_root: {stage.name!r} is a placeholder")
+        check(not stage.is_placeholder, lambda: f"compute_root: {stage.name!r} is a placeholder")
         return state.replace_stage(self.stage_id, replace(stage, compute_at=ROOT, attach=None))
 
     def to_python(self, before, after):
@@ -385,13 +426,13 @@ class ComputeInlineStep(Step):
     def apply(self, state):
         stage = state.stages[self.stage_id]
         info = state.dag.info.get(id(stage.produces))
-        check(not stage.is_placeholder, f"compute_inline: {stage.name!r} is a placeholder")
+        check(not stage.is_placeholder, lambda: f"compute_inline: {stage.name!r} is a placeholder")
         check(not isinstance(stage.op.body, Reduce),
-              f"compute_inline: {stage.name!r} is a reduction and cannot be inlined")
+              lambda: f"compute_inline: {stage.name!r} is a reduction and cannot be inlined")
         check(info is None or not info.is_output,
-              f"compute_inline: {stage.name!r} is an output of the DAG and cannot be inlined")
+              lambda: f"compute_inline: {stage.name!r} is an output of the DAG and cannot be inlined")
         check(all(s.attach is None or s.attach[0] != self.stage_id for s in state.stages),
-              f"compute_inline: other stages are computed at {stage.name!r}")
+              lambda: f"compute_inline: other stages are computed at {stage.name!r}")
         return state.replace_stage(self.stage_id, replace(stage, compute_at=INLINED, attach=None))
 
     def to_python(self, before, after):
@@ -415,13 +456,13 @@ class CacheReadStep(Step):
     reader_stage_ids: tuple
 
     def apply(self, state):
-        check(self.scope_name in ("shared", "local"), f"cache_read: scope must be shared or local, not {self.scope_name!r}")
+        check(self.scope_name in ("shared", "local"), lambda: f"cache_read: scope must be shared or local, not {self.scope_name!r}")
         src = state.stages[self.stage_id]
-        check(src.compute_at != INLINED, f"cache_read: {src.name!r} is inlined")
+        check(src.compute_at != INLINED, lambda: f"cache_read: {src.name!r} is inlined")
         check(len(self.reader_stage_ids) > 0, "cache_read needs at least one reader stage")
         for r in self.reader_stage_ids:
             check(self.stage_id in reads_of(state, r),
-                  f"cache_read: stage {state.stages[r].name!r} does not read {src.name!r}")
+                  lambda: f"cache_read: stage {state.stages[r].name!r} does not read {src.name!r}")
         tensor = src.produces.output(0)
         axes = tuple(IterVar(f"ax{i}", 0, d, IterVar.SPATIAL) for i, d in enumerate(tensor.shape))
         new_op = ComputeOp(f"{src.name}.{self.scope_name}", "", axes, Load(tensor, axes), {})
@@ -453,12 +494,12 @@ class CacheWriteStep(Step):
     def apply(self, state):
         stage = state.stages[self.stage_id]
         op = stage.op
-        check(isinstance(op, ComputeOp), f"cache_write: {stage.name!r} is not a compute")
-        check(stage.compute_at != INLINED, f"cache_write: {stage.name!r} is inlined")
+        check(isinstance(op, ComputeOp), lambda: f"cache_write: {stage.name!r} is not a compute")
+        check(stage.compute_at != INLINED, lambda: f"cache_write: {stage.name!r} is inlined")
         check(stage.iters == stage.root_iters,
-              f"cache_write: {stage.name!r} was already transformed; cache_write it first")
+              lambda: f"cache_write: {stage.name!r} was already transformed; cache_write it first")
         check(all(s.attach is None or s.attach[0] != self.stage_id for s in state.stages),
-              f"cache_write: other stages are computed at {stage.name!r}")
+              lambda: f"cache_write: other stages are computed at {stage.name!r}")
         axis = tuple(IterVar(f"{a.name}_c", 0, a.extent, IterVar.SPATIAL) for a in op.axis)
         raxis = tuple(IterVar(a.name, a.lo, a.extent, IterVar.REDUCE) for a in op.reduce_axis)
         mapping = {**dict(zip(op.axis, axis)), **dict(zip(op.reduce_axis, raxis))}
@@ -503,17 +544,18 @@ class AnnotationStep(Step):
         stage = state.stages[self.stage_id]
         ii = stage.iter_index(self.iter_id)
         it = stage.iters[ii]
-        check(self.annotation in ANNOTATIONS,
-              f"unknown annotation {self.annotation!r} for {stage.name}.{it.name}; known: {ANNOTATIONS}")
+        check(self.annotation in ANNOTATIONS, lambda: f"unknown annotation {self.annotation!r} for "
+              f"{stage.name}.{it.name}; known: {ANNOTATIONS}")
         check(it.annotation in ("none", self.annotation),
-              f"iterator {stage.name}.{it.name} is already annotated {it.annotation!r}")
+              lambda: f"iterator {stage.name}.{it.name} is already annotated {it.annotation!r}")
         if self.annotation in THREAD_ANNOTATIONS and self.annotation != "vthread":
             for other in stage.iters:
                 if other is not it and other.annotation == self.annotation:
                     check(other.extent == it.extent,
-                          f"stage {stage.name!r} binds {self.annotation} twice with different extents "
+                          lambda: f"stage {stage.name!r} binds {self.annotation} twice with different extents "
                           f"({other.name}: {other.extent}, {it.name}: {it.extent})")
-        iters = stage.iters[:ii] + (replace(it, annotation=self.annotation),) + stage.iters[ii + 1:]
+        new_it = Iterator(it.name, it.extent, it.kind, self.annotation)
+        iters = stage.iters[:ii] + (new_it,) + stage.iters[ii + 1:]
         return state.replace_stage(self.stage_id, replace(stage, iters=iters))
 
     def to_python(self, before, after):
@@ -542,7 +584,7 @@ class PragmaStep(Step):
     def parsed(self) -> tuple[str, int]:
         name, _, value = self.pragma_type.partition("$")
         check(name in PRAGMAS and value.lstrip("-").isdigit(),
-              f"unknown pragma {self.pragma_type!r}; use one of {PRAGMAS} as 'name$value'")
+              lambda: f"unknown pragma {self.pragma_type!r}; use one of {PRAGMAS} as 'name$value'")
         return name, int(value)
 
     def apply(self, state):
@@ -580,7 +622,7 @@ class StorageAlignStep(Step):
         stage = state.stages[self.stage_id]
         stage.iter_index(self.iter_id)
         check(self.factor > 0 and 0 <= self.offset < self.factor,
-              f"storage_align on {stage.name!r}: need factor > 0 and 0 <= offset < factor")
+              lambda: f"storage_align on {stage.name!r}: need factor > 0 and 0 <= offset < factor")
         return state.replace_stage(self.stage_id, replace(stage, storage_align=(self.iter_id, self.factor, self.offset)))
 
     def to_python(self, before, after):
