@@ -95,8 +95,9 @@ class LocalRunner:
     then time with CUDA events: `number` back-to-back runs of the sequence per repeat, `number`
     raised until a repeat lasts `min_repeat_ms` (the last calibration probe counts as the first
     repeat), `repeat` repeats in all. The defaults (3, 3, 10 ms) are tuned for search speed: on an
-    H200, 64 naive-matmul candidates of 45-165 us re-measured within 0.4% (median 0.08%) with
-    (3, 3, 10 ms), as well as with (3, 5, 25 ms) at 3.5x the time. Raise them for final numbers.
+    H200, 64 naive-matmul candidates of 45-165 us re-measured within 0.6% (median 0.07%) with
+    (3, 3, 10 ms), about 50 ms per candidate; (3, 5, 25 ms) gave 0.4% at 3x the time. Raise
+    them for final numbers.
     The floor of the method is the launch rate of the worker's Python loop, about 4-5 us per
     kernel launch (an empty kernel times at ~4.3 us). A CUDA error gives RUNTIME_ERROR and a fresh
     worker (the context may be corrupted); a candidate past `timeout` seconds gives RUN_TIMEOUT
