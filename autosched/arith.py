@@ -203,6 +203,19 @@ COMPARE = {
 }
 
 
+def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
+    """`x // c + k OP 0` -> a comparison of x itself (no division in the guard)."""
+    if len(diff.terms) != 1 or op not in ("<", "<=", ">", ">="):
+        return None
+    (coef, atom), = diff.terms.values()
+    if coef != 1 or not (isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, Const)):
+        return None
+    m, c, x = -diff.const, atom.b.value, atom.a
+    limit = {"<": m * c, "<=": (m + 1) * c, ">": (m + 1) * c, ">=": m * c}[op]
+    new_op = "<" if op in ("<", "<=") else ">="
+    return simplify(BinOp(new_op, x, Const(limit, x.dtype), "bool"), bounds)
+
+
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
     bounds = bounds or {}
@@ -215,6 +228,9 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
         verdict = COMPARE[e.op](*affine_bounds(diff, bounds))
         if verdict is not None:
             return Const(verdict, "bool")
+        folded = _fold_div_compare(e.op, diff, bounds)
+        if folded is not None:
+            return folded
         return BinOp(e.op, to_affine(e.a, bounds).to_expr(e.a.dtype), to_affine(e.b, bounds).to_expr(e.b.dtype), "bool")
     if isinstance(e, BinOp) and e.op in ("&&", "||"):
         a, b = simplify(e.a, bounds), simplify(e.b, bounds)

@@ -400,6 +400,7 @@ class Lowerer:
         else:
             value = self.value_expr(i, body, root_map)
         stmt: ir.Stmt = ir.Store(inf.buffer, idx, value)
+        conds = list({c._key: c for c in conds}.values())  # the same guard once
         if conds:
             cond = conds[0]
             for c in conds[1:]:
@@ -607,8 +608,13 @@ def _subst_stmt(s: ir.Stmt, mapping: dict) -> ir.Stmt:
 def _simplify_stmt(s: ir.Stmt, bounds) -> ir.Stmt:
     """Simplify expressions and drop guards that are always true (or whole always-false ones)."""
     if isinstance(s, ir.Seq):
-        kids = [_simplify_stmt(c, bounds) for c in s.stmts]
-        return ir.seq([k for k in kids if k is not None]) if any(k is not None for k in kids) else None
+        kids: list[ir.Stmt] = []
+        for c in s.stmts:
+            k = _simplify_stmt(c, bounds)
+            if k is None or (isinstance(k, ir.Barrier) and kids and isinstance(kids[-1], ir.Barrier)):
+                continue  # drop empty statements and a barrier right after a barrier
+            kids.append(k)
+        return ir.seq(kids) if kids else None
     if isinstance(s, ir.For):
         body = _simplify_stmt(s.body, bounds)
         return ir.For(s.var, s.extent, s.kind, body) if body is not None else None
