@@ -114,3 +114,177 @@ def seed_conv_state(dag: ComputeDAG, tiles=SEED_001_TILES, vectors=SEED_001_VECT
         s = s.bind(cache, fused + "_o_i", "threadIdx.x")
     s = s.pragma(conv, "nn_o_o_o_o", "auto_unroll_max_step", unroll)
     return s
+
+
+MATMUL_TILES = {"i": (1, 8, 2, 2), "j": (2, 8, 1, 2), "k": (4, 2)}
+
+
+def matmul_shared_state(dag: ComputeDAG, tiles=MATMUL_TILES, vectors=(2, 1),
+                        unroll: int = 64) -> State:
+    """A hand-built Ansor-style GPU schedule of `matmul_dag`: cache_write local, SSSRRSRS tiling,
+    shared-memory caches of A and B at the outer reduction tile, fused block/vthread/thread
+    bindings, cooperative fetching (vectorised), storage_align and an unroll pragma."""
+    s = dag.get_init_state()
+    s = s.cache_write("C", "local")
+    ids = {}
+    for ax in ("i", "j", "k"):
+        ids[ax] = len(s.steps)
+        s = s.split("C.local", f"{ax}_c" if ax != "k" else "k", tiles[ax])
+    sp = ("i_c", "j_c")
+    s = s.reorder("C.local", [f"{a}_o_o_o_o" for a in sp] + [f"{a}_o_o_o_i" for a in sp]
+                  + [f"{a}_o_o_i" for a in sp] + ["k_o_o", "k_o_i"] + [f"{a}_o_i" for a in sp]
+                  + ["k_i"] + [f"{a}_i" for a in sp])
+    for ax in ("i", "j"):
+        s = s.follow_split("C", ax, ids[ax], 3)
+    s = s.reorder("C", [f"{a}{suf}" for suf in ("_o_o_o", "_o_o_i", "_o_i", "_i") for a in "ij"])
+    s = s.compute_at("C.local", "C", "j_o_i")
+    for src in ("A", "B"):
+        s = s.cache_read(src, "shared", ["C.local"])
+        s = s.compute_at(f"{src}.shared", "C.local", "k_o_o")
+    s = s.storage_align("A.shared", "ax0", 32, 1)
+    for suffix, thread in (("_o_o_o", "blockIdx.x"), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.x")):
+        level = ("_o_o_o", "_o_o_i", "_o_i").index(suffix)
+        s = s.fuse("C", [f"i{suffix}", f"j{suffix}"])
+        s = s.bind("C", level, thread)
+    for cache, vec in zip(("A.shared", "B.shared"), vectors):
+        s = s.fuse(cache, ["ax0", "ax1"])
+        s = s.split(cache, "ax0_ax1_fused", [vec])
+        s = s.vectorize(cache, "ax0_ax1_fused_i")
+        s = s.follow_fused_split(cache, "ax0_ax1_fused_o", [ids["i"], ids["j"]], 1, True)
+        s = s.bind(cache, "ax0_ax1_fused_o_i", "threadIdx.x")
+    s = s.pragma("C.local", 0, "auto_unroll_max_step", unroll)
+    return s
+
+
+# ---- random valid step sequences (the property test, and its replaying subprocess) -------------
+
+PROPERTY_DAGS = {
+    "matmul": lambda: matmul_dag(24, 40, 16),
+    "conv": lambda: conv2d_bias_relu_dag(n=1, h=6, w=6, co=8, ci=4, kh=3, kw=3, pad=1),
+}
+
+
+def summary_json(state: State) -> list:
+    """Every stage's `summary()` as plain JSON values (Iterators as lists)."""
+
+    def plain(v):
+        if isinstance(v, (tuple, list)):
+            return [plain(x) for x in v]
+        if hasattr(v, "__slots__") and hasattr(v, "__dataclass_fields__"):
+            return [type(v).__name__] + [plain(getattr(v, f)) for f in v.__dataclass_fields__]
+        return v
+
+    return [plain(s.summary()) for s in state.stages]
+
+
+def random_step(state: State, rng):
+    """One random step built from the current state, or None when the pick found nothing.
+
+    Mostly valid by construction; a few picks (thread bindings, ...) may still be rejected by the
+    step itself with ScheduleError, which the caller drops (as the search does)."""
+    from autosched.loop_state import ATTACHED, INLINED, THREAD_ANNOTATIONS
+    from autosched.transform_steps import (
+        AnnotationStep, CacheReadStep, CacheWriteStep, ComputeAtStep, ComputeInlineStep,
+        ComputeRootStep, FollowFusedSplitStep, FollowSplitStep, FuseStep, PragmaStep, ReorderStep,
+        SplitStep, StorageAlignStep, _transitive_consumers, reads_of,
+    )
+
+    stages = state.stages
+    live = [i for i, s in enumerate(stages) if not s.is_placeholder and s.compute_at != INLINED]
+    if not live:
+        return None
+    si = rng.choice(live)
+    stage = stages[si]
+    free = [k for k, it in enumerate(stage.iters) if it.annotation == "none"]
+    kind = rng.choice(["SP", "SP", "FU", "RE", "CI", "CHR", "CHW", "CA", "CA", "CR", "AN", "AN",
+                       "PR", "SA", "FSP", "FFSP"])
+    names = {s.name for s in stages}
+    if kind == "SP" and free:
+        k = rng.choice(free)
+        lengths = tuple(rng.choice([1, 2, 3, 4, 8, None] if rng.random() < 0.1 else [1, 2, 3, 4, 8])
+                        for _ in range(rng.randint(1, 3)))
+        return SplitStep(si, k, stage.iters[k].extent, lengths, rng.random() < 0.8)
+    if kind == "FU" and len(free) >= 2:
+        runs = [k for k in free if k + 1 in free]
+        if runs:
+            k = rng.choice(runs)
+            n = 2 + (rng.random() < 0.3 and k + 2 in free)
+            return FuseStep(si, tuple(range(k, k + n)))
+    if kind == "RE" and len(stage.iters) >= 2:
+        perm = list(range(len(stage.iters)))
+        rng.shuffle(perm)
+        return ReorderStep(si, tuple(perm))
+    if kind == "CI":
+        info = state.dag.info.get(id(stage.produces))
+        ok = (info is not None and not info.is_output and not info.has_reduction
+              and stage.origin == "dag" and not any(s.attach and s.attach[0] == si for s in stages))
+        return ComputeInlineStep(si) if ok else None
+    if kind == "CHR":
+        src = rng.randrange(len(stages))
+        if stages[src].compute_at == INLINED or stages[src].origin != "dag":
+            return None
+        readers = [j for j in range(len(stages)) if stages[j].compute_at != INLINED
+                   and src in reads_of(state, j)]
+        scope = rng.choice(["shared", "local"])
+        if not readers or f"{stages[src].name}.{scope}" in names:
+            return None
+        picked = tuple(sorted(rng.sample(readers, rng.randint(1, len(readers)))))
+        return CacheReadStep(src, scope, picked)
+    if kind == "CHW":
+        ok = (stage.origin == "dag" and stage.iters == stage.root_iters
+              and f"{stage.name}.local" not in names
+              and not any(s.attach and s.attach[0] == si for s in stages))
+        return CacheWriteStep(si, "local") if ok else None
+    if kind == "CA":
+        targets = [t for t in _transitive_consumers(state, si) if stages[t].compute_at != INLINED]
+        if not targets:
+            return None
+        t = rng.choice(sorted(targets))
+        if not stages[t].iters:
+            return None
+        return ComputeAtStep(si, t, rng.randrange(len(stages[t].iters)))
+    if kind == "CR" and stage.compute_at == ATTACHED:
+        return ComputeRootStep(si)
+    if kind == "AN" and free:
+        ann = rng.choice(["unroll", "vectorize", "parallel", "vthread", "blockIdx.x",
+                          "threadIdx.x", "threadIdx.y"])
+        k = rng.choice(free)
+        if ann in THREAD_ANNOTATIONS and ann != "vthread":
+            same = [it for it in stage.iters if it.annotation == ann]
+            if same and same[0].extent != stage.iters[k].extent:
+                ann = "unroll"  # binding it would be rejected (tested elsewhere)
+        return AnnotationStep(si, k, ann)
+    if kind == "PR" and stage.iters:
+        value = rng.choice(["auto_unroll_max_step$16", "auto_unroll_max_step$512",
+                            "unroll_explicit$0", "unroll_explicit$1"])
+        return PragmaStep(si, 0, value)
+    if kind == "SA" and stage.origin == "cache_read" and stage.iters:
+        factor = rng.choice([16, 32])
+        return StorageAlignStep(si, rng.randrange(len(stage.iters)), factor, rng.randrange(factor))
+    splits = [n for n, s in enumerate(state.steps) if isinstance(s, SplitStep)]
+    if kind == "FSP" and splits and free:
+        src = rng.choice(splits)
+        k = rng.choice(free)
+        return FollowSplitStep(si, k, src, rng.randint(1, len(state.steps[src].lengths) + 1))
+    if kind == "FFSP" and splits and free:
+        srcs = tuple(rng.sample(splits, min(len(splits), rng.randint(1, 3))))
+        level = rng.randrange(min(len(state.steps[n].lengths) for n in srcs))
+        return FollowFusedSplitStep(si, rng.choice(free), srcs, level, rng.random() < 0.8)
+    return None
+
+
+def random_states(dag: ComputeDAG, rng, n_steps: int) -> tuple[State, int]:
+    """A state after up to `n_steps` random valid steps, and how many picks were rejected."""
+    from autosched.errors import ScheduleError
+
+    state, rejected, tries = dag.get_init_state(), 0, 0
+    while len(state.steps) < n_steps and tries < 10 * n_steps:
+        tries += 1
+        step = random_step(state, rng)
+        if step is None:
+            continue
+        try:
+            state = state.apply(step)
+        except ScheduleError:
+            rejected += 1
+    return state, rejected
