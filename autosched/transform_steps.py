@@ -168,7 +168,7 @@ def _split_names(name: str, n: int, inner_to_outer: bool) -> list[str]:
 
 def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer: bool) -> State:
     stage = state.stages[si]
-    it = stage.iters[ii]
+    it = stage.iters[stage.iter_index(ii)]
     _check_unannotated(stage, [it], "split")
     # Messages are built only on failure: this is the search's hottest path.
     check(len(lengths) >= 1, lambda: f"split of {stage.name}.{it.name} needs at least one length")
@@ -637,7 +637,11 @@ def replay(dag, steps) -> State:
     for step in steps:
         if not isinstance(step, Step):
             step = Step.from_record(step)
-        state = state.apply(step)
+        try:
+            state = state.apply(step)
+        except IndexError as e:  # a record naming a stage this DAG's state does not have
+            raise ScheduleError(f"step {step.to_record()} does not fit the state: its stages are "
+                                f"{[s.name for s in state.stages]} ({e})") from e
     return state
 
 
