@@ -1,0 +1,45 @@
+"""Program features for the cost model: one fixed-length float32 vector per buffer-store
+statement (Store or AllReduce) of a lowered Program, following the Ansor paper's groups.
+
+    feats = extract_features(lower(state))           # (statements, len(FEATURE_NAMES))
+    per_state = features_for_states(states, n_jobs)  # list of matrices, None where lowering fails
+
+Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared once in table.py:
+
+- compute (15): float mad/addsub/mul/divmod/cmp/math, the same for int, bool ops, selects,
+  casts; totals over all executions of the statement. Ansor's float/int "other func" counts
+  are left out (the IR has only math calls); casts are added.
+- annotation (10): for vectorize and unroll loops around the statement: number, product of
+  extents, extent of the innermost, loops inside the innermost, whether its variable indexes
+  the stored buffer (spatial). Ansor's parallel group and its position one-hots (which Ansor
+  fills with one constant) are left out: the GPU IR has no parallel loops.
+- gpu (7): blockIdx.x/y/z, threadIdx.x/y/z extents, vthread (product of vthread extents; only
+  known when the caller names the vthread loop variables, see `vthread_loop_vars`).
+- buffer (5 x 21): for the 5 buffers with most cache lines (then bytes): access kind one-hot
+  (read/write/rw), scope one-hot (shared/local; global is neither), bytes, unique bytes, lines,
+  unique lines, reuse type one-hot (loop/serial/none), reuse distance in iterations and bytes,
+  reuse count, bytes/lines divided by the reuse count, stride of the innermost loop moving over
+  the buffer, stride along threadIdx.x. Missing buffers are zeros.
+- intensity (10): float ops / touched bytes, sampled along the loop nest (Ansor's curve).
+- allocation (8): the stored buffer's bytes, instances, executions per instance, elements over
+  all instances, shared/local one-hot; the kernel's shared bytes per block and local bytes per
+  thread.
+- outer (3): product of the enclosing loop and thread extents, number of those loops, and the
+  size of the outermost enclosing unrolled nest (stores it runs), which stands in for Ansor's
+  auto_unroll_max_step.
+
+Every value is scaled by log2(1 + x).
+"""
+
+from __future__ import annotations
+
+from .analysis import CACHE_LINE_BYTES, N_BUFFERS
+from .extract import N_FEATURES, extract_features, state_features, vthread_loop_vars
+from .parallel import features_for_states
+from .table import FEATURE_NAMES, FEATURES, group_slices
+
+__all__ = [
+    "CACHE_LINE_BYTES", "FEATURES", "FEATURE_NAMES", "N_BUFFERS", "N_FEATURES",
+    "extract_features", "features_for_states", "group_slices", "state_features",
+    "vthread_loop_vars",
+]

@@ -1,0 +1,414 @@
+"""Per-store analysis of a lowered Program: the facts the feature table reads.
+
+One walk over each kernel's statement tree keeps the stack of enclosing loops. The kernel's
+thread and block indices act as the outermost loops (blockIdx.x/y/z, then threadIdx.x/y/z, each
+with its launch extent), as Ansor's fake `for` loops for thread bindings do. At every `Store`
+and `AllReduce` a `StoreInfo` is built:
+
+- operation counts of one execution (value, store index, enclosing guard conditions),
+- annotation, thread-binding and outer-loop context,
+- per buffer it touches: how many elements it touches when the innermost k loops run (for each
+  k), the stride of a loop over it, and reuse, in the manner of Ansor's feature.cc.
+
+Index expressions are flat (one index per buffer). They are split into linear terms over loop
+variables plus non-linear atoms (floordiv, floormod, min, ...) with constant coefficients; the
+buffer's shape maps each coefficient back to a dimension, so a touched region is a box of
+per-dimension spans, as Ansor's bound analysis gives, capped by the buffer's shape.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..te.dtype import BYTES, FLOAT_DTYPES
+from ..te.expr import BinOp, Call, Cast, Const, Load, Not, Select, Var
+
+CACHE_LINE_BYTES = 128  # an L1 line of NVIDIA GPUs (Ansor uses 64 for CPUs)
+N_BUFFERS = 5  # per-buffer features are kept for this many buffers of a statement
+CURVE_POINTS = 10  # samples of the arithmetic-intensity curve
+
+# Operation counts, in this order. `*_mad` counts add/sub nodes with a multiply operand (an
+# FMA candidate); those adds and multiplies are also counted under addsub and mul.
+OP_KINDS = (
+    "float_mad", "float_addsub", "float_mul", "float_divmod", "float_cmp", "float_math",
+    "int_mad", "int_addsub", "int_mul", "int_divmod", "int_cmp", "int_math",
+    "bool_op", "select_op", "cast_op",
+)
+_INT_BASE = 6  # offset of the int_* block
+_BOOL, _SELECT, _CAST = 12, 13, 14
+_FLOAT_COMPUTE = (1, 2, 3, 4, 5)  # float ops that count as compute for arithmetic intensity
+_BIN_KIND = {
+    "+": 1, "-": 1, "*": 2, "/": 3, "floordiv": 3, "floormod": 3,
+    "min": 4, "max": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
+}
+_REDUCER_KIND = {"sum": 1, "max": 4, "min": 4}
+
+READ, WRITE, RW = 0, 1, 2
+REUSE_LOOP, REUSE_SERIAL, REUSE_NONE = 0, 1, 2
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+class Loop:
+    """One enclosing loop: a For of the IR, or a thread/block index of the launch."""
+
+    __slots__ = ("var", "extent", "kind", "for_node", "touch", "touch_bytes", "touch_elem_bytes")
+
+    def __init__(self, var: Var, extent: int, kind: str, for_node: ir.For | None = None) -> None:
+        self.var = var
+        self.extent = extent
+        self.kind = kind  # serial / unroll / vectorize / vthread / a thread tag
+        self.for_node = for_node
+        # Ansor's for_touch_regions: per buffer (id), the (elements, element bytes) that every
+        # store met so far under this loop touches in one iteration of it.
+        self.touch: dict[int, list[tuple[int, int]]] = {}
+        self.touch_bytes = 0  # sum of elements * bytes over `touch`
+        self.touch_elem_bytes = 0  # sum of bytes over `touch`
+
+
+class Annotation:
+    """The loops of one kind (vectorize / unroll) around a store."""
+
+    __slots__ = ("num", "prod", "length", "inner_loops", "spatial")
+
+    def __init__(self) -> None:
+        self.num = self.prod = self.length = self.inner_loops = self.spatial = 0
+
+
+class BufferInfo:
+    """Ansor's BufferAccessFeature for one buffer of one store, plus the memory scope and the
+    stride along threadIdx.x (coalescing)."""
+
+    __slots__ = (
+        "name", "acc_type", "scope", "bytes", "unique_bytes", "lines", "unique_lines",
+        "reuse_type", "reuse_dis_iter", "reuse_dis_bytes", "reuse_ct", "stride", "tx_stride",
+    )
+
+    @property
+    def ratio(self) -> float:
+        """What bytes and lines are divided by: the reuse count, or 1/2 without reuse (Ansor)."""
+        return self.reuse_ct if self.reuse_ct > 0.5 else 0.5
+
+
+class StoreInfo:
+    """Everything the feature table reads about one store statement."""
+
+    __slots__ = (
+        "buffer", "ops", "outer_prod", "num_loops", "vec", "unroll", "threads", "vthread",
+        "buffers", "curve", "alloc_bytes", "alloc_outer_prod", "alloc_scope",
+        "kernel_shared_bytes", "kernel_local_bytes", "unrolled_steps",
+    )
+
+    def buf(self, k: int) -> BufferInfo | None:
+        return self.buffers[k] if k < len(self.buffers) else None
+
+
+# ---- expressions -------------------------------------------------------------------------------
+
+
+def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
+    """Add the operations of the trees in `roots` to `counts` (OP_KINDS order; shared subtrees
+    count once per use, as the code executes them) and collect their Loads."""
+    stack = list(roots)
+    pop, push = stack.pop, stack.append
+    while stack:
+        e = pop()
+        t = type(e)
+        if t is BinOp:
+            k = _BIN_KIND.get(e.op)
+            a, b = e.a, e.b
+            if k is None:  # && ||
+                counts[_BOOL] += 1
+            else:
+                base = 0 if a.dtype in FLOAT_DTYPES else _INT_BASE
+                counts[base + k] += 1
+                if k == 1 and ((type(a) is BinOp and a.op == "*") or (type(b) is BinOp and b.op == "*")):
+                    counts[base] += 1
+            push(a)
+            push(b)
+        elif t is Load:
+            loads.append(e)
+            stack.extend(e.indices)
+        elif t is Select:
+            counts[_SELECT] += 1
+            push(e.cond)
+            push(e.t)
+            push(e.f)
+        elif t is Cast:
+            counts[_CAST] += 1
+            push(e.value)
+        elif t is Call:
+            counts[5 if e.dtype in FLOAT_DTYPES else _INT_BASE + 5] += 1
+            stack.extend(e.args)
+        elif t is Not:
+            counts[_BOOL] += 1
+            push(e.a)
+
+
+def _linearize(e, scale: int, terms: dict, atoms: list) -> int:
+    """Accumulate `scale * e` as linear terms {var id: coefficient} and non-linear atoms
+    [(coefficient, expr)]; return the constant part."""
+    t = type(e)
+    if t is Const:
+        return scale * e.value
+    if t is BinOp:
+        op = e.op
+        if op == "+":
+            return _linearize(e.a, scale, terms, atoms) + _linearize(e.b, scale, terms, atoms)
+        if op == "-":
+            return _linearize(e.a, scale, terms, atoms) + _linearize(e.b, -scale, terms, atoms)
+        if op == "*":
+            if type(e.b) is Const:
+                return _linearize(e.a, scale * e.b.value, terms, atoms)
+            if type(e.a) is Const:
+                return _linearize(e.b, scale * e.a.value, terms, atoms)
+    elif isinstance(e, Var):
+        k = id(e)
+        terms[k] = terms.get(k, 0) + scale
+        return 0
+    atoms.append((scale, e))
+    return 0
+
+
+def _var_ids(e, out: set) -> set:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is BinOp:
+            stack.append(x.a)
+            stack.append(x.b)
+        elif t is Const:
+            continue
+        elif isinstance(x, Var):
+            out.add(id(x))
+        elif t is Select:
+            stack.extend((x.cond, x.t, x.f))
+        elif t is Cast:
+            stack.append(x.value)
+        elif t is Load:
+            stack.extend(x.indices)
+        elif t is Call:
+            stack.extend(x.args)
+        elif t is Not:
+            stack.append(x.a)
+    return out
+
+
+def _interval(e, hi_of: dict) -> tuple[int, int]:
+    """Integer range of `e` when each loop variable v in `hi_of` runs over 0..hi_of[id(v)] and
+    every other variable is 0. Unknown nodes count as a point."""
+    t = type(e)
+    if t is Const:
+        v = int(e.value)
+        return v, v
+    if t is BinOp:
+        op = e.op
+        alo, ahi = _interval(e.a, hi_of)
+        if op in ("floordiv", "floormod") and type(e.b) is Const and e.b.value > 0:
+            c = e.b.value
+            if op == "floordiv":
+                return alo // c, ahi // c
+            if alo // c == ahi // c:
+                return alo % c, ahi % c
+            return 0, c - 1
+        blo, bhi = _interval(e.b, hi_of)
+        if op == "+":
+            return alo + blo, ahi + bhi
+        if op == "-":
+            return alo - bhi, ahi - blo
+        if op == "*":
+            p = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+            return min(p), max(p)
+        if op == "min":
+            return min(alo, blo), min(ahi, bhi)
+        if op == "max":
+            return max(alo, blo), max(ahi, bhi)
+        return min(alo, blo), max(ahi, bhi)
+    if isinstance(e, Var):
+        return 0, hi_of.get(id(e), 0)
+    if t is Select:
+        tlo, thi = _interval(e.t, hi_of)
+        flo, fhi = _interval(e.f, hi_of)
+        return min(tlo, flo), max(thi, fhi)
+    if t is Cast:
+        return _interval(e.value, hi_of)
+    return 0, 0
+
+
+def _eval_pair(e, vid: int, val: int) -> tuple[int, int]:
+    """Values of an integer expression with every variable 0, and with the variable of id
+    `vid` set to `val` (the others still 0); one pass for both."""
+    t = type(e)
+    if t is Const:
+        v = int(e.value)
+        return v, v
+    if t is BinOp:
+        a0, a1 = _eval_pair(e.a, vid, val)
+        b0, b1 = _eval_pair(e.b, vid, val)
+        op = e.op
+        if op == "+":
+            return a0 + b0, a1 + b1
+        if op == "-":
+            return a0 - b0, a1 - b1
+        if op == "*":
+            return a0 * b0, a1 * b1
+        if op == "floordiv":
+            return (a0 // b0 if b0 else 0), (a1 // b1 if b1 else 0)
+        if op == "floormod":
+            return (a0 % b0 if b0 else 0), (a1 % b1 if b1 else 0)
+        if op == "min":
+            return min(a0, b0), min(a1, b1)
+        if op == "max":
+            return max(a0, b0), max(a1, b1)
+        return 0, 0
+    if isinstance(e, Var):
+        return (0, val) if id(e) == vid else (0, 0)
+    if t is Select:
+        return _eval_pair(e.t, vid, val)
+    if t is Cast:
+        return _eval_pair(e.value, vid, val)
+    return 0, 0
+
+
+# ---- accesses ----------------------------------------------------------------------------------
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return tuple(reversed(out)) or (1,)
+
+
+def _dim_of(coef: int, strides: tuple[int, ...]) -> tuple[int, int]:
+    """(dimension, step in that dimension) of a flat coefficient: the outermost dimension whose
+    stride divides it (row-major flattening puts each index times its stride)."""
+    c = abs(coef)
+    for d, s in enumerate(strides):
+        if c >= s and c % s == 0:
+            return d, c // s
+    return len(strides) - 1, c
+
+
+class IndexInfo:
+    """One flat index of a buffer, split into per-loop-level terms."""
+
+    __slots__ = ("coef", "atoms", "by_level", "atoms_by_level", "levels", "_strides")
+
+    def __init__(self, index, strides, level_of: dict) -> None:
+        terms: dict[int, int] = {}
+        atoms: list = []
+        _linearize(index, 1, terms, atoms)
+        self.coef = terms  # var id -> flat coefficient
+        by_level: dict[int, list] = {}
+        levels = set()
+        for vid, c in terms.items():
+            lv = level_of.get(vid)
+            if c and lv is not None:
+                by_level.setdefault(lv, []).append(_dim_of(c, strides))
+                levels.add(lv)
+        self.by_level = by_level
+        # atom: [flat coef, expr, var ids, dim, step, current span]
+        self.atoms = []
+        atoms_by_level: dict[int, list] = {}
+        for c, a in atoms:
+            vids = _var_ids(a, set())
+            d, u = _dim_of(c, strides)
+            entry = [c, a, vids, d, u, 0]
+            self.atoms.append(entry)
+            for vid in vids:
+                lv = level_of.get(vid)
+                if lv is not None:
+                    atoms_by_level.setdefault(lv, []).append(entry)
+                    levels.add(lv)
+        self.atoms_by_level = atoms_by_level
+        self.levels = levels  # loop levels whose variable the index uses
+        self._strides: dict[int, float] = {}
+
+    def stride(self, loop: Loop) -> float:
+        """Flat-index step when `loop`'s variable goes 0 -> 1 (others 0); 0 if unused. For an
+        index that is not linear in it, the average step over the loop when that one is 0."""
+        vid = id(loop.var)
+        got = self._strides.get(vid)
+        if got is not None:
+            return got
+        s = self.coef.get(vid, 0)
+        used = [(c, a) for c, a, vids, *_ in self.atoms if vid in vids]
+        if used:
+            step = s
+            for c, a in used:
+                a0, a1 = _eval_pair(a, vid, 1)
+                step += c * (a1 - a0)
+            if step == 0 and loop.extent > 1:
+                last = loop.extent - 1
+                total = s * last
+                for c, a in used:
+                    a0, a1 = _eval_pair(a, vid, last)
+                    total += c * (a1 - a0)
+                step = total / last
+            s = step
+        self._strides[vid] = got = abs(s)
+        return got
+
+
+class Access:
+    """A buffer's accesses in one store statement."""
+
+    __slots__ = ("buffer", "acc_type", "exprs", "indices", "touched", "spans")
+
+    def __init__(self, buffer: ir.Buffer, acc_type: int, index) -> None:
+        self.buffer = buffer
+        self.acc_type = acc_type
+        self.exprs = [index]
+        self.indices: list[IndexInfo] = []
+        self.touched: list[int] = []  # per loop level: elements touched by the loops inside
+        self.spans: list[int] = []  # per dimension: span with all loops running
+
+    def add(self, index) -> None:
+        if not any(x.same_as(index) for x in self.exprs):
+            self.exprs.append(index)
+
+
+def touched_regions(accesses: list[Access], loops: list[Loop], level_of: dict) -> None:
+    """Fill `touched` (per loop level lv: elements touched while loops lv.. run and the outer
+    ones stay fixed) and `spans` (per dimension, all loops running) of every access:
+    per-dimension boxes, as Ansor's ComputeRegion."""
+    n = len(loops)
+    hi_of: dict[int, int] = {}
+    work = []
+    for acc in accesses:
+        shape = acc.buffer.shape or (1,)
+        acc.indices = [IndexInfo(e, _strides(shape), level_of) for e in acc.exprs]
+        acc.touched = [1] * n
+        acc.spans = [1] * len(shape)
+        levels = set()
+        for info in acc.indices:
+            levels |= info.levels
+        work.append((acc, shape, levels, [[0] * len(shape) for _ in acc.indices]))
+    for lv in range(n - 1, -1, -1):
+        loop = loops[lv]
+        e1 = loop.extent - 1
+        hi_of[id(loop.var)] = e1
+        for acc, shape, levels, sums in work:
+            if lv not in levels:  # this loop does not move over the buffer
+                if lv < n - 1:
+                    acc.touched[lv] = acc.touched[lv + 1]
+                continue
+            for info, acc_sum in zip(acc.indices, sums):
+                for d, u in info.by_level.get(lv, ()):
+                    acc_sum[d] += u * e1
+                for atom in info.atoms_by_level.get(lv, ()):
+                    lo, hi = _interval(atom[1], hi_of)
+                    span = hi - lo
+                    acc_sum[atom[3]] += atom[4] * (span - atom[5])
+                    atom[5] = span
+            total = 1
+            spans = acc.spans
+            for d, size in enumerate(shape):
+                span = (sums[0][d] if len(sums) == 1 else max(x[d] for x in sums)) + 1
+                if span > size:
+                    span = size
+                spans[d] = span
+                total *= span
+            acc.touched[lv] = total

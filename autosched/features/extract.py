@@ -1,0 +1,49 @@
+"""Feature matrices of one lowered program, or of one State (lowered first)."""
+
+from __future__ import annotations
+
+from typing import Collection
+
+import numpy as np
+
+from .. import ir
+from ..errors import AutoschedError
+from .table import FEATURE_NAMES, feature_row
+from .walk import ProgramWalker
+
+N_FEATURES = len(FEATURE_NAMES)
+
+
+def extract_features(program: ir.Program, vthread_vars: Collection[str] = ()) -> np.ndarray:
+    """The (statements x N_FEATURES) float32 matrix of a lowered program, one row per Store /
+    AllReduce in program order. `vthread_vars`: names of the loop variables that are vthreads
+    (see `vthread_loop_vars`); without them vthread loops count as unrolled loops."""
+    infos = ProgramWalker(program, vthread_vars).run()
+    rows = [feature_row(s) for s in infos]
+    arr = np.array(rows, dtype=np.float64).reshape(len(infos), N_FEATURES)
+    return (np.sign(arr) * np.log2(1.0 + np.abs(arr))).astype(np.float32)
+
+
+def vthread_loop_vars(state) -> set[str]:
+    """Names of the loop variables lowering gives the state's vthread-bound iterators.
+
+    The IR lowers a vthread loop to an `unroll` loop; its variable is named
+    `<stage name with . -> _>_<iterator name>` (lowering's `var_of`)."""
+    return {
+        f"{st.name.replace('.', '_')}_{it.name}"
+        for st in state.stages
+        for it in st.iters
+        if it.annotation == "vthread"
+    }
+
+
+def state_features(state) -> np.ndarray | None:
+    """Lower `state` and extract its features; None when it cannot be lowered (any
+    AutoschedError: a sketch, an illegal attach, a GPU limit)."""
+    from ..lowering import lower
+
+    try:
+        program = lower(state)
+    except AutoschedError:
+        return None
+    return extract_features(program, vthread_loop_vars(state))

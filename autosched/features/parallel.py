@@ -1,0 +1,111 @@
+"""Features of many States, optionally in a pool of spawned processes.
+
+States hold te objects (reducers with lambdas) and do not pickle, so a worker gets the
+workload key and the step records of each state, rebuilds the DAG from the workload registry
+once per key, replays the steps, lowers and extracts. The pool is started on first use and kept
+for later calls (its start-up, about a second, is paid once per process)."""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import AutoschedError
+from .extract import state_features
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+_RESOLVABLE: dict[str, bool] = {}  # workload key -> can a fresh process rebuild its DAG?
+_WORKER_DAGS: dict = {}  # in a worker: workload key -> ComputeDAG
+
+
+def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | None]:
+    """One feature matrix per state (statements x features), None for a state that fails to
+    lower. With n_jobs > 1 the work is spread over n_jobs spawned processes; states whose DAG
+    is not a registered workload are done here, with a warning."""
+    states = list(states)
+    if n_jobs <= 1 or len(states) < 2:
+        return [state_features(s) for s in states]
+    out: list[np.ndarray | None] = [None] * len(states)
+    by_key: dict[str, list[int]] = {}
+    local: list[int] = []
+    for i, s in enumerate(states):
+        key = getattr(s.dag, "workload_key", None)
+        if key is not None and _resolvable(key):
+            by_key.setdefault(key, []).append(i)
+        else:
+            local.append(i)
+    if local:
+        warnings.warn(
+            f"features_for_states: {len(local)} state(s) belong to a DAG that is not a registered "
+            "workload, so they are computed in this process (register the workload to spread them)",
+            stacklevel=2,
+        )
+    pool = _pool(n_jobs)
+    futures = []
+    for key, idx in by_key.items():
+        size = max(1, -(-len(idx) // (n_jobs * 4)))
+        for k in range(0, len(idx), size):
+            part = idx[k:k + size]
+            records = [tuple(st.to_record() for st in states[i].steps) for i in part]
+            futures.append((part, pool.submit(_work, key, records)))
+    for i in local:
+        out[i] = state_features(states[i])
+    for part, fut in futures:
+        for i, f in zip(part, fut.result()):
+            out[i] = f
+    return out
+
+
+def _resolvable(key: str) -> bool:
+    got = _RESOLVABLE.get(key)
+    if got is None:
+        try:
+            from ..workload_registry import workload_tensors
+
+            workload_tensors(key)
+            got = True
+        except (ImportError, AutoschedError):
+            got = False
+        _RESOLVABLE[key] = got
+    return got
+
+
+def _pool(n_jobs: int) -> ProcessPoolExecutor:
+    pool = _POOLS.get(n_jobs)
+    if pool is None:
+        ctx = multiprocessing.get_context("spawn")
+        pool = _POOLS[n_jobs] = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
+    return pool
+
+
+@atexit.register
+def shutdown_pools() -> None:
+    """Stop the worker processes (also run at exit)."""
+    for pool in _POOLS.values():
+        pool.shutdown(wait=False, cancel_futures=True)
+    _POOLS.clear()
+
+
+def _work(key: str, records: list[tuple]) -> list[np.ndarray | None]:
+    """In a worker: rebuild each state from its steps and extract its features."""
+    from ..compute_dag import ComputeDAG
+    from ..workload_registry import workload_tensors
+
+    dag = _WORKER_DAGS.get(key)
+    if dag is None:
+        dag = _WORKER_DAGS[key] = ComputeDAG(workload_tensors(key))
+        dag.workload_key = key
+    out: list[np.ndarray | None] = []
+    for steps in records:
+        try:
+            state = dag.replay_steps(steps)
+        except AutoschedError:
+            out.append(None)
+            continue
+        out.append(state_features(state))
+    return out

@@ -1,0 +1,270 @@
+"""The walk over a Program that builds one StoreInfo per Store / AllReduce statement."""
+
+from __future__ import annotations
+
+from typing import Collection
+
+from .. import ir
+from ..te.dtype import BYTES, FLOAT_DTYPES
+from .analysis import (
+    _FLOAT_COMPUTE, _INT_BASE, _REDUCER_KIND, BLOCK_TAGS, CACHE_LINE_BYTES, CURVE_POINTS, OP_KINDS,
+    READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW, THREAD_TAGS, WRITE, Access, Annotation,
+    BufferInfo, Loop, StoreInfo, _var_ids, count_ops, touched_regions,
+)
+
+
+def _steps(s: ir.Stmt, memo: dict) -> int:
+    """Store instances one execution of `s` runs (the size of an unrolled nest)."""
+    got = memo.get(id(s))
+    if got is not None:
+        return got
+    if isinstance(s, ir.Seq):
+        n = sum(_steps(c, memo) for c in s.stmts)
+    elif isinstance(s, ir.For):
+        n = s.extent * _steps(s.body, memo)
+    elif isinstance(s, ir.IfThenElse):
+        n = _steps(s.then_case, memo) + (_steps(s.else_case, memo) if s.else_case is not None else 0)
+    elif isinstance(s, (ir.Store, ir.AllReduce)):
+        n = 1
+    else:
+        n = 0
+    memo[id(s)] = n
+    return n
+
+
+class ProgramWalker:
+    """Walks every kernel of a program; `run()` returns the StoreInfos in program order.
+
+    `vthread_vars` names the loop variables of `unroll` loops that are virtual threads (the IR
+    lowers vthread to unroll, so only the caller, who has the State, can tell them apart)."""
+
+    def __init__(self, program: ir.Program, vthread_vars: Collection[str] = ()) -> None:
+        self.program = program
+        self.vthread_vars = frozenset(vthread_vars)
+        self.out: list[StoreInfo] = []
+        self.steps_memo: dict[int, int] = {}
+
+    def run(self) -> list[StoreInfo]:
+        for kernel in self.program.kernels:
+            self.kernel = kernel
+            self.allocs = {id(b): b for b in kernel.allocs}
+            self.shared_bytes = sum(b.size * BYTES[b.dtype] for b in kernel.allocs if b.scope == "shared")
+            self.local_bytes = sum(b.size * BYTES[b.dtype] for b in kernel.allocs if b.scope == "local")
+            self.n_blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
+            self.n_threads = self.n_blocks * kernel.threads_per_block
+            self.loops: list[Loop] = []
+            self.level_of: dict[int, int] = {}
+            self.threads = dict.fromkeys(BLOCK_TAGS + THREAD_TAGS, 1)
+            for tag, ext in zip(BLOCK_TAGS + THREAD_TAGS, kernel.grid + kernel.block):
+                self.threads[tag] = ext
+                if ext > 1:
+                    self.push(Loop(ir.THREAD_VARS[tag], ext, tag))
+            self.outer_prod = self.n_threads
+            self.visit(kernel.body, ())
+        return self.out
+
+    def push(self, loop: Loop) -> None:
+        self.level_of[id(loop.var)] = len(self.loops)
+        self.loops.append(loop)
+
+    def pop(self) -> None:
+        loop = self.loops.pop()
+        del self.level_of[id(loop.var)]
+
+    def visit(self, s: ir.Stmt, guards: tuple) -> None:
+        t = type(s)
+        if t is ir.Seq:
+            for c in s.stmts:
+                self.visit(c, guards)
+        elif t is ir.For:
+            kind = "vthread" if s.kind == "unroll" and s.var.name in self.vthread_vars else s.kind
+            self.push(Loop(s.var, s.extent, kind, s))
+            self.outer_prod *= s.extent
+            self.visit(s.body, guards)
+            self.outer_prod //= s.extent
+            self.pop()
+        elif t is ir.IfThenElse:
+            inner = guards + (s.cond,)
+            self.visit(s.then_case, inner)
+            if s.else_case is not None:
+                self.visit(s.else_case, inner)
+        elif t is ir.Store:
+            self.store(s.buffer, s.index, (s.value,), guards, None)
+        elif t is ir.AllReduce:
+            roots = (s.value,) if s.cond is None else (s.value, s.cond)
+            self.store(s.buffer, s.index, roots, guards, s)
+
+    # ---- one statement -----------------------------------------------------------------------
+    def store(self, buffer: ir.Buffer, index, roots: tuple, guards: tuple, allreduce) -> None:
+        loops = self.loops
+        info = StoreInfo()
+        info.buffer = buffer
+        counts = [0] * len(OP_KINDS)
+        loads: list = []
+        count_ops(roots + guards + (index,), counts, loads)
+        if allreduce is not None:  # the combine each thread's value takes part in
+            base = 0 if allreduce.value.dtype in FLOAT_DTYPES else _INT_BASE
+            counts[base + _REDUCER_KIND.get(allreduce.reducer, 1)] += 1
+        outer = self.outer_prod
+        info.ops = [c * outer for c in counts]
+        info.outer_prod = outer
+        info.num_loops = len(loops)
+        self.context(info, index)
+
+        accesses: dict[int, Access] = {id(buffer): Access(buffer, WRITE, index)}
+        for ld in loads:
+            b = ld.buffer
+            acc = accesses.get(id(b))
+            if acc is None:
+                accesses[id(b)] = Access(b, READ, ld.indices[0])
+            else:
+                if acc.acc_type == WRITE:
+                    acc.acc_type = RW
+                acc.add(ld.indices[0])
+        acc_list = list(accesses.values())
+        touched_regions(acc_list, loops, self.level_of)
+        for lv, loop in enumerate(loops):  # record for reuse analysis (Ansor's for_touch_regions)
+            for acc in acc_list:
+                eb = BYTES[acc.buffer.dtype]
+                loop.touch.setdefault(id(acc.buffer), []).append((acc.touched[lv], eb))
+                loop.touch_bytes += acc.touched[lv] * eb
+                loop.touch_elem_bytes += eb
+        bufs = [self.buffer_info(acc, outer) for acc in acc_list]
+        bufs.sort(key=lambda b: (-b.lines, -b.bytes))
+        info.buffers = bufs
+        flops = sum(counts[k] for k in _FLOAT_COMPUTE)
+        info.curve = _intensity_curve(flops, acc_list, loops)
+        self.out.append(info)
+
+    def context(self, info: StoreInfo, index) -> None:
+        """Annotations, thread extents, allocation and outer-scope facts of the current store."""
+        loops = self.loops
+        n = len(loops)
+        info.vec, info.unroll = Annotation(), Annotation()
+        info.vthread = 1
+        outermost_unroll = None
+        innermost: dict[int, Loop] = {}  # id(annotation) -> its innermost loop
+        for lv, loop in enumerate(loops):
+            kind = loop.kind
+            if kind == "vthread":
+                info.vthread *= loop.extent
+                continue
+            ann = info.vec if kind == "vectorize" else info.unroll if kind == "unroll" else None
+            if ann is None:
+                continue
+            if kind == "unroll" and outermost_unroll is None:
+                outermost_unroll = loop
+            ann.num += 1
+            ann.prod = (ann.prod or 1) * loop.extent
+            ann.length = loop.extent
+            ann.inner_loops = n - 1 - lv
+            innermost[id(ann)] = loop
+        if innermost:
+            store_vars = _var_ids(index, set())
+            for ann in (info.vec, info.unroll):
+                if ann.num:
+                    ann.spatial = 1 if id(innermost[id(ann)].var) in store_vars else 0
+        info.threads = self.threads
+        info.unrolled_steps = (
+            _steps(outermost_unroll.for_node, self.steps_memo) if outermost_unroll is not None else 0
+        )
+        b = info.buffer
+        alloc = self.allocs.get(id(b))
+        if alloc is None:
+            info.alloc_bytes, info.alloc_outer_prod, info.alloc_scope = 0, 0, "global"
+        else:
+            info.alloc_bytes = b.size * BYTES[b.dtype]
+            info.alloc_outer_prod = self.n_threads if b.scope == "local" else self.n_blocks
+            info.alloc_scope = b.scope
+        info.kernel_shared_bytes = self.shared_bytes
+        info.kernel_local_bytes = self.local_bytes
+
+    def buffer_info(self, acc: Access, outer: int) -> BufferInfo:
+        loops = self.loops
+        n = len(loops)
+        b = acc.buffer
+        eb = BYTES[b.dtype]
+        f = BufferInfo()
+        f.name = b.name
+        f.acc_type = acc.acc_type
+        f.scope = b.scope
+        f.bytes = outer * eb * len(acc.exprs)
+        used = set()
+        for info in acc.indices:
+            used |= info.levels
+        if n == 0:
+            f.unique_bytes, f.stride, f.lines, f.unique_lines = eb, 0, 1.0, 1.0
+        else:
+            f.unique_bytes = acc.touched[0] * eb
+            stride, reduce_ratio = 0, 1
+            for lv in range(n - 1, -1, -1):
+                if lv in used:
+                    stride = min(
+                        (s for s in (i.stride(loops[lv]) for i in acc.indices if lv in i.levels) if s),
+                        default=0,
+                    )
+                    if stride:
+                        break
+                reduce_ratio *= loops[lv].extent
+            f.stride = stride
+            f.lines = max(1.0, outer / reduce_ratio * min(1.0, stride * eb / CACHE_LINE_BYTES))
+            run = 1  # contiguous elements of the touched box
+            for span, size in zip(reversed(acc.spans), reversed(b.shape)):
+                run *= span
+                if span < size:
+                    break
+            f.unique_lines = max(1.0, f.unique_bytes / min(run * eb, CACHE_LINE_BYTES))
+        tx = self.level_of.get(id(ir.THREAD_VARS["threadIdx.x"]))
+        f.tx_stride = 0
+        if tx is not None and tx in used:
+            f.tx_stride = min((i.stride(loops[tx]) for i in acc.indices if tx in i.levels), default=0)
+        f.reuse_type, f.reuse_dis_iter, f.reuse_dis_bytes, f.reuse_ct = _reuse(acc, used, loops)
+        return f
+
+
+def _reuse(acc: Access, used: set[int], loops: list[Loop]) -> tuple[int, float, float, float]:
+    """Ansor's ComputeReuse: walking outwards, the first loop that does not move over the
+    buffer re-reads it (loop reuse, count = its extent); before that, a loop under which other
+    statements touched the buffer too gives serial reuse."""
+    dis_iter, dis_bytes = 1.0, -1.0
+    key = id(acc.buffer)
+    for lv in range(len(loops) - 1, -1, -1):
+        loop = loops[lv]
+        if lv in used:
+            dis_iter *= loop.extent
+            dis_bytes = float(loop.touch_bytes)
+        else:
+            if dis_bytes < 0:
+                dis_bytes = float(loop.touch_elem_bytes)
+            return REUSE_LOOP, dis_iter, dis_bytes, float(loop.extent)
+        entries = loop.touch[key]
+        if len(entries) > 1:
+            d_iter = min(t for t, _ in entries)
+            return (REUSE_SERIAL, d_iter / loop.extent, loop.touch_bytes / loop.extent,
+                    float(len(entries) - 1))
+    return REUSE_NONE, 0.0, 0.0, 0.0
+
+
+def _intensity_curve(flops: int, accesses: list[Access], loops: list[Loop]) -> list[float]:
+    """Ansor's arithmetic-intensity curve: float ops / touched bytes as loops are added from the
+    innermost outwards, sampled at CURVE_POINTS evenly spaced op counts (linear interpolation)."""
+    if flops <= 0 or not loops:
+        return [0.0] * CURVE_POINTS
+    ops_list, bytes_list = [], []
+    cur = float(flops)
+    for lv in range(len(loops) - 1, -1, -1):
+        cur *= loops[lv].extent
+        ops_list.append(cur)
+        bytes_list.append(float(sum(a.touched[lv] * BYTES[a.buffer.dtype] for a in accesses)))
+    ratio = [o / b for o, b in zip(ops_list, bytes_list)]
+    out, pt, total = [], 0, ops_list[-1]
+    for i in range(CURVE_POINTS):
+        x = total * (i + 1) / CURVE_POINTS
+        while ops_list[pt] < x - 1e-4:
+            pt += 1
+        if pt == 0:
+            out.append(ratio[0])
+        else:
+            slope = (ratio[pt] - ratio[pt - 1]) / (ops_list[pt] - ops_list[pt - 1])
+            out.append(ratio[pt - 1] + slope * (x - ops_list[pt - 1]))
+    return out
