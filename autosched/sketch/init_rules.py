@@ -1,0 +1,348 @@
+"""Random annotation: from a sketch to a complete, launchable State (Ansor's init population).
+
+`SketchPlan` is what a sketch's structure says once (its unknown splits, its tiled stages and
+their shared-memory caches); the init rules, in `GPU_INIT_RULES` order, then make the random
+decisions for one state:
+
+  FillTileSize    perfect tile sizes for every unknown split, resampled per tiled stage until
+                  the thread / vthread / register / shared-memory estimates fit the GPU
+  ThreadBind      blockIdx.x / vthread / threadIdx.x for tiled stages, fuse-split-bind for the
+                  other root stages, cooperative fetching (vectorised) for shared caches
+  AutoUnroll      auto_unroll_max_step on every stage with a reduction
+
+A rule that cannot make a valid state raises `Rejected(reason)`; the sampler counts reasons.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..arith import to_affine
+from ..loop_state import ATTACHED, REDUCE, ROOT, SPATIAL, State
+from ..te.dtype import BYTES
+from ..te.expr import IterVar, Load
+from ..te.tensor import Tensor
+from ..te.visitor import walk
+from ..transform_steps import SplitStep, replay
+from .utils import (
+    SketchParams, factorization_schemes, follow_split_step_ids, has_reduce_iter, is_inlined,
+    needs_multi_level_tiling, split_step_ids,
+)
+
+
+class Rejected(Exception):
+    """A random decision made an invalid state; `reason` is a short, countable key."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Limits:
+    """GPU limits the sampled states must respect (from measure's HardwareParams)."""
+
+    warp_size: int = 32
+    max_threads_per_block: int = 1024
+    max_vthread_extent: int = 8
+    max_shared_memory_per_block: int = 48 * 1024
+
+    @staticmethod
+    def of(hw) -> "Limits":
+        return Limits(hw.warp_size, hw.max_threads_per_block, hw.max_vthread_extent,
+                      hw.max_shared_memory_per_block)
+
+
+# ---- the plan of a sketch ---------------------------------------------------------------------
+
+
+@dataclass
+class Footprint:
+    """How one shared cache's tile grows with the tile sizes: per read of the cached tensor and
+    per tensor dimension, (coefficient, axis position) pairs of an affine index. Positions
+    index the tiled stage's root iterators (spatial first, then reduction)."""
+
+    cache: int
+    shape: tuple[int, ...]
+    nbytes: int
+    reads: list[list[list[tuple[int, int]]]]
+
+    def bytes(self, tile: list[int]) -> int:
+        total = 1
+        for d, extent in enumerate(self.shape):
+            span = max(sum(abs(c) * (tile[p] - 1) for c, p in read[d]) + 1 for read in self.reads)
+            total *= min(span, extent)
+        return total * self.nbytes
+
+
+@dataclass
+class TileGroup:
+    """A multi-level tiled stage: its splits and what its tile sizes must satisfy."""
+
+    tiled: int  # stage index of the tiled stage
+    root: int  # the root stage whose loops carry the block / vthread / thread bindings
+    spatial_ids: list[int]  # SplitStep ids, one per spatial axis (axis order)
+    reduce_ids: list[int]
+    min_threads: int
+    footprints: list[Footprint] = field(default_factory=list)
+
+
+@dataclass
+class SketchPlan:
+    sketch: State
+    unknown: list[int]  # SplitStep ids with unknown lengths, not in a group
+    groups: list[TileGroup]
+
+    @property
+    def tiled_roots(self) -> dict[int, TileGroup]:
+        return {g.root: g for g in self.groups}
+
+
+def _footprint(state: State, t: int, cache: int) -> Footprint | None:
+    tiled, cached = state.stages[t], state.stages[cache]
+    body = cached.op.body
+    if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
+        return None
+    src = body.buffer.op
+    axes = list(tiled.op.axis) + list(tiled.op.reduce_axis)
+    pos = {id(a): p for p, a in enumerate(axes)}
+    reads = []
+    for node in walk(tiled.op.body):
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor) and node.buffer.op is src:
+            dims = []
+            for idx in node.indices:
+                terms = []
+                for c, atom in to_affine(idx, {}).terms.values():
+                    if not isinstance(atom, IterVar) or id(atom) not in pos:
+                        return None
+                    terms.append((c, pos[id(atom)]))
+                dims.append(terms)
+            reads.append(dims)
+    if not reads:
+        return None
+    return Footprint(cache, tuple(body.buffer.shape), BYTES.get(cached.op.dtype, 4), reads)
+
+
+def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan:
+    """Analyse a sketch once: its unknown splits and tiled stages."""
+    groups: list[TileGroup] = []
+    grouped: set[int] = set()
+    for t, stage in enumerate(sketch.stages):
+        if is_inlined(stage) or not needs_multi_level_tiling(sketch, t):
+            continue
+        sp = split_step_ids(sketch, t, SPATIAL)
+        rd = split_step_ids(sketch, t, REDUCE)
+        if not sp or len(sketch.steps[sp[0]].lengths) != params.n_spatial_levels - 1:
+            continue  # not multi-level tiled (e.g. a serial reduction)
+        root = stage.attach[0] if stage.compute_at == ATTACHED else t
+        total = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
+        group = TileGroup(t, root, sp, rd, min(limits.warp_size, total))
+        for c, other in enumerate(sketch.stages):
+            if other.scope == "shared" and other.attach is not None and other.attach[0] == t:
+                fp = _footprint(sketch, t, c)
+                if fp is not None:
+                    group.footprints.append(fp)
+        groups.append(group)
+        grouped.update(sp + rd)
+    unknown = [k for k, s in enumerate(sketch.steps)
+               if isinstance(s, SplitStep) and None in s.lengths and k not in grouped]
+    return SketchPlan(sketch, unknown, groups)
+
+
+# ---- the rules ------------------------------------------------------------------------------
+
+
+@dataclass
+class InitContext:
+    params: SketchParams
+    limits: Limits
+
+
+class InitRule:
+    name: ClassVar[str] = ""
+
+    def apply(self, ctx: InitContext, plan: SketchPlan, state: State, rng: random.Random) -> State:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+@functools.lru_cache(maxsize=None)
+def _spatial_options(extent: int, n: int, max_innermost: int, max_vthread: int, max_threads: int,
+                     max_local: int) -> tuple:
+    """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone."""
+    return tuple(l for l in factorization_schemes(extent, n, max_innermost)
+                 if l[0] <= max_vthread and l[1] <= max_threads and l[0] * math.prod(l[2:]) <= max_local)
+
+
+def _pick(options: tuple, rng: random.Random):
+    return options[int(rng.random() * len(options))]
+
+
+class FillTileSize(InitRule):
+    """Perfect tile sizes, uniformly from each extent's factorisations. A tiled stage's sizes
+    are drawn together and redrawn until its estimates fit: vthread extent, threads per block
+    (at least a warp unless the stage is smaller), registers per thread and shared memory.
+
+    The spatial axes are drawn one after the other (in a random order), each from the
+    factorisations that fit in the budget the others left, so the upper limits always hold and
+    only the lower thread count and shared memory need redraws."""
+
+    def options(self, ctx: InitContext, step: SplitStep, spatial: bool) -> tuple:
+        p, lim = ctx.params, ctx.limits
+        if not spatial:
+            return factorization_schemes(step.extent, len(step.lengths), p.max_innermost_split_factor)
+        return _spatial_options(step.extent, len(step.lengths), p.max_innermost_split_factor,
+                                lim.max_vthread_extent, lim.max_threads_per_block, p.max_local_elems)
+
+    def draw_spatial(self, ctx: InitContext, steps: list, ids: list[int], rng: random.Random):
+        """Lengths for each spatial axis, drawn in a random axis order, each from the
+        factorisations that fit in what the axes drawn before left of the vthread, thread and
+        register budgets. None when some axis has no option left."""
+        p, lim = ctx.params, ctx.limits
+        order = list(range(len(ids)))
+        rng.shuffle(order)
+        vthread, threads, local = lim.max_vthread_extent, lim.max_threads_per_block, p.max_local_elems
+        out: list = [None] * len(ids)
+        for a in order:
+            step = steps[ids[a]]
+            opts = _spatial_options(step.extent, len(step.lengths), p.max_innermost_split_factor,
+                                    vthread, threads, local)
+            if not opts:
+                return None
+            l = out[a] = _pick(opts, rng)
+            vthread //= l[0]
+            threads //= l[1]
+            local //= l[0] * math.prod(l[2:])
+        return out
+
+    def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> str | None:
+        lim, params = ctx.limits, ctx.params
+        vthread = math.prod(l[0] for l in sp)
+        threads = math.prod(l[1] for l in sp)
+        if vthread > lim.max_vthread_extent:
+            return "vthread"
+        if threads > lim.max_threads_per_block:
+            return "threads_per_block"
+        if threads < g.min_threads:
+            return "too_few_threads"
+        if math.prod(l[0] * math.prod(l[2:]) for l in sp) > params.max_local_elems:
+            return "local_memory"
+        if g.footprints:
+            tile = [math.prod(l) for l in sp] + [math.prod(l) for l in rd]
+            if sum(fp.bytes(tile) for fp in g.footprints) > lim.max_shared_memory_per_block:
+                return "shared_memory"
+        return None
+
+    def fill(self, ctx: InitContext, plan: SketchPlan, rng: random.Random) -> list:
+        steps = list(plan.sketch.steps)
+        for g in plan.groups:
+            rd_opts = [self.options(ctx, steps[k], False) for k in g.reduce_ids]
+            reason = None
+            for _ in range(ctx.params.tile_retries):
+                sp = self.draw_spatial(ctx, steps, g.spatial_ids, rng)
+                rd = [_pick(o, rng) for o in rd_opts]
+                reason = self.check_group(ctx, g, sp, rd) if sp is not None else "no_option"
+                if reason is None:
+                    break
+            else:
+                raise Rejected(f"tile_sizes:{reason}")
+            for k, l in zip(g.spatial_ids + g.reduce_ids, sp + rd):
+                s = steps[k]
+                steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, l, s.inner_to_outer)
+        for k in plan.unknown:
+            s = steps[k]
+            lengths = _pick(self.options(ctx, s, False), rng)
+            steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lengths, s.inner_to_outer)
+        return steps
+
+    def apply(self, ctx, plan, state, rng):
+        return replay(state.dag, self.fill(ctx, plan, rng))
+
+
+class ThreadBind(InitRule):
+    """GPU thread binding (Ansor's InitThreadBind)."""
+
+    def apply(self, ctx, plan, state, rng):
+        roots = plan.tiled_roots
+        tiled = {g.tiled: g for g in plan.groups}
+        for i in range(len(state.stages) - 1, -1, -1):
+            stage = state.stages[i]
+            if stage.is_placeholder or is_inlined(stage):
+                continue
+            if stage.compute_at == ROOT and i in roots:
+                state = self.bind_tiled(ctx, state, i, roots[i])
+            elif stage.compute_at == ROOT:
+                state = self.bind_simple(ctx, state, i, rng)
+            elif stage.scope == "shared" and stage.attach is not None and stage.attach[0] in tiled:
+                state = self.cooperative_fetch(ctx, state, i, tiled[stage.attach[0]], rng)
+        return state
+
+    @staticmethod
+    def _fuse_bind(state: State, i: int, first: int, n: int, thread: str) -> State:
+        if n > 1:
+            state = state.fuse(i, list(range(first, first + n)))
+        return state.bind(i, first, thread)
+
+    def bind_tiled(self, ctx, state, i, g: TileGroup) -> State:
+        n = len(g.spatial_ids)
+        for level, thread in enumerate(("blockIdx.x", "vthread", "threadIdx.x")):
+            state = self._fuse_bind(state, i, level, n, thread)
+        return state
+
+    def bind_simple(self, ctx, state, i, rng) -> State:
+        """Fuse the leading spatial loops, split by a thread count, bind block and thread."""
+        stage = state.stages[i]
+        n = 0
+        while n < len(stage.iters) and stage.iters[n].kind == SPATIAL and stage.iters[n].annotation == "none":
+            n += 1
+        if n == 0:
+            raise Rejected("no_spatial_loop", stage.name)
+        if n > 1:
+            state = state.fuse(i, list(range(n)))
+        extent = state.stages[i].iters[0].extent
+        options = [t for t in ctx.params.thread_counts if t <= min(extent, ctx.limits.max_threads_per_block)]
+        if not options:
+            return state.bind(i, 0, "threadIdx.x")
+        state = state.split(i, 0, [_pick(options, rng)])
+        return state.bind(i, 0, "blockIdx.x").bind(i, 1, "threadIdx.x")
+
+    def cooperative_fetch(self, ctx, state, i, g: TileGroup, rng) -> State:
+        """All threads of the block copy the tile: fuse, split off a vector, follow the
+        consumer's thread count, bind threadIdx.x."""
+        stage = state.stages[i]
+        n = len(stage.iters)
+        if n > 1:
+            state = state.fuse(i, list(range(n)))
+        nbytes = BYTES.get(stage.op.dtype, 4)
+        vectors = [v for v in ctx.params.vector_lengths if v * nbytes <= ctx.params.max_vector_bytes]
+        state = state.split(i, 0, [_pick(vectors, rng)])
+        state = state.vectorize(i, 1)
+        state = state.follow_fused_split(i, 0, g.spatial_ids, 1, True)
+        return state.bind(i, 1, "threadIdx.x")
+
+
+class AutoUnroll(InitRule):
+    """auto_unroll_max_step, drawn from the GPU configs, on every stage with a reduction."""
+
+    def apply(self, ctx, plan, state, rng):
+        configs = ctx.params.auto_unroll_configs
+        for i, stage in enumerate(state.stages):
+            if stage.is_placeholder or is_inlined(stage) or not has_reduce_iter(stage):
+                continue
+            state = state.pragma(i, 0, "auto_unroll_max_step", _pick(configs, rng))
+        return state
+
+
+GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll())
+
+
+__all__ = [
+    "GPU_INIT_RULES", "AutoUnroll", "FillTileSize", "InitContext", "InitRule", "Limits",
+    "Rejected", "SketchPlan", "ThreadBind", "TileGroup", "make_plan",
+]

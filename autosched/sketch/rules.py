@@ -1,0 +1,281 @@
+"""Sketch rules: from a compute DAG's initial state to a few loop-structure skeletons.
+
+Rules are visited for each stage from the last one back to the first (Ansor's order). For a
+(state, stage index) pair every rule of `GPU_RULES`, in order, answers `condition`:
+
+  SKIP                 the rule does not apply; try the next one
+  APPLY                apply it (its results go on), and also try the next rules on the input
+  APPLY_AND_SKIP_REST  apply it and try no other rule for this stage
+
+`apply` returns (new state, next stage index) pairs; a state whose index falls below 0 is a
+finished sketch. A sketch's split lengths are unknown (None): the init rules fill them.
+Adding a rule is one class here plus its place in `GPU_RULES`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..loop_state import REDUCE, ROOT, SPATIAL, State
+from ..te.tensor import ComputeOp
+from .utils import (
+    SketchParams, consumers, direct_producers, elementwise_matched_consumer,
+    has_cache_write_stage, has_reduce_iter, is_inlined, is_output, is_tiled,
+    needs_multi_level_tiling, spatial_and_reduce_length, split_step_ids,
+)
+
+
+class Cond(enum.Enum):
+    SKIP = 0
+    APPLY = 1
+    APPLY_AND_SKIP_REST = 2
+
+
+@dataclass(frozen=True)
+class SketchContext:
+    """What rules may look at besides the state: limits and parameters."""
+
+    warp_size: int = 32
+    max_threads_per_block: int = 1024
+    params: SketchParams = field(default_factory=SketchParams)
+
+
+class SketchRule:
+    """One sketch rule: `condition` decides, `apply` transforms."""
+
+    name: ClassVar[str] = ""
+
+    def condition(self, ctx: SketchContext, state: State, i: int) -> Cond:
+        raise NotImplementedError
+
+    def apply(self, ctx: SketchContext, state: State, i: int) -> list[tuple[State, int]]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+# ---- multi-level tiling (shared by two rules) --------------------------------------------
+
+
+def level_names(root: str, n_levels: int) -> list[str]:
+    """Names of the parts of `root` split into `n_levels` (outer to inner), as SplitStep names
+    them: x_o_o, x_o_i, x_i for three levels."""
+    n = n_levels - 1
+    return [root + "_o" * n] + [root + "_o" * (n - k) + "_i" for k in range(1, n + 1)]
+
+
+def multi_level_tile(state: State, i: int, structure: str) -> tuple[State, list[int]]:
+    """Split every spatial iterator of stage i into structure.count('S') levels and every
+    reduction iterator into structure.count('R'), then order the levels as `structure` says.
+    Returns the state and the spatial splits' step ids (axis order)."""
+    n_s, n_r = structure.count("S"), structure.count("R")
+    stage = state.stages[i]
+    levels: dict[str, list[list[str]]] = {SPATIAL: [], REDUCE: []}
+    spatial_ids = []
+    for it in stage.root_iters:
+        n = n_s if it.kind == SPATIAL else n_r
+        if it.kind == SPATIAL:
+            spatial_ids.append(len(state.steps))
+        state = state.split(i, it.name, [None] * (n - 1))
+        levels[it.kind].append(level_names(it.name, n))
+    order, used = [], {SPATIAL: 0, REDUCE: 0}
+    for ch in structure:
+        kind = SPATIAL if ch == "S" else REDUCE
+        order += [names[used[kind]] for names in levels[kind]]
+        used[kind] += 1
+    return state.reorder(i, order), spatial_ids
+
+
+def outermost_reduce_tile_iter(state: State, i: int, n_reduce_levels: int) -> str | None:
+    """The last iterator of the outermost reduction tile of a multi-level tiled stage (where
+    Ansor attaches shared-memory caches), or None if the stage has no such tile."""
+    stage = state.stages[i]
+    outer = {level_names(it.name, n_reduce_levels)[0]
+             for it in stage.root_iters if it.kind == REDUCE}
+    names = [it.name for it in stage.iters if it.name in outer]
+    return names[-1] if names else None
+
+
+# ---- the rules ------------------------------------------------------------------------------
+
+
+class AlwaysInline(SketchRule):
+    """On GPU every element-wise stage that is not an output is inlined (pads, bias adds)."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        if (stage.is_placeholder or is_inlined(stage) or is_output(state, i)
+                or has_reduce_iter(stage) or not isinstance(stage.op, ComputeOp)
+                or stage.origin != "dag"):
+            return Cond.SKIP
+        return Cond.APPLY_AND_SKIP_REST
+
+    def apply(self, ctx, state, i):
+        return [(state.compute_inline(i), i - 1)]
+
+
+class AddCacheRead(SketchRule):
+    """Copy an input of a multi-level tiled stage into shared memory, attached at the
+    outermost reduction tile (the copy is re-done per reduction step)."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        if is_inlined(stage) or stage.origin != "dag":
+            return Cond.SKIP
+        cons = consumers(state, i)
+        if len(cons) != 1:
+            return Cond.SKIP
+        t = cons[0]
+        target = state.stages[t]
+        if not (needs_multi_level_tiling(state, t) and is_tiled(target)):
+            return Cond.SKIP
+        if i not in direct_producers(state, t):
+            return Cond.SKIP
+        if outermost_reduce_tile_iter(state, t, ctx.params.n_reduce_levels) is None:
+            return Cond.SKIP
+        return Cond.APPLY_AND_SKIP_REST
+
+    def apply(self, ctx, state, i):
+        t = consumers(state, i)[0]
+        state = state.cache_read(i, "shared", [t])
+        cache, t = i + 1, t + 1
+        at = outermost_reduce_tile_iter(state, t, ctx.params.n_reduce_levels)
+        return [(state.compute_at(cache, t, at), i)]
+
+
+class SerialReduction(SketchRule):
+    """Stand-in for Ansor's cross-thread reduction (lowering cannot yet bind reduction
+    iterators to threads). Same condition: a reduction with little spatial parallelism (a
+    tiled stage whose spatial length is below its reduction length) or a long one (over a
+    warp). The reduction stays untiled: computed inside its element-wise consumer's innermost
+    loop when it has one, else at root; the init rules then parallelise the spatial loops over
+    blocks and threads, and each thread runs the whole reduction loop. APPLY, so tiling is
+    tried as well."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        if (not isinstance(stage.op, ComputeOp) or is_inlined(stage) or is_tiled(stage)
+                or not has_reduce_iter(stage) or has_cache_write_stage(state, i)):
+            return Cond.SKIP
+        space, red = spatial_and_reduce_length(stage)
+        if needs_multi_level_tiling(state, i):
+            return Cond.APPLY if space < red else Cond.SKIP
+        return Cond.APPLY if red > ctx.warp_size else Cond.SKIP
+
+    def apply(self, ctx, state, i):
+        j = elementwise_matched_consumer(state, i)
+        if j is None or is_tiled(state.stages[j]):
+            return [(state, i - 1)]
+        consumer = state.stages[j]
+        last_spatial = [it.name for it in consumer.iters if it.kind == SPATIAL][-1]
+        return [(state.compute_at(i, j, last_spatial), i - 1)]
+
+
+class AddCacheWrite(SketchRule):
+    """A stage to tile with no element-wise consumer to fuse computes into a `local` buffer
+    first; its copy-out stage is then the consumer it fuses with."""
+
+    def condition(self, ctx, state, i):
+        if (needs_multi_level_tiling(state, i) and not is_tiled(state.stages[i])
+                and not has_cache_write_stage(state, i)
+                and elementwise_matched_consumer(state, i) is None):
+            return Cond.APPLY_AND_SKIP_REST
+        return Cond.SKIP
+
+    def apply(self, ctx, state, i):
+        return [(state.cache_write(i, "local"), i)]
+
+
+class MultiLevelTilingWithFusion(SketchRule):
+    """Tile the stage (`SSSRRSRS`), tile its element-wise consumer alike at the first three
+    spatial levels (block, vthread, thread) and compute the stage inside the consumer's
+    thread-level tile."""
+
+    follow_levels: ClassVar[int] = 3
+
+    def condition(self, ctx, state, i):
+        if not needs_multi_level_tiling(state, i) or is_tiled(state.stages[i]):
+            return Cond.SKIP
+        j = elementwise_matched_consumer(state, i)
+        if j is None or is_tiled(state.stages[j]) or state.stages[j].compute_at != ROOT:
+            return Cond.SKIP
+        return Cond.APPLY_AND_SKIP_REST
+
+    def apply(self, ctx, state, i):
+        j = elementwise_matched_consumer(state, i)
+        state, spatial_ids = multi_level_tile(state, i, ctx.params.gpu_structure)
+        n = self.follow_levels
+        axes = [it.name for it in state.stages[j].root_iters]
+        for name, src in zip(axes, spatial_ids):
+            state = state.follow_split(j, name, src, n)
+        order = [level_names(a, n + 1)[level] for level in range(n + 1) for a in axes]
+        state = state.reorder(j, order)
+        at = state.stages[j].iters[n * len(axes) - 1].name
+        return [(state.compute_at(i, j, at), i - 1)]
+
+
+class MultiLevelTiling(SketchRule):
+    """Tile a stage that needs it (`SSSRRSRS`), with nothing fused."""
+
+    def condition(self, ctx, state, i):
+        if needs_multi_level_tiling(state, i) and not is_tiled(state.stages[i]):
+            return Cond.APPLY_AND_SKIP_REST
+        return Cond.SKIP
+
+    def apply(self, ctx, state, i):
+        state, _ = multi_level_tile(state, i, ctx.params.gpu_structure)
+        return [(state, i - 1)]
+
+
+class SkipStage(SketchRule):
+    """The last rule: leave the stage as it is and go on to the previous one."""
+
+    def condition(self, ctx, state, i):
+        return Cond.APPLY
+
+    def apply(self, ctx, state, i):
+        return [(state, i - 1)]
+
+
+# The GPU rule order (Ansor's, less the rules for attributes this DAG language lacks:
+# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor).
+GPU_RULES: tuple[SketchRule, ...] = (
+    AddCacheRead(),
+    AlwaysInline(),
+    SerialReduction(),
+    AddCacheWrite(),
+    MultiLevelTilingWithFusion(),
+    MultiLevelTiling(),
+    SkipStage(),
+)
+
+
+def generate(state: State, ctx: SketchContext, rules: tuple[SketchRule, ...] = GPU_RULES) -> list[State]:
+    """Run the rules from the last stage back; return the distinct finished sketches."""
+    todo: list[tuple[State, int]] = [(state, len(state.stages) - 1)]
+    out: list[State] = []
+    while todo:
+        nxt: list[tuple[State, int]] = []
+        for st, i in todo:
+            if i < 0:
+                if st not in out:
+                    out.append(st)
+                continue
+            for rule in rules:
+                cond = rule.condition(ctx, st, i)
+                if cond is Cond.SKIP:
+                    continue
+                nxt.extend(rule.apply(ctx, st, i))
+                if cond is Cond.APPLY_AND_SKIP_REST:
+                    break
+        todo = nxt
+    return out
+
+
+__all__ = [
+    "Cond", "SketchContext", "SketchRule", "GPU_RULES", "generate", "multi_level_tile",
+    "outermost_reduce_tile_iter", "split_step_ids",
+]

@@ -1,0 +1,254 @@
+"""Shared predicates and helpers of the sketch and init rules (Ansor's search_policy/utils.h).
+
+Everything here reads a State; nothing changes one. Stages are named by their index in the
+state, as the steps name them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from ..compute_dag import OpInfo
+from ..loop_state import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage, State
+from ..te.expr import Load, Reduce
+from ..te.tensor import ComputeOp, Tensor
+from ..te.visitor import substitute, walk
+from ..transform_steps import (
+    CacheReadStep, CacheWriteStep, FollowFusedSplitStep, FollowSplitStep, SplitStep, consumers_of,
+    reads_of,
+)
+from ..transform_steps import STEP_REGISTRY
+
+
+@dataclass(frozen=True)
+class SketchParams:
+    """Knobs of sketch generation and random annotation (one place, no environment variables).
+
+    `gpu_structure`: the multi-level tiling structure; `S` levels split spatial iterators, `R`
+    levels reduction iterators (Ansor's GPU default `SSSRRSRS`). The first three `S` levels are
+    bound to blockIdx.x, vthread and threadIdx.x by the init rules.
+    """
+
+    gpu_structure: str = "SSSRRSRS"
+    max_innermost_split_factor: int = 64
+    auto_unroll_configs: tuple[int, ...] = (0, 16, 64, 512, 1024)
+    thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512)
+    vector_lengths: tuple[int, ...] = (1, 2, 4)
+    max_vector_bytes: int = 16
+    max_local_elems: int = 256  # elements of `local` buffers per thread (registers, no spills)
+    tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
+
+    @property
+    def n_spatial_levels(self) -> int:
+        return self.gpu_structure.count("S")
+
+    @property
+    def n_reduce_levels(self) -> int:
+        return self.gpu_structure.count("R")
+
+
+# ---- factorisation --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of n, ascending."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return tuple(small + large[::-1])
+
+
+@functools.lru_cache(maxsize=None)
+def factorization_schemes(extent: int, n_lengths: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Every perfect tiling of `extent` into `n_lengths` inner lengths (outer to inner): tuples
+    whose product divides `extent` (the outermost part takes the rest) and whose last entry is at
+    most `max_innermost`. Cached: the search asks for the same few extents millions of times."""
+    if n_lengths == 0:
+        return ((),)
+    out: list[tuple[int, ...]] = []
+    for last in divisors(extent):
+        if last > max_innermost:
+            break
+        for head in factorization_schemes(extent // last, n_lengths - 1, extent):
+            out.append(head + (last,))
+    return tuple(out)
+
+
+# ---- stage predicates -----------------------------------------------------------------------
+
+
+def stage_op_info(state: State, i: int) -> OpInfo | None:
+    """The DAG analysis of stage i's computation: its own op's, or for the `local` stage a
+    cache_write made, the analysis of the op it computes. None for cache_read copies and for
+    the copy-out stage of a cache_write (they only move data)."""
+    stage = state.stages[i]
+    info = state.dag.info.get(id(stage.op))
+    if info is not None or stage.origin != "cache_write":
+        return info
+    # The copy-out stage reads the local stage and produces the original op.
+    for other in state.stages:
+        body = getattr(other.op, "body", None)
+        if isinstance(body, Load) and isinstance(body.buffer, Tensor) and body.buffer.op is stage.op:
+            return state.dag.info.get(id(other.produces))
+    return None
+
+
+def needs_multi_level_tiling(state: State, i: int) -> bool:
+    info = stage_op_info(state, i)
+    return info is not None and info.needs_multi_level_tiling and state.stages[i].compute_at != INLINED
+
+
+def is_output(state: State, i: int) -> bool:
+    """True for the stage that writes a DAG output (after a cache_write: the copy-out stage)."""
+    produces = state.stages[i].produces
+    return any(produces is op for op in state.dag.outputs)
+
+
+def has_reduce_iter(stage: Stage) -> bool:
+    return any(it.kind == REDUCE for it in stage.root_iters)
+
+
+def is_inlined(stage: Stage) -> bool:
+    return stage.compute_at == INLINED
+
+
+def is_tiled(stage: Stage) -> bool:
+    """True once a stage has been split (Ansor's IsTiled)."""
+    return any(isinstance(r, SplitRel) for r in stage.relations)
+
+
+def spatial_and_reduce_length(stage: Stage) -> tuple[int, int]:
+    """Products of the root spatial and reduction extents."""
+    sp = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
+    rd = math.prod(it.extent for it in stage.root_iters if it.kind == REDUCE)
+    return sp, rd
+
+
+def has_cache_write_stage(state: State, i: int) -> bool:
+    """True for the `local` stage a cache_write created (Ansor's HasCacheWriteStage)."""
+    return state.stages[i].origin == "cache_write"
+
+
+def consumers(state: State, i: int) -> list[int]:
+    """Stages that read stage i's result, looking through inlined stages (Ansor's GetConsumers)."""
+    out: set[int] = set()
+    todo, seen = [i], {i}
+    while todo:
+        for c in consumers_of(state, todo.pop()):
+            if c in seen:
+                continue
+            seen.add(c)
+            if is_inlined(state.stages[c]):
+                todo.append(c)
+            else:
+                out.add(c)
+    return sorted(out)
+
+
+def direct_producers(state: State, i: int) -> set[int]:
+    return reads_of(state, i)
+
+
+def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
+    """Index tuples (in stage j's own axes) of every read of stage `target`'s result in stage
+    j's body, with inlined stages substituted."""
+    tgt_op = state.stages[target].produces
+    found: list[tuple] = []
+
+    def visit(k: int, mapping: dict) -> None:
+        stage = state.stages[k]
+        redirect = {id(a): b for a, b in stage.redirects}
+        for node in walk(stage.op.body):
+            if not (isinstance(node, Load) and isinstance(node.buffer, Tensor)):
+                continue
+            op = redirect.get(id(node.buffer.op), node.buffer.op)
+            idx = tuple(substitute(x, mapping) if mapping else x for x in node.indices)
+            if op is tgt_op:
+                found.append(idx)
+                continue
+            p = state.stage_of_producer(op)
+            if is_inlined(state.stages[p]) and isinstance(state.stages[p].op, ComputeOp):
+                visit(p, dict(zip(state.stages[p].op.axis, idx)))
+
+    visit(j, {})
+    return found
+
+
+def elementwise_matched_consumer(state: State, i: int) -> int | None:
+    """The single consumer of stage i when it reads i element-wise: same spatial shape, no
+    reduction, and every read indexes with its own axes in order (Ansor's
+    HasSingleElementwiseMatchedConsumer). None otherwise."""
+    cons = consumers(state, i)
+    if len(cons) != 1:
+        return None
+    j = cons[0]
+    stage, consumer = state.stages[i], state.stages[j]
+    if not isinstance(consumer.op, ComputeOp) or isinstance(consumer.op.body, Reduce):
+        return None
+    if consumer.compute_at != ROOT and consumer.compute_at != ATTACHED:
+        return None
+    shape = tuple(a.extent for a in stage.op.axis)
+    if tuple(a.extent for a in consumer.op.axis) != shape:
+        return None
+    reads = loads_through_inlined(state, j, i)
+    axes = consumer.op.axis
+    if not reads or any(len(idx) != len(axes) or any(x is not a for x, a in zip(idx, axes))
+                        for idx in reads):
+        return None
+    return j
+
+
+# ---- steps of a stage -----------------------------------------------------------------------
+
+
+def stage_index_history(state: State) -> list[int]:
+    """For each step k, the index that step k's stage has in the final state (-1 when the
+    stage index is not tracked). Cache steps insert stages and shift later indices; this undoes
+    that, so rules can find "the splits of stage i" in a list of steps."""
+    # ident[p] = stable id of the stage at position p, after the steps applied so far
+    n0 = len(state.dag.ops)
+    ident = list(range(n0))
+    next_id = n0
+    at_step: list[int] = []
+    for step in state.steps:
+        at_step.append(ident[step.stage_id])
+        if isinstance(step, CacheReadStep):
+            ident.insert(step.stage_id + 1, next_id)
+            next_id += 1
+        elif isinstance(step, CacheWriteStep):
+            ident.insert(step.stage_id, next_id)  # the new local stage takes the old position
+            next_id += 1
+        elif type(step) is STEP_REGISTRY.get("RF"):  # rfactor adds a stage before its target
+            ident.insert(step.stage_id, next_id)
+            next_id += 1
+    final = {sid: p for p, sid in enumerate(ident)}
+    return [final.get(sid, -1) for sid in at_step]
+
+
+SPLITTING_STEPS = (SplitStep, FollowSplitStep, FollowFusedSplitStep)
+
+
+def split_step_ids(state: State, i: int, kind: str | None = None) -> list[int]:
+    """Ids of the SplitSteps on stage i, in order; with `kind`, only those that split a root
+    iterator of that kind (spatial / reduce)."""
+    where = stage_index_history(state)
+    stage = state.stages[i]
+    rels = [r for r in stage.relations if isinstance(r, SplitRel)]
+    mine = [k for k, s in enumerate(state.steps) if isinstance(s, SPLITTING_STEPS) and where[k] == i]
+    root_kind = {it.name: it.kind for it in stage.root_iters}
+    out = []
+    for k, rel in zip(mine, rels):
+        if isinstance(state.steps[k], SplitStep) and (kind is None or root_kind.get(rel.parent) == kind):
+            out.append(k)
+    return out
+
+
+def follow_split_step_ids(state: State, i: int) -> list[int]:
+    where = stage_index_history(state)
+    return [k for k, s in enumerate(state.steps) if isinstance(s, FollowSplitStep) and where[k] == i]
