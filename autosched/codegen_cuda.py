@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from typing import ClassVar
 
+import numpy as np
+
 from . import ir
 from .errors import LoweringError
 from .te.dtype import CUDA_TYPE, is_float
@@ -141,7 +143,8 @@ def literal(c: Const) -> str:
     elif math.isinf(v):
         text = "INFINITY" if v > 0 else "(-INFINITY)"
     else:
-        text = f"{v:.17e}" if dtype == "float64" else f"{v:.9e}f"
+        # float/half: print the float32 value itself, so the C compiler does not round twice
+        text = f"{v:.17e}" if dtype == "float64" else f"{float(np.float32(v)):.9e}f"
     if v < 0 and not text.startswith("("):
         text = f"({text})"
     return f"__float2half({text})" if dtype == "float16" else text
@@ -212,6 +215,8 @@ class ExprPrinter:
             return f"__float2half({x if src == 'float32' else f'((float){x})'})"
         if src == "float16":
             x = f"__half2float({x})"
+            if dst == "float32":
+                return x
         return f"(({self.t.types[dst]}){x})"
 
     def _call(self, e: Call) -> str:
@@ -233,11 +238,6 @@ class ExprPrinter:
 
 
 # ---- statements ----------------------------------------------------------------------------
-
-
-def _c_name(name: str) -> str:
-    text = re.sub(r"\W", "_", name)
-    return text if text and not text[0].isdigit() else "v_" + text
 
 
 class KernelPrinter:
@@ -265,7 +265,7 @@ class KernelPrinter:
 
     def _fresh(self, name: str) -> str:
         """A C identifier from `name`, unique in this kernel (`i`, `i_1`, ...)."""
-        base = name = _c_name(name)
+        base = name = re.sub(r"\W|^(?=\d)|^$", "_", name)
         for n in itertools.count(1):
             if name not in self.used:
                 break

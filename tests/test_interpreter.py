@@ -234,7 +234,7 @@ def test_matmul_missing_barrier_is_a_race(which):
     program = matmul_program(**{which: False})
     verify_program(program)
     with pytest.raises(InterpreterError, match="race on shared buffer [AB]_shared"):
-        run_program(program, dict(A=a, B=b, C=np.zeros((32, 32), np.float32)))
+        run_program(program, {"A": a, "B": b, "C": np.zeros((32, 32), np.float32)})
 
 
 def _softmax(x):
@@ -281,7 +281,7 @@ def test_padded_load_under_select():
 
 
 def test_out_of_bounds_load_raises():
-    arrays = dict(A=np.zeros(64, np.float32), B=np.zeros(64, np.float32))
+    arrays = {"A": np.zeros(64, np.float32), "B": np.zeros(64, np.float32)}
     with pytest.raises(
         InterpreterError,
         match=r"out-of-bounds read of global buffer A\[-1\].*threadIdx\(0, 0, 0\).*shift_kernel",
@@ -317,15 +317,19 @@ def intdiv_inputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(6)
     a = rng.integers(-50, 50, 64).astype(np.int32)
     b = rng.choice([-7, -3, -1, 1, 2, 5, 9], 64).astype(np.int32)
-    return dict(
-        A=a, B=b, Q=np.zeros(64, np.int32), R=np.zeros(64, np.int32), F=np.zeros(64, np.float32)
-    )
+    return {
+        "A": a,
+        "B": b,
+        "Q": np.zeros(64, np.int32),
+        "R": np.zeros(64, np.int32),
+        "F": np.zeros(64, np.float32),
+    }
 
 
 def intdiv_expected(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
     t = np.arange(64)
     r = a % b + np.maximum(a, b) - np.minimum(a, b) + (t - 32) % 7
-    return dict(Q=a // b, R=r.astype(np.int32), F=((t - 32) // 5).astype(np.float32))
+    return {"Q": a // b, "R": r.astype(np.int32), "F": ((t - 32) // 5).astype(np.float32)}
 
 
 def test_floordiv_floormod_negative():
