@@ -8,8 +8,9 @@ schedule). Stages and iterators are named by index, which makes steps replayable
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from .errors import ScheduleError
 from .loop_state import (
@@ -155,9 +156,9 @@ def _transitive_consumers(state: State, index: int) -> set[int]:
 
 def _check_unannotated(stage: Stage, its: list[Iterator], what: str) -> None:
     for it in its:
-        check(it.annotation == "none",
-              lambda: f"cannot {what} iterator {it.name!r} of stage {stage.name!r}: it is already "
-              f"annotated {it.annotation!r}")
+        if it.annotation != "none":
+            raise ScheduleError(f"cannot {what} iterator {it.name!r} of stage {stage.name!r}: it "
+                                f"is already annotated {it.annotation!r}")
 
 
 def _split_names(name: str, n: int, inner_to_outer: bool) -> list[str]:
@@ -182,7 +183,7 @@ def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer:
     names = _split_names(it.name, len(lengths), inner_to_outer)
     existing = {x.name for x in stage.iters}
     check(existing.isdisjoint(names), lambda: f"split of {stage.name}.{it.name}: the name "
-          f"{[n for n in names if n in existing][0]!r} is taken")
+          f"{next(n for n in names if n in existing)!r} is taken")
     children = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
     iters = stage.iters[:ii] + children + stage.iters[ii + 1:]
     stages = list(state.stages)
@@ -278,8 +279,8 @@ class FollowFusedSplitStep(Step):
     def length(self, state: State):
         total = 1
         for sid in self.src_step_ids:
-            check(0 <= sid < len(state.steps) and isinstance(state.steps[sid], SplitStep),
-                  lambda: f"follow_fused_split: step {sid} is not a split")
+            if not (0 <= sid < len(state.steps) and isinstance(state.steps[sid], SplitStep)):
+                raise ScheduleError(f"follow_fused_split: step {sid} is not a split")
             lengths = state.steps[sid].lengths
             check(self.level < len(lengths), lambda: f"follow_fused_split: level {self.level} too deep")
             if lengths[self.level] is None:
@@ -377,7 +378,10 @@ class ComputeAtStep(Step):
         stage = state.stages[self.stage_id]
         target = state.stages[self.target_stage_id]
         it = target.iters[target.iter_index(self.target_iter_id)]
-        where = lambda: f"compute_at of {stage.name!r} at {target.name}.{it.name}"  # noqa: E731
+
+        def where() -> str:
+            return f"compute_at of {stage.name!r} at {target.name}.{it.name}"
+
         check(not stage.is_placeholder, lambda: f"{where()}: {stage.name!r} is a placeholder")
         check(self.stage_id != self.target_stage_id,
               lambda: f"{where()}: a stage cannot be computed inside itself (a cycle)")
@@ -461,8 +465,9 @@ class CacheReadStep(Step):
         check(src.compute_at != INLINED, lambda: f"cache_read: {src.name!r} is inlined")
         check(len(self.reader_stage_ids) > 0, "cache_read needs at least one reader stage")
         for r in self.reader_stage_ids:
-            check(self.stage_id in reads_of(state, r),
-                  lambda: f"cache_read: stage {state.stages[r].name!r} does not read {src.name!r}")
+            if self.stage_id not in reads_of(state, r):
+                raise ScheduleError(
+                    f"cache_read: stage {state.stages[r].name!r} does not read {src.name!r}")
         tensor = src.produces.output(0)
         axes = tuple(IterVar(f"ax{i}", 0, d, IterVar.SPATIAL) for i, d in enumerate(tensor.shape))
         new_op = ComputeOp(f"{src.name}.{self.scope_name}", "", axes, Load(tensor, axes), {})
@@ -550,10 +555,11 @@ class AnnotationStep(Step):
               lambda: f"iterator {stage.name}.{it.name} is already annotated {it.annotation!r}")
         if self.annotation in THREAD_ANNOTATIONS and self.annotation != "vthread":
             for other in stage.iters:
-                if other is not it and other.annotation == self.annotation:
-                    check(other.extent == it.extent,
-                          lambda: f"stage {stage.name!r} binds {self.annotation} twice with different extents "
-                          f"({other.name}: {other.extent}, {it.name}: {it.extent})")
+                if (other is not it and other.annotation == self.annotation
+                        and other.extent != it.extent):
+                    raise ScheduleError(
+                        f"stage {stage.name!r} binds {self.annotation} twice with different "
+                        f"extents ({other.name}: {other.extent}, {it.name}: {it.extent})")
         new_it = Iterator(it.name, it.extent, it.kind, self.annotation)
         iters = stage.iters[:ii] + (new_it,) + stage.iters[ii + 1:]
         return state.replace_stage(self.stage_id, replace(stage, iters=iters))

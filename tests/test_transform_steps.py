@@ -7,14 +7,24 @@ import json
 
 import pytest
 from workloads_for_tests import (
-    conv2d_bias_relu_dag, matmul_dag, matmul_shared_state, seed_conv_state,
+    conv2d_bias_relu_dag,
+    matmul_dag,
+    matmul_shared_state,
+    seed_conv_state,
 )
 
 from autosched.errors import ScheduleError
 from autosched.loop_state import ATTACHED, INLINED, MIXED, REDUCE, SPATIAL
 from autosched.transform_steps import (
-    STEP_REGISTRY, AnnotationStep, ComputeAtStep, FollowFusedSplitStep, FollowSplitStep,
-    PragmaStep, SplitStep, Step, replay,
+    STEP_REGISTRY,
+    AnnotationStep,
+    ComputeAtStep,
+    FollowFusedSplitStep,
+    FollowSplitStep,
+    PragmaStep,
+    SplitStep,
+    Step,
+    replay,
 )
 
 CONV = "conv2d_nchw"
@@ -53,13 +63,26 @@ EXAMPLES = _examples()
 
 def test_every_registered_step_has_an_example():
     assert set(EXAMPLES) == set(STEP_REGISTRY)
-    assert set(STEP_REGISTRY) >= {"SP", "FSP", "FFSP", "FU", "RE", "CA", "CR", "CI", "CHR", "CHW",
-                                  "AN", "PR", "SA"}
+    assert set(STEP_REGISTRY) >= {
+        "SP",
+        "FSP",
+        "FFSP",
+        "FU",
+        "RE",
+        "CA",
+        "CR",
+        "CI",
+        "CHR",
+        "CHW",
+        "AN",
+        "PR",
+        "SA",
+    }
 
 
 @pytest.mark.parametrize("tag", sorted(EXAMPLES))
 def test_step_record_round_trip(tag):
-    dag, before, step = EXAMPLES[tag]
+    _, before, step = EXAMPLES[tag]
     record = json.loads(json.dumps(step.to_record()))
     assert record[0] == tag
     again = Step.from_record(record)
@@ -87,8 +110,12 @@ def test_malformed_records_are_rejected(conv_dag):
 def test_split_extents(mm_dag):
     s = mm_dag.get_init_state().split("C", "i", [3, 4])  # 64 = ceil(64 / 12) * 3 * 4, rounded up
     assert [(it.name, it.extent, it.kind) for it in s["C"].iters] == [
-        ("i_o_o", 6, SPATIAL), ("i_o_i", 3, SPATIAL), ("i_i", 4, SPATIAL),
-        ("j", 64, SPATIAL), ("k", 64, REDUCE)]
+        ("i_o_o", 6, SPATIAL),
+        ("i_o_i", 3, SPATIAL),
+        ("i_i", 4, SPATIAL),
+        ("j", 64, SPATIAL),
+        ("k", 64, REDUCE),
+    ]
 
 
 def test_sketch_split_with_unknown_lengths(mm_dag):
@@ -104,8 +131,11 @@ def test_sketch_split_with_unknown_lengths(mm_dag):
 
 def test_follow_split_lengths(conv_dag):
     state = seed_conv_state(conv_dag)
-    ff_split = next(i for i, s in enumerate(state.steps)
-                    if isinstance(s, SplitStep) and s.lengths == (1, 32, 1, 1))
+    ff_split = next(
+        i
+        for i, s in enumerate(state.steps)
+        if isinstance(s, SplitStep) and s.lengths == (1, 32, 1, 1)
+    )
     assert FollowSplitStep(6, 1, ff_split, 3).lengths(state) == (1, 32, 1)
     assert FollowSplitStep(6, 1, ff_split, 2).lengths(state) == (1, 32)
     assert FollowSplitStep(6, 1, ff_split, 4).lengths(state) == (1, 32, 1, 1)
@@ -118,7 +148,9 @@ def test_follow_split_lengths(conv_dag):
 def test_fuse_extent_and_kind(mm_dag):
     s = mm_dag.get_init_state().fuse("C", ["j", "k"])
     assert [(it.name, it.extent, it.kind) for it in s["C"].iters] == [
-        ("i", 64, SPATIAL), ("j_k_fused", 4096, MIXED)]
+        ("i", 64, SPATIAL),
+        ("j_k_fused", 4096, MIXED),
+    ]
     assert s.fuse("C", ["j_k_fused"]) is not None  # fusing one iterator is a no-op
 
 
@@ -148,7 +180,8 @@ def test_pragmas(conv_dag):
     s = s.pragma(CONV, "nn", "unroll_explicit", False)
     assert s[CONV].auto_unroll_max_step == 16 and not s[CONV].unroll_explicit
     assert conv_dag.print_python_schedule(s).splitlines()[-1] == (
-        's[conv2d_nchw].pragma(conv2d_nchw_nn, "unroll_explicit", False)')
+        's[conv2d_nchw].pragma(conv2d_nchw_nn, "unroll_explicit", False)'
+    )
 
 
 # ---- invalid steps: ScheduleError naming the stage and the iterator -------------------------------
@@ -180,7 +213,9 @@ def test_reorder_that_drops_or_repeats_iterators(conv_dag):
     s = conv_dag.get_init_state()
     all_its = ["nn", "ff", "yy", "xx", "rc", "ry", "rx"]
     raises(lambda: s.reorder(CONV, all_its[:-1]), CONV, "missing ['rx']")
-    raises(lambda: s.reorder(CONV, all_its[:-1] + ["nn"]), CONV, "missing ['rx']", "repeated ['nn']")
+    raises(
+        lambda: s.reorder(CONV, all_its[:-1] + ["nn"]), CONV, "missing ['rx']", "repeated ['nn']"
+    )
 
 
 def test_compute_at_that_would_create_a_cycle(conv_dag):
@@ -193,8 +228,13 @@ def test_compute_at_a_stage_that_is_not_a_consumer(conv_dag, mm_dag):
     s = conv_dag.get_init_state()
     raises(lambda: s.compute_at("T_add", CONV, "xx"), "'T_add'", CONV, "xx", "does not consume")
     m = mm_dag.get_init_state().cache_read("A", "shared", ["C"]).cache_read("B", "shared", ["C"])
-    raises(lambda: m.compute_at("A.shared", "B.shared", "ax1"), "A.shared", "B.shared", "ax1",
-           "does not consume")
+    raises(
+        lambda: m.compute_at("A.shared", "B.shared", "ax1"),
+        "A.shared",
+        "B.shared",
+        "ax1",
+        "does not consume",
+    )
     # A consumer further down the chain is fine (pad_temp -> conv -> T_add).
     assert s.compute_at("pad_temp", "T_add", "ax3")["pad_temp"].attach == (5, "ax3")
 
@@ -213,12 +253,22 @@ def test_compute_inline_of_an_output_or_a_reduction(conv_dag):
 def test_binding_a_thread_axis_twice_with_different_extents(conv_dag):
     s = conv_dag.get_init_state().split("compute", "i1", [32])
     s = s.bind("compute", "i1_i", "threadIdx.x")
-    raises(lambda: s.bind("compute", "i1_o", "threadIdx.x"), "'compute'", "threadIdx.x",
-           "i1_o", "i1_i", "different extents")
+    raises(
+        lambda: s.bind("compute", "i1_o", "threadIdx.x"),
+        "'compute'",
+        "threadIdx.x",
+        "i1_o",
+        "i1_i",
+        "different extents",
+    )
     # The same extent twice is allowed (cooperative fetching binds like this).
     t = conv_dag.get_init_state().split("compute", "i1", [4, 4])
     t = t.bind("compute", "i1_o_i", "threadIdx.x").bind("compute", "i1_i", "threadIdx.x")
-    assert [it.annotation for it in t["compute"].iters][1:4] == ["none", "threadIdx.x", "threadIdx.x"]
+    assert [it.annotation for it in t["compute"].iters][1:4] == [
+        "none",
+        "threadIdx.x",
+        "threadIdx.x",
+    ]
 
 
 def test_other_invalid_steps(conv_dag, mm_dag):
@@ -230,8 +280,12 @@ def test_other_invalid_steps(conv_dag, mm_dag):
     raises(lambda: s.apply(PragmaStep(6, 1, "unroll_everything$1")), "unknown pragma")
     raises(lambda: s.split("compute", "i1", [0]), "compute.i1", "positive")
     raises(lambda: s.apply(ComputeAtStep(0, 6, 0)), "'data'", "compute.i0", "placeholder")
-    raises(lambda: s.cache_read("kernel", "shared", ["compute"]), "'compute'", "does not read",
-           "'kernel'")
+    raises(
+        lambda: s.cache_read("kernel", "shared", ["compute"]),
+        "'compute'",
+        "does not read",
+        "'kernel'",
+    )
     raises(lambda: s.cache_read("kernel", "global", [CONV]), "scope")
     m = mm_dag.get_init_state().split("C", "i", [2])
     raises(lambda: m.cache_write("C"), "'C'", "already transformed")

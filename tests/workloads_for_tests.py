@@ -33,7 +33,9 @@ def conv2d_bias_relu_dag(n=1, h=7, w=7, co=512, ci=512, kh=3, kw=3, pad=1) -> Co
         (n, ci, hp, wp),
         lambda i0, i1, i2, i3: te.if_then_else(
             te.all(i2 >= pad, i2 < h + pad, i3 >= pad, i3 < w + pad),
-            data[i0, i1, i2 - pad, i3 - pad], te.const(0.0, "float32")),
+            data[i0, i1, i2 - pad, i3 - pad],
+            te.const(0.0, "float32"),
+        ),
         name="pad_temp",
     )
     rc = te.reduce_axis((0, ci), name="rc")
@@ -42,13 +44,20 @@ def conv2d_bias_relu_dag(n=1, h=7, w=7, co=512, ci=512, kh=3, kw=3, pad=1) -> Co
     conv = te.compute(
         (n, co, h, w),
         lambda nn, ff, yy, xx: te.sum(
-            pad_temp[nn, rc, yy + ry, xx + rx] * kernel[ff, rc, ry, rx], axis=[rc, ry, rx]),
+            pad_temp[nn, rc, yy + ry, xx + rx] * kernel[ff, rc, ry, rx], axis=[rc, ry, rx]
+        ),
         name="conv2d_nchw",
     )
-    t_add = te.compute((n, co, h, w), lambda ax0, ax1, ax2, ax3: conv[ax0, ax1, ax2, ax3]
-                       + bias[ax0, ax1, 0, 0], name="T_add")
-    out = te.compute((n, co, h, w), lambda i0, i1, i2, i3: te.max(
-        t_add[i0, i1, i2, i3], te.const(0.0, "float32")), name="compute")
+    t_add = te.compute(
+        (n, co, h, w),
+        lambda ax0, ax1, ax2, ax3: conv[ax0, ax1, ax2, ax3] + bias[ax0, ax1, 0, 0],
+        name="T_add",
+    )
+    out = te.compute(
+        (n, co, h, w),
+        lambda i0, i1, i2, i3: te.max(t_add[i0, i1, i2, i3], te.const(0.0, "float32")),
+        name="compute",
+    )
     return ComputeDAG([data, kernel, bias, out])
 
 
@@ -63,19 +72,30 @@ def matmul_dag(n=64, m=64, k=64) -> ComputeDAG:
 
 # The seeds' tile sizes, outer to inner (the SplitStep `lengths`; the outermost part is implied).
 SEED_001_TILES = {
-    "nn": (1, 1, 1, 1), "ff": (1, 32, 1, 1), "yy": (7, 1, 1, 1), "xx": (1, 1, 1, 1),
-    "rc": (1, 2), "ry": (1, 3), "rx": (1, 3),
+    "nn": (1, 1, 1, 1),
+    "ff": (1, 32, 1, 1),
+    "yy": (7, 1, 1, 1),
+    "xx": (1, 1, 1, 1),
+    "rc": (1, 2),
+    "ry": (1, 3),
+    "rx": (1, 3),
 }
 SEED_001_VECTORS = {"kernel.shared": 1, "pad_temp.shared": 2}
 SEED_002_TILES = {
-    "nn": (1, 1, 1, 1), "ff": (1, 64, 2, 1), "yy": (1, 1, 1, 1), "xx": (1, 1, 7, 1),
-    "rc": (4, 2), "ry": (1, 1), "rx": (3, 1),
+    "nn": (1, 1, 1, 1),
+    "ff": (1, 64, 2, 1),
+    "yy": (1, 1, 1, 1),
+    "xx": (1, 1, 7, 1),
+    "rc": (4, 2),
+    "ry": (1, 1),
+    "rx": (3, 1),
 }
 SEED_002_VECTORS = {"kernel.shared": 1, "pad_temp.shared": 1}
 
 
-def seed_conv_state(dag: ComputeDAG, tiles=SEED_001_TILES, vectors=SEED_001_VECTORS,
-                    unroll: int = 512) -> State:
+def seed_conv_state(
+    dag: ComputeDAG, tiles=SEED_001_TILES, vectors=SEED_001_VECTORS, unroll: int = 512
+) -> State:
     """The seeds' best conv2d+bias+relu schedule as a step list (TVM's Ansor GPU sketch:
     SSSRRSRS tiling, fused consumer, shared-memory cooperative fetching, unroll pragma)."""
     conv, relu = "conv2d_nchw", "compute"
@@ -92,8 +112,14 @@ def seed_conv_state(dag: ComputeDAG, tiles=SEED_001_TILES, vectors=SEED_001_VECT
     s = s.reorder(conv, order)
     for ax, src in zip(("i0", "i1", "i2", "i3"), ("nn", "ff", "yy", "xx")):
         s = s.follow_split(relu, ax, split_ids[src], 3)
-    s = s.reorder(relu, [f"{a}{suffix}" for suffix in ("_o_o_o", "_o_o_i", "_o_i", "_i")
-                         for a in ("i0", "i1", "i2", "i3")])
+    s = s.reorder(
+        relu,
+        [
+            f"{a}{suffix}"
+            for suffix in ("_o_o_o", "_o_o_i", "_o_i", "_i")
+            for a in ("i0", "i1", "i2", "i3")
+        ],
+    )
     s = s.compute_at(conv, relu, "i3_o_i")
     s = s.cache_read("kernel", "shared", [conv])
     s = s.compute_at("kernel.shared", conv, "rx_o_o")
@@ -101,7 +127,8 @@ def seed_conv_state(dag: ComputeDAG, tiles=SEED_001_TILES, vectors=SEED_001_VECT
     s = s.compute_at("pad_temp.shared", conv, "rx_o_o")
     s = s.compute_inline("pad_temp")
     for level, (suffix, thread) in enumerate(
-            (("_o_o_o", "blockIdx.x"), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.x"))):
+        (("_o_o_o", "blockIdx.x"), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.x"))
+    ):
         s = s.fuse(relu, [f"i{d}{suffix}" for d in range(4)])
         s = s.bind(relu, s[relu].iters[level].name, thread)
     spatial_splits = [split_ids[a] for a in ("nn", "ff", "yy", "xx")]
@@ -119,8 +146,9 @@ def seed_conv_state(dag: ComputeDAG, tiles=SEED_001_TILES, vectors=SEED_001_VECT
 MATMUL_TILES = {"i": (1, 8, 2, 2), "j": (2, 8, 1, 2), "k": (4, 2)}
 
 
-def matmul_shared_state(dag: ComputeDAG, tiles=MATMUL_TILES, vectors=(2, 1),
-                        unroll: int = 64) -> State:
+def matmul_shared_state(
+    dag: ComputeDAG, tiles=MATMUL_TILES, vectors=(2, 1), unroll: int = 64
+) -> State:
     """A hand-built Ansor-style GPU schedule of `matmul_dag`: cache_write local, SSSRRSRS tiling,
     shared-memory caches of A and B at the outer reduction tile, fused block/vthread/thread
     bindings, cooperative fetching (vectorised), storage_align and an unroll pragma."""
@@ -131,9 +159,16 @@ def matmul_shared_state(dag: ComputeDAG, tiles=MATMUL_TILES, vectors=(2, 1),
         ids[ax] = len(s.steps)
         s = s.split("C.local", f"{ax}_c" if ax != "k" else "k", tiles[ax])
     sp = ("i_c", "j_c")
-    s = s.reorder("C.local", [f"{a}_o_o_o_o" for a in sp] + [f"{a}_o_o_o_i" for a in sp]
-                  + [f"{a}_o_o_i" for a in sp] + ["k_o_o", "k_o_i"] + [f"{a}_o_i" for a in sp]
-                  + ["k_i"] + [f"{a}_i" for a in sp])
+    s = s.reorder(
+        "C.local",
+        [f"{a}_o_o_o_o" for a in sp]
+        + [f"{a}_o_o_o_i" for a in sp]
+        + [f"{a}_o_o_i" for a in sp]
+        + ["k_o_o", "k_o_i"]
+        + [f"{a}_o_i" for a in sp]
+        + ["k_i"]
+        + [f"{a}_i" for a in sp],
+    )
     for ax in ("i", "j"):
         s = s.follow_split("C", ax, ids[ax], 3)
     s = s.reorder("C", [f"{a}{suf}" for suf in ("_o_o_o", "_o_o_i", "_o_i", "_i") for a in "ij"])
@@ -142,7 +177,11 @@ def matmul_shared_state(dag: ComputeDAG, tiles=MATMUL_TILES, vectors=(2, 1),
         s = s.cache_read(src, "shared", ["C.local"])
         s = s.compute_at(f"{src}.shared", "C.local", "k_o_o")
     s = s.storage_align("A.shared", "ax0", 32, 1)
-    for suffix, thread in (("_o_o_o", "blockIdx.x"), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.x")):
+    for suffix, thread in (
+        ("_o_o_o", "blockIdx.x"),
+        ("_o_o_i", "vthread"),
+        ("_o_i", "threadIdx.x"),
+    ):
         level = ("_o_o_o", "_o_o_i", "_o_i").index(suffix)
         s = s.fuse("C", [f"i{suffix}", f"j{suffix}"])
         s = s.bind("C", level, thread)
@@ -184,9 +223,21 @@ def random_step(state: State, rng):
     step itself with ScheduleError, which the caller drops (as the search does)."""
     from autosched.loop_state import ATTACHED, INLINED, THREAD_ANNOTATIONS
     from autosched.transform_steps import (
-        AnnotationStep, CacheReadStep, CacheWriteStep, ComputeAtStep, ComputeInlineStep,
-        ComputeRootStep, FollowFusedSplitStep, FollowSplitStep, FuseStep, PragmaStep, ReorderStep,
-        SplitStep, StorageAlignStep, _transitive_consumers, reads_of,
+        AnnotationStep,
+        CacheReadStep,
+        CacheWriteStep,
+        ComputeAtStep,
+        ComputeInlineStep,
+        ComputeRootStep,
+        FollowFusedSplitStep,
+        FollowSplitStep,
+        FuseStep,
+        PragmaStep,
+        ReorderStep,
+        SplitStep,
+        StorageAlignStep,
+        _transitive_consumers,
+        reads_of,
     )
 
     stages = state.stages
@@ -196,13 +247,33 @@ def random_step(state: State, rng):
     si = rng.choice(live)
     stage = stages[si]
     free = [k for k, it in enumerate(stage.iters) if it.annotation == "none"]
-    kind = rng.choice(["SP", "SP", "FU", "RE", "CI", "CHR", "CHW", "CA", "CA", "CR", "AN", "AN",
-                       "PR", "SA", "FSP", "FFSP"])
+    kind = rng.choice(
+        [
+            "SP",
+            "SP",
+            "FU",
+            "RE",
+            "CI",
+            "CHR",
+            "CHW",
+            "CA",
+            "CA",
+            "CR",
+            "AN",
+            "AN",
+            "PR",
+            "SA",
+            "FSP",
+            "FFSP",
+        ]
+    )
     names = {s.name for s in stages}
     if kind == "SP" and free:
         k = rng.choice(free)
-        lengths = tuple(rng.choice([1, 2, 3, 4, 8, None] if rng.random() < 0.1 else [1, 2, 3, 4, 8])
-                        for _ in range(rng.randint(1, 3)))
+        lengths = tuple(
+            rng.choice([1, 2, 3, 4, 8, None] if rng.random() < 0.1 else [1, 2, 3, 4, 8])
+            for _ in range(rng.randint(1, 3))
+        )
         return SplitStep(si, k, stage.iters[k].extent, lengths, rng.random() < 0.8)
     if kind == "FU" and len(free) >= 2:
         runs = [k for k in free if k + 1 in free]
@@ -216,24 +287,35 @@ def random_step(state: State, rng):
         return ReorderStep(si, tuple(perm))
     if kind == "CI":
         info = state.dag.info.get(id(stage.produces))
-        ok = (info is not None and not info.is_output and not info.has_reduction
-              and stage.origin == "dag" and not any(s.attach and s.attach[0] == si for s in stages))
+        ok = (
+            info is not None
+            and not info.is_output
+            and not info.has_reduction
+            and stage.origin == "dag"
+            and not any(s.attach and s.attach[0] == si for s in stages)
+        )
         return ComputeInlineStep(si) if ok else None
     if kind == "CHR":
         src = rng.randrange(len(stages))
         if stages[src].compute_at == INLINED or stages[src].origin != "dag":
             return None
-        readers = [j for j in range(len(stages)) if stages[j].compute_at != INLINED
-                   and src in reads_of(state, j)]
+        readers = [
+            j
+            for j in range(len(stages))
+            if stages[j].compute_at != INLINED and src in reads_of(state, j)
+        ]
         scope = rng.choice(["shared", "local"])
         if not readers or f"{stages[src].name}.{scope}" in names:
             return None
         picked = tuple(sorted(rng.sample(readers, rng.randint(1, len(readers)))))
         return CacheReadStep(src, scope, picked)
     if kind == "CHW":
-        ok = (stage.origin == "dag" and stage.iters == stage.root_iters
-              and f"{stage.name}.local" not in names
-              and not any(s.attach and s.attach[0] == si for s in stages))
+        ok = (
+            stage.origin == "dag"
+            and stage.iters == stage.root_iters
+            and f"{stage.name}.local" not in names
+            and not any(s.attach and s.attach[0] == si for s in stages)
+        )
         return CacheWriteStep(si, "local") if ok else None
     if kind == "CA":
         targets = [t for t in _transitive_consumers(state, si) if stages[t].compute_at != INLINED]
@@ -246,8 +328,17 @@ def random_step(state: State, rng):
     if kind == "CR" and stage.compute_at == ATTACHED:
         return ComputeRootStep(si)
     if kind == "AN" and free:
-        ann = rng.choice(["unroll", "vectorize", "parallel", "vthread", "blockIdx.x",
-                          "threadIdx.x", "threadIdx.y"])
+        ann = rng.choice(
+            [
+                "unroll",
+                "vectorize",
+                "parallel",
+                "vthread",
+                "blockIdx.x",
+                "threadIdx.x",
+                "threadIdx.y",
+            ]
+        )
         k = rng.choice(free)
         if ann in THREAD_ANNOTATIONS and ann != "vthread":
             same = [it for it in stage.iters if it.annotation == ann]
@@ -255,8 +346,14 @@ def random_step(state: State, rng):
                 ann = "unroll"  # binding it would be rejected (tested elsewhere)
         return AnnotationStep(si, k, ann)
     if kind == "PR" and stage.iters:
-        value = rng.choice(["auto_unroll_max_step$16", "auto_unroll_max_step$512",
-                            "unroll_explicit$0", "unroll_explicit$1"])
+        value = rng.choice(
+            [
+                "auto_unroll_max_step$16",
+                "auto_unroll_max_step$512",
+                "unroll_explicit$0",
+                "unroll_explicit$1",
+            ]
+        )
         return PragmaStep(si, 0, value)
     if kind == "SA" and stage.origin == "cache_read" and stage.iters:
         factor = rng.choice([16, 32])
