@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..te.dtype import BYTES, FLOAT_DTYPES
-from ..te.expr import BinOp, Call, Cast, Const, Load, Not, Select, Var
+from ..te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
 
 CACHE_LINE_BYTES = 128  # an L1 line of NVIDIA GPUs (Ansor uses 64 for CPUs)
 N_BUFFERS = 5  # per-buffer features are kept for this many buffers of a statement
@@ -41,6 +41,7 @@ _BIN_KIND = {
     "min": 4, "max": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
 }
 _REDUCER_KIND = {"sum": 1, "max": 4, "min": 4}
+_LEAF_TYPES = frozenset({Const, Var, IterVar})
 
 READ, WRITE, RW = 0, 1, 2
 REUSE_LOOP, REUSE_SERIAL, REUSE_NONE = 0, 1, 2
@@ -58,9 +59,9 @@ class Loop:
         self.extent = extent
         self.kind = kind  # serial / unroll / vectorize / vthread / a thread tag
         self.for_node = for_node
-        # Ansor's for_touch_regions: per buffer (id), the (elements, element bytes) that every
-        # store met so far under this loop touches in one iteration of it.
-        self.touch: dict[int, list[tuple[int, int]]] = {}
+        # Ansor's for_touch_regions: per buffer (id), the elements that every store met so far
+        # under this loop touches in one iteration of it.
+        self.touch: dict[int, list[int]] = {}
         self.touch_bytes = 0  # sum of elements * bytes over `touch`
         self.touch_elem_bytes = 0  # sum of bytes over `touch`
 
@@ -110,6 +111,7 @@ def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
     count once per use, as the code executes them) and collect their Loads."""
     stack = list(roots)
     pop, push = stack.pop, stack.append
+    leaf = _LEAF_TYPES
     while stack:
         e = pop()
         t = type(e)
@@ -123,8 +125,12 @@ def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
                 counts[base + k] += 1
                 if k == 1 and ((type(a) is BinOp and a.op == "*") or (type(b) is BinOp and b.op == "*")):
                     counts[base] += 1
-            push(a)
-            push(b)
+            if type(a) not in leaf:
+                push(a)
+            if type(b) not in leaf:
+                push(b)
+        elif t in leaf:
+            continue
         elif t is Load:
             loads.append(e)
             stack.extend(e.indices)
@@ -291,77 +297,145 @@ def _dim_of(coef: int, strides: tuple[int, ...]) -> tuple[int, int]:
     return len(strides) - 1, c
 
 
-class IndexInfo:
-    """One flat index of a buffer, split into per-loop-level terms."""
+class Atom:
+    """A non-linear term of an index. Most are floordiv / floormod chains over a linear form
+    (what split and fuse produce): those are evaluated from the form, without a tree walk."""
 
-    __slots__ = ("coef", "atoms", "by_level", "atoms_by_level", "levels", "_strides")
+    __slots__ = ("expr", "vids", "chain", "terms", "const")
 
-    def __init__(self, index, strides, level_of: dict) -> None:
+    def __init__(self, e) -> None:
+        self.expr = e
+        chain = []
+        x = e
+        while type(x) is BinOp and x.op in ("floordiv", "floormod") and type(x.b) is Const and x.b.value > 0:
+            chain.append((x.op == "floordiv", x.b.value))
+            x = x.a
+        terms: dict[int, int] = {}
+        inner: list = []
+        const = _linearize(x, 1, terms, inner) if chain else 0
+        if chain and not inner:
+            self.chain = chain[::-1]
+            self.terms = {k: v for k, v in terms.items() if v}
+            self.const = const
+            self.vids = set(self.terms)
+        else:
+            self.chain = None
+            self.vids = _var_ids(e, set())
+
+    def interval(self, hi_of: dict) -> tuple[int, int]:
+        """Range when the variables in `hi_of` run over 0..hi_of[id] and the others are 0."""
+        if self.chain is None:
+            return _interval(self.expr, hi_of)
+        lo = hi = self.const
+        for vid, c in self.terms.items():
+            h = hi_of.get(vid)
+            if h:
+                if c > 0:
+                    hi += c * h
+                else:
+                    lo += c * h
+        for is_div, c in self.chain:
+            if is_div:
+                lo, hi = lo // c, hi // c
+            elif lo // c == hi // c:
+                lo, hi = lo % c, hi % c
+            else:
+                lo, hi = 0, c - 1
+        return lo, hi
+
+    def delta(self, vid: int, val: int) -> int:
+        """Value with variable `vid` = val minus value with it 0 (all others 0)."""
+        if self.chain is None:
+            a0, a1 = _eval_pair(self.expr, vid, val)
+            return a1 - a0
+        v0 = self.const
+        v1 = v0 + self.terms.get(vid, 0) * val
+        for is_div, c in self.chain:
+            if is_div:
+                v0, v1 = v0 // c, v1 // c
+            else:
+                v0, v1 = v0 % c, v1 % c
+        return v1 - v0
+
+
+class Linear:
+    """A flat index as linear terms {var id: coefficient} plus atoms [(coefficient, Atom)],
+    with a cache of its strides. Shared by equal indices of one program."""
+
+    __slots__ = ("terms", "atoms", "strides", "vids")
+
+    def __init__(self, index) -> None:
         terms: dict[int, int] = {}
         atoms: list = []
         _linearize(index, 1, terms, atoms)
-        self.coef = terms  # var id -> flat coefficient
+        self.terms = {k: v for k, v in terms.items() if v}
+        self.atoms = [(c, Atom(a)) for c, a in atoms]
+        self.vids = set(self.terms).union(*(a.vids for _, a in self.atoms))
+        self.strides: dict[tuple[int, int], float] = {}
+
+    def stride(self, loop: Loop) -> float:
+        """Flat-index step when `loop`'s variable goes 0 -> 1 (others 0); 0 if unused. For an
+        index that is not linear in it, the average step over the loop when that one is 0."""
+        vid = id(loop.var)
+        key = (vid, loop.extent)
+        got = self.strides.get(key)
+        if got is not None:
+            return got
+        s = self.terms.get(vid, 0)
+        used = [(c, a) for c, a in self.atoms if vid in a.vids]
+        if used:
+            step = s + sum(c * a.delta(vid, 1) for c, a in used)
+            if step == 0 and loop.extent > 1:
+                last = loop.extent - 1
+                step = (s * last + sum(c * a.delta(vid, last) for c, a in used)) / last
+            s = step
+        self.strides[key] = got = abs(s)
+        return got
+
+
+class IndexInfo:
+    """One flat index of a buffer in one statement: its terms per loop level."""
+
+    __slots__ = ("lin", "by_level", "atoms_by_level", "levels")
+
+    def __init__(self, lin: Linear, strides, level_of: dict) -> None:
+        self.lin = lin
         by_level: dict[int, list] = {}
         levels = set()
-        for vid, c in terms.items():
+        for vid, c in lin.terms.items():
             lv = level_of.get(vid)
-            if c and lv is not None:
+            if lv is not None:
                 by_level.setdefault(lv, []).append(_dim_of(c, strides))
                 levels.add(lv)
         self.by_level = by_level
-        # atom: [flat coef, expr, var ids, dim, step, current span]
-        self.atoms = []
+        # per atom: [expr, dim, step in that dim, current span]
         atoms_by_level: dict[int, list] = {}
-        for c, a in atoms:
-            vids = _var_ids(a, set())
+        for c, a in lin.atoms:
             d, u = _dim_of(c, strides)
-            entry = [c, a, vids, d, u, 0]
-            self.atoms.append(entry)
-            for vid in vids:
+            entry = [a, d, u, 0]
+            for vid in a.vids:
                 lv = level_of.get(vid)
                 if lv is not None:
                     atoms_by_level.setdefault(lv, []).append(entry)
                     levels.add(lv)
         self.atoms_by_level = atoms_by_level
         self.levels = levels  # loop levels whose variable the index uses
-        self._strides: dict[int, float] = {}
 
     def stride(self, loop: Loop) -> float:
-        """Flat-index step when `loop`'s variable goes 0 -> 1 (others 0); 0 if unused. For an
-        index that is not linear in it, the average step over the loop when that one is 0."""
-        vid = id(loop.var)
-        got = self._strides.get(vid)
-        if got is not None:
-            return got
-        s = self.coef.get(vid, 0)
-        used = [(c, a) for c, a, vids, *_ in self.atoms if vid in vids]
-        if used:
-            step = s
-            for c, a in used:
-                a0, a1 = _eval_pair(a, vid, 1)
-                step += c * (a1 - a0)
-            if step == 0 and loop.extent > 1:
-                last = loop.extent - 1
-                total = s * last
-                for c, a in used:
-                    a0, a1 = _eval_pair(a, vid, last)
-                    total += c * (a1 - a0)
-                step = total / last
-            s = step
-        self._strides[vid] = got = abs(s)
-        return got
+        return self.lin.stride(loop)
 
 
 class Access:
     """A buffer's accesses in one store statement."""
 
-    __slots__ = ("buffer", "acc_type", "exprs", "indices", "touched", "spans")
+    __slots__ = ("buffer", "acc_type", "exprs", "indices", "levels", "touched", "spans")
 
     def __init__(self, buffer: ir.Buffer, acc_type: int, index) -> None:
         self.buffer = buffer
         self.acc_type = acc_type
         self.exprs = [index]
         self.indices: list[IndexInfo] = []
+        self.levels: set[int] = set()  # loop levels whose variable some index uses
         self.touched: list[int] = []  # per loop level: elements touched by the loops inside
         self.spans: list[int] = []  # per dimension: span with all loops running
 
@@ -370,45 +444,51 @@ class Access:
             self.exprs.append(index)
 
 
-def touched_regions(accesses: list[Access], loops: list[Loop], level_of: dict) -> None:
+def touched_regions(accesses: list[Access], loops: list[Loop], level_of: dict, cache: dict) -> None:
     """Fill `touched` (per loop level lv: elements touched while loops lv.. run and the outer
     ones stay fixed) and `spans` (per dimension, all loops running) of every access:
-    per-dimension boxes, as Ansor's ComputeRegion."""
+    per-dimension boxes, as Ansor's ComputeRegion. `cache`: index expr -> Linear, per program."""
     n = len(loops)
-    hi_of: dict[int, int] = {}
-    work = []
     for acc in accesses:
         shape = acc.buffer.shape or (1,)
-        acc.indices = [IndexInfo(e, _strides(shape), level_of) for e in acc.exprs]
-        acc.touched = [1] * n
-        acc.spans = [1] * len(shape)
-        levels = set()
-        for info in acc.indices:
+        strides = _strides(shape)
+        infos = []
+        levels: set[int] = set()
+        for e in acc.exprs:
+            lin = cache.get(e)
+            if lin is None:
+                lin = cache[e] = Linear(e)
+            info = IndexInfo(lin, strides, level_of)
+            infos.append(info)
             levels |= info.levels
-        work.append((acc, shape, levels, [[0] * len(shape) for _ in acc.indices]))
-    for lv in range(n - 1, -1, -1):
-        loop = loops[lv]
-        e1 = loop.extent - 1
-        hi_of[id(loop.var)] = e1
-        for acc, shape, levels, sums in work:
-            if lv not in levels:  # this loop does not move over the buffer
-                if lv < n - 1:
-                    acc.touched[lv] = acc.touched[lv + 1]
-                continue
-            for info, acc_sum in zip(acc.indices, sums):
+        acc.indices = infos
+        acc.levels = levels
+        sums = [[0] * len(shape) for _ in infos]  # per index, per dimension: span - 1
+        spans = acc.spans = [1] * len(shape)
+        touched = acc.touched = [1] * n
+        hi_of: dict[int, int] = {}  # the running loops' variables (of those the index uses)
+        cur, filled = 1, n
+        for lv in sorted(levels, reverse=True):  # loops that move over the buffer, inner first
+            for k in range(lv + 1, filled):  # loops between: same region as the one inside
+                touched[k] = cur
+            e1 = loops[lv].extent - 1
+            hi_of[id(loops[lv].var)] = e1
+            for info, acc_sum in zip(infos, sums):
                 for d, u in info.by_level.get(lv, ()):
                     acc_sum[d] += u * e1
                 for atom in info.atoms_by_level.get(lv, ()):
-                    lo, hi = _interval(atom[1], hi_of)
+                    lo, hi = atom[0].interval(hi_of)
                     span = hi - lo
-                    acc_sum[atom[3]] += atom[4] * (span - atom[5])
-                    atom[5] = span
-            total = 1
-            spans = acc.spans
+                    acc_sum[atom[1]] += atom[2] * (span - atom[3])
+                    atom[3] = span
+            cur = 1
             for d, size in enumerate(shape):
                 span = (sums[0][d] if len(sums) == 1 else max(x[d] for x in sums)) + 1
                 if span > size:
                     span = size
                 spans[d] = span
-                total *= span
-            acc.touched[lv] = total
+                cur *= span
+            touched[lv] = cur
+            filled = lv
+        for k in range(filled):
+            touched[k] = cur

@@ -9,7 +9,7 @@ from ..te.dtype import BYTES, FLOAT_DTYPES
 from .analysis import (
     _FLOAT_COMPUTE, _INT_BASE, _REDUCER_KIND, BLOCK_TAGS, CACHE_LINE_BYTES, CURVE_POINTS, OP_KINDS,
     READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW, THREAD_TAGS, WRITE, Access, Annotation,
-    BufferInfo, Loop, StoreInfo, _var_ids, count_ops, touched_regions,
+    BufferInfo, Loop, StoreInfo, count_ops, touched_regions,
 )
 
 
@@ -43,6 +43,7 @@ class ProgramWalker:
         self.vthread_vars = frozenset(vthread_vars)
         self.out: list[StoreInfo] = []
         self.steps_memo: dict[int, int] = {}
+        self.linear_cache: dict = {}  # index expression -> Linear
 
     def run(self) -> list[StoreInfo]:
         for kernel in self.program.kernels:
@@ -109,7 +110,6 @@ class ProgramWalker:
         info.ops = [c * outer for c in counts]
         info.outer_prod = outer
         info.num_loops = len(loops)
-        self.context(info, index)
 
         accesses: dict[int, Access] = {id(buffer): Access(buffer, WRITE, index)}
         for ld in loads:
@@ -122,13 +122,22 @@ class ProgramWalker:
                     acc.acc_type = RW
                 acc.add(ld.indices[0])
         acc_list = list(accesses.values())
-        touched_regions(acc_list, loops, self.level_of)
-        for lv, loop in enumerate(loops):  # record for reuse analysis (Ansor's for_touch_regions)
-            for acc in acc_list:
-                eb = BYTES[acc.buffer.dtype]
-                loop.touch.setdefault(id(acc.buffer), []).append((acc.touched[lv], eb))
-                loop.touch_bytes += acc.touched[lv] * eb
-                loop.touch_elem_bytes += eb
+        touched_regions(acc_list, loops, self.level_of, self.linear_cache)
+        self.context(info, index)
+        # record for reuse analysis (Ansor's for_touch_regions)
+        sizes = [(id(acc.buffer), acc.touched, BYTES[acc.buffer.dtype]) for acc in acc_list]
+        elem_bytes = sum(eb for _, _, eb in sizes)
+        for lv, loop in enumerate(loops):
+            touch = loop.touch
+            for key, touched, eb in sizes:
+                t = touched[lv]
+                entries = touch.get(key)
+                if entries is None:
+                    touch[key] = [t]
+                else:
+                    entries.append(t)
+                loop.touch_bytes += t * eb
+            loop.touch_elem_bytes += elem_bytes
         bufs = [self.buffer_info(acc, outer) for acc in acc_list]
         bufs.sort(key=lambda b: (-b.lines, -b.bytes))
         info.buffers = bufs
@@ -160,7 +169,7 @@ class ProgramWalker:
             ann.inner_loops = n - 1 - lv
             innermost[id(ann)] = loop
         if innermost:
-            store_vars = _var_ids(index, set())
+            store_vars = self.linear_cache[index].vids
             for ann in (info.vec, info.unroll):
                 if ann.num:
                     ann.spatial = 1 if id(innermost[id(ann)].var) in store_vars else 0
@@ -189,9 +198,7 @@ class ProgramWalker:
         f.acc_type = acc.acc_type
         f.scope = b.scope
         f.bytes = outer * eb * len(acc.exprs)
-        used = set()
-        for info in acc.indices:
-            used |= info.levels
+        used = acc.levels
         if n == 0:
             f.unique_bytes, f.stride, f.lines, f.unique_lines = eb, 0, 1.0, 1.0
         else:
@@ -239,7 +246,7 @@ def _reuse(acc: Access, used: set[int], loops: list[Loop]) -> tuple[int, float, 
             return REUSE_LOOP, dis_iter, dis_bytes, float(loop.extent)
         entries = loop.touch[key]
         if len(entries) > 1:
-            d_iter = min(t for t, _ in entries)
+            d_iter = min(entries)
             return (REUSE_SERIAL, d_iter / loop.extent, loop.touch_bytes / loop.extent,
                     float(len(entries) - 1))
     return REUSE_NONE, 0.0, 0.0, 0.0
