@@ -44,7 +44,8 @@ def hand_matmul() -> ir.Program:
     j, k = Var("j"), Var("k")
     row = bx * c(1024) + tx * c(64)
     c_idx = row + j
-    update = ir.Store(cb, c_idx, Load(cb, (c_idx,)) + Load(a, (row + k,)) * Load(b, (k * c(64) + j,)))
+    mac = Load(cb, (c_idx,)) + Load(a, (row + k,)) * Load(b, (k * c(64) + j,))
+    update = ir.Store(cb, c_idx, mac)
     body = ir.For(j, 64, "serial", ir.Seq([
         ir.Store(cb, c_idx, Const(0.0, "float32")),
         ir.For(k, 64, "serial", update),
@@ -114,7 +115,7 @@ def test_hand_matmul_buffers():
     upd = extract_features(hand_matmul())[1]
     n = 64 ** 3
     # order by cache lines: B (stride 64 in k: a line per access), A (stride 1), C (k-invariant)
-    assert raw(upd, "B0.acc_read") == 1 and raw(upd, "B1.acc_read") == 1 and raw(upd, "B2.acc_rw") == 1
+    assert raw(upd, "B0.acc_read") == raw(upd, "B1.acc_read") == raw(upd, "B2.acc_rw") == 1
     assert raw(upd, "B0.stride") == pytest.approx(64)  # B[k*64 + j] along k
     assert raw(upd, "B1.stride") == pytest.approx(1)  # A[row + k] along k
     assert raw(upd, "B2.stride") == pytest.approx(1)  # C[row + j]: k does not move, j does
@@ -163,8 +164,8 @@ def test_allreduce_and_shared_alloc_are_features():
 
 def test_no_loops_and_empty_program():
     out = ir.Buffer("O", (1,), "float32")
-    prog = ir.Program([ir.Kernel("k", (1, 1, 1), (1, 1, 1), [], ir.Store(out, c(0), Const(1.0, "float32")))],
-                      [out], [out])
+    store = ir.Store(out, c(0), Const(1.0, "float32"))
+    prog = ir.Program([ir.Kernel("k", (1, 1, 1), (1, 1, 1), [], store)], [out], [out])
     f = extract_features(prog)
     assert f.shape == (1, N_FEATURES) and raw(f[0], "num_loops") == 0
     assert raw(f[0], "B0.unique_bytes") == pytest.approx(4) and raw(f[0], "B0.reuse_none") == 1
@@ -205,8 +206,10 @@ def test_unroll_and_vectorize_change_their_features():
     base, unr, vec = (state_features(matmul_state(k)) for k in ("none", "unroll", "vectorize"))
     upd = 1  # row of the update statement
     assert raw(base[upd], "unroll_num") == 0 and raw(unr[upd], "unroll_num") == 1
-    assert raw(unr[upd], "unroll_prod") == pytest.approx(4) and raw(unr[upd], "unroll_len") == pytest.approx(4)
-    assert raw(unr[upd], "unroll_spatial") == 1 and raw(unr[upd], "unrolled_steps") == pytest.approx(4)
+    assert raw(unr[upd], "unroll_prod") == pytest.approx(4)
+    assert raw(unr[upd], "unroll_len") == pytest.approx(4)
+    assert raw(unr[upd], "unroll_spatial") == 1
+    assert raw(unr[upd], "unrolled_steps") == pytest.approx(4)
     assert raw(vec[upd], "vec_num") == 1 and raw(vec[upd], "vec_len") == pytest.approx(4)
     assert raw(vec[upd], "vec_inner_loops") == 0 and raw(base[upd], "vec_num") == 0
     changed = np.nonzero(base[upd] != unr[upd])[0]

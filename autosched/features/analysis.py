@@ -19,7 +19,7 @@ per-dimension spans, as Ansor's bound analysis gives, capped by the buffer's sha
 from __future__ import annotations
 
 from .. import ir
-from ..te.dtype import BYTES, FLOAT_DTYPES
+from ..te.dtype import FLOAT_DTYPES
 from ..te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
 
 CACHE_LINE_BYTES = 128  # an L1 line of NVIDIA GPUs (Ansor uses 64 for CPUs)
@@ -123,7 +123,9 @@ def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
             else:
                 base = 0 if a.dtype in FLOAT_DTYPES else _INT_BASE
                 counts[base + k] += 1
-                if k == 1 and ((type(a) is BinOp and a.op == "*") or (type(b) is BinOp and b.op == "*")):
+                if k == 1 and (
+                    (type(a) is BinOp and a.op == "*") or (type(b) is BinOp and b.op == "*")
+                ):
                     counts[base] += 1
             if type(a) not in leaf:
                 push(a)
@@ -307,7 +309,10 @@ class Atom:
         self.expr = e
         chain = []
         x = e
-        while type(x) is BinOp and x.op in ("floordiv", "floormod") and type(x.b) is Const and x.b.value > 0:
+        while (
+            type(x) is BinOp and x.op in ("floordiv", "floormod")
+            and type(x.b) is Const and x.b.value > 0
+        ):
             chain.append((x.op == "floordiv", x.b.value))
             x = x.a
         terms: dict[int, int] = {}

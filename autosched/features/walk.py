@@ -23,7 +23,9 @@ def _steps(s: ir.Stmt, memo: dict) -> int:
     elif isinstance(s, ir.For):
         n = s.extent * _steps(s.body, memo)
     elif isinstance(s, ir.IfThenElse):
-        n = _steps(s.then_case, memo) + (_steps(s.else_case, memo) if s.else_case is not None else 0)
+        n = _steps(s.then_case, memo)
+        if s.else_case is not None:
+            n += _steps(s.else_case, memo)
     elif isinstance(s, (ir.Store, ir.AllReduce)):
         n = 1
     else:
@@ -49,8 +51,10 @@ class ProgramWalker:
         for kernel in self.program.kernels:
             self.kernel = kernel
             self.allocs = {id(b): b for b in kernel.allocs}
-            self.shared_bytes = sum(b.size * BYTES[b.dtype] for b in kernel.allocs if b.scope == "shared")
-            self.local_bytes = sum(b.size * BYTES[b.dtype] for b in kernel.allocs if b.scope == "local")
+            size = {"shared": 0, "local": 0, "global": 0}
+            for b in kernel.allocs:
+                size[b.scope] += b.size * BYTES[b.dtype]
+            self.shared_bytes, self.local_bytes = size["shared"], size["local"]
             self.n_blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
             self.n_threads = self.n_blocks * kernel.threads_per_block
             self.loops: list[Loop] = []
@@ -174,9 +178,9 @@ class ProgramWalker:
                 if ann.num:
                     ann.spatial = 1 if id(innermost[id(ann)].var) in store_vars else 0
         info.threads = self.threads
-        info.unrolled_steps = (
-            _steps(outermost_unroll.for_node, self.steps_memo) if outermost_unroll is not None else 0
-        )
+        info.unrolled_steps = 0
+        if outermost_unroll is not None:
+            info.unrolled_steps = _steps(outermost_unroll.for_node, self.steps_memo)
         b = info.buffer
         alloc = self.allocs.get(id(b))
         if alloc is None:
@@ -206,10 +210,8 @@ class ProgramWalker:
             stride, reduce_ratio = 0, 1
             for lv in range(n - 1, -1, -1):
                 if lv in used:
-                    stride = min(
-                        (s for s in (i.stride(loops[lv]) for i in acc.indices if lv in i.levels) if s),
-                        default=0,
-                    )
+                    steps = [i.stride(loops[lv]) for i in acc.indices if lv in i.levels]
+                    stride = min((s for s in steps if s), default=0)
                     if stride:
                         break
                 reduce_ratio *= loops[lv].extent
@@ -224,7 +226,7 @@ class ProgramWalker:
         tx = self.level_of.get(id(ir.THREAD_VARS["threadIdx.x"]))
         f.tx_stride = 0
         if tx is not None and tx in used:
-            f.tx_stride = min((i.stride(loops[tx]) for i in acc.indices if tx in i.levels), default=0)
+            f.tx_stride = min(i.stride(loops[tx]) for i in acc.indices if tx in i.levels)
         f.reuse_type, f.reuse_dis_iter, f.reuse_dis_bytes, f.reuse_ct = _reuse(acc, used, loops)
         return f
 
@@ -267,7 +269,7 @@ def _intensity_curve(flops: int, accesses: list[Access], loops: list[Loop]) -> l
     out, pt, total = [], 0, ops_list[-1]
     for i in range(CURVE_POINTS):
         x = total * (i + 1) / CURVE_POINTS
-        while ops_list[pt] < x - 1e-4:
+        while pt < len(ops_list) - 1 and ops_list[pt] < x - 1e-4:
             pt += 1
         if pt == 0:
             out.append(ratio[0])
