@@ -430,8 +430,8 @@ def emit_allreduce(p: KernelPrinter, s: ir.AllReduce, d: int) -> None:
     else:  # the block's last warp is partial: name only its existing lanes
         tail = f"((1u << {T % W}) - 1u)"
         mask = tail if T < W else f"(({v}_lin / {W} == {T // W}) ? {tail} : 0xffffffffu)"
-    if E == 1:
-        lines = lines[:2]
+    if E == 1:  # nothing to combine
+        pass
     elif stride == 1 and W % E == 0:
         o = E // 2
         while o:
@@ -469,6 +469,8 @@ def emit_allreduce(p: KernelPrinter, s: ir.AllReduce, d: int) -> None:
             f"  {t.barrier}",
         ]
     lines += [f"  {ex.buffer_names[id(s.buffer)]}[{ex(s.index)}] = {v};", "}"]
+    if not any(f"{v}_lin" in line for line in lines[3:]):
+        del lines[2]  # the linear thread id is unused (a butterfly over a full warp, say)
     for line in lines:
         p.emit(d, line)
 
