@@ -2,7 +2,14 @@
 statement (Store or AllReduce) of a lowered Program, following the Ansor paper's groups.
 
     feats = extract_features(lower(state))           # (statements, len(FEATURE_NAMES))
+    feats = state_features(state)                    # the same, vthread loops recognised
     per_state = features_for_states(states, n_jobs)  # list of matrices, None where lowering fails
+
+Rows are per statement, in program order (a reduction's init and update are two rows; Ansor
+keys rows by buffer and lets the update overwrite the init). With n_jobs > 1, states are sent
+to spawned workers as (workload key, step records), so their DAG must be a registered workload
+(others are done in the calling process, with a warning); the caller's main module needs the
+usual `if __name__ == "__main__":` guard of spawned multiprocessing.
 
 Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared once in table.py:
 
@@ -28,7 +35,10 @@ Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared 
   size of the outermost enclosing unrolled nest (stores it runs), which stands in for Ansor's
   auto_unroll_max_step.
 
-Every value is scaled by log2(1 + x).
+Counts, sizes and strides are in elements or bytes as named; the loop stack includes the
+launch's block and thread indices as the outermost loops (Ansor's fake thread loops), so counts
+are totals over the whole launch. Cache lines are CACHE_LINE_BYTES = 128. Every value is
+>= 0 and scaled by log2(1 + x).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ per-dimension spans, as Ansor's bound analysis gives, capped by the buffer's sha
 
 from __future__ import annotations
 
+import functools
+
 from .. import ir
 from ..te.dtype import FLOAT_DTYPES
 from ..te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
@@ -281,6 +283,7 @@ def _eval_pair(e, vid: int, val: int) -> tuple[int, int]:
 # ---- accesses ----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     out, s = [], 1
     for d in reversed(shape):
@@ -398,48 +401,19 @@ class Linear:
         return got
 
 
-class IndexInfo:
-    """One flat index of a buffer in one statement: its terms per loop level."""
-
-    __slots__ = ("lin", "by_level", "atoms_by_level", "levels")
-
-    def __init__(self, lin: Linear, strides, level_of: dict) -> None:
-        self.lin = lin
-        by_level: dict[int, list] = {}
-        levels = set()
-        for vid, c in lin.terms.items():
-            lv = level_of.get(vid)
-            if lv is not None:
-                by_level.setdefault(lv, []).append(_dim_of(c, strides))
-                levels.add(lv)
-        self.by_level = by_level
-        # per atom: [expr, dim, step in that dim, current span]
-        atoms_by_level: dict[int, list] = {}
-        for c, a in lin.atoms:
-            d, u = _dim_of(c, strides)
-            entry = [a, d, u, 0]
-            for vid in a.vids:
-                lv = level_of.get(vid)
-                if lv is not None:
-                    atoms_by_level.setdefault(lv, []).append(entry)
-                    levels.add(lv)
-        self.atoms_by_level = atoms_by_level
-        self.levels = levels  # loop levels whose variable the index uses
-
-    def stride(self, loop: Loop) -> float:
-        return self.lin.stride(loop)
-
-
 class Access:
     """A buffer's accesses in one store statement."""
 
-    __slots__ = ("buffer", "acc_type", "exprs", "indices", "levels", "touched", "spans")
+    __slots__ = (
+        "buffer", "acc_type", "exprs", "linear", "index_levels", "levels", "touched", "spans",
+    )
 
     def __init__(self, buffer: ir.Buffer, acc_type: int, index) -> None:
         self.buffer = buffer
         self.acc_type = acc_type
         self.exprs = [index]
-        self.indices: list[IndexInfo] = []
+        self.linear: list[Linear] = []  # per index
+        self.index_levels: list[set[int]] = []  # per index: loop levels whose variable it uses
         self.levels: set[int] = set()  # loop levels whose variable some index uses
         self.touched: list[int] = []  # per loop level: elements touched by the loops inside
         self.spans: list[int] = []  # per dimension: span with all loops running
@@ -457,43 +431,64 @@ def touched_regions(accesses: list[Access], loops: list[Loop], level_of: dict, c
     for acc in accesses:
         shape = acc.buffer.shape or (1,)
         strides = _strides(shape)
-        infos = []
-        levels: set[int] = set()
-        for e in acc.exprs:
+        # events: (level, index number, dimension, step, atom or None, [atom's current span])
+        events = []
+        acc.linear, acc.index_levels = [], []
+        for k, e in enumerate(acc.exprs):
             lin = cache.get(e)
             if lin is None:
                 lin = cache[e] = Linear(e)
-            info = IndexInfo(lin, strides, level_of)
-            infos.append(info)
-            levels |= info.levels
-        acc.indices = infos
-        acc.levels = levels
-        sums = [[0] * len(shape) for _ in infos]  # per index, per dimension: span - 1
+            acc.linear.append(lin)
+            levels = set()
+            for vid, c in lin.terms.items():
+                lv = level_of.get(vid)
+                if lv is not None:
+                    d, u = _dim_of(c, strides)
+                    events.append((lv, k, d, u, None, None))
+                    levels.add(lv)
+            for c, a in lin.atoms:
+                d, u = _dim_of(c, strides)
+                span = [0]
+                for vid in a.vids:
+                    lv = level_of.get(vid)
+                    if lv is not None:
+                        events.append((lv, k, d, u, a, span))
+                        levels.add(lv)
+            acc.index_levels.append(levels)
+        acc.levels = set().union(*acc.index_levels)
+        events.sort(key=_first, reverse=True)  # inner loops first
+        sums = [[0] * len(shape) for _ in acc.exprs]  # per index, per dimension: span - 1
         spans = acc.spans = [1] * len(shape)
         touched = acc.touched = [1] * n
         hi_of: dict[int, int] = {}  # the running loops' variables (of those the index uses)
-        cur, filled = 1, n
-        for lv in sorted(levels, reverse=True):  # loops that move over the buffer, inner first
-            for k in range(lv + 1, filled):  # loops between: same region as the one inside
+        cur, filled, i, n_ev = 1, n, 0, len(events)
+        while i < n_ev:
+            lv = events[i][0]
+            for k in range(lv + 1, filled):  # loops that do not move over it: same region
                 touched[k] = cur
             e1 = loops[lv].extent - 1
             hi_of[id(loops[lv].var)] = e1
-            for info, acc_sum in zip(infos, sums):
-                for d, u in info.by_level.get(lv, ()):
-                    acc_sum[d] += u * e1
-                for atom in info.atoms_by_level.get(lv, ()):
-                    lo, hi = atom[0].interval(hi_of)
-                    span = hi - lo
-                    acc_sum[atom[1]] += atom[2] * (span - atom[3])
-                    atom[3] = span
+            while i < n_ev and events[i][0] == lv:
+                _, k, d, u, atom, span = events[i]
+                if atom is None:
+                    sums[k][d] += u * e1
+                else:
+                    lo, hi = atom.interval(hi_of)
+                    sums[k][d] += u * (hi - lo - span[0])
+                    span[0] = hi - lo
+                i += 1
             cur = 1
             for d, size in enumerate(shape):
-                span = (sums[0][d] if len(sums) == 1 else max(x[d] for x in sums)) + 1
-                if span > size:
-                    span = size
-                spans[d] = span
-                cur *= span
+                x = (sums[0][d] if len(sums) == 1 else max(x[d] for x in sums)) + 1
+                if x > size:
+                    x = size
+                spans[d] = x
+                cur *= x
             touched[lv] = cur
             filled = lv
         for k in range(filled):
             touched[k] = cur
+
+
+def _first(event: tuple) -> int:
+    return event[0]

@@ -19,9 +19,12 @@ def extract_features(program: ir.Program, vthread_vars: Collection[str] = ()) ->
     AllReduce in program order. `vthread_vars`: names of the loop variables that are vthreads
     (see `vthread_loop_vars`); without them vthread loops count as unrolled loops."""
     infos = ProgramWalker(program, vthread_vars).run()
-    rows = [feature_row(s) for s in infos]
-    arr = np.array(rows, dtype=np.float64).reshape(len(infos), N_FEATURES)
-    return (np.sign(arr) * np.log2(1.0 + np.abs(arr))).astype(np.float32)
+    flat: list[float] = []
+    for s in infos:
+        flat.extend(feature_row(s))
+    arr = np.array(flat, dtype=np.float64).reshape(len(infos), N_FEATURES)
+    # every raw value is >= 0 (counts, sizes, strides, ratios, one-hots)
+    return np.log2(arr + 1.0).astype(np.float32)
 
 
 def vthread_loop_vars(state) -> set[str]:

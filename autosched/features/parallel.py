@@ -11,6 +11,7 @@ import atexit
 import multiprocessing
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Sequence
 
 import numpy as np
@@ -55,9 +56,13 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
             futures.append((part, pool.submit(_work, key, records)))
     for i in local:
         out[i] = state_features(states[i])
-    for part, fut in futures:
-        for i, f in zip(part, fut.result()):
-            out[i] = f
+    try:
+        for part, fut in futures:
+            for i, f in zip(part, fut.result()):
+                out[i] = f
+    except BrokenProcessPool:
+        _POOLS.pop(n_jobs, None)  # a worker died; the next call starts a fresh pool
+        raise
     return out
 
 

@@ -210,7 +210,8 @@ class ProgramWalker:
             stride, reduce_ratio = 0, 1
             for lv in range(n - 1, -1, -1):
                 if lv in used:
-                    steps = [i.stride(loops[lv]) for i in acc.indices if lv in i.levels]
+                    steps = [lin.stride(loops[lv]) for lin, lvs in zip(acc.linear, acc.index_levels)
+                             if lv in lvs]
                     stride = min((s for s in steps if s), default=0)
                     if stride:
                         break
@@ -226,7 +227,8 @@ class ProgramWalker:
         tx = self.level_of.get(id(ir.THREAD_VARS["threadIdx.x"]))
         f.tx_stride = 0
         if tx is not None and tx in used:
-            f.tx_stride = min(i.stride(loops[tx]) for i in acc.indices if tx in i.levels)
+            f.tx_stride = min(lin.stride(loops[tx]) for lin, lvs in zip(acc.linear, acc.index_levels)
+                              if tx in lvs)
         f.reuse_type, f.reuse_dis_iter, f.reuse_dis_bytes, f.reuse_ct = _reuse(acc, used, loops)
         return f
 
