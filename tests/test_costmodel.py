@@ -88,14 +88,16 @@ def test_fit_time_1000_programs_one_core():
     features = [rng.random((20, N_FEATURES), dtype=np.float32) for _ in range(1000)]
     throughputs = np.array([np.sin(3 * f[:, 0]).sum() + f[:, 1].sum() for f in features])
     model = xgb_model()
-    start = time.perf_counter()
+    # CPU time of this process (the fit runs on one thread here): other jobs on a shared machine
+    # stretch wall time but not this, so the bound measures the model, not the neighbours.
+    start, wall = time.process_time(), time.perf_counter()
     model.fit(features, throughputs)
-    seconds = time.perf_counter() - start
+    seconds, wall = time.process_time() - start, time.perf_counter() - wall
     print(
         f"\nXGBModel.fit, 1000 programs x 20 statements x {N_FEATURES} features, 1 thread: "
-        f"{seconds:.2f} s ({model.last_fit.n_rounds} rounds kept)"
+        f"{seconds:.2f} s CPU, {wall:.2f} s wall ({model.last_fit.n_rounds} rounds kept)"
     )
-    assert seconds < 5.0  # target <= 2 s; generous so that a loaded CI machine does not flake
+    assert seconds < 5.0  # target <= 2 s
 
 
 def test_pack_hessian_converges_where_diagonal_diverges():
