@@ -372,12 +372,17 @@ class Linear:
 
     __slots__ = ("terms", "atoms", "strides", "vids")
 
-    def __init__(self, index) -> None:
+    def __init__(self, index, atom_cache: dict) -> None:
         terms: dict[int, int] = {}
         atoms: list = []
         _linearize(index, 1, terms, atoms)
         self.terms = {k: v for k, v in terms.items() if v}
-        self.atoms = [(c, Atom(a)) for c, a in atoms]
+        self.atoms = []
+        for c, a in atoms:
+            atom = atom_cache.get(a._key)  # equal atoms recur across the indices of a program
+            if atom is None:
+                atom = atom_cache[a._key] = Atom(a)
+            self.atoms.append((c, atom))
         self.vids = set(self.terms).union(*(a.vids for _, a in self.atoms))
         self.strides: dict[tuple[int, int], float] = {}
 
@@ -423,10 +428,13 @@ class Access:
             self.exprs.append(index)
 
 
-def touched_regions(accesses: list[Access], loops: list[Loop], level_of: dict, cache: dict) -> None:
+def touched_regions(
+    accesses: list[Access], loops: list[Loop], level_of: dict, cache: dict, atom_cache: dict
+) -> None:
     """Fill `touched` (per loop level lv: elements touched while loops lv.. run and the outer
     ones stay fixed) and `spans` (per dimension, all loops running) of every access:
-    per-dimension boxes, as Ansor's ComputeRegion. `cache`: index expr -> Linear, per program."""
+    per-dimension boxes, as Ansor's ComputeRegion. The caches live as long as one program:
+    `cache` maps index exprs to Linear forms, `atom_cache` atom keys to Atoms."""
     n = len(loops)
     for acc in accesses:
         shape = acc.buffer.shape or (1,)
@@ -437,7 +445,7 @@ def touched_regions(accesses: list[Access], loops: list[Loop], level_of: dict, c
         for k, e in enumerate(acc.exprs):
             lin = cache.get(e)
             if lin is None:
-                lin = cache[e] = Linear(e)
+                lin = cache[e] = Linear(e, atom_cache)
             acc.linear.append(lin)
             levels = set()
             for vid, c in lin.terms.items():

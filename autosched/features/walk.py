@@ -46,6 +46,7 @@ class ProgramWalker:
         self.out: list[StoreInfo] = []
         self.steps_memo: dict[int, int] = {}
         self.linear_cache: dict = {}  # index expression -> Linear
+        self.atom_cache: dict = {}  # structural key of an atom -> Atom
 
     def run(self) -> list[StoreInfo]:
         for kernel in self.program.kernels:
@@ -126,7 +127,7 @@ class ProgramWalker:
                     acc.acc_type = RW
                 acc.add(ld.indices[0])
         acc_list = list(accesses.values())
-        touched_regions(acc_list, loops, self.level_of, self.linear_cache)
+        touched_regions(acc_list, loops, self.level_of, self.linear_cache, self.atom_cache)
         self.context(info, index)
         # record for reuse analysis (Ansor's for_touch_regions)
         sizes = [(id(acc.buffer), acc.touched, BYTES[acc.buffer.dtype]) for acc in acc_list]
