@@ -5,7 +5,8 @@ thread and block indices act as the outermost loops (blockIdx.x/y/z, then thread
 with its launch extent), as Ansor's fake `for` loops for thread bindings do. At every `Store`
 and `AllReduce` a `StoreInfo` is built:
 
-- operation counts of one execution (value, store index, enclosing guard conditions),
+- operation counts (value, store index, enclosing guard conditions), per execution times the
+  number of executions,
 - annotation, thread-binding and outer-loop context,
 - per buffer it touches: how many elements it touches when the innermost k loops run (for each
   k), the stride of a loop over it, and reuse, in the manner of Ansor's feature.cc.
@@ -100,9 +101,6 @@ class StoreInfo:
         "buffers", "curve", "alloc_bytes", "alloc_outer_prod", "alloc_scope",
         "kernel_shared_bytes", "kernel_local_bytes", "unrolled_steps",
     )
-
-    def buf(self, k: int) -> BufferInfo | None:
-        return self.buffers[k] if k < len(self.buffers) else None
 
 
 # ---- expressions -------------------------------------------------------------------------------
