@@ -22,29 +22,12 @@ from __future__ import annotations
 import functools
 
 from .. import ir
-from ..te.dtype import FLOAT_DTYPES
-from ..te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
+from ..te.expr import BinOp, Const, Var
+from .exprs import eval_pair, interval, linearize, var_ids
 
 CACHE_LINE_BYTES = 128  # an L1 line of NVIDIA GPUs (Ansor uses 64 for CPUs)
 N_BUFFERS = 5  # per-buffer features are kept for this many buffers of a statement
 CURVE_POINTS = 10  # samples of the arithmetic-intensity curve
-
-# Operation counts, in this order. `*_mad` counts add/sub nodes with a multiply operand (an
-# FMA candidate); those adds and multiplies are also counted under addsub and mul.
-OP_KINDS = (
-    "float_mad", "float_addsub", "float_mul", "float_divmod", "float_cmp", "float_math",
-    "int_mad", "int_addsub", "int_mul", "int_divmod", "int_cmp", "int_math",
-    "bool_op", "select_op", "cast_op",
-)
-_INT_BASE = 6  # offset of the int_* block
-_BOOL, _SELECT, _CAST = 12, 13, 14
-_FLOAT_COMPUTE = (1, 2, 3, 4, 5)  # float ops that count as compute for arithmetic intensity
-_BIN_KIND = {
-    "+": 1, "-": 1, "*": 2, "/": 3, "floordiv": 3, "floormod": 3,
-    "min": 4, "max": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
-}
-_REDUCER_KIND = {"sum": 1, "max": 4, "min": 4}
-_LEAF_TYPES = frozenset({Const, Var, IterVar})
 
 READ, WRITE, RW = 0, 1, 2
 REUSE_LOOP, REUSE_SERIAL, REUSE_NONE = 0, 1, 2
@@ -103,181 +86,6 @@ class StoreInfo:
     )
 
 
-# ---- expressions -------------------------------------------------------------------------------
-
-
-def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
-    """Add the operations of the trees in `roots` to `counts` (OP_KINDS order; shared subtrees
-    count once per use, as the code executes them) and collect their Loads."""
-    stack = list(roots)
-    pop, push = stack.pop, stack.append
-    leaf = _LEAF_TYPES
-    while stack:
-        e = pop()
-        t = type(e)
-        if t is BinOp:
-            k = _BIN_KIND.get(e.op)
-            a, b = e.a, e.b
-            if k is None:  # && ||
-                counts[_BOOL] += 1
-            else:
-                base = 0 if a.dtype in FLOAT_DTYPES else _INT_BASE
-                counts[base + k] += 1
-                if k == 1 and (
-                    (type(a) is BinOp and a.op == "*") or (type(b) is BinOp and b.op == "*")
-                ):
-                    counts[base] += 1
-            if type(a) not in leaf:
-                push(a)
-            if type(b) not in leaf:
-                push(b)
-        elif t in leaf:
-            continue
-        elif t is Load:
-            loads.append(e)
-            stack.extend(e.indices)
-        elif t is Select:
-            counts[_SELECT] += 1
-            push(e.cond)
-            push(e.t)
-            push(e.f)
-        elif t is Cast:
-            counts[_CAST] += 1
-            push(e.value)
-        elif t is Call:
-            counts[5 if e.dtype in FLOAT_DTYPES else _INT_BASE + 5] += 1
-            stack.extend(e.args)
-        elif t is Not:
-            counts[_BOOL] += 1
-            push(e.a)
-
-
-def _linearize(e, scale: int, terms: dict, atoms: list) -> int:
-    """Accumulate `scale * e` as linear terms {var id: coefficient} and non-linear atoms
-    [(coefficient, expr)]; return the constant part."""
-    t = type(e)
-    if t is Const:
-        return scale * e.value
-    if t is BinOp:
-        op = e.op
-        if op == "+":
-            return _linearize(e.a, scale, terms, atoms) + _linearize(e.b, scale, terms, atoms)
-        if op == "-":
-            return _linearize(e.a, scale, terms, atoms) + _linearize(e.b, -scale, terms, atoms)
-        if op == "*":
-            if type(e.b) is Const:
-                return _linearize(e.a, scale * e.b.value, terms, atoms)
-            if type(e.a) is Const:
-                return _linearize(e.b, scale * e.a.value, terms, atoms)
-    elif isinstance(e, Var):
-        k = id(e)
-        terms[k] = terms.get(k, 0) + scale
-        return 0
-    atoms.append((scale, e))
-    return 0
-
-
-def _var_ids(e, out: set) -> set:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        t = type(x)
-        if t is BinOp:
-            stack.append(x.a)
-            stack.append(x.b)
-        elif t is Const:
-            continue
-        elif isinstance(x, Var):
-            out.add(id(x))
-        elif t is Select:
-            stack.extend((x.cond, x.t, x.f))
-        elif t is Cast:
-            stack.append(x.value)
-        elif t is Load:
-            stack.extend(x.indices)
-        elif t is Call:
-            stack.extend(x.args)
-        elif t is Not:
-            stack.append(x.a)
-    return out
-
-
-def _interval(e, hi_of: dict) -> tuple[int, int]:
-    """Integer range of `e` when each loop variable v in `hi_of` runs over 0..hi_of[id(v)] and
-    every other variable is 0. Unknown nodes count as a point."""
-    t = type(e)
-    if t is Const:
-        v = int(e.value)
-        return v, v
-    if t is BinOp:
-        op = e.op
-        alo, ahi = _interval(e.a, hi_of)
-        if op in ("floordiv", "floormod") and type(e.b) is Const and e.b.value > 0:
-            c = e.b.value
-            if op == "floordiv":
-                return alo // c, ahi // c
-            if alo // c == ahi // c:
-                return alo % c, ahi % c
-            return 0, c - 1
-        blo, bhi = _interval(e.b, hi_of)
-        if op == "+":
-            return alo + blo, ahi + bhi
-        if op == "-":
-            return alo - bhi, ahi - blo
-        if op == "*":
-            p = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
-            return min(p), max(p)
-        if op == "min":
-            return min(alo, blo), min(ahi, bhi)
-        if op == "max":
-            return max(alo, blo), max(ahi, bhi)
-        return min(alo, blo), max(ahi, bhi)
-    if isinstance(e, Var):
-        return 0, hi_of.get(id(e), 0)
-    if t is Select:
-        tlo, thi = _interval(e.t, hi_of)
-        flo, fhi = _interval(e.f, hi_of)
-        return min(tlo, flo), max(thi, fhi)
-    if t is Cast:
-        return _interval(e.value, hi_of)
-    return 0, 0
-
-
-def _eval_pair(e, vid: int, val: int) -> tuple[int, int]:
-    """Values of an integer expression with every variable 0, and with the variable of id
-    `vid` set to `val` (the others still 0); one pass for both."""
-    t = type(e)
-    if t is Const:
-        v = int(e.value)
-        return v, v
-    if t is BinOp:
-        a0, a1 = _eval_pair(e.a, vid, val)
-        b0, b1 = _eval_pair(e.b, vid, val)
-        op = e.op
-        if op == "+":
-            return a0 + b0, a1 + b1
-        if op == "-":
-            return a0 - b0, a1 - b1
-        if op == "*":
-            return a0 * b0, a1 * b1
-        if op == "floordiv":
-            return (a0 // b0 if b0 else 0), (a1 // b1 if b1 else 0)
-        if op == "floormod":
-            return (a0 % b0 if b0 else 0), (a1 % b1 if b1 else 0)
-        if op == "min":
-            return min(a0, b0), min(a1, b1)
-        if op == "max":
-            return max(a0, b0), max(a1, b1)
-        return 0, 0
-    if isinstance(e, Var):
-        return (0, val) if id(e) == vid else (0, 0)
-    if t is Select:
-        return _eval_pair(e.t, vid, val)
-    if t is Cast:
-        return _eval_pair(e.value, vid, val)
-    return 0, 0
-
-
 # ---- accesses ----------------------------------------------------------------------------------
 
 
@@ -318,7 +126,7 @@ class Atom:
             x = x.a
         terms: dict[int, int] = {}
         inner: list = []
-        const = _linearize(x, 1, terms, inner) if chain else 0
+        const = linearize(x, 1, terms, inner) if chain else 0
         if chain and not inner:
             self.chain = chain[::-1]
             self.terms = {k: v for k, v in terms.items() if v}
@@ -326,12 +134,12 @@ class Atom:
             self.vids = set(self.terms)
         else:
             self.chain = None
-            self.vids = _var_ids(e, set())
+            self.vids = var_ids(e, set())
 
     def interval(self, hi_of: dict) -> tuple[int, int]:
         """Range when the variables in `hi_of` run over 0..hi_of[id] and the others are 0."""
         if self.chain is None:
-            return _interval(self.expr, hi_of)
+            return interval(self.expr, hi_of)
         lo = hi = self.const
         for vid, c in self.terms.items():
             h = hi_of.get(vid)
@@ -352,7 +160,7 @@ class Atom:
     def delta(self, vid: int, val: int) -> int:
         """Value with variable `vid` = val minus value with it 0 (all others 0)."""
         if self.chain is None:
-            a0, a1 = _eval_pair(self.expr, vid, val)
+            a0, a1 = eval_pair(self.expr, vid, val)
             return a1 - a0
         v0 = self.const
         v1 = v0 + self.terms.get(vid, 0) * val
@@ -373,7 +181,7 @@ class Linear:
     def __init__(self, index, atom_cache: dict) -> None:
         terms: dict[int, int] = {}
         atoms: list = []
-        _linearize(index, 1, terms, atoms)
+        linearize(index, 1, terms, atoms)
         self.terms = {k: v for k, v in terms.items() if v}
         self.atoms = []
         for c, a in atoms:

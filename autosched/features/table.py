@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .analysis import (
-    BLOCK_TAGS, CURVE_POINTS, N_BUFFERS, OP_KINDS, READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL,
-    RW, THREAD_TAGS, WRITE, BufferInfo, StoreInfo,
+    BLOCK_TAGS, CURVE_POINTS, N_BUFFERS, READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW,
+    THREAD_TAGS, WRITE, BufferInfo, StoreInfo,
 )
+from .exprs import OP_KINDS
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from typing import Collection
 from .. import ir
 from ..te.dtype import BYTES, FLOAT_DTYPES
 from .analysis import (
-    _FLOAT_COMPUTE, _INT_BASE, _REDUCER_KIND, BLOCK_TAGS, CACHE_LINE_BYTES, CURVE_POINTS, OP_KINDS,
-    READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW, THREAD_TAGS, WRITE, Access, Annotation,
-    BufferInfo, Loop, StoreInfo, count_ops, touched_regions,
+    BLOCK_TAGS, CACHE_LINE_BYTES, CURVE_POINTS, READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW,
+    THREAD_TAGS, WRITE, Access, Annotation, BufferInfo, Loop, StoreInfo, touched_regions,
 )
+from .exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
 
 
 def _steps(s: ir.Stmt, memo: dict) -> int:
@@ -109,8 +109,8 @@ class ProgramWalker:
         loads: list = []
         count_ops(roots + guards + (index,), counts, loads)
         if allreduce is not None:  # the combine each thread's value takes part in
-            base = 0 if allreduce.value.dtype in FLOAT_DTYPES else _INT_BASE
-            counts[base + _REDUCER_KIND.get(allreduce.reducer, 1)] += 1
+            base = 0 if allreduce.value.dtype in FLOAT_DTYPES else INT_BASE
+            counts[base + REDUCER_KIND.get(allreduce.reducer, 1)] += 1
         outer = self.outer_prod
         info.ops = [c * outer for c in counts]
         info.outer_prod = outer
@@ -146,7 +146,7 @@ class ProgramWalker:
         bufs = [self.buffer_info(acc, outer) for acc in acc_list]
         bufs.sort(key=lambda b: (-b.lines, -b.bytes))
         info.buffers = bufs
-        flops = sum(counts[k] for k in _FLOAT_COMPUTE)
+        flops = sum(counts[k] for k in FLOAT_COMPUTE)
         info.curve = _intensity_curve(flops, acc_list, loops)
         self.out.append(info)
 
