@@ -274,19 +274,20 @@ def _conv_states():
 
 def test_extraction_speed():
     """Goal: >= 1000 conv2d states per second per core for extraction from lowered programs.
-    The bound asserted is generous (shared CI machines); the figures are printed."""
+    Timed in CPU time (other processes on a shared machine do not count), best of 5; the bound
+    asserted is generous. The figures are printed."""
     states = _conv_states()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     programs = [(lower(s), vthread_loop_vars(s)) for s in states]
-    lower_ms = (time.perf_counter() - t0) / len(states) * 1e3
+    lower_ms = (time.process_time() - t0) / len(states) * 1e3
     best = math.inf
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(10):
             for prog, vv in programs:
                 extract_features(prog, vv)
-        best = min(best, (time.perf_counter() - t0) / (10 * len(programs)))
+        best = min(best, (time.process_time() - t0) / (10 * len(programs)))
     rate = 1.0 / best
-    print(f"\nfeature extraction: {rate:.0f} conv2d states/s ({best * 1e3:.2f} ms/state); "
+    print(f"\nfeature extraction: {rate:.0f} conv2d states/s ({best * 1e3:.2f} ms/state, CPU); "
           f"lowering: {lower_ms:.1f} ms/state")
     assert rate > 200
