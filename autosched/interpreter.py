@@ -16,8 +16,10 @@ or a poison integer, so reading uninitialised memory shows in the results.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,9 +27,10 @@ import numpy as np
 from . import ir
 from .errors import AutoschedError
 from .te.dtype import numpy_dtype
-from .te.expr import Expr, Load
+from .te.expr import Expr, Load, Var
 from .te.npeval import eval_expr
 from .te.reduce import BUILTIN_REDUCERS
+from .te.visitor import children, rebuild
 
 POISON_INT = -(1 << 30) + 12345
 REDUCE_UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum}
@@ -92,6 +95,84 @@ class _SharedTracker:
         return (hi >= 0) & ~((lo == t) & (hi == t))
 
 
+@dataclass(eq=False)
+class _Let(ir.Stmt):
+    """Interpreter-internal statement: bind `var` to the value of a hoisted expression."""
+
+    var: Var
+    value: Expr
+
+
+class _Hoister:
+    """Loop-invariant code motion, so that inner loops evaluate fewer nodes: every load-free
+    sub-expression that does not depend on the innermost enclosing loop is computed once per
+    iteration of the innermost loop whose variable it uses (at kernel start when it uses thread
+    indices only). Hoisted expressions are pure, so computing them for every lane is safe."""
+
+    def __init__(self) -> None:
+        self.level: dict[int, int] = {id(v): 0 for v in ir.THREAD_VARS.values()}
+        self.levels: dict[int, int | None] = {}  # id(expr) -> deepest loop level; None: a load
+        self.scopes: list[tuple[list[ir.Stmt], dict]] = []  # per open loop level: lets, memo
+        self.table: dict[type, Callable[[Any, int], ir.Stmt]] = {
+            ir.Seq: lambda s, d: ir.Seq([self.stmt(c, d) for c in s.stmts]),
+            ir.For: self._for,
+            ir.IfThenElse: lambda s, d: ir.IfThenElse(
+                self.expr(s.cond, d),
+                self.stmt(s.then_case, d),
+                None if s.else_case is None else self.stmt(s.else_case, d),
+            ),
+            ir.Store: lambda s, d: ir.Store(s.buffer, self.expr(s.index, d), self.expr(s.value, d)),
+            ir.AllReduce: lambda s, d: dataclasses.replace(
+                s,
+                value=self.expr(s.value, d),
+                index=self.expr(s.index, d),
+                cond=None if s.cond is None else self.expr(s.cond, d),
+            ),
+        }
+
+    def scoped(self, s: ir.Stmt, depth: int) -> ir.Stmt:
+        """`s` (a kernel or loop body at `depth`) preceded by the lets hoisted to its level."""
+        self.scopes.append(([], {}))
+        body = self.stmt(s, depth)
+        lets, _ = self.scopes.pop()
+        return ir.seq([*lets, body])
+
+    def stmt(self, s: ir.Stmt, d: int) -> ir.Stmt:
+        fn = self.table.get(type(s))
+        return s if fn is None else fn(s, d)
+
+    def _for(self, s: ir.For, d: int) -> ir.Stmt:
+        self.level[id(s.var)] = d + 1
+        self.levels.clear()  # a var object reused at another depth changes cached levels
+        return ir.For(s.var, s.extent, s.kind, self.scoped(s.body, d + 1))
+
+    def _level(self, e: Expr) -> int | None:
+        got = self.levels.get(id(e), -1)
+        if got == -1:
+            if isinstance(e, Load):
+                got = None
+            elif isinstance(e, Var):
+                got = self.level.get(id(e))
+            else:
+                kids = [self._level(k) for k in children(e)]
+                got = None if None in kids else max(kids, default=0)
+            self.levels[id(e)] = got
+        return got
+
+    def expr(self, e: Expr, d: int) -> Expr:
+        kids = children(e)
+        level = self._level(e)
+        if level is not None and level < d and kids:
+            lets, memo = self.scopes[level]
+            var = memo.get(e._key)
+            if var is None:
+                var = memo[e._key] = Var(f"hoisted{len(memo)}", e.dtype)
+                lets.append(_Let(var, self.expr(e, level)))
+            return var
+        new = tuple(self.expr(k, d) for k in kids)
+        return e if all(n is k for n, k in zip(new, kids)) else rebuild(e, new)
+
+
 class _KernelRun:
     """Executes one kernel for all lanes; statements dispatch through `self.table`."""
 
@@ -116,6 +197,7 @@ class _KernelRun:
             ir.IfThenElse: self._if,
             ir.Barrier: self._barrier,
             ir.AllReduce: self._allreduce,
+            _Let: self._let,
         }
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -199,7 +281,10 @@ class _KernelRun:
 
     # ---- statements ------------------------------------------------------------------------
     def run(self) -> None:
-        self.stmt(self.k.body, None)
+        self.stmt(_Hoister().scoped(self.k.body, 0), None)
+
+    def _let(self, s: _Let, mask: Any) -> None:
+        self.env[id(s.var)] = self.eval(s.value, None)
 
     def stmt(self, s: ir.Stmt, mask: Any) -> None:
         fn = self.table.get(type(s))
