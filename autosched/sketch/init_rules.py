@@ -50,11 +50,19 @@ class Limits:
     max_threads_per_block: int = 1024
     max_vthread_extent: int = 8
     max_shared_memory_per_block: int = 48 * 1024
+    max_registers_per_thread: int = 255
+    max_registers_per_block: int = 65536
 
     @staticmethod
     def of(hw) -> "Limits":
         return Limits(hw.warp_size, hw.max_threads_per_block, hw.max_vthread_extent,
-                      hw.max_shared_memory_per_block)
+                      hw.max_shared_memory_per_block, hw.max_registers_per_thread,
+                      hw.max_registers_per_block)
+
+    def registers_per_thread(self, threads: int) -> int:
+        """The registers ptxas can give each thread of a block of `threads` (warps rounded up)."""
+        warps = -(-threads // self.warp_size)
+        return min(self.max_registers_per_thread, self.max_registers_per_block // (warps * self.warp_size))
 
 
 # ---- the plan of a sketch ---------------------------------------------------------------------
@@ -233,6 +241,10 @@ class FillTileSize(InitRule):
             return "too_few_threads"
         if math.prod(l[0] * math.prod(l[2:]) for l in sp) > params.max_local_elems:
             return "local_memory"
+        # The accumulators (one vthread's) get at most half the registers of a thread; more
+        # spills almost always (measured with ptxas on the suite).
+        if math.prod(math.prod(l[2:]) for l in sp) > lim.registers_per_thread(threads) // 2:
+            return "registers"
         if g.footprints:
             tile = [math.prod(l) for l in sp] + [math.prod(l) for l in rd]
             if sum(fp.bytes(tile) for fp in g.footprints) > lim.max_shared_memory_per_block:

@@ -89,10 +89,16 @@ class SketchSampler:
         self.verify = verify
         self.rules = rules
         self.rejected: collections.Counter = collections.Counter()
-        self.programs: dict[int, ir.Program] = {}
+        # the lowered programs of the states the last `sample` call returned, by state key
+        # (when verifying), so callers need not lower them again
+        self.programs: dict[tuple, ir.Program] = {}
 
     def sample_one(self, rng: random.Random, sketch: int | None = None) -> State:
         """One complete state; raises Rejected with the reason when it breaks a limit."""
+        state, _ = self._sample_one(rng, sketch)
+        return state
+
+    def _sample_one(self, rng: random.Random, sketch: int | None) -> tuple[State, ir.Program | None]:
         plan = self.plans[rng.randrange(len(self.plans)) if sketch is None else sketch]
         state = plan.sketch
         try:
@@ -101,6 +107,7 @@ class SketchSampler:
         except ScheduleError as e:
             raise Rejected("schedule_error", str(e)) from e
         reason = check_state(state, self.ctx.limits)
+        program = None
         if reason is None and self.verify:
             try:
                 program = lower(state)
@@ -111,7 +118,7 @@ class SketchSampler:
             reason = check_program(program, self.ctx.limits, self.params)
         if reason is not None:
             raise Rejected(reason)
-        return state
+        return state, program
 
     def sample(self, n: int, rng: Any = None, max_tries: int | None = None) -> list[State]:
         """Up to n distinct valid states (fewer only when `max_tries` draws, default 50 n, do
@@ -119,12 +126,13 @@ class SketchSampler:
         rng = as_random(rng)
         out: list[State] = []
         seen: set = set()
+        self.programs = {}
         tries = 0
         limit = max_tries if max_tries is not None else 50 * n
         while len(out) < n and tries < limit:
             tries += 1
             try:
-                state = self.sample_one(rng)
+                state, program = self._sample_one(rng, None)
             except Rejected as e:
                 self.rejected[e.reason] += 1
                 continue
@@ -134,6 +142,8 @@ class SketchSampler:
                 continue
             seen.add(key)
             out.append(state)
+            if program is not None:
+                self.programs[key] = program
         if self.rejected:
             log.debug("sampled %d states in %d draws; rejected: %s", len(out), tries, dict(self.rejected))
         if len(out) < n:
