@@ -75,7 +75,8 @@ def test_factorization_schemes_are_all_perfect_tilings():
             assert len(s) == n and extent % np.prod(s) == 0 and s[-1] <= most
         assert len(set(schemes)) == len(schemes)
         if brute is not None:
-            assert set(schemes) == {s for s in brute if extent % (s[0] * s[1]) == 0 and s[1] <= most}
+            assert set(schemes) == {s for s in brute
+                                    if extent % (s[0] * s[1]) == 0 and s[1] <= most}
     assert factorization_schemes(512, 4, 64) is factorization_schemes(512, 4, 64)  # cached
     assert len(factorization_schemes(2**9, 4, 2**9)) == 715  # C(9 + 4, 4)
 
@@ -108,7 +109,8 @@ def test_sketches_do_not_depend_on_sizes(name):
         return [[(r[0],) + tuple(x for i, x in enumerate(r[1:]) if not (r[0] == "SP" and i == 2))
                  for r in s.key()] for s in sketches]
 
-    assert shape(generate_sketches(suite_dag(name))) == shape(generate_sketches(suite_dag(name, True)))
+    full, reduced = generate_sketches(suite_dag(name)), generate_sketches(suite_dag(name, True))
+    assert shape(full) == shape(reduced)
 
 
 def test_sketch_counts():
@@ -141,6 +143,26 @@ def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
             assert ours.pragma_type.split("$")[0] == theirs.pragma_type.split("$")[0]
         else:
             assert ours == theirs
+
+
+def test_serial_reduction_sketches():
+    """Dense with batch 1 (spatial 128 < reduction 784): besides the tiled sketch, one where the
+    reduction is computed per element inside its bias-add consumer, whose loops the init rules
+    bind to blocks and threads. Softmax's reductions stay at root, parallelised."""
+    serial, tiled = generate_sketches(suite_dag("dense_bias"))
+    dense = serial["T_dense"]
+    assert dense.compute_at == ATTACHED and dense.attach[1] == "ax1"
+    assert not any(type(r).__name__ == "SplitRel" for r in dense.relations)
+    assert tiled["T_dense"].attach[1] == "ax1_o_i"
+    state = SketchSampler([serial]).sample(1, 0)[0]
+    add = state["T_add"]
+    assert [it.annotation for it in add.iters] == ["blockIdx.x", "threadIdx.x"]
+    assert state["T_dense"].attach[1] == add.iters[1].name  # one thread per output element
+    (sketch,) = generate_sketches(suite_dag("softmax"))
+    for st in SketchSampler([sketch]).sample(1, 0)[0].stages:
+        if st.name in ("T_softmax_maxelem", "T_softmax_expsum"):
+            assert st.compute_at == ROOT
+            assert [it.annotation for it in st.iters] == ["blockIdx.x", "threadIdx.x", "none"]
 
 
 def test_generate_sketches_takes_a_task():
@@ -247,7 +269,8 @@ def test_limits_are_enforced_and_reasons_counted():
     ok = sample_initial_population(sketches, 20, 0)
     for s in ok:
         program = lower(s)
-        assert all(k.shared_bytes <= 48 * 1024 and k.threads_per_block <= 1024 for k in program.kernels)
+        for k in program.kernels:
+            assert k.shared_bytes <= 48 * 1024 and k.threads_per_block <= 1024
 
 
 def test_thread_and_vthread_limits_hold():
@@ -259,8 +282,8 @@ def test_thread_and_vthread_limits_hold():
                 for it in stage.iters:
                     if it.annotation == "vthread":
                         assert it.extent <= hw_limits.max_vthread_extent
-                    if it.annotation == "threadIdx.x" and stage.compute_at == ROOT and "vthread" in [
-                            x.annotation for x in stage.iters]:
+                    tiled = "vthread" in [x.annotation for x in stage.iters]
+                    if it.annotation == "threadIdx.x" and stage.compute_at == ROOT and tiled:
                         assert 32 <= it.extent <= 1024
 
 

@@ -23,7 +23,8 @@ def _dag_and_hardware(dag_or_task: Any, hardware: Any) -> tuple[ComputeDAG, Any]
         return dag_or_task, hardware
     dag = getattr(dag_or_task, "compute_dag", None) or getattr(dag_or_task, "dag", None)
     if not isinstance(dag, ComputeDAG):
-        raise TypeError(f"generate_sketches needs a ComputeDAG or a task with one, got {dag_or_task!r}")
+        raise TypeError(
+            f"generate_sketches needs a ComputeDAG or a task with one, got {dag_or_task!r}")
     if hardware is None:
         hardware = getattr(dag_or_task, "hardware_params", None)
     return dag, hardware

@@ -29,8 +29,8 @@ from ..te.tensor import Tensor
 from ..te.visitor import walk
 from ..transform_steps import SplitStep, replay
 from .utils import (
-    SketchParams, factorization_schemes, follow_split_step_ids, has_reduce_iter, is_inlined,
-    needs_multi_level_tiling, split_step_ids,
+    SketchParams, factorization_schemes, has_reduce_iter, is_inlined, needs_multi_level_tiling,
+    split_step_ids,
 )
 
 
@@ -62,7 +62,8 @@ class Limits:
     def registers_per_thread(self, threads: int) -> int:
         """The registers ptxas can give each thread of a block of `threads` (warps rounded up)."""
         warps = -(-threads // self.warp_size)
-        return min(self.max_registers_per_thread, self.max_registers_per_block // (warps * self.warp_size))
+        per_thread = self.max_registers_per_block // (warps * self.warp_size)
+        return min(self.max_registers_per_thread, per_thread)
 
 
 # ---- the plan of a sketch ---------------------------------------------------------------------
@@ -185,7 +186,8 @@ def _spatial_options(extent: int, n: int, max_innermost: int, max_vthread: int, 
                      max_local: int) -> tuple:
     """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone."""
     return tuple(l for l in factorization_schemes(extent, n, max_innermost)
-                 if l[0] <= max_vthread and l[1] <= max_threads and l[0] * math.prod(l[2:]) <= max_local)
+                 if l[0] <= max_vthread and l[1] <= max_threads
+                 and l[0] * math.prod(l[2:]) <= max_local)
 
 
 def _pick(options: tuple, rng: random.Random):
@@ -204,9 +206,11 @@ class FillTileSize(InitRule):
     def options(self, ctx: InitContext, step: SplitStep, spatial: bool) -> tuple:
         p, lim = ctx.params, ctx.limits
         if not spatial:
-            return factorization_schemes(step.extent, len(step.lengths), p.max_innermost_split_factor)
+            return factorization_schemes(step.extent, len(step.lengths),
+                                         p.max_innermost_split_factor)
         return _spatial_options(step.extent, len(step.lengths), p.max_innermost_split_factor,
-                                lim.max_vthread_extent, lim.max_threads_per_block, p.max_local_elems)
+                                lim.max_vthread_extent, lim.max_threads_per_block,
+                                p.max_local_elems)
 
     def draw_spatial(self, ctx: InitContext, steps: list, ids: list[int], rng: random.Random):
         """Lengths for each spatial axis, drawn in a random axis order, each from the
@@ -215,7 +219,8 @@ class FillTileSize(InitRule):
         p, lim = ctx.params, ctx.limits
         order = list(range(len(ids)))
         rng.shuffle(order)
-        vthread, threads, local = lim.max_vthread_extent, lim.max_threads_per_block, p.max_local_elems
+        vthread, threads = lim.max_vthread_extent, lim.max_threads_per_block
+        local = p.max_local_elems
         out: list = [None] * len(ids)
         for a in order:
             step = steps[ids[a]]
@@ -311,14 +316,16 @@ class ThreadBind(InitRule):
         """Fuse the leading spatial loops, split by a thread count, bind block and thread."""
         stage = state.stages[i]
         n = 0
-        while n < len(stage.iters) and stage.iters[n].kind == SPATIAL and stage.iters[n].annotation == "none":
+        its = stage.iters
+        while n < len(its) and its[n].kind == SPATIAL and its[n].annotation == "none":
             n += 1
         if n == 0:
             raise Rejected("no_spatial_loop", stage.name)
         if n > 1:
             state = state.fuse(i, list(range(n)))
         extent = state.stages[i].iters[0].extent
-        options = [t for t in ctx.params.thread_counts if t <= min(extent, ctx.limits.max_threads_per_block)]
+        most = min(extent, ctx.limits.max_threads_per_block)
+        options = [t for t in ctx.params.thread_counts if t <= most]
         if not options:
             return state.bind(i, 0, "threadIdx.x")
         state = state.split(i, 0, [_pick(options, rng)])
@@ -332,7 +339,8 @@ class ThreadBind(InitRule):
         if n > 1:
             state = state.fuse(i, list(range(n)))
         nbytes = BYTES.get(stage.op.dtype, 4)
-        vectors = [v for v in ctx.params.vector_lengths if v * nbytes <= ctx.params.max_vector_bytes]
+        vectors = [v for v in ctx.params.vector_lengths
+                   if v * nbytes <= ctx.params.max_vector_bytes]
         state = state.split(i, 0, [_pick(vectors, rng)])
         state = state.vectorize(i, 1)
         state = state.follow_fused_split(i, 0, g.spatial_ids, 1, True)
@@ -340,15 +348,49 @@ class ThreadBind(InitRule):
 
 
 class AutoUnroll(InitRule):
-    """auto_unroll_max_step, drawn from the GPU configs, on every stage with a reduction."""
+    """auto_unroll_max_step, drawn from the GPU configs, on every stage with a reduction.
+
+    For a tiled stage only the configs whose unrolled inner loops fit in the registers are
+    drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
+    plus the operand tiles of that nest must fit in what ptxas can give a thread (a larger
+    unroll spills: measured on the suite, e.g. a 224-step dense nest reaches 255 registers)."""
 
     def apply(self, ctx, plan, state, rng):
         configs = ctx.params.auto_unroll_configs
+        tiled = {g.tiled: g for g in plan.groups}
         for i, stage in enumerate(state.stages):
             if stage.is_placeholder or is_inlined(stage) or not has_reduce_iter(stage):
                 continue
-            state = state.pragma(i, 0, "auto_unroll_max_step", _pick(configs, rng))
+            options = configs
+            if i in tiled:
+                options = tuple(c for c in configs if self.fits(ctx, tiled[i], state, c)) or (0,)
+            state = state.pragma(i, 0, "auto_unroll_max_step", _pick(options, rng))
         return state
+
+    @staticmethod
+    def unrolled_registers(g: TileGroup, state: State, max_step: int) -> int:
+        """Accumulators plus operand elements of the innermost loops that `max_step` unrolls
+        (loops inside the outer reduction tile run R1, S3, R2, S4)."""
+        sp = [state.steps[k].lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
+        rd = [state.steps[k].lengths for k in g.reduce_ids]  # (R1, R2)
+        local = math.prod(l[2] * l[3] for l in sp)
+        s4 = math.prod(l[3] for l in sp)
+        r1, r2 = math.prod(l[0] for l in rd), math.prod(l[1] for l in rd)
+        if r1 * r2 * local <= max_step:  # the whole R1 S3 R2 S4 nest
+            tile = [l[2] * l[3] for l in sp] + [l[0] * l[1] for l in rd]
+        elif r2 * local <= max_step:  # S3 R2 S4
+            tile = [l[2] * l[3] for l in sp] + [l[1] for l in rd]
+        elif r2 * s4 <= max_step:  # R2 S4
+            tile = [l[3] for l in sp] + [l[1] for l in rd]
+        else:
+            tile = [l[3] for l in sp] + [1 for _ in rd]
+        operands = sum(fp.bytes(tile) // fp.nbytes for fp in g.footprints)
+        return local + operands
+
+    def fits(self, ctx, g: TileGroup, state: State, max_step: int) -> bool:
+        threads = math.prod(state.steps[k].lengths[1] for k in g.spatial_ids)
+        budget = ctx.limits.registers_per_thread(threads)
+        return self.unrolled_registers(g, state, max_step) <= budget
 
 
 GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll())

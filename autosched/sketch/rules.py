@@ -23,7 +23,7 @@ from ..te.tensor import ComputeOp
 from .utils import (
     SketchParams, consumers, direct_producers, elementwise_matched_consumer,
     has_cache_write_stage, has_reduce_iter, is_inlined, is_output, is_tiled,
-    needs_multi_level_tiling, spatial_and_reduce_length, split_step_ids,
+    needs_multi_level_tiling, spatial_and_reduce_length,
 )
 
 
@@ -253,7 +253,8 @@ GPU_RULES: tuple[SketchRule, ...] = (
 )
 
 
-def generate(state: State, ctx: SketchContext, rules: tuple[SketchRule, ...] = GPU_RULES) -> list[State]:
+def generate(state: State, ctx: SketchContext,
+             rules: tuple[SketchRule, ...] = GPU_RULES) -> list[State]:
     """Run the rules from the last stage back; return the distinct finished sketches."""
     todo: list[tuple[State, int]] = [(state, len(state.stages) - 1)]
     out: list[State] = []
@@ -277,5 +278,5 @@ def generate(state: State, ctx: SketchContext, rules: tuple[SketchRule, ...] = G
 
 __all__ = [
     "Cond", "SketchContext", "SketchRule", "GPU_RULES", "generate", "multi_level_tile",
-    "outermost_reduce_tile_iter", "split_step_ids",
+    "outermost_reduce_tile_iter",
 ]

@@ -40,7 +40,7 @@ def check_state(state: State, limits: Limits) -> str | None:
     """Limits visible on the state itself (cheap): vthread extents."""
     for stage in state.stages:
         for it in stage.iters:
-            if it.annotation == "vthread" and it.extent is not None and it.extent > limits.max_vthread_extent:
+            if it.annotation == "vthread" and (it.extent or 0) > limits.max_vthread_extent:
                 return "vthread"
     return None
 
@@ -98,7 +98,8 @@ class SketchSampler:
         state, _ = self._sample_one(rng, sketch)
         return state
 
-    def _sample_one(self, rng: random.Random, sketch: int | None) -> tuple[State, ir.Program | None]:
+    def _sample_one(self, rng: random.Random,
+                    sketch: int | None) -> tuple[State, ir.Program | None]:
         plan = self.plans[rng.randrange(len(self.plans)) if sketch is None else sketch]
         state = plan.sketch
         try:
@@ -106,6 +107,12 @@ class SketchSampler:
                 state = rule.apply(self.ctx, plan, state, rng)
         except ScheduleError as e:
             raise Rejected("schedule_error", str(e)) from e
+        except Rejected:
+            raise
+        except Exception as e:  # a bug elsewhere must not end the search: count and log it
+            log.warning("init rules failed on a sketch of %r: %s: %s",
+                        plan.sketch.dag, type(e).__name__, e)
+            raise Rejected(f"internal_error:{type(e).__name__}", str(e)) from e
         reason = check_state(state, self.ctx.limits)
         program = None
         if reason is None and self.verify:
@@ -115,6 +122,9 @@ class SketchSampler:
                 raise Rejected("lowering_error", str(e)) from e
             except ScheduleError as e:
                 raise Rejected("schedule_error", str(e)) from e
+            except Exception as e:  # a lowering bug: count it, log it, go on
+                log.warning("lowering failed: %s: %s", type(e).__name__, e)
+                raise Rejected(f"internal_error:{type(e).__name__}", str(e)) from e
             reason = check_program(program, self.ctx.limits, self.params)
         if reason is not None:
             raise Rejected(reason)
@@ -145,7 +155,8 @@ class SketchSampler:
             if program is not None:
                 self.programs[key] = program
         if self.rejected:
-            log.debug("sampled %d states in %d draws; rejected: %s", len(out), tries, dict(self.rejected))
+            log.debug("sampled %d states in %d draws; rejected: %s",
+                      len(out), tries, dict(self.rejected))
         if len(out) < n:
             log.warning("only %d of %d states found in %d draws; rejected: %s",
                         len(out), n, tries, dict(self.rejected))

@@ -65,7 +65,8 @@ def divisors(n: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=None)
-def factorization_schemes(extent: int, n_lengths: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+def factorization_schemes(extent: int, n_lengths: int,
+                          max_innermost: int) -> tuple[tuple[int, ...], ...]:
     """Every perfect tiling of `extent` into `n_lengths` inner lengths (outer to inner): tuples
     whose product divides `extent` (the outermost part takes the rest) and whose last entry is at
     most `max_innermost`. Cached: the search asks for the same few extents millions of times."""
@@ -94,14 +95,16 @@ def stage_op_info(state: State, i: int) -> OpInfo | None:
     # The copy-out stage reads the local stage and produces the original op.
     for other in state.stages:
         body = getattr(other.op, "body", None)
-        if isinstance(body, Load) and isinstance(body.buffer, Tensor) and body.buffer.op is stage.op:
+        if (isinstance(body, Load) and isinstance(body.buffer, Tensor)
+                and body.buffer.op is stage.op):
             return state.dag.info.get(id(other.produces))
     return None
 
 
 def needs_multi_level_tiling(state: State, i: int) -> bool:
     info = stage_op_info(state, i)
-    return info is not None and info.needs_multi_level_tiling and state.stages[i].compute_at != INLINED
+    return (info is not None and info.needs_multi_level_tiling
+            and state.stages[i].compute_at != INLINED)
 
 
 def is_output(state: State, i: int) -> bool:
@@ -240,15 +243,13 @@ def split_step_ids(state: State, i: int, kind: str | None = None) -> list[int]:
     where = stage_index_history(state)
     stage = state.stages[i]
     rels = [r for r in stage.relations if isinstance(r, SplitRel)]
-    mine = [k for k, s in enumerate(state.steps) if isinstance(s, SPLITTING_STEPS) and where[k] == i]
+    mine = [k for k, s in enumerate(state.steps)
+            if isinstance(s, SPLITTING_STEPS) and where[k] == i]
     root_kind = {it.name: it.kind for it in stage.root_iters}
     out = []
     for k, rel in zip(mine, rels):
-        if isinstance(state.steps[k], SplitStep) and (kind is None or root_kind.get(rel.parent) == kind):
+        if not isinstance(state.steps[k], SplitStep):
+            continue
+        if kind is None or root_kind.get(rel.parent) == kind:
             out.append(k)
     return out
-
-
-def follow_split_step_ids(state: State, i: int) -> list[int]:
-    where = stage_index_history(state)
-    return [k for k, s in enumerate(state.steps) if isinstance(s, FollowSplitStep) and where[k] == i]
