@@ -19,7 +19,6 @@ import functools
 import math
 import random
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from ..arith import to_affine
 from ..loop_state import ATTACHED, REDUCE, ROOT, SPATIAL, State
@@ -102,6 +101,8 @@ class TileGroup:
 
 @dataclass
 class SketchPlan:
+    """What the init rules need to know about one sketch, found once per sketch."""
+
     sketch: State
     unknown: list[int]  # SplitStep ids with unknown lengths, not in a group
     groups: list[TileGroup]
@@ -167,12 +168,14 @@ def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan
 
 @dataclass
 class InitContext:
+    """What init rules may look at besides the plan and the state."""
+
     params: SketchParams
     limits: Limits
 
 
 class InitRule:
-    name: ClassVar[str] = ""
+    """One random-annotation rule: state in, state out (or `Rejected`)."""
 
     def apply(self, ctx: InitContext, plan: SketchPlan, state: State, rng: random.Random) -> State:
         raise NotImplementedError

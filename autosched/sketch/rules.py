@@ -45,8 +45,6 @@ class SketchContext:
 class SketchRule:
     """One sketch rule: `condition` decides, `apply` transforms."""
 
-    name: ClassVar[str] = ""
-
     def condition(self, ctx: SketchContext, state: State, i: int) -> Cond:
         raise NotImplementedError
 
