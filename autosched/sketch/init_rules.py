@@ -186,10 +186,10 @@ class InitRule:
 
 @functools.lru_cache(maxsize=None)
 def _spatial_options(extent: int, n: int, max_innermost: int, max_vthread: int, max_threads: int,
-                     max_local: int) -> tuple:
+                     max_local: int, min_threads: int = 1) -> tuple:
     """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone."""
     return tuple(l for l in factorization_schemes(extent, n, max_innermost)
-                 if l[0] <= max_vthread and l[1] <= max_threads
+                 if l[0] <= max_vthread and min_threads <= l[1] <= max_threads
                  and l[0] * math.prod(l[2:]) <= max_local)
 
 
@@ -215,25 +215,29 @@ class FillTileSize(InitRule):
                                 lim.max_vthread_extent, lim.max_threads_per_block,
                                 p.max_local_elems)
 
-    def draw_spatial(self, ctx: InitContext, steps: list, ids: list[int], rng: random.Random):
+    def draw_spatial(self, ctx: InitContext, steps: list, g: TileGroup, rng: random.Random):
         """Lengths for each spatial axis, drawn in a random axis order, each from the
         factorisations that fit in what the axes drawn before left of the vthread, thread and
-        register budgets. None when some axis has no option left."""
+        register budgets (the last axis also brings the threads up to the minimum). None when
+        some axis has no option left."""
         p, lim = ctx.params, ctx.limits
+        ids = g.spatial_ids
         order = list(range(len(ids)))
         rng.shuffle(order)
         vthread, threads = lim.max_vthread_extent, lim.max_threads_per_block
-        local = p.max_local_elems
+        local, have = p.max_local_elems, 1
         out: list = [None] * len(ids)
-        for a in order:
+        for n, a in enumerate(order):
             step = steps[ids[a]]
+            need = -(-g.min_threads // have) if n == len(order) - 1 else 1
             opts = _spatial_options(step.extent, len(step.lengths), p.max_innermost_split_factor,
-                                    vthread, threads, local)
+                                    vthread, threads, local, need)
             if not opts:
                 return None
             l = out[a] = _pick(opts, rng)
             vthread //= l[0]
             threads //= l[1]
+            have *= l[1]
             local //= l[0] * math.prod(l[2:])
         return out
 
@@ -265,7 +269,7 @@ class FillTileSize(InitRule):
             rd_opts = [self.options(ctx, steps[k], False) for k in g.reduce_ids]
             reason = None
             for _ in range(ctx.params.tile_retries):
-                sp = self.draw_spatial(ctx, steps, g.spatial_ids, rng)
+                sp = self.draw_spatial(ctx, steps, g, rng)
                 rd = [_pick(o, rng) for o in rd_opts]
                 reason = self.check_group(ctx, g, sp, rd) if sp is not None else "no_option"
                 if reason is None:
@@ -366,34 +370,42 @@ class AutoUnroll(InitRule):
                 continue
             options = configs
             if i in tiled:
-                options = tuple(c for c in configs if self.fits(ctx, tiled[i], state, c)) or (0,)
+                regs = self.unrolled_registers(tiled[i], state)
+                budget = self.budget(ctx, tiled[i], state)
+                options = tuple(c for c in configs if regs(c) <= budget) or (0,)
             state = state.pragma(i, 0, "auto_unroll_max_step", _pick(options, rng))
         return state
 
     @staticmethod
-    def unrolled_registers(g: TileGroup, state: State, max_step: int) -> int:
-        """Accumulators plus operand elements of the innermost loops that `max_step` unrolls
-        (loops inside the outer reduction tile run R1, S3, R2, S4)."""
+    def unrolled_registers(g: TileGroup, state: State):
+        """max_step -> accumulators plus operand elements of the innermost loops that
+        auto_unroll_max_step unrolls (inside the outer reduction tile the loops run R1, S3, R2,
+        S4; a loop unrolls when its whole nest takes at most max_step steps)."""
         sp = [state.steps[k].lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
         rd = [state.steps[k].lengths for k in g.reduce_ids]  # (R1, R2)
         local = math.prod(l[2] * l[3] for l in sp)
-        s4 = math.prod(l[3] for l in sp)
         r1, r2 = math.prod(l[0] for l in rd), math.prod(l[1] for l in rd)
-        if r1 * r2 * local <= max_step:  # the whole R1 S3 R2 S4 nest
-            tile = [l[2] * l[3] for l in sp] + [l[0] * l[1] for l in rd]
-        elif r2 * local <= max_step:  # S3 R2 S4
-            tile = [l[2] * l[3] for l in sp] + [l[1] for l in rd]
-        elif r2 * s4 <= max_step:  # R2 S4
-            tile = [l[3] for l in sp] + [l[1] for l in rd]
-        else:
-            tile = [l[3] for l in sp] + [1 for _ in rd]
-        operands = sum(fp.bytes(tile) // fp.nbytes for fp in g.footprints)
-        return local + operands
+        nests = (  # (steps of the nest, per-axis tile it covers), outermost first
+            (r1 * r2 * local, [l[2] * l[3] for l in sp] + [l[0] * l[1] for l in rd]),
+            (r2 * local, [l[2] * l[3] for l in sp] + [l[1] for l in rd]),
+            (r2 * math.prod(l[3] for l in sp), [l[3] for l in sp] + [l[1] for l in rd]),
+            (0, [l[3] for l in sp] + [1 for _ in rd]),
+        )
+        memo: dict[int, int] = {}
 
-    def fits(self, ctx, g: TileGroup, state: State, max_step: int) -> bool:
+        def regs(max_step: int) -> int:
+            level = next(k for k, (steps, _) in enumerate(nests) if steps <= max_step)
+            if level not in memo:
+                tile = nests[level][1]
+                memo[level] = local + sum(fp.bytes(tile) // fp.nbytes for fp in g.footprints)
+            return memo[level]
+
+        return regs
+
+    @staticmethod
+    def budget(ctx, g: TileGroup, state: State) -> int:
         threads = math.prod(state.steps[k].lengths[1] for k in g.spatial_ids)
-        budget = ctx.limits.registers_per_thread(threads)
-        return self.unrolled_registers(g, state, max_step) <= budget
+        return ctx.limits.registers_per_thread(threads)
 
 
 GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll())
