@@ -219,7 +219,10 @@ def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
     bounds = bounds or {}
-    if isinstance(e, (Const, Var)):
+    if isinstance(e, Var):
+        b = bounds.get(id(e))
+        return Const(int(b[0]), e.dtype) if b is not None and b[0] == b[1] else e
+    if isinstance(e, Const):
         return e
     if e.dtype in ("int32", "int64") and isinstance(e, BinOp) and e.op in ("+", "-", "*", "floordiv", "floormod", "min", "max"):
         return to_affine(e, bounds).to_expr(e.dtype)
