@@ -7,7 +7,7 @@ import heapq
 import math
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -108,7 +108,7 @@ class SketchPolicy:
 
     def __init__(self, task, cost_model=None, params: SearchParams | None = None,
                  init_search_callbacks: Sequence[Callable] = (), verbose: int = 1) -> None:
-        from .sketch import generate_sketches
+        from .sketch import SketchSampler, generate_sketches
 
         self.task = task
         self.params = params or SearchParams()
@@ -117,6 +117,8 @@ class SketchPolicy:
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
         self.sketches = generate_sketches(task.compute_dag, hardware=task.hardware_params)
+        # One sampler for the whole search: it analyses each sketch once, not every round.
+        self.sampler = SketchSampler(self.sketches, task.hardware_params)
         self.measured: dict[str, float] = {}  # fingerprint -> mean cost
         self.measured_states: list[tuple[float, object]] = []  # (cost, state)
         self.time = {"search": 0.0, "model": 0.0}
@@ -134,9 +136,7 @@ class SketchPolicy:
 
     # ---- one round ---------------------------------------------------------------------------
     def sample_init(self, n: int) -> list:
-        from .sketch import sample_initial_population
-
-        return sample_initial_population(self.sketches, n, self.rng, self.task.hardware_params)
+        return self.sampler.sample(n, self.rng)
 
     def score(self, states: list) -> np.ndarray:
         feats = state_features(states, self.params.n_jobs)
