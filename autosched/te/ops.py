@@ -89,26 +89,25 @@ def floormod(a: Any, b: Any) -> Expr:
     return binary("floormod", a, b)
 
 
-def max(a: Any, b: Any = None, axis: Any = None, where: Any = None) -> Expr:  # noqa: A001
-    """`max(a, b)` elementwise, or `max(expr, axis=k)` as a reduction."""
+def _reduce_or_binary(name: str, reducer, a: Any, b: Any, axis: Any, where: Any) -> Expr:
+    """`name(a, b)` elementwise, or `name(expr, axis=k)` as a reduction with `reducer`."""
     if axis is not None:
         if b is not None:
-            raise TEError("te.max: give either two expressions or one expression and axis=")
-        return max_reducer(a, axis, where)
+            raise TEError(f"te.{name}: give either two expressions or one expression and axis=")
+        return reducer(a, axis, where)
     if b is None:
-        raise TEError("te.max(expr) needs axis= (reduction) or a second operand (elementwise)")
-    return binary("max", a, b)
+        raise TEError(f"te.{name}(expr) needs axis= (reduction) or a second operand (elementwise)")
+    return binary(name, a, b)
+
+
+def max(a: Any, b: Any = None, axis: Any = None, where: Any = None) -> Expr:  # noqa: A001
+    """`max(a, b)` elementwise, or `max(expr, axis=k)` as a reduction."""
+    return _reduce_or_binary("max", max_reducer, a, b, axis, where)
 
 
 def min(a: Any, b: Any = None, axis: Any = None, where: Any = None) -> Expr:  # noqa: A001
     """`min(a, b)` elementwise, or `min(expr, axis=k)` as a reduction."""
-    if axis is not None:
-        if b is not None:
-            raise TEError("te.min: give either two expressions or one expression and axis=")
-        return min_reducer(a, axis, where)
-    if b is None:
-        raise TEError("te.min(expr) needs axis= (reduction) or a second operand (elementwise)")
-    return binary("min", a, b)
+    return _reduce_or_binary("min", min_reducer, a, b, axis, where)
 
 
 def max_value(dtype: str) -> Expr:
