@@ -209,6 +209,12 @@ class ComputeDAG:
 
         return print_python_schedule(state)
 
+    def print_cuda_source(self, state, fast_math: bool = False) -> str:
+        """The CUDA source that `state` (a State of this DAG) lowers to: one kernel per launch."""
+        from .build_module import build
+
+        return build(self, state, fast_math=fast_math).source
+
     def replay_steps(self, steps):
         """Rebuild a State from steps (Step objects or their records)."""
         from .transform_steps import replay

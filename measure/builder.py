@@ -9,7 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .artifact import KernelArtifact
 from .errors import CompileError, MeasureErrorKind
@@ -57,7 +57,8 @@ class BuildResult:
 
 
 class LocalBuilder:
-    """Builds artifacts with `nvcc -cubin -O3 -Xptxas -v`, `n_parallel` compilations at a time.
+    """Builds artifacts with `nvcc -cubin -O3 -Xptxas -v`, `n_parallel` compilations at a time
+    (default: one fewer than the CPU count).
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when nvcc is missing.
@@ -72,7 +73,8 @@ class LocalBuilder:
         extra_flags: Sequence[str] = (),
     ) -> None:
         self.nvcc = find_nvcc()
-        self.n_parallel = max(1, n_parallel or os.cpu_count() or 1)
+        # One core is left to the runner's launch loop and the search when none is named.
+        self.n_parallel = max(1, n_parallel or (os.cpu_count() or 2) - 1)
         self.timeout = timeout
         self.hardware = hardware or HardwareParams()
         self.arch = arch or device_arch() or self.hardware.arch
@@ -80,13 +82,23 @@ class LocalBuilder:
 
     def build(self, artifacts: Sequence[KernelArtifact]) -> list[BuildResult]:
         """Compile every artifact; results in the same order. Never raises for a candidate."""
-        if not artifacts:
-            return []
-        if len(artifacts) == 1 or self.n_parallel == 1:
-            return [self.build_one(a) for a in artifacts]
+        results: list[BuildResult | None] = [None] * len(artifacts)
+        for i, result in self.build_as_completed(artifacts):
+            results[i] = result
+        return results
+
+    def build_as_completed(self, artifacts: Sequence[KernelArtifact]) -> Iterator[tuple[int, BuildResult]]:
+        """Compile every artifact, `n_parallel` at a time, yielding (index, result) as each one
+        finishes, so that a caller can run the first kernels while the others still compile."""
+        if len(artifacts) <= 1 or self.n_parallel == 1:
+            for i, a in enumerate(artifacts):
+                yield i, self.build_one(a)
+            return
         workers = min(self.n_parallel, len(artifacts))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(self.build_one, artifacts))
+            futures = {pool.submit(self.build_one, a): i for i, a in enumerate(artifacts)}
+            for done in concurrent.futures.as_completed(futures):
+                yield futures[done], done.result()
 
     def build_one(self, artifact: KernelArtifact) -> BuildResult:
         """Compile and check one artifact."""
