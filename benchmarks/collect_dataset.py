@@ -1,0 +1,116 @@
+"""Measure random annotated states of suite workloads on the GPU: the cost model's dataset.
+
+    python3 benchmarks/collect_dataset.py --workloads matmul conv2d_bias_relu depthwise \
+        --count 1000 --out dataset/
+
+Per workload: `count` distinct states drawn by the sketch rules and init rules (sampled in parallel
+processes), built and measured by the ProgramMeasurer in batches, every record appended to
+`<out>/<workload>.jsonl` (records format; gzip it for tests/data/). Prints per-workload figures:
+sampling and measuring seconds, candidates per second, error kinds, best µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
+    """Step records of `n` states of `workload` sampled with `seed` (runs in a worker process)."""
+    name, n, seed = job
+    import autosched
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.workloads import SUITE
+
+    wl, args, _ = SUITE[name]
+    task = autosched.SearchTask(wl, args)
+    sampler = SketchSampler(generate_sketches(task))
+    return [[s.to_record() for s in st.steps] for st in sampler.sample(n, seed)]
+
+
+def sample_states(name: str, count: int, processes: int) -> list:
+    """`count` distinct complete states of suite workload `name`, sampled in `processes` workers."""
+    import autosched
+    from autosched.workloads import SUITE
+
+    wl, args, _ = SUITE[name]
+    dag = autosched.SearchTask(wl, args).compute_dag
+    seen, states, seed = set(), [], 0
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        while len(states) < count:
+            per = max(8, (count - len(states)) // processes + 1)
+            jobs = [(name, per, seed + k) for k in range(processes)]
+            seed += processes
+            for chunk in pool.map(_sample_chunk, jobs):
+                for steps in chunk:
+                    state = dag.replay_steps(steps)
+                    key = state.fingerprint()
+                    if key not in seen and len(states) < count:
+                        seen.add(key)
+                        states.append(state)
+    return states
+
+
+def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float) -> dict:
+    """Sample and measure one workload; returns its summary."""
+    import autosched
+    from autosched.program_measurer import ProgramMeasurer
+    from autosched.workloads import SUITE
+    from measure import LocalBuilder, LocalRunner, MeasureErrorKind
+
+    wl, args, _ = SUITE[name]
+    task = autosched.SearchTask(wl, args)
+    t0 = time.perf_counter()
+    states = sample_states(name, count, processes)
+    t1 = time.perf_counter()
+    path = os.path.join(out, f"{name}.jsonl")
+    if os.path.exists(path):
+        os.remove(path)
+    measurer = ProgramMeasurer(task, LocalBuilder(timeout=build_timeout), LocalRunner(),
+                               callbacks=[autosched.RecordToFile(path)])
+    kinds, best, batch_seconds = collections.Counter(), float("inf"), []
+    for k in range(0, len(states), batch):
+        started = time.perf_counter()
+        results = measurer.measure(states[k:k + batch])
+        batch_seconds.append(round(time.perf_counter() - started, 2))
+        for r in results:
+            kinds[MeasureErrorKind(r.error_kind).name] += 1
+            if r.ok:
+                best = min(best, r.mean_cost)
+        print(f"  {name}: {min(k + batch, len(states))}/{len(states)} measured, "
+              f"best {best * 1e6:.1f} us, {time.perf_counter() - t1:.0f} s", flush=True)
+    measurer.close()
+    t2 = time.perf_counter()
+    return {"workload": name, "count": len(states), "sample_s": t1 - t0, "measure_s": t2 - t1,
+            "measured_per_s": len(states) / (t2 - t1), "error_kinds": dict(kinds),
+            "best_us": best * 1e6, "time_split_s": dict(measurer.time), "batch_seconds": batch_seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", nargs="+", default=["matmul", "conv2d_bias_relu", "depthwise"])
+    ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    ap.add_argument("--build-timeout", type=float, default=20.0)
+    ap.add_argument("--out", default="dataset")
+    ns = ap.parse_args(argv)
+    os.makedirs(ns.out, exist_ok=True)
+    summaries = []
+    for name in ns.workloads:
+        summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout))
+        print(json.dumps(summaries[-1]), flush=True)
+        with open(os.path.join(ns.out, "summary.json"), "w") as f:
+            json.dump(summaries, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
