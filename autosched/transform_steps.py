@@ -17,6 +17,7 @@ from .loop_state import (
     ANNOTATIONS, ATTACHED, INLINED, MIXED, REDUCE, ROOT, SPATIAL, THREAD_ANNOTATIONS,
     FuseRel, Iterator, SplitRel, Stage, State, stage_from_op,
 )
+from .rfactor import rfactor_ops
 from .te.expr import IterVar, Load, Reduce
 from .te.tensor import ComputeOp, PlaceholderOp
 from .te.visitor import substitute
@@ -443,11 +444,14 @@ class ComputeInlineStep(Step):
         return [f"s[{pyname(before.stages[self.stage_id])}].compute_inline()"]
 
 
-def _axes_line(stage: Stage, with_reduce: bool) -> str:
+def _axes_line(stage: Stage, with_reduce: bool, via_schedule: bool = False) -> str:
+    """`S_i, S_j, ... = tuple(S.op.axis) + ...`; `via_schedule` reads the op from `s[S]`, for a
+    stage whose Python tensor still names the op it had before the step (rfactor's target)."""
     S = pyname(stage)
     names = ", ".join(f"{S}_{it.name}" for it in stage.root_iters)
-    tail = f" + tuple({S}.op.reduce_axis)" if with_reduce else ""
-    return f"{names} = tuple({S}.op.axis){tail}"
+    op = f"s[{S}].op" if via_schedule else f"{S}.op"
+    tail = f" + tuple({op}.reduce_axis)" if with_reduce else ""
+    return f"{names} = tuple({op}.axis){tail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,6 +537,53 @@ class CacheWriteStep(Step):
             f'{pyname(local)}, = s.cache_write([{pyname(stage)}], "{self.scope_name}")',
             _axes_line(local, with_reduce=True),
             _axes_line(new, with_reduce=True),
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class RfactorStep(Step):
+    """Factor the reduce iterator `iter_id` out of a reduction: a new stage `<name>.rf`, inserted
+    before it, computes partial reductions with that iterator as its spatial axis number
+    `factor_iter_id`; the stage then reduces the rf tensor over it (TVM's `s.rfactor`). Both
+    stages get fresh iterators from their ops, as in Ansor."""
+
+    TAG: ClassVar[str] = "RF"
+    stage_id: int
+    iter_id: int
+    factor_iter_id: int
+
+    def apply(self, state):
+        stage = state.stages[self.stage_id]
+        check(not stage.is_placeholder, lambda: f"rfactor: {stage.name!r} is a placeholder")
+        it = stage.iters[stage.iter_index(self.iter_id)]
+        where = f"rfactor of {stage.name}.{it.name}"
+        check(stage.compute_at != INLINED, lambda: f"{where}: stage {stage.name!r} is inlined")
+        check(all(s.attach is None or s.attach[0] != self.stage_id for s in state.stages),
+              lambda: f"{where}: other stages are computed at {stage.name!r} "
+              f"({[s.name for s in state.stages if s.attach and s.attach[0] == self.stage_id]}); "
+              "rfactor it before compute_at")
+        annotated = [x.name for x in stage.iters if x.annotation != "none"]
+        check(not annotated, lambda: f"{where}: iterators {annotated} of {stage.name!r} are "
+              "annotated; rfactor gives the stage fresh loops, so annotate after it")
+        ops = rfactor_ops(stage, stage.iter_index(self.iter_id), self.factor_iter_id)
+        final = replace(
+            stage_from_op(ops.final_op, produces=stage.produces),
+            compute_at=stage.compute_at, attach=stage.attach, scope=stage.scope, origin=stage.origin,
+        )
+        rf = stage_from_op(ops.rf_op, redirects=stage.redirects, origin="rfactor")
+        stages = list(state.stages)
+        stages[self.stage_id] = final
+        _insert_stage(stages, self.stage_id, rf)
+        return state.with_stages(stages)
+
+    def to_python(self, before, after):
+        stage = before.stages[self.stage_id]
+        rf, final = after.stages[self.stage_id], after.stages[self.stage_id + 1]
+        it = pyiter(stage, stage.iters[self.iter_id].name)
+        return [
+            f"{pyname(rf)} = s.rfactor({pyname(stage)}, {it}, factor_axis={self.factor_iter_id})",
+            _axes_line(rf, with_reduce=True),
+            _axes_line(final, with_reduce=True, via_schedule=True),
         ]
 
 
