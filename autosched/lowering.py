@@ -6,7 +6,8 @@ Passes, in order:
   3. bound inference     consumers first: the region each attached stage must compute per
                          iteration of its attach loop (shared stages relax threadIdx loops)
   4. leaf extents        iterator extents re-derived from the regions through split/fuse relations
-  5. emission            loops, init + update of reductions, guards, barriers around shared stages
+  5. emission            loops, init + update of reductions, guards, barriers around shared stages;
+                         a reduction bound to threadIdx accumulates per thread, then AllReduces
   6. unrolling           auto_unroll_max_step marks small loop nests `unroll`
 One root stage becomes one kernel; kernels run in dataflow order.
 """
@@ -20,8 +21,9 @@ from graphlib import TopologicalSorter
 from . import ir
 from .arith import INF, affine_bounds, atom_bounds, expr_bounds, simplify, to_affine
 from .errors import LoweringError
-from .loop_state import ATTACHED, INLINED, ROOT, FuseRel, SplitRel, Stage, State
+from .loop_state import ATTACHED, INLINED, ROOT, SPATIAL, FuseRel, SplitRel, Stage, State
 from .te.expr import BinOp, Const, Expr, Load, Reduce, Var
+from .te.reduce import BUILTIN_REDUCERS
 from .te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .te.visitor import free_vars, rewrite, substitute
 
@@ -63,6 +65,8 @@ class Lowerer:
         self.producer_stage = {id(s.produces): i for i, s in enumerate(self.stages)}
         self.loop_vars: dict[tuple[int, str], Var] = {}
         self.attached: dict[tuple[int, str], list[int]] = {}
+        self.taken_names: set[str] = set()
+        self.extra_allocs: dict[int, list[ir.Buffer]] = {}  # per stage: cross-thread temporaries
 
     # ---- pass 1: bodies --------------------------------------------------------------------
     def resolve_bodies(self) -> None:
@@ -295,16 +299,7 @@ class Lowerer:
         dag = self.state.dag
         params, outputs, temps = [], [], []
         by_op: dict[int, ir.Buffer] = {}
-        taken: set[str] = set()
-
-        def unique(name: str) -> str:
-            name = name.replace(".", "_")
-            base, k = name, 1
-            while name in taken:
-                name, k = f"{base}_{k}", k + 1
-            taken.add(name)
-            return name
-
+        unique = self.unique_name
         for t in dag.tensors:
             b = ir.Buffer(unique(t.name), tuple(t.shape), t.dtype, "global")
             by_op[id(t.op)] = b
@@ -331,6 +326,15 @@ class Lowerer:
             inf.buffer = b
         return params, outputs, temps
 
+    def unique_name(self, name: str) -> str:
+        """`name` (dots made underscores), suffixed until no other buffer has it."""
+        name = name.replace(".", "_")
+        base, k = name, 1
+        while name in self.taken_names:
+            name, k = f"{base}_{k}", k + 1
+        self.taken_names.add(name)
+        return name
+
     def flat_index(self, j: int, indices, relative: bool) -> Expr:
         """Flat buffer index of stage j's element at global `indices` (minus its base)."""
         inf = self.info[j]
@@ -356,7 +360,10 @@ class Lowerer:
 
         return rewrite(substitute(e, root_map), fix)
 
-    def guards(self, i: int, spatial_only: bool) -> list[Expr]:
+    def guards(self, i: int, spatial_only: bool, skip_tag: str | None = None) -> list[Expr]:
+        """Conditions under which stage i's innermost statement is in range: its root values
+        inside the region and the tensor (reductions too unless `spatial_only`), and its
+        thread indices inside their iterators' extents (but `skip_tag`'s)."""
         inf, st = self.info[i], self.stages[i]
         conds: list[Expr] = []
         bounds = self.loop_bounds(inf.context + [(i, it.name) for it in st.iters])
@@ -378,35 +385,32 @@ class Lowerer:
                 if hi >= a.extent:
                     conds.append(BinOp("<", off, _c(a.extent), "bool"))
         for it in st.iters:
+            if it.annotation == skip_tag:
+                continue
             if it.annotation in THREAD_TAGS and inf.ext[it.name] < self.block_extent[it.annotation]:
                 conds.append(BinOp("<", ir.THREAD_VARS[it.annotation], _c(inf.ext[it.name]), "bool"))
         return conds
 
-    def store_stmt(self, i: int, init: bool) -> ir.Stmt:
+    def store_stmt(self, i: int, init: bool, into: tuple[ir.Buffer, Expr] | None = None) -> ir.Stmt:
+        """Stage i's innermost statement: its value (a reduction's init or update), guarded;
+        `into` (buffer, index) redirects a reduction's accumulator (cross-thread partials)."""
         inf, st = self.info[i], self.stages[i]
         root_map = self.root_value_map(i)
-        idx = self.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False)
+        buffer, idx = into or (inf.buffer, self.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False))
         body = inf.body
         conds = self.guards(i, spatial_only=init)
         if isinstance(body, Reduce):
             if init:
                 value: Expr = body.identity
             else:
-                cur = Load(inf.buffer, (idx,))
+                cur = Load(buffer, (idx,))
                 src = self.value_expr(i, body.source, root_map)
                 value = body.reducer.combine(cur, src)
                 if body.condition is not None:
                     conds.append(self.value_expr(i, body.condition, root_map))
         else:
             value = self.value_expr(i, body, root_map)
-        stmt: ir.Stmt = ir.Store(inf.buffer, idx, value)
-        conds = list({c._key: c for c in conds}.values())  # the same guard once
-        if conds:
-            cond = conds[0]
-            for c in conds[1:]:
-                cond = BinOp("&&", cond, c, "bool")
-            stmt = ir.IfThenElse(cond, stmt)
-        return stmt
+        return _guarded(ir.Store(buffer, idx, value), conds)
 
     def loop(self, i: int, name: str, body: ir.Stmt) -> ir.Stmt:
         st = self.stages[i]
@@ -427,6 +431,7 @@ class Lowerer:
         iters = st.iters
         is_reduce = isinstance(self.info[i].body, Reduce)
         first_reduce = next((k for k, it in enumerate(iters) if it.kind != "spatial"), len(iters))
+        tag = self.cross_thread_tag(i)
 
         def init_nest(k: int) -> ir.Stmt:
             body = self.store_stmt(i, init=True)
@@ -437,12 +442,14 @@ class Lowerer:
 
         def nest(k: int) -> ir.Stmt:
             if k == len(iters):
-                inner = self.store_stmt(i, init=False)
+                inner = self.store_stmt(i, init=False, into=self.partial_of(i) if tag else None)
                 return ir.seq([init_nest(k), inner]) if is_reduce and first_reduce == k else inner
             it = iters[k]
             parts = [self.emit_attached(j) for j in self.attached.get((i, it.name), [])]
             loop = self.loop(i, it.name, ir.seq(parts + [nest(k + 1)]))
             if is_reduce and k == first_reduce:
+                if tag is not None:
+                    return self.cross_thread(i, k, tag, loop)
                 return ir.seq([init_nest(k), loop])
             return loop
 
@@ -456,6 +463,84 @@ class Lowerer:
         if self.info[j].scope == "shared":
             return ir.seq([ir.Barrier(), stmt, ir.Barrier()])
         return stmt
+
+    # ---- cross-thread reductions ------------------------------------------------------------
+    def cross_thread_tag(self, i: int) -> str | None:
+        """The threadIdx tag stage i binds a reduction iterator to (a cross-thread reduction:
+        each thread reduces its part, an AllReduce combines the parts), or None."""
+        st, body = self.stages[i], self.info[i].body
+        bound = [it for it in st.iters if it.kind != SPATIAL and it.annotation in THREAD_TAGS | BLOCK_TAGS]
+        if not bound:
+            return None
+        tags = {it.annotation for it in bound}
+        why = (
+            "it binds a reduction iterator to a blockIdx" if tags & BLOCK_TAGS
+            else "it binds reduction iterators to several thread axes" if len(tags) > 1
+            else "an iterator bound to a thread fuses spatial and reduction iterators"
+            if any(it.kind != "reduce" for it in bound)
+            else None if isinstance(body, Reduce) and BUILTIN_REDUCERS.get(body.reducer.name) is body.reducer
+            else "its reducer is not sum, max or min"
+        )
+        if why is not None:
+            raise LoweringError(f"stage {st.name!r} cannot be a cross-thread reduction: {why}")
+        tag = tags.pop()
+        tv = id(ir.THREAD_VARS[tag])
+        for d, a in enumerate(st.op.axis):
+            if _contains(BinOp("+", self.info[i].base[d], self.info[i].value[a.name], I32), {tv}):
+                raise LoweringError(
+                    f"stage {st.name!r} reduces across {tag} but its element {a.name} depends on "
+                    f"{tag} too (compute it at a loop outside the consumer's {tag})"
+                )
+        return tag
+
+    def inner_spatial(self, i: int) -> list[str]:
+        """Stage i's spatial loops inside its first reduction iterator (the accumulator tile)."""
+        its = self.stages[i].iters
+        first = next(k for k, it in enumerate(its) if it.kind != SPATIAL)
+        return [it.name for it in its[first:] if it.kind == SPATIAL
+                and it.annotation not in THREAD_TAGS and it.annotation not in BLOCK_TAGS]
+
+    def partial_of(self, i: int) -> tuple[ir.Buffer, Expr]:
+        """Stage i's per-thread accumulator tile (a local buffer) and the index of the current
+        element in it; made on first use, with a one-element buffer for the AllReduce result."""
+        inf, name = self.info[i], self.stages[i].name
+        names = self.inner_spatial(i)
+        if i not in self.extra_allocs:
+            size = math.prod(inf.ext[n] for n in names)
+            self.extra_allocs[i] = [
+                ir.Buffer(self.unique_name(f"{name}_part"), (size,), inf.buffer.dtype, "local"),
+                ir.Buffer(self.unique_name(f"{name}_red"), (1,), inf.buffer.dtype, "local"),
+            ]
+        idx: Expr = _c(0)
+        for n in names:
+            idx = BinOp("+", BinOp("*", idx, _c(inf.ext[n]), I32), self.var_of(i, n), I32)
+        return self.extra_allocs[i][0], idx
+
+    def cross_thread(self, i: int, k: int, tag: str, reduce_nest: ir.Stmt) -> ir.Stmt:
+        """What replaces a reduction's init + loops at its first reduction iterator `k` when a
+        reduction iterator is bound to `tag`: every thread sets its accumulator tile to the
+        identity (out-of-range threads keep it: their part is neutral), runs the loops, then
+        per element an AllReduce over `tag` combines the parts and the result is stored (by
+        the thread whose `tag` index is 0 unless the buffer is per thread)."""
+        inf, st = self.info[i], self.stages[i]
+        part, pidx = self.partial_of(i)
+        red = self.extra_allocs[i][1]
+        body = inf.body
+        init: ir.Stmt = ir.Store(part, pidx, body.identity)
+        value = Load(part, (pidx,))
+        finish: list[ir.Stmt] = [ir.AllReduce(body.reducer.name, value, None, red, _c(0), tag,
+                                              self.block_extent[tag])]
+        conds = self.guards(i, spatial_only=True, skip_tag=tag)
+        if inf.buffer.scope != "local":
+            conds.append(BinOp("==", ir.THREAD_VARS[tag], _c(0), "bool"))
+        idx = self.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False)
+        finish.append(_guarded(ir.Store(inf.buffer, idx, Load(red, (_c(0),))), conds))
+        tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
+        init_nest, finish_nest = init, ir.seq(finish)
+        for it in reversed(tile):
+            init_nest = self.loop(i, it.name, init_nest)
+            finish_nest = self.loop(i, it.name, finish_nest)
+        return ir.seq([init_nest, reduce_nest, finish_nest])
 
     # ---- driver --------------------------------------------------------------------------------
     def subtree(self, i: int) -> list[int]:
@@ -499,6 +584,7 @@ class Lowerer:
             bounds = self.kernel_bounds(i, grid, block)
             body = _simplify_stmt(body, bounds)
             allocs = [self.info[j].buffer for j in self.subtree(i)[1:]]
+            allocs += [b for j in self.subtree(i) for b in self.extra_allocs.get(j, [])]
             kernels.append(ir.Kernel(
                 f"default_function_kernel{len(kernels) or ''}", grid,
                 (block["threadIdx.x"], block["threadIdx.y"], block["threadIdx.z"]),
@@ -521,6 +607,17 @@ class Lowerer:
 
 
 # ---- helpers -------------------------------------------------------------------------------
+
+
+def _guarded(stmt: ir.Stmt, conds: list[Expr]) -> ir.Stmt:
+    """`stmt` under the conjunction of `conds` (each distinct condition once)."""
+    conds = list({c._key: c for c in conds}.values())
+    if not conds:
+        return stmt
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = BinOp("&&", cond, c, "bool")
+    return ir.IfThenElse(cond, stmt)
 
 
 def _loads(e: Expr) -> list[Load]:
@@ -616,7 +713,7 @@ def _simplify_stmt(s: ir.Stmt, bounds) -> ir.Stmt:
         body = _simplify_stmt(s.body, bounds)
         return ir.For(s.var, s.extent, s.kind, body) if body is not None else None
     if isinstance(s, ir.IfThenElse):
-        c = simplify(s.cond, bounds)
+        c = _distinct_conjuncts(simplify(s.cond, bounds))
         if isinstance(c, Const):
             branch = s.then_case if c.value else s.else_case
             return _simplify_stmt(branch, bounds) if branch is not None else None
@@ -624,6 +721,25 @@ def _simplify_stmt(s: ir.Stmt, bounds) -> ir.Stmt:
         els = _simplify_stmt(s.else_case, bounds) if s.else_case is not None else None
         return ir.IfThenElse(c, then, els) if then is not None or els is not None else None
     return _map_stmt(s, lambda e: simplify(e, bounds))
+
+
+def _distinct_conjuncts(cond: Expr) -> Expr:
+    """`cond` with repeated `&&` terms dropped (guards that simplify to the same test)."""
+    terms: list[Expr] = []
+    todo = [cond]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, BinOp) and e.op == "&&":
+            todo += [e.b, e.a]
+        else:
+            terms.append(e)
+    unique = list({t._key: t for t in terms}.values())
+    if len(unique) == len(terms):
+        return cond
+    out = unique[0]
+    for t in unique[1:]:
+        out = BinOp("&&", out, t, "bool")
+    return out
 
 
 def _steps(s: ir.Stmt) -> int:
