@@ -6,6 +6,7 @@ Appending is one `write` + flush per line, so a crash tears at most the last lin
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -114,10 +115,12 @@ class RecordToFile:
 
 
 def load_records(path: str) -> Iterator[tuple[MeasureInput, MeasureRecordResult]]:
-    """Yield (input, result) per line; a torn or malformed line is skipped with a warning."""
+    """Yield (input, result) per line; a torn or malformed line is skipped with a warning.
+    A path ending in `.gz` is read through gzip."""
     if not os.path.exists(path):
         raise RecordError(f"record file {path!r} does not exist")
-    with open(path, encoding="utf-8") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
