@@ -54,6 +54,13 @@ class BuiltKernel:
 
         launch_on_gpu(self, arrays)
 
+    def launcher(self, *tensors: Any):
+        """A zero-argument callable that launches this kernel on torch CUDA tensors (argument
+        order; temporaries may be omitted) without copies or synchronisation, for timing."""
+        from .gpu_call import GPULauncher
+
+        return GPULauncher(self, tensors)
+
 
 def build(dag, state, fast_math: bool = False) -> BuiltKernel:
     """Lower `state` (a State of `dag`) and generate its CUDA source."""

@@ -47,12 +47,12 @@ def main() -> int:
         med = statistics.median(r.costs) if r.costs else None
         out["kernels"][name] = {"median_us": med * 1e6 if med else None, "error": r.error_kind.name,
                                 "msg": r.error_msg, "resources": {n: vars(v) for n, v in r.resources.items()}}
-    try:
-        from torch_timing import time_torch, torch_conv2d_bias_relu
+    try:  # the same kernels beside PyTorch, on the same inputs, timed the same way
+        from torch_timing import compare_with_torch
 
-        out["torch_fp32_us"] = time_torch(torch_conv2d_bias_relu(*args)) * 1e6
-        out["torch_tf32_us"] = time_torch(torch_conv2d_bias_relu(*args, tf32=True)) * 1e6
-    except Exception as exc:  # torch missing: report ours only
+        for name, k in kernels.items():
+            out["kernels"][name]["vs_torch"] = compare_with_torch("conv2d_bias_relu", args, k)
+    except ImportError as exc:  # torch missing: report ours only
         out["torch_error"] = str(exc)
     with open(ns.out, "w") as f:
         json.dump(out, f, indent=1)
