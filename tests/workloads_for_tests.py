@@ -461,10 +461,9 @@ def autotvm_conv_state(dag: ComputeDAG, cfg=AUTOTVM_CONV_CFG) -> State:
     axes = (("ff", "tile_f", "z"), ("yy", "tile_y", "y"), ("xx", "tile_x", "x"))
     for ax, key, _ in axes:
         s = s.split(out, ax, cfg[key][1:])  # -> ax_o_o_o (block), _o_o_i, _o_i, _i
-    for ax, _, dim in axes:
-        s = s.bind(out, ax + "_o_o_o", "blockIdx." + dim)
-        s = s.bind(out, ax + "_o_o_i", "vthread")
-        s = s.bind(out, ax + "_o_i", "threadIdx." + dim)
+    for level, thread in (("_o_o_o", "blockIdx."), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.")):
+        for ax, _, dim in axes:  # the template's order: bf, by, bx, vf, vy, vx, tf, ty, tx
+            s = s.bind(out, ax + level, thread if thread == "vthread" else thread + dim)
     levels = ("_o_o_o", "_o_o_i", "_o_i", "_i")
     s = s.reorder(out, ["nn"] + [ax + lv for lv in levels for ax, _, _ in axes])
     s = s.compute_at(OL, out, "xx_o_i")
@@ -473,9 +472,9 @@ def autotvm_conv_state(dag: ComputeDAG, cfg=AUTOTVM_CONV_CFG) -> State:
         s = s.split(OL, ax, cfg[key][1:])  # -> ax_o_o, ax_o_i, ax_i
     order = [ax + lv for lv in ("_o_o", "_o_i", "_i") for ax, _ in reduce_axes]
     s = s.reorder(OL, order + ["nn_c", "ff_c", "yy_c", "xx_c"])
-    for src in ("pad_temp", "kernel"):
-        s = s.compute_at(src + ".shared", OL, "rx_o_o")
-        s = s.compute_at(src + ".local", OL, "rx_o_i")
+    for cache, loop in (("shared", "rx_o_o"), ("local", "rx_o_i")):
+        for src in ("pad_temp", "kernel"):
+            s = s.compute_at(f"{src}.{cache}", OL, loop)
     threads = [cfg[key][2] for _, key, _ in axes]
     for load in ("pad_temp.shared", "kernel.shared"):  # cooperative fetching
         s = s.fuse(load, ["ax0", "ax1", "ax2", "ax3"])
