@@ -79,7 +79,9 @@ class IteratorTree:
                     todo.append(other)
         return seen
 
-    def compose(self, leaf_values: dict[str, Expr], touched: set[str]) -> tuple[dict[str, Expr], list[Expr]]:
+    def compose(
+        self, leaf_values: dict[str, Expr], touched: set[str]
+    ) -> tuple[dict[str, Expr], list[Expr]]:
         """Values of all touched iterators from the touched leaves' values, walking the relations
         backwards, and the bound checks of the splits that do not divide their parent."""
         value = dict(leaf_values)
@@ -122,7 +124,8 @@ def rfactor_ops(stage: Stage, iter_index: int, factor_axis: int) -> RfactorOps:
     where = f"rfactor of {stage.name}.{it.name}"
     body = op.body if isinstance(op, ComputeOp) else None
     _require(isinstance(body, Reduce), f"{where}: stage {stage.name!r} is not a reduction")
-    _require(it.kind == REDUCE, f"{where}: {it.name!r} is a {it.kind} iterator, not a reduce iterator")
+    _require(it.kind == REDUCE,
+             f"{where}: {it.name!r} is a {it.kind} iterator, not a reduce iterator")
     _require(0 <= factor_axis <= len(op.axis), f"{where}: factor_iter_id {factor_axis} is out of "
              f"range; the rf op has {len(op.axis) + 1} spatial axes (0..{len(op.axis)})")
     tree = IteratorTree(stage)
@@ -131,7 +134,8 @@ def rfactor_ops(stage: Stage, iter_index: int, factor_axis: int) -> RfactorOps:
         _require(tree.kind[name] == REDUCE, f"{where}: {it.name!r} is linked through splits/fuses "
                  f"to {name!r}, a {tree.kind[name]} iterator; only reduce axes can be factored")
         _require(tree.extent[name] is not None,
-                 f"{where}: the extent of {name!r} is unknown (a sketch); fill the split lengths first")
+                 f"{where}: the extent of {name!r} is unknown (a sketch); "
+                 "fill the split lengths first")
     final_name = f"{it.name}_v"
     _require(final_name not in {a.name for a in op.axis},
              f"{where}: the final reduce axis name {final_name!r} is taken by a spatial axis")
