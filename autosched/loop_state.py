@@ -279,6 +279,9 @@ class State:
         return self.apply(CacheWriteStep(self.stage_index(stage), scope))
 
     def rfactor(self, stage, it, factor_iter_id: int) -> "State":
+        """Factor the reduce iterator `it` out of `stage`: a new stage `<name>.rf` (inserted
+        before it) computes partial reductions with `it` as spatial axis `factor_iter_id`, and
+        `stage` then reduces those. Both stages get fresh iterators."""
         from .transform_steps import RfactorStep
 
         si = self.stage_index(stage)
