@@ -49,6 +49,7 @@ def _examples():
     sources = [(conv_dag, seed_conv_state(conv_dag)), (mm_dag, matmul_shared_state(mm_dag))]
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))
+    sources.append((mm_dag, mm_dag.get_init_state().split("C", "k", [4]).rfactor("C", "k_o", 0)))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -74,6 +75,7 @@ def test_every_registered_step_has_an_example():
         "CI",
         "CHR",
         "CHW",
+        "RF",
         "AN",
         "PR",
         "SA",
