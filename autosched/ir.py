@@ -15,6 +15,9 @@ from .te.expr import Expr, Var
 
 SCOPES = ("global", "shared", "local")
 LOOP_KINDS = ("serial", "unroll", "vectorize")
+# The kind lowering gives a loop bound to `vthread`; `vthread.inject_virtual_threads` removes
+# every such loop, so it is not in LOOP_KINDS (the verifier, printer and interpreter never see it).
+VTHREAD_KIND = "vthread"
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 THREAD_VARS: dict[str, Var] = {tag: Var(tag, "int32") for tag in THREAD_TAGS}
 
@@ -54,7 +57,7 @@ class Store(Stmt):
 class For(Stmt):
     var: Var
     extent: int
-    kind: str  # one of LOOP_KINDS
+    kind: str  # one of LOOP_KINDS (or VTHREAD_KIND inside lowering)
     body: Stmt
 
 
@@ -93,13 +96,16 @@ class AllReduce(Stmt):
 
 @dataclass(eq=False)
 class Kernel:
-    """One `__global__` function: launch config, buffers it allocates, its body."""
+    """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
+    virtual threads per thread that were injected into the body (product of nested vthread
+    extents; 1 when none)."""
 
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     allocs: list[Buffer]
     body: Stmt
+    vthread: int = 1
 
     @property
     def threads_per_block(self) -> int:

@@ -26,6 +26,7 @@ from .te.expr import BinOp, Const, Expr, Load, Reduce, Var
 from .te.reduce import BUILTIN_REDUCERS
 from .te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .te.visitor import free_vars, rewrite, substitute
+from .vthread import inject_virtual_threads
 
 THREAD_TAGS = {"threadIdx.x", "threadIdx.y", "threadIdx.z"}
 BLOCK_TAGS = {"blockIdx.x", "blockIdx.y", "blockIdx.z"}
@@ -240,7 +241,8 @@ class Lowerer:
     def attached_region(self, i: int) -> tuple[list[Expr], list[int]]:
         inf, st = self.info[i], self.stages[i]
         ctx = inf.context
-        relax_tags = THREAD_TAGS if inf.scope == "shared" else set()
+        # shared stages serve every thread and virtual thread of the block: both are relaxed
+        relax_tags = THREAD_TAGS | {"vthread"} if inf.scope == "shared" else set()
         if inf.scope == "global":
             relax_tags = THREAD_TAGS | BLOCK_TAGS | {"vthread"}
         fixed = {k for k in ctx if self.annotation(k) not in relax_tags}
@@ -423,7 +425,7 @@ class Lowerer:
             # No loop: kernel_bounds gives the variable the range [0, 0], so the one
             # simplification pass over the kernel folds it to 0 everywhere.
             return body
-        kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "unroll"}.get(it.annotation, "serial")
+        kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": ir.VTHREAD_KIND}.get(it.annotation, "serial")
         return ir.For(var, ext, kind, body)
 
     def emit(self, i: int) -> ir.Stmt:
@@ -582,14 +584,15 @@ class Lowerer:
             self.block_extent = block
             body = self.emit(i)
             bounds = self.kernel_bounds(i, grid, block)
-            body = _simplify_stmt(body, bounds)
             allocs = [self.info[j].buffer for j in self.subtree(i)[1:]]
             allocs += [b for j in self.subtree(i) for b in self.extra_allocs.get(j, [])]
-            kernels.append(ir.Kernel(
+            kernel = inject_virtual_threads(ir.Kernel(
                 f"default_function_kernel{len(kernels) or ''}", grid,
                 (block["threadIdx.x"], block["threadIdx.y"], block["threadIdx.z"]),
                 [b for b in allocs if b.scope != "global"], body,
             ))
+            kernel.body = _simplify_stmt(kernel.body, bounds)
+            kernels.append(kernel)
         return ir.Program(kernels, params + temps, outputs, temps)
 
     def kernel_bounds(self, root: int, grid, block) -> dict[int, tuple[int, int]]:
