@@ -2,7 +2,7 @@
 statement (Store or AllReduce) of a lowered Program, following the Ansor paper's groups.
 
     feats = extract_features(lower(state))           # (statements, len(FEATURE_NAMES))
-    feats = state_features(state)                    # the same, vthread loops recognised
+    feats = state_features(state)                    # the same, lowered here
     per_state = features_for_states(states, n_jobs)  # list of matrices, None where lowering fails
 
 Rows are per statement, in program order (a reduction's init and update are two rows; Ansor
@@ -20,8 +20,9 @@ Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared 
   extents, extent of the innermost, loops inside the innermost, whether its variable indexes
   the stored buffer (spatial). Ansor's parallel group and its position one-hots (which Ansor
   fills with one constant) are left out: the GPU IR has no parallel loops.
-- gpu (7): blockIdx.x/y/z, threadIdx.x/y/z extents, vthread (product of vthread extents; only
-  known when the caller names the vthread loop variables, see `vthread_loop_vars`).
+- gpu (7): blockIdx.x/y/z, threadIdx.x/y/z extents, vthread (the kernel's `vthread`: product
+  of the vthread extents lowering injected; the statements it replicated per virtual thread are
+  rows of their own).
 - buffer (5 x 21): for the 5 buffers with most cache lines (then bytes): access kind one-hot
   (read/write/rw), scope one-hot (shared/local; global is neither), bytes, unique bytes, lines,
   unique lines, reuse type one-hot (loop/serial/none), reuse distance in iterations and bytes,

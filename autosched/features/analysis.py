@@ -43,7 +43,7 @@ class Loop:
     def __init__(self, var: Var, extent: int, kind: str, for_node: ir.For | None = None) -> None:
         self.var = var
         self.extent = extent
-        self.kind = kind  # serial / unroll / vectorize / vthread / a thread tag
+        self.kind = kind  # serial / unroll / vectorize / a thread tag
         self.for_node = for_node
         # Ansor's for_touch_regions: per buffer (id), the elements that every store met so far
         # under this loop touches in one iteration of it.

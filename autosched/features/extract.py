@@ -16,9 +16,10 @@ N_FEATURES = len(FEATURE_NAMES)
 
 def extract_features(program: ir.Program, vthread_vars: Collection[str] = ()) -> np.ndarray:
     """The (statements x N_FEATURES) float32 matrix of a lowered program, one row per Store /
-    AllReduce in program order. `vthread_vars`: names of the loop variables that are vthreads
-    (see `vthread_loop_vars`); without them vthread loops count as unrolled loops."""
-    infos = ProgramWalker(program, vthread_vars).run()
+    AllReduce in program order (the statements lowering replicated per virtual thread are rows
+    of their own; `vthread_len` is the kernel's `vthread`). `vthread_vars` is ignored (see
+    `vthread_loop_vars`)."""
+    infos = ProgramWalker(program).run()
     flat: list[float] = []
     for s in infos:
         flat.extend(feature_row(s))
@@ -28,10 +29,9 @@ def extract_features(program: ir.Program, vthread_vars: Collection[str] = ()) ->
 
 
 def vthread_loop_vars(state) -> set[str]:
-    """Names of the loop variables lowering gives the state's vthread-bound iterators.
-
-    The IR lowers a vthread loop to an `unroll` loop; its variable is named
-    `<stage name with . -> _>_<iterator name>` (lowering's `var_of`)."""
+    """Deprecated, not needed: lowering injects virtual threads and records their extent on the
+    kernel (`ir.Kernel.vthread`), which the features read. Kept only while tests still pass its
+    result to `extract_features` (which ignores it); remove both with those uses."""
     return {
         f"{st.name.replace('.', '_')}_{it.name}"
         for st in state.stages
@@ -49,4 +49,4 @@ def state_features(state) -> np.ndarray | None:
         program = lower(state)
     except AutoschedError:
         return None
-    return extract_features(program, vthread_loop_vars(state))
+    return extract_features(program)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Collection
-
 from .. import ir
 from ..te.dtype import BYTES, FLOAT_DTYPES
 from .analysis import (
@@ -37,12 +35,11 @@ def _steps(s: ir.Stmt, memo: dict) -> int:
 class ProgramWalker:
     """Walks every kernel of a program; `run()` returns the StoreInfos in program order.
 
-    `vthread_vars` names the loop variables of `unroll` loops that are virtual threads (the IR
-    lowers vthread to unroll, so only the caller, who has the State, can tell them apart)."""
+    Virtual threads are no loops of the lowered IR (lowering injects them): every statement of
+    a kernel gets the kernel's `vthread` extent."""
 
-    def __init__(self, program: ir.Program, vthread_vars: Collection[str] = ()) -> None:
+    def __init__(self, program: ir.Program) -> None:
         self.program = program
-        self.vthread_vars = frozenset(vthread_vars)
         self.out: list[StoreInfo] = []
         self.steps_memo: dict[int, int] = {}
         self.linear_cache: dict = {}  # index expression -> Linear
@@ -83,8 +80,7 @@ class ProgramWalker:
             for c in s.stmts:
                 self.visit(c, guards)
         elif t is ir.For:
-            kind = "vthread" if s.kind == "unroll" and s.var.name in self.vthread_vars else s.kind
-            self.push(Loop(s.var, s.extent, kind, s))
+            self.push(Loop(s.var, s.extent, s.kind, s))
             self.outer_prod *= s.extent
             self.visit(s.body, guards)
             self.outer_prod //= s.extent
@@ -155,14 +151,11 @@ class ProgramWalker:
         loops = self.loops
         n = len(loops)
         info.vec, info.unroll = Annotation(), Annotation()
-        info.vthread = 1
+        info.vthread = self.kernel.vthread
         outermost_unroll = None
         innermost: dict[int, Loop] = {}  # id(annotation) -> its innermost loop
         for lv, loop in enumerate(loops):
             kind = loop.kind
-            if kind == "vthread":
-                info.vthread *= loop.extent
-                continue
             ann = info.vec if kind == "vectorize" else info.unroll if kind == "unroll" else None
             if ann is None:
                 continue
