@@ -137,7 +137,7 @@ def test_python_schedule_shows_the_template_lines(dag):
     ours = dag.print_python_schedule(autotvm_conv_state(dag)).splitlines()
     rest = iter(ours)
     for line in EXPECTED_LINES.splitlines():  # a subsequence: `in` consumes the iterator
-        assert line in rest, f"expected line missing (or out of order):\n{line}\n\nprintout:\n" + "\n".join(ours)
+        assert line in rest, f"line missing or out of order:\n{line}\nprintout:\n" + "\n".join(ours)
     assert sum("te.thread_axis" in line for line in ours) == 9 + 2 * 3
     assert sum(".split(" in line for line in ours) == 3 * 3 + 3 * 2 + 2 * 3
     assert sum("nparts=" in line for line in ours) == 2 * 3
@@ -169,7 +169,8 @@ def test_loop_structure(dag):
     assert s["conv2d_nchw.local"].attach == (out_id, "xx_o_i")
     for cache, loop in (("shared", "rx_o_o"), ("local", "rx_o_i")):
         for src in ("pad_temp", "kernel"):
-            assert s[f"{src}.{cache}"].attach == (ol_id, loop) and s[f"{src}.{cache}"].scope == cache
+            stage = s[f"{src}.{cache}"]
+            assert stage.attach == (ol_id, loop) and stage.scope == cache
     assert s["pad_temp"].compute_at == "inlined"
     for load in ("pad_temp.shared", "kernel.shared"):
         assert [(it.extent, it.annotation) for it in s[load].iters[:3]] == [

@@ -485,3 +485,61 @@ def autotvm_conv_state(dag: ComputeDAG, cfg=AUTOTVM_CONV_CFG) -> State:
     if not cfg["unroll_explicit"]:  # the pragma above also sets unroll_explicit, as in TVM
         s = s.pragma(out, "nn", "unroll_explicit", 0)
     return s
+
+
+# ---- small schedules of issue 4 (d)-(f), shared by the interpreter and GPU tests ---------------
+
+
+def fused_elementwise_dag(n=4, c=6, m=5) -> ComputeDAG:
+    """`relu((x + y) * 2)` with a broadcast y (c, 1): three elementwise ops to fuse."""
+    from autosched import topi
+
+    x = te.placeholder((n, c, m), name="x")
+    y = te.placeholder((c, 1), name="y")
+    return ComputeDAG([x, y, topi.relu(topi.multiply(topi.add(x, y), 2.0))])
+
+
+def fused_elementwise_state(dag: ComputeDAG, threads: int = 32) -> State:
+    """Every op inlined into the output; its axes fused and split over blocks x `threads`
+    (a guard where `threads` does not divide the size). The schedule of test_lowering.py."""
+    s = dag.get_init_state()
+    out = dag.tensors[-1].op.name
+    for st in list(s.stages):
+        if not st.is_placeholder and st.name != out:
+            s = s.compute_inline(st.name)
+    s = s.fuse(out, [it.name for it in s[out].iters])
+    fused = s[out].iters[0].name
+    s = s.split(out, fused, [threads])
+    return s.bind(out, fused + "_o", "blockIdx.x").bind(out, fused + "_i", "threadIdx.x")
+
+
+def softmax_dag(n=8, m=16) -> ComputeDAG:
+    """`topi.nn.softmax` of an (n, m) matrix over its rows: max, exp, sum, divide."""
+    from autosched import topi
+
+    x = te.placeholder((n, m), name="x")
+    return ComputeDAG([x, topi.nn.softmax(x)])
+
+
+def softmax_multi_kernel_state(dag: ComputeDAG, threads: int = 64) -> State:
+    """Softmax as four kernels, one per op: the two row reductions with a row per thread
+    (rows split over blocks x `threads`), the two elementwise ops with their axes fused and
+    split over blocks x `threads`."""
+    s = dag.get_init_state()
+    for red in ("T_softmax_maxelem", "T_softmax_expsum"):
+        s = s.split(red, "i0", [threads])
+        s = s.bind(red, "i0_o", "blockIdx.x").bind(red, "i0_i", "threadIdx.x")
+    for ew in ("T_softmax_exp", "T_softmax_norm"):
+        s = s.fuse(ew, ["i0", "i1"]).split(ew, "i0_i1_fused", [threads])
+        s = s.bind(ew, "i0_i1_fused_o", "blockIdx.x").bind(ew, "i0_i1_fused_i", "threadIdx.x")
+    return s
+
+
+def non_dividing_split_state(dag: ComputeDAG, ti: int = 4, tj: int = 8, tk: int = 3) -> State:
+    """`matmul_dag` with i, j, k split by factors that need not divide them (guards), i/j outer
+    parts fused on blockIdx.x, inner parts on threadIdx.x, k serial. As in test_lowering.py."""
+    s = dag.get_init_state()
+    s = s.split("C", "i", [ti]).split("C", "j", [tj]).split("C", "k", [tk])
+    s = s.reorder("C", ["i_o", "j_o", "i_i", "j_i", "k_o", "k_i"])
+    s = s.fuse("C", ["i_o", "j_o"]).bind("C", "i_o_j_o_fused", "blockIdx.x")
+    return s.fuse("C", ["i_i", "j_i"]).bind("C", "i_i_j_i_fused", "threadIdx.x")
