@@ -72,15 +72,22 @@ def rowsum_state(dag: ComputeDAG, threads: int):
     return s.bind("y", "i", "blockIdx.x").bind("y", "k_i", "threadIdx.x")
 
 
-def softmax_state(dag: ComputeDAG, threads: int):
+def softmax_state(dag: ComputeDAG, threads: int, at: str = "i0", inline_exp: bool = True):
     """Ansor's cross-thread softmax: the output's row split by `threads` (inner part on
-    threadIdx.x), both reductions following that split and computed per row (blockIdx.x)."""
-    s = dag.get_init_state().compute_inline("T_softmax_exp")
+    threadIdx.x), both reductions following that split and computed at the output's loop `at`
+    (i0: per row, in shared memory; i1_i: per thread, in registers). Unless `inline_exp`, the
+    exponentials are a stage of their own, computed per row in shared memory."""
+    s = dag.get_init_state()
     split = len(s.steps)
     s = s.split("T_softmax_norm", "i1", [threads]).bind("T_softmax_norm", "i1_i", "threadIdx.x")
+    if inline_exp:
+        s = s.compute_inline("T_softmax_exp")
+    else:
+        s = s.follow_split("T_softmax_exp", "i1", split, 1).bind("T_softmax_exp", "i1_i", "threadIdx.x")
+        s = s.compute_at("T_softmax_exp", "T_softmax_norm", "i0")
     for red in ("T_softmax_expsum", "T_softmax_maxelem"):
         s = s.follow_split(red, "k", split, 1).bind(red, "k_i", "threadIdx.x")
-        s = s.compute_at(red, "T_softmax_norm", "i0")
+        s = s.compute_at(red, "T_softmax_norm", at)
     return s.bind("T_softmax_norm", "i0", "blockIdx.x")
 
 
@@ -143,6 +150,28 @@ def test_softmax_cross_thread(n, m, threads):
     assert {b.scope for b in kernel.allocs} == {"shared", "local"}
 
 
+@pytest.mark.parametrize("m,threads", [(64, 32), (100, 64)])
+def test_softmax_cross_thread_results_in_registers(m, threads):
+    """Reductions computed inside the output's threadIdx.x loop: every thread keeps the
+    combined value in its own registers (all threads store it), once per outer iteration."""
+    dag = softmax_dag(3, m)
+    program = run_and_compare(dag, softmax_state(dag, threads, at="i1_i"))
+    kernel = program.kernels[0]
+    assert {b.scope for b in kernel.allocs} == {"local"}
+    text = ir.program_text(program)
+    assert "threadIdx.x == 0" not in text  # no single writer
+
+
+@pytest.mark.parametrize("m,threads", [(64, 32), (100, 32)])
+def test_softmax_cross_thread_with_an_exp_stage_in_shared_memory(m, threads):
+    """The exponentials computed per row (a shared stage of its own) read the row maximum the
+    AllReduce produced; the sum reads them."""
+    dag = softmax_dag(3, m)
+    program = run_and_compare(dag, softmax_state(dag, threads, inline_exp=False))
+    shared = {b.name for b in program.kernels[0].allocs if b.scope == "shared"}
+    assert shared == {"T_softmax_maxelem", "T_softmax_exp", "T_softmax_expsum"}
+
+
 @pytest.mark.parametrize("batch,n_in,n_out,threads", [(1, 48, 16, 32), (1, 784, 128, 32),
                                                       (2, 50, 20, 32), (1, 100, 40, 64)])
 def test_dense_bias_cross_thread(batch, n_in, n_out, threads):
@@ -179,7 +208,200 @@ def test_cross_thread_programs_compile_without_spills():
         (softmax_dag(64, 100), softmax_state, 32),
         (dense_bias_dag(1, 784, 128), dense_bias_state, 64),
         (rowsum_dag(7, 100), rowsum_state, 96),
+        (softmax_dag(64, 100), lambda dag, t: softmax_state(dag, t, at="i1_i"), 64),
+        (softmax_dag(64, 100), lambda dag, t: softmax_state(dag, t, inline_exp=False), 32),
     ]
-    for dag, make, threads in cases:
-        source = compile_without_spills(lower(make(dag, threads)))
-        assert "allreduce" in source
+    from concurrent.futures import ThreadPoolExecutor
+
+    programs = [lower(make(dag, threads)) for dag, make, threads in cases]
+    with ThreadPoolExecutor(2) as pool:
+        assert all("allreduce" in source for source in pool.map(compile_without_spills, programs))
+
+
+# ---- sketch rule and sampled states -----------------------------------------------------------
+
+
+def suite_dag(name: str, reduced: bool = False) -> ComputeDAG:
+    from autosched.workload_registry import lookup
+    from autosched.workloads import SUITE
+
+    workload, full, small = SUITE[name]
+    return ComputeDAG(lookup(workload)(*(REDUCED.get(name, small) if reduced else full)))
+
+
+REDUCED = {"softmax": (8, 64), "dense_bias": (1, 48, 16)}  # as tests/test_sketch.py
+
+
+def cross_thread_stages(state) -> dict[str, tuple]:
+    """Stage name -> (compute_at, attach iterator, iterators bound to threadIdx.x) of every
+    stage that binds a reduction iterator to threadIdx.x."""
+    out = {}
+    for st in state.stages:
+        bound = [it.name for it in st.iters if it.annotation == "threadIdx.x"]
+        if any(it.kind == "reduce" for it in st.iters if it.name in bound):
+            out[st.name] = (st.compute_at, st.attach[1] if st.attach else None, bound)
+    return out
+
+
+def test_rule_order_has_cross_thread_reduction_where_serial_reduction_was():
+    from autosched.sketch import rules as R
+
+    names = [type(r).__name__ for r in R.GPU_RULES]
+    assert names == ["AddCacheRead", "AlwaysInline", "CrossThreadReduction", "AddCacheWrite",
+                     "MultiLevelTilingWithFusion", "MultiLevelTiling", "SkipStage"]
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_cross_thread_condition_matches_ansor_on_the_suite(reduced):
+    """Applies to softmax's two reductions (longer than a warp) and to dense with batch 1
+    (spatial 128 < reduction 784, within a block); to no other suite stage."""
+    from autosched.sketch import rules as R
+    from autosched.sketch import sketch_context
+    from autosched.workloads import SUITE
+
+    ctx, rule = sketch_context(), R.CrossThreadReduction()
+    applies = {}
+    for name in SUITE:
+        state = suite_dag(name, reduced).get_init_state()
+        hits = [st.name for i, st in enumerate(state.stages)
+                if rule.condition(ctx, state, i) is not R.Cond.SKIP]
+        if hits:
+            applies[name] = hits
+    assert applies == {"softmax": ["T_softmax_maxelem", "T_softmax_expsum"],
+                       "dense_bias": ["T_dense"]}
+
+
+def test_common_outer_iters_and_consumer_root():
+    from autosched.sketch.utils import common_outer_iters, single_consumer_root
+
+    softmax = suite_dag("softmax").get_init_state().compute_inline("T_softmax_exp")
+    idx = {st.name: i for i, st in enumerate(softmax.stages)}
+    norm, maxelem, expsum = idx["T_softmax_norm"], idx["T_softmax_maxelem"], idx["T_softmax_expsum"]
+    assert common_outer_iters(softmax, maxelem, norm) == 1
+    assert common_outer_iters(softmax, expsum, norm) == 1
+    assert common_outer_iters(softmax, norm, maxelem) == 0  # not a reader
+    assert single_consumer_root(softmax, expsum) == norm
+    assert single_consumer_root(softmax, maxelem) is None  # expsum and norm are both roots
+    attached = softmax.compute_at(expsum, norm, "i0")
+    assert single_consumer_root(attached, maxelem) == norm  # now they share norm
+    dense = suite_dag("dense_bias").get_init_state()
+    assert common_outer_iters(dense, dense.stage_index("T_dense"), dense.stage_index("T_add")) == 2
+
+
+def test_softmax_sketches_have_the_cross_thread_structure():
+    """Four sketches (each reduction cross-thread or not); the first computes both reductions
+    per row inside the output, following its thread split: one kernel."""
+    from autosched.sketch import generate_sketches
+    from autosched.transform_steps import FollowSplitStep, print_python_schedule
+
+    sketches = generate_sketches(suite_dag("softmax"))
+    print("\n" + print_python_schedule(sketches[0]))
+    assert len(sketches) == 4
+    fused = sketches[0]
+    assert cross_thread_stages(fused) == {
+        "T_softmax_maxelem": ("attached", "i0", ["k_i"]),
+        "T_softmax_expsum": ("attached", "i0", ["k_i"]),
+    }
+    norm = fused["T_softmax_norm"]
+    assert [(it.name, it.annotation) for it in norm.iters] == [
+        ("i0", "none"), ("i1_o", "none"), ("i1_i", "threadIdx.x")]
+    follows = [s for s in fused.steps if isinstance(s, FollowSplitStep)]
+    assert len(follows) == 2 and len({s.src_step_id for s in follows}) == 1  # one thread count
+    kinds = [sorted(cross_thread_stages(s).items()) for s in sketches[1:]]
+    assert kinds == [
+        [("T_softmax_expsum", ("attached", "i0", ["k_i"]))],
+        [("T_softmax_maxelem", ("root", None, ["k_i"]))],  # its readers have no common root
+        [],
+    ]
+
+
+def test_dense_sketches_have_the_cross_thread_structure():
+    from autosched.sketch import generate_sketches
+    from autosched.transform_steps import print_python_schedule
+
+    cross, tiled = generate_sketches(suite_dag("dense_bias"))
+    print("\n" + print_python_schedule(cross))
+    assert cross_thread_stages(cross) == {"T_dense": ("attached", "ax1_o", ["k_i"])}
+    assert [(it.name, it.annotation) for it in cross["T_add"].iters] == [
+        ("ax0", "none"), ("ax1_o", "none"), ("ax1_i", "threadIdx.x")]
+    assert cross_thread_stages(tiled) == {}
+    assert tiled["T_dense"].attach[1] == "ax1_o_i"
+
+
+def test_thread_count_options():
+    from autosched.sketch.init_rules import thread_count_options
+
+    counts = (32, 64, 128, 256, 512, 1024)
+    assert thread_count_options(64, counts, 32, 1024) == (32, 64)
+    assert thread_count_options(48, counts, 32, 1024) == (32, 64)
+    assert thread_count_options(784, counts, 32, 1024) == counts
+    assert thread_count_options(10**6, counts, 32, 256) == (32, 64, 128, 256)
+    assert thread_count_options(8, (48, 64), 32, 1024) == (64,)  # 48 is no multiple of a warp
+
+
+@pytest.mark.parametrize("name", ["softmax", "dense_bias"])
+def test_sampled_cross_thread_states_bind_blocks_and_threads(name):
+    from autosched.sketch import SketchSampler, generate_sketches
+
+    sketch = generate_sketches(suite_dag(name))[0]
+    sampler = SketchSampler([sketch])
+    states = sampler.sample(10, 0)
+    assert states, sampler.rejected
+    root, loops, length = {"softmax": ("T_softmax_norm", ["blockIdx.x", "none", "threadIdx.x"], 1024),
+                           "dense_bias": ("T_add", ["blockIdx.x", "threadIdx.x"], 784)}[name]
+    for s in states:
+        assert [it.annotation for it in s[root].iters] == loops
+        program = sampler.programs[s.key()]
+        (kernel,) = program.kernels
+        # a multiple of the warp size, or the reduction's length when that is smaller
+        assert kernel.block[0] in {min(t, length) for t in (32, 64, 128, 256, 512, 1024)}
+        reds = allreduces(program)
+        assert len(reds) == (2 if name == "softmax" else 1)
+        assert all(r.extent == kernel.block[0] for r in reds)
+
+
+@pytest.mark.parametrize("name", ["softmax", "dense_bias"])
+def test_200_sampled_states_compute_the_dag_on_the_interpreter(name):
+    """Reduced sizes: 200 states sampled from all sketches (cross-thread ones among them)
+    run on the CPU interpreter and equal the numpy evaluation of the DAG."""
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.te.tensor import PlaceholderOp
+    from autosched.transform_steps import print_python_schedule
+
+    dag = suite_dag(name, reduced=True)
+    sampler = SketchSampler(generate_sketches(dag))
+    states = sampler.sample(200, 3)
+    assert len(states) == 200
+    rng = np.random.default_rng(0)
+    inputs = {t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors
+              if isinstance(t.op, PlaceholderOp)}
+    ref = evaluate(dag.tensors, inputs)
+    n_cross = 0
+    for s in states:
+        program = sampler.programs[s.key()]
+        n_cross += bool(allreduces(program))
+        arrays = {k: v.copy() for k, v in inputs.items()}
+        for b in program.outputs:
+            arrays[b.name] = np.full(b.shape, np.nan, np.float32)
+        run_program(program, arrays)
+        for op in dag.outputs:
+            np.testing.assert_allclose(arrays[op.name], ref[op.name], rtol=1e-4, atol=1e-5,
+                                       err_msg=print_python_schedule(s))
+    # every distinct cross-thread state of the reduced dense sketch (2 thread counts x 5
+    # unroll depths) and most of softmax's
+    assert n_cross >= (10 if name == "dense_bias" else 100)
+
+
+@needs_nvcc
+def test_sampled_full_size_cross_thread_states_compile_without_spills():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autosched.sketch import SketchSampler, generate_sketches
+
+    programs = []
+    for name in ("softmax", "dense_bias"):
+        sampler = SketchSampler([generate_sketches(suite_dag(name))[0]])
+        programs += [sampler.programs[s.key()] for s in sampler.sample(3, 7)]
+    with ThreadPoolExecutor(2) as pool:
+        sources = list(pool.map(compile_without_spills, programs))
+    assert all("allreduce" in source for source in sources)

@@ -5,9 +5,11 @@ their shared-memory caches); the init rules, in `GPU_INIT_RULES` order, then mak
 decisions for one state:
 
   FillTileSize    perfect tile sizes for every unknown split, resampled per tiled stage until
-                  the thread / vthread / register / shared-memory estimates fit the GPU
-  ThreadBind      blockIdx.x / vthread / threadIdx.x for tiled stages, fuse-split-bind for the
-                  other root stages, cooperative fetching (vectorised) for shared caches
+                  the thread / vthread / register / shared-memory estimates fit the GPU; a
+                  thread count (a multiple of the warp size) for cross-thread reductions
+  ThreadBind      blockIdx.x / vthread / threadIdx.x for tiled stages, blockIdx.x for the outer
+                  loops of cross-thread reductions, fuse-split-bind for the other root stages,
+                  cooperative fetching (vectorised) for shared caches
   AutoUnroll      auto_unroll_max_step on every stage with a reduction
 
 A rule that cannot make a valid state raises `Rejected(reason)`; the sampler counts reasons.
@@ -28,8 +30,8 @@ from ..te.tensor import Tensor
 from ..te.visitor import walk
 from ..transform_steps import SplitStep, replay
 from .utils import (
-    SketchParams, factorization_schemes, has_reduce_iter, is_inlined, needs_multi_level_tiling,
-    split_step_ids,
+    SketchParams, cross_thread_splits, factorization_schemes, has_cross_thread_reduction,
+    has_reduce_iter, is_inlined, needs_multi_level_tiling, split_step_ids,
 )
 
 
@@ -106,6 +108,7 @@ class SketchPlan:
     sketch: State
     unknown: list[int]  # SplitStep ids with unknown lengths, not in a group
     groups: list[TileGroup]
+    cross_thread: dict[int, int] = field(default_factory=dict)  # thread-count split -> reduction length
 
     @property
     def tiled_roots(self) -> dict[int, TileGroup]:
@@ -160,7 +163,7 @@ def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan
         grouped.update(sp + rd)
     unknown = [k for k, s in enumerate(sketch.steps)
                if isinstance(s, SplitStep) and None in s.lengths and k not in grouped]
-    return SketchPlan(sketch, unknown, groups)
+    return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch))
 
 
 # ---- the rules ------------------------------------------------------------------------------
@@ -182,6 +185,22 @@ class InitRule:
 
     def __repr__(self) -> str:
         return type(self).__name__
+
+
+@functools.lru_cache(maxsize=None)
+def thread_count_options(reduction: int, counts: tuple[int, ...], warp_size: int,
+                         max_threads: int) -> tuple[int, ...]:
+    """Thread counts for a cross-thread reduction of length `reduction`: the multiples of the
+    warp size in `counts` within the block limit, up to the first that covers the reduction
+    (larger ones would only add idle threads)."""
+    out: list[int] = []
+    for c in sorted(counts):
+        if c % warp_size or c > max_threads:
+            continue
+        out.append(c)
+        if c >= reduction:
+            break
+    return tuple(out) or (warp_size,)
 
 
 @functools.lru_cache(maxsize=None)
@@ -281,7 +300,13 @@ class FillTileSize(InitRule):
                 steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, l, s.inner_to_outer)
         for k in plan.unknown:
             s = steps[k]
-            lengths = _pick(self.options(ctx, s, False), rng)
+            if k in plan.cross_thread:
+                lim = ctx.limits
+                lengths = (_pick(thread_count_options(
+                    plan.cross_thread[k], ctx.params.cross_thread_counts, lim.warp_size,
+                    lim.max_threads_per_block), rng),)
+            else:
+                lengths = _pick(self.options(ctx, s, False), rng)
             steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lengths, s.inner_to_outer)
         return steps
 
@@ -299,7 +324,9 @@ class ThreadBind(InitRule):
             stage = state.stages[i]
             if stage.is_placeholder or is_inlined(stage):
                 continue
-            if stage.compute_at == ROOT and i in roots:
+            if stage.compute_at == ROOT and has_cross_thread_reduction(state, i):
+                state = self.bind_cross_thread(state, i)
+            elif stage.compute_at == ROOT and i in roots:
                 state = self.bind_tiled(ctx, state, i, roots[i])
             elif stage.compute_at == ROOT:
                 state = self.bind_simple(ctx, state, i, rng)
@@ -318,6 +345,23 @@ class ThreadBind(InitRule):
         for level, thread in enumerate(("blockIdx.x", "vthread", "threadIdx.x")):
             state = self._fuse_bind(state, i, level, n, thread)
         return state
+
+    @staticmethod
+    def bind_cross_thread(state: State, i: int) -> State:
+        """A root stage whose threads share reductions (its own or those computed at it): its
+        outer spatial loops, up to the one other stages are computed at, fused on blockIdx.x
+        (Ansor's FuseAllOuterSpaceIterators)."""
+        at = {s.attach[1] for s in state.stages if s.attach is not None and s.attach[0] == i}
+        n = 0
+        for it in state.stages[i].iters:
+            if it.kind != SPATIAL or it.annotation != "none":
+                break
+            n += 1
+            if it.name in at:
+                break
+        if n == 0:
+            return state
+        return ThreadBind._fuse_bind(state, i, 0, n, "blockIdx.x")
 
     def bind_simple(self, ctx, state, i, rng) -> State:
         """Fuse the leading spatial loops, split by a thread count, bind block and thread."""

@@ -21,9 +21,10 @@ from typing import ClassVar
 from ..loop_state import REDUCE, ROOT, SPATIAL, State
 from ..te.tensor import ComputeOp
 from .utils import (
-    SketchParams, consumers, direct_producers, elementwise_matched_consumer,
-    has_cache_write_stage, has_reduce_iter, is_inlined, is_output, is_tiled,
-    needs_multi_level_tiling, spatial_and_reduce_length,
+    SketchParams, common_outer_iters, consumers, direct_producers,
+    elementwise_matched_consumer, has_cache_write_stage, has_reduce_iter, is_inlined, is_output,
+    is_tiled, needs_multi_level_tiling, single_consumer_root, spatial_and_reduce_length,
+    split_step_ids,
 )
 
 
@@ -144,32 +145,70 @@ class AddCacheRead(SketchRule):
         return [(state.compute_at(cache, t, at), i)]
 
 
-class SerialReduction(SketchRule):
-    """Stand-in for Ansor's cross-thread reduction (lowering cannot yet bind reduction
-    iterators to threads). Same condition: a reduction with little spatial parallelism (a
-    tiled stage whose spatial length is below its reduction length) or a long one (over a
-    warp). The reduction stays untiled: computed inside its element-wise consumer's innermost
-    loop when it has one, else at root; the init rules then parallelise the spatial loops over
-    blocks and threads, and each thread runs the whole reduction loop. APPLY, so tiling is
-    tried as well."""
+class CrossThreadReduction(SketchRule):
+    """Ansor's cross-thread reduction, for a reduction with little spatial parallelism (a
+    stage to tile whose spatial length is below its reduction length and fits in a block) or
+    a long one (over a warp): fuse the reduction iterators, split them by a thread count (the
+    init rules draw it) and bind the inner part to threadIdx.x, so that a block's threads
+    share each reduction. When the stage's consumers have one root that needs no tiling
+    and shares leading axes with it, that root's last axis is split by the thread count
+    (inner part on threadIdx.x) unless a reduction fused before already did, the reduction
+    follows that split and is computed at the last shared axis: one kernel, whose shared
+    spatial loops the init rules bind to blockIdx.x. APPLY: the other rules (tiling, or
+    leaving the stage to one thread per element) are tried as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
-        if (not isinstance(stage.op, ComputeOp) or is_inlined(stage) or is_tiled(stage)
-                or not has_reduce_iter(stage) or has_cache_write_stage(state, i)):
+        if (not isinstance(stage.op, ComputeOp) or is_inlined(stage) or not has_reduce_iter(stage)
+                or has_cache_write_stage(state, i)):
             return Cond.SKIP
         space, red = spatial_and_reduce_length(stage)
         if needs_multi_level_tiling(state, i):
-            return Cond.APPLY if space < red else Cond.SKIP
-        return Cond.APPLY if red > ctx.warp_size else Cond.SKIP
+            wanted = space < red and space <= ctx.max_threads_per_block
+        else:
+            wanted = red > ctx.warp_size
+        return Cond.APPLY if wanted else Cond.SKIP
 
     def apply(self, ctx, state, i):
-        j = elementwise_matched_consumer(state, i)
-        if j is None or is_tiled(state.stages[j]):
+        reduce_iters = [it.name for it in state.stages[i].iters if it.kind == REDUCE]
+        if len(reduce_iters) > 1:
+            state = state.fuse(i, reduce_iters)
+        fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
+        target = self.fusible_consumer(state, i)
+        if target is None:
+            state = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
             return [(state, i - 1)]
-        consumer = state.stages[j]
-        last_spatial = [it.name for it in consumer.iters if it.kind == SPATIAL][-1]
-        return [(state.compute_at(i, j, last_spatial), i - 1)]
+        t, n_common = target
+        state, split = self.thread_split(state, t)
+        state = state.follow_split(i, fused, split, 1).bind(i, fused + "_i", "threadIdx.x")
+        return [(state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1)]
+
+    @staticmethod
+    def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
+        """(root consumer, number of shared leading axes) when stage i can be computed inside
+        its consumers' root stage: one root that needs no tiling, is computed at root, has no
+        reduction and at most one split (a cross-thread one made before)."""
+        t = single_consumer_root(state, i)
+        if t is None:
+            return None
+        n_common = common_outer_iters(state, i, t)
+        target = state.stages[t]
+        if (n_common == 0 or needs_multi_level_tiling(state, t) or target.compute_at != ROOT
+                or has_reduce_iter(target) or len(split_step_ids(state, t)) > 1):
+            return None
+        return t, n_common
+
+    @staticmethod
+    def thread_split(state: State, t: int) -> tuple[State, int]:
+        """Stage t's split whose inner part is on threadIdx.x: the existing one, or a new split
+        of its last iterator (unknown length). Returns the state and the split's step id."""
+        ids = split_step_ids(state, t)
+        if ids:
+            return state, ids[0]
+        last = state.stages[t].iters[-1].name
+        split = len(state.steps)
+        state = state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x")
+        return state, split
 
 
 class AddCacheWrite(SketchRule):
@@ -243,7 +282,7 @@ class SkipStage(SketchRule):
 GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
     AlwaysInline(),
-    SerialReduction(),
+    CrossThreadReduction(),
     AddCacheWrite(),
     MultiLevelTilingWithFusion(),
     MultiLevelTiling(),

@@ -35,6 +35,9 @@ class SketchParams:
     max_innermost_split_factor: int = 64
     auto_unroll_configs: tuple[int, ...] = (0, 16, 64, 512, 1024)
     thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512)
+    # threads of a cross-thread reduction (multiples of the warp size; the init rules use
+    # those up to the first that covers the reduction and the block limit)
+    cross_thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     vector_lengths: tuple[int, ...] = (1, 2, 4)
     max_vector_bytes: int = 16
     max_local_elems: int = 256  # elements of `local` buffers per thread (registers, no spills)
@@ -158,6 +161,61 @@ def direct_producers(state: State, i: int) -> set[int]:
     return reads_of(state, i)
 
 
+def single_consumer_root(state: State, i: int) -> int | None:
+    """Stage i's single consumer, or the one stage all its consumers are computed at or are
+    (Ansor's GetSingleConsumerId); None when there is no such stage."""
+    roots = {c if state.stages[c].compute_at != ATTACHED else state.stages[c].attach[0]
+             for c in consumers(state, i)}
+    return roots.pop() if len(roots) == 1 else None
+
+
+def _leading_axes_read(state: State, producer: int, consumer: int) -> int:
+    """How many leading axes of `producer` every direct read of it in `consumer`'s body
+    indexes with the consumer's own axis of the same position and extent."""
+    prod, cons = state.stages[producer], state.stages[consumer]
+    redirect = {id(a): b for a, b in cons.redirects}
+    axes = cons.op.axis
+    best = len(prod.op.axis)
+    for node in walk(cons.op.body):
+        if not (isinstance(node, Load) and isinstance(node.buffer, Tensor)):
+            continue
+        if redirect.get(id(node.buffer.op), node.buffer.op) is not prod.produces:
+            continue
+        n = 0
+        for idx, a, p in zip(node.indices, axes, prod.op.axis):
+            if idx is not a or a.extent != p.extent:
+                break
+            n += 1
+        best = min(best, n)
+    return best
+
+
+def common_outer_iters(state: State, i: int, target: int) -> int:
+    """The number of leading axes stage i shares with stage `target` along every chain of
+    reads from i to target (Ansor's GetNumCommonOuterIterator); 0 when target does not read i."""
+    found: list[int] = []
+
+    def visit(k: int, n: int) -> None:
+        if k == target:
+            found.append(n)
+            return
+        for c in consumers_of(state, k):
+            visit(c, min(n, _leading_axes_read(state, k, c)))
+
+    visit(i, len(state.stages[i].op.axis))
+    return min(found) if found else 0
+
+
+def has_cross_thread_reduction(state: State, i: int) -> bool:
+    """True when stage i, or a stage computed at one of its loops, binds a reduction
+    iterator to threadIdx.x (Ansor's HasCrossThreadReduction)."""
+    def binds(stage: Stage) -> bool:
+        return any(it.kind == REDUCE and it.annotation == "threadIdx.x" for it in stage.iters)
+
+    return binds(state.stages[i]) or any(
+        s.compute_at == ATTACHED and s.attach[0] == i and binds(s) for s in state.stages)
+
+
 def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
     """Index tuples (in stage j's own axes) of every read of stage `target`'s result in stage
     j's body, with inlined stages substituted."""
@@ -237,19 +295,36 @@ def stage_index_history(state: State) -> list[int]:
 SPLITTING_STEPS = (SplitStep, FollowSplitStep, FollowFusedSplitStep)
 
 
+def splitting_steps(state: State, i: int) -> list[tuple[int, SplitRel]]:
+    """(step id, relation) of every split of stage i (SplitStep or a follow split), in order."""
+    where = stage_index_history(state)
+    rels = [r for r in state.stages[i].relations if isinstance(r, SplitRel)]
+    mine = [k for k, s in enumerate(state.steps)
+            if isinstance(s, SPLITTING_STEPS) and where[k] == i]
+    return list(zip(mine, rels))
+
+
 def split_step_ids(state: State, i: int, kind: str | None = None) -> list[int]:
     """Ids of the SplitSteps on stage i, in order; with `kind`, only those that split a root
     iterator of that kind (spatial / reduce)."""
-    where = stage_index_history(state)
-    stage = state.stages[i]
-    rels = [r for r in stage.relations if isinstance(r, SplitRel)]
-    mine = [k for k, s in enumerate(state.steps)
-            if isinstance(s, SPLITTING_STEPS) and where[k] == i]
-    root_kind = {it.name: it.kind for it in stage.root_iters}
-    out = []
-    for k, rel in zip(mine, rels):
-        if not isinstance(state.steps[k], SplitStep):
-            continue
-        if kind is None or root_kind.get(rel.parent) == kind:
-            out.append(k)
+    root_kind = {it.name: it.kind for it in state.stages[i].root_iters}
+    return [k for k, rel in splitting_steps(state, i) if isinstance(state.steps[k], SplitStep)
+            and (kind is None or root_kind.get(rel.parent) == kind)]
+
+
+def cross_thread_splits(state: State) -> dict[int, int]:
+    """SplitStep id -> reduction length, for each split that sets the thread count of a
+    cross-thread reduction: the split of a reduction iterator whose inner part is bound to
+    threadIdx.x, or the split such a reduction follows (its consumer's)."""
+    out: dict[int, int] = {}
+    for i, stage in enumerate(state.stages):
+        bound = {it.name for it in stage.iters
+                 if it.kind == REDUCE and it.annotation == "threadIdx.x"}
+        for k, rel in splitting_steps(state, i):
+            if rel.children[-1] not in bound:
+                continue
+            step = state.steps[k]
+            src = step.src_step_id if isinstance(step, FollowSplitStep) else k
+            if isinstance(state.steps[src], SplitStep):
+                out[src] = max(out.get(src, 0), spatial_and_reduce_length(stage)[1])
     return out
