@@ -398,7 +398,8 @@ class Lowerer:
         `into` (buffer, index) redirects a reduction's accumulator (cross-thread partials)."""
         inf, st = self.info[i], self.stages[i]
         root_map = self.root_value_map(i)
-        buffer, idx = into or (inf.buffer, self.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False))
+        buffer, idx = into or (inf.buffer, self.flat_index(
+            i, [inf.value[a.name] for a in st.op.axis], relative=False))
         body = inf.body
         conds = self.guards(i, spatial_only=init)
         if isinstance(body, Reduce):
@@ -471,18 +472,21 @@ class Lowerer:
         """The threadIdx tag stage i binds a reduction iterator to (a cross-thread reduction:
         each thread reduces its part, an AllReduce combines the parts), or None."""
         st, body = self.stages[i], self.info[i].body
-        bound = [it for it in st.iters if it.kind != SPATIAL and it.annotation in THREAD_TAGS | BLOCK_TAGS]
+        bound = [it for it in st.iters
+                 if it.kind != SPATIAL and it.annotation in THREAD_TAGS | BLOCK_TAGS]
         if not bound:
             return None
         tags = {it.annotation for it in bound}
-        why = (
-            "it binds a reduction iterator to a blockIdx" if tags & BLOCK_TAGS
-            else "it binds reduction iterators to several thread axes" if len(tags) > 1
-            else "an iterator bound to a thread fuses spatial and reduction iterators"
-            if any(it.kind != "reduce" for it in bound)
-            else None if isinstance(body, Reduce) and BUILTIN_REDUCERS.get(body.reducer.name) is body.reducer
-            else "its reducer is not sum, max or min"
+        reducer = body.reducer if isinstance(body, Reduce) else None
+        builtin = reducer is not None and BUILTIN_REDUCERS.get(reducer.name) is reducer
+        refusals = (  # (refused?, why), first match wins
+            (bool(tags & BLOCK_TAGS), "it binds a reduction iterator to a blockIdx"),
+            (len(tags) > 1, "it binds reduction iterators to several thread axes"),
+            (any(it.kind != "reduce" for it in bound),
+             "an iterator bound to a thread fuses spatial and reduction iterators"),
+            (not builtin, "its reducer is not sum, max or min"),
         )
+        why = next((why for refused, why in refusals if refused), None)
         if why is not None:
             raise LoweringError(f"stage {st.name!r} cannot be a cross-thread reduction: {why}")
         tag = tags.pop()

@@ -55,7 +55,8 @@ def compile_without_spills(program: ir.Program) -> str:
 
 
 def allreduces(program: ir.Program) -> list[ir.AllReduce]:
-    return [s for k in program.kernels for s in ir.iter_stmts(k.body) if isinstance(s, ir.AllReduce)]
+    return [s for k in program.kernels for s in ir.iter_stmts(k.body)
+            if isinstance(s, ir.AllReduce)]
 
 
 # ---- hand-written schedules -------------------------------------------------------------------
@@ -83,7 +84,8 @@ def softmax_state(dag: ComputeDAG, threads: int, at: str = "i0", inline_exp: boo
     if inline_exp:
         s = s.compute_inline("T_softmax_exp")
     else:
-        s = s.follow_split("T_softmax_exp", "i1", split, 1).bind("T_softmax_exp", "i1_i", "threadIdx.x")
+        s = s.follow_split("T_softmax_exp", "i1", split, 1)
+        s = s.bind("T_softmax_exp", "i1_i", "threadIdx.x")
         s = s.compute_at("T_softmax_exp", "T_softmax_norm", "i0")
     for red in ("T_softmax_expsum", "T_softmax_maxelem"):
         s = s.follow_split(red, "k", split, 1).bind(red, "k_i", "threadIdx.x")
@@ -124,6 +126,19 @@ def test_rowsum_cross_thread_with_non_dividing_splits(n, m, threads):
     (red,) = allreduces(program)
     assert red.reducer == "sum" and red.thread_tag == "threadIdx.x"
     assert program.kernels[0].block == (min(threads, m), 1, 1)
+
+
+def test_rows_on_threadidx_x_reduced_over_threadidx_y():
+    """Several rows per block: each threadIdx.x reduces its row over threadIdx.y (the
+    AllReduce goes through shared memory); the first thread of each column stores."""
+    dag = rowsum_dag(10, 50)
+    s = dag.get_init_state().split("y", "i", [4]).split("y", "k", [16])
+    s = s.bind("y", "i_o", "blockIdx.x").bind("y", "i_i", "threadIdx.x")
+    program = run_and_compare(dag, s.bind("y", "k_i", "threadIdx.y"))
+    (red,) = allreduces(program)
+    assert red.thread_tag == "threadIdx.y" and program.kernels[0].block == (4, 16, 1)
+    if shutil.which("nvcc"):
+        compile_without_spills(program)
 
 
 @pytest.mark.parametrize("reducer", [te.max, te.min])
@@ -194,11 +209,23 @@ def test_the_reduced_element_must_not_depend_on_the_reduction_thread():
         lower(s)
 
 
-def test_reduction_bound_to_a_block_is_refused():
-    dag = rowsum_dag(4, 64)
-    s = dag.get_init_state().split("y", "k", [32]).bind("y", "k_o", "blockIdx.x")
-    with pytest.raises(LoweringError, match="blockIdx"):
-        lower(s.bind("y", "k_i", "threadIdx.x"))
+def _product_reducer():
+    return te.comm_reducer(lambda a, b: a * b, lambda dtype: 1.0, name="prod")
+
+
+@pytest.mark.parametrize("outer,reducer,why", [
+    ("blockIdx.x", te.sum, "binds a reduction iterator to a blockIdx"),
+    ("threadIdx.y", te.sum, "several thread axes"),
+    (None, _product_reducer(), "not sum, max or min"),
+])
+def test_unsupported_cross_thread_reductions_are_refused(outer, reducer, why):
+    """Lowering names what it cannot do instead of emitting a racy kernel."""
+    dag = rowsum_dag(4, 64, reducer)
+    s = dag.get_init_state().split("y", "k", [32]).bind("y", "k_i", "threadIdx.x")
+    if outer is not None:
+        s = s.bind("y", "k_o", outer)
+    with pytest.raises(LoweringError, match=why):
+        lower(s)
 
 
 @needs_nvcc
@@ -347,8 +374,10 @@ def test_sampled_cross_thread_states_bind_blocks_and_threads(name):
     sampler = SketchSampler([sketch])
     states = sampler.sample(10, 0)
     assert states, sampler.rejected
-    root, loops, length = {"softmax": ("T_softmax_norm", ["blockIdx.x", "none", "threadIdx.x"], 1024),
-                           "dense_bias": ("T_add", ["blockIdx.x", "threadIdx.x"], 784)}[name]
+    root, loops, length = {
+        "softmax": ("T_softmax_norm", ["blockIdx.x", "none", "threadIdx.x"], 1024),
+        "dense_bias": ("T_add", ["blockIdx.x", "threadIdx.x"], 784),
+    }[name]
     for s in states:
         assert [it.annotation for it in s[root].iters] == loops
         program = sampler.programs[s.key()]
@@ -405,3 +434,22 @@ def test_sampled_full_size_cross_thread_states_compile_without_spills():
     with ThreadPoolExecutor(2) as pool:
         sources = list(pool.map(compile_without_spills, programs))
     assert all("allreduce" in source for source in sources)
+
+
+def test_several_reduction_axes_are_fused_then_shared_by_threads():
+    """A mean over two axes: the rule fuses them before splitting; sampled states (thread
+    counts over and under the reduction length) compute the DAG."""
+    from autosched.sketch import SketchSampler, generate_sketches
+
+    x = te.placeholder((5, 6, 10), name="x")
+    a, b = te.reduce_axis((0, 6), name="a"), te.reduce_axis((0, 10), name="b")
+    total = te.compute((5,), lambda i: te.sum(x[i, a, b], axis=[a, b]), name="total")
+    mean = te.compute((5,), lambda i: total[i] * (1.0 / 60), name="mean")
+    dag = ComputeDAG([x, mean])
+    sketch = generate_sketches(dag)[0]
+    assert cross_thread_stages(sketch) == {"total": ("attached", "i_o", ["a_b_fused_i"])}
+    sampler = SketchSampler([sketch])
+    states = sampler.sample(10, 0)
+    assert len(states) == 10  # thread counts 32, 64 x unroll depths
+    for s in states:
+        run_and_compare(dag, s)

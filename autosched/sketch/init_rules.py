@@ -108,7 +108,8 @@ class SketchPlan:
     sketch: State
     unknown: list[int]  # SplitStep ids with unknown lengths, not in a group
     groups: list[TileGroup]
-    cross_thread: dict[int, int] = field(default_factory=dict)  # thread-count split -> reduction length
+    # SplitStep ids that set a cross-thread reduction's thread count -> the reduction's length
+    cross_thread: dict[int, int] = field(default_factory=dict)
 
     @property
     def tiled_roots(self) -> dict[int, TileGroup]:
