@@ -408,6 +408,7 @@ def test_200_sampled_states_compute_the_dag_on_the_interpreter(name):
     n_cross = 0
     for s in states:
         program = sampler.programs[s.key()]
+        verify_program(program)
         n_cross += bool(allreduces(program))
         arrays = {k: v.copy() for k, v in inputs.items()}
         for b in program.outputs:

@@ -151,7 +151,7 @@ def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan
         sp = split_step_ids(sketch, t, SPATIAL)
         rd = split_step_ids(sketch, t, REDUCE)
         if not sp or len(sketch.steps[sp[0]].lengths) != params.n_spatial_levels - 1:
-            continue  # not multi-level tiled (e.g. a serial reduction)
+            continue  # not multi-level tiled (e.g. a cross-thread reduction)
         root = stage.attach[0] if stage.compute_at == ATTACHED else t
         total = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
         group = TileGroup(t, root, sp, rd, min(limits.warp_size, total))
