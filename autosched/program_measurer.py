@@ -1,13 +1,20 @@
-"""Measuring states: lower + codegen here, build + run in measure/, results as records."""
+"""Measuring states: lower + codegen here (or in the search's worker processes), build + run in
+measure/, results as records.
+
+A measurer is anything with `measure(states) -> [MeasureRecordResult]`; one that also sets
+`last_times = {"build": s, "run": s}` after each call lets auto_schedule split the round's
+measuring time (ProgramMeasurer does; the two add up to the call's wall-clock time).
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Callable, Sequence
 
-from measure import LocalBuilder, LocalMeasureContext, LocalRunner, MeasureErrorKind, make_reference
+from measure import (
+    LocalBuilder, LocalMeasureContext, LocalRunner, MeasureErrorKind, MeasureResult, make_reference,
+)
 
-from .build_module import build
 from .evaluate import evaluate
 from .records import MeasureInput, MeasureRecordResult, now
 
@@ -24,43 +31,78 @@ def task_reference(task, args, seed: int = 0):
     return make_reference(args, fn, seed=seed)
 
 
+def _local_workers(task):
+    from .search_workers import TaskContext, Workers
+
+    return Workers(TaskContext(task.compute_dag, task.hardware_params), None, 1)
+
+
 class ProgramMeasurer:
-    """Measures batches of States for one task, calling `callbacks(inputs, results)` after each."""
+    """Measures batches of States for one task, calling `callbacks(inputs, results)` after each.
+    `workers` (a search_workers.Workers, e.g. the policy's) lowers and generates the sources,
+    in its process pool when it has one."""
 
     def __init__(self, task, builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
-                 callbacks: Sequence[Callable] = ()) -> None:
+                 callbacks: Sequence[Callable] = (), workers=None) -> None:
         self.task = task
         self.context = LocalMeasureContext(builder or LocalBuilder(), runner or LocalRunner())
         self.callbacks = list(callbacks)
+        self.workers = workers
         self.reference = None
-        self.time = {"lower": 0.0, "build": 0.0, "run": 0.0}
+        self.time = {"codegen": 0.0, "build": 0.0, "run": 0.0}  # totals, wall-clock
+        self.last_times = {"build": 0.0, "run": 0.0}
 
     def measure(self, states: Sequence) -> list[MeasureRecordResult]:
+        """Build and run every state; one result per state, in order (never raises for one)."""
         t0 = time.perf_counter()
-        artifacts, slots, results = [], [], [None] * len(states)
-        for i, s in enumerate(states):
-            try:
-                kernel = build(self.task.compute_dag, s)
-            except Exception as exc:  # a state that cannot be lowered costs one failed record
-                results[i] = MeasureRecordResult((), int(MeasureErrorKind.INSTANTIATION_ERROR),
-                                                 f"{type(exc).__name__}: {exc}", timestamp=now())
+        if self.workers is None:
+            self.workers = _local_workers(self.task)
+        tags = [s.fingerprint() for s in states]
+        built = self.workers.build([s.key() for s in states], tags)
+        results: list[MeasureRecordResult | None] = [None] * len(states)
+        artifacts, slots = [], []
+        for i, b in enumerate(built):
+            if isinstance(b, str):
+                results[i] = MeasureRecordResult((), int(MeasureErrorKind.INSTANTIATION_ERROR), b,
+                                                 timestamp=now())
                 continue
             if self.reference is None:
-                self.reference = task_reference(self.task, kernel.args)
-            artifacts.append(kernel.artifact(reference_id=self.task.workload_key, tag=s.fingerprint()))
+                self.reference = task_reference(self.task, b.args)
+            artifacts.append(b)
             slots.append(i)
-        self.time["lower"] += time.perf_counter() - t0
+        codegen = time.perf_counter() - t0
+        run = 0.0
         if artifacts:
-            measured = self.context.measure_batch(artifacts, {self.task.workload_key: self.reference})
+            measured, run = self._build_and_run(artifacts)
             for i, m in zip(slots, measured):
-                self.time["build"] += m.build_seconds
-                self.time["run"] += m.run_seconds
                 results[i] = MeasureRecordResult(tuple(m.costs), int(m.error_kind), m.error_msg or "",
                                                  m.build_seconds, m.run_seconds, now())
-        inputs = [MeasureInput(self.task.workload_key, tuple(st.to_record() for st in s.steps)) for s in states]
+        wall = time.perf_counter() - t0
+        self.last_times = {"build": wall - run, "run": run}
+        self.time["codegen"] += codegen
+        self.time["build"] += wall - run
+        self.time["run"] += run
+        inputs = [MeasureInput(self.task.workload_key, s.key()) for s in states]
         for cb in self.callbacks:
             cb(inputs, results)
         return results
+
+    def _build_and_run(self, artifacts) -> tuple[list[MeasureResult], float]:
+        """LocalMeasureContext.measure_batch's pipeline (run each kernel as soon as nvcc is done
+        with it), timing the runner: returns the results and the seconds spent running, so that
+        the rest of the wall-clock time is the wait for builds."""
+        builder, runner = self.context.builder, self.context.runner
+        refs = {self.task.workload_key: self.reference}
+        results: list[MeasureResult | None] = [None] * len(artifacts)
+        run_s = 0.0
+        for i, build in builder.build_as_completed(artifacts):
+            run = None
+            if build.ok:
+                t = time.perf_counter()
+                run = runner.run([artifacts[i]], [build], refs)[0]
+                run_s += time.perf_counter() - t
+            results[i] = MeasureResult.combine(build, run)
+        return results, run_s
 
     def close(self) -> None:
         self.context.close()

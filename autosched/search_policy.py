@@ -1,5 +1,13 @@
 """The sketch search policy: sketches once, then rounds of evolutionary search guided by the
-cost model, an epsilon-greedy share of random states, and never a state measured twice."""
+cost model, an epsilon-greedy share of random states, and never a state measured twice.
+
+Inside the search a candidate is its tuple of step records (see mutations.py); only the states
+picked for measurement are replayed into States. Per-candidate work (sampling, lowering, GPU
+limit checks, features) goes through `search_workers.Workers`, in a process pool when
+`SearchParams.n_jobs` allows, and each candidate's features are cached by its records, so a
+candidate met again (an unmutated copy, a state of an earlier generation or round, a measured
+state when the model is updated) is never lowered twice.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +15,15 @@ import heapq
 import math
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .cost_model import XGBModel, state_features, throughput
+from .cost_model import XGBModel, throughput
+from .mutations import MUTATIONS, MutationContext, Records
 from .records import load_records
-from .transform_steps import PragmaStep, SplitStep
+from .search_workers import TaskContext, TaskSpec, Workers
 
 
 @dataclass(frozen=True)
@@ -25,82 +34,48 @@ class SearchParams:
     generations: int = 3
     mutation_prob: float = 0.85
     eps_greedy: float = 0.05
-    sample_init_min_population: int = 50
-    use_measured_ratio: float = 0.2
-    max_innermost_factor: int = 64
-    unroll_choices: tuple = (0, 16, 64, 512, 1024)
-    mutation_weights: tuple = (("tile_size", 0.9), ("auto_unroll", 0.1))
-    n_jobs: int = 1
+    sample_init_min_population: int = 50  # fresh samples per round, at least
+    use_measured_ratio: float = 0.2  # best measured states in the initial population, at most
+    mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
+    empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
+    feature_cache_size: int = 65536  # candidates whose features are kept (about 6 KB each)
+    n_jobs: int | None = None  # worker processes: None = one per CPU core, 1 = this process
     seed: int = 0
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(2, n + 1) if n % d == 0]
+class FeatureCache:
+    """Features (or the reason a candidate is invalid) by records; the oldest half is dropped
+    when it is full."""
 
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.entries: dict[Records, object] = {}
+        self.hits = self.misses = 0
 
-def mutate_tile_size(state, rng: random.Random, params: SearchParams):
-    """Move a divisor from one level of a split to another (the product stays the extent)."""
-    splits = [i for i, s in enumerate(state.steps) if isinstance(s, SplitStep)
-              and s.extent is not None and None not in s.lengths and len(s.lengths) > 1]
-    if not splits:
-        return None
-    k = rng.choice(splits)
-    step = state.steps[k]
-    outer = step.extent // math.prod(step.lengths) if step.extent % math.prod(step.lengths) == 0 else None
-    if outer is None:
-        return None
-    levels = [outer, *step.lengths]
-    src = rng.choice([i for i, v in enumerate(levels) if v > 1] or [0])
-    if levels[src] <= 1:
-        return None
-    d = rng.choice(_divisors(levels[src]))
-    dst = rng.choice([i for i in range(len(levels)) if i != src])
-    levels[src] //= d
-    levels[dst] *= d
-    if levels[-1] > params.max_innermost_factor:
-        return None
-    new = replace(step, lengths=tuple(levels[1:]))
-    return _replay_with(state, k, new)
+    def __contains__(self, records: Records) -> bool:
+        return records in self.entries
 
+    def get(self, records: Records):
+        return self.entries.get(records)
 
-def mutate_auto_unroll(state, rng: random.Random, params: SearchParams):
-    """Pick another auto_unroll_max_step for a pragma step."""
-    prs = [i for i, s in enumerate(state.steps) if isinstance(s, PragmaStep) and s.pragma_type.startswith("auto_unroll")]
-    if not prs:
-        return None
-    k = rng.choice(prs)
-    value = rng.choice(params.unroll_choices)
-    return _replay_with(state, k, replace(state.steps[k], pragma_type=f"auto_unroll_max_step${value}"))
-
-
-MUTATIONS: dict[str, Callable] = {"tile_size": mutate_tile_size, "auto_unroll": mutate_auto_unroll}
-
-
-def _replay_with(state, k: int, step):
-    steps = list(state.steps)
-    steps[k] = step
-    try:
-        return state.dag.replay_steps(steps)
-    except Exception:
-        return None
+    def put(self, records: Records, outcome) -> None:
+        if len(self.entries) >= self.capacity:
+            for key in list(self.entries)[: self.capacity // 2]:
+                del self.entries[key]
+        self.entries[records] = outcome
 
 
 class PreloadMeasuredStates:
-    """Init-search callback: mark a log's states of this task measured, seed the population."""
+    """Init-search callback: mark a log's states of this task measured (never measured again;
+    the best seed the initial population)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def __call__(self, policy: "SketchPolicy") -> None:
-        dag = policy.task.compute_dag
         for inp, res in load_records(self.path):
-            if inp.workload_key != policy.task.workload_key:
-                continue
-            try:
-                state = dag.replay_steps(inp.steps)
-            except Exception:
-                continue
-            policy.add_measured(state, res.mean_cost)
+            if inp.workload_key == policy.task.workload_key:
+                policy.add_measured_records(inp.steps, res.mean_cost)
 
 
 class SketchPolicy:
@@ -108,7 +83,7 @@ class SketchPolicy:
 
     def __init__(self, task, cost_model=None, params: SearchParams | None = None,
                  init_search_callbacks: Sequence[Callable] = (), verbose: int = 1) -> None:
-        from .sketch import SketchSampler, generate_sketches
+        from .sketch import SketchParams, generate_sketches
 
         self.task = task
         self.params = params or SearchParams()
@@ -116,100 +91,178 @@ class SketchPolicy:
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
-        self.sketches = generate_sketches(task.compute_dag, hardware=task.hardware_params)
-        # One sampler for the whole search: it analyses each sketch once, not every round.
-        self.sampler = SketchSampler(self.sketches, task.hardware_params)
-        self.measured: dict[str, float] = {}  # fingerprint -> mean cost
-        self.measured_states: list[tuple[float, object]] = []  # (cost, state)
-        self.time = {"search": 0.0, "model": 0.0}
+        sketch_params = SketchParams()
+        self.sketches = generate_sketches(task.compute_dag, task.hardware_params, sketch_params)
+        context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
+        self.sampler = context.sampler  # analyses each sketch once, for the whole search
+        self.workers = Workers(context, TaskSpec(task.workload_key, task.hardware_params),
+                               self.params.n_jobs)
+        self.mutation_ctx = MutationContext(
+            sketch_params.max_innermost_split_factor, max(sketch_params.vector_lengths),
+            sketch_params.auto_unroll_configs)
+        self.features = FeatureCache(self.params.feature_cache_size)
+        self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
+        self.picked: set[Records] = set()  # handed out for measurement, never again
+        self.scores: dict[Records, float] = {}  # this round's model scores
+        self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
+        self.mutation_stats: dict[str, list[int]] = {name: [0, 0] for name, _ in self.params.mutation_weights}
         for cb in init_search_callbacks:
             cb(self)
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def add_measured(self, state, cost: float) -> None:
-        self.measured[state.fingerprint()] = cost
-        if math.isfinite(cost):
-            self.measured_states.append((cost, state))
+        """Record a measured state's mean cost (inf for a failure)."""
+        self.add_measured_records(state.key(), cost)
 
-    def best_measured(self, k: int) -> list:
-        return [s for _, s in sorted(self.measured_states, key=lambda x: x[0])[:k]]
+    def add_measured_records(self, records: Records, cost: float) -> None:
+        self.measured[tuple(records)] = cost
+        self.picked.add(tuple(records))
+
+    def best_measured(self, k: int) -> list[Records]:
+        """The records of the k fastest correct measured states."""
+        ok = ((c, r) for r, c in self.measured.items() if math.isfinite(c))
+        return [r for _, r in heapq.nsmallest(k, ok, key=lambda x: x[0])]
+
+    def best_state(self):
+        """(cost, State) of the fastest measured state that replays, or None."""
+        ok = sorted((c, r) for r, c in self.measured.items() if math.isfinite(c))
+        for cost, records in ok:
+            try:
+                return cost, self.workers.context.replay(records)
+            except Exception:  # a record from an older schedule space
+                continue
+        return None
+
+    # ---- features and scores -----------------------------------------------------------------
+    def outcomes(self, candidates: Sequence[Records]) -> list:
+        """Features (or the invalidity reason) per candidate, each lowered at most once."""
+        todo = list(dict.fromkeys(r for r in candidates if r not in self.features))
+        self.features.hits += len(candidates) - len(todo)
+        self.features.misses += len(todo)
+        if todo:
+            t0 = time.perf_counter()
+            for r, o in zip(todo, self.workers.evaluate(todo)):
+                self.features.put(r, o)
+            self.time["evaluate"] += time.perf_counter() - t0
+        return [self.features.get(r) for r in candidates]
+
+    def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
+        """The valid candidates and their model scores (this round's model)."""
+        valid = [(r, o) for r, o in zip(candidates, self.outcomes(candidates)) if isinstance(o, np.ndarray)]
+        new = list(dict.fromkeys(r for r, _ in valid if r not in self.scores))
+        if new:
+            t0 = time.perf_counter()
+            feats = [self.features.get(r) for r in new]
+            for r, s in zip(new, np.asarray(self.cost_model.predict(feats), dtype=float)):
+                self.scores[r] = float(s)
+            self.time["predict"] += time.perf_counter() - t0
+        return [r for r, _ in valid], np.array([self.scores[r] for r, _ in valid])
 
     # ---- one round ---------------------------------------------------------------------------
-    def sample_init(self, n: int) -> list:
-        return self.sampler.sample(n, self.rng)
+    def sample_fresh(self, n: int) -> list[Records]:
+        """n fresh random states (their features go to the cache)."""
+        t0 = time.perf_counter()
+        fresh = []
+        for records, feats in self.workers.sample(n, self.rng):
+            self.features.put(records, feats)
+            fresh.append(records)
+        self.time["sample"] += time.perf_counter() - t0
+        return fresh
 
-    def score(self, states: list) -> np.ndarray:
-        feats = state_features(states, self.params.n_jobs)
-        scores = np.asarray(self.cost_model.predict(feats), dtype=float)
-        return scores
-
-    def evolutionary_search(self, init: list, out_size: int) -> list:
+    def init_population(self) -> tuple[list[Records], list[Records]]:
+        """(fresh samples, fresh samples + up to use_measured_ratio of the best measured)."""
         p = self.params
-        pop = list(init)
-        best: dict[str, tuple[float, object]] = {}
+        best = self.best_measured(int(p.use_measured_ratio * p.population))
+        fresh = self.sample_fresh(max(p.sample_init_min_population, p.population - len(best)))
+        return fresh, fresh + best
+
+    def evolutionary_search(self, init: list[Records], out_size: int) -> list[Records]:
+        """The out_size best-scored unmeasured candidates met over the generations."""
+        p = self.params
+        pop = list(dict.fromkeys(init))
+        best: dict[Records, float] = {}
         for gen in range(p.generations + 1):
-            if not pop:
+            pop, scores = self.score(pop)
+            for r, s in zip(pop, scores):
+                if r not in self.picked and math.isfinite(s):
+                    best[r] = s
+            if gen == p.generations or not pop:
                 break
-            scores = self.score(pop)
-            for s, sc in zip(pop, scores):
-                fp = s.fingerprint()
-                if fp not in self.measured and math.isfinite(sc) and (fp not in best or best[fp][0] < sc):
-                    best[fp] = (float(sc), s)
-            if gen == p.generations:
+            pop = self.next_generation(pop, scores)
+        return heapq.nlargest(out_size, best, key=best.__getitem__)
+
+    def next_generation(self, pop: list[Records], scores: np.ndarray) -> list[Records]:
+        """population children: parents drawn in proportion to score, mutated with
+        mutation_prob by a rule drawn by weight (a failed mutation draws again)."""
+        p = self.params
+        finite = np.where(np.isfinite(scores), scores, np.nan)
+        if np.all(np.isnan(finite)):
+            return pop
+        w = np.nan_to_num(finite - np.nanmin(finite), nan=0.0) + 1e-9
+        w /= w.sum()
+        draws = iter(self.np_rng.choice(len(pop), size=6 * p.population, p=w).tolist())
+        names = [n for n, _ in p.mutation_weights]
+        weights = [x for _, x in p.mutation_weights]
+        out: list[Records] = []
+        for i in draws:
+            if len(out) >= p.population:
                 break
-            finite = np.where(np.isfinite(scores), scores, np.nan)
-            if np.all(np.isnan(finite)):
+            if self.rng.random() >= p.mutation_prob:
+                out.append(pop[i])
+                continue
+            name = self.rng.choices(names, weights)[0]
+            rule = MUTATIONS[name]
+            parents = [pop[i]] + [pop[next(draws, i)] for _ in range(rule.N_PARENTS - 1)]
+            child = rule.apply(self.mutation_ctx, parents, self.rng)
+            self.mutation_stats[name][child is None] += 1
+            if child is not None:
+                out.append(child)
+        return out
+
+    def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
+        """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
+        states (Ansor's PickStatesWithEpsGreedy)."""
+        n_random = max(1, int(self.params.eps_greedy * num)) if num > 1 else 0
+        randoms = [r for r in fresh if r not in self.picked]
+        self.rng.shuffle(randoms)
+        out: list[Records] = []
+        sources = (iter(ranked), iter(randoms))
+        while len(out) < num:
+            first = 0 if len(out) < num - n_random else 1
+            r = next(sources[first], None) or next(sources[1 - first], None)
+            if r is None:
                 break
-            w = np.nan_to_num(finite - np.nanmin(finite), nan=0.0) + 1e-9
-            w = w / w.sum()
-            names = [n for n, _ in p.mutation_weights]
-            mw = [x for _, x in p.mutation_weights]
-            nxt = []
-            tries = 0
-            while len(nxt) < p.population and tries < p.population * 4:
-                tries += 1
-                parent = pop[int(self.np_rng.choice(len(pop), p=w))]
-                child = parent
-                if self.rng.random() < p.mutation_prob:
-                    child = MUTATIONS[self.rng.choices(names, mw)[0]](parent, self.rng, p)
-                if child is not None:
-                    nxt.append(child)
-            pop = nxt
-        ranked = heapq.nlargest(out_size, best.values(), key=lambda x: x[0])
-        return [s for _, s in ranked]
+            if r not in self.picked:
+                self.picked.add(r)
+                out.append(r)
+        return out
 
     def search_one_round(self, num_measure: int) -> list:
-        """The next batch of unmeasured states to measure."""
+        """The next batch (up to num_measure States) never measured or handed out before; it
+        searches again, up to empty_round_retries times, when a round finds nothing new."""
         t0 = time.perf_counter()
-        p = self.params
-        n_random = max(1, int(p.eps_greedy * num_measure)) if num_measure > 1 else 0
-        init = self.sample_init(max(p.sample_init_min_population, p.population))
-        n_measured = int(p.use_measured_ratio * len(init))
-        init = init + self.best_measured(n_measured)
-        chosen, seen = [], set()
-        for s in self.evolutionary_search(init, 2 * num_measure):
-            fp = s.fingerprint()
-            if fp not in seen and fp not in self.measured and len(chosen) < num_measure - n_random:
-                chosen.append(s)
-                seen.add(fp)
-        self.rng.shuffle(init)
-        for s in init:
-            if len(chosen) >= num_measure:
+        self.scores = {}  # the model may have changed since the last round
+        batch: list[Records] = []
+        for attempt in range(1 + self.params.empty_round_retries):
+            fresh, init = self.init_population()
+            batch = self.pick(self.evolutionary_search(init, 2 * num_measure), fresh, num_measure)
+            if batch:
                 break
-            fp = s.fingerprint()
-            if fp not in seen and fp not in self.measured:
-                chosen.append(s)
-                seen.add(fp)
+            if self.verbose:
+                print(f"search round {attempt + 1} found nothing new to measure; searching again")
+        states = [self.workers.context.replay(r) for r in batch]
         self.time["search"] += time.perf_counter() - t0
-        return chosen
+        return states
 
     def update_model(self, states: list, costs: list[float]) -> None:
+        """Train the cost model on a measured batch (features from the cache)."""
         t0 = time.perf_counter()
-        feats = state_features(states, self.params.n_jobs)
-        keep = [i for i, f in enumerate(feats) if f is not None]
+        records = [s.key() for s in states]
+        outcomes = self.outcomes(records)
+        keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
         flop = self.task.compute_dag.flop_count
         if keep:
-            self.cost_model.update([feats[i] for i in keep],
+            self.cost_model.update([outcomes[i] for i in keep],
                                    np.array([throughput(flop, costs[i]) for i in keep]),
                                    task_ids=[self.task.workload_key] * len(keep))
         self.time["model"] += time.perf_counter() - t0

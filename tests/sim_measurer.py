@@ -4,7 +4,7 @@ it stands in for the GPU so the search mechanics can be tested in CI)."""
 
 from __future__ import annotations
 
-import math
+import time
 
 import numpy as np
 
@@ -26,54 +26,65 @@ def simulated_cost(program) -> float:
 
 
 class SimulatedMeasurer:
+    """Measures by interpreting; `last_times` splits a call into build (lowering) and run."""
+
     def __init__(self, task, callbacks=()):
         self.task = task
         self.callbacks = list(callbacks)
         self.count = 0
         self.fingerprints: list[str] = []
+        self.last_times = {"build": 0.0, "run": 0.0}
 
     def measure(self, states):
-        dag = self.task.compute_dag
         results = []
+        self.last_times = {"build": 0.0, "run": 0.0}
         for s in states:
             self.fingerprints.append(s.fingerprint())
             self.count += 1
-            try:
-                program = lower(s)
-                rng = np.random.default_rng(0)
-                outs = {b.name for b in program.outputs}
-                arrays = {
-                    b.name: (
-                        np.full(b.shape, np.nan, b.dtype)
-                        if b.name in outs
-                        else rng.uniform(-1, 1, b.shape).astype(b.dtype)
-                    )
-                    for b in program.params
-                }
-                expected = evaluate(
-                    dag, {t.name: arrays[t.name] for t in dag.tensors if t.name not in outs}
-                )
-                run_program(program, arrays)
-                ok = all(np.allclose(arrays[n], expected[n], rtol=1e-4, atol=1e-5) for n in outs)
-                if ok:
-                    c = simulated_cost(program)
-                    results.append(MeasureRecordResult((c, c), 0, "", 0.0, 0.0, now()))
-                else:
-                    results.append(
-                        MeasureRecordResult(
-                            (), int(MeasureErrorKind.WRONG_ANSWER), "mismatch", timestamp=now()
-                        )
-                    )
-            except Exception as exc:
-                results.append(
-                    MeasureRecordResult(
-                        (), int(MeasureErrorKind.INSTANTIATION_ERROR), str(exc), timestamp=now()
-                    )
-                )
-        inputs = [
-            MeasureInput(self.task.workload_key, tuple(st.to_record() for st in s.steps))
-            for s in states
-        ]
+            results.append(self.measure_one(s))
+        inputs = [MeasureInput(self.task.workload_key, s.key()) for s in states]
         for cb in self.callbacks:
             cb(inputs, results)
         return results
+
+    def measure_one(self, state):
+        """Lower (timed as build), interpret and check (timed as run), cost the program."""
+        t0 = time.perf_counter()
+        try:
+            program = lower(state)
+        except Exception as exc:
+            return self._failed(MeasureErrorKind.INSTANTIATION_ERROR, str(exc))
+        finally:
+            self.last_times["build"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        try:
+            ok = self.check(program)
+        except Exception as exc:
+            return self._failed(MeasureErrorKind.RUNTIME_ERROR, str(exc))
+        finally:
+            self.last_times["run"] += time.perf_counter() - t0
+        if not ok:
+            return self._failed(MeasureErrorKind.WRONG_ANSWER, "mismatch")
+        c = simulated_cost(program)
+        return MeasureRecordResult((c, c), 0, "", 0.0, 0.0, now())
+
+    def check(self, program) -> bool:
+        """Run the program in the interpreter on seeded inputs and compare with numpy."""
+        dag = self.task.compute_dag
+        rng = np.random.default_rng(0)
+        outs = {b.name for b in program.outputs}
+        arrays = {
+            b.name: (
+                np.full(b.shape, np.nan, b.dtype)
+                if b.name in outs
+                else rng.uniform(-1, 1, b.shape).astype(b.dtype)
+            )
+            for b in program.params
+        }
+        expected = evaluate(dag, {t.name: arrays[t.name] for t in dag.tensors if t.name not in outs})
+        run_program(program, arrays)
+        return all(np.allclose(arrays[n], expected[n], rtol=1e-4, atol=1e-5) for n in outs)
+
+    @staticmethod
+    def _failed(kind, msg: str) -> MeasureRecordResult:
+        return MeasureRecordResult((), int(kind), msg, timestamp=now())
