@@ -51,6 +51,7 @@ class StageInfo:
     region: list = field(default_factory=list)  # per spatial root axis: extent
     ext: dict = field(default_factory=dict)  # iterator name -> extent (all names, roots too)
     value: dict = field(default_factory=dict)  # root name -> offset Expr in leaf vars
+    inner_limits: list = field(default_factory=list)  # (value, extent) of split reduce parents
     buffer: ir.Buffer | None = None
 
 
@@ -227,6 +228,16 @@ class Lowerer:
                         stride *= ext[c]
                 val[rel.parent] = total
         inf.value = {r.name: val[r.name] for r in st.root_iters}
+        # A reduce iterator split again by a length that does not divide it: its recomposed
+        # value can pass its extent and reach the next outer iteration's range (counted twice).
+        reduce_names = {a.name for a in st.op.reduce_axis}
+        for rel in st.relations:
+            if isinstance(rel, SplitRel) and rel.parent in reduce_names:
+                reduce_names.update(rel.children)
+        roots = {r.name for r in st.root_iters}
+        inf.inner_limits = [(val[rel.parent], ext[rel.parent]) for rel in st.relations
+                            if isinstance(rel, SplitRel) and rel.parent in reduce_names
+                            and rel.parent not in roots]
 
     def loop_bounds(self, keys) -> dict[int, tuple[int, int]]:
         """Bounds of the variables of the given loops (0 .. extent-1)."""
@@ -386,6 +397,9 @@ class Lowerer:
                 _, hi = expr_bounds(off, bounds)
                 if hi >= a.extent:
                     conds.append(BinOp("<", off, _c(a.extent), "bool"))
+            for value, extent in inf.inner_limits:
+                if expr_bounds(value, bounds)[1] >= extent:
+                    conds.append(BinOp("<", value, _c(extent), "bool"))
         for it in st.iters:
             if it.annotation == skip_tag:
                 continue

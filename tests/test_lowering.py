@@ -155,3 +155,17 @@ def test_unscheduled_multi_stage_dag_lowers_to_one_kernel_per_root_stage():
     dag = ComputeDAG([x, topi.nn.softmax(x)])
     program = run_and_compare(dag, dag.get_init_state())
     assert len(program.kernels) == 4  # max, exp, sum, divide: each its own launch
+
+
+def test_nested_non_dividing_reduce_split_counts_each_element_once():
+    """k (10) split by 4, then k_i (4) split by 3: k_i's recomposed value reaches 5 and must be
+    guarded, or elements of the next k_o tile are added twice."""
+    from workloads_for_tests import matmul_dag
+
+    dag = matmul_dag(8, 6, 10)
+    state = dag.get_init_state().split("C", "k", [4]).split("C", "k_i", [3])
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((8, 10), dtype=np.float32), rng.standard_normal((10, 6), dtype=np.float32)
+    arrays = {"A": a, "B": b, "C": np.zeros((8, 6), np.float32)}
+    run_program(lower(state), arrays)
+    np.testing.assert_allclose(arrays["C"], a @ b, rtol=1e-5, atol=1e-5)
