@@ -82,7 +82,9 @@ class Lowerer:
 
             def fix(node):
                 if isinstance(node, Load) and isinstance(node.buffer, Tensor):
-                    op = redirect.get(id(node.buffer.op), node.buffer.op)
+                    op = node.buffer.op
+                    while id(op) in redirect:  # a cache of a cache: follow the chain
+                        op = redirect[id(op)]
                     j = self.producer_stage.get(id(op))
                     if j is None:
                         raise LoweringError(f"stage {st.name!r} reads {op.name!r}, which no stage produces")

@@ -127,7 +127,9 @@ def reads_of(state: State, index: int, producers: dict[int, int] | None = None) 
     redirect = {id(a): b for a, b in stage.redirects} if stage.redirects else None
     out = set()
     for t in stage.op.input_tensors:
-        op = redirect.get(id(t.op), t.op) if redirect else t.op
+        op = t.op
+        while redirect and id(op) in redirect:  # a cache of a cache: follow the chain
+            op = redirect[id(op)]
         j = producers.get(id(op))
         if j is None:
             raise ScheduleError(f"no stage produces {op.name!r}")
