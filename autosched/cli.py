@@ -39,15 +39,24 @@ def _check_gpu_tools() -> None:
         raise AutoschedError(f"tuning needs a CUDA GPU with pycuda ('pip install autosched[cuda]'): {reason}")
 
 
-def _summary(task, state, cost, log: str) -> None:
-    from .build_module import build
+def time_split(history: list[dict]) -> str:
+    """One line: the rounds' wall-clock seconds spent in search / build / run / model."""
+    if not history:
+        return "no rounds"
+    total = {k: sum(r[f"{k}_s"] for r in history) for k in ("search", "build", "run", "model")}
+    per_round = total["search"] / len(history)
+    return (f"{len(history)} rounds: search {total['search']:.1f} s ({per_round:.2f} s a round), "
+            f"build {total['build']:.1f} s, run {total['run']:.1f} s, model {total['model']:.1f} s")
 
-    kernel = build(task.compute_dag, state)
+
+def _summary(task, res, log: str) -> None:
+    state, cost, kernel = res.state, res.best_cost, res.kernel
     src = os.path.splitext(log)[0] + ".cu"
     with open(src, "w") as f:
         f.write(kernel.source)
     flop = task.compute_dag.flop_count
     print(f"\nbest: {cost * 1e6:.2f} us  ({flop / cost / 1e9:.1f} GFLOP/s)  task {task.workload_key}")
+    print(f"time: {time_split(res.history)}")
     print("\nEquivalent python schedule:")
     print(task.compute_dag.print_python_schedule(state))
     print(f"CUDA source written to {src}")
@@ -56,6 +65,7 @@ def _summary(task, state, cost, log: str) -> None:
 def cmd_tune(ns) -> int:
     from .auto_schedule import TuningOptions, auto_schedule
     from .records import RecordToFile
+    from .search_policy import SearchParams, SketchPolicy
 
     _check_gpu_tools()
     task = _task_from_name(ns.workload, ns.args)
@@ -63,8 +73,9 @@ def cmd_tune(ns) -> int:
     opts = TuningOptions(num_measure_trials=ns.trials, num_measures_per_round=ns.per_round,
                          measure_callbacks=[RecordToFile(log)], verbose=1)
     print(f"tuning {task.workload_key}: {task.compute_dag.flop_count / 1e9:.3f} GFLOP, {ns.trials} trials, log {log}")
-    res = auto_schedule(task, tuning_options=opts)
-    _summary(task, res.state, res.best_cost, log)
+    policy = SketchPolicy(task, params=SearchParams(n_jobs=ns.n_jobs))
+    res = auto_schedule(task, policy, opts)
+    _summary(task, res, log)
     return 0
 
 
@@ -72,8 +83,9 @@ def cmd_resume(ns) -> int:
     from .auto_schedule import TuningOptions, auto_schedule
     from .cost_model import XGBModel
     from .records import RecordToFile, load_records
-    from .search_policy import PreloadMeasuredStates, SketchPolicy
+    from .search_policy import PreloadMeasuredStates, SearchParams, SketchPolicy
     from .search_task import SearchTask
+    from .search_workers import resolve_n_jobs
 
     _check_gpu_tools()
     keys = []
@@ -84,13 +96,14 @@ def cmd_resume(ns) -> int:
         raise AutoschedError(f"{ns.log} holds no records to resume from")
     task = SearchTask(workload_key=keys[-1])
     model = XGBModel(nthread=1)
-    n = model.update_from_file(ns.log)
+    n = model.update_from_file(ns.log, n_jobs=resolve_n_jobs(ns.n_jobs))  # before the first round
     print(f"resuming {task.workload_key}: model trained on {n} records")
-    policy = SketchPolicy(task, model, init_search_callbacks=[PreloadMeasuredStates(ns.log)])
+    policy = SketchPolicy(task, model, SearchParams(n_jobs=ns.n_jobs),
+                          init_search_callbacks=[PreloadMeasuredStates(ns.log)])
     opts = TuningOptions(num_measure_trials=ns.trials, num_measures_per_round=ns.per_round,
                          measure_callbacks=[RecordToFile(ns.log)])
     res = auto_schedule(task, policy, opts)
-    _summary(task, res.state, res.best_cost, ns.log)
+    _summary(task, res, ns.log)
     return 0
 
 
@@ -176,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--trials", type=int, default=200)
     t.add_argument("--log")
     t.add_argument("--per-round", type=int, default=64)
+    t.add_argument("--n-jobs", type=int, default=None, help="search worker processes (default: one per core)")
     t.set_defaults(fn=cmd_tune)
     r = sub.add_parser("resume", help="continue a search from its log")
     r.add_argument("log")
     r.add_argument("--trials", type=int, default=64)
     r.add_argument("--per-round", type=int, default=64)
+    r.add_argument("--n-jobs", type=int, default=None, help="search worker processes (default: one per core)")
     r.set_defaults(fn=cmd_resume)
     s = sub.add_parser("show", help="best record per task: schedule (and source)")
     s.add_argument("log")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -67,7 +68,9 @@ class FeatureCache:
 
 class PreloadMeasuredStates:
     """Init-search callback: mark a log's states of this task measured (never measured again;
-    the best seed the initial population)."""
+    the best seed the initial population). A torn last line (a tuner killed mid-write) is
+    skipped with a warning and closed with a newline, so that the records this search appends
+    to the same log start on lines of their own."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -76,6 +79,19 @@ class PreloadMeasuredStates:
         for inp, res in load_records(self.path):
             if inp.workload_key == policy.task.workload_key:
                 policy.add_measured_records(inp.steps, res.mean_cost)
+        seal_torn_line(self.path)
+
+
+def seal_torn_line(path: str) -> bool:
+    """Append a newline when the file does not end with one; True when it did not."""
+    with open(path, "rb+") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return False
+        f.write(b"\n")
+        return True
 
 
 class SketchPolicy:
