@@ -119,6 +119,7 @@ def auto_schedule(task, search_policy=None, tuning_options: TuningOptions | None
         times["model"] = time.perf_counter() - t2
         done += len(batch)
         history.append(_round_record(rnd, done, costs, best, flop, times))
+        history[-1]["search_detail"] = dict(getattr(policy, "last_round", {}))
         if opts.verbose:
             _print_round(history[-1], len(batch))
         if opts.early_stopping and rnd - best.round >= opts.early_stopping:

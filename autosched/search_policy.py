@@ -122,6 +122,8 @@ class SketchPolicy:
         self.scores: dict[Records, float] = {}  # this round's model scores
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
         self.mutation_stats: dict[str, list[int]] = {name: [0, 0] for name, _ in self.params.mutation_weights}
+        self.last_round: dict = {}  # what the last search_one_round did: times and counts
+        self.n_sampled = 0
         for cb in init_search_callbacks:
             cb(self)
 
@@ -182,6 +184,7 @@ class SketchPolicy:
         for records, feats in self.workers.sample(n, self.rng):
             self.features.put(records, feats)
             fresh.append(records)
+        self.n_sampled += len(fresh)
         self.time["sample"] += time.perf_counter() - t0
         return fresh
 
@@ -258,6 +261,7 @@ class SketchPolicy:
         searches again, up to empty_round_retries times, when a round finds nothing new."""
         t0 = time.perf_counter()
         self.scores = {}  # the model may have changed since the last round
+        before = self._counters()
         batch: list[Records] = []
         for attempt in range(1 + self.params.empty_round_retries):
             fresh, init = self.init_population()
@@ -268,7 +272,20 @@ class SketchPolicy:
                 print(f"search round {attempt + 1} found nothing new to measure; searching again")
         states = [self.workers.context.replay(r) for r in batch]
         self.time["search"] += time.perf_counter() - t0
+        self.last_round = {k: v - before[k] for k, v in self._counters().items()}
+        if self.verbose >= 2:
+            print("search: " + "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                         for k, v in self.last_round.items()))
         return states
+
+    def _counters(self) -> dict:
+        """Running totals whose per-round differences describe a round (last_round)."""
+        return {
+            "sample_s": self.time["sample"], "evaluate_s": self.time["evaluate"],
+            "predict_s": self.time["predict"], "worker_cpu_s": self.workers.cpu_seconds,
+            "sampled": self.n_sampled, "evaluated": self.features.misses,
+            "cache_hits": self.features.hits,
+        }
 
     def update_model(self, states: list, costs: list[float]) -> None:
         """Train the cost model on a measured batch (features from the cache)."""

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import autosched
+from autosched.cli import time_split
 from autosched.features import state_features
 from autosched.mutations import MUTATIONS, as_step, is_decision, structure_key
 from autosched.records import load_records
@@ -247,5 +248,9 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
         assert rec["measure_s"] == pytest.approx(rec["build_s"] + rec["run_s"])
         assert rec["total_s"] == pytest.approx(rec["search_s"] + rec["measure_s"] + rec["model_s"])
     assert sum(r["total_s"] for r in res.history) <= wall
+    detail = res.history[0]["search_detail"]
+    assert detail["sampled"] >= PARAMS.sample_init_min_population and detail["evaluated"] > 0
+    assert detail["sample_s"] + detail["evaluate_s"] + detail["predict_s"] <= res.history[0]["search_s"]
+    assert time_split(res.history).startswith("2 rounds: search ")
     out = capsys.readouterr().out
     assert out.count("search ") == 2 and "build " in out and "run " in out and "model " in out
