@@ -39,6 +39,8 @@ class Worker:
         self.device = device
         self.references: dict[str, Reference] = {}
         self.phases: dict[str, float] = {}  # seconds per phase of the last candidate
+        self.bounds: dict = {}  # ref_id -> output name -> allowed error (compare_outputs' cache)
+        self.pristine: dict = {}  # ref_id -> input name -> device copy of the reference input
         self.static_smem_limit = device.get_attribute(
             drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK
         )
@@ -46,9 +48,10 @@ class Worker:
     def handle(self, req: dict) -> dict:
         """Run one candidate; returns {costs, error_kind, error_msg, fatal}."""
         for ref_id in req.get("drop_refs", ()):
-            self.references.pop(ref_id, None)
+            self._forget(ref_id)
         ref_id = req.get("ref_id")
         if req.get("ref") is not None:
+            self._forget(ref_id)
             self.references[ref_id] = Reference.from_dict(req["ref"])
         reference = self.references.get(ref_id) if ref_id is not None else None
         if ref_id is not None and reference is None:
@@ -70,6 +73,12 @@ class Worker:
             "phases": self.phases,
         }
 
+    def _forget(self, ref_id) -> None:
+        self.references.pop(ref_id, None)
+        self.bounds.pop(ref_id, None)
+        for buf in self.pristine.pop(ref_id, {}).values():
+            buf.free()
+
     def _measure(self, req: dict, reference: Reference | None) -> list[float]:
         drv = self.drv
         t0 = time.perf_counter()
@@ -79,7 +88,7 @@ class Worker:
         calls = [self._prepare(module, launch) for launch in launches]
         buffers = [drv.mem_alloc(max(1, a.nbytes)) for a in args]
         try:
-            self._upload(args, buffers, reference, req.get("seed", 0))
+            self._upload(args, buffers, reference, req.get("seed", 0), req.get("ref_id"))
             pointers = [int(b) for b in buffers]
             run_sequence = _sequence(calls, pointers)
 
@@ -96,7 +105,7 @@ class Worker:
                         host = np.empty(arg.shape, dtype=arg.dtype)
                         drv.memcpy_dtoh(host, buf)
                         outputs[arg.name] = host
-                message = compare_outputs(outputs, reference)
+                message = compare_outputs(outputs, reference, self.bounds.setdefault(req.get("ref_id"), {}))
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
             t2 = time.perf_counter()
@@ -126,8 +135,12 @@ class Worker:
             func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
         return func, launch.grid, launch.block, shared
 
-    def _upload(self, args, buffers, reference: Reference | None, seed: int) -> None:
+    def _upload(self, args, buffers, reference: Reference | None, seed: int, ref_id=None) -> None:
+        """Fill the input buffers: a reference's inputs are copied on the device from a pristine
+        copy uploaded once per reference (a candidate may scribble over its inputs, so each one
+        gets fresh buffers); without a reference, seeded random data."""
         rng = np.random.default_rng(seed)
+        pristine = self.pristine.setdefault(ref_id, {}) if reference is not None else {}
         for arg, buf in zip(args, buffers):
             if arg.is_output:
                 continue
@@ -145,8 +158,15 @@ class Worker:
                 if arg.nbytes:
                     self.drv.memset_d8(int(buf), 0xFF, arg.nbytes)
                 continue
-            if data.size:
+            if not data.size:
+                continue
+            if reference is None:
                 self.drv.memcpy_htod(buf, data)
+                continue
+            if arg.name not in pristine:
+                pristine[arg.name] = self.drv.mem_alloc(data.nbytes)
+                self.drv.memcpy_htod(pristine[arg.name], data)
+            self.drv.memcpy_dtod(buf, pristine[arg.name], data.nbytes)
 
     def _time(self, run_sequence, req: dict) -> list[float]:
         drv = self.drv

@@ -199,12 +199,36 @@ def compare_output(
     )
 
 
-def compare_outputs(outputs: Mapping[str, np.ndarray], reference: Reference) -> str | None:
-    """Compare every expected output; None when all pass, else the first message."""
+def allowed_error(ref: np.ndarray, rtol: float, atol: float) -> np.ndarray | None:
+    """Per-element error bound of `compare_output` for a float reference with only finite values
+    (in the reference's dtype, shrunk by a relative 1e-5 so that rounding in that dtype never
+    passes what the float64 check would fail); None when there is no such fast bound."""
+    if ref.dtype.kind != "f" or ref.size == 0 or not np.isfinite(ref).all():
+        return None
+    r = ref.astype(np.float64)
+    rms = math.sqrt(float(np.mean(r * r)))
+    allowed = (atol * (rms if rms > 0 else 1.0) + rtol * np.abs(r)) * (1 - 1e-5)
+    return allowed.astype(ref.dtype)
+
+
+def compare_outputs(outputs: Mapping[str, np.ndarray], reference: Reference,
+                    bounds: dict | None = None) -> str | None:
+    """Compare every expected output; None when all pass, else the first message. `bounds`, a
+    dict kept by the caller per reference, caches `allowed_error` so that a correct candidate
+    costs one pass in the output's dtype (the float64 comparison runs only to explain a failure)."""
     for name, expected in reference.outputs.items():
         if name not in outputs:
             return f"{name}: the candidate produced no such output"
-        message = compare_output(name, outputs[name], expected, reference.rtol, reference.atol)
+        out = outputs[name]
+        if bounds is not None:
+            if name not in bounds:
+                bounds[name] = allowed_error(expected, reference.rtol, reference.atol)
+            allowed = bounds[name]
+            if allowed is not None and out.shape == expected.shape and out.dtype == expected.dtype:
+                with np.errstate(all="ignore"):
+                    if np.all(np.abs(out - expected) <= allowed):  # NaN compares False
+                        continue
+        message = compare_output(name, out, expected, reference.rtol, reference.atol)
         if message:
             return message
     return None

@@ -9,6 +9,7 @@ import os
 import shutil
 
 import msgpack
+import numpy as np
 import pytest
 
 from measure import (
@@ -236,3 +237,21 @@ def test_artifact_and_results_roundtrip_through_msgpack():
     assert again == result and again.mean_cost == pytest.approx(1.5e-5)
     failed = MeasureResult((), MeasureErrorKind.COMPILE_ERROR, "x", 1.0, 0.0, {})
     assert failed.mean_cost == float("inf")
+
+
+def test_fast_comparison_agrees_with_the_float64_check():
+    """compare_outputs' cached one-pass bound accepts what compare_output accepts, and every
+    rejected output still gets compare_output's message."""
+    from measure.reference import Reference, compare_output, compare_outputs
+
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(10000).astype(np.float32)
+    reference = Reference({}, {"y": ref}, 1e-3, 1e-4)
+    bounds: dict = {}
+    cases = {"exact": ref.copy(), "tiny": ref * np.float32(1 + 1e-5), "off": ref + np.float32(0.01),
+             "nan": np.where(np.arange(ref.size) == 5, np.float32("nan"), ref).astype(np.float32)}
+    for name, out in cases.items():
+        slow = compare_output("y", out, ref, 1e-3, 1e-4)
+        fast = compare_outputs({"y": out}, reference, bounds)
+        assert fast == slow, name
+    assert "y" in bounds and compare_outputs({"y": cases["off"]}, reference, bounds) is not None

@@ -68,6 +68,7 @@ class _Alloc:
 def mem_alloc(n): return _Alloc(n)
 def memset_d8(dst, value, n): _memory[int(dst)][:n] = bytes([value]) * n
 def memcpy_htod(dst, src): b = src.tobytes(); _memory[int(dst)][:len(b)] = b
+def memcpy_dtod(dst, src, n): _memory[int(dst)][:n] = _memory[int(src)][:n]
 def memcpy_dtoh(dst, src):
     dst.view(np.uint8).ravel()[:] = np.frombuffer(_memory[int(src)][: dst.nbytes], np.uint8)
 
@@ -93,6 +94,8 @@ class _Function:
                 print("kernel printf output that must not corrupt the frames", flush=True)
             out = a + b + (np.float32(1) if self.behaviour == b"wrong" else np.float32(0))
             _memory[ptrs[2]][:] = out.tobytes()
+            if self.behaviour == b"scribble":  # right answer, then garbage over its input
+                _memory[ptrs[0]][:] = (a + 7).tobytes()
         _pending.append(run)
 
 class _Module:
@@ -156,6 +159,16 @@ def test_fake_runner_measures_checks_and_recovers(fake_pycuda):
         assert runner.worker_starts == 2  # restarted after the crash only
         assert runner.device_name == "FakeGPU (sm_90)"
         assert runner.phase_seconds["time"] > 0 and runner.phase_seconds["check"] > 0
+
+
+def test_a_candidate_that_overwrites_its_inputs_does_not_spoil_the_next(fake_pycuda):
+    """Inputs come from a pristine device copy per candidate, so a kernel writing into its input
+    buffers (a wrong schedule can) leaves the next candidate's inputs intact."""
+    refs = {"add": add_reference()}
+    arts, builds = zip(*(candidate(n) for n in ["scribble", "add", "wrong"]))
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
+        kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
+    assert kinds == [MeasureErrorKind.NO_ERROR, MeasureErrorKind.NO_ERROR, MeasureErrorKind.WRONG_ANSWER]
 
 
 def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
