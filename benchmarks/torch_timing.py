@@ -139,8 +139,11 @@ def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: fl
     ours = time_calls(launchers)
     torch_calls = [lambda ins=ins: fn(*ins) for ins, _ in sets]
     fp32 = time_calls(torch_calls)
+    # ANCHORS.md's method exactly (the same inputs every call, L2-warm), for comparison with it
+    ours_warm, fp32_warm = time_calls(launchers[:1]), time_calls(torch_calls[:1])
     set_tf32(True)
     tf32 = time_calls(torch_calls)
     set_tf32(False)
     return {"ours_us": ours * 1e6, "torch_fp32_us": fp32 * 1e6, "torch_tf32_us": tf32 * 1e6,
+            "ours_warm_us": ours_warm * 1e6, "torch_fp32_warm_us": fp32_warm * 1e6,
             "max_rel_err_vs_torch": err, "matches_torch": ok, "input_copies": copies}
