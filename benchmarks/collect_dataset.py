@@ -35,14 +35,15 @@ def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
     return [[s.to_record() for s in st.steps] for st in sampler.sample(n, seed)]
 
 
-def sample_states(name: str, count: int, processes: int) -> list:
-    """`count` distinct complete states of suite workload `name`, sampled in `processes` workers."""
+def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
+    """`count` distinct complete states of suite workload `name`, sampled in `processes` workers
+    with seeds from `seed` on."""
     import autosched
     from autosched.workloads import SUITE
 
     wl, args, _ = SUITE[name]
     dag = autosched.SearchTask(wl, args).compute_dag
-    seen, states, seed = set(), [], 0
+    seen, states = set(), []
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         while len(states) < count:
             per = max(8, (count - len(states)) // processes + 1)
@@ -58,7 +59,8 @@ def sample_states(name: str, count: int, processes: int) -> list:
     return states
 
 
-def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float) -> dict:
+def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float,
+            seed: int = 0) -> dict:
     """Sample and measure one workload; returns its summary."""
     import autosched
     from autosched.program_measurer import ProgramMeasurer
@@ -68,11 +70,9 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
     wl, args, _ = SUITE[name]
     task = autosched.SearchTask(wl, args)
     t0 = time.perf_counter()
-    states = sample_states(name, count, processes)
+    states = sample_states(name, count, processes, seed)
     t1 = time.perf_counter()
     path = os.path.join(out, f"{name}.jsonl")
-    if os.path.exists(path):
-        os.remove(path)
     measurer = ProgramMeasurer(task, LocalBuilder(timeout=build_timeout), LocalRunner(),
                                callbacks=[autosched.RecordToFile(path)])
     kinds, best, batch_seconds = collections.Counter(), float("inf"), []
@@ -100,12 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--build-timeout", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=0, help="first sampling seed (records are appended)")
     ap.add_argument("--out", default="dataset")
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
     summaries = []
     for name in ns.workloads:
-        summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout))
+        summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout, ns.seed))
         print(json.dumps(summaries[-1]), flush=True)
         with open(os.path.join(ns.out, "summary.json"), "w") as f:
             json.dump(summaries, f, indent=1)
