@@ -39,7 +39,7 @@ class SearchParams:
     use_measured_ratio: float = 0.2  # best measured states in the initial population, at most
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
-    feature_cache_size: int = 65536  # candidates whose features are kept (about 6 KB each)
+    feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
     n_jobs: int | None = None  # worker processes: None = one per CPU core, 1 = this process
     seed: int = 0
 
@@ -154,27 +154,29 @@ class SketchPolicy:
     # ---- features and scores -----------------------------------------------------------------
     def outcomes(self, candidates: Sequence[Records]) -> list:
         """Features (or the invalidity reason) per candidate, each lowered at most once."""
-        todo = list(dict.fromkeys(r for r in candidates if r not in self.features))
+        known = {r: self.features.get(r) for r in candidates if r in self.features}
+        todo = [r for r in dict.fromkeys(candidates) if r not in known]
         self.features.hits += len(candidates) - len(todo)
         self.features.misses += len(todo)
         if todo:
             t0 = time.perf_counter()
             for r, o in zip(todo, self.workers.evaluate(todo)):
+                known[r] = o
                 self.features.put(r, o)
             self.time["evaluate"] += time.perf_counter() - t0
-        return [self.features.get(r) for r in candidates]
+        return [known[r] for r in candidates]
 
     def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
         """The valid candidates and their model scores (this round's model)."""
-        valid = [(r, o) for r, o in zip(candidates, self.outcomes(candidates)) if isinstance(o, np.ndarray)]
-        new = list(dict.fromkeys(r for r, _ in valid if r not in self.scores))
+        valid = {r: o for r, o in zip(candidates, self.outcomes(candidates)) if isinstance(o, np.ndarray)}
+        new = [r for r in valid if r not in self.scores]
         if new:
             t0 = time.perf_counter()
-            feats = [self.features.get(r) for r in new]
-            for r, s in zip(new, np.asarray(self.cost_model.predict(feats), dtype=float)):
-                self.scores[r] = float(s)
+            predicted = np.asarray(self.cost_model.predict([valid[r] for r in new]), dtype=float)
+            self.scores.update(zip(new, predicted.tolist()))
             self.time["predict"] += time.perf_counter() - t0
-        return [r for r, _ in valid], np.array([self.scores[r] for r, _ in valid])
+        kept = [r for r in candidates if r in valid]
+        return kept, np.array([self.scores[r] for r in kept])
 
     # ---- one round ---------------------------------------------------------------------------
     def sample_fresh(self, n: int) -> list[Records]:

@@ -164,6 +164,16 @@ def test_unreplayable_candidate_is_invalid_not_an_error(sampled):
     assert outcome == "ScheduleError"
 
 
+def test_a_full_feature_cache_drops_old_entries_but_answers_every_candidate(sampled):
+    policy, fresh = sampled
+    small = make_policy(policy.task, SearchParams(**{**PARAMS.__dict__, "feature_cache_size": 8}))
+    outcomes = small.outcomes(fresh[:20])
+    assert all(isinstance(o, np.ndarray) for o in outcomes)
+    assert len(small.features.entries) <= 8 and small.features.misses == 20
+    kept, scores = small.score(fresh[:20])
+    assert kept == fresh[:20] and len(scores) == 20
+
+
 def test_pool_gives_the_same_samples_and_features_as_one_process():
     task = small_task()
     spec = TaskSpec(task.workload_key, task.hardware_params)
