@@ -37,7 +37,7 @@ from .mutations import Records, as_step
 
 log = logging.getLogger(__name__)
 
-SAMPLE_CHUNK = 16  # states per sampling job (fixed, so results do not depend on n_jobs)
+SAMPLE_CHUNK = 8  # states per sampling job (fixed, so results do not depend on n_jobs)
 Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) for an invalid one
 
 
@@ -84,7 +84,9 @@ class TaskContext:
         out = []
         for state in self.sampler.sample(n, random.Random(seed)):
             records = state.key()
-            program = self.sampler.programs.get(records) or lower(state)
+            program = self.sampler.programs.get(records)
+            if program is None:  # a sampler that does not verify keeps no programs
+                program = lower(state)
             out.append((records, extract_features(program, vthread_loop_vars(state))))
         return out
 

@@ -190,6 +190,56 @@ def test_pool_gives_the_same_samples_and_features_as_one_process():
     assert pool.cpu_seconds > 0
 
 
+class FakeBuilder:
+    """Yields a 'cubin' per artifact after a pause, like LocalBuilder.build_as_completed."""
+
+    def __init__(self) -> None:
+        self.artifacts = []
+
+    def build_as_completed(self, artifacts):
+        from measure import BuildResult
+
+        self.artifacts = list(artifacts)
+        for i, _ in enumerate(artifacts):
+            time.sleep(0.01)
+            yield i, BuildResult(b"cubin", {}, build_seconds=0.01)
+
+
+class FakeRunner:
+    """Times nothing: returns 1 us after a pause of 20 ms per kernel."""
+
+    def run(self, artifacts, builds, references):
+        from measure import RunResult
+
+        assert set(references) == {a.reference_id for a in artifacts}
+        time.sleep(0.02)
+        return [RunResult((1e-6, 1e-6), run_seconds=0.02) for _ in artifacts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from_run(sampled):
+    from autosched.program_measurer import ProgramMeasurer
+
+    policy, fresh = sampled
+    states = [policy.workers.context.replay(r) for r in fresh[:4]]
+    logged = []
+    measurer = ProgramMeasurer(policy.task, FakeBuilder(), FakeRunner(),
+                               [lambda i, r: logged.extend(zip(i, r))], workers=policy.workers)
+    t0 = time.perf_counter()
+    results = measurer.measure(states)
+    wall = time.perf_counter() - t0
+    assert [r.mean_cost for r in results] == [1e-6] * 4
+    artifacts = measurer.context.builder.artifacts
+    assert [a.tag for a in artifacts] == [s.fingerprint() for s in states]
+    assert all("__global__" in a.source for a in artifacts)
+    assert [inp.steps for inp, _ in logged] == [s.key() for s in states]
+    times = measurer.last_times
+    assert times["run"] >= 4 * 0.02 and times["build"] >= 4 * 0.01
+    assert times["build"] + times["run"] == pytest.approx(wall, abs=0.01)
+
+
 # ---- rounds ----------------------------------------------------------------------------------------
 
 
