@@ -609,9 +609,10 @@ class Lowerer:
             kernel = inject_virtual_threads(ir.Kernel(
                 f"default_function_kernel{len(kernels) or ''}", grid,
                 (block["threadIdx.x"], block["threadIdx.y"], block["threadIdx.z"]),
-                [b for b in allocs if b.scope != "global"], body,
+                [b for b in allocs if b.scope != "global"], _simplify_stmt(body, bounds),
             ))
-            kernel.body = _simplify_stmt(kernel.body, bounds)
+            if kernel.vthread > 1:  # fold the constants of the copies
+                kernel.body = _simplify_stmt(kernel.body, bounds)
             kernels.append(kernel)
         return ir.Program(kernels, params + temps, outputs, temps)
 

@@ -27,7 +27,9 @@ point, since reading a touched buffer makes a store depend). Then:
   is an error).
 Vectorized loops and guards that depend on the virtual thread are replicated whole (the CUDA
 printer wants one store under a vector loop). A kernel's product of nested vthread extents is
-kept in `Kernel.vthread` (the cost-model features read it).
+kept in `Kernel.vthread` (the cost-model features read it). Lowering simplifies the kernel
+before the pass (smaller expressions to copy) and again after it when it made copies (to fold
+their constants).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Callable
 from . import ir
 from .errors import LoweringError
 from .te.expr import BinOp, Const, Expr, Load, Var
-from .te.visitor import rewrite, substitute, walk
+from .te.visitor import children, rebuild, rewrite, walk
 
 ExprFn = Callable[[Expr], Expr]
 
@@ -157,6 +159,14 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
     """Every access to a buffer in `swap` redirected to its expansion, at `var * size + index`."""
     if not swap:
         return body
+    reads: dict[int, bool] = {}  # expression node id -> whether it loads a swapped buffer
+
+    def reads_swapped(e: Expr) -> bool:
+        got = reads.get(id(e))
+        if got is None:
+            got = (isinstance(e, Load) and id(e.buffer) in swap) or any(reads_swapped(k) for k in children(e))
+            reads[id(e)] = got
+        return got
 
     def part(buffer, index: Expr) -> Expr:
         offset = BinOp("*", var, Const(buffer.size, index.dtype), index.dtype)
@@ -173,7 +183,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
             return swap[id(buffer)], part(buffer, index)
         return buffer, index
 
-    return _map_stmt(body, lambda e: rewrite(e, load), target)
+    return _map_stmt(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target)
 
 
 class _Pusher:
@@ -183,6 +193,7 @@ class _Pusher:
     def __init__(self, var: Var, n: int, touched: set[int]) -> None:
         self.var, self.n, self.touched = var, n, touched
         self.memo: dict[int, bool] = {}
+        self.has_var: dict[int, bool] = {}  # expression node id -> whether it uses var
         self.table = {ir.Seq: self._seq, ir.For: self._for, ir.IfThenElse: self._if}
 
     def push(self, s: ir.Stmt) -> ir.Stmt:
@@ -226,9 +237,27 @@ class _Pusher:
             )
         copies = []
         for v in range(self.n):
-            value = {self.var: Const(v, self.var.dtype)}
-            copies.append(_map_stmt(s, lambda e: substitute(e, value)))
+            value, done = Const(v, self.var.dtype), {}
+            copies.append(_map_stmt(s, lambda e: self.substitute(e, value, done)))
         return ir.seq(copies)
+
+    def substitute(self, e: Expr, value: Const, done: dict) -> Expr:
+        """`e` with the variable replaced by `value`; only the nodes above a use of the
+        variable are rebuilt (which those are is remembered across the copies)."""
+        if not self.uses_var(e):
+            return e
+        if e is self.var:
+            return value
+        got = done.get(id(e))
+        if got is None:
+            got = done[id(e)] = rebuild(e, tuple(self.substitute(k, value, done) for k in children(e)))
+        return got
+
+    def uses_var(self, e: Expr) -> bool:
+        got = self.has_var.get(id(e))
+        if got is None:
+            got = self.has_var[id(e)] = e is self.var or any(self.uses_var(k) for k in children(e))
+        return got
 
 
 # ---- statement helpers ---------------------------------------------------------------------------
