@@ -305,3 +305,23 @@ def test_sampled_states_compile_with_nvcc_mostly_without_spills():
     print(f"\n{len(jobs) - len(spilled)} of {len(jobs)} sampled states compile without spills; "
           f"spilled: {spilled}")
     assert len(spilled) <= 3
+
+
+def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
+    from autosched import ir
+    from autosched.sketch.sampler import check_program, unrolled_statements
+    from autosched.sketch.utils import SketchParams
+    from autosched.lowering import lower
+    from autosched.te.expr import Var
+
+    dag = suite_dag("matmul", True)
+    state = SketchSampler(generate_sketches(dag)).sample(1, 0)[0]
+    program = lower(state)
+    body = program.kernels[0].body
+    n = unrolled_statements(body)
+    assert n >= 1
+    assert unrolled_statements(ir.For(Var("u"), 4, "unroll", ir.seq([body, body]))) == 8 * n
+    assert unrolled_statements(ir.For(Var("s"), 4, "serial", body)) == n
+    limits = SketchSampler(generate_sketches(dag)).ctx.limits
+    assert check_program(program, limits, SketchParams(max_unrolled_statements=n)) is None
+    assert check_program(program, limits, SketchParams(max_unrolled_statements=n - 1)) == "code_size"

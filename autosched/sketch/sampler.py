@@ -56,6 +56,19 @@ def _vector_bytes(s: ir.Stmt) -> int:
     return widest
 
 
+def unrolled_statements(s: ir.Stmt, copies: int = 1) -> int:
+    """How many statements the kernel body has once its unrolled loops are unrolled (the code
+    nvcc has to compile and keep in registers)."""
+    if isinstance(s, ir.For):
+        return unrolled_statements(s.body, copies * (s.extent if s.kind == "unroll" else 1))
+    if isinstance(s, ir.Seq):
+        return sum(unrolled_statements(c, copies) for c in s.stmts)
+    if isinstance(s, ir.IfThenElse):
+        return unrolled_statements(s.then_case, copies) + (
+            unrolled_statements(s.else_case, copies) if s.else_case is not None else 0)
+    return copies
+
+
 def check_program(program: ir.Program, limits: Limits, params: SketchParams) -> str | None:
     """The first GPU limit a lowered program breaks, or None."""
     for k in program.kernels:
@@ -68,6 +81,8 @@ def check_program(program: ir.Program, limits: Limits, params: SketchParams) -> 
             return "local_memory"
         if _vector_bytes(k.body) > params.max_vector_bytes:
             return "vector_bytes"
+        if unrolled_statements(k.body) > params.max_unrolled_statements:
+            return "code_size"
     return None
 
 

@@ -43,6 +43,9 @@ class SketchParams:
     # elements of `local` buffers per thread: on the H100, 1000 random matmul states with more than
     # 128 spilled 2-5x as often (25-70%) and none was among the 10 fastest
     max_local_elems: int = 128
+    # statements once unrolled: on the H100, random conv2d states above 2048 spilled 69-75% of the
+    # time, took up to 20 s to compile, and none was among the 10 fastest
+    max_unrolled_statements: int = 2048
     tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
 
     @property
