@@ -180,8 +180,10 @@ class Workers:
             except (BrokenProcessPool, WorkloadError) as exc:
                 shutdown_pools()
                 self.use_pool = False
-                warnings.warn(f"search workers failed ({type(exc).__name__}: {exc}); "
-                              "the search goes on in this process", stacklevel=2)
+                hint = (" (a script that starts a search needs the `if __name__ == \"__main__\":` "
+                        "guard of spawned processes)" if isinstance(exc, BrokenProcessPool) else "")
+                warnings.warn(f"search workers failed ({type(exc).__name__}: {exc}); the search "
+                              f"goes on in this process{hint}", stacklevel=2)
         out = []
         for chunk in chunks:
             result, cpu = _timed(self.context, method, chunk)

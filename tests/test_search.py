@@ -240,6 +240,25 @@ def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from
     assert times["build"] + times["run"] == pytest.approx(wall, abs=0.01)
 
 
+def test_workers_fall_back_to_this_process_when_they_cannot_rebuild_the_workload():
+    @autosched.register_workload(name="registered_only_in_this_process")
+    def tiny_matmul(n, m, k):
+        from autosched import te, topi
+
+        a, b = te.placeholder((n, k), name="A"), te.placeholder((k, m), name="B")
+        return [a, b, topi.matmul(a, b)]
+
+    task = autosched.SearchTask("registered_only_in_this_process", (16, 16, 8))
+    spec = TaskSpec(task.workload_key, task.hardware_params)
+    workers = Workers(TaskContext(task.compute_dag, task.hardware_params), spec, n_jobs=2)
+    assert workers.use_pool  # it resolves here, so the pool is tried
+    with pytest.warns(UserWarning, match="search workers failed"):
+        got = workers.sample(24, random.Random(0))
+    assert not workers.use_pool and len(got) == 24
+    local = Workers(TaskContext(task.compute_dag, task.hardware_params), spec, n_jobs=1)
+    assert [r for r, _ in local.sample(24, random.Random(0))] == [r for r, _ in got]
+
+
 # ---- rounds ----------------------------------------------------------------------------------------
 
 
