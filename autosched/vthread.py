@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from . import ir
 from .errors import LoweringError
@@ -56,7 +56,9 @@ def inject_virtual_threads(kernel: ir.Kernel) -> ir.Kernel:
     pass_ = _Injection(kernel.body)
     body = pass_.visit(kernel.body)
     allocs = [pass_.final_buffer(b) for b in kernel.allocs]
-    return dataclasses.replace(kernel, allocs=allocs, body=body, vthread=vthread_extent(kernel.body))
+    return dataclasses.replace(
+        kernel, allocs=allocs, body=body, vthread=vthread_extent(kernel.body)
+    )
 
 
 def vthread_extent(s: ir.Stmt) -> int:
@@ -164,7 +166,9 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
     def reads_swapped(e: Expr) -> bool:
         got = reads.get(id(e))
         if got is None:
-            got = (isinstance(e, Load) and id(e.buffer) in swap) or any(reads_swapped(k) for k in children(e))
+            got = (isinstance(e, Load) and id(e.buffer) in swap) or any(
+                reads_swapped(k) for k in children(e)
+            )
             reads[id(e)] = got
         return got
 
@@ -232,14 +236,15 @@ class _Pusher:
         """One copy of `s` per virtual thread, the variable replaced by its value."""
         if any(isinstance(x, ir.Barrier) for x in ir.iter_stmts(s)):
             raise LoweringError(
-                f"a barrier depends on virtual thread {self.var.name!r} (under a guard that uses it); "
-                "it cannot be replicated per virtual thread"
+                f"a barrier depends on virtual thread {self.var.name!r} (under a guard that "
+                "uses it); it cannot be replicated per virtual thread"
             )
-        copies = []
-        for v in range(self.n):
-            value, done = Const(v, self.var.dtype), {}
-            copies.append(_map_stmt(s, lambda e: self.substitute(e, value, done)))
-        return ir.seq(copies)
+        return ir.seq([self.copy(s, v) for v in range(self.n)])
+
+    def copy(self, s: ir.Stmt, v: int) -> ir.Stmt:
+        """`s` as virtual thread `v` runs it."""
+        value, done = Const(v, self.var.dtype), {}
+        return _map_stmt(s, lambda e: self.substitute(e, value, done))
 
     def substitute(self, e: Expr, value: Const, done: dict) -> Expr:
         """`e` with the variable replaced by `value`; only the nodes above a use of the
@@ -250,7 +255,9 @@ class _Pusher:
             return value
         got = done.get(id(e))
         if got is None:
-            got = done[id(e)] = rebuild(e, tuple(self.substitute(k, value, done) for k in children(e)))
+            got = done[id(e)] = rebuild(
+                e, tuple(self.substitute(k, value, done) for k in children(e))
+            )
         return got
 
     def uses_var(self, e: Expr) -> bool:
