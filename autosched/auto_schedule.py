@@ -77,21 +77,25 @@ def _round_record(rnd: int, done: int, costs: list[float], best: _Best, flop: fl
 
 def _print_round(rec: dict, batch_size: int) -> None:
     print(f"[round {rec['round']:3d}] trials {rec['trials']:5d}  ok {rec['ok']:3d}/{batch_size:3d}"
-          f"  best {rec['best_us']:9.2f} us  {rec['gflops']:8.1f} GFLOP/s  | search {rec['search_s']:5.2f}s"
+          f"  best {rec['best_us']:9.2f} us  {rec['gflops']:8.1f} GFLOP/s"
+          f"  | search {rec['search_s']:5.2f}s"
           f"  build {rec['build_s']:5.2f}s  run {rec['run_s']:5.2f}s  model {rec['model_s']:5.2f}s",
           flush=True)
 
 
-def auto_schedule(task, search_policy=None, tuning_options: TuningOptions | None = None) -> TuningResult:
-    """Search for a fast schedule of `task`; returns (best state, built kernel) as a TuningResult."""
+def auto_schedule(task, search_policy=None,
+                  tuning_options: TuningOptions | None = None) -> TuningResult:
+    """Search for a fast schedule of `task`; returns (best state, built kernel) as a
+    TuningResult, whose history gives each round's time split."""
     from .build_module import build
     from .program_measurer import ProgramMeasurer
     from .search_policy import SketchPolicy
 
     opts = tuning_options or TuningOptions()
     policy = search_policy or SketchPolicy(task, verbose=opts.verbose)
-    measurer = opts.measurer or ProgramMeasurer(task, opts.builder, opts.runner, opts.measure_callbacks,
-                                                workers=getattr(policy, "workers", None))
+    measurer = opts.measurer or ProgramMeasurer(
+        task, opts.builder, opts.runner, opts.measure_callbacks,
+        workers=getattr(policy, "workers", None))
     flop = task.compute_dag.flop_count
     best = _Best()
     start = policy.best_state()
@@ -127,5 +131,6 @@ def auto_schedule(task, search_policy=None, tuning_options: TuningOptions | None
                 print(f"early stopping: no improvement in {opts.early_stopping} rounds")
             break
     if best.state is None:
-        raise AutoschedError(f"no correct kernel was found for {task.workload_key} in {done} trials")
+        raise AutoschedError(
+            f"no correct kernel was found for {task.workload_key} in {done} trials")
     return TuningResult(best.state, build(task.compute_dag, best.state), best.cost, history)

@@ -126,7 +126,8 @@ class TileSizeMutation(Mutation):
             levels = self.levels(step)
             if levels is None:
                 continue
-            limit = ctx.max_vector_length if _vectorized(records, k, step) else ctx.max_innermost_factor
+            vector = _vectorized(records, k, step)
+            limit = ctx.max_vector_length if vector else ctx.max_innermost_factor
             moved = self.move_factor(levels, limit, rng)
             if moved is not None:
                 return with_record(records, k, replace(step, lengths=tuple(moved[1:])))

@@ -25,7 +25,8 @@ def task_reference(task, args, seed: int = 0):
     out_names = {a.name for a in args if a.is_output}
 
     def fn(**inputs):
-        got = evaluate(dag, {t.name: inputs[t.name] for t in dag.tensors if t.name not in out_names})
+        given = {t.name: inputs[t.name] for t in dag.tensors if t.name not in out_names}
+        got = evaluate(dag, given)
         return {n: got[n] for n in out_names}
 
     return make_reference(args, fn, seed=seed)
@@ -75,8 +76,9 @@ class ProgramMeasurer:
         if artifacts:
             measured, run = self._build_and_run(artifacts)
             for i, m in zip(slots, measured):
-                results[i] = MeasureRecordResult(tuple(m.costs), int(m.error_kind), m.error_msg or "",
-                                                 m.build_seconds, m.run_seconds, now())
+                results[i] = MeasureRecordResult(
+                    tuple(m.costs), int(m.error_kind), m.error_msg or "", m.build_seconds,
+                    m.run_seconds, now())
         wall = time.perf_counter() - t0
         self.last_times = {"build": wall - run, "run": run}
         self.time["codegen"] += codegen

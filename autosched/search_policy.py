@@ -105,7 +105,9 @@ class SketchPolicy:
 
         self.task = task
         self.params = params or SearchParams()
-        self.cost_model = cost_model if cost_model is not None else XGBModel(seed=self.params.seed, nthread=1)
+        if cost_model is None:
+            cost_model = XGBModel(seed=self.params.seed, nthread=1)
+        self.cost_model = cost_model
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
@@ -123,7 +125,8 @@ class SketchPolicy:
         self.picked: set[Records] = set()  # handed out for measurement, never again
         self.scores: dict[Records, float] = {}  # this round's model scores
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
-        self.mutation_stats: dict[str, list[int]] = {name: [0, 0] for name, _ in self.params.mutation_weights}
+        # per mutation rule: [children made, failures]
+        self.mutation_stats = {name: [0, 0] for name, _ in self.params.mutation_weights}
         self.last_round: dict = {}  # what the last search_one_round did: times and counts
         self.n_sampled = 0
         for cb in init_search_callbacks:
@@ -170,7 +173,8 @@ class SketchPolicy:
 
     def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
         """The valid candidates and their model scores (this round's model)."""
-        valid = {r: o for r, o in zip(candidates, self.outcomes(candidates)) if isinstance(o, np.ndarray)}
+        outcomes = zip(candidates, self.outcomes(candidates))
+        valid = {r: o for r, o in outcomes if isinstance(o, np.ndarray)}
         new = [r for r in valid if r not in self.scores]
         if new:
             t0 = time.perf_counter()

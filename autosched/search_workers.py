@@ -140,8 +140,9 @@ class Workers:
         self.use_pool = self.n_jobs > 1 and spec is not None and _resolvable(spec.workload_key)
         self.cpu_seconds = 0.0  # CPU time the chunks took, wherever they ran
         if self.n_jobs > 1 and not self.use_pool:
-            warnings.warn(f"the search runs in one process: workload {getattr(spec, 'workload_key', None)!r} "
-                          "is not registered, so worker processes cannot rebuild it", stacklevel=2)
+            key = getattr(spec, "workload_key", None)
+            warnings.warn(f"the search runs in one process: workload {key!r} is not registered, "
+                          "so worker processes cannot rebuild it", stacklevel=2)
 
     def sample(self, n: int, rng: random.Random) -> list[tuple[Records, np.ndarray]]:
         """About n distinct valid fresh states as (records, features) (fewer when the sampler
@@ -169,7 +170,8 @@ class Workers:
         """KernelArtifact (or error text) per candidate, in order."""
         candidates, tags = list(candidates), list(tags)
         size = max(1, -(-len(candidates) // self.n_jobs))
-        chunks = [(candidates[k:k + size], tags[k:k + size]) for k in range(0, len(candidates), size)]
+        starts = range(0, len(candidates), size)
+        chunks = [(candidates[k:k + size], tags[k:k + size]) for k in starts]
         return [a for part in self.map("build", chunks) for a in part]
 
     def map(self, method: str, chunks: list[tuple]) -> list:

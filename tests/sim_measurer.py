@@ -81,7 +81,8 @@ class SimulatedMeasurer:
             )
             for b in program.params
         }
-        expected = evaluate(dag, {t.name: arrays[t.name] for t in dag.tensors if t.name not in outs})
+        given = {t.name: arrays[t.name] for t in dag.tensors if t.name not in outs}
+        expected = evaluate(dag, given)
         run_program(program, arrays)
         return all(np.allclose(arrays[n], expected[n], rtol=1e-4, atol=1e-5) for n in outs)
 

@@ -46,7 +46,7 @@ def sampled(request):
     return policy, fresh
 
 
-# ---- mutations -----------------------------------------------------------------------------------
+# ---- mutations -------------------------------------------------------------------------------
 
 
 def _decisions(records) -> dict[int, tuple]:
@@ -132,7 +132,7 @@ def test_crossover_needs_two_differences_and_one_sketch(sampled):
     assert rule.apply(policy.mutation_ctx, [a, other_sketch], rng) is None
 
 
-# ---- candidate evaluation --------------------------------------------------------------------------
+# ---- candidate evaluation --------------------------------------------------------------------
 
 
 def test_evaluation_reuses_one_lowering_and_matches_the_reference_features(sampled):
@@ -259,11 +259,12 @@ def test_workers_fall_back_to_this_process_when_they_cannot_rebuild_the_workload
     assert [r for r, _ in local.sample(24, random.Random(0))] == [r for r, _ in got]
 
 
-# ---- rounds ----------------------------------------------------------------------------------------
+# ---- rounds ----------------------------------------------------------------------------------
 
 
 def test_initial_population_mixes_fresh_samples_with_a_fifth_of_the_best_measured():
-    params = SearchParams(population=60, generations=1, sample_init_min_population=50, n_jobs=1, seed=2)
+    params = SearchParams(population=60, generations=1, sample_init_min_population=50, n_jobs=1,
+                          seed=2)
     policy = make_policy(small_task(), params)
     measured = policy.sample_fresh(40)
     for i, r in enumerate(measured):
@@ -307,14 +308,15 @@ def test_an_exhausted_space_gives_an_empty_batch_after_the_retries(monkeypatch):
     assert len(attempts) == 1 + PARAMS.empty_round_retries
 
 
-# ---- end to end ------------------------------------------------------------------------------------
+# ---- end to end ------------------------------------------------------------------------------
 
 
 def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     log = tmp_path / "matmul.json"
     task = small_task()
     measurer = SimulatedMeasurer(task, [autosched.RecordToFile(str(log))])
-    opts = autosched.TuningOptions(num_measure_trials=16, num_measures_per_round=8, measurer=measurer)
+    opts = autosched.TuningOptions(num_measure_trials=16, num_measures_per_round=8,
+                                   measurer=measurer)
     t0 = time.perf_counter()
     res = autosched.auto_schedule(task, make_policy(task), opts)
     wall = time.perf_counter() - t0
@@ -329,7 +331,8 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     assert sum(r["total_s"] for r in res.history) <= wall
     detail = res.history[0]["search_detail"]
     assert detail["sampled"] >= PARAMS.sample_init_min_population and detail["evaluated"] > 0
-    assert detail["sample_s"] + detail["evaluate_s"] + detail["predict_s"] <= res.history[0]["search_s"]
+    inner = detail["sample_s"] + detail["evaluate_s"] + detail["predict_s"]
+    assert inner <= res.history[0]["search_s"]
     assert time_split(res.history).startswith("2 rounds: search ")
     out = capsys.readouterr().out
     assert out.count("search ") == 2 and "build " in out and "run " in out and "model " in out
