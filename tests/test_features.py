@@ -12,7 +12,7 @@ import pytest
 from autosched import ir
 from autosched.features import (
     FEATURE_NAMES, FEATURES, N_FEATURES, extract_features, features_for_states, group_slices,
-    state_features, vthread_loop_vars,
+    state_features,
 )
 from autosched.features.table import feature_row
 from autosched.features.walk import ProgramWalker
@@ -177,21 +177,18 @@ def test_no_loops_and_empty_program():
 
 
 def test_seed_conv_features():
-    state = seed_conv_state(conv2d_bias_relu_dag())
-    prog = lower(state)
-    f = extract_features(prog, vthread_loop_vars(state))
-    assert f.shape == (5, N_FEATURES)  # conv init, two shared fetches, conv update, output
+    state = seed_conv_state(conv2d_bias_relu_dag())  # vthread 7 over yy, injected by lowering
+    f = extract_features(lower(state))
+    # conv init x7 (one per virtual thread), the two shared fetches once, conv update x7,
+    # output x7
+    assert f.shape == (23, N_FEATURES)
     assert np.isfinite(f).all() and (f >= 0).all()
-    upd = f[3]
-    assert raw(upd, "float_mad") == pytest.approx(512 * 49 * 512 * 9, rel=1e-4)
-    assert raw(upd, "vthread_len") == pytest.approx(7)
-    assert raw(upd, "threadIdx_x_len") == pytest.approx(32)
-    assert raw(upd, "blockIdx_x_len") == pytest.approx(112)
-    assert raw(f[2], "B0.unique_bytes") == pytest.approx(576 * 4, rel=1e-5)  # kernel_shared tile
-    # without the vthread names the vthread loop reads as one more unrolled loop
-    plain = extract_features(prog)
-    assert raw(plain[3], "vthread_len") == pytest.approx(1)
-    assert raw(plain[3], "unroll_num") == pytest.approx(raw(upd, "unroll_num") + 1)
+    upd = f[9:16]
+    assert sum(raw(r, "float_mad") for r in upd) == pytest.approx(512 * 49 * 512 * 9, rel=1e-4)
+    assert all(raw(r, "vthread_len") == pytest.approx(7) for r in f)
+    assert raw(upd[0], "threadIdx_x_len") == pytest.approx(32)
+    assert raw(upd[0], "blockIdx_x_len") == pytest.approx(112)
+    assert raw(f[8], "B0.unique_bytes") == pytest.approx(576 * 4, rel=1e-5)  # kernel_shared tile
 
 
 def test_deterministic():
@@ -199,7 +196,7 @@ def test_deterministic():
     a = state_features(state)
     b = state_features(state)
     assert np.array_equal(a, b)
-    assert np.array_equal(a, extract_features(lower(state), vthread_loop_vars(state)))
+    assert np.array_equal(a, extract_features(lower(state)))
 
 
 def test_unroll_and_vectorize_change_their_features():
@@ -278,14 +275,14 @@ def test_extraction_speed():
     asserted is generous. The figures are printed."""
     states = _conv_states()
     t0 = time.process_time()
-    programs = [(lower(s), vthread_loop_vars(s)) for s in states]
+    programs = [lower(s) for s in states]
     lower_ms = (time.process_time() - t0) / len(states) * 1e3
     best = math.inf
     for _ in range(5):
         t0 = time.process_time()
         for _ in range(10):
-            for prog, vv in programs:
-                extract_features(prog, vv)
+            for prog in programs:
+                extract_features(prog)
         best = min(best, (time.process_time() - t0) / (10 * len(programs)))
     rate = 1.0 / best
     print(f"\nfeature extraction: {rate:.0f} conv2d states/s ({best * 1e3:.2f} ms/state, CPU); "
