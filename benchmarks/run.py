@@ -31,7 +31,7 @@ def tune(name: str, trials: int, per_round: int, population: int, n_jobs: int, o
 
     wl, args, _ = SUITE[name]
     task = autosched.SearchTask(wl, args)
-    params = SearchParams(population=population, n_jobs=n_jobs)
+    params = SearchParams(n_jobs=n_jobs, **({"population": population} if population else {}))
     policy = SketchPolicy(task, autosched.XGBModel(), params)
     t0 = time.perf_counter()
     res = autosched.auto_schedule(task, policy, autosched.TuningOptions(
@@ -93,10 +93,10 @@ def main() -> int:
     from autosched.workloads import SUITE
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", nargs="*", default=list(SUITE))
-    ap.add_argument("--trials", type=int, default=128, help="per workload (default fits the suite in ~10 min)")
+    ap.add_argument("--workloads", nargs="*", default=list(SUITE), choices=list(SUITE))
+    ap.add_argument("--trials", type=int, default=192, help="per workload (default fits the suite in ~10 min)")
     ap.add_argument("--per-round", type=int, default=64)
-    ap.add_argument("--population", type=int, default=256)
+    ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ns = ap.parse_args()
