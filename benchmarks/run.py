@@ -75,18 +75,24 @@ def markdown(rows: list[dict], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def where_and_when() -> str:
-    """'<date>, <GPU>, commit <sha>' for the table's header."""
-    import subprocess
-
+def where_and_when(commit: str | None = None) -> str:
+    """'<date>, <GPU>, commit <sha>' for the table's header (`commit` when given: a copy of the
+    tree on the GPU machine may carry a stale .git)."""
     import torch
+
+    sha = commit or _git_head()
+    return f"Measured {time.strftime('%Y-%m-%d')} on {torch.cuda.get_device_name(0)}, commit {sha}"
+
+
+def _git_head() -> str:
+    import subprocess
 
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
     except OSError:
         sha = "unknown"
-    return f"Measured {time.strftime('%Y-%m-%d')} on {torch.cuda.get_device_name(0)}, commit {sha}"
+    return sha
 
 
 def main() -> int:
@@ -99,9 +105,10 @@ def main() -> int:
     ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
+    ap.add_argument("--commit", default=None, help="commit to name in the table (default: git HEAD)")
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
-    header = where_and_when()
+    header = where_and_when(ns.commit)
     rows = []
     for name in ns.workloads:
         task, res, wall = tune(name, ns.trials, ns.per_round, ns.population, ns.n_jobs, ns.out)
