@@ -100,6 +100,18 @@ def _tuplify(v):
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
 
 
+def seal_torn_line(path: str) -> bool:
+    """Append a newline when the file does not end with one; True when it did not."""
+    with open(path, "rb+") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return False
+        f.write(b"\n")
+        return True
+
+
 class RecordToFile:
     """Measure callback: append one line per measurement to `path` and flush."""
 
@@ -107,6 +119,8 @@ class RecordToFile:
         self.path = str(path)
 
     def __call__(self, inputs, results) -> None:
+        if os.path.exists(self.path):
+            seal_torn_line(self.path)  # a crash may have torn the last line: end it first
         with open(self.path, "a", encoding="utf-8") as f:
             for inp, res in zip(inputs, results):
                 f.write(encode(inp, res) + "\n")

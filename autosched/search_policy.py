@@ -23,7 +23,7 @@ import numpy as np
 
 from .cost_model import XGBModel, throughput
 from .mutations import MUTATIONS, MutationContext, Records
-from .records import load_records
+from .records import load_records, seal_torn_line
 from .search_workers import TaskContext, TaskSpec, Workers
 
 
@@ -82,18 +82,6 @@ class PreloadMeasuredStates:
             if inp.workload_key == policy.task.workload_key:
                 policy.add_measured_records(inp.steps, res.mean_cost)
         seal_torn_line(self.path)
-
-
-def seal_torn_line(path: str) -> bool:
-    """Append a newline when the file does not end with one; True when it did not."""
-    with open(path, "rb+") as f:
-        if f.seek(0, os.SEEK_END) == 0:
-            return False
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return False
-        f.write(b"\n")
-        return True
 
 
 class SketchPolicy:

@@ -51,3 +51,21 @@ def test_torn_and_garbage_lines_load_with_two_warnings(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(RecordError, match="does not exist"):
         list(load_records(str(tmp_path / "nope.json")))
+
+
+def test_appending_after_a_torn_line_keeps_the_new_record(tmp_path):
+    """A crash mid-write leaves a line without its newline; the next append must not glue its
+    record onto it (the torn line is skipped with a warning, the new one loads)."""
+    import warnings
+
+    from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile, load_records
+
+    path = tmp_path / "log.json"
+    path.write_text('{"v": 1, "task": {"workload_key": "[\\"matmul\\"')
+    RecordToFile(str(path))([MeasureInput('["matmul", 2, 2, 2]', (("CI", 0),))],
+                            [MeasureRecordResult((1e-6,))])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = list(load_records(str(path)))
+    assert len(got) == 1 and got[0][1].costs == (1e-6,)
+    assert len(caught) == 1 and ":1:" in str(caught[0].message)
