@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .errors import ScheduleError

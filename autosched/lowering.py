@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 
 from . import ir
-from .arith import INF, affine_bounds, atom_bounds, expr_bounds, simplify, to_affine
+from .arith import INF, atom_bounds, expr_bounds, simplify, to_affine
 from .errors import LoweringError
 from .loop_state import ATTACHED, INLINED, ROOT, SPATIAL, FuseRel, SplitRel, Stage, State
 from .te.expr import BinOp, Const, Expr, Load, Reduce, Var
 from .te.reduce import BUILTIN_REDUCERS
-from .te.tensor import ComputeOp, PlaceholderOp, Tensor
+from .te.tensor import ComputeOp, Tensor
 from .te.visitor import free_vars, rewrite, substitute
 from .vthread import inject_virtual_threads
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 import random
 import time
 from dataclasses import dataclass

@@ -14,12 +14,12 @@ from typing import ClassVar
 
 from .errors import ScheduleError
 from .loop_state import (
-    ANNOTATIONS, ATTACHED, INLINED, MIXED, REDUCE, ROOT, SPATIAL, THREAD_ANNOTATIONS,
+    ANNOTATIONS, ATTACHED, INLINED, MIXED, ROOT, THREAD_ANNOTATIONS,
     FuseRel, Iterator, SplitRel, Stage, State, stage_from_op,
 )
 from .rfactor import rfactor_ops
 from .te.expr import IterVar, Load, Reduce
-from .te.tensor import ComputeOp, PlaceholderOp
+from .te.tensor import ComputeOp
 from .te.visitor import substitute
 
 STEP_REGISTRY: dict[str, type["Step"]] = {}
