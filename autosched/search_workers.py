@@ -78,7 +78,7 @@ class TaskContext:
 
     def sample(self, n: int, seed: int) -> list[tuple[Records, np.ndarray]]:
         """Up to n distinct valid fresh states, as (records, features)."""
-        from .features import extract_features, vthread_loop_vars
+        from .features import extract_features
         from .lowering import lower
 
         out = []
@@ -87,7 +87,7 @@ class TaskContext:
             program = self.sampler.programs.get(records)
             if program is None:  # a sampler that does not verify keeps no programs
                 program = lower(state)
-            out.append((records, extract_features(program, vthread_loop_vars(state))))
+            out.append((records, extract_features(program)))
         return out
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
@@ -95,7 +95,7 @@ class TaskContext:
         return [self.evaluate_one(r) for r in candidates]
 
     def evaluate_one(self, records: Records) -> Outcome:
-        from .features import extract_features, vthread_loop_vars
+        from .features import extract_features
         from .lowering import lower
         from .sketch.sampler import check_program, check_state
 
@@ -113,7 +113,7 @@ class TaskContext:
         reason = check_program(program, self.sampler.ctx.limits, self.sampler.params)
         if reason is not None:
             return reason
-        return extract_features(program, vthread_loop_vars(state))
+        return extract_features(program)
 
     def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
         """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built."""
