@@ -325,3 +325,34 @@ def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
     limits = SketchSampler(generate_sketches(dag)).ctx.limits
     assert check_program(program, limits, SketchParams(max_unrolled_statements=n)) is None
     assert check_program(program, limits, SketchParams(max_unrolled_statements=n - 1)) == "code_size"
+
+
+@pytest.mark.parametrize("tiles", ["SEED_001_TILES", "SEED_002_TILES"])
+def test_the_seeds_tiles_and_unroll_fit_the_register_estimates(tiles):
+    """The suite's best-known conv2d schedules stay samplable now that the register estimates
+    count every virtual thread (issue 6): their tile sizes pass FillTileSize's checks and their
+    unroll depth (512) is among AutoUnroll's options."""
+    import tests.workloads_for_tests as W
+    from autosched.sketch.init_rules import AutoUnroll, FillTileSize
+
+    dag = conv2d_bias_relu_dag()
+    seed = seed_conv_state(dag, getattr(W, tiles))
+    sampler = SketchSampler(generate_sketches(dag))
+    (g,) = sampler.plans[0].groups
+    sp = [seed.steps[k].lengths for k in g.spatial_ids]
+    rd = [seed.steps[k].lengths for k in g.reduce_ids]
+    assert FillTileSize().check_group(sampler.ctx, g, sp, rd) is None
+    assert AutoUnroll.unrolled_registers(g, seed)(512) <= AutoUnroll.budget(sampler.ctx, g, seed)
+
+
+def test_register_estimates_count_every_virtual_thread():
+    """Accumulators and the operand tiles of unrolled nests are those of all virtual threads:
+    the repeats of a tile overlap where the virtual threads' gap is shorter than the tile."""
+    from autosched.sketch.init_rules import Footprint, accumulators
+
+    assert accumulators([(2, 8, 3, 1), (4, 16, 1, 2)]) == 2 * 3 * 4 * 2
+    # a 1-d read x[i + r]: tile 4 of i and 3 of r span 6 elements
+    fp = Footprint(0, (1000,), 4, [[[(1, 0), (1, 1)]]])
+    assert fp.bytes([4, 3]) == 6 * 4
+    assert fp.bytes([4, 3], [(3, 100), (1, 0)]) == 3 * 6 * 4  # 3 disjoint repeats
+    assert fp.bytes([1, 3], [(7, 1), (1, 0)]) == 9 * 4  # 7 repeats, 1 apart: 3 + 6

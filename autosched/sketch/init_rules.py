@@ -81,11 +81,20 @@ class Footprint:
     nbytes: int
     reads: list[list[list[tuple[int, int]]]]
 
-    def bytes(self, tile: list[int]) -> int:
+    def bytes(self, tile: list[int], chunks: list[tuple[int, int]] | None = None) -> int:
+        """The tile's bytes, each dimension spanning its affine range. With `chunks`, axis p's
+        tile is repeated chunks[p] = (count, gap) times, `gap` apart (what the virtual threads
+        of a thread cover); repeats of a dimension's range overlap where the gap is shorter."""
         total = 1
         for d, extent in enumerate(self.shape):
-            span = max(sum(abs(c) * (tile[p] - 1) for c, p in read[d]) + 1 for read in self.reads)
-            total *= min(span, extent)
+            best = 1
+            for read in self.reads:
+                span = sum(abs(c) * (tile[p] - 1) for c, p in read[d]) + 1
+                for c, p in read[d] if chunks else ():
+                    count, gap = chunks[p]
+                    span += (count - 1) * min(abs(c) * gap, span)
+                best = max(best, span)
+            total *= min(best, extent)
         return total * self.nbytes
 
 
@@ -213,6 +222,12 @@ def _spatial_options(extent: int, n: int, max_innermost: int, max_vthread: int, 
                  and l[0] * math.prod(l[2:]) <= max_local)
 
 
+def accumulators(sp: list) -> int:
+    """The local accumulators of one thread of a tiled stage, from its spatial lengths
+    (vthread, thread, inner...): one inner tile per virtual thread."""
+    return math.prod(l[0] * math.prod(l[2:]) for l in sp)
+
+
 def _pick(options: tuple, rng: random.Random):
     return options[int(rng.random() * len(options))]
 
@@ -271,11 +286,12 @@ class FillTileSize(InitRule):
             return "threads_per_block"
         if threads < g.min_threads:
             return "too_few_threads"
-        if math.prod(l[0] * math.prod(l[2:]) for l in sp) > params.max_local_elems:
+        if accumulators(sp) > params.max_local_elems:
             return "local_memory"
-        # The accumulators (one vthread's) get at most half the registers of a thread; more
-        # spills almost always (measured with ptxas on the suite).
-        if math.prod(math.prod(l[2:]) for l in sp) > lim.registers_per_thread(threads) // 2:
+        # The accumulators get at most half the registers of a thread; more spills almost
+        # always (measured with ptxas on the suite). Every virtual thread's accumulators stay
+        # live across the reduction loop (vthread injection), so all of them count.
+        if accumulators(sp) > lim.registers_per_thread(threads) // 2:
             return "registers"
         if g.footprints:
             tile = [math.prod(l) for l in sp] + [math.prod(l) for l in rd]
@@ -425,24 +441,33 @@ class AutoUnroll(InitRule):
     def unrolled_registers(g: TileGroup, state: State):
         """max_step -> accumulators plus operand elements of the innermost loops that
         auto_unroll_max_step unrolls (inside the outer reduction tile the loops run R1, S3, R2,
-        S4; a loop unrolls when its whole nest takes at most max_step steps)."""
+        S4; a loop unrolls when its whole nest takes at most max_step steps).
+
+        Virtual threads: lowering decides the unrolling before it injects them, so the steps
+        are one virtual thread's; but injection copies the nest's statements once per virtual
+        thread inside the unrolled loops, so the registers are all virtual threads': every
+        accumulator, and the operand tiles of every copy (axis a's tile repeated vthread_a
+        times, thread_a x S3_a x S4_a apart)."""
         sp = [state.steps[k].lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
         rd = [state.steps[k].lengths for k in g.reduce_ids]  # (R1, R2)
-        local = math.prod(l[2] * l[3] for l in sp)
+        local = math.prod(l[2] * l[3] for l in sp)  # one virtual thread's
         r1, r2 = math.prod(l[0] for l in rd), math.prod(l[1] for l in rd)
+        chunks = [(l[0], l[1] * l[2] * l[3]) for l in sp] + [(1, 0) for _ in rd]
         nests = (  # (steps of the nest, per-axis tile it covers), outermost first
             (r1 * r2 * local, [l[2] * l[3] for l in sp] + [l[0] * l[1] for l in rd]),
             (r2 * local, [l[2] * l[3] for l in sp] + [l[1] for l in rd]),
             (r2 * math.prod(l[3] for l in sp), [l[3] for l in sp] + [l[1] for l in rd]),
             (0, [l[3] for l in sp] + [1 for _ in rd]),
         )
+        acc = accumulators(sp)
         memo: dict[int, int] = {}
 
         def regs(max_step: int) -> int:
             level = next(k for k, (steps, _) in enumerate(nests) if steps <= max_step)
             if level not in memo:
                 tile = nests[level][1]
-                memo[level] = local + sum(fp.bytes(tile) // fp.nbytes for fp in g.footprints)
+                memo[level] = acc + sum(fp.bytes(tile, chunks) // fp.nbytes
+                                        for fp in g.footprints)
             return memo[level]
 
         return regs
