@@ -248,8 +248,9 @@ def test_conv2d_timings_beside_torch(capsys):
             line = f"  {r['workload']:17s} {r['schedule']:18s} runner {r['runner_us']:8.1f}"
             if "ours_us" in r:
                 line += (
-                    f" | same-process: ours {r['ours_us']:8.1f}"
+                    f" | same-process rotated: ours {r['ours_us']:8.1f}"
                     f"  torch fp32 {r['torch_fp32_us']:8.1f}  torch tf32 {r['torch_tf32_us']:8.1f}"
+                    f" | L2-warm: ours {r['ours_warm_us']:8.1f}  torch fp32 {r['torch_fp32_warm_us']:8.1f}"
                 )
             print(line)
     assert all(np.isfinite(r["runner_us"]) and r["runner_us"] > 0 for r in rows)
