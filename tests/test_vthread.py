@@ -381,23 +381,26 @@ def sampled_vthread_states(per_workload: int, seed: int) -> list:
 
 @needs_nvcc
 def test_sampled_vthread_states_spill_rate():
-    """Sampled states with vthread > 1 (3 per workload) compile; the spill rate is printed.
+    """Sampled states with vthread > 1 (6 per workload, seed 6) compile; few spill.
 
     Measured on 240 sampled states (30 per workload, seed 6) of one tree with and without
     injection: states with vthread > 1 spill 13% -> 21%, those without 6% -> 6%. Injection
     keeps every virtual thread's accumulators live across the reduction loop (TVM's semantics)
-    and puts its copies inside nests that auto-unroll marked before, while the sampler still
-    budgets one virtual thread's accumulators and unrolled steps. With the sampler's register
-    estimates counting all virtual threads and auto-unroll counting the copies (as TVM's
-    UnrollLoop after InjectVirtualThread does), the vthread states spill 12%: then tighten the
-    bound below (this seed: 5 of 21 spill today)."""
+    and puts its copies inside nests that auto-unroll marked before. With the sampler's register
+    estimates counting all virtual threads (FillTileSize's accumulators, AutoUnroll's
+    accumulators and operand tiles of the unrolled nests; lowering's unroll decision unchanged),
+    seed 6: of the first 30 states per workload, those with vthread > 1 spill 33/157 (21.0%)
+    before -> 17/141 (12.1%) after; of the first 30 vthread states per workload 41/210 (19.5%)
+    -> 22/210 (10.5%); of the 42 states this test compiles 9 -> 5 (at seed 11: 10 -> 8 of 42,
+    and 5 -> 5 of 21 with 3 per workload: small samples are noisy). The bound leaves a margin
+    of 2 above 5 and fails the estimates of one virtual thread (9)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from autosched.codegen_cuda import codegen_program
     from measure import compile_resources
 
-    jobs = sampled_vthread_states(3, seed=11)
-    assert len(jobs) >= 15
+    jobs = sampled_vthread_states(6, seed=6)
+    assert len(jobs) >= 30
     with ThreadPoolExecutor(2) as pool:
         results = list(
             pool.map(lambda job: compile_resources(codegen_program(job[1]), timeout=300), jobs)
@@ -406,4 +409,4 @@ def test_sampled_vthread_states_spill_rate():
         name for (name, _), res in zip(jobs, results) if any(r.spill_bytes for r in res.values())
     ]
     print(f"\n{len(spilled)} of {len(jobs)} sampled vthread states spill: {spilled}")
-    assert len(spilled) <= len(jobs) // 2
+    assert len(spilled) <= 7, spilled
