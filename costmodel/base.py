@@ -24,7 +24,9 @@ FeatureMatrix = np.ndarray | None
 
 # Tag written into every saved model, so a file of another kind is refused with a clear message.
 FILE_FORMAT = "autosched-costmodel"
-FILE_VERSION = 1
+# Version 2: XGBModel params gained program_rows and label (a version-1 file is a pack-sum model on
+# linear targets, and loads as one).
+FILE_VERSION = 2
 
 
 @dataclass(frozen=True)

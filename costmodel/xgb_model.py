@@ -1,9 +1,12 @@
-"""Ansor's learned cost model: gradient-boosted trees on statement features, pack-sum objective.
+"""The learned cost model: gradient-boosted trees on program features, after Ansor's.
 
-The model scores a *statement*; a program's score is the sum of its statements' scores. Training
-fits those sums to the programs' measured throughputs, normalised per task, with the weighted
-squared error of ``packsum.py``. XGBoost cannot train incrementally in a useful way here, so like
-Ansor every ``update`` retrains from scratch on all data seen so far.
+By default the statement rows of a program are reduced to one row (their column-wise max,
+``program_rows.py``) and the trees score programs. With ``program_rows="statements"`` the model is
+Ansor's: it scores each *statement*, and a program's score is the sum of its statements' scores.
+Either way training fits the scores to the programs' measured throughputs, normalised per task
+(log2 of them by default), with the weighted squared error of ``packsum.py`` (with one row per
+program, plain weighted squared error). XGBoost cannot train incrementally in a useful way here,
+so like Ansor every ``update`` retrains from scratch on all data seen so far.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from .base import (
     rng_state_to_json,
     write_model_file,
 )
-from .packsum import make_metric, make_objective, normalise_throughputs
+from .packsum import make_metric, make_objective, normalise_throughputs, training_targets
+from .program_rows import STATEMENTS, reduce_statements
 from .xgb_params import XGBParams
 
 logger = logging.getLogger("autosched.costmodel")
@@ -42,11 +46,13 @@ class FitReport:
 
     Attributes:
         n_programs: programs trained or validated on (those with at least one statement).
-        n_train_rows: statement rows the trees were fitted on.
-        n_valid_programs: programs held out for early stopping (0 = early stopping on train).
+        n_train_rows: rows the trees were fitted on (statements, or programs with program rows).
+        n_valid_programs: programs held out for early stopping (0 = none: the figures below are
+            on the training set).
         n_rounds: boosting rounds in the kept model.
-        valid_rmse: pack-sum RMSE of the kept model on the early-stopping set.
-        valid_recall: top-k recall of the kept model on the early-stopping set.
+        valid_rmse: weighted RMSE of the kept model's program scores against the targets (in
+            the label's units), on the held-out programs.
+        valid_recall: top-k recall of the kept model on the held-out programs.
         seconds: wall time of the training run, data preparation included.
     """
 
@@ -68,8 +74,19 @@ class _Chunk:
     task_ids: np.ndarray
 
 
+def _base_score(labels: np.ndarray, weights: np.ndarray, train: np.ndarray) -> float:
+    """The weighted mean training target: where boosting starts, with one row per program.
+
+    Log targets lie around -3, far from XGBoost's default 0.5: the first trees would spend their
+    rounds learning that offset. (The pack-sum starts at 0 instead: any per-row start would give
+    a program a prior of n_statements times it, a bias by statement count the trees cannot see.)
+    """
+    w = weights[train]
+    return float(np.average(labels[train], weights=w)) if w.sum() > 0 else 0.0
+
+
 class XGBModel(CostModel):
-    """XGBoost cost model with Ansor's pack-sum objective.
+    """XGBoost cost model: program rows (default) or Ansor's pack-sum over statements.
 
     ``XGBModel(seed=0)`` uses the defaults of ``XGBParams``; ``XGBModel(params, seed)`` or keyword
     overrides (``XGBModel(seed=0, nthread=1, few_shot_threshold=0)``) change them.
@@ -176,8 +193,13 @@ class XGBModel(CostModel):
         start = time.perf_counter()
         self._n_at_last_train = self.n_programs
         rows, lengths, throughputs, tasks = self._gather()
-        labels = normalise_throughputs(throughputs, tasks)
-        weights = np.maximum(labels, self.params.weight_floor)
+        normalised = normalise_throughputs(throughputs, tasks)
+        labels = training_targets(normalised, self.params.label)
+        weights = np.maximum(normalised, self.params.weight_floor)
+        reductions = self.params.reductions
+        if reductions:  # one row per program: the pack-sum loss becomes plain squared error
+            rows = reduce_statements(rows, lengths, reductions)
+            lengths = (lengths > 0).astype(np.int64)
         group_ids = np.repeat(np.arange(len(lengths)), lengths)
 
         # Programs without statements contribute no row and no gradient: leave them out.
@@ -197,56 +219,65 @@ class XGBModel(CostModel):
             return dmatrix, renumber[group_ids[row_mask]]
 
         dtrain, train_gids = subset(train)
-        objective = make_objective(
-            train_gids, labels[train], weights[train], self.params.hessian, self.params.eta
-        )
+        objective = make_objective(train_gids, labels[train], weights[train], self.params.hessian)
         if len(valid):
             deval, eval_gids = subset(valid)
-            eval_name, eval_labels = "valid", labels[valid]
+            eval_name, eval_set = "valid", valid
         else:
-            deval, eval_gids, eval_name, eval_labels = dtrain, train_gids, "train", labels[train]
+            deval, eval_gids, eval_name, eval_set = dtrain, train_gids, "train", train
 
-        callbacks = []
+        base_score = _base_score(labels, weights, train) if reductions else 0.0
+        train_params = self.params.booster_params(self.seed, base_score)
+        metric = make_metric(eval_gids, labels[eval_set], weights[eval_set])
         if self.params.early_stopping_rounds > 0:
-            callbacks.append(
-                xgb.callback.EarlyStopping(
-                    rounds=self.params.early_stopping_rounds,
-                    metric_name="p-rmse",
-                    data_name=eval_name,
-                    maximize=False,
-                    save_best=True,
-                )
+            history: dict = {}
+            stop = xgb.callback.EarlyStopping(
+                rounds=self.params.early_stopping_rounds,
+                metric_name="p-rmse",
+                data_name=eval_name,
+                maximize=False,
+                save_best=True,
             )
-        history: dict = {}
-        self._booster = xgb.train(
-            self.params.booster_params(self.seed),
-            dtrain,
-            num_boost_round=self.params.num_boost_round,
-            evals=[(deval, eval_name)],
-            obj=objective,
-            custom_metric=make_metric(eval_gids, eval_labels),
-            callbacks=callbacks,
-            evals_result=history,
-            verbose_eval=False,
-        )
+            self._booster = xgb.train(
+                train_params,
+                dtrain,
+                num_boost_round=self.params.num_boost_round,
+                evals=[(deval, eval_name)],
+                obj=objective,
+                custom_metric=metric,
+                callbacks=[stop],
+                evals_result=history,
+                verbose_eval=False,
+            )
+            kept = self._booster.num_boosted_rounds() - 1
+            final = {name: values[kept] for name, values in history[eval_name].items()}
+        else:
+            # No per-round evaluation: on 1000 programs it would cost a third of the training time.
+            self._booster = xgb.train(
+                train_params, dtrain, num_boost_round=self.params.num_boost_round, obj=objective
+            )
+            final = dict(metric(self._booster.predict(deval, output_margin=True), deval))
         n_rounds = self._booster.num_boosted_rounds()
         self.last_fit = FitReport(
             n_programs=len(programs),
             n_train_rows=dtrain.num_row(),
             n_valid_programs=len(valid),
             n_rounds=n_rounds,
-            valid_rmse=float(history[eval_name]["p-rmse"][n_rounds - 1]),
-            valid_recall=float(history[eval_name]["p-recall"][n_rounds - 1]),
+            valid_rmse=float(final["p-rmse"]),
+            valid_recall=float(final["p-recall"]),
             seconds=time.perf_counter() - start,
         )
         logger.debug("XGBModel trained: %s", self.last_fit)
 
     def _split(self, programs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Split program indices into (train, held out), both sorted; held out may be empty.
+        """Split program indices into (train, held out), both sorted; held out may be empty (always
+        when early stopping is off).
 
         The split is seeded by the model seed and the data size, so a given data set always gets the
         same split, independently of how many predictions were drawn in between.
         """
+        if self.params.early_stopping_rounds == 0:  # a held-out part would only be data lost
+            return programs, programs[:0]
         n_valid = round(self.params.valid_fraction * len(programs))
         if n_valid < self.params.min_valid_programs or n_valid >= len(programs):
             return programs, programs[:0]
@@ -259,17 +290,23 @@ class XGBModel(CostModel):
     def predict(self, features: Sequence[FeatureMatrix]) -> np.ndarray:
         """One score per program, higher = predicted faster; ``-inf`` for None/empty matrices.
 
-        Random in [0, 1) while ``uses_random_fallback``; otherwise the sum over the program's
-        statements of the trees' per-statement predictions.
+        Random in [0, 1) while ``uses_random_fallback``; otherwise the trees' prediction for the
+        program's reduced row, or with ``program_rows="statements"`` the sum over its statements
+        of the trees' per-statement predictions. The scale is the training target's (``label``).
 
         Raises:
             ValueError: a matrix's feature count differs from the training data's.
         """
         packed = pack_features(features, self._n_features)
+        reductions = self.params.reductions
         if self.uses_random_fallback:
             scores = self._rng.uniform(0.0, 1.0, packed.n_programs)
         elif len(packed.rows) == 0:
             scores = np.zeros(packed.n_programs)
+        elif reductions:
+            reduced = reduce_statements(packed.rows, packed.lengths, reductions)
+            scores = np.zeros(packed.n_programs)
+            scores[packed.valid] = self._booster.inplace_predict(reduced, predict_type="margin")
         else:
             row_preds = self._booster.inplace_predict(packed.rows, predict_type="margin")
             scores = packed.program_sums(row_preds)
@@ -280,10 +317,16 @@ class XGBModel(CostModel):
         """Per-statement scores of one program (their sum is its ``predict`` score once trained).
 
         Raises:
-            RuntimeError: the model has not been trained.
+            RuntimeError: the model has not been trained, or scores programs, not statements
+                (``program_rows`` other than "statements").
         """
         if self._booster is None:
             raise RuntimeError("XGBModel.predict_statements needs a trained model (call fit first)")
+        if self.params.reductions:
+            raise RuntimeError(
+                f"XGBModel.predict_statements needs program_rows={STATEMENTS!r} (this model scores "
+                f"whole programs: program_rows={self.params.program_rows!r})"
+            )
         packed = pack_features([features], self._n_features)
         if len(packed.rows) == 0:
             return np.zeros(0)
@@ -320,7 +363,11 @@ class XGBModel(CostModel):
     def load(cls, path: str | os.PathLike) -> XGBModel:
         """Read a model written by ``save``; its predictions equal the saved model's exactly."""
         meta, arrays = read_model_file(path, "xgb")
-        model = cls(XGBParams(**meta["params"]), seed=meta["seed"])
+        params = meta["params"]
+        if int(meta["version"]) < 2:
+            # Version 1 had only the pack-sum on linear targets; its other defaults were saved.
+            params = {**params, "program_rows": STATEMENTS, "label": "linear"}
+        model = cls(XGBParams(**params), seed=meta["seed"])
         model._n_features = meta["n_features"]
         model._n_unkept = int(meta["n_unkept"])
         model._n_at_last_train = int(meta["n_at_last_train"])
@@ -328,7 +375,9 @@ class XGBModel(CostModel):
         if meta["last_fit"] is not None:
             model.last_fit = FitReport(**meta["last_fit"])
         if "booster" in arrays:
-            booster = xgb.Booster(model.params.booster_params(model.seed))
+            # No training parameters here: a Booster re-applies the ones it was built with after
+            # load_model, and a base_score among them would replace the trained one.
+            booster = xgb.Booster({"verbosity": 0})
             booster.load_model(bytearray(arrays["booster"].tobytes()))
             # The saved nthread was the saving machine's core count; use this machine's.
             booster.set_param({"nthread": model.params.threads})

@@ -1,15 +1,29 @@
-"""Tests of costmodel's learners: XGBModel (pack-sum) and RandomModel, on synthetic programs."""
+"""Tests of costmodel's learners: XGBModel (program rows by default, or the pack-sum) and
+RandomModel, on synthetic programs. (Real measurements: tests/test_costmodel_dataset.py.)"""
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 import pytest
 
-from costmodel import RandomModel, XGBModel, XGBParams, pairwise_accuracy, topk_recall
+from costmodel import (
+    RandomModel,
+    XGBModel,
+    XGBParams,
+    pack_features,
+    pairwise_accuracy,
+    topk_recall,
+)
+from costmodel.base import read_model_file, write_model_file
+from costmodel.program_rows import reduce_statements
 
 N_FEATURES = 164
+
+# Ansor's model: one row per statement, the pack-sum of them fitted to the normalised throughput.
+PACK_SUM = {"program_rows": "statements", "label": "linear"}
 
 
 def xgb_model(**overrides) -> XGBModel:
@@ -43,11 +57,42 @@ def synthetic_programs(
     return np.split(x, np.cumsum(lengths)[:-1]), throughput
 
 
+def config_programs(n_programs: int, seed: int, fail_rate: float = 0.05):
+    """Programs whose throughput is a nonlinear function of a configuration all statements share.
+
+    Like a GPU kernel's launch and tile configuration: every statement carries a fraction of the
+    7 configuration values (the first statement, like a kernel's main statement, all of them), the
+    rest of its 164 features is noise as in ``synthetic_programs``. The per-program column max
+    recovers the configuration; a per-statement sum does not.
+    """
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 31, n_programs)
+    config = rng.random((n_programs, 7))
+    program = np.repeat(np.arange(n_programs), lengths)
+    x = rng.random((int(lengths.sum()), N_FEATURES), dtype=np.float32)
+    x[:, 20:] *= rng.random((len(x), N_FEATURES - 20)) < 0.3
+    share = rng.random(len(x))
+    share[np.cumsum(lengths) - lengths] = 1.0
+    x[:, :7] = config[program] * share[:, None]
+    c = config.T
+    throughput = (
+        3.0 * np.maximum(c[0] - 0.3, 0.0) * c[1]
+        + np.sin(3.0 * c[2]) ** 2
+        + 2.0 * (c[3] > 0.7) * c[4]
+        + 0.5 * c[5] * c[6]
+        + 0.05
+    ) * np.exp(rng.normal(0, 0.05, n_programs))
+    throughput[rng.random(n_programs) < fail_rate] = 0.0
+    return np.split(x, np.cumsum(lengths)[:-1]), throughput
+
+
+def split_data(features, throughputs, n_train: int = 960):
+    return features[:n_train], throughputs[:n_train], features[n_train:], throughputs[n_train:]
+
+
 @pytest.fixture(scope="module")
 def benchmark_data():
-    features, throughputs = synthetic_programs(1200, seed=0)
-    n_train = 960
-    return features[:n_train], throughputs[:n_train], features[n_train:], throughputs[n_train:]
+    return split_data(*synthetic_programs(1200, seed=0))
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +103,23 @@ def trained(benchmark_data):
     return model
 
 
-def test_ranks_held_out_programs(benchmark_data, trained):
-    _, _, test_x, test_y = benchmark_data
-    scores = trained.predict(test_x)
+@pytest.mark.parametrize(
+    ("overrides", "make_data"),
+    [({}, config_programs), (PACK_SUM, synthetic_programs)],
+    ids=["default-on-shared-config", "pack-sum-on-additive"],
+)
+def test_ranks_held_out_programs(overrides, make_data):
+    """Each mode on the data it is built for: the default (column max per program) where a
+    configuration shared by the statements decides, the pack-sum where statements add up."""
+    train_x, train_y, test_x, test_y = split_data(*make_data(1200, seed=0))
+    model = xgb_model(**overrides)
+    model.fit(train_x, train_y)
+    scores = model.predict(test_x)
     accuracy = pairwise_accuracy(scores, test_y)
     recall = topk_recall(scores, test_y)
     print(
-        f"\nXGBModel held-out: pairwise accuracy {accuracy:.3f}, top-k recall {recall:.3f}, "
-        f"{trained.last_fit}"
+        f"\nXGBModel {overrides or 'default'} held-out: pairwise accuracy {accuracy:.3f}, "
+        f"top-k recall {recall:.3f}, {model.last_fit}"
     )
     assert accuracy >= 0.85
     assert recall >= 0.6
@@ -84,6 +138,7 @@ def test_random_model_ranks_at_chance(benchmark_data):
 
 
 def test_fit_time_1000_programs_one_core():
+    """The default configuration (the pack-sum trains on ~20x the rows and takes ~5x longer)."""
     rng = np.random.default_rng(1)
     features = [rng.random((20, N_FEATURES), dtype=np.float32) for _ in range(1000)]
     throughputs = np.array([np.sin(3 * f[:, 0]).sum() + f[:, 1].sum() for f in features])
@@ -97,18 +152,21 @@ def test_fit_time_1000_programs_one_core():
         f"\nXGBModel.fit, 1000 programs x 20 statements x {N_FEATURES} features, 1 thread: "
         f"{seconds:.2f} s CPU, {wall:.2f} s wall ({model.last_fit.n_rounds} rounds kept)"
     )
-    assert seconds < 5.0  # target <= 2 s
+    # Target <= 2 s. On 1000 measured programs the default takes ~0.6 s; these random continuous
+    # features fill every histogram bin, which makes this ~3x slower than real ones.
+    assert seconds < 5.0
 
 
 def test_pack_hessian_converges_where_diagonal_diverges():
     # 30 statements a program at eta 0.2: TVM's diagonal hessian overshoots (0.2 * 30 > 2).
     features, throughputs = synthetic_programs(300, seed=5, min_rows=30, max_rows=30)
     common = {
+        **PACK_SUM,
         "seed": 0,
         "few_shot_threshold": 0,
         "early_stopping_rounds": 0,
         "num_boost_round": 20,
-        "min_valid_programs": 10_000,
+        "eta": 0.2,
     }  # no hold-out: the metric is on the training set
     rmse = {}
     for hessian in ("pack", "diagonal"):
@@ -117,6 +175,43 @@ def test_pack_hessian_converges_where_diagonal_diverges():
         rmse[hessian] = model.last_fit.valid_rmse
     assert rmse["pack"] < 0.2
     assert rmse["diagonal"] > 1.0  # diverged: this is why "pack" is the default
+
+
+def test_pack_hessian_keeps_the_learning_rate():
+    """The first round's step is proportional to eta (the split search does not see eta).
+
+    A former "pack" hessian, weight * max(1, eta * n_statements), divided eta out again: every
+    round took a full Newton step, the trees fitted the training set within a few rounds and
+    stopped splitting, and the learning rate changed nothing.
+    """
+    features, throughputs = synthetic_programs(200, seed=13)
+    scores = {}
+    for eta in (0.05, 0.1):
+        model = xgb_model(**PACK_SUM, eta=eta, num_boost_round=1, few_shot_threshold=0)
+        model.fit(features, throughputs)
+        scores[eta] = model.predict(features)  # the start is 0 for the pack-sum
+    np.testing.assert_allclose(scores[0.1], 2 * scores[0.05], rtol=1e-5, atol=1e-7)
+
+
+def test_default_scores_the_reduced_program_rows(trained, benchmark_data):
+    _, _, test_x, _ = benchmark_data
+    assert trained.params.program_rows == "max" and trained.last_fit.n_train_rows == 960
+    packed = pack_features(test_x)
+    rows = reduce_statements(packed.rows, packed.lengths, ("max",))
+    direct = trained._booster.inplace_predict(rows, predict_type="margin")
+    np.testing.assert_array_equal(trained.predict(test_x), direct.astype(np.float64))
+    with pytest.raises(RuntimeError, match="program_rows='statements'"):
+        trained.predict_statements(test_x[0])
+
+
+def test_pack_sum_scores_are_sums_of_statement_scores(benchmark_data):
+    train_x, train_y, test_x, _ = benchmark_data
+    model = xgb_model(**PACK_SUM, few_shot_threshold=0)
+    model.fit(train_x[:200], train_y[:200])
+    assert model.last_fit.n_train_rows == sum(len(f) for f in train_x[:200])
+    per_statement = model.predict_statements(test_x[0])
+    assert len(per_statement) == len(test_x[0])
+    assert model.predict(test_x[:1])[0] == pytest.approx(per_statement.sum(), rel=1e-6)
 
 
 def test_predict_invalid_programs_get_minus_inf(trained):
@@ -158,6 +253,38 @@ def test_save_load_round_trips_predictions(tmp_path, benchmark_data, trained):
     slim = XGBModel.load(slim_path)
     assert np.array_equal(slim.predict(test_x), trained.predict(test_x))
     assert slim.n_programs == trained.n_programs
+
+
+def test_save_load_round_trips_pack_sum_predictions(tmp_path, benchmark_data):
+    train_x, train_y, test_x, _ = benchmark_data
+    model = xgb_model(**PACK_SUM, few_shot_threshold=0)
+    model.fit(train_x[:300], train_y[:300])
+    model.save(tmp_path / "m.npz")
+    loaded = XGBModel.load(tmp_path / "m.npz")
+    assert loaded.params == model.params
+    assert np.array_equal(loaded.predict(test_x), model.predict(test_x))
+
+
+def test_version_1_files_load_as_pack_sum_models(tmp_path, benchmark_data):
+    """Files from before program_rows and label existed hold pack-sum models on linear targets."""
+    train_x, train_y, test_x, _ = benchmark_data
+    model = xgb_model(**PACK_SUM, few_shot_threshold=0)
+    model.fit(train_x[:300], train_y[:300])
+    model.save(tmp_path / "m.npz")
+    meta, arrays = read_model_file(tmp_path / "m.npz", "xgb")
+    for key in ("format", "version"):
+        del meta[key]
+    for key in ("program_rows", "label"):
+        del meta["params"][key]
+    write_model_file(tmp_path / "v1.npz", meta, arrays)
+    with np.load(tmp_path / "v1.npz") as npz:  # rewrite the header's version as 1
+        contents = {name: npz[name] for name in npz.files}
+    header = json.loads(str(contents["meta"]))
+    contents["meta"] = np.array(json.dumps({**header, "version": 1}))
+    np.savez(tmp_path / "v1.npz", **contents)
+    loaded = XGBModel.load(tmp_path / "v1.npz")
+    assert loaded.params == model.params
+    assert np.array_equal(loaded.predict(test_x), model.predict(test_x))
 
 
 def test_save_load_round_trips_random_fallback(tmp_path):

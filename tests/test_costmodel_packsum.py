@@ -7,11 +7,13 @@ import pytest
 
 from costmodel import pack_features
 from costmodel.packsum import (
+    LOG_LABEL_FLOOR,
     make_metric,
     normalise_throughputs,
     pack_sum_grad_hess,
     pack_sum_loss,
     pack_sums,
+    training_targets,
 )
 
 
@@ -54,21 +56,23 @@ def test_diagonal_hessian_matches_finite_differences():
         assert hess[i] == pytest.approx(numeric, rel=1e-4)
 
 
-@pytest.mark.parametrize("eta", [0.2, 0.5, 1.0])
-def test_pack_hessian_over_eta_majorizes_the_loss(eta):
-    """loss(p + d) <= loss(p) + g.d + 1/2 sum(hess / eta * d^2) for any d: steps never overshoot."""
+def test_pack_hessian_majorizes_the_loss():
+    """loss(p + d) <= loss(p) + g.d + 1/2 sum(hess * d^2) for any d: no step of at most a Newton
+    step on this quadratic (XGBoost takes eta <= 1 of one) overshoots."""
     preds, group_ids, labels, weights = tiny_problem()
-    grad, hess = pack_sum_grad_hess(preds, group_ids, labels, weights, hessian="pack", eta=eta)
+    grad, hess = pack_sum_grad_hess(preds, group_ids, labels, weights, hessian="pack")
     base = pack_sum_loss(preds, group_ids, labels, weights)
     rng = np.random.default_rng(1)
     for _ in range(200):
         d = rng.normal(0, 1, len(preds))
-        bound = base + grad @ d + 0.5 * np.sum(hess / eta * d**2)
+        bound = base + grad @ d + 0.5 * np.sum(hess * d**2)
         assert pack_sum_loss(preds + d, group_ids, labels, weights) <= bound + 1e-12
-    # Where eta * n_rows <= 1 it is TVM's diagonal hessian.
+    # It is the diagonal times the program's row count; with one row per program, the diagonal.
     _, diagonal = pack_sum_grad_hess(preds, group_ids, labels, weights, hessian="diagonal")
-    n_rows = np.bincount(group_ids)[group_ids]
-    np.testing.assert_array_equal(hess[eta * n_rows <= 1], diagonal[eta * n_rows <= 1])
+    np.testing.assert_allclose(hess, diagonal * np.bincount(group_ids)[group_ids])
+    single = np.arange(3)
+    _, one_row = pack_sum_grad_hess(preds[:3], single, labels, weights, hessian="pack")
+    np.testing.assert_array_equal(one_row, weights)
 
 
 def test_unknown_hessian_raises():
@@ -78,13 +82,29 @@ def test_unknown_hessian_raises():
 
 
 def test_pack_sums_and_metric():
-    preds, group_ids, labels, _ = tiny_problem()
+    preds, group_ids, labels, weights = tiny_problem()
     sums = pack_sums(preds, group_ids, 4)  # program 3 has no rows
     np.testing.assert_allclose(sums, [preds[0] + preds[1], preds[2], preds[3:].sum(), 0.0])
-    metric = dict(make_metric(group_ids, labels)(preds, None))
-    expected = np.sqrt(np.mean((sums[:3] - labels) ** 2))
+    metric = dict(make_metric(group_ids, labels, weights)(preds, None))
+    # Weighted like the loss: sqrt(2 * loss / sum(w)).
+    expected = np.sqrt(np.sum(weights * (sums[:3] - labels) ** 2) / np.sum(weights))
     assert metric["p-rmse"] == pytest.approx(expected)
+    assert metric["p-rmse"] == pytest.approx(
+        np.sqrt(2 * pack_sum_loss(preds, group_ids, labels, weights) / weights.sum())
+    )
     assert 0.0 <= metric["p-recall"] <= 1.0
+    # All weights 0 (every program failed): plain RMSE rather than 0 / 0.
+    unweighted = dict(make_metric(group_ids, labels, np.zeros(3))(preds, None))
+    assert unweighted["p-rmse"] == pytest.approx(np.sqrt(np.mean((sums[:3] - labels) ** 2)))
+
+
+def test_training_targets():
+    normalised = np.array([1.0, 0.5, 0.25, 0.0, 2.0**-12])
+    np.testing.assert_array_equal(training_targets(normalised, "linear"), normalised)
+    np.testing.assert_array_equal(training_targets(normalised, "log"), [0, -1, -2, -10, -10])
+    assert np.log2(LOG_LABEL_FLOOR) == -10
+    with pytest.raises(ValueError, match="label"):
+        training_targets(normalised, "sqrt")
 
 
 def test_normalise_throughputs_per_task():
