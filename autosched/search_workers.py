@@ -18,14 +18,11 @@ done in this process, with a warning; so is everything after a worker dies.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import multiprocessing
 import os
 import random
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -34,6 +31,7 @@ import numpy as np
 
 from .errors import AutoschedError, WorkloadError
 from .mutations import Records, as_step
+from .process_pool import get_pool, resolvable, shutdown_pools
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +135,7 @@ class Workers:
         self.context = context
         self.spec = spec
         self.n_jobs = resolve_n_jobs(n_jobs)
-        self.use_pool = self.n_jobs > 1 and spec is not None and _resolvable(spec.workload_key)
+        self.use_pool = self.n_jobs > 1 and spec is not None and resolvable(spec.workload_key)
         self.cpu_seconds = 0.0  # CPU time the chunks took, wherever they ran
         if self.n_jobs > 1 and not self.use_pool:
             key = getattr(spec, "workload_key", None)
@@ -194,7 +192,7 @@ class Workers:
         return out
 
     def _map_pool(self, method: str, chunks: list[tuple]) -> list:
-        pool = _pool(self.n_jobs)
+        pool = get_pool(self.n_jobs)
         futures = [pool.submit(_work, self.spec, method, chunk) for chunk in chunks]
         out = []
         for fut in futures:
@@ -220,40 +218,7 @@ def _timed(context: TaskContext, method: str, chunk: tuple) -> tuple[Any, float]
     return result, time.process_time() - start
 
 
-_RESOLVABLE: dict[str, bool] = {}
-_POOLS: dict[int, ProcessPoolExecutor] = {}
 _CONTEXTS: dict[TaskSpec, TaskContext] = {}  # in a worker: its rebuilt tasks
-
-
-def _resolvable(key: str) -> bool:
-    """Can a fresh process rebuild this workload from the registry?"""
-    got = _RESOLVABLE.get(key)
-    if got is None:
-        from .workload_registry import workload_tensors
-
-        try:
-            workload_tensors(key)
-            got = True
-        except (ImportError, AutoschedError):
-            got = False
-        _RESOLVABLE[key] = got
-    return got
-
-
-def _pool(n_jobs: int) -> ProcessPoolExecutor:
-    pool = _POOLS.get(n_jobs)
-    if pool is None:
-        ctx = multiprocessing.get_context("spawn")
-        pool = _POOLS[n_jobs] = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
-    return pool
-
-
-@atexit.register
-def shutdown_pools() -> None:
-    """Stop the search's worker processes (also run at exit)."""
-    for pool in _POOLS.values():
-        pool.shutdown(wait=False, cancel_futures=True)
-    _POOLS.clear()
 
 
 def _work(spec: TaskSpec, method: str, chunk: tuple) -> tuple[Any, float]:

@@ -7,20 +7,16 @@ for later calls (its start-up, about a second, is paid once per process)."""
 
 from __future__ import annotations
 
-import atexit
-import multiprocessing
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import AutoschedError
+from ..process_pool import forget_pool, get_pool, resolvable
 from .extract import state_features
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-_RESOLVABLE: dict[str, bool] = {}  # workload key -> can a fresh process rebuild its DAG?
 _WORKER_DAGS: dict = {}  # in a worker: workload key -> ComputeDAG
 
 
@@ -36,7 +32,7 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
     local: list[int] = []
     for i, s in enumerate(states):
         key = getattr(s.dag, "workload_key", None)
-        if key is not None and _resolvable(key):
+        if key is not None and resolvable(key):
             by_key.setdefault(key, []).append(i)
         else:
             local.append(i)
@@ -46,7 +42,7 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
             "workload, so they are computed in this process (register the workload to spread them)",
             stacklevel=2,
         )
-    pool = _pool(n_jobs)
+    pool = get_pool(n_jobs)
     futures = []
     for key, idx in by_key.items():
         size = max(1, -(-len(idx) // (n_jobs * 4)))
@@ -61,39 +57,9 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
             for i, f in zip(part, fut.result()):
                 out[i] = f
     except BrokenProcessPool:
-        _POOLS.pop(n_jobs, None)  # a worker died; the next call starts a fresh pool
+        forget_pool(n_jobs)  # a worker died; the next call starts a fresh pool
         raise
     return out
-
-
-def _resolvable(key: str) -> bool:
-    got = _RESOLVABLE.get(key)
-    if got is None:
-        try:
-            from ..workload_registry import workload_tensors
-
-            workload_tensors(key)
-            got = True
-        except (ImportError, AutoschedError):
-            got = False
-        _RESOLVABLE[key] = got
-    return got
-
-
-def _pool(n_jobs: int) -> ProcessPoolExecutor:
-    pool = _POOLS.get(n_jobs)
-    if pool is None:
-        ctx = multiprocessing.get_context("spawn")
-        pool = _POOLS[n_jobs] = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
-    return pool
-
-
-@atexit.register
-def shutdown_pools() -> None:
-    """Stop the worker processes (also run at exit)."""
-    for pool in _POOLS.values():
-        pool.shutdown(wait=False, cancel_futures=True)
-    _POOLS.clear()
 
 
 def _work(key: str, records: list[tuple]) -> list[np.ndarray | None]:
