@@ -60,6 +60,11 @@ class Worker:
         try:
             costs = self._measure(req, reference)
         except _Failure as exc:
+            if exc.kind == MeasureErrorKind.WRONG_ANSWER:
+                # A kernel writing out of bounds may have hit the pristine inputs (device memory
+                # too): upload them afresh for the next candidate.
+                for buf in self.pristine.pop(ref_id, {}).values():
+                    buf.free()
             return _reply(exc.kind, str(exc))
         except self.drv.Error as exc:
             return _reply(MeasureErrorKind.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}", True)

@@ -96,6 +96,10 @@ class _Function:
             _memory[ptrs[2]][:] = out.tobytes()
             if self.behaviour == b"scribble":  # right answer, then garbage over its input
                 _memory[ptrs[0]][:] = (a + 7).tobytes()
+            if self.behaviour == b"stomp":  # right answer, then out-of-bounds garbage elsewhere
+                for p in list(_memory):
+                    if p not in ptrs and len(_memory[p]) == len(_memory[ptrs[0]]):
+                        _memory[p][:] = (a + 7).tobytes()
         _pending.append(run)
 
 class _Module:
@@ -169,6 +173,17 @@ def test_a_candidate_that_overwrites_its_inputs_does_not_spoil_the_next(fake_pyc
     with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
     assert kinds == [MeasureErrorKind.NO_ERROR, MeasureErrorKind.NO_ERROR, MeasureErrorKind.WRONG_ANSWER]
+
+
+def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
+    """A kernel whose stray writes land in the worker's pristine inputs (device memory too) makes
+    the next candidate fail the check; the worker then uploads the inputs afresh."""
+    refs = {"add": add_reference()}
+    arts, builds = zip(*(candidate(n) for n in ["add", "stomp", "add", "add"]))
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
+        kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
+    assert kinds == [MeasureErrorKind.NO_ERROR, MeasureErrorKind.NO_ERROR,
+                     MeasureErrorKind.WRONG_ANSWER, MeasureErrorKind.NO_ERROR]
 
 
 def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
