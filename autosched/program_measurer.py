@@ -12,7 +12,7 @@ import time
 from typing import Callable, Sequence
 
 from measure import (
-    LocalBuilder, LocalMeasureContext, LocalRunner, MeasureErrorKind, MeasureResult, make_reference,
+    LocalBuilder, LocalMeasureContext, LocalRunner, MeasureErrorKind, make_reference,
 )
 
 from .evaluate import evaluate
@@ -74,7 +74,9 @@ class ProgramMeasurer:
         codegen = time.perf_counter() - t0
         run = 0.0
         if artifacts:
-            measured, run = self._build_and_run(artifacts)
+            measured = self.context.measure_batch(artifacts, {self.task.workload_key: self.reference})
+            # the runner's seconds (each candidate's own); the rest of the wall time waits for nvcc
+            run = sum(m.run_seconds for m in measured)
             for i, m in zip(slots, measured):
                 results[i] = MeasureRecordResult(
                     tuple(m.costs), int(m.error_kind), m.error_msg or "", m.build_seconds,
@@ -88,23 +90,6 @@ class ProgramMeasurer:
         for cb in self.callbacks:
             cb(inputs, results)
         return results
-
-    def _build_and_run(self, artifacts) -> tuple[list[MeasureResult], float]:
-        """LocalMeasureContext.measure_batch's pipeline (run each kernel as soon as nvcc is done
-        with it), timing the runner: returns the results and the seconds spent running, so that
-        the rest of the wall-clock time is the wait for builds."""
-        builder, runner = self.context.builder, self.context.runner
-        refs = {self.task.workload_key: self.reference}
-        results: list[MeasureResult | None] = [None] * len(artifacts)
-        run_s = 0.0
-        for i, build in builder.build_as_completed(artifacts):
-            run = None
-            if build.ok:
-                t = time.perf_counter()
-                run = runner.run([artifacts[i]], [build], refs)[0]
-                run_s += time.perf_counter() - t
-            results[i] = MeasureResult.combine(build, run)
-        return results, run_s
 
     def close(self) -> None:
         self.context.close()
