@@ -9,7 +9,7 @@ GPU thread indices are the Vars in `THREAD_VARS`, shared by every kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator as PyIterator
+from typing import Collection, Iterator as PyIterator
 
 from .te.expr import Expr, Var
 
@@ -141,6 +141,21 @@ def iter_stmts(s: Stmt) -> PyIterator[Stmt]:
         yield from iter_stmts(s.then_case)
         if s.else_case is not None:
             yield from iter_stmts(s.else_case)
+
+
+def executed_statements(s: Stmt, loop_kinds: Collection[str] | None = None) -> int:
+    """How many statements `s` executes (an if counts both branches): every loop multiplies its
+    body by its extent, or only loops of `loop_kinds` when given (e.g. {"unroll"}: the statements
+    in the code once unrolled)."""
+    if isinstance(s, Seq):
+        return sum(executed_statements(c, loop_kinds) for c in s.stmts)
+    if isinstance(s, For):
+        times = s.extent if loop_kinds is None or s.kind in loop_kinds else 1
+        return times * executed_statements(s.body, loop_kinds)
+    if isinstance(s, IfThenElse):
+        return executed_statements(s.then_case, loop_kinds) + (
+            executed_statements(s.else_case, loop_kinds) if s.else_case is not None else 0)
+    return 1
 
 
 def seq(stmts: list[Stmt]) -> Stmt:

@@ -766,16 +766,6 @@ def _distinct_conjuncts(cond: Expr) -> Expr:
     return out
 
 
-def _steps(s: ir.Stmt) -> int:
-    if isinstance(s, ir.Seq):
-        return sum(_steps(c) for c in s.stmts)
-    if isinstance(s, ir.For):
-        return s.extent * _steps(s.body)
-    if isinstance(s, ir.IfThenElse):
-        return _steps(s.then_case) + (_steps(s.else_case) if s.else_case is not None else 0)
-    return 1
-
-
 def _auto_unroll(s: ir.Stmt, max_step: int) -> ir.Stmt:
     """Mark serial loops whose whole nest takes at most `max_step` steps as unrolled."""
     if isinstance(s, ir.Seq):
@@ -785,7 +775,7 @@ def _auto_unroll(s: ir.Stmt, max_step: int) -> ir.Stmt:
         return ir.IfThenElse(s.cond, _auto_unroll(s.then_case, max_step), els)
     if isinstance(s, ir.For):
         body = _auto_unroll(s.body, max_step)
-        kind = "unroll" if s.kind == "serial" and _steps(s) <= max_step else s.kind
+        kind = "unroll" if s.kind == "serial" and ir.executed_statements(s) <= max_step else s.kind
         return ir.For(s.var, s.extent, kind, body)
     return s
 

@@ -56,17 +56,10 @@ def _vector_bytes(s: ir.Stmt) -> int:
     return widest
 
 
-def unrolled_statements(s: ir.Stmt, copies: int = 1) -> int:
+def unrolled_statements(s: ir.Stmt) -> int:
     """How many statements the kernel body has once its unrolled loops are unrolled (the code
     nvcc has to compile and keep in registers)."""
-    if isinstance(s, ir.For):
-        return unrolled_statements(s.body, copies * (s.extent if s.kind == "unroll" else 1))
-    if isinstance(s, ir.Seq):
-        return sum(unrolled_statements(c, copies) for c in s.stmts)
-    if isinstance(s, ir.IfThenElse):
-        return unrolled_statements(s.then_case, copies) + (
-            unrolled_statements(s.else_case, copies) if s.else_case is not None else 0)
-    return copies
+    return ir.executed_statements(s, ("unroll",))
 
 
 def check_program(program: ir.Program, limits: Limits, params: SketchParams) -> str | None:
