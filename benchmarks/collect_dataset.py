@@ -6,7 +6,8 @@
 Per workload: `count` distinct states drawn by the sketch rules and init rules (sampled in parallel
 processes), built and measured by the ProgramMeasurer in batches, every record appended to
 `<out>/<workload>.jsonl` (records format; gzip it for tests/data/). Prints per-workload figures:
-sampling and measuring seconds, candidates per second, error kinds, best µs.
+sampling and measuring seconds, candidates per second, error kinds, best µs. `--compiler nvcc`
+or `nvrtc` picks the builder's compiler (default: NVRTC when found), e.g. to compare throughput.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
 
 
 def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float,
-            seed: int = 0) -> dict:
+            seed: int = 0, compiler: str = "auto") -> dict:
     """Sample and measure one workload; returns its summary."""
     import autosched
     from autosched.program_measurer import ProgramMeasurer
@@ -73,7 +74,8 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
     states = sample_states(name, count, processes, seed)
     t1 = time.perf_counter()
     path = os.path.join(out, f"{name}.jsonl")
-    measurer = ProgramMeasurer(task, LocalBuilder(timeout=build_timeout), LocalRunner(),
+    builder = LocalBuilder(timeout=build_timeout, compiler=compiler)
+    measurer = ProgramMeasurer(task, builder, LocalRunner(),
                                callbacks=[autosched.RecordToFile(path)])
     kinds, best, batch_seconds = collections.Counter(), float("inf"), []
     for k in range(0, len(states), batch):
@@ -88,7 +90,8 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
               f"best {best * 1e6:.1f} us, {time.perf_counter() - t1:.0f} s", flush=True)
     measurer.close()
     t2 = time.perf_counter()
-    return {"workload": name, "count": len(states), "sample_s": t1 - t0, "measure_s": t2 - t1,
+    return {"workload": name, "compiler": builder.compiler_used, "count": len(states),
+            "sample_s": t1 - t0, "measure_s": t2 - t1,
             "measured_per_s": len(states) / (t2 - t1), "error_kinds": dict(kinds),
             "best_us": best * 1e6, "time_split_s": dict(measurer.time), "batch_seconds": batch_seconds}
 
@@ -101,12 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--build-timeout", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0, help="first sampling seed (records are appended)")
+    ap.add_argument("--compiler", default="auto", choices=("auto", "nvrtc", "nvcc"))
     ap.add_argument("--out", default="dataset")
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
     summaries = []
     for name in ns.workloads:
-        summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout, ns.seed))
+        summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout, ns.seed,
+                                 ns.compiler))
         print(json.dumps(summaries[-1]), flush=True)
         with open(os.path.join(ns.out, "summary.json"), "w") as f:
             json.dump(summaries, f, indent=1)

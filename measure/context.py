@@ -96,8 +96,9 @@ class LocalMeasureContext:
         return results
 
     def close(self) -> None:
-        """Stop the runner's worker."""
+        """Stop the runner's worker and the builder's compiler workers."""
         self.runner.close()
+        self.builder.close()
 
     def __enter__(self) -> LocalMeasureContext:
         return self

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import struct
+import subprocess
+import sys
 import time
 from typing import Any, BinaryIO
 
@@ -16,6 +19,7 @@ import msgpack
 import numpy as np
 
 _HEADER = struct.Struct("<Q")
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ND_KEY = "__ndarray__"
 
 
@@ -113,3 +117,35 @@ class FdFrameReader:
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
         return data
+
+
+def start_worker(module: str, *args: str) -> subprocess.Popen:
+    """Start `python -m module args...` with frame pipes on stdin/stdout, in its own session (a
+    Ctrl-C to the parent does not hit it mid-kernel; `kill_worker` takes its children too)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def kill_worker(proc: subprocess.Popen) -> None:
+    """SIGKILL a worker's process group if it still runs, close its pipes, and reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except Exception:
+            pass
+    try:
+        proc.wait(timeout=30.0)
+    except subprocess.TimeoutExpired:
+        pass

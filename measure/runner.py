@@ -6,10 +6,7 @@ import collections
 import dataclasses
 import importlib.util
 import math
-import os
-import signal
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -17,11 +14,8 @@ from collections.abc import Mapping, Sequence
 from .artifact import KernelArtifact
 from .builder import BuildResult
 from .errors import GPUUnavailableError, MeasureErrorKind
-from .framing import FdFrameReader, FrameEOF, FrameTimeout, write_frame
+from .framing import FdFrameReader, FrameEOF, FrameTimeout, kill_worker, start_worker, write_frame
 from .reference import Reference
-
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
@@ -153,18 +147,10 @@ class LocalRunner:
         """Start the worker (if not running) and wait for its CUDA context."""
         if self._proc is not None and self._proc.poll() is None:
             return
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "measure._worker", str(self.device)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # a Ctrl-C to the parent does not hit the worker mid-kernel
-        )
+        proc = start_worker("measure._worker", str(self.device))
         self._proc, self._reader = proc, FdFrameReader(proc.stdout.fileno())
         self._sent.clear()
-        self._finalizer = weakref.finalize(self, _kill, proc)
+        self._finalizer = weakref.finalize(self, kill_worker, proc)
         self.worker_starts += 1
         try:
             hello = self._reader.read(time.monotonic() + self.startup_timeout)
@@ -293,21 +279,3 @@ class LocalRunner:
             "cooldown": self.cooldown_interval,
             "seed": self.seed,
         }
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's process group if it still runs, and reap it."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            stream.close()
-        except Exception:
-            pass
-    try:
-        proc.wait(timeout=30.0)
-    except subprocess.TimeoutExpired:
-        pass

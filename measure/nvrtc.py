@@ -1,0 +1,197 @@
+"""NVRTC: compile CUDA source to a cubin through libnvrtc, in long-lived worker processes.
+
+Why: `nvcc -cubin` preprocesses and parses the whole CUDA runtime header set for every kernel
+(gcc -E + cicc's front end: ~0.4-0.7 s of a typical 0.6-1.2 s generated-kernel build, measured on
+this project's CI machine and the H100 machine), and spawns three processes. NVRTC has the device
+builtins inside, so only the kernel itself is compiled; ptxas still runs (in-process), and
+`--ptxas-options=--verbose` gives the same resource report that `parse_ptxas` reads.
+
+Each `NvrtcCompiler` owns one worker process (`python -m measure._nvrtc_worker`, like the runner's) that
+loads libnvrtc once; a compilation that runs past its timeout kills the worker, and the next
+compilation starts a fresh one. `find_nvrtc()` locates the library: `$AUTOSCHED_NVRTC` (a path,
+or `0`/`off` to disable NVRTC), the CUDA toolkit next to nvcc, `$CUDA_HOME`, the NVIDIA pip wheels
+on `sys.path`, then the loader's search path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import itertools
+import os
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Sequence
+
+from .errors import MeasureErrorKind
+from .framing import FdFrameReader, FrameEOF, FrameTimeout, kill_worker, start_worker, write_frame
+from .ptxas import KernelResources, is_resource_message, parse_ptxas, relevant_lines
+
+ENV_VAR = "AUTOSCHED_NVRTC"
+SOURCE_NAME = "kernel.cu"
+# nvcc's -Xptxas -v, as NVRTC spells it (NVRTC optimises like -O3 by default). NVRTC alone caps
+# registers at 128 (measured: 128 registers + 16 spilled bytes where nvcc used 143, none spilled);
+# 255 is nvcc's limit, so both build the same code.
+BASE_OPTIONS = ("--ptxas-options=--verbose", "--maxrregcount=255")
+START_TIMEOUT = 60.0
+_BUILD_COUNTER = itertools.count()
+NONCE_PREFIX = "autosched_nonce_"
+
+
+def _candidates() -> list[str]:
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    try:
+        from .ptxas import find_nvcc
+
+        roots.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(find_nvcc()))))
+    except Exception:  # no nvcc: the other places still count
+        pass
+    found = []
+    for root in filter(None, roots):
+        for sub in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
+            found += sorted(glob.glob(os.path.join(root, sub, "libnvrtc.so*")))
+    for path in sys.path:
+        for sub in ("cu13", "cuda_nvrtc"):
+            found += sorted(glob.glob(os.path.join(path, "nvidia", sub, "lib", "libnvrtc.so*")))
+    name = ctypes.util.find_library("nvrtc")
+    if name:
+        found.append(name)
+    return [p for p in found if "builtins" not in os.path.basename(p) and ".alt." not in p]
+
+
+def find_nvrtc() -> str | None:
+    """Path (or loader name) of a loadable libnvrtc, or None (then builds use nvcc)."""
+    choice = os.environ.get(ENV_VAR, "").strip()
+    if choice.lower() in ("0", "off", "no", "false", "nvcc"):
+        return None
+    for path in [choice] if choice else _candidates():
+        try:
+            NvrtcLibrary(path)
+        except OSError:
+            continue
+        return path
+    return None
+
+
+class NvrtcLibrary:
+    """The few libnvrtc calls a build needs, through ctypes (which releases the GIL)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # libnvrtc dlopens its builtins library by name: load the one beside it first, so a
+        # library outside the loader's path (a pip wheel, $AUTOSCHED_NVRTC) works too
+        for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+            if ".alt." not in builtins:
+                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+                break
+        self.lib = ctypes.CDLL(path)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def version(self) -> tuple[int, int]:
+        """(major, minor) of the library."""
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        return major.value, minor.value
+
+    def compile(self, source: str, options: Sequence[str]) -> tuple[int, str, bytes | None]:
+        """(nvrtcResult, program log, cubin or None) for one translation unit."""
+        lib = self.lib
+        prog = ctypes.c_void_p()
+        result = lib.nvrtcCreateProgram(
+            ctypes.byref(prog), source.encode(), SOURCE_NAME.encode(), 0, None, None
+        )
+        if result != 0:
+            return result, f"nvrtcCreateProgram: {lib.nvrtcGetErrorString(result).decode()}", None
+        try:
+            opts = [o.encode() for o in options]
+            result = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            buf = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, buf)
+            log = buf.value.decode(errors="replace")
+            if result != 0:
+                return result, log or lib.nvrtcGetErrorString(result).decode(), None
+            lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+            if size.value == 0:
+                return -1, log + "\nNVRTC produced no cubin (is -arch a real sm_XX?)", None
+            cubin = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetCUBIN(prog, cubin)
+            return 0, log, cubin.raw
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+class NvrtcCompiler:
+    """One NVRTC worker process (`python -m measure._nvrtc_worker LIBRARY ARCH`, frames
+    on its pipes);
+    `compile` has `compile_source`'s result shape."""
+
+    def __init__(self, path: str, arch: str) -> None:
+        self.path = path
+        self.arch = arch
+        self._proc: subprocess.Popen | None = None
+        self._reader: FdFrameReader | None = None
+        self._finalizer: weakref.finalize | None = None
+        self.worker_starts = 0
+
+    def start(self) -> None:
+        """Start the worker now (compile starts it when needed); OSError when it cannot."""
+        self._proc = start_worker("measure._nvrtc_worker", self.path, self.arch)
+        self._reader = FdFrameReader(self._proc.stdout.fileno())
+        self._finalizer = weakref.finalize(self, kill_worker, self._proc)
+        self.worker_starts += 1
+        # start-up (interpreter, imports, loading libnvrtc) is not counted in a kernel's timeout
+        try:
+            hello = self._reader.read(time.monotonic() + START_TIMEOUT)
+        except (FrameTimeout, FrameEOF) as exc:
+            self.close()
+            raise OSError(f"the NVRTC worker did not start ({self.path}): {exc}") from None
+        if not hello.get("ready"):
+            self.close()
+            raise OSError(f"the NVRTC worker could not load {self.path}: {hello.get('error')}")
+
+    def compile(
+        self, source: str, extra_flags: Sequence[str] = (), timeout: float = 30.0
+    ) -> tuple[MeasureErrorKind, str, bytes | None, dict[str, KernelResources]]:
+        """Compile `source`: (error kind, message, cubin, ptxas resources), like
+        `compile_source`. Raises OSError when the worker cannot start."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.start()
+        options = [f"--gpu-architecture={self.arch}", *BASE_OPTIONS, *extra_flags]
+        # NVRTC may answer a program it has compiled before (even in another process, even with
+        # other comments) from a cache, with the cubin but without ptxas's report (seen on the
+        # H100 machine); an extra empty kernel with a unique name makes every program new.
+        nonce = f"{NONCE_PREFIX}{os.getpid()}_{next(_BUILD_COUNTER)}_{time.time_ns()}"
+        request = {"source": f'{source}\nextern "C" __global__ void {nonce}() {{}}\n', "options": options}
+        try:
+            write_frame(self._proc.stdin, request)
+            reply = self._reader.read(time.monotonic() + timeout)
+        except FrameTimeout:
+            self.close()
+            return MeasureErrorKind.COMPILE_TIMEOUT, f"NVRTC ran past {timeout:g} s", None, {}
+        except (FrameEOF, OSError) as exc:
+            self.close()
+            return MeasureErrorKind.COMPILE_ERROR, f"the NVRTC worker died: {exc}", None, {}
+        log, cubin = reply["log"], reply["cubin"]
+        kernels = {k: v for k, v in parse_ptxas(log).items() if not k.startswith(NONCE_PREFIX)}
+        if reply["result"] == 0 and f"'{nonce}'" not in log:
+            return MeasureErrorKind.UNKNOWN, "NVRTC gave a cubin without ptxas's report", None, {}
+        if reply["result"] != 0 or cubin is None:
+            kind = (
+                MeasureErrorKind.RESOURCE_LIMIT
+                if is_resource_message(log)
+                else MeasureErrorKind.COMPILE_ERROR
+            )
+            message = relevant_lines(log, SOURCE_NAME) or f"NVRTC failed ({reply['result']})"
+            return kind, message, None, kernels
+        return MeasureErrorKind.NO_ERROR, "", cubin, kernels
+
+    def close(self) -> None:
+        """Stop the worker (it restarts on the next `compile`)."""
+        if self._finalizer is not None:
+            self._finalizer()  # kill_worker, once
+        self._proc = self._reader = self._finalizer = None
