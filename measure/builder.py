@@ -69,10 +69,11 @@ class LocalBuilder:
     `compiler`: "nvrtc" (libnvrtc in worker processes, see measure/nvrtc.py: no host-header
     preprocessing, several times faster per kernel), "nvcc" (`nvcc -cubin -O3 -Xptxas -v`), or
     "auto" (default): NVRTC when `find_nvrtc()` finds the library, else nvcc. Both run the same
-    NVVM and ptxas. `compiler_used` says which one builds. A compilation past `timeout` seconds is a
-    COMPILE_TIMEOUT: on the H100 machine, of 3000 random suite kernels the ones that took over 4 s
-    were never among the 20 fastest (mostly they spilled), so 10 s loses nothing and keeps one
-    huge unrolled kernel from holding up a whole batch.
+    NVVM and ptxas. `compiler_used` says which one builds. A compilation past `timeout` seconds
+    (default 4) is a COMPILE_TIMEOUT: one huge unrolled kernel must not hold up a whole batch. On
+    the H100 machine, of 3500 measured random and searched suite kernels (nvcc, 15 compilations
+    at once) the 20 fastest of each log all compiled in at most 2.5 s, NVRTC is faster still,
+    and the slowest compilations were mostly spilling kernels.
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
@@ -83,7 +84,7 @@ class LocalBuilder:
     def __init__(
         self,
         n_parallel: int | None = None,
-        timeout: float = 10.0,
+        timeout: float = 4.0,
         arch: str | None = None,
         hardware: HardwareParams | None = None,
         extra_flags: Sequence[str] = (),
