@@ -170,16 +170,22 @@ class LocalBuilder:
         return BuildResult(cubin, kernels)
 
 
+    @property
+    def compile_timeout(self) -> float:
+        """`timeout` stretched by how far `n_parallel` oversubscribes the CPUs: the limit is on a
+        kernel's own compile cost, and 16 compilations on 2 cores each take ~8x longer."""
+        return self.timeout * max(1.0, self.n_parallel / (os.cpu_count() or 1))
+
     def _compile(self, source: str):
         if self.compiler_used == "nvcc":
-            return compile_source(source, self.arch, self.extra_flags, self.timeout, self.nvcc)
+            return compile_source(source, self.arch, self.extra_flags, self.compile_timeout, self.nvcc)
         try:
             compiler = self._idle_compilers.get_nowait()
         except queue.Empty:  # at most one per build thread is ever made
             compiler = NvrtcCompiler(self._compilers[0].path, self.arch)
             self._compilers.append(compiler)
         try:
-            return compiler.compile(source, self.extra_flags, self.timeout)
+            return compiler.compile(source, self.extra_flags, self.compile_timeout)
         finally:
             self._idle_compilers.put(compiler)
 

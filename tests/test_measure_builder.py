@@ -165,6 +165,13 @@ def test_compile_timeout_then_the_next_build_works(compiler):
 
 
 @needs_nvcc
+def test_timeout_stretches_when_compilations_oversubscribe_the_cpus():
+    cpus = os.cpu_count() or 1
+    assert LocalBuilder(n_parallel=cpus, timeout=4.0, compiler="nvcc").compile_timeout == 4.0
+    assert LocalBuilder(n_parallel=4 * cpus, timeout=4.0, compiler="nvcc").compile_timeout == 16.0
+
+
+@needs_nvcc
 @needs_nvrtc
 def test_nvrtc_and_nvcc_report_the_same_resources():
     """NVRTC runs the same NVVM and ptxas as nvcc (with nvcc's 255-register limit, which NVRTC
