@@ -17,7 +17,7 @@ from .errors import CompileError, MeasureErrorKind, NvccNotFoundError
 from .hardware import HardwareParams, device_arch
 from .nvrtc import ENV_VAR as NVRTC_ENV_VAR
 from .nvrtc import NvrtcCompiler, find_nvrtc
-from .ptxas import KernelResources, find_nvcc, is_resource_message, parse_ptxas, relevant_lines
+from .ptxas import KernelResources, compile_failure, find_nvcc, parse_ptxas
 
 SOURCE_NAME = "kernel.cu"
 
@@ -243,12 +243,7 @@ def compile_source(
         log = text.decode(errors="replace")
         kernels = parse_ptxas(log)
         if proc.returncode != 0 or not os.path.exists(out):
-            kind = (
-                MeasureErrorKind.RESOURCE_LIMIT
-                if is_resource_message(log)
-                else MeasureErrorKind.COMPILE_ERROR
-            )
-            message = relevant_lines(log, SOURCE_NAME) or f"nvcc exited with {proc.returncode}"
+            kind, message = compile_failure(log, SOURCE_NAME, f"nvcc exited with {proc.returncode}")
             return kind, message, None, kernels
         with open(out, "rb") as f:
             return MeasureErrorKind.NO_ERROR, "", f.read(), kernels

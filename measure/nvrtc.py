@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from .errors import MeasureErrorKind
 from .framing import FdFrameReader, FrameEOF, FrameTimeout, kill_worker, start_worker, write_frame
-from .ptxas import KernelResources, is_resource_message, parse_ptxas, relevant_lines
+from .ptxas import KernelResources, compile_failure, parse_ptxas
 
 ENV_VAR = "AUTOSCHED_NVRTC"
 SOURCE_NAME = "kernel.cu"
@@ -181,12 +181,7 @@ class NvrtcCompiler:
         if reply["result"] == 0 and f"'{nonce}'" not in log:
             return MeasureErrorKind.UNKNOWN, "NVRTC gave a cubin without ptxas's report", None, {}
         if reply["result"] != 0 or cubin is None:
-            kind = (
-                MeasureErrorKind.RESOURCE_LIMIT
-                if is_resource_message(log)
-                else MeasureErrorKind.COMPILE_ERROR
-            )
-            message = relevant_lines(log, SOURCE_NAME) or f"NVRTC failed ({reply['result']})"
+            kind, message = compile_failure(log, SOURCE_NAME, f"NVRTC failed ({reply['result']})")
             return kind, message, None, kernels
         return MeasureErrorKind.NO_ERROR, "", cubin, kernels
 

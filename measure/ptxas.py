@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 
-from .errors import NvccNotFoundError
+from .errors import MeasureErrorKind, NvccNotFoundError
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PROPS = re.compile(r"Function properties for (\S+)")
@@ -74,6 +74,13 @@ def parse_ptxas(text: str) -> dict[str, KernelResources]:
 def is_resource_message(text: str) -> bool:
     """True when a ptxas failure is a resource limit (e.g. "uses too much shared data")."""
     return bool(_TOO_MUCH.search(text))
+
+
+def compile_failure(log: str, source_name: str, fallback: str) -> tuple[MeasureErrorKind, str]:
+    """(error kind, message) of a failed compilation: a resource limit when ptxas says so, else a
+    compile error; the message is the log's error lines, or `fallback` when it has none."""
+    kind = MeasureErrorKind.RESOURCE_LIMIT if is_resource_message(log) else MeasureErrorKind.COMPILE_ERROR
+    return kind, relevant_lines(log, source_name) or fallback
 
 
 def relevant_lines(text: str, source_name: str = "kernel.cu", limit: int = 12) -> str:
