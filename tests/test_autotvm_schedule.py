@@ -32,14 +32,9 @@ from autosched.evaluate import evaluate
 from autosched.interpreter import run_program
 from autosched.lowering import lower
 from autosched.transform_steps import reads_of
-from measure import NvccNotFoundError, compile_resources, find_nvcc
+from measure import compile_resources
 
-try:
-    find_nvcc()
-    NVCC_MISSING = None
-except NvccNotFoundError as exc:
-    NVCC_MISSING = str(exc)
-needs_nvcc = pytest.mark.skipif(NVCC_MISSING is not None, reason=f"{NVCC_MISSING}")
+from compilers import needs_nvcc
 
 SMALL = {"co": 16, "ci": 8}  # the reduced conv for the interpreter: 1x8x7x7 -> 16, 3x3, pad 1
 

@@ -33,14 +33,9 @@ from autosched.codegen_cuda import (
 )
 from autosched.errors import LoweringError
 from autosched.te.expr import Const, Var
-from measure import NvccNotFoundError, compile_resources, find_nvcc
+from measure import compile_resources
 
-try:
-    find_nvcc()
-    NVCC_MISSING = None
-except NvccNotFoundError as exc:
-    NVCC_MISSING = str(exc)
-needs_nvcc = pytest.mark.skipif(NVCC_MISSING is not None, reason=f"{NVCC_MISSING}")
+from compilers import needs_nvcc
 
 
 def compile_ok(program: ir.Program, fast_math: bool = False) -> str:

@@ -29,19 +29,13 @@ from measure import (
     check_resources,
     compile_resources,
     compile_source,
-    find_nvcc,
     pack,
     parse_ptxas,
     unpack,
 )
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
 
-try:
-    find_nvcc()
-    NVCC_MISSING = None
-except NvccNotFoundError as exc:
-    NVCC_MISSING = str(exc)
-needs_nvcc = pytest.mark.skipif(NVCC_MISSING is not None, reason=f"{NVCC_MISSING}")
+from compilers import NVCC_MISSING, needs_nvcc
 NVRTC = find_nvrtc()
 needs_nvrtc = pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
 COMPILERS = [pytest.param("nvcc", marks=needs_nvcc), pytest.param("nvrtc", marks=needs_nvrtc)]
