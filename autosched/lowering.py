@@ -9,8 +9,9 @@ Passes, in order:
   5. emission            loops, init + update of reductions, guards, barriers around shared stages;
                          a reduction bound to threadIdx accumulates per thread, then AllReduces
   6. unrolling           auto_unroll_max_step marks small loop nests `unroll`; after virtual-thread
-                         injection every loop whose variable indexes a local array is unrolled
-                         (registers have no addresses: a runtime index puts the array in memory)
+                         injection every loop whose variable indexes a local array is unrolled,
+                         and cooperative-fetch loops are unrolled a few copies at a time
+                         (autosched/unrolling.py)
 One root stage becomes one kernel; kernels run in dataflow order.
 """
 
@@ -28,6 +29,7 @@ from .te.expr import BinOp, Const, Expr, Load, Reduce, Var
 from .te.reduce import BUILTIN_REDUCERS
 from .te.tensor import ComputeOp, Tensor
 from .te.visitor import free_vars, rewrite, substitute, walk
+from .unrolling import auto_unroll, limit_fetch_unroll, unroll_register_indices
 from .vthread import inject_virtual_threads
 
 THREAD_TAGS = {"threadIdx.x", "threadIdx.y", "threadIdx.z"}
@@ -476,7 +478,7 @@ class Lowerer:
 
         stmt = nest(0)
         if st.auto_unroll_max_step > 0:
-            stmt = _auto_unroll(stmt, st.auto_unroll_max_step)
+            stmt = auto_unroll(stmt, st.auto_unroll_max_step)
         return stmt
 
     def emit_attached(self, j: int) -> ir.Stmt:
@@ -615,7 +617,7 @@ class Lowerer:
             ))
             if kernel.vthread > 1:  # fold the constants of the copies
                 kernel.body = _simplify_stmt(kernel.body, bounds)
-            kernel.body = unroll_register_indices(kernel.body)
+            kernel.body = limit_fetch_unroll(unroll_register_indices(kernel.body))
             kernels.append(kernel)
         return ir.Program(kernels, params + temps, outputs, temps)
 
@@ -648,8 +650,6 @@ def _guarded(stmt: ir.Stmt, conds: list[Expr]) -> ir.Stmt:
 
 
 def _loads(e: Expr) -> list[Load]:
-    from .te.visitor import walk
-
     return [n for n in walk(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
 
 
@@ -767,63 +767,6 @@ def _distinct_conjuncts(cond: Expr) -> Expr:
     for t in unique[1:]:
         out = BinOp("&&", out, t, "bool")
     return out
-
-
-def _auto_unroll(s: ir.Stmt, max_step: int) -> ir.Stmt:
-    """Mark serial loops whose whole nest takes at most `max_step` steps as unrolled."""
-    if isinstance(s, ir.Seq):
-        return ir.Seq([_auto_unroll(c, max_step) for c in s.stmts])
-    if isinstance(s, ir.IfThenElse):
-        els = _auto_unroll(s.else_case, max_step) if s.else_case is not None else None
-        return ir.IfThenElse(s.cond, _auto_unroll(s.then_case, max_step), els)
-    if isinstance(s, ir.For):
-        body = _auto_unroll(s.body, max_step)
-        kind = "unroll" if s.kind == "serial" and ir.executed_statements(s) <= max_step else s.kind
-        return ir.For(s.var, s.extent, kind, body)
-    return s
-
-
-def _local_index_vars(exprs, out: set[int]) -> None:
-    """Add to `out` the ids of the variables in the indices of local-buffer loads in `exprs`."""
-    for e in exprs:
-        for node in walk(e):
-            if type(node) is Load and getattr(node.buffer, "scope", None) == "local":
-                out.update(id(v) for i in node.indices for v in free_vars(i))
-
-
-def _register_index_pass(s: ir.Stmt) -> tuple[ir.Stmt, set[int]]:
-    if isinstance(s, ir.Seq):
-        parts = [_register_index_pass(c) for c in s.stmts]
-        return ir.Seq([p[0] for p in parts]), set().union(*(p[1] for p in parts))
-    if isinstance(s, ir.For):
-        body, used = _register_index_pass(s.body)
-        kind = "unroll" if s.kind == "serial" and id(s.var) in used else s.kind
-        return (s if kind == s.kind and body is s.body else ir.For(s.var, s.extent, kind, body)), used
-    if isinstance(s, ir.IfThenElse):
-        then, used = _register_index_pass(s.then_case)
-        els = None
-        if s.else_case is not None:
-            els, used_else = _register_index_pass(s.else_case)
-            used |= used_else
-        _local_index_vars([s.cond], used)
-        return ir.IfThenElse(s.cond, then, els), used
-    used: set[int] = set()
-    if isinstance(s, (ir.Store, ir.AllReduce)):
-        if s.buffer.scope == "local":
-            used.update(id(v) for v in free_vars(s.index))
-        _local_index_vars([s.value, s.index] + ([s.cond] if getattr(s, "cond", None) is not None else []), used)
-    return s, used
-
-
-def unroll_register_indices(body: ir.Stmt) -> ir.Stmt:
-    """Mark `unroll` every serial loop whose variable appears in the index of a local array.
-
-    Local arrays live in registers only when every index is a compile-time constant once the
-    code is unrolled; one runtime index puts the whole array in (slow) local memory. Measured on
-    320 random suite states (nvcc 13, sm_90): 15% had such an array in local memory before this
-    pass. Loops inside such a loop that index nothing local stay loops.
-    """
-    return _register_index_pass(body)[0]
 
 
 def lower(state: State) -> ir.Program:

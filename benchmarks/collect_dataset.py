@@ -8,6 +8,10 @@ processes), built and measured by the ProgramMeasurer in batches, every record a
 `<out>/<workload>.jsonl` (records format; gzip it for tests/data/). Prints per-workload figures:
 sampling and measuring seconds, candidates per second, error kinds, best µs. `--compiler nvcc`
 or `nvrtc` picks the builder's compiler (default: NVRTC when found), e.g. to compare throughput.
+`--replay DIR` measures again the states of `DIR/<workload>.jsonl[.gz]` (in order, the first
+`count`) instead of sampling new ones: a dataset re-measured under the current lowering, e.g.
+
+    python3 benchmarks/collect_dataset.py --replay tests/data/costmodel --out remeasured/
 """
 
 from __future__ import annotations
@@ -60,8 +64,21 @@ def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
     return states
 
 
+def replayed_states(name: str, directory: str, count: int) -> list:
+    """The first `count` states recorded in `directory/<name>.jsonl` (or `.jsonl.gz`)."""
+    import autosched
+    from autosched.workloads import SUITE
+
+    path = os.path.join(directory, f"{name}.jsonl")
+    if not os.path.exists(path):
+        path += ".gz"
+    wl, args, _ = SUITE[name]
+    dag = autosched.SearchTask(wl, args).compute_dag
+    return [dag.replay_steps(inp.steps) for inp, _ in autosched.load_records(path)][:count]
+
+
 def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float,
-            seed: int = 0, compiler: str = "auto") -> dict:
+            seed: int = 0, compiler: str = "auto", replay: str | None = None) -> dict:
     """Sample and measure one workload; returns its summary."""
     import autosched
     from autosched.program_measurer import ProgramMeasurer
@@ -71,7 +88,10 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
     wl, args, _ = SUITE[name]
     task = autosched.SearchTask(wl, args)
     t0 = time.perf_counter()
-    states = sample_states(name, count, processes, seed)
+    if replay:
+        states = replayed_states(name, replay, count)
+    else:
+        states = sample_states(name, count, processes, seed)
     t1 = time.perf_counter()
     path = os.path.join(out, f"{name}.jsonl")
     builder = LocalBuilder(timeout=build_timeout, compiler=compiler)
@@ -110,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-timeout", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0, help="first sampling seed (records are appended)")
     ap.add_argument("--compiler", default="auto", choices=("auto", "nvrtc", "nvcc"))
+    ap.add_argument("--replay", help="measure the states recorded in DIR/<workload>.jsonl[.gz] again")
     ap.add_argument("--out", default="dataset")
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
     summaries = []
     for name in ns.workloads:
         summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout, ns.seed,
-                                 ns.compiler))
+                                 ns.compiler, ns.replay))
         print(json.dumps(summaries[-1]), flush=True)
         with open(os.path.join(ns.out, "summary.json"), "w") as f:
             json.dump(summaries, f, indent=1)

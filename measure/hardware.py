@@ -30,6 +30,7 @@ class HardwareParams:
     max_registers_per_block: int = 65536
     max_registers_per_thread: int = 255
     register_allocation_unit: int = 256  # registers are allocated per warp in units of this many
+    warp_allocation_granularity: int = 4  # a block's warps take registers in groups of this many
     max_vthread_extent: int = 8
     max_local_memory_spill_bytes: int = 0
     arch: str = "sm_90"
@@ -59,6 +60,18 @@ class HardwareParams:
         queried = _query_device(device)
         queried.update(overrides)
         return cls(**queried)
+
+    def registers_per_thread_limit(self, threads_per_block: int) -> int:
+        """The most registers per thread ptxas gives a kernel declared
+        `__launch_bounds__(threads_per_block, 1)`: the register file over the block's warps
+        rounded up to the warp allocation granularity, rounded down to the allocation unit.
+        Checked against ptxas (sm_90, CUDA 13.0) for every multiple of 32 threads: e.g. 448
+        threads get 128 registers, not 65536 / 448 = 146."""
+        warps = -(-threads_per_block // self.warp_size)
+        warps = -(-warps // self.warp_allocation_granularity) * self.warp_allocation_granularity
+        per_thread = self.max_registers_per_block // (warps * self.warp_size)
+        granule = max(1, self.register_allocation_unit // self.warp_size)
+        return min(self.max_registers_per_thread, per_thread // granule * granule)
 
     def registers_needed(self, registers_per_thread: int, threads_per_block: int) -> int:
         """Registers a block takes from the register file, with the per-warp allocation unit."""

@@ -22,6 +22,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from measure.hardware import HardwareParams
+
 from ..arith import to_affine
 from ..loop_state import ATTACHED, REDUCE, ROOT, SPATIAL, State
 from ..te.dtype import BYTES
@@ -51,20 +53,17 @@ class Limits:
     max_threads_per_block: int = 1024
     max_vthread_extent: int = 8
     max_shared_memory_per_block: int = 48 * 1024
-    max_registers_per_thread: int = 255
-    max_registers_per_block: int = 65536
+    hardware: HardwareParams = HardwareParams()
 
     @staticmethod
-    def of(hw) -> "Limits":
+    def of(hw: HardwareParams) -> "Limits":
         return Limits(hw.warp_size, hw.max_threads_per_block, hw.max_vthread_extent,
-                      hw.max_shared_memory_per_block, hw.max_registers_per_thread,
-                      hw.max_registers_per_block)
+                      hw.max_shared_memory_per_block, hw)
 
     def registers_per_thread(self, threads: int) -> int:
-        """The registers ptxas can give each thread of a block of `threads` (warps rounded up)."""
-        warps = -(-threads // self.warp_size)
-        per_thread = self.max_registers_per_block // (warps * self.warp_size)
-        return min(self.max_registers_per_thread, per_thread)
+        """The registers ptxas can give each thread of a block of `threads` (the kernels are
+        declared `__launch_bounds__(threads, 1)`)."""
+        return self.hardware.registers_per_thread_limit(threads)
 
 
 # ---- the plan of a sketch ---------------------------------------------------------------------
