@@ -327,7 +327,7 @@ class KernelPrinter:
             return
         name = self.ex.names[id(s.var)] = self._fresh(s.var.name)
         if s.kind in ("unroll", "vectorize"):
-            self.emit(d, f"#pragma unroll {s.unroll_factor}" if s.unroll_factor else "#pragma unroll")
+            self.emit(d, "#pragma unroll")
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")
         self.stmt(s.body, d + 1)
         self.emit(d, "}")

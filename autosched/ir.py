@@ -59,7 +59,6 @@ class For(Stmt):
     extent: int
     kind: str  # one of LOOP_KINDS (or VTHREAD_KIND inside lowering)
     body: Stmt
-    unroll_factor: int = 0  # an `unroll` loop: 0 unrolls it fully, n > 0 n iterations at a time
 
 
 @dataclass(eq=False)
@@ -152,8 +151,6 @@ def executed_statements(s: Stmt, loop_kinds: Collection[str] | None = None) -> i
         return sum(executed_statements(c, loop_kinds) for c in s.stmts)
     if isinstance(s, For):
         times = s.extent if loop_kinds is None or s.kind in loop_kinds else 1
-        if loop_kinds is not None and s.unroll_factor:  # code: n copies of a partly unrolled loop
-            times = min(times, s.unroll_factor)
         return times * executed_statements(s.body, loop_kinds)
     if isinstance(s, IfThenElse):
         return executed_statements(s.then_case, loop_kinds) + (
@@ -182,8 +179,7 @@ def program_text(p: Program) -> str:
             for c in s.stmts:
                 emit(c, d)
         elif isinstance(s, For):
-            factor = f" {s.unroll_factor}" if s.unroll_factor else ""
-            out.append(f"{pad}for {s.var.name} in 0..{s.extent} [{s.kind}{factor}]:")
+            out.append(f"{pad}for {s.var.name} in 0..{s.extent} [{s.kind}]:")
             emit(s.body, d + 1)
         elif isinstance(s, IfThenElse):
             out.append(f"{pad}if {s.cond!r}:")

@@ -9,8 +9,7 @@ Passes, in order:
   5. emission            loops, init + update of reductions, guards, barriers around shared stages;
                          a reduction bound to threadIdx accumulates per thread, then AllReduces
   6. unrolling           auto_unroll_max_step marks small loop nests `unroll`; after virtual-thread
-                         injection every loop whose variable indexes a local array is unrolled,
-                         and cooperative-fetch loops are unrolled a few copies at a time
+                         injection every loop whose variable indexes a local array is unrolled
                          (autosched/unrolling.py)
 One root stage becomes one kernel; kernels run in dataflow order.
 """
@@ -29,7 +28,7 @@ from .te.expr import BinOp, Const, Expr, Load, Reduce, Var
 from .te.reduce import BUILTIN_REDUCERS
 from .te.tensor import ComputeOp, Tensor
 from .te.visitor import free_vars, rewrite, substitute, walk
-from .unrolling import auto_unroll, limit_fetch_unroll, unroll_register_indices
+from .unrolling import auto_unroll, unroll_register_indices
 from .vthread import inject_virtual_threads
 
 THREAD_TAGS = {"threadIdx.x", "threadIdx.y", "threadIdx.z"}
@@ -617,7 +616,7 @@ class Lowerer:
             ))
             if kernel.vthread > 1:  # fold the constants of the copies
                 kernel.body = _simplify_stmt(kernel.body, bounds)
-            kernel.body = limit_fetch_unroll(unroll_register_indices(kernel.body))
+            kernel.body = unroll_register_indices(kernel.body)
             kernels.append(kernel)
         return ir.Program(kernels, params + temps, outputs, temps)
 

@@ -1,15 +1,16 @@
-"""Which loops of a lowered kernel are unrolled, and how far: the passes that decide `For.kind`
-`unroll` and `For.unroll_factor`.
+"""Which loops of a lowered kernel are unrolled: the passes that mark `For.kind` `unroll`.
 
   auto_unroll              the stage's `auto_unroll_max_step`: loop nests of at most that many
                            steps are unrolled (before virtual threads are injected)
   unroll_register_indices  every loop whose variable indexes a local array is unrolled
                            (registers have no addresses: a runtime index puts the array in memory)
-  limit_fetch_unroll       an unrolled loop that copies global memory into shared memory is
-                           unrolled `FETCH_UNROLL` copies at a time, not fully
 
 Unrolling is where most register spills come from: ptxas issues every load of an unrolled
 straight-line region as early as it can, so all their values (and addresses) are live at once.
+Unrolling cooperative-fetch loops (global -> shared copies) only 8 copies at a time cut the
+spilling sampled states from 11.6% to 3.4% (ptxas, 320 states) but made the best recorded
+kernels 1.64x slower on the H100 (geometric mean of 14, up to 3.3x: commit 42b6326,
+benchmarks/results/h100_session4/fetch_unroll8_ab.jsonl): fetch loops stay fully unrolled.
 """
 
 from __future__ import annotations
@@ -17,13 +18,6 @@ from __future__ import annotations
 from . import ir
 from .te.expr import Load
 from .te.visitor import free_vars, walk
-
-# Copies of a cooperative-fetch loop's body that are unrolled together (#pragma unroll 8): 8
-# loads in flight per thread. Measured with ptxas (sm_90, NVRTC 13.0) on the 37 of 320 sampled
-# suite states that spilled with fully unrolled fetch loops: capped at 4, 8, 16, 32 copies,
-# 8, 10, 15, 22 of them still spill (the rest spill for other reasons, e.g. 255 registers of
-# accumulators and operands). 0 switches the cap off.
-FETCH_UNROLL = 8
 
 
 def auto_unroll(s: ir.Stmt, max_step: int) -> ir.Stmt:
@@ -49,47 +43,6 @@ def unroll_register_indices(body: ir.Stmt) -> ir.Stmt:
     pass. Loops inside such a loop that index nothing local stay loops.
     """
     return _register_index_pass(body)[0]
-
-
-def limit_fetch_unroll(body: ir.Stmt, copies: int | None = None) -> ir.Stmt:
-    """Give every unrolled cooperative-fetch loop (its stores all go to shared memory, its
-    loads come from global memory) an `unroll_factor` so that at most `copies` copies of its
-    innermost store are unrolled together (at least one iteration). Changes nothing when
-    `copies` is 0 (default: `FETCH_UNROLL`). Fully unrolled, a 120-iteration fetch loop puts 120
-    loads and their addresses in registers at once and spills."""
-    copies = FETCH_UNROLL if copies is None else copies
-    if copies <= 0:
-        return body
-    todo = [body]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ir.For) and node.kind == "unroll" and _is_fetch(node):
-            factor = max(1, copies // ir.executed_statements(node.body, ("unroll",)))
-            if node.extent > factor:
-                node.unroll_factor = factor
-        elif isinstance(node, ir.Seq):
-            todo += node.stmts
-        elif isinstance(node, ir.For):
-            todo.append(node.body)
-        elif isinstance(node, ir.IfThenElse):
-            todo += [node.then_case] + ([node.else_case] if node.else_case is not None else [])
-    return body
-
-
-def _is_fetch(loop: ir.For) -> bool:
-    """All stores of `loop` go to shared memory, some loads come from global memory, and no
-    barrier is inside (the outermost such loop is the fetch loop of a shared stage)."""
-    reads_global = False
-    for node in ir.iter_stmts(loop.body):
-        if isinstance(node, (ir.Barrier, ir.AllReduce)):
-            return False
-        if isinstance(node, ir.Store):
-            if node.buffer.scope != "shared":
-                return False
-            reads_global = reads_global or any(
-                type(e) is Load and getattr(e.buffer, "scope", "global") == "global"
-                for e in walk(node.value))
-    return reads_global
 
 
 def _local_index_vars(exprs, out: set[int]) -> None:
@@ -124,4 +77,4 @@ def _register_index_pass(s: ir.Stmt) -> tuple[ir.Stmt, set[int]]:
     return s, used
 
 
-__all__ = ["FETCH_UNROLL", "auto_unroll", "limit_fetch_unroll", "unroll_register_indices"]
+__all__ = ["auto_unroll", "unroll_register_indices"]
