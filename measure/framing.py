@@ -13,6 +13,8 @@ import struct
 import subprocess
 import sys
 import time
+import weakref
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import msgpack
@@ -131,6 +133,43 @@ def start_worker(module: str, *args: str) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
+
+
+class WorkerStartError(Exception):
+    """A worker sent no "ready" frame in time (`replied` False) or said it is not ready
+    (`replied` True; `detail` is its error)."""
+
+    def __init__(self, detail: str, replied: bool) -> None:
+        super().__init__(detail)
+        self.detail, self.replied = detail, replied
+
+
+@dataclass
+class ReadyWorker:
+    """A started worker: its process, a reader of its frames, the finalizer that kills it
+    (once; also when `owner` is collected), and its first ("ready") frame."""
+
+    proc: subprocess.Popen
+    reader: FdFrameReader
+    finalizer: weakref.finalize
+    hello: dict
+
+
+def start_ready_worker(owner: object, module: str, *args: str, timeout: float) -> ReadyWorker:
+    """`start_worker`, then wait up to `timeout` seconds for its first frame, which must have
+    `ready` true; else kill it and raise WorkerStartError."""
+    proc = start_worker(module, *args)
+    reader = FdFrameReader(proc.stdout.fileno())
+    finalizer = weakref.finalize(owner, kill_worker, proc)
+    try:
+        hello = reader.read(time.monotonic() + timeout)
+    except (FrameTimeout, FrameEOF) as exc:
+        finalizer()
+        raise WorkerStartError(str(exc), replied=False) from None
+    if not hello.get("ready"):
+        finalizer()
+        raise WorkerStartError(str(hello.get("error")), replied=True)
+    return ReadyWorker(proc, reader, finalizer, hello)
 
 
 def kill_worker(proc: subprocess.Popen) -> None:

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Sequence
 
 from .errors import MeasureErrorKind
-from .framing import FdFrameReader, FrameEOF, FrameTimeout, kill_worker, start_worker, write_frame
+from .framing import FdFrameReader, FrameEOF, FrameTimeout, WorkerStartError, start_ready_worker, write_frame
 from .ptxas import KernelResources, compile_failure, parse_ptxas
 
 ENV_VAR = "AUTOSCHED_NVRTC"
@@ -140,19 +140,17 @@ class NvrtcCompiler:
 
     def start(self) -> None:
         """Start the worker now (compile starts it when needed); OSError when it cannot."""
-        self._proc = start_worker("measure._nvrtc_worker", self.path, self.arch)
-        self._reader = FdFrameReader(self._proc.stdout.fileno())
-        self._finalizer = weakref.finalize(self, kill_worker, self._proc)
         self.worker_starts += 1
         # start-up (interpreter, imports, loading libnvrtc) is not counted in a kernel's timeout
         try:
-            hello = self._reader.read(time.monotonic() + START_TIMEOUT)
-        except (FrameTimeout, FrameEOF) as exc:
+            worker = start_ready_worker(self, "measure._nvrtc_worker", self.path, self.arch,
+                                        timeout=START_TIMEOUT)
+        except WorkerStartError as exc:
             self.close()
-            raise OSError(f"the NVRTC worker did not start ({self.path}): {exc}") from None
-        if not hello.get("ready"):
-            self.close()
-            raise OSError(f"the NVRTC worker could not load {self.path}: {hello.get('error')}")
+            if exc.replied:
+                raise OSError(f"the NVRTC worker could not load {self.path}: {exc.detail}") from None
+            raise OSError(f"the NVRTC worker did not start ({self.path}): {exc.detail}") from None
+        self._proc, self._reader, self._finalizer = worker.proc, worker.reader, worker.finalizer
 
     def compile(
         self, source: str, extra_flags: Sequence[str] = (), timeout: float = 30.0

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from .artifact import KernelArtifact
 from .builder import BuildResult
 from .errors import GPUUnavailableError, MeasureErrorKind
-from .framing import FdFrameReader, FrameEOF, FrameTimeout, kill_worker, start_worker, write_frame
+from .framing import FdFrameReader, FrameEOF, FrameTimeout, WorkerStartError, start_ready_worker, write_frame
 from .reference import Reference
 
 @dataclasses.dataclass(frozen=True)
@@ -147,19 +147,18 @@ class LocalRunner:
         """Start the worker (if not running) and wait for its CUDA context."""
         if self._proc is not None and self._proc.poll() is None:
             return
-        proc = start_worker("measure._worker", str(self.device))
-        self._proc, self._reader = proc, FdFrameReader(proc.stdout.fileno())
         self._sent.clear()
-        self._finalizer = weakref.finalize(self, kill_worker, proc)
         self.worker_starts += 1
         try:
-            hello = self._reader.read(time.monotonic() + self.startup_timeout)
-        except (FrameTimeout, FrameEOF) as exc:
+            worker = start_ready_worker(self, "measure._worker", str(self.device),
+                                        timeout=self.startup_timeout)
+        except WorkerStartError as exc:
             self._stop_worker()
-            raise GPUUnavailableError(f"the GPU worker process did not start: {exc}") from None
-        if not hello.get("ready"):
-            self._stop_worker()
-            raise GPUUnavailableError(f"no usable CUDA device: {hello.get('error')}")
+            if exc.replied:
+                raise GPUUnavailableError(f"no usable CUDA device: {exc.detail}") from None
+            raise GPUUnavailableError(f"the GPU worker process did not start: {exc.detail}") from None
+        self._proc, self._reader, self._finalizer = worker.proc, worker.reader, worker.finalizer
+        hello = worker.hello
         self.device_name = f"{hello['device']} ({hello['arch']})"
 
     def close(self) -> None:

@@ -54,3 +54,20 @@ def test_xgb_ranks_held_out_programs_and_beats_random(dataset):
         assert a["pairwise_accuracy"] >= PAIRWISE_FLOOR, (task, a)
         assert a["top5_in_top10_recall"] >= 0.6, (task, a)
         assert a["pairwise_accuracy"] > rnd[task]["pairwise_accuracy"] + 0.25, (task, a, rnd[task])
+
+
+def test_collect_dataset_replays_the_recorded_states():
+    """benchmarks/collect_dataset.py --replay measures a dataset's states again (e.g. after a
+    lowering change): the same states, in the file's order."""
+    import sys
+
+    from autosched.records import load_records
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from collect_dataset import replayed_states
+
+    states = replayed_states("matmul", DATA, 3)
+    recorded = [inp.steps for inp, _ in load_records(os.path.join(DATA, "matmul.jsonl.gz"))][:3]
+    assert len(states) == 3
+    assert [tuple(tuple(s.to_record()) for s in st.steps) for st in states] == \
+        [tuple(tuple(s) for s in steps) for steps in recorded]

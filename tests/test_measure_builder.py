@@ -312,3 +312,53 @@ def test_fast_comparison_agrees_with_the_float64_check():
         fast = compare_outputs({"y": out}, reference, bounds)
         assert fast == slow, name
     assert "y" in bounds and compare_outputs({"y": cases["off"]}, reference, bounds) is not None
+
+
+REGISTER_HUNGRY_KERNEL = r"""
+extern "C" __global__ void __launch_bounds__(%(threads)d, 1) k(const float* __restrict__ a, float* __restrict__ b) {
+  float acc[300];
+#pragma unroll
+  for (int i = 0; i < 300; ++i) acc[i] = a[i * 1024 + threadIdx.x];
+#pragma unroll
+  for (int j = 0; j < 300; ++j) b[j * 1024 + threadIdx.x] = acc[299 - j] * acc[(j * 7) %% 300];
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_register_limit_per_block_size_is_ptxas_cap(compiler):
+    """A kernel that wants more than 255 registers gets exactly what the block size allows: the
+    register file over the warps rounded up to groups of 4, rounded down to 8 per thread (e.g.
+    448 threads: 128, not 65536 / 448 = 146). The sampler's register budgets use this."""
+    hw = HardwareParams()
+    blocks = (256, 288, 448, 544, 800, 1024)
+    arts = [artifact(REGISTER_HUNGRY_KERNEL % {"threads": t}, block=(t, 1, 1)) for t in blocks]
+    with LocalBuilder(n_parallel=len(blocks), compiler=compiler,
+                      hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20)) as builder:
+        results = builder.build(arts)
+    got = {t: r.kernels["k"].registers for t, r in zip(blocks, results)}
+    want = {t: hw.registers_per_thread_limit(t) for t in blocks}
+    assert want == {256: 255, 288: 168, 448: 128, 544: 96, 800: 72, 1024: 64}
+    for t in blocks:  # ptxas may leave one register of the cap unused
+        assert want[t] - 1 <= got[t] <= want[t], (t, got)
+
+
+@needs_nvcc
+def test_longest_sources_are_compiled_first(monkeypatch):
+    """A long compilation started last holds up the end of the batch: the builder starts the
+    longest sources first."""
+    import threading
+
+    lock, started = threading.Lock(), []
+
+    def fake_compile(self, source):
+        with lock:
+            started.append(len(source))
+        return MeasureErrorKind.COMPILE_ERROR, "not compiled", None, {}
+
+    monkeypatch.setattr(LocalBuilder, "_compile", fake_compile)
+    lengths = [30, 500, 70, 1000, 10, 200]
+    arts = [artifact("k" + "x" * (n - 1)) for n in lengths]
+    results = LocalBuilder(n_parallel=2, compiler="nvcc").build(arts)
+    assert [r.error_kind for r in results] == [MeasureErrorKind.COMPILE_ERROR] * len(lengths)
+    assert sorted(started[:2]) == [500, 1000] and started[2:] == [200, 70, 30, 10]
