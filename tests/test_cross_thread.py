@@ -394,29 +394,20 @@ def test_200_sampled_states_compute_the_dag_on_the_interpreter(name):
     """Reduced sizes: 200 states sampled from all sketches (cross-thread ones among them)
     run on the CPU interpreter and equal the numpy evaluation of the DAG."""
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.te.tensor import PlaceholderOp
-    from autosched.transform_steps import print_python_schedule
+    from tests.interpreter_check import assert_matches_dag, random_inputs
 
     dag = suite_dag(name, reduced=True)
     sampler = SketchSampler(generate_sketches(dag))
     states = sampler.sample(200, 3)
     assert len(states) == 200
-    rng = np.random.default_rng(0)
-    inputs = {t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors
-              if isinstance(t.op, PlaceholderOp)}
+    inputs = random_inputs(dag)
     ref = evaluate(dag.tensors, inputs)
     n_cross = 0
     for s in states:
         program = sampler.programs[s.key()]
         verify_program(program)
         n_cross += bool(allreduces(program))
-        arrays = {k: v.copy() for k, v in inputs.items()}
-        for b in program.outputs:
-            arrays[b.name] = np.full(b.shape, np.nan, np.float32)
-        run_program(program, arrays)
-        for op in dag.outputs:
-            np.testing.assert_allclose(arrays[op.name], ref[op.name], rtol=1e-4, atol=1e-5,
-                                       err_msg=print_python_schedule(s))
+        assert_matches_dag(dag, program, s, inputs, ref)
     # every distinct cross-thread state of the reduced dense sketch (2 thread counts x 5
     # unroll depths) and most of softmax's
     assert n_cross >= (10 if name == "dense_bias" else 100)

@@ -15,7 +15,6 @@ import pytest
 
 from autosched.compute_dag import ComputeDAG
 from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
 from autosched.loop_state import ATTACHED, INLINED, ROOT
 from autosched.lowering import lower
 from autosched.sketch import SketchSampler, generate_sketches, sample_initial_population
@@ -23,10 +22,10 @@ from autosched.sketch import rules as R
 from autosched.sketch.init_rules import Limits
 from autosched.sketch.sampler import check_program
 from autosched.sketch.utils import divisors, factorization_schemes
-from autosched.te.tensor import PlaceholderOp
 from autosched.transform_steps import PragmaStep, SplitStep, print_python_schedule
 from autosched.workload_registry import lookup
 from autosched.workloads import SUITE
+from tests.interpreter_check import assert_matches_dag, random_inputs
 from tests.workloads_for_tests import conv2d_bias_relu_dag, seed_conv_state
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -202,11 +201,6 @@ def test_200_states_lower_full_size(name, request):
         lower(s)
 
 
-def _inputs(dag, rng):
-    return {t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors
-            if isinstance(t.op, PlaceholderOp)}
-
-
 @pytest.mark.parametrize("name", list(SUITE))
 def test_sampled_states_compute_the_dag_on_the_interpreter(name):
     """Reduced sizes, same rules: each sampled state's program, run on the CPU interpreter,
@@ -215,18 +209,10 @@ def test_sampled_states_compute_the_dag_on_the_interpreter(name):
     sampler = SketchSampler(generate_sketches(dag))
     states = sampler.sample(N_INTERPRETED, 3)
     assert len(states) == N_INTERPRETED
-    rng = np.random.default_rng(0)
-    inputs = _inputs(dag, rng)
+    inputs = random_inputs(dag)
     ref = evaluate(dag.tensors, inputs)
     for s in states:
-        program = sampler.programs[s.key()]
-        arrays = {k: v.copy() for k, v in inputs.items()}
-        for b in program.outputs:
-            arrays[b.name] = np.full(b.shape, np.nan, np.float32)
-        run_program(program, arrays)
-        for op in dag.outputs:
-            np.testing.assert_allclose(arrays[op.name], ref[op.name], rtol=1e-4, atol=1e-5,
-                                       err_msg=print_python_schedule(s))
+        assert_matches_dag(dag, sampler.programs[s.key()], s, inputs, ref)
 
 
 def test_sampling_is_deterministic():
