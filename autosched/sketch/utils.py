@@ -44,8 +44,11 @@ class SketchParams:
     # 128 spilled 2-5x as often (25-70%) and none was among the 10 fastest
     max_local_elems: int = 128
     # statements once unrolled: on the H100, random conv2d states above 2048 spilled 69-75% of the
-    # time, took up to 20 s to compile, and none was among the 10 fastest
-    max_unrolled_statements: int = 2048
+    # time, took up to 20 s to compile, and none was among the 10 fastest. Between 1536 and 2048
+    # (78 of the 2640 cost-model dataset states, NVRTC, 15 at once): 1.8-4.1 s mean compile
+    # (0.6-1.2 s below), 42-91% of matmul and conv2d ones spilled, 18 ran past the 4 s timeout;
+    # the 20 fastest kernels of every suite log and the top 5% of every dataset have <= 1325
+    max_unrolled_statements: int = 1536
     tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
 
     @property
