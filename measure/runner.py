@@ -88,10 +88,12 @@ class LocalRunner:
     NaN), run the launch sequence once and compare with the reference (if `check_correctness`),
     then time with CUDA events: `number` back-to-back runs of the sequence per repeat, `number`
     raised until a repeat lasts `min_repeat_ms` (the last calibration probe counts as the first
-    repeat), `repeat` repeats in all. The defaults (3, 3, 10 ms) are tuned for search speed: on an
-    H200, 64 naive-matmul candidates of 45-165 us re-measured within 0.6% (median 0.07%) with
-    (3, 3, 10 ms), about 50 ms per candidate; (3, 5, 25 ms) gave 0.4% at 3x the time. Raise
-    them for final numbers.
+    repeat), `repeat` repeats in all. The defaults (3, 3, 5 ms) are tuned for search speed: on the
+    H100, 89 random conv2d and 62 random matmul candidates timed twice (benchmarks/
+    timing_repeatability.py) differed by a median 0.06% / 0.16% and at most 0.29% / 0.55% (95th
+    percentile) with 5 ms, Kendall tau between the two passes 0.999 / 1.000, at 25-27 ms per
+    candidate; 10 ms took 41-45 ms for 0.03% / 0.10% (tau 1.000 / 0.996); 2 ms, 16-17 ms for 0.11% /
+    0.22% (tau 0.999 / 0.993). Raise them for final numbers.
     The floor of the method is the launch rate of the worker's Python loop, about 4-5 us per
     kernel launch (an empty kernel times at ~4.3 us). A CUDA error gives RUNTIME_ERROR and a fresh
     worker (the context may be corrupted); a candidate past `timeout` seconds gives RUN_TIMEOUT
@@ -105,7 +107,7 @@ class LocalRunner:
         self,
         number: int = 3,
         repeat: int = 3,
-        min_repeat_ms: float = 10.0,
+        min_repeat_ms: float = 5.0,
         timeout: float = 10.0,
         cooldown_interval: float = 0.0,
         check_correctness: bool = True,

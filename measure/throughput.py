@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", default=None)
     p.add_argument("--number", type=int, default=3)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--min-repeat-ms", type=float, default=10.0)
+    p.add_argument("--min-repeat-ms", type=float, default=5.0)
     p.add_argument("--twice", action="store_true", help="run the batch again; report agreement")
     opts = p.parse_args(argv)
 
