@@ -23,7 +23,7 @@ COLUMNS = ["workload", "GFLOP", "autosched µs", "torch fp32 µs", "torch TF32 �
            "% fp32 peak", "trials", "matches torch", "search / measure / model s"]
 
 
-def tune(name: str, trials: int, per_round: int, population: int, n_jobs: int, out: str):
+def tune(name: str, trials: int, per_round: int, population: int, n_jobs: int, out: str, seed: int = 0):
     """Tune one suite workload; returns (task, TuningResult, wall seconds)."""
     import autosched
     from autosched.search_policy import SearchParams, SketchPolicy
@@ -31,7 +31,7 @@ def tune(name: str, trials: int, per_round: int, population: int, n_jobs: int, o
 
     wl, args, _ = SUITE[name]
     task = autosched.SearchTask(wl, args)
-    params = SearchParams(n_jobs=n_jobs, **({"population": population} if population else {}))
+    params = SearchParams(n_jobs=n_jobs, seed=seed, **({"population": population} if population else {}))
     policy = SketchPolicy(task, autosched.XGBModel(), params)
     t0 = time.perf_counter()
     res = autosched.auto_schedule(task, policy, autosched.TuningOptions(
@@ -106,12 +106,13 @@ def main() -> int:
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument("--commit", default=None, help="commit to name in the table (default: git HEAD)")
+    ap.add_argument("--seed", type=int, default=0, help="the search's seed (runs differ by seed: compare several)")
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
     rows = []
     for name in ns.workloads:
-        task, res, wall = tune(name, ns.trials, ns.per_round, ns.population, ns.n_jobs, ns.out)
+        task, res, wall = tune(name, ns.trials, ns.per_round, ns.population, ns.n_jobs, ns.out, ns.seed)
         rows.append(row(name, task, res, wall))
         with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
             f.write(res.kernel.source)
