@@ -6,6 +6,10 @@ dimensions that the reducer folds away. Float sums accumulate in float64 (intege
 and are cast to the op's dtype at the end. Iteration spaces larger than `max_block_elems` are
 evaluated in chunks (over the outermost reduce axis, and over the first spatial axis when one
 reduce step alone is too large), so memory stays bounded.
+
+A sum of a product of loads whose indices are affine in the axes (matmul, dense, batch matmul,
+conv2d, depthwise conv2d) is evaluated by `np.einsum` over strided views of the float64 inputs
+instead, which contracts through BLAS: the 1024^3 matmul's reference takes ~0.1 s instead of 15 s.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import numpy as np
 
 from .errors import AutoschedError, TEError
 from .te.dtype import is_float, is_int, numpy_dtype
-from .te.expr import Load, Reduce, Var
+from .arith import to_affine
+from .te.expr import BinOp, Cast, Load, Reduce, Var
 from .te.npeval import eval_expr, gather
 from .te.reduce import max_reducer, min_reducer, sum_reducer
 from .te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
@@ -167,6 +172,72 @@ def _eval_block(op: ComputeOp, s_ranges: list, r_ranges: list, load: Callable) -
     return np.asarray(reduce(src, tuple(range(nd, nd + nr))))
 
 
+def _product_loads(e) -> list[Load] | None:
+    """The loads of a product of loads (float casts around them allowed), else None."""
+    if isinstance(e, Cast) and is_float(e.dtype):
+        return _product_loads(e.value)
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, BinOp) and e.op == "*":
+        a, b = _product_loads(e.a), _product_loads(e.b)
+        return a + b if a is not None and b is not None else None
+    return None
+
+
+def _strided_view(arr: np.ndarray, indices, axes: list) -> tuple[np.ndarray, list[int]] | None:
+    """A view of `arr` with one dimension per axis the indices use (in `axes` order) such that
+    view[t...] == arr[indices at axis values lo + t], and those axes' positions; None when an
+    index is not affine in the axes or leaves the array."""
+    position = {id(ax): k for k, ax in enumerate(axes)}
+    offset, strides = 0, {}
+    for dim, (index, size) in enumerate(zip(indices, arr.shape)):
+        aff = to_affine(index, {})
+        low = high = aff.const
+        for coef, atom in aff.terms.values():
+            k = position.get(id(atom))
+            if k is None:
+                return None
+            ax = axes[k]
+            low += min(coef * ax.lo, coef * (ax.lo + ax.extent - 1))
+            high += max(coef * ax.lo, coef * (ax.lo + ax.extent - 1))
+            strides[k] = strides.get(k, 0) + coef * arr.strides[dim]
+        if low < 0 or high >= size:
+            return None
+        offset += (aff.const + sum(c * axes[position[id(a)]].lo for c, a in aff.terms.values())) \
+            * arr.strides[dim]
+    used = sorted(strides)
+    base = arr.reshape(-1)[offset // arr.itemsize:]
+    view = np.lib.stride_tricks.as_strided(
+        base, shape=[axes[k].extent for k in used], strides=[strides[k] for k in used], writeable=False)
+    return view, used
+
+
+def _eval_contraction(op: ComputeOp, arrays: dict) -> np.ndarray | None:
+    """`op` by np.einsum when it is a float sum of a product of loads with affine indices (no
+    condition) and every axis appears in some load; None otherwise."""
+    body = op.body
+    if not (isinstance(body, Reduce) and body.reducer is sum_reducer and body.condition is None
+            and is_float(op.dtype)):
+        return None
+    loads = _product_loads(body.source)
+    axes = list(op.axis) + list(op.reduce_axis)
+    if not loads or len(axes) > 52 or any(ld.buffer.op not in arrays for ld in loads):
+        return None
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    operands, subscripts, seen = [], [], set()
+    for ld in loads:
+        got = _strided_view(np.ascontiguousarray(arrays[ld.buffer.op], dtype=np.float64), ld.indices, axes)
+        if got is None:
+            return None
+        operands.append(got[0])
+        subscripts.append("".join(letters[k] for k in got[1]))
+        seen.update(got[1])
+    if len(seen) < len(axes):
+        return None
+    spec = ",".join(subscripts) + "->" + letters[: len(op.axis)]
+    return np.einsum(spec, *operands, optimize=True).astype(numpy_dtype(op.dtype))
+
+
 def _chunks(extent: int, size: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + size, extent)) for lo in range(0, extent, size)]
 
@@ -230,9 +301,11 @@ def _check_input(op: PlaceholderOp, inputs: dict[str, Any]) -> np.ndarray:
 
 
 def evaluate_ops(
-    outputs: Any, inputs: dict[str, Any], max_block_elems: int = MAX_BLOCK_ELEMS
+    outputs: Any, inputs: dict[str, Any], max_block_elems: int = MAX_BLOCK_ELEMS,
+    contractions: bool = True,
 ) -> dict[Operation, np.ndarray]:
-    """The value of every op reachable from `outputs` (placeholders included), keyed by op."""
+    """The value of every op reachable from `outputs` (placeholders included), keyed by op.
+    `contractions=False` evaluates every op elementwise (no einsum path)."""
     arrays: dict[Operation, np.ndarray] = {}
     placeholder_names: dict[str, Operation] = {}
 
@@ -249,14 +322,16 @@ def evaluate_ops(
                 raise TEError(f"evaluate: two different placeholders are named {op.name!r}")
             arrays[op] = _check_input(op, inputs)
         elif isinstance(op, ComputeOp):
-            arrays[op] = _eval_compute(op, load, max_block_elems)
+            fast = _eval_contraction(op, arrays) if contractions else None
+            arrays[op] = fast if fast is not None else _eval_compute(op, load, max_block_elems)
         else:
             raise TEError(f"evaluate: cannot evaluate operation {op!r}")
     return arrays
 
 
 def evaluate(
-    tensors_or_outputs: Any, inputs: dict[str, Any], max_block_elems: int = MAX_BLOCK_ELEMS
+    tensors_or_outputs: Any, inputs: dict[str, Any], max_block_elems: int = MAX_BLOCK_ELEMS,
+    contractions: bool = True,
 ) -> dict[str, np.ndarray]:
     """Evaluate every compute op reachable from the given tensors with numpy.
 
@@ -266,7 +341,7 @@ def evaluate(
     a name used by several ops gets `.1`, `.2`, ... appended in topological order.
     """
     out: dict[str, np.ndarray] = {}
-    for op, arr in evaluate_ops(tensors_or_outputs, inputs, max_block_elems).items():
+    for op, arr in evaluate_ops(tensors_or_outputs, inputs, max_block_elems, contractions).items():
         if isinstance(op, ComputeOp):
             name, k = op.name, 0
             while name in out:

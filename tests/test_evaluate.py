@@ -107,7 +107,7 @@ def matmul_dag(m: int, n: int, k: int, reducer=te.sum):
 def test_chunked_sum_matches_unchunked(limit):
     a, b, c = matmul_dag(24, 20, 64)
     x, y = rand(24, 64), rand(64, 20)
-    got = evaluate(c, {"A": x, "B": y}, max_block_elems=limit)["C"]
+    got = evaluate(c, {"A": x, "B": y}, max_block_elems=limit, contractions=False)["C"]
     want = (x.astype("float64") @ y.astype("float64")).astype("float32")
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
@@ -125,7 +125,7 @@ def test_blocks_stay_within_the_limit(monkeypatch, limit):
 
     monkeypatch.setattr(ev, "_eval_block", recording)
     _, _, c = matmul_dag(24, 20, 64)
-    evaluate(c, {"A": rand(24, 64), "B": rand(64, 20)}, max_block_elems=limit)
+    evaluate(c, {"A": rand(24, 64), "B": rand(64, 20)}, max_block_elems=limit, contractions=False)
     assert len(sizes) > 1 and max(sizes) <= limit and sum(sizes) == 24 * 20 * 64
 
 
@@ -150,9 +150,81 @@ def test_chunked_elementwise_and_default_large_reduction():
     # 64 x 64 x 2048 = 2^23 points: above the default block size, so chunked by default.
     a, b, c = matmul_dag(64, 64, 2048)
     x, y = rand(64, 2048), rand(2048, 64)
-    got = evaluate(c, {"A": x, "B": y})["C"]
+    got = evaluate(c, {"A": x, "B": y}, contractions=False)["C"]
     want = (x.astype("float64") @ y.astype("float64")).astype("float32")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- contractions by einsum ------------------------------------------------------------------
+
+
+def _no_elementwise(monkeypatch):
+    """Make the elementwise path fail for reductions: what still evaluates went through einsum."""
+    import autosched.evaluate as ev
+
+    block = ev._eval_block
+
+    def refuse(op, s_ranges, r_ranges, load):
+        assert not op.reduce_axis, f"{op.name} was evaluated elementwise"
+        return block(op, s_ranges, r_ranges, load)
+
+    monkeypatch.setattr(ev, "_eval_block", refuse)
+
+
+def test_suite_contractions_go_through_einsum_and_match_elementwise(monkeypatch):
+    """matmul, dense, batch matmul, conv2d (stride 1 and 2) and depthwise conv2d, at reduced
+    sizes: the einsum path gives the elementwise result (to float32 rounding)."""
+    from autosched.te.tensor import PlaceholderOp
+    from autosched.workload_registry import lookup
+    from autosched.workloads import SUITE
+
+    for name in ("matmul", "dense_bias", "batch_matmul", "conv2d_bias_relu", "conv2d_7x7s2",
+                 "depthwise"):
+        workload, _, reduced = SUITE[name]
+        dag = ComputeDAG(lookup(workload)(*reduced))
+        rng = np.random.default_rng(1)
+        inputs = {t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors
+                  if isinstance(t.op, PlaceholderOp)}
+        slow = evaluate(dag.tensors, inputs, contractions=False)
+        with monkeypatch.context() as m:
+            _no_elementwise(m)
+            fast = evaluate(dag.tensors, inputs)
+        for key, want in slow.items():
+            scale = np.abs(want).max()
+            np.testing.assert_allclose(fast[key], want, rtol=0, atol=1e-6 * scale, err_msg=f"{name} {key}")
+
+
+def test_contraction_with_strides_offsets_and_repeated_axes(monkeypatch):
+    """Index coefficients (stride 2), a reduce axis starting at 1, an axis used twice in one
+    index (a[i, i + k]) and a negative coefficient, against numpy loops."""
+    a = te.placeholder((5, 12), name="A")
+    b = te.placeholder((8,), name="B")
+    k = te.reduce_axis((1, 4), name="k")
+    out = te.compute((4,), lambda i: te.sum(a[i, i + 2 * k] * b[7 - k] * a[i + 1, k], axis=k), name="o")
+    x, y = rand(5, 12), rand(8)
+    want = [sum(np.float64(x[i, i + 2 * kk]) * y[7 - kk] * x[i + 1, kk] for kk in range(1, 4))
+            for i in range(4)]
+    _no_elementwise(monkeypatch)
+    np.testing.assert_allclose(evaluate(out, {"A": x, "B": y})["o"], want, rtol=1e-6)
+
+
+def test_other_reductions_fall_back_to_elementwise():
+    """Not affine (a[i // 2, k]), conditional, not a product (a + b), max: elementwise."""
+    from autosched.evaluate import _eval_contraction
+
+    a = te.placeholder((6, 8), name="A")
+    b = te.placeholder((8,), name="B")
+    k = te.reduce_axis((0, 8), name="k")
+    cases = [
+        te.compute((6,), lambda i: te.sum(a[i // 2, k] * b[k], axis=k), name="nonaffine"),
+        te.compute((6,), lambda i: te.sum(a[i, k] * b[k], axis=k, where=k < i), name="cond"),
+        te.compute((6,), lambda i: te.sum(a[i, k] + b[k], axis=k), name="add"),
+        te.compute((6,), lambda i: te.max(a[i, k] * b[k], axis=k), name="max"),
+    ]
+    x, y = rand(6, 8), rand(8)
+    for out in cases:
+        arrays = {op: arr for op, arr in evaluate_ops(out, {"A": x, "B": y}).items()}
+        assert _eval_contraction(out.op, arrays) is None, out.op.name
 
 
 # ---- inputs and outputs --------------------------------------------------------------------
