@@ -361,4 +361,7 @@ def test_longest_sources_are_compiled_first(monkeypatch):
     arts = [artifact("k" + "x" * (n - 1)) for n in lengths]
     results = LocalBuilder(n_parallel=2, compiler="nvcc").build(arts)
     assert [r.error_kind for r in results] == [MeasureErrorKind.COMPILE_ERROR] * len(lengths)
-    assert sorted(started[:2]) == [500, 1000] and started[2:] == [200, 70, 30, 10]
+    # two threads take the jobs in submission order; their records may swap neighbours
+    longest = sorted(lengths, reverse=True)
+    assert sorted(started) == sorted(lengths)
+    assert all(abs(longest.index(n) - k) <= 1 for k, n in enumerate(started)), started
