@@ -348,12 +348,14 @@ def test_longest_sources_are_compiled_first(monkeypatch):
     """A long compilation started last holds up the end of the batch: the builder starts the
     longest sources first."""
     import threading
+    import time
 
     lock, started = threading.Lock(), []
 
     def fake_compile(self, source):
         with lock:
             started.append(len(source))
+        time.sleep(0.02)  # a compile takes a while: the other thread gets the GIL meanwhile
         return MeasureErrorKind.COMPILE_ERROR, "not compiled", None, {}
 
     monkeypatch.setattr(LocalBuilder, "_compile", fake_compile)
