@@ -78,7 +78,8 @@ def replayed_states(name: str, directory: str, count: int) -> list:
 
 
 def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float,
-            seed: int = 0, compiler: str = "auto", replay: str | None = None) -> dict:
+            seed: int = 0, compiler: str = "auto", replay: str | None = None,
+            build_parallel: int | None = None) -> dict:
     """Sample and measure one workload; returns its summary."""
     import autosched
     from autosched.program_measurer import ProgramMeasurer
@@ -94,7 +95,7 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
         states = sample_states(name, count, processes, seed)
     t1 = time.perf_counter()
     path = os.path.join(out, f"{name}.jsonl")
-    builder = LocalBuilder(timeout=build_timeout, compiler=compiler)
+    builder = LocalBuilder(n_parallel=build_parallel, timeout=build_timeout, compiler=compiler)
     measurer = ProgramMeasurer(task, builder, LocalRunner(),
                                callbacks=[autosched.RecordToFile(path)])
     kinds, best, batch_seconds = collections.Counter(), float("inf"), []
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-timeout", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0, help="first sampling seed (records are appended)")
     ap.add_argument("--compiler", default="auto", choices=("auto", "nvrtc", "nvcc"))
+    ap.add_argument("--build-parallel", type=int, default=None,
+                    help="compilations at once (default: the builder's, CPU count - 1)")
     ap.add_argument("--replay", help="measure the states recorded in DIR/<workload>.jsonl[.gz] again")
     ap.add_argument("--out", default="dataset")
     ns = ap.parse_args(argv)
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries = []
     for name in ns.workloads:
         summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout, ns.seed,
-                                 ns.compiler, ns.replay))
+                                 ns.compiler, ns.replay, ns.build_parallel))
         print(json.dumps(summaries[-1]), flush=True)
         with open(os.path.join(ns.out, "summary.json"), "w") as f:
             json.dump(summaries, f, indent=1)
