@@ -45,25 +45,9 @@ class Rejected(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Limits:
-    """GPU limits the sampled states must respect (from measure's HardwareParams)."""
-
-    warp_size: int = 32
-    max_threads_per_block: int = 1024
-    max_vthread_extent: int = 8
-    max_shared_memory_per_block: int = 48 * 1024
-    hardware: HardwareParams = HardwareParams()
-
-    @staticmethod
-    def of(hw: HardwareParams) -> "Limits":
-        return Limits(hw.warp_size, hw.max_threads_per_block, hw.max_vthread_extent,
-                      hw.max_shared_memory_per_block, hw)
-
-    def registers_per_thread(self, threads: int) -> int:
-        """The registers ptxas can give each thread of a block of `threads` (the kernels are
-        declared `__launch_bounds__(threads, 1)`)."""
-        return self.hardware.registers_per_thread_limit(threads)
+# The GPU limits sampled states must respect are measure's HardwareParams (threads, vthreads,
+# shared memory, `registers_per_thread_limit`: ptxas's register cap for a block size).
+Limits = HardwareParams
 
 
 # ---- the plan of a sketch ---------------------------------------------------------------------
@@ -290,7 +274,7 @@ class FillTileSize(InitRule):
         # The accumulators get at most half the registers of a thread; more spills almost
         # always (measured with ptxas on the suite). Every virtual thread's accumulators stay
         # live across the reduction loop (vthread injection), so all of them count.
-        if accumulators(sp) > lim.registers_per_thread(threads) // 2:
+        if accumulators(sp) > lim.registers_per_thread_limit(threads) // 2:
             return "registers"
         if g.footprints:
             tile = [math.prod(l) for l in sp] + [math.prod(l) for l in rd]
@@ -474,7 +458,7 @@ class AutoUnroll(InitRule):
     @staticmethod
     def budget(ctx, g: TileGroup, state: State) -> int:
         threads = math.prod(state.steps[k].lengths[1] for k in g.spatial_ids)
-        return ctx.limits.registers_per_thread(threads)
+        return ctx.limits.registers_per_thread_limit(threads)
 
 
 GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll())

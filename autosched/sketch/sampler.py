@@ -92,7 +92,7 @@ class SketchSampler:
 
             hardware = HardwareParams()
         self.params = params or SketchParams()
-        self.ctx = InitContext(self.params, Limits.of(hardware))
+        self.ctx = InitContext(self.params, hardware)
         self.plans = [make_plan(s, self.params, self.ctx.limits) for s in sketches]
         self.verify = verify
         self.rules = rules
