@@ -17,9 +17,7 @@ from .errors import CompileError, MeasureErrorKind, NvccNotFoundError
 from .hardware import HardwareParams, device_arch
 from .nvrtc import ENV_VAR as NVRTC_ENV_VAR
 from .nvrtc import NvrtcCompiler, find_nvrtc
-from .ptxas import KernelResources, compile_failure, find_nvcc, parse_ptxas
-
-SOURCE_NAME = "kernel.cu"
+from .ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
 
 
 @dataclasses.dataclass(frozen=True)

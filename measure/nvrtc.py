@@ -28,10 +28,9 @@ from collections.abc import Sequence
 
 from .errors import MeasureErrorKind
 from .framing import FdFrameReader, FrameEOF, FrameTimeout, WorkerStartError, start_ready_worker, write_frame
-from .ptxas import KernelResources, compile_failure, parse_ptxas
+from .ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
 
 ENV_VAR = "AUTOSCHED_NVRTC"
-SOURCE_NAME = "kernel.cu"
 # nvcc's -Xptxas -v, as NVRTC spells it (NVRTC optimises like -O3 by default). NVRTC alone caps
 # registers at 128 (measured: 128 registers + 16 spilled bytes where nvcc used 143, none spilled);
 # 255 is nvcc's limit, so both build the same code.
@@ -44,8 +43,6 @@ NONCE_PREFIX = "autosched_nonce_"
 def _candidates() -> list[str]:
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     try:
-        from .ptxas import find_nvcc
-
         roots.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(find_nvcc()))))
     except Exception:  # no nvcc: the other places still count
         pass

@@ -9,6 +9,8 @@ import shutil
 
 from .errors import MeasureErrorKind, NvccNotFoundError
 
+# The file name both compilers give the source (their messages quote it).
+SOURCE_NAME = "kernel.cu"
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PROPS = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -83,7 +85,7 @@ def compile_failure(log: str, source_name: str, fallback: str) -> tuple[MeasureE
     return kind, relevant_lines(log, source_name) or fallback
 
 
-def relevant_lines(text: str, source_name: str = "kernel.cu", limit: int = 12) -> str:
+def relevant_lines(text: str, source_name: str = SOURCE_NAME, limit: int = 12) -> str:
     """The error lines of nvcc/ptxas output (plus the line after each), at most `limit` lines."""
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     keep: list[str] = []

@@ -17,6 +17,7 @@ from .errors import GPUUnavailableError, MeasureErrorKind
 from .framing import FdFrameReader, FrameEOF, FrameTimeout, WorkerStartError, start_ready_worker, write_frame
 from .reference import Reference
 
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """Timing of one candidate: `costs` holds seconds per run of the launch sequence, one per
