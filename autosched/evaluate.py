@@ -19,9 +19,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from .arith import to_affine
 from .errors import AutoschedError, TEError
 from .te.dtype import is_float, is_int, numpy_dtype
-from .arith import to_affine
 from .te.expr import BinOp, Cast, Load, Reduce, Var
 from .te.npeval import eval_expr, gather
 from .te.reduce import max_reducer, min_reducer, sum_reducer
@@ -192,19 +192,18 @@ def _strided_view(arr: np.ndarray, indices, axes: list) -> tuple[np.ndarray, lis
     offset, strides = 0, {}
     for dim, (index, size) in enumerate(zip(indices, arr.shape)):
         aff = to_affine(index, {})
-        low = high = aff.const
+        start, low, high = aff.const, 0, 0  # the index at every axis's first value; its reach
         for coef, atom in aff.terms.values():
             k = position.get(id(atom))
             if k is None:
                 return None
-            ax = axes[k]
-            low += min(coef * ax.lo, coef * (ax.lo + ax.extent - 1))
-            high += max(coef * ax.lo, coef * (ax.lo + ax.extent - 1))
+            start += coef * axes[k].lo
+            reach = coef * (axes[k].extent - 1)
+            low, high = low + min(0, reach), high + max(0, reach)
             strides[k] = strides.get(k, 0) + coef * arr.strides[dim]
-        if low < 0 or high >= size:
+        if start + low < 0 or start + high >= size:
             return None
-        offset += (aff.const + sum(c * axes[position[id(a)]].lo for c, a in aff.terms.values())) \
-            * arr.strides[dim]
+        offset += start * arr.strides[dim]
     used = sorted(strides)
     base = arr.reshape(-1)[offset // arr.itemsize:]
     view = np.lib.stride_tricks.as_strided(
