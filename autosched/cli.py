@@ -14,11 +14,10 @@ from .errors import AutoschedError
 
 def _task_from_name(workload: str, args: list[str], full: bool = True):
     from .search_task import SearchTask
-    from .workloads import SUITE
+    from .workloads import SUITE, suite_task
 
     if workload in SUITE:
-        name, full_args, small_args = SUITE[workload]
-        return SearchTask(name, full_args if full else small_args)
+        return suite_task(workload, reduced=not full)
     if ":" in workload:
         module, _, fn = workload.partition(":")
         func = getattr(importlib.import_module(module), fn)

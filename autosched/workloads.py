@@ -70,3 +70,11 @@ SUITE = {
     "softmax": ("softmax", (1024, 1024), (8, 64)),
     "conv2d_7x7s2": ("conv2d", (1, 224, 224, 64, 3, 7, 7, 2, 3), (1, 20, 20, 8, 3, 7, 7, 2, 3)),
 }
+
+
+def suite_task(name: str, reduced: bool = False):
+    """The SearchTask of suite workload `name`, at full size or at its reduced size."""
+    from .search_task import SearchTask
+
+    workload, full, small = SUITE[name]
+    return SearchTask(workload, small if reduced else full)

@@ -30,12 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
     """Step records of `n` states of `workload` sampled with `seed` (runs in a worker process)."""
     name, n, seed = job
-    import autosched
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import SUITE
+    from autosched.workloads import suite_task
 
-    wl, args, _ = SUITE[name]
-    task = autosched.SearchTask(wl, args)
+    task = suite_task(name)
     sampler = SketchSampler(generate_sketches(task))
     return [[s.to_record() for s in st.steps] for st in sampler.sample(n, seed)]
 
@@ -43,11 +41,9 @@ def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
 def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
     """`count` distinct complete states of suite workload `name`, sampled in `processes` workers
     with seeds from `seed` on."""
-    import autosched
-    from autosched.workloads import SUITE
+    from autosched.workloads import suite_task
 
-    wl, args, _ = SUITE[name]
-    dag = autosched.SearchTask(wl, args).compute_dag
+    dag = suite_task(name).compute_dag
     seen, states = set(), []
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         while len(states) < count:
@@ -67,13 +63,12 @@ def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
 def replayed_states(name: str, directory: str, count: int) -> list:
     """The first `count` states recorded in `directory/<name>.jsonl` (or `.jsonl.gz`)."""
     import autosched
-    from autosched.workloads import SUITE
+    from autosched.workloads import suite_task
 
     path = os.path.join(directory, f"{name}.jsonl")
     if not os.path.exists(path):
         path += ".gz"
-    wl, args, _ = SUITE[name]
-    dag = autosched.SearchTask(wl, args).compute_dag
+    dag = suite_task(name).compute_dag
     return [dag.replay_steps(inp.steps) for inp, _ in autosched.load_records(path)][:count]
 
 
@@ -83,11 +78,10 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
     """Sample and measure one workload; returns its summary."""
     import autosched
     from autosched.program_measurer import ProgramMeasurer
-    from autosched.workloads import SUITE
+    from autosched.workloads import suite_task
     from measure import LocalBuilder, LocalRunner, MeasureErrorKind
 
-    wl, args, _ = SUITE[name]
-    task = autosched.SearchTask(wl, args)
+    task = suite_task(name)
     t0 = time.perf_counter()
     if replay:
         states = replayed_states(name, replay, count)

@@ -27,10 +27,9 @@ def tune(name: str, trials: int, per_round: int, population: int, n_jobs: int, o
     """Tune one suite workload; returns (task, TuningResult, wall seconds)."""
     import autosched
     from autosched.search_policy import SearchParams, SketchPolicy
-    from autosched.workloads import SUITE
+    from autosched.workloads import suite_task
 
-    wl, args, _ = SUITE[name]
-    task = autosched.SearchTask(wl, args)
+    task = suite_task(name)
     params = SearchParams(n_jobs=n_jobs, seed=seed, **({"population": population} if population else {}))
     policy = SketchPolicy(task, autosched.XGBModel(), params)
     t0 = time.perf_counter()

@@ -21,13 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def sampled_artifacts(name: str, count: int, seed: int):
     """(state, artifact) of `count` states of suite workload `name`."""
-    import autosched
     from autosched.build_module import build
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import SUITE
+    from autosched.workloads import suite_task
 
-    wl, args, _ = SUITE[name]
-    task = autosched.SearchTask(wl, args)
+    task = suite_task(name)
     sampler = SketchSampler(generate_sketches(task))
     states = sampler.sample(count, seed)
     return [(s, build(task.compute_dag, s).artifact(tag=name)) for s in states]

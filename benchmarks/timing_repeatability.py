@@ -34,11 +34,10 @@ def kendall_tau(a, b) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import autosched
     from autosched.build_module import build
     from autosched.program_measurer import task_reference
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import SUITE
+    from autosched.workloads import SUITE, suite_task
     from measure import LocalBuilder, LocalRunner
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ns = ap.parse_args(argv)
 
-    wl, args, _ = SUITE[ns.workload]
-    task = autosched.SearchTask(wl, args)
+    task = suite_task(ns.workload)
     states = SketchSampler(generate_sketches(task)).sample(ns.count, ns.seed)
     artifacts = [build(task.compute_dag, s).artifact(task.workload_key) for s in states]
     refs = {task.workload_key: task_reference(task, artifacts[0].args)}
