@@ -20,11 +20,12 @@ from typing import ClassVar
 import numpy as np
 
 from . import ir
+from .arith import fold_digits
 from .errors import LoweringError
 from .te.dtype import CUDA_TYPE, is_float
 from .te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
 from .te.reduce import BUILTIN_REDUCERS
-from .te.visitor import children, free_vars, substitute
+from .te.visitor import children, free_vars, rewrite, substitute
 
 # ---- small analyses ------------------------------------------------------------------------
 
@@ -133,6 +134,8 @@ class CUDATarget:
         ("float64", 2): ("double2", "make_double2", "xy"),
     }
     warp_size = 32
+    # printed before a loop of each kind ("" prints nothing: nvcc decides for serial loops)
+    loop_pragma: ClassVar[dict[str, str]] = {"unroll": "#pragma unroll", "vectorize": "#pragma unroll", "serial": ""}
 
 
 # ---- expressions ---------------------------------------------------------------------------
@@ -306,7 +309,7 @@ class KernelPrinter:
         for b in k.allocs:
             prefix = f"{t.shared_prefix} " if b.scope == "shared" else ""
             self.emit(1, f"{prefix}{t.types[b.dtype]} {self.ex.buffer_names[id(b)]}[{b.size}];")
-        self.stmt(k.body, 1)
+        self.stmt(fold_index_digits(k), 1)
         self.emit(0, "}")
         return "\n".join(self.lines)
 
@@ -326,8 +329,9 @@ class KernelPrinter:
         if s.kind == "vectorize" and self._vector_loop(s, d):
             return
         name = self.ex.names[id(s.var)] = self._fresh(s.var.name)
-        if s.kind in ("unroll", "vectorize"):
-            self.emit(d, "#pragma unroll")
+        pragma = self.t.loop_pragma.get(s.kind, "")
+        if pragma:
+            self.emit(d, pragma)
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")
         self.stmt(s.body, d + 1)
         self.emit(d, "}")
@@ -403,6 +407,25 @@ def _unguarded_loads(e: Expr) -> list[Load]:
     else:
         kids = children(e)
     return [ld for k in kids for ld in _unguarded_loads(k)]
+
+
+def fold_index_digits(kernel: ir.Kernel) -> ir.Stmt:
+    """The kernel's body with the digits of every store and load index folded
+    (`arith.fold_digits`, under the loops' and thread indices' ranges): the per-axis
+    decomposition `(f // 72)*72 + ((f // 9) % 8)*9 + ... + f % 3` of a cooperative fetch is
+    printed as `f`. Measured on the H100: kernels ran 0.88-0.93x their time before (geometric
+    means over random states of three workloads), spilled less, and compiled faster
+    (benchmarks/results/h100_session5/codegen_ab_merge_digits.json)."""
+    bounds = {id(s.var): (0, s.extent - 1) for s in ir.iter_stmts(kernel.body) if isinstance(s, ir.For)}
+    for axis, (grid, block) in enumerate(zip(kernel.grid, kernel.block)):
+        bounds[id(ir.THREAD_VARS[f"blockIdx.{'xyz'[axis]}"])] = (0, grid - 1)
+        bounds[id(ir.THREAD_VARS[f"threadIdx.{'xyz'[axis]}"])] = (0, block - 1)
+
+    def fold_loads(e: Expr) -> Expr:
+        return rewrite(e, lambda n: Load(n.buffer, [fold_digits(i, bounds) for i in n.indices])
+                       if isinstance(n, Load) else None)
+
+    return ir.map_exprs(kernel.body, lambda e: fold_digits(fold_loads(e), bounds))
 
 
 # ---- AllReduce -----------------------------------------------------------------------------

@@ -143,6 +143,23 @@ def iter_stmts(s: Stmt) -> PyIterator[Stmt]:
             yield from iter_stmts(s.else_case)
 
 
+def map_exprs(s: Stmt, fe) -> Stmt:
+    """`s` rebuilt with `fe` applied to every expression (conditions, indices, values)."""
+    if isinstance(s, Seq):
+        return Seq([map_exprs(c, fe) for c in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe))
+    if isinstance(s, IfThenElse):
+        els = map_exprs(s.else_case, fe) if s.else_case is not None else None
+        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe), els)
+    if isinstance(s, Store):
+        return Store(s.buffer, fe(s.index), fe(s.value))
+    if isinstance(s, AllReduce):
+        return AllReduce(s.reducer, fe(s.value), fe(s.cond) if s.cond is not None else None,
+                         s.buffer, fe(s.index), s.thread_tag, s.extent)
+    return s
+
+
 def executed_statements(s: Stmt, loop_kinds: Collection[str] | None = None) -> int:
     """How many statements `s` executes (an if counts both branches): every loop multiplies its
     body by its extent, or only loops of `loop_kinds` when given (e.g. {"unroll"}: the statements

@@ -708,23 +708,6 @@ def _union(items: list[tuple[Expr, int] | None]) -> tuple[Expr, int] | None:
     return lo, hi_off - lo_off
 
 
-def _map_stmt(s: ir.Stmt, fe) -> ir.Stmt:
-    """Rebuild a statement tree applying `fe` to every expression."""
-    if isinstance(s, ir.Seq):
-        return ir.Seq([_map_stmt(c, fe) for c in s.stmts])
-    if isinstance(s, ir.For):
-        return ir.For(s.var, s.extent, s.kind, _map_stmt(s.body, fe))
-    if isinstance(s, ir.IfThenElse):
-        els = _map_stmt(s.else_case, fe) if s.else_case is not None else None
-        return ir.IfThenElse(fe(s.cond), _map_stmt(s.then_case, fe), els)
-    if isinstance(s, ir.Store):
-        return ir.Store(s.buffer, fe(s.index), fe(s.value))
-    if isinstance(s, ir.AllReduce):
-        return ir.AllReduce(s.reducer, fe(s.value), fe(s.cond) if s.cond is not None else None,
-                            s.buffer, fe(s.index), s.thread_tag, s.extent)
-    return s
-
-
 def _simplify_stmt(s: ir.Stmt, bounds) -> ir.Stmt:
     """Simplify expressions and drop guards that are always true (or whole always-false ones)."""
     if isinstance(s, ir.Seq):
@@ -746,7 +729,7 @@ def _simplify_stmt(s: ir.Stmt, bounds) -> ir.Stmt:
         then = _simplify_stmt(s.then_case, bounds)
         els = _simplify_stmt(s.else_case, bounds) if s.else_case is not None else None
         return ir.IfThenElse(c, then, els) if then is not None or els is not None else None
-    return _map_stmt(s, lambda e: simplify(e, bounds))
+    return ir.map_exprs(s, lambda e: simplify(e, bounds))
 
 
 def _distinct_conjuncts(cond: Expr) -> Expr:
