@@ -2,14 +2,13 @@
 GPU machine (H100) by benchmarks/collect_dataset.py and committed under tests/data/costmodel/.
 
 Per workload, 20% of the programs are held out; the model trained on the rest ranks the held-out
-correct programs. Issue 7's targets are pairwise accuracy >= 0.85 and recall of the true top-5% in
-the predicted top-10% >= 0.6. Measured with the default model (program rows, log2 targets) on the
-features of the current lowering (local-array loops unrolled, d2eaa87): conv2d+bias+relu
-0.898 / 0.89, depthwise 0.871 / 1.00, matmul 0.835 / 1.00 (random: ~0.5 / ~0.1); over the splits
-of seeds 1-15 the mean pairwise accuracies are 0.896 / 0.876 / 0.856. Matmul misses the pairwise
-target on this split, so this test guards the level reached (a floor of 0.82, the recall target,
-and a wide margin over the random model) rather than claiming the target. The figures are printed
-(pytest -s).
+correct programs. Issue 7's targets: pairwise accuracy >= 0.85 and recall of the true top-5% in
+the predicted top-10% >= 0.6, far above the random model. Measured with the default model
+(program rows, log2 targets): conv2d+bias+relu 0.895 / 0.89, depthwise 0.866 / 1.00, matmul
+0.875 / 0.93 (random: ~0.5 / ~0.1). Matmul has 3000 programs (measured at b704a24, session 5):
+with the 1000 of before it reached 0.835 on this split (mean 0.851 over six splits); training
+on a third / two thirds / all of the new training part gives a mean over six splits of 0.846 /
+0.865 / 0.873 (0.865-0.880 per split). The figures are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from autosched.cost_model import Dataset, RandomModel, XGBModel, holdout_ranking
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "costmodel")
 LOGS = sorted(glob.glob(os.path.join(DATA, "*.jsonl.gz")))
-PAIRWISE_FLOOR = 0.82  # issue 7 asks 0.85: reached on conv2d and depthwise, not on matmul (0.835)
+PAIRWISE_TARGET = 0.85
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,7 @@ def test_xgb_ranks_held_out_programs_and_beats_random(dataset):
               f"(random {r['pairwise_accuracy']:.3f}), top-5% recall in top-10% "
               f"{a['top5_in_top10_recall']:.2f} (random {r['top5_in_top10_recall']:.2f})")
     for task, a in xgb.items():
-        assert a["pairwise_accuracy"] >= PAIRWISE_FLOOR, (task, a)
+        assert a["pairwise_accuracy"] >= PAIRWISE_TARGET, (task, a)
         assert a["top5_in_top10_recall"] >= 0.6, (task, a)
         assert a["pairwise_accuracy"] > rnd[task]["pairwise_accuracy"] + 0.25, (task, a, rnd[task])
 
