@@ -5,7 +5,9 @@
 
 Per workload: `count` distinct states drawn by the sketch rules and init rules (sampled in parallel
 processes), built and measured by the ProgramMeasurer in batches, every record appended to
-`<out>/<workload>.jsonl` (records format; gzip it for tests/data/). Prints per-workload figures:
+`<out>/<workload>.jsonl` (records format; gzip it for tests/data/), and when each candidate was
+built and run to `<out>/<workload>.timeline.jsonl` (one line per batch: `BatchEvent` fields, seconds
+since the batch's measurement began). Prints per-workload figures:
 sampling and measuring seconds, candidates per second, error kinds, best µs. `--compiler nvcc`
 or `nvrtc` picks the builder's compiler (default: NVRTC when found), e.g. to compare throughput.
 `--replay DIR` measures again the states of `DIR/<workload>.jsonl[.gz]` (in order, the first
@@ -99,6 +101,9 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
         results = measurer.measure(states[k:k + batch])
         batch_seconds.append(round(time.perf_counter() - started, 2))
         build_run_seconds.append(round(batch_seconds[-1] - (measurer.time["codegen"] - codegen), 2))
+        with open(os.path.join(out, f"{name}.timeline.jsonl"), "a") as f:
+            events = [[round(x, 4) if isinstance(x, float) else x for x in e] for e in measurer.context.timeline]
+            f.write(json.dumps({"batch": k // batch, "events": events}) + "\n")
         for r in results:
             kinds[MeasureErrorKind(r.error_kind).name] += 1
             if r.ok:

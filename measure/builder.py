@@ -29,6 +29,7 @@ class BuildResult:
     error_kind: MeasureErrorKind = MeasureErrorKind.NO_ERROR
     error_msg: str = ""
     build_seconds: float = 0.0
+    finished_at: float = 0.0  # time.perf_counter() when the build ended (this process's clock)
 
     @property
     def ok(self) -> bool:
@@ -150,7 +151,8 @@ class LocalBuilder:
             result = self._build(artifact)
         except Exception as exc:  # a bug or an OS error: a result, never a lost batch
             result = BuildResult(None, {}, MeasureErrorKind.UNKNOWN, f"{type(exc).__name__}: {exc}")
-        return dataclasses.replace(result, build_seconds=time.perf_counter() - start)
+        end = time.perf_counter()
+        return dataclasses.replace(result, build_seconds=end - start, finished_at=end)
 
     def _build(self, artifact: KernelArtifact) -> BuildResult:
         problem = artifact.validate()

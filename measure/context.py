@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from .artifact import KernelArtifact
 from .builder import BuildResult, LocalBuilder
@@ -72,15 +74,28 @@ class MeasureResult:
         )
 
 
+class BatchEvent(NamedTuple):
+    """When one candidate of the last batch was built and run, in seconds since the batch began
+    (`run_end` None: not run). `LocalMeasureContext.timeline` holds one per candidate."""
+
+    index: int
+    build_start: float
+    build_end: float
+    run_start: float
+    run_end: float | None
+
+
 class LocalMeasureContext:
     """Builds a batch in parallel and runs each candidate as soon as its build finishes, so that
     the GPU times kernels while nvcc still compiles the rest: a batch costs about the longer of
     the two, not their sum. A failed build is never run. With no arguments it makes a default
-    `LocalBuilder()` and `LocalRunner()` (the latter raises GPUUnavailableError without pycuda)."""
+    `LocalBuilder()` and `LocalRunner()` (the latter raises GPUUnavailableError without pycuda).
+    `timeline` says when each candidate of the last batch was built and run (`BatchEvent`)."""
 
     def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None):
         self.builder = builder or LocalBuilder()
         self.runner = runner or LocalRunner()
+        self.timeline: list[BatchEvent] = []
 
     def measure_batch(
         self,
@@ -90,9 +105,14 @@ class LocalMeasureContext:
         """Build and run every artifact; one result per artifact, in the artifacts' order."""
         references = references or {}
         results: list[MeasureResult | None] = [None] * len(artifacts)
+        start, self.timeline = time.perf_counter(), []
         for i, build in self.builder.build_as_completed(artifacts):
+            run_start = time.perf_counter()
             run = self.runner.run([artifacts[i]], [build], references)[0] if build.ok else None
             results[i] = MeasureResult.combine(build, run)
+            built = build.finished_at - start
+            self.timeline.append(BatchEvent(i, built - build.build_seconds, built, run_start - start,
+                                            time.perf_counter() - start if run is not None else None))
         return results
 
     def close(self) -> None:

@@ -26,9 +26,10 @@ class ScriptedBuilder:
         for i in self.order:
             self.log.append(("built", artifacts[i].tag))
             if artifacts[i].tag in self.failing:
-                yield i, BuildResult(None, {}, MeasureErrorKind.COMPILE_ERROR, "boom", 0.5)
+                yield i, BuildResult(None, {}, MeasureErrorKind.COMPILE_ERROR, "boom", 0.5,
+                                     finished_at=time.perf_counter())
             else:
-                yield i, BuildResult(b"cubin", {}, build_seconds=0.5)
+                yield i, BuildResult(b"cubin", {}, build_seconds=0.5, finished_at=time.perf_counter())
 
 
 class LoggingRunner:
@@ -57,6 +58,12 @@ def test_results_keep_artifact_order_and_runs_start_before_the_batch_is_built():
     # The first built kernel ran before the second one was built; a failed build never ran.
     assert log[:3] == [("built", "k3"), ("ran", "k3"), ("built", "k0")]
     assert ("ran", "k4") not in log
+    # the timeline: one event per candidate in completion order, each run after its build
+    assert [e.index for e in ctx.timeline] == [3, 0, 4, 1, 2]
+    for e in ctx.timeline:
+        assert e.build_end - e.build_start == pytest.approx(0.5)
+        assert e.build_end <= e.run_start
+        assert (e.run_end is None) == (e.index == 4) and (e.run_end is None or e.run_start <= e.run_end)
 
 
 def test_build_as_completed_yields_each_index_once_in_completion_order():
