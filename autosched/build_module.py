@@ -11,6 +11,7 @@ from measure import ArgSpec, KernelArtifact, Launch
 
 from . import ir
 from .lowering import lower
+from .unrolling import compiled_statements
 
 
 @dataclass
@@ -28,8 +29,9 @@ class BuiltKernel:
     args: tuple[ArgSpec, ...]
 
     def artifact(self, reference_id: str | None = None, tag: str = "") -> KernelArtifact:
-        """The measure/ artifact of this kernel."""
-        return KernelArtifact(self.source, self.launches, self.args, reference_id, tag)
+        """The measure/ artifact of this kernel (its compile cost: the statements nvcc emits)."""
+        cost = sum(compiled_statements(k.body) for k in self.program.kernels)
+        return KernelArtifact(self.source, self.launches, self.args, reference_id, tag, cost)
 
     def run_cpu(self, *arrays: np.ndarray) -> list[np.ndarray]:
         """Run on the CPU interpreter; arrays in argument order (temporaries may be omitted)."""

@@ -102,7 +102,9 @@ class KernelArtifact:
 
     `reference_id` names the `Reference` (in the runner's `references` dict) that checks the
     outputs; None means "time only" (inputs are then seeded random data). `tag` is free text for
-    the caller (e.g. a state hash), carried along untouched.
+    the caller (e.g. a state hash), carried along untouched. `compile_cost` estimates the compile
+    time relative to the other artifacts of a batch (any unit; 0: unknown): the builder starts the
+    costliest first, then the longest sources.
     """
 
     source: str
@@ -110,6 +112,7 @@ class KernelArtifact:
     args: tuple[ArgSpec, ...]
     reference_id: str | None = None
     tag: str = ""
+    compile_cost: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "launches", tuple(self.launches))
@@ -139,6 +142,7 @@ class KernelArtifact:
             "args": [a.to_dict() for a in self.args],
             "reference_id": self.reference_id,
             "tag": self.tag,
+            "compile_cost": self.compile_cost,
         }
 
     @classmethod
@@ -150,4 +154,5 @@ class KernelArtifact:
             args=tuple(ArgSpec.from_dict(a) for a in data["args"]),
             reference_id=data.get("reference_id"),
             tag=data.get("tag", ""),
+            compile_cost=data.get("compile_cost", 0.0),
         )

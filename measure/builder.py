@@ -131,16 +131,17 @@ class LocalBuilder:
     def build_as_completed(self, artifacts: Sequence[KernelArtifact]) -> Iterator[tuple[int, BuildResult]]:
         """Compile every artifact, `n_parallel` at a time, yielding (index, result) as each one
         finishes, so that a caller can run the first kernels while the others still compile.
-        The longest sources start first (compile time grows with the unrolled code): a long
+        The costliest artifacts (`compile_cost`, then source length) start first: a long
         compilation started last would hold up the end of the batch."""
         if len(artifacts) <= 1 or self.n_parallel == 1:
             for i, a in enumerate(artifacts):
                 yield i, self.build_one(a)
             return
         workers = min(self.n_parallel, len(artifacts))
-        longest_first = sorted(range(len(artifacts)), key=lambda i: -len(artifacts[i].source))
+        costliest_first = sorted(range(len(artifacts)),
+                               key=lambda i: (-artifacts[i].compile_cost, -len(artifacts[i].source)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(self.build_one, artifacts[i]): i for i in longest_first}
+            futures = {pool.submit(self.build_one, artifacts[i]): i for i in costliest_first}
             for done in concurrent.futures.as_completed(futures):
                 yield futures[done], done.result()
 

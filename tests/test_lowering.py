@@ -169,3 +169,26 @@ def test_nested_non_dividing_reduce_split_counts_each_element_once():
     arrays = {"A": a, "B": b, "C": np.zeros((8, 6), np.float32)}
     run_program(lower(state), arrays)
     np.testing.assert_allclose(arrays["C"], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_statements_counts_the_loops_nvcc_unrolls():
+    """The builder's compile-cost estimate: loops marked unroll are copied, serial loops are
+    copied when their copies stay within COMPILER_UNROLL_STATEMENTS (nvcc unrolls those itself)."""
+    from autosched import ir
+    from autosched.te.expr import Const, Var
+    from autosched.unrolling import COMPILER_UNROLL_STATEMENTS as LIMIT, compiled_statements
+
+    buf = ir.Buffer("b", (4,), "float32", "local")
+    store = ir.Store(buf, Const(0, "int32"), Const(1.0, "float32"))
+
+    def loop(extent, kind, body):
+        return ir.For(Var("i", "int32"), extent, kind, body)
+
+    assert compiled_statements(loop(4, "unroll", store)) == 4
+    assert compiled_statements(loop(LIMIT, "serial", store)) == LIMIT
+    assert compiled_statements(loop(LIMIT + 1, "serial", store)) == 1
+    assert compiled_statements(loop(1000, "unroll", store)) == 1000
+    inner = loop(16, "unroll", ir.Seq([store, store]))  # 32 statements
+    assert compiled_statements(loop(4, "serial", inner)) == 128  # 4 x 32: within the limit
+    assert compiled_statements(loop(5, "serial", inner)) == 32  # 5 x 32: kept a loop
+    assert compiled_statements(ir.IfThenElse(Const(True, "bool"), inner, store)) == 33

@@ -7,6 +7,7 @@ with a reason when its compiler is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -281,6 +282,7 @@ def test_artifact_and_results_roundtrip_through_msgpack():
         ARGS + (ArgSpec("c", (2, 3, 4), "float16", True),),
         reference_id="ref-1",
         tag="state 7",
+        compile_cost=321.0,
     )
     back = KernelArtifact.from_dict(msgpack.unpackb(msgpack.packb(art.to_dict())))
     assert back == art
@@ -344,9 +346,8 @@ def test_register_limit_per_block_size_is_ptxas_cap(compiler):
 
 
 @needs_nvcc
-def test_longest_sources_are_compiled_first(monkeypatch):
-    """A long compilation started last holds up the end of the batch: the builder starts the
-    longest sources first."""
+def _compile_start_order(monkeypatch, arts):
+    """The sources in the order two build threads started compiling them (compiles faked)."""
     import threading
     import time
 
@@ -354,16 +355,37 @@ def test_longest_sources_are_compiled_first(monkeypatch):
 
     def fake_compile(self, source):
         with lock:
-            started.append(len(source))
+            started.append(source)
         time.sleep(0.02)  # a compile takes a while: the other thread gets the GIL meanwhile
         return MeasureErrorKind.COMPILE_ERROR, "not compiled", None, {}
 
     monkeypatch.setattr(LocalBuilder, "_compile", fake_compile)
+    results = LocalBuilder(n_parallel=2, compiler="nvcc").build(arts)
+    assert [r.error_kind for r in results] == [MeasureErrorKind.COMPILE_ERROR] * len(arts)
+    assert sorted(started) == sorted(a.source for a in arts)
+    return started
+
+
+def _nearly_in_order(got, expected):
+    """Two threads take the jobs in submission order; their records may swap neighbours."""
+    return all(abs(expected.index(x) - k) <= 1 for k, x in enumerate(got))
+
+
+def test_longest_sources_are_compiled_first(monkeypatch):
+    """A long compilation started last holds up the end of the batch: without compile-cost
+    estimates, the builder starts the longest sources first."""
     lengths = [30, 500, 70, 1000, 10, 200]
     arts = [artifact("k" + "x" * (n - 1)) for n in lengths]
-    results = LocalBuilder(n_parallel=2, compiler="nvcc").build(arts)
-    assert [r.error_kind for r in results] == [MeasureErrorKind.COMPILE_ERROR] * len(lengths)
-    # two threads take the jobs in submission order; their records may swap neighbours
-    longest = sorted(lengths, reverse=True)
-    assert sorted(started) == sorted(lengths)
-    assert all(abs(longest.index(n) - k) <= 1 for k, n in enumerate(started)), started
+    started = [len(s) for s in _compile_start_order(monkeypatch, arts)]
+    assert _nearly_in_order(started, sorted(lengths, reverse=True)), started
+
+
+def test_costliest_artifacts_are_compiled_first(monkeypatch):
+    """An artifact's compile_cost (autosched: the statements nvcc emits) orders the builds before
+    the source length does."""
+    costs = [5.0, 0.0, 40.0, 10.0, 0.0, 20.0]
+    arts = [dataclasses.replace(artifact(f"k{i}" + "x" * (10 * i)), compile_cost=c)
+            for i, c in enumerate(costs)]
+    started = _compile_start_order(monkeypatch, arts)
+    expected = [arts[i].source for i in (2, 5, 3, 0, 4, 1)]  # costs, then the longer of the 0s
+    assert _nearly_in_order(started, expected), started
