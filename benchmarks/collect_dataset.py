@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) - 1))
-    ap.add_argument("--build-timeout", type=float, default=4.0)
+    ap.add_argument("--build-timeout", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0, help="first sampling seed (records are appended)")
     ap.add_argument("--compiler", default="auto", choices=("auto", "nvrtc", "nvcc"))
     ap.add_argument("--build-parallel", type=int, default=None,

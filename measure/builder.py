@@ -69,10 +69,11 @@ class LocalBuilder:
     preprocessing, several times faster per kernel), "nvcc" (`nvcc -cubin -O3 -Xptxas -v`), or
     "auto" (default): NVRTC when `find_nvrtc()` finds the library, else nvcc. Both run the same
     NVVM and ptxas. `compiler_used` says which one builds. A compilation past `timeout` seconds
-    (default 4) is a COMPILE_TIMEOUT: one huge unrolled kernel must not hold up a whole batch. On
-    the H100 machine, of 3500 measured random and searched suite kernels (nvcc, 15 compilations
-    at once) the 20 fastest of each log all compiled in at most 2.5 s, NVRTC is faster still,
-    and the slowest compilations were mostly spilling kernels.
+    (default 3) is a COMPILE_TIMEOUT: one huge unrolled kernel must not hold up a whole batch (a
+    batch of 64 takes at least as long as its slowest build). On the H100 machine (NVRTC, 15
+    compilations at once), the 20 fastest kernels of each of 17 logs measured in session 5 (nine
+    suite searches, 3000 random matmul and 7 x 320 random conv2d states) compiled in at most
+    2.4 s (the suites' in at most 1.5 s).
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
@@ -83,7 +84,7 @@ class LocalBuilder:
     def __init__(
         self,
         n_parallel: int | None = None,
-        timeout: float = 4.0,
+        timeout: float = 3.0,
         arch: str | None = None,
         hardware: HardwareParams | None = None,
         extra_flags: Sequence[str] = (),
