@@ -143,20 +143,27 @@ def iter_stmts(s: Stmt) -> PyIterator[Stmt]:
             yield from iter_stmts(s.else_case)
 
 
-def map_exprs(s: Stmt, fe) -> Stmt:
-    """`s` rebuilt with `fe` applied to every expression (conditions, indices, values)."""
+def _same_target(buffer: Buffer, index: Expr) -> tuple[Buffer, Expr]:
+    return buffer, index
+
+
+def map_exprs(s: Stmt, fe, target=_same_target) -> Stmt:
+    """`s` rebuilt with `fe` applied to every expression (conditions, indices, values) and
+    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did)."""
     if isinstance(s, Seq):
-        return Seq([map_exprs(c, fe) for c in s.stmts])
+        return Seq([map_exprs(c, fe, target) for c in s.stmts])
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe))
+        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe, target))
     if isinstance(s, IfThenElse):
-        els = map_exprs(s.else_case, fe) if s.else_case is not None else None
-        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe), els)
+        els = map_exprs(s.else_case, fe, target) if s.else_case is not None else None
+        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe, target), els)
     if isinstance(s, Store):
-        return Store(s.buffer, fe(s.index), fe(s.value))
+        buffer, index = target(s.buffer, fe(s.index))
+        return Store(buffer, index, fe(s.value))
     if isinstance(s, AllReduce):
-        return AllReduce(s.reducer, fe(s.value), fe(s.cond) if s.cond is not None else None,
-                         s.buffer, fe(s.index), s.thread_tag, s.extent)
+        buffer, index = target(s.buffer, fe(s.index))
+        cond = fe(s.cond) if s.cond is not None else None
+        return AllReduce(s.reducer, fe(s.value), cond, buffer, index, s.thread_tag, s.extent)
     return s
 
 

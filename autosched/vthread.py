@@ -36,14 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
 
 from . import ir
 from .errors import LoweringError
 from .te.expr import BinOp, Const, Expr, Load, Var
 from .te.visitor import children, rebuild, rewrite, walk
-
-ExprFn = Callable[[Expr], Expr]
 
 
 def inject_virtual_threads(kernel: ir.Kernel) -> ir.Kernel:
@@ -187,7 +184,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
             return swap[id(buffer)], part(buffer, index)
         return buffer, index
 
-    return _map_stmt(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target)
+    return ir.map_exprs(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target)
 
 
 class _Pusher:
@@ -244,7 +241,7 @@ class _Pusher:
     def copy(self, s: ir.Stmt, v: int) -> ir.Stmt:
         """`s` as virtual thread `v` runs it."""
         value, done = Const(v, self.var.dtype), {}
-        return _map_stmt(s, lambda e: self.substitute(e, value, done))
+        return ir.map_exprs(s, lambda e: self.substitute(e, value, done))
 
     def substitute(self, e: Expr, value: Const, done: dict) -> Expr:
         """`e` with the variable replaced by `value`; only the nodes above a use of the
@@ -316,26 +313,3 @@ def _access_counts(s: ir.Stmt) -> Counter:
                 if isinstance(n, Load):
                     counts[id(n.buffer)] += 1
     return counts
-
-
-def _same_target(buffer: ir.Buffer, index: Expr) -> tuple[ir.Buffer, Expr]:
-    return buffer, index
-
-
-def _map_stmt(s: ir.Stmt, fe: ExprFn, target=_same_target) -> ir.Stmt:
-    """`s` rebuilt with `fe` applied to every expression and `target(buffer, index)` choosing
-    where each Store / AllReduce writes."""
-    if isinstance(s, ir.Store):
-        buffer, index = target(s.buffer, fe(s.index))
-        return ir.Store(buffer, index, fe(s.value))
-    if isinstance(s, ir.AllReduce):
-        buffer, index = target(s.buffer, fe(s.index))
-        cond = fe(s.cond) if s.cond is not None else None
-        return dataclasses.replace(s, value=fe(s.value), cond=cond, buffer=buffer, index=index)
-    if isinstance(s, ir.IfThenElse):
-        els = _map_stmt(s.else_case, fe, target) if s.else_case is not None else None
-        return ir.IfThenElse(fe(s.cond), _map_stmt(s.then_case, fe, target), els)
-    kids = _child_stmts(s)
-    if not kids:
-        return s
-    return _with_children(s, [_map_stmt(c, fe, target) for c in kids])
