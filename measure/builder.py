@@ -9,6 +9,7 @@ import queue
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 
@@ -94,6 +95,8 @@ class LocalBuilder:
             raise ValueError(f"compiler must be one of {COMPILERS}, got {compiler!r}")
         self._idle_compilers: queue.SimpleQueue[NvrtcCompiler] = queue.SimpleQueue()
         self._compilers: list[NvrtcCompiler] = []
+        self._compilers_lock = threading.Lock()
+        self._starting: threading.Thread | None = None
         # One core is left to the runner's launch loop and the search when none is named.
         self.n_parallel = max(1, n_parallel or (os.cpu_count() or 2) - 1)
         self.timeout = timeout
@@ -181,14 +184,50 @@ class LocalBuilder:
         kernel's own compile cost, and 16 compilations on 2 cores each take ~8x longer."""
         return self.timeout * max(1.0, self.n_parallel / (os.cpu_count() or 1))
 
+    def start_workers(self) -> None:
+        """Start the NVRTC workers a full batch needs (`n_parallel`) in the background, now:
+        otherwise each build thread starts its own at its first compilation, and the first batch
+        waits for them (interpreter, libnvrtc, a probe compile: ~1 s each when 15 start at once
+        on the H100 machine). Returns at once; a no-op with nvcc or when already started."""
+        if self.compiler_used != "nvrtc" or self._starting is not None:
+            return
+
+        def start_one(_) -> None:
+            compiler = self._new_compiler()
+            if compiler is None:
+                return
+            try:
+                compiler.start()
+            except OSError:  # compile() retries, and reports the failure per candidate
+                pass
+            self._idle_compilers.put(compiler)
+
+        def start_all() -> None:
+            missing = self.n_parallel - len(self._compilers)
+            if missing > 0:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=missing) as pool:
+                    list(pool.map(start_one, range(missing)))
+
+        self._starting = threading.Thread(target=start_all, name="nvrtc-workers", daemon=True)
+        self._starting.start()
+
+    def _new_compiler(self) -> NvrtcCompiler | None:
+        """A new (not started) NVRTC compiler, or None when `n_parallel` exist already."""
+        with self._compilers_lock:
+            if len(self._compilers) >= self.n_parallel:
+                return None
+            compiler = NvrtcCompiler(self._compilers[0].path, self.arch)
+            self._compilers.append(compiler)
+            return compiler
+
     def _compile(self, source: str):
         if self.compiler_used == "nvcc":
             return compile_source(source, self.arch, self.extra_flags, self.compile_timeout, self.nvcc)
         try:
             compiler = self._idle_compilers.get_nowait()
-        except queue.Empty:  # at most one per build thread is ever made
-            compiler = NvrtcCompiler(self._compilers[0].path, self.arch)
-            self._compilers.append(compiler)
+        except queue.Empty:
+            # at most n_parallel are ever made; when all exist, one is starting in the background
+            compiler = self._new_compiler() or self._idle_compilers.get()
         try:
             return compiler.compile(source, self.extra_flags, self.compile_timeout)
         finally:
@@ -196,6 +235,9 @@ class LocalBuilder:
 
     def close(self) -> None:
         """Stop the NVRTC worker processes (they restart if the builder is used again)."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         for compiler in self._compilers:
             compiler.close()
 

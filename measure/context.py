@@ -90,12 +90,17 @@ class LocalMeasureContext:
     the GPU times kernels while nvcc still compiles the rest: a batch costs about the longer of
     the two, not their sum. A failed build is never run. With no arguments it makes a default
     `LocalBuilder()` and `LocalRunner()` (the latter raises GPUUnavailableError without pycuda).
-    `timeline` says when each candidate of the last batch was built and run (`BatchEvent`)."""
+    `timeline` says when each candidate of the last batch was built and run (`BatchEvent`).
+    The builder's compiler workers start in the background at once (`LocalBuilder.start_workers`),
+    while the caller lowers its first batch."""
 
     def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None):
         self.builder = builder or LocalBuilder()
         self.runner = runner or LocalRunner()
         self.timeline: list[BatchEvent] = []
+        start_workers = getattr(self.builder, "start_workers", None)  # a test's builder has none
+        if start_workers is not None:
+            start_workers()
 
     def measure_batch(
         self,

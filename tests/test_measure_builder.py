@@ -199,6 +199,25 @@ def test_nvrtc_reports_resources_for_a_repeated_source():
         compiler.close()
 
 
+@needs_nvrtc
+def test_nvrtc_workers_start_in_the_background_and_stay_n_parallel():
+    """start_workers() brings up n_parallel NVRTC workers (the constructor's first included)
+    without blocking; builds then use them and never make more than n_parallel."""
+    builder = LocalBuilder(n_parallel=3, compiler="nvrtc", arch="sm_90")
+    try:
+        builder.start_workers()
+        builder.start_workers()  # a second call is a no-op
+        builder._starting.join(timeout=60)
+        assert len(builder._compilers) == 3
+        assert all(c._proc is not None and c._proc.poll() is None for c in builder._compilers)
+        results = builder.build([artifact(shared_source(64 * (i + 1))) for i in range(5)])
+        assert [r.error_kind for r in results] == [MeasureErrorKind.NO_ERROR] * 5
+        assert len(builder._compilers) == 3 and sum(c.worker_starts for c in builder._compilers) == 3
+    finally:
+        builder.close()
+    assert all(c._proc is None for c in builder._compilers)
+
+
 def test_nvrtc_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("AUTOSCHED_NVRTC", "0")
     assert find_nvrtc() is None
