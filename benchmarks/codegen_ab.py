@@ -10,7 +10,9 @@ state is built), all variants are built and timed in one measure context (correc
 twice, interleaved; per state and variant the faster time, the error, ptxas registers / spills and
 the compile seconds (one build of each) are printed as JSON. The summary per variant: geometric
 mean of its time over the first variant's (states where every variant ran), how often it is
-faster, its errors, and its total compile seconds.
+more than 2% faster or slower, its errors, and its total compile seconds. Measured with it in
+session 5 (results/h100_session5/codegen_ab_merge_digits.json): folded fetch indices
+("current") against "unmerged", and `#pragma unroll 1` on serial loops (left out: slower).
 """
 
 from __future__ import annotations
