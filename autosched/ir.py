@@ -167,18 +167,21 @@ def map_exprs(s: Stmt, fe, target=_same_target) -> Stmt:
     return s
 
 
-def executed_statements(s: Stmt, loop_kinds: Collection[str] | None = None) -> int:
+def executed_statements(s: Stmt, loop_kinds: Collection[str] | None = None,
+                        small_loops: int = 0) -> int:
     """How many statements `s` executes (an if counts both branches): every loop multiplies its
     body by its extent, or only loops of `loop_kinds` when given (e.g. {"unroll"}: the statements
-    in the code once unrolled)."""
+    in the code once unrolled), and then also any loop whose copies come to at most
+    `small_loops` statements (what a compiler unrolls on its own)."""
     if isinstance(s, Seq):
-        return sum(executed_statements(c, loop_kinds) for c in s.stmts)
+        return sum(executed_statements(c, loop_kinds, small_loops) for c in s.stmts)
     if isinstance(s, For):
-        times = s.extent if loop_kinds is None or s.kind in loop_kinds else 1
-        return times * executed_statements(s.body, loop_kinds)
+        body = executed_statements(s.body, loop_kinds, small_loops)
+        copies = loop_kinds is None or s.kind in loop_kinds or s.extent * body <= small_loops
+        return s.extent * body if copies else body
     if isinstance(s, IfThenElse):
-        return executed_statements(s.then_case, loop_kinds) + (
-            executed_statements(s.else_case, loop_kinds) if s.else_case is not None else 0)
+        return executed_statements(s.then_case, loop_kinds, small_loops) + (
+            executed_statements(s.else_case, loop_kinds, small_loops) if s.else_case is not None else 0)
     return 1
 
 

@@ -91,16 +91,7 @@ def compiled_statements(s: ir.Stmt, compiler_unroll: int = COMPILER_UNROLL_STATE
     order instead of by source length makes batches of 64 take 3.36 s instead of 3.86 s on
     average (simulated on the measured build and run times;
     benchmarks/results/h100_session5/build_order.md)."""
-    if isinstance(s, ir.Seq):
-        return sum(compiled_statements(c, compiler_unroll) for c in s.stmts)
-    if isinstance(s, ir.For):
-        body = compiled_statements(s.body, compiler_unroll)
-        copies = s.kind in ("unroll", "vectorize") or s.extent * body <= compiler_unroll
-        return s.extent * body if copies else body
-    if isinstance(s, ir.IfThenElse):
-        els = compiled_statements(s.else_case, compiler_unroll) if s.else_case is not None else 0
-        return compiled_statements(s.then_case, compiler_unroll) + els
-    return 1
+    return ir.executed_statements(s, ("unroll", "vectorize"), compiler_unroll)
 
 
 __all__ = ["COMPILER_UNROLL_STATEMENTS", "auto_unroll", "compiled_statements", "unroll_register_indices"]
