@@ -11,12 +11,11 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
+from autosched.errors import RecordError
 from measure import MeasureErrorKind
-
-from .errors import RecordError
 
 RECORD_VERSION = 1
 
@@ -33,12 +32,9 @@ class MeasureInput:
     @property
     def state(self):
         """Rebuild the State (the workload must be registered in this process)."""
-        from .compute_dag import ComputeDAG
-        from .workload_registry import workload_tensors
+        from autosched.schedule.compute_dag import ComputeDAG
 
-        dag = ComputeDAG(workload_tensors(self.workload_key))
-        dag.workload_key = self.workload_key
-        return dag.replay_steps(self.steps)
+        return ComputeDAG.from_workload_key(self.workload_key).replay_steps(self.steps)
 
 
 @dataclass(frozen=True)
@@ -63,17 +59,27 @@ class MeasureRecordResult:
 
 def encode(inp: MeasureInput, res: MeasureRecordResult) -> str:
     """One record as a JSON line (no trailing newline)."""
-    return json.dumps({
-        "v": RECORD_VERSION,
-        "task": {"workload_key": inp.workload_key, "target": inp.target, "hardware": inp.hardware},
-        "steps": [list(s) for s in inp.steps],
-        "result": {
-            "costs": list(res.costs), "error_kind": int(res.error_kind),
-            "error_name": MeasureErrorKind(res.error_kind).name, "error_msg": res.error_msg[:500],
-            "build_s": round(res.build_seconds, 4), "run_s": round(res.run_seconds, 4),
-            "timestamp": res.timestamp,
+    return json.dumps(
+        {
+            "v": RECORD_VERSION,
+            "task": {
+                "workload_key": inp.workload_key,
+                "target": inp.target,
+                "hardware": inp.hardware,
+            },
+            "steps": [list(s) for s in inp.steps],
+            "result": {
+                "costs": list(res.costs),
+                "error_kind": int(res.error_kind),
+                "error_name": MeasureErrorKind(res.error_kind).name,
+                "error_msg": res.error_msg[:500],
+                "build_s": round(res.build_seconds, 4),
+                "run_s": round(res.run_seconds, 4),
+                "timestamp": res.timestamp,
+            },
         },
-    }, separators=(",", ":"))
+        separators=(",", ":"),
+    )
 
 
 def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
@@ -86,9 +92,20 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
         if obj.get("v") != RECORD_VERSION:
             raise RecordError(f"unsupported record version {obj.get('v')!r}")
         t, r = obj["task"], obj["result"]
-        inp = MeasureInput(t["workload_key"], tuple(_tuplify(s) for s in obj["steps"]), t.get("target", "cuda"), t.get("hardware", {}))
-        res = MeasureRecordResult(tuple(float(c) for c in r["costs"]), int(r["error_kind"]), r.get("error_msg", ""),
-                                  float(r.get("build_s", 0)), float(r.get("run_s", 0)), float(r.get("timestamp", 0)))
+        inp = MeasureInput(
+            t["workload_key"],
+            tuple(_tuplify(s) for s in obj["steps"]),
+            t.get("target", "cuda"),
+            t.get("hardware", {}),
+        )
+        res = MeasureRecordResult(
+            tuple(float(c) for c in r["costs"]),
+            int(r["error_kind"]),
+            r.get("error_msg", ""),
+            float(r.get("build_s", 0)),
+            float(r.get("run_s", 0)),
+            float(r.get("timestamp", 0)),
+        )
         return inp, res
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, RecordError):
@@ -144,7 +161,9 @@ def load_records(path: str) -> Iterator[tuple[MeasureInput, MeasureRecordResult]
                 warnings.warn(f"{path}:{lineno}: skipping malformed record: {exc}", stacklevel=2)
 
 
-def load_best(path: str, workload_key: str | None = None) -> tuple[MeasureInput, MeasureRecordResult] | None:
+def load_best(
+    path: str, workload_key: str | None = None
+) -> tuple[MeasureInput, MeasureRecordResult] | None:
     """The fastest correct record (of one workload key, if given), or None."""
     best = None
     for inp, res in load_records(path):

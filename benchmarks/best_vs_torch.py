@@ -18,22 +18,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv: list[str] | None = None) -> int:
-    import autosched
-    from autosched.compute_dag import ComputeDAG
-    from autosched.records import load_best, load_records
-    from autosched.workload_registry import workload_tensors
     from torch_timing import compare_with_torch
+
+    import autosched
+    from autosched.records import load_best, load_records
+    from autosched.schedule.compute_dag import ComputeDAG
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log")
     ap.add_argument("--json", default=None)
     ns = ap.parse_args(argv)
     inp, res = load_best(ns.log)
-    dag = ComputeDAG(workload_tensors(inp.workload_key))
+    dag = ComputeDAG.from_workload_key(inp.workload_key)
     kernel = autosched.build(dag, dag.replay_steps(inp.steps))
     name, *args = json.loads(inp.workload_key)
-    out = {"workload_key": inp.workload_key, "records": sum(1 for _ in load_records(ns.log)),
-           "search_best_us": res.mean_cost * 1e6, **compare_with_torch(name, tuple(args), kernel)}
+    out = {
+        "workload_key": inp.workload_key,
+        "records": sum(1 for _ in load_records(ns.log)),
+        "search_best_us": res.mean_cost * 1e6,
+        **compare_with_torch(name, tuple(args), kernel),
+    }
     print(json.dumps(out, indent=1))
     if ns.json:
         with open(ns.json, "w") as f:

@@ -39,13 +39,13 @@ def _patched(obj, name: str, value):
 
 def _unmerged_digits():
     """Index digits left as lowered: (f // 72)*72 + ... + f % 3 is not recombined into f."""
-    from autosched import arith
+    from autosched.lower import arith
 
     return _patched(arith, "_merge_digits", lambda aff, bounds, dtype: aff)
 
 
 def _serial_pragma(pragma: str):
-    from autosched.codegen_cuda import CUDATarget
+    from autosched.codegen.cuda import CUDATarget
 
     return _patched(CUDATarget, "loop_pragma", {**CUDATarget.loop_pragma, "serial": pragma})
 
@@ -61,8 +61,10 @@ def best_states(path: str, top: int):
     """(workload_key, steps) of the `top` fastest correct distinct records of `path`."""
     from autosched.records import load_records
 
-    rows = sorted(((r.mean_cost, i.workload_key, i.steps) for i, r in load_records(path) if r.ok),
-                  key=lambda row: row[0])
+    rows = sorted(
+        ((r.mean_cost, i.workload_key, i.steps) for i, r in load_records(path) if r.ok),
+        key=lambda row: row[0],
+    )
     seen, out = set(), []
     for _, key, steps in rows:
         if (key, repr(steps)) not in seen and len(out) < top:
@@ -74,7 +76,7 @@ def best_states(path: str, top: int):
 def random_states(name: str, count: int, seed: int):
     """(workload_key, steps) of `count` states of suite workload `name` sampled with `seed`."""
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import suite_task
+    from autosched.task.search_task import suite_task
 
     task = suite_task(name)
     states = SketchSampler(generate_sketches(task)).sample(count, seed)
@@ -83,8 +85,8 @@ def random_states(name: str, count: int, seed: int):
 
 def main(argv: list[str] | None = None) -> int:
     import autosched
-    from autosched.build_module import build
-    from autosched.program_measurer import task_reference
+    from autosched.codegen.build import build
+    from autosched.search.program_measurer import task_reference
     from measure import LocalBuilder, LocalMeasureContext, LocalRunner
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,33 +100,40 @@ def main(argv: list[str] | None = None) -> int:
     states = [("top", key, steps) for path in ns.logs for key, steps in best_states(path, ns.top)]
     for spec in ns.random:
         name, count = spec.split("=")
-        states += [("random", key, steps) for key, steps in random_states(name, int(count), ns.seed)]
+        states += [
+            ("random", key, steps) for key, steps in random_states(name, int(count), ns.seed)
+        ]
     jobs, references = [], {}  # (group, key, artifacts of the variants)
     for group, key, steps in states:
         task = autosched.SearchTask(workload_key=key)
         artifacts = []
         for name in ns.variants:
             with VARIANTS[name]():
-                artifacts.append(build(task.compute_dag, task.compute_dag.replay_steps(steps)).artifact(key))
+                artifacts.append(
+                    build(task.compute_dag, task.compute_dag.replay_steps(steps)).artifact(key)
+                )
         if key not in references:
             references[key] = task_reference(task, artifacts[0].args)
         jobs.append((group, key, artifacts))
     rows, per_batch = [], max(1, 64 // (2 * len(ns.variants)))
     with LocalMeasureContext(LocalBuilder(), LocalRunner()) as ctx:
         for start in range(0, len(jobs), per_batch):
-            chunk = jobs[start:start + per_batch]
+            chunk = jobs[start : start + per_batch]
             batch = [a for _, _, artifacts in chunk for a in artifacts * 2]
             got = ctx.measure_batch(batch, references)
             for j, (group, key, artifacts) in enumerate(chunk):
-                mine = got[j * 2 * len(artifacts):(j + 1) * 2 * len(artifacts)]
+                mine = got[j * 2 * len(artifacts) : (j + 1) * 2 * len(artifacts)]
                 row = {"group": group, "workload": json.loads(key)[0], "workload_key": key}
                 for k, name in enumerate(ns.variants):
-                    runs = mine[k::len(artifacts)]
+                    runs = mine[k :: len(artifacts)]
                     ok = [r.mean_cost for r in runs if r.error_kind.name == "NO_ERROR"]
-                    row[name] = {"us": min(ok) * 1e6 if ok else None, "error": runs[0].error_kind.name,
-                                 "compile_s": round(runs[0].build_seconds, 3),
-                                 "regs": [[r.registers, r.spill_bytes] for r in runs[0].resources.values()],
-                                 "same_as_first": artifacts[k].source == artifacts[0].source}
+                    row[name] = {
+                        "us": min(ok) * 1e6 if ok else None,
+                        "error": runs[0].error_kind.name,
+                        "compile_s": round(runs[0].build_seconds, 3),
+                        "regs": [[r.registers, r.spill_bytes] for r in runs[0].resources.values()],
+                        "same_as_first": artifacts[k].source == artifacts[0].source,
+                    }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     summary = summarize(rows, ns.variants)
@@ -147,8 +156,11 @@ def summarize(rows: list[dict], variants: list[str]) -> dict:
         for v in variants:
             ratios = [r[v]["us"] / r[variants[0]]["us"] for r in both]
             out[group][v] = {
-                "time_ratio_geomean": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4) if ratios else None,
-                "faster": sum(x < 0.98 for x in ratios), "slower": sum(x > 1.02 for x in ratios),
+                "time_ratio_geomean": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4)
+                if ratios
+                else None,
+                "faster": sum(x < 0.98 for x in ratios),
+                "slower": sum(x > 1.02 for x in ratios),
                 "errors": sum(r[v]["error"] != "NO_ERROR" for r in mine),
                 "compile_s": round(sum(r[v]["compile_s"] for r in mine), 1),
                 "best_us": min((r[v]["us"] for r in mine if r[v]["us"]), default=None),

@@ -33,7 +33,7 @@ def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
     """Step records of `n` states of `workload` sampled with `seed` (runs in a worker process)."""
     name, n, seed = job
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import suite_task
+    from autosched.task.search_task import suite_task
 
     task = suite_task(name)
     sampler = SketchSampler(generate_sketches(task))
@@ -43,7 +43,7 @@ def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
 def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
     """`count` distinct complete states of suite workload `name`, sampled in `processes` workers
     with seeds from `seed` on."""
-    from autosched.workloads import suite_task
+    from autosched.task.search_task import suite_task
 
     dag = suite_task(name).compute_dag
     seen, states = set(), []
@@ -65,7 +65,7 @@ def sample_states(name: str, count: int, processes: int, seed: int = 0) -> list:
 def replayed_states(name: str, directory: str, count: int) -> list:
     """The first `count` states recorded in `directory/<name>.jsonl` (or `.jsonl.gz`)."""
     import autosched
-    from autosched.workloads import suite_task
+    from autosched.task.search_task import suite_task
 
     path = os.path.join(directory, f"{name}.jsonl")
     if not os.path.exists(path):
@@ -74,13 +74,22 @@ def replayed_states(name: str, directory: str, count: int) -> list:
     return [dag.replay_steps(inp.steps) for inp, _ in autosched.load_records(path)][:count]
 
 
-def collect(name: str, count: int, out: str, batch: int, processes: int, build_timeout: float,
-            seed: int = 0, compiler: str = "auto", replay: str | None = None,
-            build_parallel: int | None = None) -> dict:
+def collect(
+    name: str,
+    count: int,
+    out: str,
+    batch: int,
+    processes: int,
+    build_timeout: float,
+    seed: int = 0,
+    compiler: str = "auto",
+    replay: str | None = None,
+    build_parallel: int | None = None,
+) -> dict:
     """Sample and measure one workload; returns its summary."""
     import autosched
-    from autosched.program_measurer import ProgramMeasurer
-    from autosched.workloads import suite_task
+    from autosched.search.program_measurer import ProgramMeasurer
+    from autosched.task.search_task import suite_task
     from measure import LocalBuilder, LocalRunner, MeasureErrorKind
 
     task = suite_task(name)
@@ -92,33 +101,47 @@ def collect(name: str, count: int, out: str, batch: int, processes: int, build_t
     t1 = time.perf_counter()
     path = os.path.join(out, f"{name}.jsonl")
     builder = LocalBuilder(n_parallel=build_parallel, timeout=build_timeout, compiler=compiler)
-    measurer = ProgramMeasurer(task, builder, LocalRunner(),
-                               callbacks=[autosched.RecordToFile(path)])
+    measurer = ProgramMeasurer(
+        task, builder, LocalRunner(), callbacks=[autosched.RecordToFile(path)]
+    )
     kinds, best, batch_seconds = collections.Counter(), float("inf"), []
     build_run_seconds = []  # a batch's wall time less its lowering + codegen (measure/'s part)
     for k in range(0, len(states), batch):
         started, codegen = time.perf_counter(), measurer.time["codegen"]
-        results = measurer.measure(states[k:k + batch])
+        results = measurer.measure(states[k : k + batch])
         batch_seconds.append(round(time.perf_counter() - started, 2))
         build_run_seconds.append(round(batch_seconds[-1] - (measurer.time["codegen"] - codegen), 2))
         with open(os.path.join(out, f"{name}.timeline.jsonl"), "a") as f:
-            events = [[round(x, 4) if isinstance(x, float) else x for x in e] for e in measurer.context.timeline]
+            events = [
+                [round(x, 4) if isinstance(x, float) else x for x in e]
+                for e in measurer.context.timeline
+            ]
             f.write(json.dumps({"batch": k // batch, "events": events}) + "\n")
         for r in results:
             kinds[MeasureErrorKind(r.error_kind).name] += 1
             if r.ok:
                 best = min(best, r.mean_cost)
-        print(f"  {name}: {min(k + batch, len(states))}/{len(states)} measured, "
-              f"best {best * 1e6:.1f} us, {time.perf_counter() - t1:.0f} s; this batch's build + run "
-              f"{build_run_seconds[-1]:.2f} s ({len(results) / build_run_seconds[-1]:.1f} candidates/s)",
-              flush=True)
+        print(
+            f"  {name}: {min(k + batch, len(states))}/{len(states)} measured, "
+            f"best {best * 1e6:.1f} us, {time.perf_counter() - t1:.0f} s; this batch's build + run "
+            f"{build_run_seconds[-1]:.2f} s ({len(results) / build_run_seconds[-1]:.1f} candidates/s)",
+            flush=True,
+        )
     measurer.close()
     t2 = time.perf_counter()
-    return {"workload": name, "compiler": builder.compiler_used, "count": len(states),
-            "sample_s": t1 - t0, "measure_s": t2 - t1,
-            "measured_per_s": len(states) / (t2 - t1), "error_kinds": dict(kinds),
-            "best_us": best * 1e6, "time_split_s": dict(measurer.time), "batch_seconds": batch_seconds,
-            "build_run_seconds": build_run_seconds}
+    return {
+        "workload": name,
+        "compiler": builder.compiler_used,
+        "count": len(states),
+        "sample_s": t1 - t0,
+        "measure_s": t2 - t1,
+        "measured_per_s": len(states) / (t2 - t1),
+        "error_kinds": dict(kinds),
+        "best_us": best * 1e6,
+        "time_split_s": dict(measurer.time),
+        "batch_seconds": batch_seconds,
+        "build_run_seconds": build_run_seconds,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,18 +151,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--build-timeout", type=float, default=3.0)
-    ap.add_argument("--seed", type=int, default=0, help="first sampling seed (records are appended)")
+    ap.add_argument(
+        "--seed", type=int, default=0, help="first sampling seed (records are appended)"
+    )
     ap.add_argument("--compiler", default="auto", choices=("auto", "nvrtc", "nvcc"))
-    ap.add_argument("--build-parallel", type=int, default=None,
-                    help="compilations at once (default: the builder's, CPU count - 1)")
-    ap.add_argument("--replay", help="measure the states recorded in DIR/<workload>.jsonl[.gz] again")
+    ap.add_argument(
+        "--build-parallel",
+        type=int,
+        default=None,
+        help="compilations at once (default: the builder's, CPU count - 1)",
+    )
+    ap.add_argument(
+        "--replay", help="measure the states recorded in DIR/<workload>.jsonl[.gz] again"
+    )
     ap.add_argument("--out", default="dataset")
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
     summaries = []
     for name in ns.workloads:
-        summaries.append(collect(name, ns.count, ns.out, ns.batch, ns.processes, ns.build_timeout, ns.seed,
-                                 ns.compiler, ns.replay, ns.build_parallel))
+        summaries.append(
+            collect(
+                name,
+                ns.count,
+                ns.out,
+                ns.batch,
+                ns.processes,
+                ns.build_timeout,
+                ns.seed,
+                ns.compiler,
+                ns.replay,
+                ns.build_parallel,
+            )
+        )
         print(json.dumps(summaries[-1]), flush=True)
         with open(os.path.join(ns.out, "summary.json"), "w") as f:
             json.dump(summaries, f, indent=1)

@@ -15,16 +15,21 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from measure import LocalBuilder, LocalMeasureContext, LocalRunner  # noqa: E402
-
 from autosched import build  # noqa: E402
-from autosched.program_measurer import task_reference  # noqa: E402
-from autosched.search_task import SearchTask  # noqa: E402
-from autosched.workloads import SUITE  # noqa: E402
+from autosched.search.program_measurer import task_reference  # noqa: E402
+from autosched.task.search_task import SearchTask  # noqa: E402
+from autosched.task.workloads import SUITE  # noqa: E402
+from measure import LocalBuilder, LocalMeasureContext, LocalRunner  # noqa: E402
 
 
 def main() -> int:
-    from workloads_for_tests import SEED_001_TILES, SEED_001_VECTORS, SEED_002_TILES, SEED_002_VECTORS, seed_conv_state
+    from workloads_for_tests import (
+        SEED_001_TILES,
+        SEED_001_VECTORS,
+        SEED_002_TILES,
+        SEED_002_VECTORS,
+        seed_conv_state,
+    )
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu_check.json")
@@ -45,8 +50,12 @@ def main() -> int:
     out = {"flop": dag.flop_count, "kernels": {}}
     for (name, k), r in zip(kernels.items(), results):
         med = statistics.median(r.costs) if r.costs else None
-        out["kernels"][name] = {"median_us": med * 1e6 if med else None, "error": r.error_kind.name,
-                                "msg": r.error_msg, "resources": {n: vars(v) for n, v in r.resources.items()}}
+        out["kernels"][name] = {
+            "median_us": med * 1e6 if med else None,
+            "error": r.error_kind.name,
+            "msg": r.error_msg,
+            "resources": {n: vars(v) for n, v in r.resources.items()},
+        }
     try:  # the same kernels beside PyTorch, on the same inputs, timed the same way
         from torch_timing import compare_with_torch
 

@@ -19,23 +19,44 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 
 FP32_PEAK_TFLOPS = 67.0  # H100/H200 FFMA datasheet figure (ANCHORS.md)
-COLUMNS = ["workload", "GFLOP", "autosched µs", "torch fp32 µs", "torch TF32 µs", "ours/fp32", "GFLOP/s",
-           "% fp32 peak", "trials", "matches torch", "search / measure / model s"]
+COLUMNS = [
+    "workload",
+    "GFLOP",
+    "autosched µs",
+    "torch fp32 µs",
+    "torch TF32 µs",
+    "ours/fp32",
+    "GFLOP/s",
+    "% fp32 peak",
+    "trials",
+    "matches torch",
+    "search / measure / model s",
+]
 
 
-def tune(name: str, trials: int, per_round: int, population: int, n_jobs: int, out: str, seed: int = 0):
+def tune(
+    name: str, trials: int, per_round: int, population: int, n_jobs: int, out: str, seed: int = 0
+):
     """Tune one suite workload; returns (task, TuningResult, wall seconds)."""
     import autosched
-    from autosched.search_policy import SearchParams, SketchPolicy
-    from autosched.workloads import suite_task
+    from autosched.search.policy import SearchParams, SketchPolicy
+    from autosched.task.search_task import suite_task
 
     task = suite_task(name)
-    params = SearchParams(n_jobs=n_jobs, seed=seed, **({"population": population} if population else {}))
+    params = SearchParams(
+        n_jobs=n_jobs, seed=seed, **({"population": population} if population else {})
+    )
     policy = SketchPolicy(task, autosched.XGBModel(), params)
     t0 = time.perf_counter()
-    res = autosched.auto_schedule(task, policy, autosched.TuningOptions(
-        num_measure_trials=trials, num_measures_per_round=per_round,
-        measure_callbacks=[autosched.RecordToFile(os.path.join(out, f"{name}.json"))]))
+    res = autosched.search.auto_schedule(
+        task,
+        policy,
+        autosched.TuningOptions(
+            num_measure_trials=trials,
+            num_measures_per_round=per_round,
+            measure_callbacks=[autosched.RecordToFile(os.path.join(out, f"{name}.json"))],
+        ),
+    )
     return task, res, time.perf_counter() - t0
 
 
@@ -48,11 +69,18 @@ def row(name: str, task, res, wall: float) -> dict:
     flop, h = task.compute_dag.flop_count, res.history
     ours = cmp["ours_us"] * 1e-6
     return {
-        "workload": name, "flop": flop, **cmp, "ratio_vs_fp32": cmp["ours_us"] / cmp["torch_fp32_us"],
-        "gflops": flop / ours / 1e9, "pct_fp32_peak": 100 * flop / ours / 1e12 / FP32_PEAK_TFLOPS,
-        "trials": h[-1]["trials"] if h else 0, "wall_s": wall,
-        "search_s": sum(r["search_s"] for r in h), "measure_s": sum(r["measure_s"] for r in h),
-        "model_s": sum(r["model_s"] for r in h), "history": h,
+        "workload": name,
+        "flop": flop,
+        **cmp,
+        "ratio_vs_fp32": cmp["ours_us"] / cmp["torch_fp32_us"],
+        "gflops": flop / ours / 1e9,
+        "pct_fp32_peak": 100 * flop / ours / 1e12 / FP32_PEAK_TFLOPS,
+        "trials": h[-1]["trials"] if h else 0,
+        "wall_s": wall,
+        "search_s": sum(r["search_s"] for r in h),
+        "measure_s": sum(r["measure_s"] for r in h),
+        "model_s": sum(r["model_s"] for r in h),
+        "history": h,
         "schedule": task.compute_dag.print_python_schedule(res.state),
     }
 
@@ -66,10 +94,19 @@ def markdown(rows: list[dict], header: str) -> str:
     """The results table (and a header line saying where and when it was measured)."""
     lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        cells = [r["workload"], f"{r['flop'] / 1e9:.3f}", f"{r['ours_us']:.1f}", f"{r['torch_fp32_us']:.1f}",
-                 f"{r['torch_tf32_us']:.1f}", f"{r['ratio_vs_fp32']:.2f}", f"{r['gflops']:.0f}",
-                 f"{r['pct_fp32_peak']:.1f}", str(r["trials"]), "yes" if r["matches_torch"] else "NO",
-                 f"{r['search_s']:.0f} / {r['measure_s']:.0f} / {r['model_s']:.0f}"]
+        cells = [
+            r["workload"],
+            f"{r['flop'] / 1e9:.3f}",
+            f"{r['ours_us']:.1f}",
+            f"{r['torch_fp32_us']:.1f}",
+            f"{r['torch_tf32_us']:.1f}",
+            f"{r['ratio_vs_fp32']:.2f}",
+            f"{r['gflops']:.0f}",
+            f"{r['pct_fp32_peak']:.1f}",
+            str(r["trials"]),
+            "yes" if r["matches_torch"] else "NO",
+            f"{r['search_s']:.0f} / {r['measure_s']:.0f} / {r['model_s']:.0f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -87,31 +124,49 @@ def _git_head() -> str:
     import subprocess
 
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
+        sha = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=os.path.dirname(__file__),
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         sha = "unknown"
     return sha
 
 
 def main() -> int:
-    from autosched.workloads import SUITE
+    from autosched.task.workloads import SUITE
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="*", default=list(SUITE), choices=list(SUITE))
-    ap.add_argument("--trials", type=int, default=192, help="per workload (default fits the suite in ~10 min)")
+    ap.add_argument(
+        "--trials", type=int, default=192, help="per workload (default fits the suite in ~10 min)"
+    )
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
-    ap.add_argument("--commit", default=None, help="commit to name in the table (default: git HEAD)")
-    ap.add_argument("--seed", type=int, default=0, help="the search's seed (runs differ by seed: compare several)")
+    ap.add_argument(
+        "--commit", default=None, help="commit to name in the table (default: git HEAD)"
+    )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the search's seed (runs differ by seed: compare several)",
+    )
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
     rows = []
     for name in ns.workloads:
-        task, res, wall = tune(name, ns.trials, ns.per_round, ns.population, ns.n_jobs, ns.out, ns.seed)
+        task, res, wall = tune(
+            name, ns.trials, ns.per_round, ns.population, ns.n_jobs, ns.out, ns.seed
+        )
         rows.append(row(name, task, res, wall))
         with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
             f.write(res.kernel.source)

@@ -21,9 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def sampled_artifacts(name: str, count: int, seed: int):
     """(state, artifact) of `count` states of suite workload `name`."""
-    from autosched.build_module import build
+    from autosched.codegen.build import build
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import suite_task
+    from autosched.task.search_task import suite_task
 
     task = suite_task(name)
     sampler = SketchSampler(generate_sketches(task))
@@ -38,25 +38,30 @@ def spill_rows(names, count: int, seed: int, compiler: str = "auto"):
 
     hardware = HardwareParams(max_local_memory_spill_bytes=1 << 30)
     rows = []
-    with LocalBuilder(hardware=hardware, arch="sm_90", compiler=compiler, timeout=30,
-                      n_parallel=os.cpu_count()) as builder:
+    with LocalBuilder(
+        hardware=hardware, arch="sm_90", compiler=compiler, timeout=30, n_parallel=os.cpu_count()
+    ) as builder:
         for name in names:
             pairs = sampled_artifacts(name, count, seed)
             results = builder.build([a for _, a in pairs])
             for k, ((state, artifact), res) in enumerate(zip(pairs, results)):
                 kernels = list(res.kernels.values())
-                rows.append({
-                    "workload": name, "index": k, "error": res.error_kind.name,
-                    "registers": max((r.registers for r in kernels), default=0),
-                    "threads": max(l.threads_per_block for l in artifact.launches),
-                    "spill_bytes": sum(r.spill_bytes for r in kernels),
-                    "compile_s": round(res.build_seconds, 3),
-                })
+                rows.append(
+                    {
+                        "workload": name,
+                        "index": k,
+                        "error": res.error_kind.name,
+                        "registers": max((r.registers for r in kernels), default=0),
+                        "threads": max(l.threads_per_block for l in artifact.launches),
+                        "spill_bytes": sum(r.spill_bytes for r in kernels),
+                        "compile_s": round(res.build_seconds, 3),
+                    }
+                )
     return rows, builder.compiler_used
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autosched.workloads import SUITE
+    from autosched.task.workloads import SUITE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="*", default=list(SUITE))
@@ -72,12 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in rows if r["workload"] == name and r["error"] == "NO_ERROR"]
         spilled = [r for r in mine if r["spill_bytes"]]
         total, spilled_total = total + len(mine), spilled_total + len(spilled)
-        detail = ", ".join(f"#{r['index']} {r['registers']}r x{r['threads']} {r['spill_bytes']}B"
-                           for r in spilled)
+        detail = ", ".join(
+            f"#{r['index']} {r['registers']}r x{r['threads']} {r['spill_bytes']}B" for r in spilled
+        )
         print(f"{name:18s} {len(spilled):3d} of {len(mine):3d} spill  {detail}")
-    print(f"total: {spilled_total} of {total} compiled states spill "
-          f"({100 * spilled_total / max(1, total):.1f}%), {compiler}, "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"total: {spilled_total} of {total} compiled states spill "
+        f"({100 * spilled_total / max(1, total):.1f}%), {compiler}, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

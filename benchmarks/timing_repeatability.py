@@ -34,10 +34,11 @@ def kendall_tau(a, b) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autosched.build_module import build
-    from autosched.program_measurer import task_reference
+    from autosched.codegen.build import build
+    from autosched.search.program_measurer import task_reference
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workloads import SUITE, suite_task
+    from autosched.task.search_task import suite_task
+    from autosched.task.workloads import SUITE
     from measure import LocalBuilder, LocalRunner
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -69,18 +70,29 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             runner.close()
         passes[ms] = costs
-        summary["settings"].append({"min_repeat_ms": ms, "ms_per_candidate": round(seconds / (2 * len(ok)) * 1e3, 1),
-                                    "phases_ms": phases})
+        summary["settings"].append(
+            {
+                "min_repeat_ms": ms,
+                "ms_per_candidate": round(seconds / (2 * len(ok)) * 1e3, 1),
+                "phases_ms": phases,
+            }
+        )
     good = np.all([np.isfinite(c) for cs in passes.values() for c in cs], axis=0)
     reference = np.mean([c[good] for cs in passes.values() for c in cs], axis=0)
     for row in summary["settings"]:
         a, b = (c[good] for c in passes[row["min_repeat_ms"]])
         diff = np.abs(a - b) / np.minimum(a, b)
-        row.update({"correct": int(good.sum()),
-                    "pass_difference_median_pct": round(float(np.median(diff)) * 100, 2),
-                    "pass_difference_p95_pct": round(float(np.percentile(diff, 95)) * 100, 2),
-                    "kendall_between_passes": round(kendall_tau(a, b), 4),
-                    "kendall_vs_reference": round((kendall_tau(a, reference) + kendall_tau(b, reference)) / 2, 4)})
+        row.update(
+            {
+                "correct": int(good.sum()),
+                "pass_difference_median_pct": round(float(np.median(diff)) * 100, 2),
+                "pass_difference_p95_pct": round(float(np.percentile(diff, 95)) * 100, 2),
+                "kendall_between_passes": round(kendall_tau(a, b), 4),
+                "kendall_vs_reference": round(
+                    (kendall_tau(a, reference) + kendall_tau(b, reference)) / 2, 4
+                ),
+            }
+        )
         print(json.dumps(row), flush=True)
     if ns.json:
         with open(ns.json, "w") as f:

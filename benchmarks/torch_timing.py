@@ -9,7 +9,7 @@ and returns the output, so the two are checked against each other on the same da
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 L2_FLUSH_BYTES = 128 << 20  # rotate through at least this many bytes of inputs (H200 L2: 50 MB)
 MAX_COPIES = 16
@@ -81,8 +81,9 @@ def rotation_copies(bytes_per_set: int) -> int:
     return max(1, min(MAX_COPIES, -(-L2_FLUSH_BYTES // max(1, bytes_per_set))))
 
 
-def time_calls(calls: list[Callable[[], object]], number: int = 100, repeat: int = 20,
-               warmup: int = 10) -> float:
+def time_calls(
+    calls: list[Callable[[], object]], number: int = 100, repeat: int = 20, warmup: int = 10
+) -> float:
     """Median seconds per call: CUDA events around `number` back-to-back calls, cycling through
     `calls` (one per input copy), `repeat` times, after `warmup` calls."""
     import torch
@@ -121,9 +122,13 @@ def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: fl
     host = [rng.uniform(-1, 1, a.shape).astype(a.dtype) for a in inputs]
     set_bytes = sum(h.nbytes for h in host) + sum(int(np.prod(a.shape)) * 4 for a in outputs)
     copies = rotation_copies(set_bytes)
-    sets = [([torch.from_numpy(h).cuda() for h in host],
-             [torch.empty(a.shape, dtype=getattr(torch, a.dtype), device="cuda") for a in outputs])
-            for _ in range(copies)]
+    sets = [
+        (
+            [torch.from_numpy(h).cuda() for h in host],
+            [torch.empty(a.shape, dtype=getattr(torch, a.dtype), device="cuda") for a in outputs],
+        )
+        for _ in range(copies)
+    ]
     fn = TORCH_EQUIVALENTS[workload](args)
     launchers = [kernel.launcher(*ins, *outs) for ins, outs in sets]
 
@@ -144,6 +149,13 @@ def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: fl
     set_tf32(True)
     tf32 = time_calls(torch_calls)
     set_tf32(False)
-    return {"ours_us": ours * 1e6, "torch_fp32_us": fp32 * 1e6, "torch_tf32_us": tf32 * 1e6,
-            "ours_warm_us": ours_warm * 1e6, "torch_fp32_warm_us": fp32_warm * 1e6,
-            "max_rel_err_vs_torch": err, "matches_torch": ok, "input_copies": copies}
+    return {
+        "ours_us": ours * 1e6,
+        "torch_fp32_us": fp32 * 1e6,
+        "torch_tf32_us": tf32 * 1e6,
+        "ours_warm_us": ours_warm * 1e6,
+        "torch_fp32_warm_us": fp32_warm * 1e6,
+        "max_rel_err_vs_torch": err,
+        "matches_torch": ok,
+        "input_copies": copies,
+    }

@@ -9,11 +9,11 @@ float, higher = better, 0 for a failed program.
     scores = model.predict(features)       # one score per program, -inf for invalid ones
 """
 
-from .base import CostModel, FeatureMatrix, PackedFeatures, pack_features
-from .metrics import pairwise_accuracy, peak_at_k, topk_recall
-from .random_model import RandomModel
-from .xgb_model import FitReport, XGBModel
-from .xgb_params import XGBParams
+from costmodel.base import CostModel, FeatureMatrix, PackedFeatures, pack_features
+from costmodel.metrics import pairwise_accuracy, peak_at_k, topk_recall
+from costmodel.random_model import RandomModel
+from costmodel.xgb_model import FitReport, XGBModel
+from costmodel.xgb_params import XGBParams
 
 __all__ = [
     "CostModel",

@@ -49,7 +49,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .metrics import topk_recall
+from costmodel.metrics import topk_recall
 
 
 def normalise_throughputs(throughputs: np.ndarray, task_ids: np.ndarray) -> np.ndarray:

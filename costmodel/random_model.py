@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import (
+from costmodel.base import (
     CostModel,
     FeatureMatrix,
     check_throughputs,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from .base import (
+from costmodel.base import (
     CostModel,
     FeatureMatrix,
     PackedFeatures,
@@ -33,9 +33,9 @@ from .base import (
     rng_state_to_json,
     write_model_file,
 )
-from .packsum import make_metric, make_objective, normalise_throughputs, training_targets
-from .program_rows import STATEMENTS, reduce_statements
-from .xgb_params import XGBParams
+from costmodel.packsum import make_metric, make_objective, normalise_throughputs, training_targets
+from costmodel.program_rows import STATEMENTS, reduce_statements
+from costmodel.xgb_params import XGBParams
 
 logger = logging.getLogger("autosched.costmodel")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .packsum import HESSIANS, LABELS
-from .program_rows import parse_program_rows
+from costmodel.packsum import HESSIANS, LABELS
+from costmodel.program_rows import parse_program_rows
 
 
 def available_cores() -> int:
@@ -36,7 +36,7 @@ class XGBParams:
             target.
 
         Measured on H100 measurements of random states (matmul 1024^3, conv2d+bias+relu, depthwise
-        conv2d, ~1000 each; 20% of each workload held out, ``autosched.cost_model.holdout_ranking``;
+        conv2d, ~1000 each; 20% of each workload held out, ``autosched.search.cost_model.holdout_ranking``;
         pairwise accuracy on the held-out correct programs, mean over 5 splits; conv2d / depthwise
         / matmul): "max" + "log" (default) 0.90 / 0.88 / 0.85; "sum_max" the same at twice the
         training time; "max" + "linear" 0.88 / 0.87 / 0.84; "statements" (pack-sum) + "log"

@@ -5,20 +5,26 @@ argument specs) and `Reference`s (inputs and expected outputs) and returns resul
 `MeasureErrorKind`. Only the runner's worker process touches the GPU.
 """
 
-from .artifact import ArgSpec, KernelArtifact, Launch
-from .builder import BuildResult, LocalBuilder, check_resources, compile_resources, compile_source
-from .context import LocalMeasureContext, MeasureResult
-from .errors import (
+from measure.artifact import ArgSpec, KernelArtifact, Launch
+from measure.builder import (
+    BuildResult,
+    LocalBuilder,
+    check_resources,
+    compile_resources,
+    compile_source,
+)
+from measure.context import LocalMeasureContext, MeasureResult
+from measure.errors import (
     CompileError,
     GPUUnavailableError,
     MeasureError,
     MeasureErrorKind,
     NvccNotFoundError,
 )
-from .framing import pack, unpack
-from .hardware import HardwareParams, device_arch
-from .ptxas import KernelResources, find_nvcc, parse_ptxas
-from .reference import (
+from measure.framing import pack, unpack
+from measure.hardware import HardwareParams, device_arch
+from measure.ptxas import KernelResources, find_nvcc, parse_ptxas
+from measure.reference import (
     DEFAULT_TOLERANCES,
     Reference,
     compare_output,
@@ -27,7 +33,7 @@ from .reference import (
     make_reference,
     random_array,
 )
-from .runner import LocalRunner, RunResult, gpu_available
+from measure.runner import LocalRunner, RunResult, gpu_available
 
 __all__ = [
     "ArgSpec",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .framing import FrameEOF, read_frame, write_frame
-from .nvrtc import NvrtcLibrary
+from measure.framing import FrameEOF, read_frame, write_frame
+from measure.nvrtc import NvrtcLibrary
 
 PROBE = 'extern "C" __global__ void autosched_probe(float* a) { a[threadIdx.x] = 1.0f; }'
 
@@ -27,7 +27,9 @@ def serve(path: str, arch: str) -> None:
         return
     result, log, _ = lib.compile(PROBE, [f"--gpu-architecture={arch}"])
     if result != 0:
-        write_frame(out, {"ready": False, "error": f"a trivial kernel does not compile: {log.strip()}"})
+        write_frame(
+            out, {"ready": False, "error": f"a trivial kernel does not compile: {log.strip()}"}
+        )
         return
     write_frame(out, {"ready": True, "version": list(lib.version())})
     stdin = sys.stdin.buffer

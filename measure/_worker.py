@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-from .artifact import ArgSpec, Launch
-from .errors import MeasureErrorKind
-from .framing import FrameEOF, read_frame, write_frame
-from .reference import Reference, compare_outputs, random_array
+from measure.artifact import ArgSpec, Launch
+from measure.errors import MeasureErrorKind
+from measure.framing import FrameEOF, read_frame, write_frame
+from measure.reference import Reference, compare_outputs, random_array
 
 MAX_NUMBER = 1 << 20  # back-to-back runs per repeat, at most
 
@@ -110,7 +110,9 @@ class Worker:
                         host = np.empty(arg.shape, dtype=arg.dtype)
                         drv.memcpy_dtoh(host, buf)
                         outputs[arg.name] = host
-                message = compare_outputs(outputs, reference, self.bounds.setdefault(req.get("ref_id"), {}))
+                message = compare_outputs(
+                    outputs, reference, self.bounds.setdefault(req.get("ref_id"), {})
+                )
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
             t2 = time.perf_counter()

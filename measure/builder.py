@@ -13,12 +13,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from .artifact import KernelArtifact
-from .errors import CompileError, MeasureErrorKind, NvccNotFoundError
-from .hardware import HardwareParams, device_arch
-from .nvrtc import ENV_VAR as NVRTC_ENV_VAR
-from .nvrtc import NvrtcCompiler, find_nvrtc
-from .ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
+from measure.artifact import KernelArtifact
+from measure.errors import CompileError, MeasureErrorKind, NvccNotFoundError
+from measure.hardware import HardwareParams, device_arch
+from measure.nvrtc import ENV_VAR as NVRTC_ENV_VAR
+from measure.nvrtc import NvrtcCompiler, find_nvrtc
+from measure.ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +122,9 @@ class LocalBuilder:
                 self._idle_compilers.put(first)
                 return "nvrtc"
         if compiler == "nvrtc":
-            raise NvccNotFoundError(f"{problem} (set ${NVRTC_ENV_VAR} to libnvrtc's path, or use compiler='nvcc')")
+            raise NvccNotFoundError(
+                f"{problem} (set ${NVRTC_ENV_VAR} to libnvrtc's path, or use compiler='nvcc')"
+            )
         return "nvcc"
 
     def build(self, artifacts: Sequence[KernelArtifact]) -> list[BuildResult]:
@@ -132,7 +134,9 @@ class LocalBuilder:
             results[i] = result
         return results
 
-    def build_as_completed(self, artifacts: Sequence[KernelArtifact]) -> Iterator[tuple[int, BuildResult]]:
+    def build_as_completed(
+        self, artifacts: Sequence[KernelArtifact]
+    ) -> Iterator[tuple[int, BuildResult]]:
         """Compile every artifact, `n_parallel` at a time, yielding (index, result) as each one
         finishes, so that a caller can run the first kernels while the others still compile.
         The costliest artifacts (`compile_cost`, then source length) start first: a long
@@ -142,8 +146,10 @@ class LocalBuilder:
                 yield i, self.build_one(a)
             return
         workers = min(self.n_parallel, len(artifacts))
-        costliest_first = sorted(range(len(artifacts)),
-                               key=lambda i: (-artifacts[i].compile_cost, -len(artifacts[i].source)))
+        costliest_first = sorted(
+            range(len(artifacts)),
+            key=lambda i: (-artifacts[i].compile_cost, -len(artifacts[i].source)),
+        )
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(self.build_one, artifacts[i]): i for i in costliest_first}
             for done in concurrent.futures.as_completed(futures):
@@ -176,7 +182,6 @@ class LocalBuilder:
         if kind != MeasureErrorKind.NO_ERROR:
             return BuildResult(None, kernels, kind, message)
         return BuildResult(cubin, kernels)
-
 
     @property
     def compile_timeout(self) -> float:
@@ -222,7 +227,9 @@ class LocalBuilder:
 
     def _compile(self, source: str):
         if self.compiler_used == "nvcc":
-            return compile_source(source, self.arch, self.extra_flags, self.compile_timeout, self.nvcc)
+            return compile_source(
+                source, self.arch, self.extra_flags, self.compile_timeout, self.nvcc
+            )
         try:
             compiler = self._idle_compilers.get_nowait()
         except queue.Empty:

@@ -8,12 +8,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from .artifact import KernelArtifact
-from .builder import BuildResult, LocalBuilder
-from .errors import MeasureErrorKind
-from .ptxas import KernelResources
-from .reference import Reference
-from .runner import LocalRunner, RunResult
+from measure.artifact import KernelArtifact
+from measure.builder import BuildResult, LocalBuilder
+from measure.errors import MeasureErrorKind
+from measure.ptxas import KernelResources
+from measure.reference import Reference
+from measure.runner import LocalRunner, RunResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,8 +116,15 @@ class LocalMeasureContext:
             run = self.runner.run([artifacts[i]], [build], references)[0] if build.ok else None
             results[i] = MeasureResult.combine(build, run)
             built = build.finished_at - start
-            self.timeline.append(BatchEvent(i, built - build.build_seconds, built, run_start - start,
-                                            time.perf_counter() - start if run is not None else None))
+            self.timeline.append(
+                BatchEvent(
+                    i,
+                    built - build.build_seconds,
+                    built,
+                    run_start - start,
+                    time.perf_counter() - start if run is not None else None,
+                )
+            )
         return results
 
     def close(self) -> None:

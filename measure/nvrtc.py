@@ -26,9 +26,16 @@ import time
 import weakref
 from collections.abc import Sequence
 
-from .errors import MeasureErrorKind
-from .framing import FdFrameReader, FrameEOF, FrameTimeout, WorkerStartError, start_ready_worker, write_frame
-from .ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
+from measure.errors import MeasureErrorKind
+from measure.framing import (
+    FdFrameReader,
+    FrameEOF,
+    FrameTimeout,
+    WorkerStartError,
+    start_ready_worker,
+    write_frame,
+)
+from measure.ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
 
 ENV_VAR = "AUTOSCHED_NVRTC"
 # nvcc's -Xptxas -v, as NVRTC spells it (NVRTC optimises like -O3 by default). NVRTC alone caps
@@ -80,7 +87,9 @@ class NvrtcLibrary:
         self.path = path
         # libnvrtc dlopens its builtins library by name: load the one beside it first, so a
         # library outside the loader's path (a pip wheel, $AUTOSCHED_NVRTC) works too
-        for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+        for builtins in sorted(
+            glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))
+        ):
             if ".alt." not in builtins:
                 ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
                 break
@@ -140,12 +149,15 @@ class NvrtcCompiler:
         self.worker_starts += 1
         # start-up (interpreter, imports, loading libnvrtc) is not counted in a kernel's timeout
         try:
-            worker = start_ready_worker(self, "measure._nvrtc_worker", self.path, self.arch,
-                                        timeout=START_TIMEOUT)
+            worker = start_ready_worker(
+                self, "measure._nvrtc_worker", self.path, self.arch, timeout=START_TIMEOUT
+            )
         except WorkerStartError as exc:
             self.close()
             if exc.replied:
-                raise OSError(f"the NVRTC worker could not load {self.path}: {exc.detail}") from None
+                raise OSError(
+                    f"the NVRTC worker could not load {self.path}: {exc.detail}"
+                ) from None
             raise OSError(f"the NVRTC worker did not start ({self.path}): {exc.detail}") from None
         self._proc, self._reader, self._finalizer = worker.proc, worker.reader, worker.finalizer
 
@@ -161,7 +173,10 @@ class NvrtcCompiler:
         # other comments) from a cache, with the cubin but without ptxas's report (seen on the
         # H100 machine); an extra empty kernel with a unique name makes every program new.
         nonce = f"{NONCE_PREFIX}{os.getpid()}_{next(_BUILD_COUNTER)}_{time.time_ns()}"
-        request = {"source": f'{source}\nextern "C" __global__ void {nonce}() {{}}\n', "options": options}
+        request = {
+            "source": f'{source}\nextern "C" __global__ void {nonce}() {{}}\n',
+            "options": options,
+        }
         try:
             write_frame(self._proc.stdin, request)
             reply = self._reader.read(time.monotonic() + timeout)

@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 
-from .errors import MeasureErrorKind, NvccNotFoundError
+from measure.errors import MeasureErrorKind, NvccNotFoundError
 
 # The file name both compilers give the source (their messages quote it).
 SOURCE_NAME = "kernel.cu"
@@ -81,7 +81,11 @@ def is_resource_message(text: str) -> bool:
 def compile_failure(log: str, source_name: str, fallback: str) -> tuple[MeasureErrorKind, str]:
     """(error kind, message) of a failed compilation: a resource limit when ptxas says so, else a
     compile error; the message is the log's error lines, or `fallback` when it has none."""
-    kind = MeasureErrorKind.RESOURCE_LIMIT if is_resource_message(log) else MeasureErrorKind.COMPILE_ERROR
+    kind = (
+        MeasureErrorKind.RESOURCE_LIMIT
+        if is_resource_message(log)
+        else MeasureErrorKind.COMPILE_ERROR
+    )
     return kind, relevant_lines(log, source_name) or fallback
 
 

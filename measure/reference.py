@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .artifact import ArgSpec
+from measure.artifact import ArgSpec
 
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-7, 1e-9),
@@ -211,8 +211,9 @@ def allowed_error(ref: np.ndarray, rtol: float, atol: float) -> np.ndarray | Non
     return allowed.astype(ref.dtype)
 
 
-def compare_outputs(outputs: Mapping[str, np.ndarray], reference: Reference,
-                    bounds: dict | None = None) -> str | None:
+def compare_outputs(
+    outputs: Mapping[str, np.ndarray], reference: Reference, bounds: dict | None = None
+) -> str | None:
     """Compare every expected output; None when all pass, else the first message. `bounds`, a
     dict kept by the caller per reference, caches `allowed_error` so that a correct candidate
     costs one pass in the output's dtype (the float64 comparison runs only to explain a failure)."""

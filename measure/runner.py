@@ -11,11 +11,18 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 
-from .artifact import KernelArtifact
-from .builder import BuildResult
-from .errors import GPUUnavailableError, MeasureErrorKind
-from .framing import FdFrameReader, FrameEOF, FrameTimeout, WorkerStartError, start_ready_worker, write_frame
-from .reference import Reference
+from measure.artifact import KernelArtifact
+from measure.builder import BuildResult
+from measure.errors import GPUUnavailableError, MeasureErrorKind
+from measure.framing import (
+    FdFrameReader,
+    FrameEOF,
+    FrameTimeout,
+    WorkerStartError,
+    start_ready_worker,
+    write_frame,
+)
+from measure.reference import Reference
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,13 +160,16 @@ class LocalRunner:
         self._sent.clear()
         self.worker_starts += 1
         try:
-            worker = start_ready_worker(self, "measure._worker", str(self.device),
-                                        timeout=self.startup_timeout)
+            worker = start_ready_worker(
+                self, "measure._worker", str(self.device), timeout=self.startup_timeout
+            )
         except WorkerStartError as exc:
             self._stop_worker()
             if exc.replied:
                 raise GPUUnavailableError(f"no usable CUDA device: {exc.detail}") from None
-            raise GPUUnavailableError(f"the GPU worker process did not start: {exc.detail}") from None
+            raise GPUUnavailableError(
+                f"the GPU worker process did not start: {exc.detail}"
+            ) from None
         self._proc, self._reader, self._finalizer = worker.proc, worker.reader, worker.finalizer
         hello = worker.hello
         self.device_name = f"{hello['device']} ({hello['arch']})"

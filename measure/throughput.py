@@ -15,11 +15,11 @@ import time
 
 import numpy as np
 
-from .artifact import ArgSpec, KernelArtifact, Launch
-from .builder import LocalBuilder
-from .errors import MeasureErrorKind
-from .reference import make_reference
-from .runner import LocalRunner
+from measure.artifact import ArgSpec, KernelArtifact, Launch
+from measure.builder import LocalBuilder
+from measure.errors import MeasureErrorKind
+from measure.reference import make_reference
+from measure.runner import LocalRunner
 
 BLOCKS = [(8, 8), (16, 16), (32, 8), (8, 32), (16, 8), (32, 4), (4, 32), (32, 32),
           (64, 4), (4, 64), (16, 4), (8, 16), (16, 32), (32, 16), (64, 8), (8, 64)]  # fmt: skip

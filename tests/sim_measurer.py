@@ -8,10 +8,10 @@ import time
 
 import numpy as np
 
-from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
-from autosched.lowering import lower
+from autosched.lower.interpreter import run_program
+from autosched.lower.lowering import lower
 from autosched.records import MeasureInput, MeasureRecordResult, now
+from autosched.task.evaluate import evaluate
 from measure import MeasureErrorKind
 
 

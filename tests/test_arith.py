@@ -1,4 +1,4 @@
-"""Index arithmetic: the digit recombination of `autosched.arith` (fused-index decompositions of
+"""Index arithmetic: the digit recombination of `autosched.lower.arith` (fused-index decompositions of
 cache fetches folded back into the fused index) is exact, checked on random integers."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autosched import ir
-from autosched.arith import fold_digits
+from autosched.lower import ir
+from autosched.lower.arith import fold_digits
 from autosched.te.expr import BinOp, Const, Expr, Var
 from autosched.te.visitor import walk
 
@@ -37,8 +37,13 @@ def mod(a: Expr, k: int) -> Expr:
     return BinOp("floormod", a, c(k), I32)
 
 
-FLOOR_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-             "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b}
+FLOOR_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "floormod": lambda a, b: a % b,
+}
 
 
 def value(e: Expr, env: dict[int, int]) -> int:
@@ -86,7 +91,11 @@ def test_random_digit_sums_keep_their_value(seed):
     rng = np.random.default_rng(seed)
     folded = 0
     for _ in range(40):
-        x = add(mul(O, int(rng.integers(1, 9))), mul(T, int(rng.integers(-3, 4))), c(int(rng.integers(-5, 6))))
+        x = add(
+            mul(O, int(rng.integers(1, 9))),
+            mul(T, int(rng.integers(-3, 4))),
+            c(int(rng.integers(-5, 6))),
+        )
         d, coef, terms = 1, int(rng.choice([1, 2, -1])), []
         for _ in range(int(rng.integers(1, 5))):
             m = int(rng.integers(2, 6))
@@ -110,14 +119,17 @@ def test_cuda_printer_stores_shared_fetches_at_the_fused_index():
     """The lowered program keeps the per-axis digits of a cooperative fetch's store (the features
     read accesses per dimension from them); the printed kernel stores at the fused index, with no
     division left."""
-    from autosched.codegen_cuda import fold_index_digits
-    from autosched.lowering import lower
     from workloads_for_tests import matmul_dag, matmul_shared_state
+
+    from autosched.codegen.cuda import fold_index_digits
+    from autosched.lower.lowering import lower
 
     kernel = lower(matmul_shared_state(matmul_dag(64, 64, 64))).kernels[0]
 
     def shared_stores(body):
-        return [s for s in ir.iter_stmts(body) if isinstance(s, ir.Store) and s.buffer.scope == "shared"]
+        return [
+            s for s in ir.iter_stmts(body) if isinstance(s, ir.Store) and s.buffer.scope == "shared"
+        ]
 
     assert len(shared_stores(kernel.body)) == 2
     assert all(divisions(s.index) > 0 for s in shared_stores(kernel.body))

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import pytest
+from compilers import needs_nvcc
 from workloads_for_tests import (
     AUTOTVM_CONV_CFG,
     AUTOTVM_SEED_BEST,
@@ -27,14 +28,12 @@ from workloads_for_tests import (
     conv2d_dag,
 )
 
-from autosched.codegen_cuda import codegen_program
-from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
-from autosched.lowering import lower
-from autosched.transform_steps import reads_of
+from autosched.codegen.cuda import codegen_program
+from autosched.lower.interpreter import run_program
+from autosched.lower.lowering import lower
+from autosched.schedule.transform_steps import reads_of
+from autosched.task.evaluate import evaluate
 from measure import compile_resources
-
-from compilers import needs_nvcc
 
 SMALL = {"co": 16, "ci": 8}  # the reduced conv for the interpreter: 1x8x7x7 -> 16, 3x3, pad 1
 
@@ -169,7 +168,10 @@ def test_loop_structure(dag):
     assert s["pad_temp"].compute_at == "inlined"
     for load in ("pad_temp.shared", "kernel.shared"):
         assert [(it.extent, it.annotation) for it in s[load].iters[:3]] == [
-            (8, "threadIdx.z"), (1, "threadIdx.y"), (7, "threadIdx.x")]
+            (8, "threadIdx.z"),
+            (1, "threadIdx.y"),
+            (7, "threadIdx.x"),
+        ]
 
 
 # ---- lowering, interpreter ----------------------------------------------------------------------
@@ -238,7 +240,9 @@ def test_template_order_cache_of_a_cache(dag):
     s = dag.get_init_state().cache_write("conv2d_nchw", "local")
     s = s.cache_read("pad_temp", "shared", ["conv2d_nchw.local"])
     s = s.cache_read("pad_temp.shared", "local", ["conv2d_nchw.local"])
-    ol, al, aa = (s.stage_index(n) for n in ("conv2d_nchw.local", "pad_temp.shared.local", "pad_temp.shared"))
+    ol, al, aa = (
+        s.stage_index(n) for n in ("conv2d_nchw.local", "pad_temp.shared.local", "pad_temp.shared")
+    )
     assert reads_of(s, ol) >= {al} and aa not in reads_of(s, ol)
     assert reads_of(s, al) == {aa}
     s.compute_at("pad_temp.shared.local", "conv2d_nchw.local", "rx")
@@ -251,7 +255,10 @@ def test_cache_of_a_cache_lowers_correctly():
     s = mm.get_init_state().cache_read("A", "shared", ["C"]).cache_read("A.shared", "local", ["C"])
     s = s.compute_at("A.shared", "C", "i").compute_at("A.shared.local", "C", "j")
     rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((16, 8), dtype=np.float32), rng.standard_normal((8, 12), dtype=np.float32)
+    a, b = (
+        rng.standard_normal((16, 8), dtype=np.float32),
+        rng.standard_normal((8, 12), dtype=np.float32),
+    )
     arrays = {"A": a, "B": b, "C": np.zeros((16, 12), np.float32)}
     run_program(lower(s), arrays)
     np.testing.assert_allclose(arrays["C"], a @ b, rtol=1e-5, atol=1e-5)

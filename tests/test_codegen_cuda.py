@@ -1,4 +1,4 @@
-"""Tests of the CUDA printer (`autosched.codegen_cuda`): golden snippets of the printed source, and
+"""Tests of the CUDA printer (`autosched.codegen.cuda`): golden snippets of the printed source, and
 nvcc compiles (sm_90, ptxas -v: no spills) of the hand-built programs of test_interpreter.py.
 
 The nvcc tests are skipped with a reason when nvcc is missing; no test needs a GPU.
@@ -7,6 +7,7 @@ The nvcc tests are skipped with a reason when nvcc is missing; no test needs a G
 from __future__ import annotations
 
 import pytest
+from compilers import needs_nvcc
 from test_interpreter import (
     BX,
     SOFTMAX_CASES,
@@ -23,8 +24,8 @@ from test_interpreter import (
     st,
 )
 
-from autosched import ir, te
-from autosched.codegen_cuda import (
+from autosched import te
+from autosched.codegen.cuda import (
     aligned_unit_stride,
     codegen_program,
     is_nonneg,
@@ -32,10 +33,9 @@ from autosched.codegen_cuda import (
     literal,
 )
 from autosched.errors import LoweringError
+from autosched.lower import ir
 from autosched.te.expr import Const, Var
 from measure import compile_resources
-
-from compilers import needs_nvcc
 
 
 def compile_ok(program: ir.Program, fast_math: bool = False) -> str:

@@ -8,14 +8,16 @@ import sys
 
 import autosched
 from autosched import te, topi
-from autosched.compute_dag import ComputeDAG
-from autosched.workloads import SUITE
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.workloads import SUITE
 
 
 def test_flop_counts_are_exact():
     conv = autosched.SearchTask("conv2d_bias_relu", SUITE["conv2d_bias_relu"][1]).compute_dag
     out = 1 * 512 * 7 * 7
-    assert conv.flop_count == 2 * out * 512 * 9 + out + out  # conv, bias add, relu (pad: no float ops)
+    assert (
+        conv.flop_count == 2 * out * 512 * 9 + out + out
+    )  # conv, bias add, relu (pad: no float ops)
     mm = autosched.SearchTask("matmul", (1024, 1024, 1024)).compute_dag
     assert mm.flop_count == 2 * 1024**3
     x = te.placeholder((1024, 1024), name="x")
@@ -41,7 +43,9 @@ def test_workload_key_recreates_the_same_dag_in_a_subprocess():
         "import sys, autosched; t = autosched.SearchTask(workload_key=sys.argv[1]); "
         "print(t.compute_dag.canonical_text())"
     )
-    out = subprocess.run([sys.executable, "-c", code, task.workload_key], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, task.workload_key], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == task.compute_dag.canonical_text().strip()
     assert json.loads(task.workload_key)[0] == "conv2d_bias_relu"
 

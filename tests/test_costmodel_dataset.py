@@ -19,7 +19,13 @@ import os
 import numpy as np
 import pytest
 
-from autosched.cost_model import Dataset, RandomModel, XGBModel, holdout_ranking, load_dataset
+from autosched.search.cost_model import (
+    Dataset,
+    RandomModel,
+    XGBModel,
+    holdout_ranking,
+    load_dataset,
+)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "costmodel")
 LOGS = sorted(glob.glob(os.path.join(DATA, "*.jsonl.gz")))
@@ -30,9 +36,11 @@ PAIRWISE_TARGET = 0.85
 def dataset() -> Dataset:
     assert len(LOGS) >= 3, f"expected three record logs in {DATA}"
     parts = [load_dataset(path, n_jobs=os.cpu_count() or 1) for path in LOGS]
-    return Dataset([f for p in parts for f in p.features],
-                   np.concatenate([p.throughputs for p in parts]),
-                   [t for p in parts for t in p.task_ids])
+    return Dataset(
+        [f for p in parts for f in p.features],
+        np.concatenate([p.throughputs for p in parts]),
+        [t for p in parts for t in p.task_ids],
+    )
 
 
 def test_fixture_has_1000_measured_programs_per_workload(dataset):
@@ -46,9 +54,11 @@ def test_xgb_ranks_held_out_programs_and_beats_random(dataset):
     rnd = holdout_ranking(lambda: RandomModel(seed=0), dataset)
     for task in sorted(xgb):
         a, r = xgb[task], rnd[task]
-        print(f"\n{task}: held-out correct {a['test_correct']}, pairwise {a['pairwise_accuracy']:.3f} "
-              f"(random {r['pairwise_accuracy']:.3f}), top-5% recall in top-10% "
-              f"{a['top5_in_top10_recall']:.2f} (random {r['top5_in_top10_recall']:.2f})")
+        print(
+            f"\n{task}: held-out correct {a['test_correct']}, pairwise {a['pairwise_accuracy']:.3f} "
+            f"(random {r['pairwise_accuracy']:.3f}), top-5% recall in top-10% "
+            f"{a['top5_in_top10_recall']:.2f} (random {r['top5_in_top10_recall']:.2f})"
+        )
     for task, a in xgb.items():
         assert a["pairwise_accuracy"] >= PAIRWISE_TARGET, (task, a)
         assert a["top5_in_top10_recall"] >= 0.6, (task, a)
@@ -68,8 +78,9 @@ def test_collect_dataset_replays_the_recorded_states():
     states = replayed_states("matmul", DATA, 3)
     recorded = [inp.steps for inp, _ in load_records(os.path.join(DATA, "matmul.jsonl.gz"))][:3]
     assert len(states) == 3
-    assert [tuple(tuple(s.to_record()) for s in st.steps) for st in states] == \
-        [tuple(tuple(s) for s in steps) for steps in recorded]
+    assert [tuple(tuple(s.to_record()) for s in st.steps) for st in states] == [
+        tuple(tuple(s) for s in steps) for steps in recorded
+    ]
 
 
 def test_training_on_1000_measured_programs_takes_under_2_s_on_one_core(dataset):

@@ -11,14 +11,15 @@ import shutil
 import numpy as np
 import pytest
 
-from autosched import ir, te, topi
-from autosched.codegen_cuda import codegen_program
-from autosched.compute_dag import ComputeDAG
+from autosched import te, topi
+from autosched.codegen.cuda import codegen_program
 from autosched.errors import LoweringError
-from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
-from autosched.ir_verify import verify_program
-from autosched.lowering import lower
+from autosched.lower import ir
+from autosched.lower.interpreter import run_program
+from autosched.lower.lowering import lower
+from autosched.lower.verify import verify_program
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.evaluate import evaluate
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -32,9 +33,15 @@ def run_and_compare(dag: ComputeDAG, state, seed: int = 0) -> ir.Program:
     verify_program(program)
     rng = np.random.default_rng(seed)
     outputs = {b.name for b in program.outputs}
-    arrays = {b.name: (np.full(b.shape, np.nan, b.dtype) if b.name in outputs
-                       else rng.uniform(-1, 1, b.shape).astype(b.dtype))
-              for b in program.params if b not in program.temps}
+    arrays = {
+        b.name: (
+            np.full(b.shape, np.nan, b.dtype)
+            if b.name in outputs
+            else rng.uniform(-1, 1, b.shape).astype(b.dtype)
+        )
+        for b in program.params
+        if b not in program.temps
+    }
     expected = evaluate(dag, {t.name: arrays[t.name] for t in dag.tensors if t.name not in outputs})
     run_program(program, arrays)
     for name in outputs:
@@ -55,8 +62,9 @@ def compile_without_spills(program: ir.Program) -> str:
 
 
 def allreduces(program: ir.Program) -> list[ir.AllReduce]:
-    return [s for k in program.kernels for s in ir.iter_stmts(k.body)
-            if isinstance(s, ir.AllReduce)]
+    return [
+        s for k in program.kernels for s in ir.iter_stmts(k.body) if isinstance(s, ir.AllReduce)
+    ]
 
 
 # ---- hand-written schedules -------------------------------------------------------------------
@@ -117,8 +125,9 @@ def dense_bias_dag(batch: int, n_in: int, n_out: int) -> ComputeDAG:
     return ComputeDAG([data, weight, bias, topi.nn.dense(data, weight, bias)])
 
 
-@pytest.mark.parametrize("n,m,threads", [(5, 100, 32), (3, 20, 32), (4, 130, 64), (2, 64, 64),
-                                         (3, 50, 96)])
+@pytest.mark.parametrize(
+    "n,m,threads", [(5, 100, 32), (3, 20, 32), (4, 130, 64), (2, 64, 64), (3, 50, 96)]
+)
 def test_rowsum_cross_thread_with_non_dividing_splits(n, m, threads):
     """Threads past the row's end contribute the identity; one thread stores each row."""
     dag = rowsum_dag(n, m)
@@ -187,8 +196,10 @@ def test_softmax_cross_thread_with_an_exp_stage_in_shared_memory(m, threads):
     assert shared == {"T_softmax_maxelem", "T_softmax_exp", "T_softmax_expsum"}
 
 
-@pytest.mark.parametrize("batch,n_in,n_out,threads", [(1, 48, 16, 32), (1, 784, 128, 32),
-                                                      (2, 50, 20, 32), (1, 100, 40, 64)])
+@pytest.mark.parametrize(
+    "batch,n_in,n_out,threads",
+    [(1, 48, 16, 32), (1, 784, 128, 32), (2, 50, 20, 32), (1, 100, 40, 64)],
+)
 def test_dense_bias_cross_thread(batch, n_in, n_out, threads):
     dag = dense_bias_dag(batch, n_in, n_out)
     program = run_and_compare(dag, dense_bias_state(dag, threads))
@@ -213,11 +224,14 @@ def _product_reducer():
     return te.comm_reducer(lambda a, b: a * b, lambda dtype: 1.0, name="prod")
 
 
-@pytest.mark.parametrize("outer,reducer,why", [
-    ("blockIdx.x", te.sum, "binds a reduction iterator to a blockIdx"),
-    ("threadIdx.y", te.sum, "several thread axes"),
-    (None, _product_reducer(), "not sum, max or min"),
-])
+@pytest.mark.parametrize(
+    "outer,reducer,why",
+    [
+        ("blockIdx.x", te.sum, "binds a reduction iterator to a blockIdx"),
+        ("threadIdx.y", te.sum, "several thread axes"),
+        (None, _product_reducer(), "not sum, max or min"),
+    ],
+)
 def test_unsupported_cross_thread_reductions_are_refused(outer, reducer, why):
     """Lowering names what it cannot do instead of emitting a racy kernel."""
     dag = rowsum_dag(4, 64, reducer)
@@ -249,8 +263,8 @@ def test_cross_thread_programs_compile_without_spills():
 
 
 def suite_dag(name: str, reduced: bool = False) -> ComputeDAG:
-    from autosched.workload_registry import lookup
-    from autosched.workloads import SUITE
+    from autosched.task.workload_registry import lookup
+    from autosched.task.workloads import SUITE
 
     workload, full, small = SUITE[name]
     return ComputeDAG(lookup(workload)(*(REDUCED.get(name, small) if reduced else full)))
@@ -274,8 +288,15 @@ def test_rule_order_has_cross_thread_reduction_where_serial_reduction_was():
     from autosched.sketch import rules as R
 
     names = [type(r).__name__ for r in R.GPU_RULES]
-    assert names == ["AddCacheRead", "AlwaysInline", "CrossThreadReduction", "AddCacheWrite",
-                     "MultiLevelTilingWithFusion", "MultiLevelTiling", "SkipStage"]
+    assert names == [
+        "AddCacheRead",
+        "AlwaysInline",
+        "CrossThreadReduction",
+        "AddCacheWrite",
+        "MultiLevelTilingWithFusion",
+        "MultiLevelTiling",
+        "SkipStage",
+    ]
 
 
 @pytest.mark.parametrize("reduced", [False, True])
@@ -284,18 +305,23 @@ def test_cross_thread_condition_matches_ansor_on_the_suite(reduced):
     (spatial 128 < reduction 784, within a block); to no other suite stage."""
     from autosched.sketch import rules as R
     from autosched.sketch import sketch_context
-    from autosched.workloads import SUITE
+    from autosched.task.workloads import SUITE
 
     ctx, rule = sketch_context(), R.CrossThreadReduction()
     applies = {}
     for name in SUITE:
         state = suite_dag(name, reduced).get_init_state()
-        hits = [st.name for i, st in enumerate(state.stages)
-                if rule.condition(ctx, state, i) is not R.Cond.SKIP]
+        hits = [
+            st.name
+            for i, st in enumerate(state.stages)
+            if rule.condition(ctx, state, i) is not R.Cond.SKIP
+        ]
         if hits:
             applies[name] = hits
-    assert applies == {"softmax": ["T_softmax_maxelem", "T_softmax_expsum"],
-                       "dense_bias": ["T_dense"]}
+    assert applies == {
+        "softmax": ["T_softmax_maxelem", "T_softmax_expsum"],
+        "dense_bias": ["T_dense"],
+    }
 
 
 def test_common_outer_iters_and_consumer_root():
@@ -318,8 +344,8 @@ def test_common_outer_iters_and_consumer_root():
 def test_softmax_sketches_have_the_cross_thread_structure():
     """Four sketches (each reduction cross-thread or not); the first computes both reductions
     per row inside the output, following its thread split: one kernel."""
+    from autosched.schedule.transform_steps import FollowSplitStep, print_python_schedule
     from autosched.sketch import generate_sketches
-    from autosched.transform_steps import FollowSplitStep, print_python_schedule
 
     sketches = generate_sketches(suite_dag("softmax"))
     print("\n" + print_python_schedule(sketches[0]))
@@ -331,7 +357,10 @@ def test_softmax_sketches_have_the_cross_thread_structure():
     }
     norm = fused["T_softmax_norm"]
     assert [(it.name, it.annotation) for it in norm.iters] == [
-        ("i0", "none"), ("i1_o", "none"), ("i1_i", "threadIdx.x")]
+        ("i0", "none"),
+        ("i1_o", "none"),
+        ("i1_i", "threadIdx.x"),
+    ]
     follows = [s for s in fused.steps if isinstance(s, FollowSplitStep)]
     assert len(follows) == 2 and len({s.src_step_id for s in follows}) == 1  # one thread count
     kinds = [sorted(cross_thread_stages(s).items()) for s in sketches[1:]]
@@ -343,14 +372,17 @@ def test_softmax_sketches_have_the_cross_thread_structure():
 
 
 def test_dense_sketches_have_the_cross_thread_structure():
+    from autosched.schedule.transform_steps import print_python_schedule
     from autosched.sketch import generate_sketches
-    from autosched.transform_steps import print_python_schedule
 
     cross, tiled = generate_sketches(suite_dag("dense_bias"))
     print("\n" + print_python_schedule(cross))
     assert cross_thread_stages(cross) == {"T_dense": ("attached", "ax1_o", ["k_i"])}
     assert [(it.name, it.annotation) for it in cross["T_add"].iters] == [
-        ("ax0", "none"), ("ax1_o", "none"), ("ax1_i", "threadIdx.x")]
+        ("ax0", "none"),
+        ("ax1_o", "none"),
+        ("ax1_i", "threadIdx.x"),
+    ]
     assert cross_thread_stages(tiled) == {}
     assert tiled["T_dense"].attach[1] == "ax1_o_i"
 

@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 
 from autosched import te
-from autosched.compute_dag import ComputeDAG
-from autosched.evaluate import (
-    InputMismatchError, MissingInputError, evaluate, evaluate_ops, topo_ops,
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.evaluate import (
+    InputMismatchError,
+    MissingInputError,
+    evaluate,
+    evaluate_ops,
+    topo_ops,
 )
 from autosched.te.npeval import OutOfBoundsError
 
@@ -114,7 +118,7 @@ def test_chunked_sum_matches_unchunked(limit):
 
 @pytest.mark.parametrize("limit", [100, 1000, 5000])
 def test_blocks_stay_within_the_limit(monkeypatch, limit):
-    import autosched.evaluate as ev
+    import autosched.task.evaluate as ev
 
     sizes = []
     block = ev._eval_block
@@ -135,11 +139,13 @@ def test_chunked_max_and_custom_reducers(limit):
     prods = x[:, :, None] * y[None, :, :]
     _, _, c = matmul_dag(9, 5, 33, te.max)
     np.testing.assert_array_equal(
-        evaluate(c, {"A": x, "B": y}, max_block_elems=limit)["C"], prods.max(axis=1))
+        evaluate(c, {"A": x, "B": y}, max_block_elems=limit)["C"], prods.max(axis=1)
+    )
     absmax = te.comm_reducer(lambda p, q: te.max(te.abs(p), te.abs(q)), lambda d: 0.0, "absmax")
     _, _, c = matmul_dag(9, 5, 33, absmax)
     np.testing.assert_array_equal(
-        evaluate(c, {"A": x, "B": y}, max_block_elems=limit)["C"], np.abs(prods).max(axis=1))
+        evaluate(c, {"A": x, "B": y}, max_block_elems=limit)["C"], np.abs(prods).max(axis=1)
+    )
 
 
 def test_chunked_elementwise_and_default_large_reduction():
@@ -160,7 +166,7 @@ def test_chunked_elementwise_and_default_large_reduction():
 
 def _no_elementwise(monkeypatch):
     """Make the elementwise path fail for reductions: what still evaluates went through einsum."""
-    import autosched.evaluate as ev
+    import autosched.task.evaluate as ev
 
     block = ev._eval_block
 
@@ -174,24 +180,35 @@ def _no_elementwise(monkeypatch):
 def test_suite_contractions_go_through_einsum_and_match_elementwise(monkeypatch):
     """matmul, dense, batch matmul, conv2d (stride 1 and 2) and depthwise conv2d, at reduced
     sizes: the einsum path gives the elementwise result (to float32 rounding)."""
+    from autosched.task.workload_registry import lookup
+    from autosched.task.workloads import SUITE
     from autosched.te.tensor import PlaceholderOp
-    from autosched.workload_registry import lookup
-    from autosched.workloads import SUITE
 
-    for name in ("matmul", "dense_bias", "batch_matmul", "conv2d_bias_relu", "conv2d_7x7s2",
-                 "depthwise"):
+    for name in (
+        "matmul",
+        "dense_bias",
+        "batch_matmul",
+        "conv2d_bias_relu",
+        "conv2d_7x7s2",
+        "depthwise",
+    ):
         workload, _, reduced = SUITE[name]
         dag = ComputeDAG(lookup(workload)(*reduced))
         rng = np.random.default_rng(1)
-        inputs = {t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors
-                  if isinstance(t.op, PlaceholderOp)}
+        inputs = {
+            t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+            for t in dag.tensors
+            if isinstance(t.op, PlaceholderOp)
+        }
         slow = evaluate(dag.tensors, inputs, contractions=False)
         with monkeypatch.context() as m:
             _no_elementwise(m)
             fast = evaluate(dag.tensors, inputs)
         for key, want in slow.items():
             scale = np.abs(want).max()
-            np.testing.assert_allclose(fast[key], want, rtol=0, atol=1e-6 * scale, err_msg=f"{name} {key}")
+            np.testing.assert_allclose(
+                fast[key], want, rtol=0, atol=1e-6 * scale, err_msg=f"{name} {key}"
+            )
 
 
 def test_contraction_with_strides_offsets_and_repeated_axes(monkeypatch):
@@ -200,17 +217,21 @@ def test_contraction_with_strides_offsets_and_repeated_axes(monkeypatch):
     a = te.placeholder((5, 12), name="A")
     b = te.placeholder((8,), name="B")
     k = te.reduce_axis((1, 4), name="k")
-    out = te.compute((4,), lambda i: te.sum(a[i, i + 2 * k] * b[7 - k] * a[i + 1, k], axis=k), name="o")
+    out = te.compute(
+        (4,), lambda i: te.sum(a[i, i + 2 * k] * b[7 - k] * a[i + 1, k], axis=k), name="o"
+    )
     x, y = rand(5, 12), rand(8)
-    want = [sum(np.float64(x[i, i + 2 * kk]) * y[7 - kk] * x[i + 1, kk] for kk in range(1, 4))
-            for i in range(4)]
+    want = [
+        sum(np.float64(x[i, i + 2 * kk]) * y[7 - kk] * x[i + 1, kk] for kk in range(1, 4))
+        for i in range(4)
+    ]
     _no_elementwise(monkeypatch)
     np.testing.assert_allclose(evaluate(out, {"A": x, "B": y})["o"], want, rtol=1e-6)
 
 
 def test_other_reductions_fall_back_to_elementwise():
     """Not affine (a[i // 2, k]), conditional, not a product (a + b), max: elementwise."""
-    from autosched.evaluate import _eval_contraction
+    from autosched.task.evaluate import _eval_contraction
 
     a = te.placeholder((6, 8), name="A")
     b = te.placeholder((8,), name="B")

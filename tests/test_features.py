@@ -8,20 +8,28 @@ import time
 
 import numpy as np
 import pytest
+from workloads_for_tests import (
+    SEED_002_TILES,
+    SEED_002_VECTORS,
+    conv2d_bias_relu_dag,
+    matmul_dag,
+    seed_conv_state,
+)
 
-from autosched import ir
 from autosched.features import (
-    FEATURE_NAMES, FEATURES, N_FEATURES, extract_features, features_for_states, group_slices,
+    FEATURE_NAMES,
+    FEATURES,
+    N_FEATURES,
+    extract_features,
+    features_for_states,
+    group_slices,
     state_features,
 )
 from autosched.features.table import feature_row
 from autosched.features.walk import ProgramWalker
-from autosched.lowering import lower
+from autosched.lower import ir
+from autosched.lower.lowering import lower
 from autosched.te.expr import Const, Load, Var
-
-from workloads_for_tests import (
-    SEED_002_TILES, SEED_002_VECTORS, conv2d_bias_relu_dag, matmul_dag, seed_conv_state,
-)
 
 COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
@@ -46,10 +54,17 @@ def hand_matmul() -> ir.Program:
     c_idx = row + j
     mac = Load(cb, (c_idx,)) + Load(a, (row + k,)) * Load(b, (k * c(64) + j,))
     update = ir.Store(cb, c_idx, mac)
-    body = ir.For(j, 64, "serial", ir.Seq([
-        ir.Store(cb, c_idx, Const(0.0, "float32")),
-        ir.For(k, 64, "serial", update),
-    ]))
+    body = ir.For(
+        j,
+        64,
+        "serial",
+        ir.Seq(
+            [
+                ir.Store(cb, c_idx, Const(0.0, "float32")),
+                ir.For(k, 64, "serial", update),
+            ]
+        ),
+    )
     kernel = ir.Kernel("mm", (4, 1, 1), (16, 1, 1), [], body)
     return ir.Program([kernel], [a, b, cb], [cb])
 
@@ -72,8 +87,15 @@ def matmul_state(inner: str = "none"):
 def test_names_unique_and_layout_matches():
     assert len(FEATURE_NAMES) == len(set(FEATURE_NAMES)) == N_FEATURES == len(FEATURES)
     sizes = {g: s.stop - s.start for g, s in group_slices().items()}
-    assert sizes == {"compute": 15, "annotation": 10, "gpu": 7, "buffer": 105, "intensity": 10,
-                     "allocation": 8, "outer": 3}
+    assert sizes == {
+        "compute": 15,
+        "annotation": 10,
+        "gpu": 7,
+        "buffer": 105,
+        "intensity": 10,
+        "allocation": 8,
+        "outer": 3,
+    }
     f = extract_features(hand_matmul())
     assert f.shape == (2, N_FEATURES) and f.dtype == np.float32
 
@@ -90,7 +112,7 @@ def test_fast_row_matches_declared_getters():
 
 def test_hand_matmul_compute_and_binding():
     init, upd = extract_features(hand_matmul())
-    n = 64 ** 3
+    n = 64**3
     assert raw(upd, "float_addsub") == pytest.approx(n, rel=1e-5)
     assert raw(upd, "float_mul") == pytest.approx(n, rel=1e-5)
     assert raw(upd, "float_mad") == pytest.approx(n, rel=1e-5)
@@ -113,7 +135,7 @@ def test_hand_matmul_compute_and_binding():
 
 def test_hand_matmul_buffers():
     upd = extract_features(hand_matmul())[1]
-    n = 64 ** 3
+    n = 64**3
     # order by cache lines: B (stride 64 in k: a line per access), A (stride 1), C (k-invariant)
     assert raw(upd, "B0.acc_read") == raw(upd, "B1.acc_read") == raw(upd, "B2.acc_rw") == 1
     assert raw(upd, "B0.stride") == pytest.approx(64)  # B[k*64 + j] along k
@@ -147,11 +169,13 @@ def test_allreduce_and_shared_alloc_are_features():
     s = ir.Buffer("S", (32,), "float32", "shared")
     y = ir.Buffer("Y", (8,), "float32")
     bx, tx = ir.THREAD_VARS["blockIdx.x"], ir.THREAD_VARS["threadIdx.x"]
-    body = ir.Seq([
-        ir.Store(s, tx, Load(x, (bx * c(32) + tx,))),
-        ir.Barrier(),
-        ir.AllReduce("sum", Load(s, (tx,)), None, y, bx, "threadIdx.x", 32),
-    ])
+    body = ir.Seq(
+        [
+            ir.Store(s, tx, Load(x, (bx * c(32) + tx,))),
+            ir.Barrier(),
+            ir.AllReduce("sum", Load(s, (tx,)), None, y, bx, "threadIdx.x", 32),
+        ]
+    )
     prog = ir.Program([ir.Kernel("r", (8, 1, 1), (32, 1, 1), [s], body)], [x, y], [y])
     fill, red = extract_features(prog)
     assert raw(fill, "alloc_bytes") == pytest.approx(128)
@@ -211,7 +235,11 @@ def test_unroll_and_vectorize_change_their_features():
     assert raw(vec[upd], "vec_inner_loops") == 0 and raw(base[upd], "vec_num") == 0
     changed = np.nonzero(base[upd] != unr[upd])[0]
     assert {FEATURE_NAMES[i] for i in changed} <= {
-        "unroll_num", "unroll_prod", "unroll_len", "unroll_spatial", "unroll_inner_loops",
+        "unroll_num",
+        "unroll_prod",
+        "unroll_len",
+        "unroll_spatial",
+        "unroll_inner_loops",
         "unrolled_steps",
     }
     # more unrolling in the seed schedule: larger unrolled nests
@@ -232,15 +260,17 @@ def test_state_that_fails_to_lower_gives_none():
 
 
 def test_process_pool_matches_serial():
-    workloads = pytest.importorskip("autosched.workloads")
-    from autosched.compute_dag import ComputeDAG
-    from autosched.workload_registry import make_workload_key, workload_tensors
+    workloads = pytest.importorskip("autosched.task.workloads")
+    from autosched.schedule.compute_dag import ComputeDAG
+    from autosched.task.workload_registry import make_workload_key
 
     key = make_workload_key(workloads.conv2d_bias_relu, (1, 7, 7, 512, 512, 3, 3, 1, 1))
-    dag = ComputeDAG(workload_tensors(key))
-    dag.workload_key = key
-    states = [seed_conv_state(dag), seed_conv_state(dag, SEED_002_TILES, SEED_002_VECTORS),
-              dag.get_init_state().split("conv2d_nchw", "ff", [None])] * 2
+    dag = ComputeDAG.from_workload_key(key)
+    states = [
+        seed_conv_state(dag),
+        seed_conv_state(dag, SEED_002_TILES, SEED_002_VECTORS),
+        dag.get_init_state().split("conv2d_nchw", "ff", [None]),
+    ] * 2
     serial = features_for_states(states)
     pooled = features_for_states(states, n_jobs=2)
     assert [p is None for p in pooled] == [s is None for s in serial] == [False, False, True] * 2
@@ -285,6 +315,8 @@ def test_extraction_speed():
                 extract_features(prog)
         best = min(best, (time.process_time() - t0) / (10 * len(programs)))
     rate = 1.0 / best
-    print(f"\nfeature extraction: {rate:.0f} conv2d states/s ({best * 1e3:.2f} ms/state, CPU); "
-          f"lowering: {lower_ms:.1f} ms/state")
+    print(
+        f"\nfeature extraction: {rate:.0f} conv2d states/s ({best * 1e3:.2f} ms/state, CPU); "
+        f"lowering: {lower_ms:.1f} ms/state"
+    )
     assert rate > 200

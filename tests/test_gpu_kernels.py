@@ -46,7 +46,7 @@ from workloads_for_tests import (
 )
 
 from autosched import build
-from autosched.evaluate import evaluate
+from autosched.task.evaluate import evaluate
 
 pytestmark = pytest.mark.gpu
 
@@ -183,9 +183,8 @@ def _measure_with_runner(task, kernels: dict) -> dict:
     """Median seconds per run of each BuiltKernel by measure's runner (a worker process: the
     output checked against the task's numpy reference, then CUDA events around `number`
     back-to-back runs, `repeat` repeats), as benchmarks/gpu_check.py does."""
+    from autosched.search.program_measurer import task_reference
     from measure import LocalBuilder, LocalMeasureContext, LocalRunner
-
-    from autosched.program_measurer import task_reference
 
     ref = task_reference(task, next(iter(kernels.values())).args)
     artifacts = [k.artifact(reference_id="ref", tag=name) for name, k in kernels.items()]
@@ -204,7 +203,7 @@ def test_conv2d_timings_beside_torch(capsys):
     runs, output checked first); then, when torch with CUDA is importable, ours and PyTorch's
     conv2d in one process with one method (benchmarks/torch_timing.compare_with_torch: events
     around back-to-back calls, inputs rotated past L2, median), ours checked against PyTorch."""
-    from autosched.search_task import SearchTask
+    from autosched.task.search_task import SearchTask
 
     rows = []
     conv_task = SearchTask("conv2d", RESNET_LAST)

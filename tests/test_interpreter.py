@@ -1,4 +1,4 @@
-"""Tests of the lock-step CPU interpreter of lowered programs (`autosched.interpreter`) and of the
+"""Tests of the lock-step CPU interpreter of lowered programs (`autosched.lower.interpreter`) and of the
 IR verifier, on programs built by hand. The builders here are shared with test_codegen_cuda.py.
 """
 
@@ -9,10 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from autosched import ir, te
+from autosched import te
 from autosched.errors import LoweringError
-from autosched.interpreter import InterpreterError, run_program
-from autosched.ir_verify import verify_program
+from autosched.lower import ir
+from autosched.lower.interpreter import InterpreterError, run_program
+from autosched.lower.verify import verify_program
 from autosched.te.expr import Load, Var, as_expr
 
 TX, TY = ir.THREAD_VARS["threadIdx.x"], ir.THREAD_VARS["threadIdx.y"]

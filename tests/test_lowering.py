@@ -8,17 +8,22 @@ import time
 
 import numpy as np
 import pytest
+from workloads_for_tests import (
+    SEED_001_TILES,
+    SEED_001_VECTORS,
+    SEED_002_TILES,
+    SEED_002_VECTORS,
+    conv2d_bias_relu_dag,
+    matmul_dag,
+    seed_conv_state,
+)
 
 from autosched import te, topi
-from autosched.codegen_cuda import codegen_program
-from autosched.compute_dag import ComputeDAG
-from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
-from autosched.lowering import lower
-from workloads_for_tests import (
-    SEED_001_TILES, SEED_001_VECTORS, SEED_002_TILES, SEED_002_VECTORS,
-    conv2d_bias_relu_dag, matmul_dag, seed_conv_state,
-)
+from autosched.codegen.cuda import codegen_program
+from autosched.lower.interpreter import run_program
+from autosched.lower.lowering import lower
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.evaluate import evaluate
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -51,12 +56,21 @@ def assert_no_spills(program):
     return res
 
 
-SMALL_TILES = {"nn": (1, 1, 1, 1), "ff": (1, 8, 2, 1), "yy": (1, 1, 1, 1), "xx": (1, 1, 7, 1),
-               "rc": (2, 2), "ry": (1, 1), "rx": (3, 1)}
+SMALL_TILES = {
+    "nn": (1, 1, 1, 1),
+    "ff": (1, 8, 2, 1),
+    "yy": (1, 1, 1, 1),
+    "xx": (1, 1, 7, 1),
+    "rc": (2, 2),
+    "ry": (1, 1),
+    "rx": (3, 1),
+}
 
 
-@pytest.mark.parametrize("tiles,vectors", [(SMALL_TILES, SEED_002_VECTORS),
-                                           ({**SEED_001_TILES, "ff": (1, 8, 1, 1)}, SEED_001_VECTORS)])
+@pytest.mark.parametrize(
+    "tiles,vectors",
+    [(SMALL_TILES, SEED_002_VECTORS), ({**SEED_001_TILES, "ff": (1, 8, 1, 1)}, SEED_001_VECTORS)],
+)
 def test_seed_conv_schedule_matches_numpy(tiles, vectors):
     dag = conv2d_bias_relu_dag(co=32, ci=4)
     run_and_compare(dag, seed_conv_state(dag, tiles, vectors))
@@ -76,7 +90,11 @@ def test_seed_conv_full_size_compiles_without_spills_and_lowers_fast():
     assert per < 0.2  # the goal is well under 50 ms; this bound only catches regressions
     kernel = program.kernels[0]
     assert kernel.block == (64, 1, 1) and kernel.grid == (28, 1, 1)
-    assert {b.name: b.size for b in kernel.allocs} == {"conv2d_nchw": 14, "pad_temp_shared": 72, "kernel_shared": 3072}
+    assert {b.name: b.size for b in kernel.allocs} == {
+        "conv2d_nchw": 14,
+        "pad_temp_shared": 72,
+        "kernel_shared": 3072,
+    }
     assert_no_spills(program)
 
 
@@ -87,8 +105,24 @@ def tiled_matmul_state(dag, tiles_i=(1, 4, 2, 1), tiles_j=(2, 4, 1, 2), tiles_k=
     for ax, t in (("i_c", tiles_i), ("j_c", tiles_j), ("k", tiles_k)):
         ids[ax] = len(s.steps)
         s = s.split("C.local", ax, list(t))
-    s = s.reorder("C.local", ["i_c_o_o_o_o", "j_c_o_o_o_o", "i_c_o_o_o_i", "j_c_o_o_o_i", "i_c_o_o_i", "j_c_o_o_i",
-                              "k_o_o", "k_o_i", "i_c_o_i", "j_c_o_i", "k_i", "i_c_i", "j_c_i"])
+    s = s.reorder(
+        "C.local",
+        [
+            "i_c_o_o_o_o",
+            "j_c_o_o_o_o",
+            "i_c_o_o_o_i",
+            "j_c_o_o_o_i",
+            "i_c_o_o_i",
+            "j_c_o_o_i",
+            "k_o_o",
+            "k_o_i",
+            "i_c_o_i",
+            "j_c_o_i",
+            "k_i",
+            "i_c_i",
+            "j_c_i",
+        ],
+    )
     for ax, src in (("i", "i_c"), ("j", "j_c")):
         s = s.follow_split("C", ax, ids[src], 3)
     s = s.reorder("C", ["i_o_o_o", "j_o_o_o", "i_o_o_i", "j_o_o_i", "i_o_i", "j_o_i", "i_i", "j_i"])
@@ -96,7 +130,9 @@ def tiled_matmul_state(dag, tiles_i=(1, 4, 2, 1), tiles_j=(2, 4, 1, 2), tiles_k=
     for name in ("A", "B"):
         s = s.cache_read(name, "shared", ["C.local"])
         s = s.compute_at(f"{name}.shared", "C.local", "k_o_o")
-    for lvl, (suffix, tag) in enumerate((("_o_o_o", "blockIdx.x"), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.x"))):
+    for lvl, (suffix, tag) in enumerate(
+        (("_o_o_o", "blockIdx.x"), ("_o_o_i", "vthread"), ("_o_i", "threadIdx.x"))
+    ):
         s = s.fuse("C", [f"i{suffix}", f"j{suffix}"])
         s = s.bind("C", s["C"].iters[lvl].name, tag)
     for name in ("A.shared", "B.shared"):
@@ -126,7 +162,7 @@ def test_non_dividing_split_gets_a_guard():
     s = s.fuse("C", ["i_o", "j_o"]).bind("C", "i_o_j_o_fused", "blockIdx.x")
     s = s.fuse("C", ["i_i", "j_i"]).bind("C", "i_i_j_i_fused", "threadIdx.x")
     program = run_and_compare(dag, s)
-    from autosched.ir import IfThenElse, iter_stmts
+    from autosched.lower.ir import IfThenElse, iter_stmts
 
     assert any(isinstance(x, IfThenElse) for x in iter_stmts(program.kernels[0].body))
 
@@ -143,7 +179,11 @@ def test_fused_elementwise_ops_inline_into_one_kernel():
     out = z.op.name
     s = s.fuse(out, [a.name for a in z.op.axis])
     fused = s[out].iters[0].name
-    s = s.split(out, fused, [32]).bind(out, fused + "_o", "blockIdx.x").bind(out, fused + "_i", "threadIdx.x")
+    s = (
+        s.split(out, fused, [32])
+        .bind(out, fused + "_o", "blockIdx.x")
+        .bind(out, fused + "_i", "threadIdx.x")
+    )
     program = run_and_compare(dag, s)
     assert len(program.kernels) == 1
     if shutil.which("nvcc"):
@@ -165,7 +205,10 @@ def test_nested_non_dividing_reduce_split_counts_each_element_once():
     dag = matmul_dag(8, 6, 10)
     state = dag.get_init_state().split("C", "k", [4]).split("C", "k_i", [3])
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((8, 10), dtype=np.float32), rng.standard_normal((10, 6), dtype=np.float32)
+    a, b = (
+        rng.standard_normal((8, 10), dtype=np.float32),
+        rng.standard_normal((10, 6), dtype=np.float32),
+    )
     arrays = {"A": a, "B": b, "C": np.zeros((8, 6), np.float32)}
     run_program(lower(state), arrays)
     np.testing.assert_allclose(arrays["C"], a @ b, rtol=1e-5, atol=1e-5)
@@ -174,9 +217,10 @@ def test_nested_non_dividing_reduce_split_counts_each_element_once():
 def test_compiled_statements_counts_the_loops_nvcc_unrolls():
     """The builder's compile-cost estimate: loops marked unroll are copied, serial loops are
     copied when their copies stay within COMPILER_UNROLL_STATEMENTS (nvcc unrolls those itself)."""
-    from autosched import ir
+    from autosched.lower import ir
+    from autosched.lower.unrolling import COMPILER_UNROLL_STATEMENTS as LIMIT
+    from autosched.lower.unrolling import compiled_statements
     from autosched.te.expr import Const, Var
-    from autosched.unrolling import COMPILER_UNROLL_STATEMENTS as LIMIT, compiled_statements
 
     buf = ir.Buffer("b", (4,), "float32", "local")
     store = ir.Store(buf, Const(0, "int32"), Const(1.0, "float32"))

@@ -14,6 +14,7 @@ import shutil
 import msgpack
 import numpy as np
 import pytest
+from compilers import NVCC_MISSING, needs_nvcc
 
 from measure import (
     ArgSpec,
@@ -36,9 +37,10 @@ from measure import (
 )
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
 
-from compilers import NVCC_MISSING, needs_nvcc
 NVRTC = find_nvrtc()
-needs_nvrtc = pytest.mark.skipif(NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+needs_nvrtc = pytest.mark.skipif(
+    NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)"
+)
 COMPILERS = [pytest.param("nvcc", marks=needs_nvcc), pytest.param("nvrtc", marks=needs_nvrtc)]
 
 ARGS = (ArgSpec("a", (1024,), "float32"), ArgSpec("b", (1024,), "float32", is_output=True))
@@ -116,7 +118,9 @@ def test_static_shared_over_48k_is_resource_limit(special):
     res = special["smem64k"]
     assert res.error_kind == MeasureErrorKind.RESOURCE_LIMIT
     # nvcc's log says why; NVRTC's does not, and the builder's own check names the limit
-    assert "too much shared data" in res.error_msg or "65536 bytes of static shared" in res.error_msg
+    assert (
+        "too much shared data" in res.error_msg or "65536 bytes of static shared" in res.error_msg
+    )
     assert res.cubin is None
 
 
@@ -138,8 +142,9 @@ def test_spills_are_rejected_unless_allowed(special):
     assert res.error_kind == MeasureErrorKind.RESOURCE_LIMIT
     assert "spills" in res.error_msg
     assert res.kernels["k"].spill_store_bytes > 0
-    lenient = LocalBuilder(hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20),
-                           compiler=special["compiler"])
+    lenient = LocalBuilder(
+        hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20), compiler=special["compiler"]
+    )
     assert lenient.build([artifact(SPILL_KERNEL, block=(1024, 1, 1))])[0].ok
 
 
@@ -212,7 +217,9 @@ def test_nvrtc_workers_start_in_the_background_and_stay_n_parallel():
         assert all(c._proc is not None and c._proc.poll() is None for c in builder._compilers)
         results = builder.build([artifact(shared_source(64 * (i + 1))) for i in range(5)])
         assert [r.error_kind for r in results] == [MeasureErrorKind.NO_ERROR] * 5
-        assert len(builder._compilers) == 3 and sum(c.worker_starts for c in builder._compilers) == 3
+        assert (
+            len(builder._compilers) == 3 and sum(c.worker_starts for c in builder._compilers) == 3
+        )
     finally:
         builder.close()
     assert all(c._proc is None for c in builder._compilers)
@@ -326,8 +333,12 @@ def test_fast_comparison_agrees_with_the_float64_check():
     ref = rng.standard_normal(10000).astype(np.float32)
     reference = Reference({}, {"y": ref}, 1e-3, 1e-4)
     bounds: dict = {}
-    cases = {"exact": ref.copy(), "tiny": ref * np.float32(1 + 1e-5), "off": ref + np.float32(0.01),
-             "nan": np.where(np.arange(ref.size) == 5, np.float32("nan"), ref).astype(np.float32)}
+    cases = {
+        "exact": ref.copy(),
+        "tiny": ref * np.float32(1 + 1e-5),
+        "off": ref + np.float32(0.01),
+        "nan": np.where(np.arange(ref.size) == 5, np.float32("nan"), ref).astype(np.float32),
+    }
     for name, out in cases.items():
         slow = compare_output("y", out, ref, 1e-3, 1e-4)
         fast = compare_outputs({"y": out}, reference, bounds)
@@ -354,8 +365,11 @@ def test_register_limit_per_block_size_is_ptxas_cap(compiler):
     hw = HardwareParams()
     blocks = (256, 288, 448, 544, 800, 1024)
     arts = [artifact(REGISTER_HUNGRY_KERNEL % {"threads": t}, block=(t, 1, 1)) for t in blocks]
-    with LocalBuilder(n_parallel=len(blocks), compiler=compiler,
-                      hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20)) as builder:
+    with LocalBuilder(
+        n_parallel=len(blocks),
+        compiler=compiler,
+        hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20),
+    ) as builder:
         results = builder.build(arts)
     got = {t: r.kernels["k"].registers for t, r in zip(blocks, results)}
     want = {t: hw.registers_per_thread_limit(t) for t in blocks}
@@ -403,8 +417,10 @@ def test_costliest_artifacts_are_compiled_first(monkeypatch):
     """An artifact's compile_cost (autosched: the statements nvcc emits) orders the builds before
     the source length does."""
     costs = [5.0, 0.0, 40.0, 10.0, 0.0, 20.0]
-    arts = [dataclasses.replace(artifact(f"k{i}" + "x" * (10 * i)), compile_cost=c)
-            for i, c in enumerate(costs)]
+    arts = [
+        dataclasses.replace(artifact(f"k{i}" + "x" * (10 * i)), compile_cost=c)
+        for i, c in enumerate(costs)
+    ]
     started = _compile_start_order(monkeypatch, arts)
     expected = [arts[i].source for i in (2, 5, 3, 0, 4, 1)]  # costs, then the longer of the 0s
     assert _nearly_in_order(started, expected), started

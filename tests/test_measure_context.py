@@ -6,7 +6,15 @@ import time
 
 import pytest
 
-from measure import ArgSpec, BuildResult, KernelArtifact, Launch, LocalBuilder, MeasureErrorKind, RunResult
+from measure import (
+    ArgSpec,
+    BuildResult,
+    KernelArtifact,
+    Launch,
+    LocalBuilder,
+    MeasureErrorKind,
+    RunResult,
+)
 from measure.context import LocalMeasureContext
 
 ARGS = (ArgSpec("a", (4,), "float32"), ArgSpec("b", (4,), "float32", is_output=True))
@@ -26,10 +34,22 @@ class ScriptedBuilder:
         for i in self.order:
             self.log.append(("built", artifacts[i].tag))
             if artifacts[i].tag in self.failing:
-                yield i, BuildResult(None, {}, MeasureErrorKind.COMPILE_ERROR, "boom", 0.5,
-                                     finished_at=time.perf_counter())
+                yield (
+                    i,
+                    BuildResult(
+                        None,
+                        {},
+                        MeasureErrorKind.COMPILE_ERROR,
+                        "boom",
+                        0.5,
+                        finished_at=time.perf_counter(),
+                    ),
+                )
             else:
-                yield i, BuildResult(b"cubin", {}, build_seconds=0.5, finished_at=time.perf_counter())
+                yield (
+                    i,
+                    BuildResult(b"cubin", {}, build_seconds=0.5, finished_at=time.perf_counter()),
+                )
 
 
 class LoggingRunner:
@@ -51,10 +71,14 @@ class LoggingRunner:
 def test_results_keep_artifact_order_and_runs_start_before_the_batch_is_built():
     log = []
     arts = [_artifact(f"k{i}") for i in range(5)]
-    ctx = LocalMeasureContext(ScriptedBuilder([3, 0, 4, 1, 2], failing={"k4"}, log=log), LoggingRunner(log))
+    ctx = LocalMeasureContext(
+        ScriptedBuilder([3, 0, 4, 1, 2], failing={"k4"}, log=log), LoggingRunner(log)
+    )
     results = ctx.measure_batch(arts)
     assert [r.costs for r in results] == [(0.0,), (1.0,), (2.0,), (3.0,), ()]
-    assert results[4].error_kind == MeasureErrorKind.COMPILE_ERROR and results[4].build_seconds == 0.5
+    assert (
+        results[4].error_kind == MeasureErrorKind.COMPILE_ERROR and results[4].build_seconds == 0.5
+    )
     # The first built kernel ran before the second one was built; a failed build never ran.
     assert log[:3] == [("built", "k3"), ("ran", "k3"), ("built", "k0")]
     assert ("ran", "k4") not in log
@@ -63,7 +87,9 @@ def test_results_keep_artifact_order_and_runs_start_before_the_batch_is_built():
     for e in ctx.timeline:
         assert e.build_end - e.build_start == pytest.approx(0.5)
         assert e.build_end <= e.run_start
-        assert (e.run_end is None) == (e.index == 4) and (e.run_end is None or e.run_start <= e.run_end)
+        assert (e.run_end is None) == (e.index == 4) and (
+            e.run_end is None or e.run_start <= e.run_end
+        )
 
 
 def test_build_as_completed_yields_each_index_once_in_completion_order():
@@ -71,11 +97,18 @@ def test_build_as_completed_yields_each_index_once_in_completion_order():
         builder = LocalBuilder(n_parallel=2)
     except Exception as exc:  # no nvcc: nothing to build with
         pytest.skip(str(exc))
-    slow = "extern \"C\" __global__ void k(float* a, float* b) {\n" + "".join(
-        f"  b[{i}] = a[{i}] * {i}.5f;\n" for i in range(600)) + "}\n"
+    slow = (
+        'extern "C" __global__ void k(float* a, float* b) {\n'
+        + "".join(f"  b[{i}] = a[{i}] * {i}.5f;\n" for i in range(600))
+        + "}\n"
+    )
     fast = 'extern "C" __global__ void k(float* a, float* b) { b[0] = a[0]; }\n'
-    arts = [KernelArtifact(src, (Launch("k", (1,), (32,)),), ARGS, None, tag)
-            for src, tag in [(slow, "slow"), (fast, "fast")]]
+    arts = [
+        KernelArtifact(src, (Launch("k", (1,), (32,)),), ARGS, None, tag)
+        for src, tag in [(slow, "slow"), (fast, "fast")]
+    ]
     start = time.perf_counter()
     order = [i for i, r in builder.build_as_completed(arts) if r.ok]
-    assert order == [1, 0], f"the fast kernel should finish first ({time.perf_counter() - start:.1f} s)"
+    assert order == [1, 0], (
+        f"the fast kernel should finish first ({time.perf_counter() - start:.1f} s)"
+    )

@@ -172,7 +172,11 @@ def test_a_candidate_that_overwrites_its_inputs_does_not_spoil_the_next(fake_pyc
     arts, builds = zip(*(candidate(n) for n in ["scribble", "add", "wrong"]))
     with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
-    assert kinds == [MeasureErrorKind.NO_ERROR, MeasureErrorKind.NO_ERROR, MeasureErrorKind.WRONG_ANSWER]
+    assert kinds == [
+        MeasureErrorKind.NO_ERROR,
+        MeasureErrorKind.NO_ERROR,
+        MeasureErrorKind.WRONG_ANSWER,
+    ]
 
 
 def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
@@ -182,8 +186,12 @@ def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
     arts, builds = zip(*(candidate(n) for n in ["add", "stomp", "add", "add"]))
     with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
-    assert kinds == [MeasureErrorKind.NO_ERROR, MeasureErrorKind.NO_ERROR,
-                     MeasureErrorKind.WRONG_ANSWER, MeasureErrorKind.NO_ERROR]
+    assert kinds == [
+        MeasureErrorKind.NO_ERROR,
+        MeasureErrorKind.NO_ERROR,
+        MeasureErrorKind.WRONG_ANSWER,
+        MeasureErrorKind.NO_ERROR,
+    ]
 
 
 def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):

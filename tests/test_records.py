@@ -5,11 +5,17 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from workloads_for_tests import SEED_002_TILES, SEED_002_VECTORS, seed_conv_state
 
 import autosched
 from autosched.errors import RecordError
-from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile, load_best, load_records
-from workloads_for_tests import SEED_002_TILES, SEED_002_VECTORS, seed_conv_state
+from autosched.records import (
+    MeasureInput,
+    MeasureRecordResult,
+    RecordToFile,
+    load_best,
+    load_records,
+)
 
 
 def seed_task_and_state():
@@ -22,8 +28,13 @@ def test_round_trip_and_load_best(tmp_path):
     log = tmp_path / "log.json"
     inp = MeasureInput(task.workload_key, tuple(s.to_record() for s in state.steps))
     cb = RecordToFile(str(log))
-    cb([inp, inp], [MeasureRecordResult((2e-4, 2.2e-4), 0, "", 1.0, 0.5, 1.0),
-                    MeasureRecordResult((1e-4,), 0, "", 1.0, 0.5, 2.0)])
+    cb(
+        [inp, inp],
+        [
+            MeasureRecordResult((2e-4, 2.2e-4), 0, "", 1.0, 0.5, 1.0),
+            MeasureRecordResult((1e-4,), 0, "", 1.0, 0.5, 2.0),
+        ],
+    )
     cb([inp], [MeasureRecordResult((), 6, "wrong answer", 1.0, 0.5, 3.0)])
     recs = list(load_records(str(log)))
     assert len(recs) == 3 and recs[0][0] == inp and recs[2][1].error_kind == 6
@@ -62,8 +73,9 @@ def test_appending_after_a_torn_line_keeps_the_new_record(tmp_path):
 
     path = tmp_path / "log.json"
     path.write_text('{"v": 1, "task": {"workload_key": "[\\"matmul\\"')
-    RecordToFile(str(path))([MeasureInput('["matmul", 2, 2, 2]', (("CI", 0),))],
-                            [MeasureRecordResult((1e-6,))])
+    RecordToFile(str(path))(
+        [MeasureInput('["matmul", 2, 2, 2]', (("CI", 0),))], [MeasureRecordResult((1e-6,))]
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = list(load_records(str(path)))

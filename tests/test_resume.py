@@ -13,11 +13,11 @@ import sys
 import time
 
 import pytest
+from sim_measurer import SimulatedMeasurer
 
 import autosched
 from autosched.records import load_records
-from autosched.search_policy import PreloadMeasuredStates, SearchParams, SketchPolicy
-from sim_measurer import SimulatedMeasurer
+from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
@@ -42,17 +42,19 @@ def task():
 
 def tune(t, log, trials: int, per_round: int, policy):
     measurer = SimulatedMeasurer(t, [autosched.RecordToFile(str(log))])
-    opts = autosched.TuningOptions(num_measure_trials=trials, num_measures_per_round=per_round,
-                                   measurer=measurer, verbose=0)
-    return autosched.auto_schedule(t, policy, opts), measurer
+    opts = autosched.TuningOptions(
+        num_measure_trials=trials, num_measures_per_round=per_round, measurer=measurer, verbose=0
+    )
+    return autosched.search.auto_schedule(t, policy, opts), measurer
 
 
 def resumed_policy(t, log):
     """The seeds' resume: the model trained from the log, then the policy preloaded from it."""
     model = SpyModel()
     n = model.update_from_file(str(log))
-    return SketchPolicy(t, model, PARAMS, init_search_callbacks=[PreloadMeasuredStates(str(log))],
-                        verbose=0), n
+    return SketchPolicy(
+        t, model, PARAMS, init_search_callbacks=[PreloadMeasuredStates(str(log))], verbose=0
+    ), n
 
 
 def fingerprints(log) -> list[str]:
@@ -83,7 +85,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 import autosched
-from autosched.search_policy import SearchParams, SketchPolicy
+from autosched.search.policy import SearchParams, SketchPolicy
 from sim_measurer import SimulatedMeasurer
 
 task = autosched.SearchTask("matmul", (32, 32, 16))
@@ -92,14 +94,18 @@ policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), params, verbo
 measurer = SimulatedMeasurer(task, [autosched.RecordToFile({log!r})])
 opts = autosched.TuningOptions(num_measure_trials=100000, num_measures_per_round=4,
                                measurer=measurer, verbose=0)
-autosched.auto_schedule(task, policy, opts)
+autosched.search.auto_schedule(task, policy, opts)
 """
 
 
 def run_until_killed(log, min_records: int, timeout: float = 300.0) -> None:
     """Start a long tuning run in a subprocess; SIGKILL it once the log holds min_records lines."""
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT.format(tests=TESTS, log=str(log))],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT.format(tests=TESTS, log=str(log))],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -121,7 +127,7 @@ def test_resume_after_sigkill_keeps_every_record_and_measures_nothing_twice(tmp_
     run_until_killed(log, min_records=12)
     data = log.read_bytes()
     if data.endswith(b"\n"):  # killed between writes: tear a last line as a mid-write kill would
-        last = data[: -1].rsplit(b"\n", 1)[-1]
+        last = data[:-1].rsplit(b"\n", 1)[-1]
         with open(log, "ab") as f:
             f.write(last[: len(last) // 2])
     complete = data[: data.rfind(b"\n") + 1]

@@ -12,14 +12,15 @@ from test_codegen_cuda import compile_ok, needs_nvcc
 from workloads_for_tests import conv2d_bias_relu_dag, matmul_dag
 
 from autosched import te, topi
-from autosched.codegen_cuda import codegen_program
-from autosched.compute_dag import ComputeDAG
+from autosched.codegen.cuda import codegen_program
 from autosched.errors import ScheduleError
-from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
-from autosched.loop_state import ATTACHED, REDUCE, SPATIAL, State
-from autosched.lowering import lower
-from autosched.transform_steps import RfactorStep, Step, print_python_schedule, replay
+from autosched.lower.interpreter import run_program
+from autosched.lower.lowering import lower
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
+from autosched.schedule.transform_steps import RfactorStep, Step, print_python_schedule, replay
+from autosched.task.evaluate import evaluate
 
 # ---- helpers -------------------------------------------------------------------------------
 
@@ -37,8 +38,11 @@ def run_lowered(state: State, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
 
 def random_inputs(dag: ComputeDAG, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors
-            if t.op not in dag.outputs}
+    return {
+        t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+        for t in dag.tensors
+        if t.op not in dag.outputs
+    }
 
 
 def bind_spatial(state: State, stage: str, threads: int) -> State:
@@ -66,8 +70,9 @@ def np_softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def rf_matmul_state(dag: ComputeDAG, factor: int, part: str, factor_axis: int,
-                    inner_to_outer: bool = True) -> State:
+def rf_matmul_state(
+    dag: ComputeDAG, factor: int, part: str, factor_axis: int, inner_to_outer: bool = True
+) -> State:
     """Split the matmul's k by `factor` and factor out its outer (`o`) or inner (`i`) part."""
     s = dag.get_init_state().split("C", "k", [factor], inner_to_outer)
     return s.rfactor("C", f"k_{part}", factor_axis)
@@ -116,10 +121,17 @@ def test_new_stages_and_their_fresh_iterators(mm):
     # The rf stage: the original spatial axes (its earlier i split is gone), k_i as spatial axis 2,
     # the rest of the split reduce axis as its reduction.
     assert [(it.name, it.extent, it.kind) for it in rf.iters] == [
-        ("i", 8, SPATIAL), ("j", 6, SPATIAL), ("k_i", 4, SPATIAL), ("k_o", 3, REDUCE)]
+        ("i", 8, SPATIAL),
+        ("j", 6, SPATIAL),
+        ("k_i", 4, SPATIAL),
+        ("k_o", 3, REDUCE),
+    ]
     assert rf.iters == rf.root_iters and rf.relations == () and rf.origin == "rfactor"
     assert [(it.name, it.extent, it.kind) for it in final.iters] == [
-        ("i", 8, SPATIAL), ("j", 6, SPATIAL), ("k_i_v", 4, REDUCE)]
+        ("i", 8, SPATIAL),
+        ("j", 6, SPATIAL),
+        ("k_i_v", 4, REDUCE),
+    ]
     assert rf.op.shape == (8, 6, 4)
     assert final.produces is mm.outputs[0] and final.op is not mm.outputs[0]
     # Following steps use the new stages like any other.
@@ -174,40 +186,67 @@ def _invalid_cases():
 
     return {
         "spatial iterator": (
-            init, rf("C", "j"), r"rfactor of C\.j: 'j' is a spatial iterator, not a reduce"),
+            init,
+            rf("C", "j"),
+            r"rfactor of C\.j: 'j' is a spatial iterator, not a reduce",
+        ),
         "mixed iterator": (
-            init.fuse("C", ["j", "k"]), rf("C", "j_k_fused"),
-            r"rfactor of C\.j_k_fused: 'j_k_fused' is a mixed iterator"),
+            init.fuse("C", ["j", "k"]),
+            rf("C", "j_k_fused"),
+            r"rfactor of C\.j_k_fused: 'j_k_fused' is a mixed iterator",
+        ),
         "linked to a spatial iterator": (
-            split.fuse("C", ["j", "k_o"]), rf("C", "k_i"),
-            r"rfactor of C\.k_i: 'k_i' is linked through splits/fuses to 'j', a spatial iterator"),
-        "not a reduction": (
-            ew, rf("D", "i"), r"rfactor of D\.i: stage 'D' is not a reduction"),
+            split.fuse("C", ["j", "k_o"]),
+            rf("C", "k_i"),
+            r"rfactor of C\.k_i: 'k_i' is linked through splits/fuses to 'j', a spatial iterator",
+        ),
+        "not a reduction": (ew, rf("D", "i"), r"rfactor of D\.i: stage 'D' is not a reduction"),
         "inlined stage": (
-            ew.compute_inline("D"), rf("D", "i"), r"rfactor of D\.i: stage 'D' is inlined"),
+            ew.compute_inline("D"),
+            rf("D", "i"),
+            r"rfactor of D\.i: stage 'D' is inlined",
+        ),
         "placeholder": (
-            init, lambda state: state.apply(RfactorStep(0, 0, 0)),
-            r"rfactor: 'A' is a placeholder"),
+            init,
+            lambda state: state.apply(RfactorStep(0, 0, 0)),
+            r"rfactor: 'A' is a placeholder",
+        ),
         "stages attached to it": (
-            c_local, rf("C.local", "k_o"),
+            c_local,
+            rf("C.local", "k_o"),
             r"rfactor of C\.local\.k_o: other stages are computed at 'C\.local' "
-            r"\(\['A\.local'\]\)"),
+            r"\(\['A\.local'\]\)",
+        ),
         "annotated iterator": (
-            split.bind("C", "i", "blockIdx.x"), rf("C", "k_o"),
-            r"rfactor of C\.k_o: iterators \['i'\] of 'C' are annotated"),
+            split.bind("C", "i", "blockIdx.x"),
+            rf("C", "k_o"),
+            r"rfactor of C\.k_o: iterators \['i'\] of 'C' are annotated",
+        ),
         "factor axis too large": (
-            split, rf("C", "k_o", 3), r"rfactor of C\.k_o: factor_iter_id 3 is out of range"),
+            split,
+            rf("C", "k_o", 3),
+            r"rfactor of C\.k_o: factor_iter_id 3 is out of range",
+        ),
         "negative factor axis": (
-            split, rf("C", "k_o", -1), r"rfactor of C\.k_o: factor_iter_id -1 is out of range"),
+            split,
+            rf("C", "k_o", -1),
+            r"rfactor of C\.k_o: factor_iter_id -1 is out of range",
+        ),
         "unknown split length": (
-            init.split("C", "k", [None]), rf("C", "k_o"),
-            r"rfactor of C\.k_o: the extent of 'k_(o|i)' is unknown"),
+            init.split("C", "k", [None]),
+            rf("C", "k_o"),
+            r"rfactor of C\.k_o: the extent of 'k_(o|i)' is unknown",
+        ),
         "iterator out of range": (
-            split, lambda state: state.apply(RfactorStep(2, 7, 0)),
-            r"stage 'C' has 4 iterators; index 7"),
+            split,
+            lambda state: state.apply(RfactorStep(2, 7, 0)),
+            r"stage 'C' has 4 iterators; index 7",
+        ),
         "final axis name taken": (
-            _name_clash_dag().get_init_state(), rf("S", "k"),
-            r"rfactor of S\.k: the final reduce axis name 'k_v' is taken"),
+            _name_clash_dag().get_init_state(),
+            rf("S", "k"),
+            r"rfactor of S\.k: the final reduce axis name 'k_v' is taken",
+        ),
     }
 
 
@@ -231,8 +270,8 @@ def test_a_rejected_step_leaves_the_state_unchanged(mm):
 # ---- results equal numpy -------------------------------------------------------------------
 
 MATMUL_CASES = [  # (factor, part factored out, factor axis, inner_to_outer)
-    (5, "o", 0, True),   # divides 10
-    (4, "o", 1, True),   # does not divide: k_o * 4 + k_i < 10 guards the tail
+    (5, "o", 0, True),  # divides 10
+    (4, "o", 1, True),  # does not divide: k_o * 4 + k_i < 10 guards the tail
     (4, "i", 2, True),
     (5, "i", 0, True),
     (3, "o", 2, False),  # nparts=3: k_o has 3 parts of 4

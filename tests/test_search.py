@@ -11,17 +11,17 @@ import time
 
 import numpy as np
 import pytest
+from sim_measurer import SimulatedMeasurer
 
 import autosched
 from autosched.cli import time_split
 from autosched.features import state_features
-from autosched.mutations import MUTATIONS, as_step, is_decision, structure_key
 from autosched.records import load_records
-from autosched.search_policy import SearchParams, SketchPolicy
-from autosched.search_workers import TaskContext, TaskSpec, Workers
-from autosched.transform_steps import PragmaStep, SplitStep
-from autosched.workloads import SUITE
-from sim_measurer import SimulatedMeasurer
+from autosched.schedule.transform_steps import PragmaStep, SplitStep
+from autosched.search.mutations import MUTATIONS, as_step, is_decision, structure_key
+from autosched.search.policy import SearchParams, SketchPolicy
+from autosched.search.workers import TaskContext, TaskSpec, Workers
+from autosched.task.workloads import SUITE
 
 PARAMS = SearchParams(population=48, generations=2, sample_init_min_population=24, n_jobs=1, seed=1)
 
@@ -128,7 +128,7 @@ def test_crossover_needs_two_differences_and_one_sketch(sampled):
     assert rule.apply(policy.mutation_ctx, [a, one_off], rng) is None  # would copy a parent
     b = next(r for r in fresh if len([k for k in _decisions(a) if a[k] != r[k]]) >= 2)
     k = next(k for k, r in enumerate(b) if r[0] == "AN")
-    other_sketch = b[:k] + ((b[k][0], b[k][1], b[k][2], "unroll"),) + b[k + 1:]
+    other_sketch = b[:k] + ((b[k][0], b[k][1], b[k][2], "unroll"),) + b[k + 1 :]
     assert rule.apply(policy.mutation_ctx, [a, other_sketch], rng) is None
 
 
@@ -220,13 +220,18 @@ class FakeRunner:
 
 
 def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from_run(sampled):
-    from autosched.program_measurer import ProgramMeasurer
+    from autosched.search.program_measurer import ProgramMeasurer
 
     policy, fresh = sampled
     states = [policy.workers.context.replay(r) for r in fresh[:4]]
     logged = []
-    measurer = ProgramMeasurer(policy.task, FakeBuilder(), FakeRunner(),
-                               [lambda i, r: logged.extend(zip(i, r))], workers=policy.workers)
+    measurer = ProgramMeasurer(
+        policy.task,
+        FakeBuilder(),
+        FakeRunner(),
+        [lambda i, r: logged.extend(zip(i, r))],
+        workers=policy.workers,
+    )
     t0 = time.perf_counter()
     results = measurer.measure(states)
     wall = time.perf_counter() - t0
@@ -263,14 +268,15 @@ def test_workers_fall_back_to_this_process_when_they_cannot_rebuild_the_workload
 
 
 def test_initial_population_mixes_fresh_samples_with_a_fifth_of_the_best_measured():
-    params = SearchParams(population=60, generations=1, sample_init_min_population=50, n_jobs=1,
-                          seed=2)
+    params = SearchParams(
+        population=60, generations=1, sample_init_min_population=50, n_jobs=1, seed=2
+    )
     policy = make_policy(small_task(), params)
     measured = policy.sample_fresh(40)
     for i, r in enumerate(measured):
         policy.add_measured_records(r, 1e-6 * (i + 1))
     fresh, init = policy.init_population()
-    best = init[len(fresh):]
+    best = init[len(fresh) :]
     assert len(fresh) >= 50  # never fewer than sample_init_min_population
     assert best == measured[:12]  # 20% of the population, fastest first
     batch = policy.search_one_round(16)
@@ -315,10 +321,11 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     log = tmp_path / "matmul.json"
     task = small_task()
     measurer = SimulatedMeasurer(task, [autosched.RecordToFile(str(log))])
-    opts = autosched.TuningOptions(num_measure_trials=16, num_measures_per_round=8,
-                                   measurer=measurer)
+    opts = autosched.TuningOptions(
+        num_measure_trials=16, num_measures_per_round=8, measurer=measurer
+    )
     t0 = time.perf_counter()
-    res = autosched.auto_schedule(task, make_policy(task), opts)
+    res = autosched.search.auto_schedule(task, make_policy(task), opts)
     wall = time.perf_counter() - t0
     assert measurer.count == 16 and len(set(measurer.fingerprints)) == 16
     assert math.isfinite(res.best_cost) and len(list(load_records(str(log)))) == 16

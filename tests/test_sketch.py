@@ -13,18 +13,18 @@ import time
 import numpy as np
 import pytest
 
-from autosched.compute_dag import ComputeDAG
-from autosched.evaluate import evaluate
-from autosched.loop_state import ATTACHED, INLINED, ROOT
-from autosched.lowering import lower
+from autosched.lower.lowering import lower
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.stage import ATTACHED, INLINED, ROOT
+from autosched.schedule.transform_steps import PragmaStep, SplitStep, print_python_schedule
 from autosched.sketch import SketchSampler, generate_sketches, sample_initial_population
 from autosched.sketch import rules as R
 from autosched.sketch.init_rules import Limits
 from autosched.sketch.sampler import check_program
 from autosched.sketch.utils import divisors, factorization_schemes
-from autosched.transform_steps import PragmaStep, SplitStep, print_python_schedule
-from autosched.workload_registry import lookup
-from autosched.workloads import SUITE
+from autosched.task.evaluate import evaluate
+from autosched.task.workload_registry import lookup
+from autosched.task.workloads import SUITE
 from tests.interpreter_check import assert_matches_dag, random_inputs
 from tests.workloads_for_tests import conv2d_bias_relu_dag, seed_conv_state
 
@@ -54,7 +54,7 @@ def suite_dag(name: str, reduced: bool = False) -> ComputeDAG:
 
 
 def ir_text_of(program) -> str:
-    from autosched.ir import program_text
+    from autosched.lower.ir import program_text
 
     return program_text(program)
 
@@ -74,16 +74,22 @@ def test_factorization_schemes_are_all_perfect_tilings():
             assert len(s) == n and extent % np.prod(s) == 0 and s[-1] <= most
         assert len(set(schemes)) == len(schemes)
         if brute is not None:
-            assert set(schemes) == {s for s in brute
-                                    if extent % (s[0] * s[1]) == 0 and s[1] <= most}
+            assert set(schemes) == {
+                s for s in brute if extent % (s[0] * s[1]) == 0 and s[1] <= most
+            }
     assert factorization_schemes(512, 4, 64) is factorization_schemes(512, 4, 64)  # cached
     assert len(factorization_schemes(2**9, 4, 2**9)) == 715  # C(9 + 4, 4)
 
 
 def test_gpu_rule_order():
     assert [type(r) for r in R.GPU_RULES] == [
-        R.AddCacheRead, R.AlwaysInline, R.CrossThreadReduction, R.AddCacheWrite,
-        R.MultiLevelTilingWithFusion, R.MultiLevelTiling, R.SkipStage,
+        R.AddCacheRead,
+        R.AlwaysInline,
+        R.CrossThreadReduction,
+        R.AddCacheWrite,
+        R.MultiLevelTilingWithFusion,
+        R.MultiLevelTiling,
+        R.SkipStage,
     ]
 
 
@@ -104,9 +110,15 @@ def test_suite_sketches_golden(name):
 def test_sketches_do_not_depend_on_sizes(name):
     """The rules see structure, not sizes: the reduced DAG has the same sketches (same steps
     up to the recorded extents)."""
+
     def shape(sketches):
-        return [[(r[0],) + tuple(x for i, x in enumerate(r[1:]) if not (r[0] == "SP" and i == 2))
-                 for r in s.key()] for s in sketches]
+        return [
+            [
+                (r[0],) + tuple(x for i, x in enumerate(r[1:]) if not (r[0] == "SP" and i == 2))
+                for r in s.key()
+            ]
+            for s in sketches
+        ]
 
     full, reduced = generate_sketches(suite_dag(name)), generate_sketches(suite_dag(name, True))
     assert shape(full) == shape(reduced)
@@ -146,7 +158,7 @@ def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
 
 
 def test_generate_sketches_takes_a_task():
-    from autosched.search_task import SearchTask
+    from autosched.task.search_task import SearchTask
 
     task = SearchTask(dag=suite_dag("matmul", True))
     assert generate_sketches(task) == generate_sketches(task.compute_dag)
@@ -277,7 +289,7 @@ def test_sampled_states_compile_with_nvcc_mostly_without_spills():
     with a vthread and 8.1% of those without (tests/test_vthread.py tracks the vthread rate)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from autosched.codegen_cuda import codegen_program
+    from autosched.codegen.cuda import codegen_program
     from measure.builder import compile_resources
 
     jobs = []
@@ -287,18 +299,21 @@ def test_sampled_states_compile_with_nvcc_mostly_without_spills():
             jobs.append((name, codegen_program(sampler.programs[s.key()])))
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda job: compile_resources(job[1]), jobs))  # raises if not
-    spilled = [name for (name, _), res in zip(jobs, results)
-               if any(r.spill_bytes for r in res.values())]
-    print(f"\n{len(jobs) - len(spilled)} of {len(jobs)} sampled states compile without spills; "
-          f"spilled: {spilled}")
+    spilled = [
+        name for (name, _), res in zip(jobs, results) if any(r.spill_bytes for r in res.values())
+    ]
+    print(
+        f"\n{len(jobs) - len(spilled)} of {len(jobs)} sampled states compile without spills; "
+        f"spilled: {spilled}"
+    )
     assert len(spilled) <= 3
 
 
 def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
-    from autosched import ir
+    from autosched.lower import ir
+    from autosched.lower.lowering import lower
     from autosched.sketch.sampler import check_program, unrolled_statements
     from autosched.sketch.utils import SketchParams
-    from autosched.lowering import lower
     from autosched.te.expr import Var
 
     dag = suite_dag("matmul", True)
@@ -311,7 +326,9 @@ def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
     assert unrolled_statements(ir.For(Var("s"), 4, "serial", body)) == n
     limits = SketchSampler(generate_sketches(dag)).ctx.limits
     assert check_program(program, limits, SketchParams(max_unrolled_statements=n)) is None
-    assert check_program(program, limits, SketchParams(max_unrolled_statements=n - 1)) == "code_size"
+    assert (
+        check_program(program, limits, SketchParams(max_unrolled_statements=n - 1)) == "code_size"
+    )
 
 
 @pytest.mark.parametrize("tiles", ["SEED_001_TILES", "SEED_002_TILES"])

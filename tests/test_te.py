@@ -9,7 +9,7 @@ import pytest
 
 from autosched import te
 from autosched.errors import DTypeError, IndexCountError, ReduceAxisError, TEError
-from autosched.evaluate import evaluate_ops
+from autosched.task.evaluate import evaluate_ops
 from autosched.te.npeval import OutOfBoundsError, eval_expr, gather
 
 
@@ -174,8 +174,9 @@ def test_bool_and_casts():
     a = te.placeholder((6,), dtype="float32", name="A")
     pos = te.compute((6,), lambda i: a[i] > 0.0, name="pos")
     as_int = te.compute((6,), lambda i: te.cast(pos[i], "int32") * 3, name="as_int")
-    back = te.compute((6,), lambda i: te.cast(as_int[i], "float16") + te.const(0.5, "float16"),
-                      name="back")
+    back = te.compute(
+        (6,), lambda i: te.cast(as_int[i], "float16") + te.const(0.5, "float16"), name="back"
+    )
     trunc = te.compute((6,), lambda i: te.cast(a[i], "int64"), name="trunc")
     v = np.array([-2.7, -0.5, 0.0, 0.5, 1.5, 2.9], "float32")
     got = evaluate_ops([back, trunc], {"A": v})
@@ -213,9 +214,16 @@ def test_floor_semantics_of_div_and_mod():
 
 
 MATH = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda v: 1 / np.sqrt(v),
-    "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-    "erf": np.vectorize(math.erf), "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda v: 1 / np.sqrt(v),
+    "tanh": np.tanh,
+    "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+    "erf": np.vectorize(math.erf),
+    "abs": np.abs,
+    "floor": np.floor,
+    "ceil": np.ceil,
 }
 
 
@@ -234,8 +242,9 @@ def test_pow_and_float16_results():
     v = np.array([0.5, 1.0, 2.0], "float16")
     got = eval_expr(te.pow(x, 2.0) * te.exp(x), {id(x): v}, no_load)
     assert got.dtype == np.float16
-    np.testing.assert_allclose(got, v.astype("float64") ** 2 * np.exp(v.astype("float64")),
-                               rtol=2e-3)
+    np.testing.assert_allclose(
+        got, v.astype("float64") ** 2 * np.exp(v.astype("float64")), rtol=2e-3
+    )
 
 
 def test_select_masks_the_untaken_side():

@@ -1,4 +1,4 @@
-"""Every topi operator, evaluated by autosched.evaluate, against its numpy reference."""
+"""Every topi operator, evaluated by autosched.task.evaluate, against its numpy reference."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from autosched import te, topi
 from autosched.errors import DTypeError, TEError
-from autosched.evaluate import evaluate, evaluate_ops
+from autosched.task.evaluate import evaluate, evaluate_ops
 from autosched.topi import testing as ref
 
 RNG = np.random.default_rng(0)
@@ -32,7 +32,7 @@ def close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1
 
 SEED_BODIES = {
     "pad_temp": "tir.if_then_else(((((i2 >= 1) && (i2 < 8)) && (i3 >= 1)) && (i3 < 8)), "
-                "data[i0, i1, (i2 - 1), (i3 - 1)], 0f)",
+    "data[i0, i1, (i2 - 1), (i3 - 1)], 0f)",
     "conv2d_nchw": "(pad_temp[nn, rc, (yy + ry), (xx + rx)]*kernel[ff, rc, ry, rx])",
     "T_add": "(conv2d_nchw[ax0, ax1, ax2, ax3] + bias[ax0, ax1, 0, 0])",
     "compute": "max(T_add[i0, i1, i2, i3], 0f)",
@@ -75,7 +75,7 @@ compute(i0, i1, i2, i3) = max(T_add[i0, i1, i2, i3], 0f)"""
 
 
 def test_seed_dag_text():
-    from autosched.compute_dag import ComputeDAG
+    from autosched.schedule.compute_dag import ComputeDAG
 
     dag = ComputeDAG(conv_layer(1, 7, 7, 512, 512, 3, 3, (1, 1), (1, 1)))
     assert str(dag).strip() == SEED_DAG
@@ -133,9 +133,7 @@ def test_conv2d_nhwc(case):
     close(run(out, data=a, kernel=k), ref.conv2d_nhwc_python(a, k, stride, padding, dilation))
 
 
-@pytest.mark.parametrize(
-    "mult,stride,padding,dilation", [(1, 1, 1, 1), (2, 2, 1, 1), (3, 1, 2, 2)]
-)
+@pytest.mark.parametrize("mult,stride,padding,dilation", [(1, 1, 1, 1), (2, 2, 1, 1), (3, 1, 2, 2)])
 def test_depthwise_conv2d_nchw(mult, stride, padding, dilation):
     data = te.placeholder((2, 4, 8, 8), name="data")
     kernel = te.placeholder((4, mult, 3, 3), name="kernel")
@@ -225,8 +223,8 @@ def test_dense(with_bias):
 
 
 @pytest.mark.parametrize(
-    "ta,tb,ba,bb", [(False, True, 3, 3), (False, False, 3, 3), (True, True, 1, 3),
-                    (True, False, 2, 1)],
+    "ta,tb,ba,bb",
+    [(False, True, 3, 3), (False, False, 3, 3), (True, True, 1, 3), (True, False, 2, 1)],
 )
 def test_batch_matmul(ta, tb, ba, bb):
     m, n, k = 4, 5, 6
@@ -258,31 +256,39 @@ def test_bias_add(axis):
 
 # ---- broadcast and elementwise -------------------------------------------------------------
 
-BROADCAST_SHAPES = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (1, 3, 1)), ((4,), (2, 3, 4)),
-                    ((2, 1, 4), (3, 1)), ((1,), (1,))]
+BROADCAST_SHAPES = [
+    ((2, 3, 4), (2, 3, 4)),
+    ((2, 3, 4), (1, 3, 1)),
+    ((4,), (2, 3, 4)),
+    ((2, 1, 4), (3, 1)),
+    ((1,), (1,)),
+]
 
 
 @pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide"])
 @pytest.mark.parametrize("sa,sb", BROADCAST_SHAPES)
 def test_broadcast_binary(name, sa, sb):
     a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
-    out = topi.broadcast.BINARY[name](a, b)
+    out = getattr(topi.broadcast, name)(a, b)
     assert out.op.name == f"T_{name}"
     x, y = rand(*sa), rand(*sb) + 2.0
     want = getattr(np, name)(x, y)
     close(run(out, a=x, b=y), want)
 
 
-@pytest.mark.parametrize("op,fn", [("+", np.add), ("-", np.subtract), ("*", np.multiply),
-                                   ("/", np.divide)])
+@pytest.mark.parametrize(
+    "op,fn", [("+", np.add), ("-", np.subtract), ("*", np.multiply), ("/", np.divide)]
+)
 def test_tensor_operators_and_scalars(op, fn):
     a = te.placeholder((3, 4), name="a")
     x = rand(3, 4)
-    out = {"+": lambda: a + 2.0, "-": lambda: a - 2.0, "*": lambda: a * 2.0,
-           "/": lambda: a / 2.0}[op]()
+    out = {"+": lambda: a + 2.0, "-": lambda: a - 2.0, "*": lambda: a * 2.0, "/": lambda: a / 2.0}[
+        op
+    ]()
     close(run(out, a=x), fn(x, np.float32(2.0)))
-    rev = {"+": lambda: 2.0 + a, "-": lambda: 2.0 - a, "*": lambda: 2.0 * a,
-           "/": lambda: 2.0 / a}[op]()
+    rev = {"+": lambda: 2.0 + a, "-": lambda: 2.0 - a, "*": lambda: 2.0 * a, "/": lambda: 2.0 / a}[
+        op
+    ]()
     close(run(rev, a=x), fn(np.float32(2.0), x))
     assert repr(rev.op.body) == f"(2f {op} a[ax0, ax1])".replace(" * ", "*")
 
@@ -327,14 +333,20 @@ def test_softmax(shape, axis):
     out = topi.nn.softmax(x, axis)
     assert out.op.name == "T_softmax_norm"
     names = [op.name for op in evaluate_ops(out, {"x": rand(*shape)})]
-    assert names == ["x", "T_softmax_maxelem", "T_softmax_exp", "T_softmax_expsum",
-                     "T_softmax_norm"]
+    assert names == [
+        "x",
+        "T_softmax_maxelem",
+        "T_softmax_exp",
+        "T_softmax_expsum",
+        "T_softmax_norm",
+    ]
     v = rand(*shape) * 4
     close(run(out, x=v), ref.softmax_python(v, axis))
 
 
-@pytest.mark.parametrize("shape,axis", [((4, 16), -1), ((2, 3, 8), (1, 2)), ((3, 4, 5), 1),
-                                        ((6,), 0)])
+@pytest.mark.parametrize(
+    "shape,axis", [((4, 16), -1), ((2, 3, 8), (1, 2)), ((3, 4, 5), 1), ((6,), 0)]
+)
 def test_layer_norm(shape, axis):
     axes = (axis,) if isinstance(axis, int) else axis
     gshape = tuple(shape[a] for a in axes)
@@ -342,8 +354,12 @@ def test_layer_norm(shape, axis):
     g, b = te.placeholder(gshape, name="gamma"), te.placeholder(gshape, name="beta")
     out = topi.nn.layer_norm(x, g, b, axis, 1e-5)
     v, gv, bv = rand(*shape) * 3 + 1, rand(*gshape), rand(*gshape)
-    close(run(out, x=v, gamma=gv, beta=bv), ref.layer_norm_python(v, gv, bv, axis, 1e-5),
-          rtol=1e-5, atol=1e-5)
+    close(
+        run(out, x=v, gamma=gv, beta=bv),
+        ref.layer_norm_python(v, gv, bv, axis, 1e-5),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 POOL_CASES = [  # kernel, stride, padding, dilation, count_include_pad, layout
@@ -361,8 +377,9 @@ POOL_CASES = [  # kernel, stride, padding, dilation, count_include_pad, layout
 def test_pool2d(pool_type, kernel, stride, padding, dilation, include, layout):
     shape = (2, 3, 7, 8) if layout == "NCHW" else (2, 7, 8, 3)
     x = te.placeholder(shape, name="x")
-    out = topi.nn.pool2d(x, kernel, stride, dilation, padding, pool_type, layout=layout,
-                         count_include_pad=include)
+    out = topi.nn.pool2d(
+        x, kernel, stride, dilation, padding, pool_type, layout=layout, count_include_pad=include
+    )
     assert out.op.name == ("pool_max" if pool_type == "max" else "pool_avg")
     v = rand(*shape)
     want = ref.pool2d_python(v, kernel, stride, padding, pool_type, dilation, layout, include)
@@ -376,8 +393,7 @@ def test_max_and_avg_pool2d_shortcuts():
     close(run(topi.nn.avg_pool2d(x, 3, 1, 1), x=v), ref.pool2d_python(v, 3, 1, 1, "avg"))
 
 
-@pytest.mark.parametrize("shape,keepdims", [((5, 6), False), ((2, 3, 4), False),
-                                            ((2, 3, 4), True)])
+@pytest.mark.parametrize("shape,keepdims", [((5, 6), False), ((2, 3, 4), False), ((2, 3, 4), True)])
 def test_norm2d(shape, keepdims):
     x = te.placeholder(shape, name="x")
     out = topi.nn.norm2d(x, keepdims)
@@ -388,28 +404,48 @@ def test_norm2d(shape, keepdims):
 # ---- bad arguments -------------------------------------------------------------------------
 
 BAD_CALLS = {
-    "conv channel mismatch": (lambda d4, k4: topi.nn.conv2d_nchw(
-        d4((1, 3, 8, 8)), k4((4, 2, 3, 3)), 1, 1), "input channels"),
-    "conv rank": (lambda d4, k4: topi.nn.conv2d_nchw(
-        d4((3, 8, 8)), k4((4, 3, 3, 3)), 1, 1), "4 dimensions"),
-    "conv window too big": (lambda d4, k4: topi.nn.conv2d_nchw(
-        d4((1, 3, 2, 2)), k4((4, 3, 5, 5)), 1, 0), "does not fit"),
-    "conv bad stride": (lambda d4, k4: topi.nn.conv2d_nchw(
-        d4((1, 3, 8, 8)), k4((4, 3, 3, 3)), 0, 1), "stride"),
+    "conv channel mismatch": (
+        lambda d4, k4: topi.nn.conv2d_nchw(d4((1, 3, 8, 8)), k4((4, 2, 3, 3)), 1, 1),
+        "input channels",
+    ),
+    "conv rank": (
+        lambda d4, k4: topi.nn.conv2d_nchw(d4((3, 8, 8)), k4((4, 3, 3, 3)), 1, 1),
+        "4 dimensions",
+    ),
+    "conv window too big": (
+        lambda d4, k4: topi.nn.conv2d_nchw(d4((1, 3, 2, 2)), k4((4, 3, 5, 5)), 1, 0),
+        "does not fit",
+    ),
+    "conv bad stride": (
+        lambda d4, k4: topi.nn.conv2d_nchw(d4((1, 3, 8, 8)), k4((4, 3, 3, 3)), 0, 1),
+        "stride",
+    ),
     "matmul inner dim": (lambda d4, k4: topi.matmul(d4((3, 4)), k4((5, 6))), "inner dimensions"),
     "dense features": (lambda d4, k4: topi.nn.dense(d4((3, 4)), k4((5, 6))), "features"),
-    "batch_matmul batch": (lambda d4, k4: topi.nn.batch_matmul(
-        d4((2, 3, 4)), k4((3, 5, 4))), "do not broadcast"),
-    "group divisibility": (lambda d4, k4: topi.nn.group_conv2d_nchw(
-        d4((1, 6, 8, 8)), k4((4, 3, 3, 3)), 1, 1, 1, 4), "groups"),
-    "depthwise channels": (lambda d4, k4: topi.nn.depthwise_conv2d_nchw(
-        d4((1, 6, 8, 8)), k4((4, 1, 3, 3)), 1, 1), "channels"),
-    "layer_norm gamma": (lambda d4, k4: topi.nn.layer_norm(
-        d4((2, 8)), k4((4,)), k4((8,)), -1), "gamma"),
-    "pool type": (lambda d4, k4: topi.nn.pool2d(
-        d4((1, 1, 4, 4)), 2, 2, 1, 0, "median"), "pool_type"),
-    "transpose padding": (lambda d4, k4: topi.nn.conv2d_transpose_nchw(
-        d4((1, 2, 4, 4)), k4((2, 2, 3, 3)), 1, 3), "padding"),
+    "batch_matmul batch": (
+        lambda d4, k4: topi.nn.batch_matmul(d4((2, 3, 4)), k4((3, 5, 4))),
+        "do not broadcast",
+    ),
+    "group divisibility": (
+        lambda d4, k4: topi.nn.group_conv2d_nchw(d4((1, 6, 8, 8)), k4((4, 3, 3, 3)), 1, 1, 1, 4),
+        "groups",
+    ),
+    "depthwise channels": (
+        lambda d4, k4: topi.nn.depthwise_conv2d_nchw(d4((1, 6, 8, 8)), k4((4, 1, 3, 3)), 1, 1),
+        "channels",
+    ),
+    "layer_norm gamma": (
+        lambda d4, k4: topi.nn.layer_norm(d4((2, 8)), k4((4,)), k4((8,)), -1),
+        "gamma",
+    ),
+    "pool type": (
+        lambda d4, k4: topi.nn.pool2d(d4((1, 1, 4, 4)), 2, 2, 1, 0, "median"),
+        "pool_type",
+    ),
+    "transpose padding": (
+        lambda d4, k4: topi.nn.conv2d_transpose_nchw(d4((1, 2, 4, 4)), k4((2, 2, 3, 3)), 1, 3),
+        "padding",
+    ),
 }
 
 

@@ -14,8 +14,8 @@ from workloads_for_tests import (
 )
 
 from autosched.errors import ScheduleError
-from autosched.loop_state import ATTACHED, INLINED, MIXED, REDUCE, SPATIAL
-from autosched.transform_steps import (
+from autosched.schedule.stage import ATTACHED, INLINED, MIXED, REDUCE, SPATIAL
+from autosched.schedule.transform_steps import (
     STEP_REGISTRY,
     AnnotationStep,
     ComputeAtStep,

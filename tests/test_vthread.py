@@ -1,4 +1,4 @@
-"""Virtual-thread injection (autosched.vthread, issues 4 and 6): no vthread loop survives
+"""Virtual-thread injection (autosched.lower.vthread, issues 4 and 6): no vthread loop survives
 lowering, shared fetches and barriers run once per reduction tile whatever the vthread extent,
 buffers private to the virtual threads are expanded, the interpreter agrees with numpy, nvcc
 compiles the seed schedules and vthread matmuls without spills; the spill rate of sampled vthread
@@ -23,14 +23,14 @@ from workloads_for_tests import (
     seed_conv_state,
 )
 
-from autosched import ir
 from autosched.errors import LoweringError
-from autosched.evaluate import evaluate
-from autosched.interpreter import run_program
-from autosched.ir_verify import verify_program
-from autosched.lowering import lower
+from autosched.lower import ir
+from autosched.lower.interpreter import run_program
+from autosched.lower.lowering import lower
+from autosched.lower.verify import verify_program
+from autosched.lower.vthread import inject_virtual_threads, vthread_extent
+from autosched.task.evaluate import evaluate
 from autosched.te.expr import BinOp, Const, Load, Var
-from autosched.vthread import inject_virtual_threads, vthread_extent
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -347,7 +347,7 @@ def test_nested_vthread_extents_multiply():
 @needs_nvcc
 @pytest.mark.parametrize("case", sorted(FULL_CASES))
 def test_schedules_compile_without_spills(case):
-    from autosched.codegen_cuda import codegen_program
+    from autosched.codegen.cuda import codegen_program
     from measure import compile_resources
 
     _, state, _, _, _ = FULL_CASES[case]()
@@ -362,10 +362,10 @@ def test_schedules_compile_without_spills(case):
 def sampled_vthread_states(per_workload: int, seed: int) -> list:
     """(workload, program) of the first `per_workload` sampled full-size states with a vthread
     extent above 1, for each workload of the suite that has such states."""
-    from autosched.compute_dag import ComputeDAG
+    from autosched.schedule.compute_dag import ComputeDAG
     from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.workload_registry import lookup
-    from autosched.workloads import SUITE
+    from autosched.task.workload_registry import lookup
+    from autosched.task.workloads import SUITE
 
     out = []
     for name, (workload, full, _) in SUITE.items():
@@ -396,7 +396,7 @@ def test_sampled_vthread_states_spill_rate():
     of 2 above 5 and fails the estimates of one virtual thread (9)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from autosched.codegen_cuda import codegen_program
+    from autosched.codegen.cuda import codegen_program
     from measure import compile_resources
 
     jobs = sampled_vthread_states(6, seed=6)

@@ -8,8 +8,8 @@ stride 1, pad 1), with TVM's op and axis names: pad_temp, conv2d_nchw, T_add, co
 from __future__ import annotations
 
 from autosched import te
-from autosched.compute_dag import ComputeDAG
-from autosched.loop_state import State
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.loop_state import State
 
 try:  # topi is being written concurrently; fall back to the same ops built by hand
     from autosched import topi as _topi
@@ -221,8 +221,8 @@ def random_step(state: State, rng):
 
     Mostly valid by construction; a few picks (thread bindings, ...) may still be rejected by the
     step itself with ScheduleError, which the caller drops (as the search does)."""
-    from autosched.loop_state import ATTACHED, INLINED, THREAD_ANNOTATIONS
-    from autosched.transform_steps import (
+    from autosched.schedule.stage import ATTACHED, INLINED, THREAD_ANNOTATIONS
+    from autosched.schedule.transform_steps import (
         AnnotationStep,
         CacheReadStep,
         CacheWriteStep,

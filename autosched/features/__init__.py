@@ -44,12 +44,19 @@ are totals over the whole launch. Cache lines are CACHE_LINE_BYTES = 128. Every 
 
 from __future__ import annotations
 
-from .analysis import CACHE_LINE_BYTES, N_BUFFERS
-from .extract import N_FEATURES, extract_features, state_features
-from .parallel import features_for_states
-from .table import FEATURE_NAMES, FEATURES, group_slices
+from autosched.features.analysis import CACHE_LINE_BYTES, N_BUFFERS
+from autosched.features.extract import N_FEATURES, extract_features, state_features
+from autosched.features.parallel import features_for_states
+from autosched.features.table import FEATURE_NAMES, FEATURES, group_slices
 
 __all__ = [
-    "CACHE_LINE_BYTES", "FEATURES", "FEATURE_NAMES", "N_BUFFERS", "N_FEATURES",
-    "extract_features", "features_for_states", "group_slices", "state_features",
+    "CACHE_LINE_BYTES",
+    "FEATURES",
+    "FEATURE_NAMES",
+    "N_BUFFERS",
+    "N_FEATURES",
+    "extract_features",
+    "features_for_states",
+    "group_slices",
+    "state_features",
 ]

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 
-from .. import ir
-from ..te.expr import BinOp, Const, Var
-from .exprs import eval_pair, interval, linearize, var_ids
+from autosched.features.exprs import eval_pair, interval, linearize, var_ids
+from autosched.lower import ir
+from autosched.te.expr import BinOp, Const, Var
 
 CACHE_LINE_BYTES = 128  # an L1 line of NVIDIA GPUs (Ansor uses 64 for CPUs)
 N_BUFFERS = 5  # per-buffer features are kept for this many buffers of a statement
@@ -66,8 +66,19 @@ class BufferInfo:
     stride along threadIdx.x (coalescing)."""
 
     __slots__ = (
-        "name", "acc_type", "scope", "bytes", "unique_bytes", "lines", "unique_lines",
-        "reuse_type", "reuse_dis_iter", "reuse_dis_bytes", "reuse_ct", "stride", "tx_stride",
+        "name",
+        "acc_type",
+        "scope",
+        "bytes",
+        "unique_bytes",
+        "lines",
+        "unique_lines",
+        "reuse_type",
+        "reuse_dis_iter",
+        "reuse_dis_bytes",
+        "reuse_ct",
+        "stride",
+        "tx_stride",
     )
 
     @property
@@ -80,9 +91,22 @@ class StoreInfo:
     """Everything the feature table reads about one store statement."""
 
     __slots__ = (
-        "buffer", "ops", "outer_prod", "num_loops", "vec", "unroll", "threads", "vthread",
-        "buffers", "curve", "alloc_bytes", "alloc_outer_prod", "alloc_scope",
-        "kernel_shared_bytes", "kernel_local_bytes", "unrolled_steps",
+        "buffer",
+        "ops",
+        "outer_prod",
+        "num_loops",
+        "vec",
+        "unroll",
+        "threads",
+        "vthread",
+        "buffers",
+        "curve",
+        "alloc_bytes",
+        "alloc_outer_prod",
+        "alloc_scope",
+        "kernel_shared_bytes",
+        "kernel_local_bytes",
+        "unrolled_steps",
     )
 
 
@@ -119,8 +143,10 @@ class Atom:
         chain = []
         x = e
         while (
-            type(x) is BinOp and x.op in ("floordiv", "floormod")
-            and type(x.b) is Const and x.b.value > 0
+            type(x) is BinOp
+            and x.op in ("floordiv", "floormod")
+            and type(x.b) is Const
+            and x.b.value > 0
         ):
             chain.append((x.op == "floordiv", x.b.value))
             x = x.a
@@ -216,7 +242,14 @@ class Access:
     """A buffer's accesses in one store statement."""
 
     __slots__ = (
-        "buffer", "acc_type", "exprs", "linear", "index_levels", "levels", "touched", "spans",
+        "buffer",
+        "acc_type",
+        "exprs",
+        "linear",
+        "index_levels",
+        "levels",
+        "touched",
+        "spans",
     )
 
     def __init__(self, buffer: ir.Buffer, acc_type: int, index) -> None:

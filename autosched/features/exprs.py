@@ -3,22 +3,46 @@ and integer ranges / values of index terms, each in one pass without building ne
 
 from __future__ import annotations
 
-from ..te.dtype import FLOAT_DTYPES
-from ..te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
+from autosched.te.dtype import FLOAT_DTYPES
+from autosched.te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
 
 # Operation counts, in this order. `*_mad` counts add/sub nodes with a multiply operand (an
 # FMA candidate); those adds and multiplies are also counted under addsub and mul.
 OP_KINDS = (
-    "float_mad", "float_addsub", "float_mul", "float_divmod", "float_cmp", "float_math",
-    "int_mad", "int_addsub", "int_mul", "int_divmod", "int_cmp", "int_math",
-    "bool_op", "select_op", "cast_op",
+    "float_mad",
+    "float_addsub",
+    "float_mul",
+    "float_divmod",
+    "float_cmp",
+    "float_math",
+    "int_mad",
+    "int_addsub",
+    "int_mul",
+    "int_divmod",
+    "int_cmp",
+    "int_math",
+    "bool_op",
+    "select_op",
+    "cast_op",
 )
 INT_BASE = 6  # offset of the int_* block
 _BOOL, _SELECT, _CAST = 12, 13, 14
 FLOAT_COMPUTE = (1, 2, 3, 4, 5)  # float ops that count as compute for arithmetic intensity
 _BIN_KIND = {
-    "+": 1, "-": 1, "*": 2, "/": 3, "floordiv": 3, "floormod": 3,
-    "min": 4, "max": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
+    "+": 1,
+    "-": 1,
+    "*": 2,
+    "/": 3,
+    "floordiv": 3,
+    "floormod": 3,
+    "min": 4,
+    "max": 4,
+    "<": 4,
+    "<=": 4,
+    ">": 4,
+    ">=": 4,
+    "==": 4,
+    "!=": 4,
 }
 REDUCER_KIND = {"sum": 1, "max": 4, "min": 4}
 _LEAF_TYPES = frozenset({Const, Var, IterVar})

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from .. import ir
-from ..errors import AutoschedError
-from .table import FEATURE_NAMES, feature_row
-from .walk import ProgramWalker
+from autosched.errors import AutoschedError
+from autosched.features.table import FEATURE_NAMES, feature_row
+from autosched.features.walk import ProgramWalker
+from autosched.lower import ir
 
 N_FEATURES = len(FEATURE_NAMES)
 
@@ -29,7 +28,7 @@ def extract_features(program: ir.Program) -> np.ndarray:
 def state_features(state) -> np.ndarray | None:
     """Lower `state` and extract its features; None when it cannot be lowered (any
     AutoschedError: a sketch, an illegal attach, a GPU limit)."""
-    from ..lowering import lower
+    from autosched.lower.lowering import lower
 
     try:
         program = lower(state)

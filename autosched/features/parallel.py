@@ -8,14 +8,14 @@ for later calls (its start-up, about a second, is paid once per process)."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
-from typing import Sequence
 
 import numpy as np
 
-from ..errors import AutoschedError
-from ..process_pool import forget_pool, get_pool, resolvable
-from .extract import state_features
+from autosched.errors import AutoschedError
+from autosched.features.extract import state_features
+from autosched.search.process_pool import forget_pool, get_pool, resolvable
 
 _WORKER_DAGS: dict = {}  # in a worker: workload key -> ComputeDAG
 
@@ -47,7 +47,7 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
     for key, idx in by_key.items():
         size = max(1, -(-len(idx) // (n_jobs * 4)))
         for k in range(0, len(idx), size):
-            part = idx[k:k + size]
+            part = idx[k : k + size]
             records = [tuple(st.to_record() for st in states[i].steps) for i in part]
             futures.append((part, pool.submit(_work, key, records)))
     for i in local:
@@ -64,13 +64,11 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
 
 def _work(key: str, records: list[tuple]) -> list[np.ndarray | None]:
     """In a worker: rebuild each state from its steps and extract its features."""
-    from ..compute_dag import ComputeDAG
-    from ..workload_registry import workload_tensors
+    from autosched.schedule.compute_dag import ComputeDAG
 
     dag = _WORKER_DAGS.get(key)
     if dag is None:
-        dag = _WORKER_DAGS[key] = ComputeDAG(workload_tensors(key))
-        dag.workload_key = key
+        dag = _WORKER_DAGS[key] = ComputeDAG.from_workload_key(key)
     out: list[np.ndarray | None] = []
     for steps in records:
         try:

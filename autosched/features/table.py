@@ -8,14 +8,24 @@ the matrix is built.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from .analysis import (
-    BLOCK_TAGS, CURVE_POINTS, N_BUFFERS, READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW,
-    THREAD_TAGS, WRITE, BufferInfo, StoreInfo,
+from autosched.features.analysis import (
+    BLOCK_TAGS,
+    CURVE_POINTS,
+    N_BUFFERS,
+    READ,
+    REUSE_LOOP,
+    REUSE_NONE,
+    REUSE_SERIAL,
+    RW,
+    THREAD_TAGS,
+    WRITE,
+    BufferInfo,
+    StoreInfo,
 )
-from .exprs import OP_KINDS
+from autosched.features.exprs import OP_KINDS
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from .. import ir
-from ..te.dtype import BYTES, FLOAT_DTYPES
-from .analysis import (
-    BLOCK_TAGS, CACHE_LINE_BYTES, CURVE_POINTS, READ, REUSE_LOOP, REUSE_NONE, REUSE_SERIAL, RW,
-    THREAD_TAGS, WRITE, Access, Annotation, BufferInfo, Loop, StoreInfo, touched_regions,
+from autosched.features.analysis import (
+    BLOCK_TAGS,
+    CACHE_LINE_BYTES,
+    CURVE_POINTS,
+    READ,
+    REUSE_LOOP,
+    REUSE_NONE,
+    REUSE_SERIAL,
+    RW,
+    THREAD_TAGS,
+    WRITE,
+    Access,
+    Annotation,
+    BufferInfo,
+    Loop,
+    StoreInfo,
+    touched_regions,
 )
-from .exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
+from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
+from autosched.lower import ir
+from autosched.te.dtype import BYTES, FLOAT_DTYPES
 
 
 def _steps(s: ir.Stmt, memo: dict) -> int:
@@ -204,8 +218,11 @@ class ProgramWalker:
             stride, reduce_ratio = 0, 1
             for lv in range(n - 1, -1, -1):
                 if lv in used:
-                    steps = [lin.stride(loops[lv]) for lin, lvs in zip(acc.linear, acc.index_levels)
-                             if lv in lvs]
+                    steps = [
+                        lin.stride(loops[lv])
+                        for lin, lvs in zip(acc.linear, acc.index_levels)
+                        if lv in lvs
+                    ]
                     stride = min((s for s in steps if s), default=0)
                     if stride:
                         break
@@ -221,8 +238,9 @@ class ProgramWalker:
         tx = self.level_of.get(id(ir.THREAD_VARS["threadIdx.x"]))
         f.tx_stride = 0
         if tx is not None and tx in used:
-            f.tx_stride = min(lin.stride(loops[tx]) for lin, lvs in zip(acc.linear, acc.index_levels)
-                              if tx in lvs)
+            f.tx_stride = min(
+                lin.stride(loops[tx]) for lin, lvs in zip(acc.linear, acc.index_levels) if tx in lvs
+            )
         f.reuse_type, f.reuse_dis_iter, f.reuse_dis_bytes, f.reuse_ct = _reuse(acc, used, loops)
         return f
 
@@ -245,8 +263,12 @@ def _reuse(acc: Access, used: set[int], loops: list[Loop]) -> tuple[int, float, 
         entries = loop.touch[key]
         if len(entries) > 1:
             d_iter = min(entries)
-            return (REUSE_SERIAL, d_iter / loop.extent, loop.touch_bytes / loop.extent,
-                    float(len(entries) - 1))
+            return (
+                REUSE_SERIAL,
+                d_iter / loop.extent,
+                loop.touch_bytes / loop.extent,
+                float(len(entries) - 1),
+            )
     return REUSE_NONE, 0.0, 0.0, 0.0
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compute_dag import ComputeDAG
-from ..loop_state import State
-from .rules import GPU_RULES, SketchContext, generate
-from .sampler import SketchSampler
-from .utils import SketchParams
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.loop_state import State
+from autosched.sketch.rules import GPU_RULES, SketchContext, generate
+from autosched.sketch.sampler import SketchSampler
+from autosched.sketch.utils import SketchParams
 
 
 def _dag_and_hardware(dag_or_task: Any, hardware: Any) -> tuple[ComputeDAG, Any]:
@@ -24,7 +24,8 @@ def _dag_and_hardware(dag_or_task: Any, hardware: Any) -> tuple[ComputeDAG, Any]
     dag = getattr(dag_or_task, "compute_dag", None) or getattr(dag_or_task, "dag", None)
     if not isinstance(dag, ComputeDAG):
         raise TypeError(
-            f"generate_sketches needs a ComputeDAG or a task with one, got {dag_or_task!r}")
+            f"generate_sketches needs a ComputeDAG or a task with one, got {dag_or_task!r}"
+        )
     if hardware is None:
         hardware = getattr(dag_or_task, "hardware_params", None)
     return dag, hardware
@@ -43,17 +44,24 @@ def sketch_context(hardware: Any = None, params: SketchParams | None = None) -> 
     return SketchContext(hw.warp_size, hw.max_threads_per_block, params or SketchParams())
 
 
-def generate_sketches(dag_or_task: Any, hardware: Any = None,
-                      params: SketchParams | None = None) -> list[State]:
+def generate_sketches(
+    dag_or_task: Any, hardware: Any = None, params: SketchParams | None = None
+) -> list[State]:
     """The sketches of a DAG (or of a task's DAG) for a GPU: States whose split lengths are
     None. Deterministic: the same DAG gives the same sketches in the same order."""
     dag, hardware = _dag_and_hardware(dag_or_task, hardware)
     return generate(dag.get_init_state(), sketch_context(hardware, params), GPU_RULES)
 
 
-def sample_initial_population(sketches: list[State], n: int, rng: Any = None, hardware: Any = None,
-                              params: SketchParams | None = None, verify: bool = True,
-                              stats: Any = None) -> list[State]:
+def sample_initial_population(
+    sketches: list[State],
+    n: int,
+    rng: Any = None,
+    hardware: Any = None,
+    params: SketchParams | None = None,
+    verify: bool = True,
+    stats: Any = None,
+) -> list[State]:
     """Up to n distinct complete states drawn from `sketches` by the init rules, each checked
     against the GPU limits (after lowering when `verify`). `rng`: a seed, random.Random or
     numpy Generator. Pass a `collections.Counter` as `stats` to get the rejection reasons."""

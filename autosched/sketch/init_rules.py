@@ -22,19 +22,25 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from measure.hardware import HardwareParams
-
-from ..arith import to_affine
-from ..loop_state import ATTACHED, REDUCE, ROOT, SPATIAL, State
-from ..te.dtype import BYTES
-from ..te.expr import IterVar, Load
-from ..te.tensor import Tensor
-from ..te.visitor import walk
-from ..transform_steps import SplitStep, replay
-from .utils import (
-    SketchParams, cross_thread_splits, factorization_schemes, has_cross_thread_reduction,
-    has_reduce_iter, is_inlined, needs_multi_level_tiling, split_step_ids,
+from autosched.lower.arith import to_affine
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
+from autosched.schedule.transform_steps import SplitStep, replay
+from autosched.sketch.utils import (
+    SketchParams,
+    cross_thread_splits,
+    factorization_schemes,
+    has_cross_thread_reduction,
+    has_reduce_iter,
+    is_inlined,
+    needs_multi_level_tiling,
+    split_step_ids,
 )
+from autosched.te.dtype import BYTES
+from autosched.te.expr import IterVar, Load
+from autosched.te.tensor import Tensor
+from autosched.te.visitor import walk
+from measure.hardware import HardwareParams
 
 
 class Rejected(Exception):
@@ -154,8 +160,11 @@ def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan
                     group.footprints.append(fp)
         groups.append(group)
         grouped.update(sp + rd)
-    unknown = [k for k, s in enumerate(sketch.steps)
-               if isinstance(s, SplitStep) and None in s.lengths and k not in grouped]
+    unknown = [
+        k
+        for k, s in enumerate(sketch.steps)
+        if isinstance(s, SplitStep) and None in s.lengths and k not in grouped
+    ]
     return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch))
 
 
@@ -180,9 +189,10 @@ class InitRule:
         return type(self).__name__
 
 
-@functools.lru_cache(maxsize=None)
-def thread_count_options(reduction: int, counts: tuple[int, ...], warp_size: int,
-                         max_threads: int) -> tuple[int, ...]:
+@functools.cache
+def thread_count_options(
+    reduction: int, counts: tuple[int, ...], warp_size: int, max_threads: int
+) -> tuple[int, ...]:
     """Thread counts for a cross-thread reduction of length `reduction`: the multiples of the
     warp size in `counts` within the block limit, up to the first that covers the reduction
     (larger ones would only add idle threads)."""
@@ -196,13 +206,24 @@ def thread_count_options(reduction: int, counts: tuple[int, ...], warp_size: int
     return tuple(out) or (warp_size,)
 
 
-@functools.lru_cache(maxsize=None)
-def _spatial_options(extent: int, n: int, max_innermost: int, max_vthread: int, max_threads: int,
-                     max_local: int, min_threads: int = 1) -> tuple:
+@functools.cache
+def _spatial_options(
+    extent: int,
+    n: int,
+    max_innermost: int,
+    max_vthread: int,
+    max_threads: int,
+    max_local: int,
+    min_threads: int = 1,
+) -> tuple:
     """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone."""
-    return tuple(l for l in factorization_schemes(extent, n, max_innermost)
-                 if l[0] <= max_vthread and min_threads <= l[1] <= max_threads
-                 and l[0] * math.prod(l[2:]) <= max_local)
+    return tuple(
+        l
+        for l in factorization_schemes(extent, n, max_innermost)
+        if l[0] <= max_vthread
+        and min_threads <= l[1] <= max_threads
+        and l[0] * math.prod(l[2:]) <= max_local
+    )
 
 
 def accumulators(sp: list) -> int:
@@ -227,11 +248,17 @@ class FillTileSize(InitRule):
     def options(self, ctx: InitContext, step: SplitStep, spatial: bool) -> tuple:
         p, lim = ctx.params, ctx.limits
         if not spatial:
-            return factorization_schemes(step.extent, len(step.lengths),
-                                         p.max_innermost_split_factor)
-        return _spatial_options(step.extent, len(step.lengths), p.max_innermost_split_factor,
-                                lim.max_vthread_extent, lim.max_threads_per_block,
-                                p.max_local_elems)
+            return factorization_schemes(
+                step.extent, len(step.lengths), p.max_innermost_split_factor
+            )
+        return _spatial_options(
+            step.extent,
+            len(step.lengths),
+            p.max_innermost_split_factor,
+            lim.max_vthread_extent,
+            lim.max_threads_per_block,
+            p.max_local_elems,
+        )
 
     def draw_spatial(self, ctx: InitContext, steps: list, g: TileGroup, rng: random.Random):
         """Lengths for each spatial axis, drawn in a random axis order, each from the
@@ -248,8 +275,15 @@ class FillTileSize(InitRule):
         for n, a in enumerate(order):
             step = steps[ids[a]]
             need = -(-g.min_threads // have) if n == len(order) - 1 else 1
-            opts = _spatial_options(step.extent, len(step.lengths), p.max_innermost_split_factor,
-                                    vthread, threads, local, need)
+            opts = _spatial_options(
+                step.extent,
+                len(step.lengths),
+                p.max_innermost_split_factor,
+                vthread,
+                threads,
+                local,
+                need,
+            )
             if not opts:
                 return None
             l = out[a] = _pick(opts, rng)
@@ -302,9 +336,17 @@ class FillTileSize(InitRule):
             s = steps[k]
             if k in plan.cross_thread:
                 lim = ctx.limits
-                lengths = (_pick(thread_count_options(
-                    plan.cross_thread[k], ctx.params.cross_thread_counts, lim.warp_size,
-                    lim.max_threads_per_block), rng),)
+                lengths = (
+                    _pick(
+                        thread_count_options(
+                            plan.cross_thread[k],
+                            ctx.params.cross_thread_counts,
+                            lim.warp_size,
+                            lim.max_threads_per_block,
+                        ),
+                        rng,
+                    ),
+                )
             else:
                 lengths = _pick(self.options(ctx, s, False), rng)
             steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lengths, s.inner_to_outer)
@@ -390,8 +432,9 @@ class ThreadBind(InitRule):
         if n > 1:
             state = state.fuse(i, list(range(n)))
         nbytes = BYTES.get(stage.op.dtype, 4)
-        vectors = [v for v in ctx.params.vector_lengths
-                   if v * nbytes <= ctx.params.max_vector_bytes]
+        vectors = [
+            v for v in ctx.params.vector_lengths if v * nbytes <= ctx.params.max_vector_bytes
+        ]
         state = state.split(i, 0, [_pick(vectors, rng)])
         state = state.vectorize(i, 1)
         state = state.follow_fused_split(i, 0, g.spatial_ids, 1, True)
@@ -449,8 +492,7 @@ class AutoUnroll(InitRule):
             level = next(k for k, (steps, _) in enumerate(nests) if steps <= max_step)
             if level not in memo:
                 tile = nests[level][1]
-                memo[level] = acc + sum(fp.bytes(tile, chunks) // fp.nbytes
-                                        for fp in g.footprints)
+                memo[level] = acc + sum(fp.bytes(tile, chunks) // fp.nbytes for fp in g.footprints)
             return memo[level]
 
         return regs
@@ -465,6 +507,15 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll
 
 
 __all__ = [
-    "GPU_INIT_RULES", "AutoUnroll", "FillTileSize", "InitContext", "InitRule", "Limits",
-    "Rejected", "SketchPlan", "ThreadBind", "TileGroup", "make_plan",
+    "GPU_INIT_RULES",
+    "AutoUnroll",
+    "FillTileSize",
+    "InitContext",
+    "InitRule",
+    "Limits",
+    "Rejected",
+    "SketchPlan",
+    "ThreadBind",
+    "TileGroup",
+    "make_plan",
 ]

@@ -18,14 +18,25 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..loop_state import REDUCE, ROOT, SPATIAL, State
-from ..te.tensor import ComputeOp
-from .utils import (
-    SketchParams, common_outer_iters, consumers, direct_producers,
-    elementwise_matched_consumer, has_cache_write_stage, has_reduce_iter, is_inlined, is_output,
-    is_tiled, needs_multi_level_tiling, single_consumer_root, spatial_and_reduce_length,
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
+from autosched.sketch.utils import (
+    SketchParams,
+    common_outer_iters,
+    consumers,
+    direct_producers,
+    elementwise_matched_consumer,
+    has_cache_write_stage,
+    has_reduce_iter,
+    is_inlined,
+    is_output,
+    is_tiled,
+    needs_multi_level_tiling,
+    single_consumer_root,
+    spatial_and_reduce_length,
     split_step_ids,
 )
+from autosched.te.tensor import ComputeOp
 
 
 class Cond(enum.Enum):
@@ -92,8 +103,9 @@ def outermost_reduce_tile_iter(state: State, i: int, n_reduce_levels: int) -> st
     """The last iterator of the outermost reduction tile of a multi-level tiled stage (where
     Ansor attaches shared-memory caches), or None if the stage has no such tile."""
     stage = state.stages[i]
-    outer = {level_names(it.name, n_reduce_levels)[0]
-             for it in stage.root_iters if it.kind == REDUCE}
+    outer = {
+        level_names(it.name, n_reduce_levels)[0] for it in stage.root_iters if it.kind == REDUCE
+    }
     names = [it.name for it in stage.iters if it.name in outer]
     return names[-1] if names else None
 
@@ -106,9 +118,14 @@ class AlwaysInline(SketchRule):
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
-        if (stage.is_placeholder or is_inlined(stage) or is_output(state, i)
-                or has_reduce_iter(stage) or not isinstance(stage.op, ComputeOp)
-                or stage.origin != "dag"):
+        if (
+            stage.is_placeholder
+            or is_inlined(stage)
+            or is_output(state, i)
+            or has_reduce_iter(stage)
+            or not isinstance(stage.op, ComputeOp)
+            or stage.origin != "dag"
+        ):
             return Cond.SKIP
         return Cond.APPLY_AND_SKIP_REST
 
@@ -159,8 +176,12 @@ class CrossThreadReduction(SketchRule):
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
-        if (not isinstance(stage.op, ComputeOp) or is_inlined(stage) or not has_reduce_iter(stage)
-                or has_cache_write_stage(state, i)):
+        if (
+            not isinstance(stage.op, ComputeOp)
+            or is_inlined(stage)
+            or not has_reduce_iter(stage)
+            or has_cache_write_stage(state, i)
+        ):
             return Cond.SKIP
         space, red = spatial_and_reduce_length(stage)
         if needs_multi_level_tiling(state, i):
@@ -193,8 +214,13 @@ class CrossThreadReduction(SketchRule):
             return None
         n_common = common_outer_iters(state, i, t)
         target = state.stages[t]
-        if (n_common == 0 or needs_multi_level_tiling(state, t) or target.compute_at != ROOT
-                or has_reduce_iter(target) or len(split_step_ids(state, t)) > 1):
+        if (
+            n_common == 0
+            or needs_multi_level_tiling(state, t)
+            or target.compute_at != ROOT
+            or has_reduce_iter(target)
+            or len(split_step_ids(state, t)) > 1
+        ):
             return None
         return t, n_common
 
@@ -216,9 +242,12 @@ class AddCacheWrite(SketchRule):
     first; its copy-out stage is then the consumer it fuses with."""
 
     def condition(self, ctx, state, i):
-        if (needs_multi_level_tiling(state, i) and not is_tiled(state.stages[i])
-                and not has_cache_write_stage(state, i)
-                and elementwise_matched_consumer(state, i) is None):
+        if (
+            needs_multi_level_tiling(state, i)
+            and not is_tiled(state.stages[i])
+            and not has_cache_write_stage(state, i)
+            and elementwise_matched_consumer(state, i) is None
+        ):
             return Cond.APPLY_AND_SKIP_REST
         return Cond.SKIP
 
@@ -290,8 +319,9 @@ GPU_RULES: tuple[SketchRule, ...] = (
 )
 
 
-def generate(state: State, ctx: SketchContext,
-             rules: tuple[SketchRule, ...] = GPU_RULES) -> list[State]:
+def generate(
+    state: State, ctx: SketchContext, rules: tuple[SketchRule, ...] = GPU_RULES
+) -> list[State]:
     """Run the rules from the last stage back; return the distinct finished sketches."""
     todo: list[tuple[State, int]] = [(state, len(state.stages) - 1)]
     out: list[State] = []
@@ -314,6 +344,11 @@ def generate(state: State, ctx: SketchContext,
 
 
 __all__ = [
-    "Cond", "SketchContext", "SketchRule", "GPU_RULES", "generate", "multi_level_tile",
+    "Cond",
+    "SketchContext",
+    "SketchRule",
+    "GPU_RULES",
+    "generate",
+    "multi_level_tile",
     "outermost_reduce_tile_iter",
 ]

@@ -11,17 +11,25 @@ from __future__ import annotations
 import collections
 import logging
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from .. import ir
-from ..errors import LoweringError, ScheduleError
-from ..loop_state import State
-from ..lowering import lower
-from ..te.dtype import BYTES
-from .init_rules import GPU_INIT_RULES, InitContext, InitRule, Limits, Rejected, make_plan
-from .utils import SketchParams
+from autosched.errors import LoweringError, ScheduleError
+from autosched.lower import ir
+from autosched.lower.lowering import lower
+from autosched.schedule.loop_state import State
+from autosched.sketch.init_rules import (
+    GPU_INIT_RULES,
+    InitContext,
+    InitRule,
+    Limits,
+    Rejected,
+    make_plan,
+)
+from autosched.sketch.utils import SketchParams
+from autosched.te.dtype import BYTES
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +90,14 @@ def check_program(program: ir.Program, limits: Limits, params: SketchParams) -> 
 class SketchSampler:
     """Draws complete, checked states from a list of sketches."""
 
-    def __init__(self, sketches: Sequence[State], hardware: Any = None,
-                 params: SketchParams | None = None, verify: bool = True,
-                 rules: tuple[InitRule, ...] = GPU_INIT_RULES) -> None:
+    def __init__(
+        self,
+        sketches: Sequence[State],
+        hardware: Any = None,
+        params: SketchParams | None = None,
+        verify: bool = True,
+        rules: tuple[InitRule, ...] = GPU_INIT_RULES,
+    ) -> None:
         if not sketches:
             raise ValueError("SketchSampler needs at least one sketch")
         if hardware is None:
@@ -106,8 +119,9 @@ class SketchSampler:
         state, _ = self._sample_one(rng, sketch)
         return state
 
-    def _sample_one(self, rng: random.Random,
-                    sketch: int | None) -> tuple[State, ir.Program | None]:
+    def _sample_one(
+        self, rng: random.Random, sketch: int | None
+    ) -> tuple[State, ir.Program | None]:
         plan = self.plans[rng.randrange(len(self.plans)) if sketch is None else sketch]
         state = plan.sketch
         try:
@@ -118,8 +132,9 @@ class SketchSampler:
         except Rejected:
             raise
         except Exception as e:  # a bug elsewhere must not end the search: count and log it
-            log.warning("init rules failed on a sketch of %r: %s: %s",
-                        plan.sketch.dag, type(e).__name__, e)
+            log.warning(
+                "init rules failed on a sketch of %r: %s: %s", plan.sketch.dag, type(e).__name__, e
+            )
             raise Rejected(f"internal_error:{type(e).__name__}", str(e)) from e
         reason = check_state(state, self.ctx.limits)
         program = None
@@ -163,9 +178,15 @@ class SketchSampler:
             if program is not None:
                 self.programs[key] = program
         if self.rejected:
-            log.debug("sampled %d states in %d draws; rejected: %s",
-                      len(out), tries, dict(self.rejected))
+            log.debug(
+                "sampled %d states in %d draws; rejected: %s", len(out), tries, dict(self.rejected)
+            )
         if len(out) < n:
-            log.warning("only %d of %d states found in %d draws; rejected: %s",
-                        len(out), n, tries, dict(self.rejected))
+            log.warning(
+                "only %d of %d states found in %d draws; rejected: %s",
+                len(out),
+                n,
+                tries,
+                dict(self.rejected),
+            )
         return out

@@ -10,16 +10,22 @@ import functools
 import math
 from dataclasses import dataclass
 
-from ..compute_dag import OpInfo
-from ..loop_state import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage, State
-from ..te.expr import Load, Reduce
-from ..te.tensor import ComputeOp, Tensor
-from ..te.visitor import substitute, walk
-from ..transform_steps import (
-    CacheReadStep, CacheWriteStep, FollowFusedSplitStep, FollowSplitStep, SplitStep, consumers_of,
+from autosched.schedule.compute_dag import OpInfo
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage
+from autosched.schedule.transform_steps import (
+    STEP_REGISTRY,
+    CacheReadStep,
+    CacheWriteStep,
+    FollowFusedSplitStep,
+    FollowSplitStep,
+    SplitStep,
+    consumers_of,
     reads_of,
 )
-from ..transform_steps import STEP_REGISTRY
+from autosched.te.expr import Load, Reduce
+from autosched.te.tensor import ComputeOp, Tensor
+from autosched.te.visitor import substitute, walk
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class SketchParams:
 # ---- factorisation --------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def divisors(n: int) -> tuple[int, ...]:
     """The divisors of n, ascending."""
     small, large = [], []
@@ -75,9 +81,10 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(small + large[::-1])
 
 
-@functools.lru_cache(maxsize=None)
-def factorization_schemes(extent: int, n_lengths: int,
-                          max_innermost: int) -> tuple[tuple[int, ...], ...]:
+@functools.cache
+def factorization_schemes(
+    extent: int, n_lengths: int, max_innermost: int
+) -> tuple[tuple[int, ...], ...]:
     """Every perfect tiling of `extent` into `n_lengths` inner lengths (outer to inner): tuples
     whose product divides `extent` (the outermost part takes the rest) and whose last entry is at
     most `max_innermost`. Cached: the search asks for the same few extents millions of times."""
@@ -106,16 +113,20 @@ def stage_op_info(state: State, i: int) -> OpInfo | None:
     # The copy-out stage reads the local stage and produces the original op.
     for other in state.stages:
         body = getattr(other.op, "body", None)
-        if (isinstance(body, Load) and isinstance(body.buffer, Tensor)
-                and body.buffer.op is stage.op):
+        if (
+            isinstance(body, Load)
+            and isinstance(body.buffer, Tensor)
+            and body.buffer.op is stage.op
+        ):
             return state.dag.info.get(id(other.produces))
     return None
 
 
 def needs_multi_level_tiling(state: State, i: int) -> bool:
     info = stage_op_info(state, i)
-    return (info is not None and info.needs_multi_level_tiling
-            and state.stages[i].compute_at != INLINED)
+    return (
+        info is not None and info.needs_multi_level_tiling and state.stages[i].compute_at != INLINED
+    )
 
 
 def is_output(state: State, i: int) -> bool:
@@ -172,8 +183,10 @@ def direct_producers(state: State, i: int) -> set[int]:
 def single_consumer_root(state: State, i: int) -> int | None:
     """Stage i's single consumer, or the one stage all its consumers are computed at or are
     (Ansor's GetSingleConsumerId); None when there is no such stage."""
-    roots = {c if state.stages[c].compute_at != ATTACHED else state.stages[c].attach[0]
-             for c in consumers(state, i)}
+    roots = {
+        c if state.stages[c].compute_at != ATTACHED else state.stages[c].attach[0]
+        for c in consumers(state, i)
+    }
     return roots.pop() if len(roots) == 1 else None
 
 
@@ -217,11 +230,13 @@ def common_outer_iters(state: State, i: int, target: int) -> int:
 def has_cross_thread_reduction(state: State, i: int) -> bool:
     """True when stage i, or a stage computed at one of its loops, binds a reduction
     iterator to threadIdx.x (Ansor's HasCrossThreadReduction)."""
+
     def binds(stage: Stage) -> bool:
         return any(it.kind == REDUCE and it.annotation == "threadIdx.x" for it in stage.iters)
 
     return binds(state.stages[i]) or any(
-        s.compute_at == ATTACHED and s.attach[0] == i and binds(s) for s in state.stages)
+        s.compute_at == ATTACHED and s.attach[0] == i and binds(s) for s in state.stages
+    )
 
 
 def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
@@ -267,8 +282,9 @@ def elementwise_matched_consumer(state: State, i: int) -> int | None:
         return None
     reads = loads_through_inlined(state, j, i)
     axes = consumer.op.axis
-    if not reads or any(len(idx) != len(axes) or any(x is not a for x, a in zip(idx, axes))
-                        for idx in reads):
+    if not reads or any(
+        len(idx) != len(axes) or any(x is not a for x, a in zip(idx, axes)) for idx in reads
+    ):
         return None
     return j
 
@@ -307,8 +323,9 @@ def splitting_steps(state: State, i: int) -> list[tuple[int, SplitRel]]:
     """(step id, relation) of every split of stage i (SplitStep or a follow split), in order."""
     where = stage_index_history(state)
     rels = [r for r in state.stages[i].relations if isinstance(r, SplitRel)]
-    mine = [k for k, s in enumerate(state.steps)
-            if isinstance(s, SPLITTING_STEPS) and where[k] == i]
+    mine = [
+        k for k, s in enumerate(state.steps) if isinstance(s, SPLITTING_STEPS) and where[k] == i
+    ]
     return list(zip(mine, rels))
 
 
@@ -316,8 +333,12 @@ def split_step_ids(state: State, i: int, kind: str | None = None) -> list[int]:
     """Ids of the SplitSteps on stage i, in order; with `kind`, only those that split a root
     iterator of that kind (spatial / reduce)."""
     root_kind = {it.name: it.kind for it in state.stages[i].root_iters}
-    return [k for k, rel in splitting_steps(state, i) if isinstance(state.steps[k], SplitStep)
-            and (kind is None or root_kind.get(rel.parent) == kind)]
+    return [
+        k
+        for k, rel in splitting_steps(state, i)
+        if isinstance(state.steps[k], SplitStep)
+        and (kind is None or root_kind.get(rel.parent) == kind)
+    ]
 
 
 def cross_thread_splits(state: State) -> dict[int, int]:
@@ -326,8 +347,9 @@ def cross_thread_splits(state: State) -> dict[int, int]:
     threadIdx.x, or the split such a reduction follows (its consumer's)."""
     out: dict[int, int] = {}
     for i, stage in enumerate(state.stages):
-        bound = {it.name for it in stage.iters
-                 if it.kind == REDUCE and it.annotation == "threadIdx.x"}
+        bound = {
+            it.name for it in stage.iters if it.kind == REDUCE and it.annotation == "threadIdx.x"
+        }
         for k, rel in splitting_steps(state, i):
             if rel.children[-1] not in bound:
                 continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DTypeError
+from autosched.errors import DTypeError
 
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})

@@ -8,10 +8,11 @@ expressions work as dict keys and in `in` tests.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from ..errors import DTypeError, TEError
-from .dtype import check_dtype, is_float, is_int
+from autosched.errors import DTypeError, TEError
+from autosched.te.dtype import check_dtype, is_float, is_int
 
 ARITH_OPS = ("+", "-", "*", "/", "floordiv", "floormod", "min", "max")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -30,7 +31,7 @@ class Expr:
         self._hash = None
 
     # ---- structural identity -------------------------------------------------------------
-    def same_as(self, other: "Expr") -> bool:
+    def same_as(self, other: Expr) -> bool:
         """Structural equality (what `bool(a == b)` also answers)."""
         return self is other or (isinstance(other, Expr) and self._key == other._key)
 
@@ -130,13 +131,11 @@ class Expr:
     def __invert__(self):
         return Not(self)
 
-    def astype(self, dtype: str) -> "Expr":
+    def astype(self, dtype: str) -> Expr:
         """Cast this expression to `dtype`."""
         return Cast(dtype, self)
 
     def __repr__(self) -> str:
-        from .printer import expr_str
-
         return expr_str(self)
 
 
@@ -186,7 +185,7 @@ class IterVar(Var):
         self.kind = kind
 
     @property
-    def var(self) -> "IterVar":
+    def var(self) -> IterVar:
         return self
 
 
@@ -365,3 +364,59 @@ def binary(op: str, a: Any, b: Any) -> Expr:
             raise DTypeError(f"logical '{op}' needs bool operands, got {a.dtype}: {a!r}")
         return BinOp(op, a, b, "bool")
     raise TEError(f"unknown binary operator {op!r}")
+
+
+# ---- text form, in the style TVM prints expressions (`(yy + ry)`, `(a*b)`, `max(x, 0f)`) ----
+
+FUNCTION_STYLE = {"floordiv", "floormod", "min", "max"}
+CONST_SUFFIX = {"float32": "f", "float16": "f16", "float64": "f64", "int64": "i64", "int32": ""}
+
+
+def const_str(c: Const) -> str:
+    if c.dtype == "bool":
+        return "True" if c.value else "False"
+    if c.dtype.startswith("float"):
+        v = c.value
+        text = str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else repr(v)
+        return text + CONST_SUFFIX[c.dtype]
+    return str(c.value) + CONST_SUFFIX[c.dtype]
+
+
+def _binop(e: BinOp) -> str:
+    a, b = expr_str(e.a), expr_str(e.b)
+    if e.op in FUNCTION_STYLE:
+        return f"{e.op}({a}, {b})"
+    if e.op == "*":
+        return f"({a}*{b})"
+    return f"({a} {e.op} {b})"
+
+
+def _reduce(e: Reduce) -> str:
+    axes = ", ".join(a.name for a in e.axes)
+    cond = f", where={expr_str(e.condition)}" if e.condition is not None else ""
+    return f"reduce({e.reducer.name}, {expr_str(e.source)}, axis=[{axes}]{cond})"
+
+
+PRINTERS = {
+    Const: const_str,
+    BinOp: _binop,
+    Not: lambda e: f"!{expr_str(e.a)}",
+    Select: lambda e: f"tir.{e.style}({expr_str(e.cond)}, {expr_str(e.t)}, {expr_str(e.f)})",
+    Cast: lambda e: f"{e.dtype}({expr_str(e.value)})",
+    Call: lambda e: f"tir.{e.func}({', '.join(expr_str(a) for a in e.args)})",
+    Load: lambda e: f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]",
+    Reduce: _reduce,
+}
+
+
+def expr_str(e: Expr) -> str:
+    """Render an expression as text."""
+    if isinstance(e, Var):
+        return e.name
+    printer = PRINTERS.get(type(e))
+    if printer is None:
+        for cls, fn in PRINTERS.items():
+            if isinstance(e, cls):
+                return fn(e)
+        return f"<{type(e).__name__}>"
+    return printer(e)

@@ -2,7 +2,7 @@
 
 `eval_expr` evaluates an expression for many points at once: every variable is bound to a numpy
 array (or an int) and the arrays broadcast against each other. Reading buffers is left to a
-callback, so the same evaluator serves the naive DAG evaluator (`autosched.evaluate`) and the CPU
+callback, so the same evaluator serves the naive DAG evaluator (`autosched.task.evaluate`) and the CPU
 interpreter of lowered kernels (where buffers are per-thread arrays).
 
 Masks: `mask` marks where a value is actually needed. `Select(c, t, f)` evaluates `t` only under
@@ -17,13 +17,26 @@ stays float16), so a float32 expression yields a float32 array.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import AutoschedError, TEError
-from .dtype import numpy_dtype
-from .expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Reduce, Select, Var
+from autosched.errors import AutoschedError, TEError
+from autosched.te.dtype import numpy_dtype
+from autosched.te.expr import (
+    BinOp,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    IterVar,
+    Load,
+    Not,
+    Reduce,
+    Select,
+    Var,
+)
 
 Value = Any  # an np.ndarray or a numpy scalar
 LoadFn = Callable[[Load, list, "np.ndarray | None"], Value]
@@ -155,7 +168,7 @@ def _load(ev: _Evaluator, e: Load, mask: Value | None) -> Value:
 
 def _reduce(ev: _Evaluator, e: Reduce, mask: Value | None) -> Value:
     raise TEError(
-        f"eval_expr does not evaluate reductions ({e!r}); autosched.evaluate handles them"
+        f"eval_expr does not evaluate reductions ({e!r}); autosched.task.evaluate handles them"
     )
 
 

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, TEError
-from .dtype import check_dtype, is_float
-from .expr import Call, Cast, Expr, Select, as_expr, binary
-from .reduce import max_reducer, min_reducer
+from autosched.errors import DTypeError, TEError
+from autosched.te.dtype import check_dtype, is_float
+from autosched.te.expr import Call, Cast, Expr, Select, as_expr, binary
+from autosched.te.reduce import max_reducer, min_reducer
 
 # name -> number of arguments; all take and return floats.
 MATH_FUNCS = {
-    "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
-    "abs": 1, "pow": 2, "floor": 1, "ceil": 1,
+    "exp": 1,
+    "log": 1,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "tanh": 1,
+    "sigmoid": 1,
+    "erf": 1,
+    "abs": 1,
+    "pow": 2,
+    "floor": 1,
+    "ceil": 1,
 }
 
 
@@ -29,21 +38,54 @@ def call(func: str, *args: Any) -> Call:
         if e.dtype != first.dtype:
             raise DTypeError(f"{func}: arguments have different dtypes ({first.dtype}, {e.dtype})")
     if not is_float(first.dtype) and func != "abs":
-        raise DTypeError(f"{func} needs a float argument, got {first.dtype}: {first!r}; cast it first")
+        raise DTypeError(
+            f"{func} needs a float argument, got {first.dtype}: {first!r}; cast it first"
+        )
     return Call(func, exprs, first.dtype)
 
 
-def exp(x): return call("exp", x)
-def log(x): return call("log", x)
-def sqrt(x): return call("sqrt", x)
-def rsqrt(x): return call("rsqrt", x)
-def tanh(x): return call("tanh", x)
-def sigmoid(x): return call("sigmoid", x)
-def erf(x): return call("erf", x)
-def abs(x): return call("abs", x)  # noqa: A001
-def pow(x, y): return call("pow", x, y)  # noqa: A001
-def floor(x): return call("floor", x)
-def ceil(x): return call("ceil", x)
+def exp(x):
+    return call("exp", x)
+
+
+def log(x):
+    return call("log", x)
+
+
+def sqrt(x):
+    return call("sqrt", x)
+
+
+def rsqrt(x):
+    return call("rsqrt", x)
+
+
+def tanh(x):
+    return call("tanh", x)
+
+
+def sigmoid(x):
+    return call("sigmoid", x)
+
+
+def erf(x):
+    return call("erf", x)
+
+
+def abs(x):
+    return call("abs", x)  # noqa: A001
+
+
+def pow(x, y):
+    return call("pow", x, y)  # noqa: A001
+
+
+def floor(x):
+    return call("floor", x)
+
+
+def ceil(x):
+    return call("ceil", x)
 
 
 def if_then_else(cond: Any, t: Any, f: Any) -> Select:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import ReduceAxisError, TEError
-from .dtype import is_float, numpy_dtype
-from .expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary
+from autosched.errors import ReduceAxisError, TEError
+from autosched.te.dtype import is_float, numpy_dtype
+from autosched.te.expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary
 
 
 class Reducer:
     """A commutative, associative combiner with an identity element."""
 
-    def __init__(self, name: str, combine: Callable[[Expr, Expr], Expr], identity: Callable[[str], Any]):
+    def __init__(
+        self, name: str, combine: Callable[[Expr, Expr], Expr], identity: Callable[[str], Any]
+    ):
         self.name = name
         self._combine = combine
         self._identity = identity
@@ -56,13 +59,17 @@ min_reducer = Reducer("min", lambda a, b: binary("min", a, b), _highest)
 BUILTIN_REDUCERS = {"sum": sum_reducer, "max": max_reducer, "min": min_reducer}
 
 
-def comm_reducer(fcombine: Callable[[Expr, Expr], Expr], fidentity: Callable[[str], Any], name: str = "reduce") -> Reducer:
+def comm_reducer(
+    fcombine: Callable[[Expr, Expr], Expr], fidentity: Callable[[str], Any], name: str = "reduce"
+) -> Reducer:
     """A user-defined reducer: `fcombine(x, y)` combines, `fidentity(dtype)` is its identity."""
     x, y = Var("x", "float32"), Var("y", "float32")
     try:
         as_expr(fcombine(x, y))
     except Exception as exc:
-        raise TEError(f"comm_reducer {name!r}: fcombine(x, y) must build an expression ({exc})") from exc
+        raise TEError(
+            f"comm_reducer {name!r}: fcombine(x, y) must build an expression ({exc})"
+        ) from exc
     return Reducer(name, fcombine, fidentity)
 
 

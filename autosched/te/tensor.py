@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..errors import IndexCountError, ReduceAxisError, TEError
-from .dtype import check_dtype
-from .expr import Expr, IterVar, Load, Reduce, Var, as_expr
-from .visitor import walk
+from autosched.errors import IndexCountError, ReduceAxisError, TEError
+from autosched.te.dtype import check_dtype
+from autosched.te.expr import Expr, IterVar, Load, Reduce, Var, as_expr
+from autosched.te.visitor import walk
 
 
 def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
@@ -31,13 +32,13 @@ class Operation:
     shape: tuple[int, ...]
     dtype: str
 
-    def output(self, index: int = 0) -> "Tensor":
+    def output(self, index: int = 0) -> Tensor:
         if index != 0:
             raise TEError(f"operation {self.name!r} has a single output")
         return self._output
 
     @property
-    def input_tensors(self) -> tuple["Tensor", ...]:
+    def input_tensors(self) -> tuple[Tensor, ...]:
         return ()
 
     def __repr__(self) -> str:
@@ -65,17 +66,22 @@ class ComputeOp(Operation):
         self._output = Tensor(self)
 
     @property
-    def input_tensors(self) -> tuple["Tensor", ...]:
+    def input_tensors(self) -> tuple[Tensor, ...]:
         return self._inputs
 
 
-def _input_tensors(body: Expr) -> tuple["Tensor", ...]:
+def _input_tensors(body: Expr) -> tuple[Tensor, ...]:
     out: list[Tensor] = []
     for node in walk(body):
         if isinstance(node, Load) and isinstance(node.buffer, Tensor):
             if all(t is not node.buffer for t in out):
                 out.append(node.buffer)
     return tuple(out)
+
+
+# Elementwise binary operators by name, filled by `te.broadcast` (imported with the package): the
+# table lets `Tensor`'s `+ - * /` broadcast without this module importing the operators.
+BINARY_OPS: dict[str, Callable[[Any, Any], Tensor]] = {}
 
 
 class Tensor:
@@ -101,7 +107,9 @@ class Tensor:
         for i in indices:
             e = as_expr(i, "int32")
             if e.dtype not in ("int32", "int64"):
-                raise TEError(f"index {e!r} of tensor {self.name!r} must be an integer, not {e.dtype}")
+                raise TEError(
+                    f"index {e!r} of tensor {self.name!r} must be an integer, not {e.dtype}"
+                )
             idx.append(e)
         return Load(self, idx)
 
@@ -110,9 +118,8 @@ class Tensor:
 
     # Elementwise arithmetic between tensors broadcasts, like TVM (`conv + bias`).
     def _broadcast(self, other, op, reverse=False):
-        from ..topi import broadcast
-
-        return broadcast.BINARY[op](other, self) if reverse else broadcast.BINARY[op](self, other)
+        binary = BINARY_OPS[op]
+        return binary(other, self) if reverse else binary(self, other)
 
     def __add__(self, o):
         return self._broadcast(o, "add")
@@ -149,7 +156,9 @@ def reduce_axis(dom: tuple[int, int], name: str = "rv") -> IterVar:
     try:
         lo, hi = dom
     except (TypeError, ValueError):
-        raise TEError(f"reduce_axis({dom!r}, {name!r}): the range must be a (lo, hi) pair") from None
+        raise TEError(
+            f"reduce_axis({dom!r}, {name!r}): the range must be a (lo, hi) pair"
+        ) from None
     if not isinstance(lo, int) or not isinstance(hi, int) or hi <= lo:
         raise TEError(f"reduce_axis {name!r} has an empty or non-integer range {dom!r}")
     return IterVar(name, lo, hi - lo, IterVar.REDUCE)
@@ -179,7 +188,10 @@ def compute(
 ) -> Tensor:
     """A tensor whose element at `axis` is `fcompute(*axis)`."""
     dims = _check_shape(shape, name)
-    axis = tuple(IterVar(n, 0, d, IterVar.SPATIAL) for n, d in zip(_axis_names(fcompute, len(dims), name), dims))
+    axis = tuple(
+        IterVar(n, 0, d, IterVar.SPATIAL)
+        for n, d in zip(_axis_names(fcompute, len(dims), name), dims)
+    )
     body = as_expr(fcompute(*axis))
     _validate_body(name, axis, body)
     return ComputeOp(name, tag, axis, body, dict(attrs or {})).output(0)
@@ -206,3 +218,21 @@ def _validate_body(name: str, axis: tuple[IterVar, ...], body: Expr) -> None:
                     )
             else:
                 raise TEError(f"compute {name!r}: variable {node.name!r} is not one of its axes")
+
+
+def with_axis_names(names: Sequence[str], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn(*axes)` with a signature naming its axes `names` (te.compute reads axis names there)."""
+
+    def fcompute(*axes: Any) -> Any:
+        return fn(*axes)
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    fcompute.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, kind) for n in names]
+    )
+    return fcompute
+
+
+def ax_names(ndim: int) -> list[str]:
+    """TVM's default axis names for generated computes: ax0, ax1, ..."""
+    return [f"ax{i}" for i in range(ndim)]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-from .expr import BinOp, Call, Cast, Const, Expr, Load, Not, Reduce, Select, Var
+from autosched.te.expr import BinOp, Call, Cast, Const, Expr, Load, Not, Reduce, Select, Var
 
 
 def children(e: Expr) -> tuple[Expr, ...]:

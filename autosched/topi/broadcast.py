@@ -1,75 +1,14 @@
-"""Elementwise binary operators with numpy broadcasting (TVM's T_add, T_subtract, ...)."""
+"""Elementwise binary operators with numpy broadcasting (TVM's `topi.add`, ...); they live in
+`te.broadcast` because `te.Tensor`'s arithmetic operators use them."""
 
-from __future__ import annotations
+from autosched.te.broadcast import (
+    add,
+    broadcast_shape,
+    divide,
+    maximum,
+    minimum,
+    multiply,
+    subtract,
+)
 
-from typing import Any, Callable
-
-from .. import te
-from ..errors import TEError
-from ..te.expr import Expr, as_expr
-from .utils import ax_names, with_axis_names
-
-
-def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
-    """The numpy broadcast of shapes `a` and `b`; raises TEError if they are incompatible."""
-    out = []
-    for k in range(1, max(len(a), len(b)) + 1):
-        da = a[-k] if k <= len(a) else 1
-        db = b[-k] if k <= len(b) else 1
-        if da != db and 1 not in (da, db):
-            raise TEError(
-                f"{op}: shapes {list(a)} and {list(b)} cannot be broadcast together "
-                f"(dimension -{k}: {da} vs {db})"
-            )
-        out.append(max(da, db))
-    return tuple(reversed(out))
-
-
-def _reader(x: Any, out_shape: tuple[int, ...]) -> Callable[[tuple], Expr]:
-    """A function from output axes to the element of `x` they read (scalars read themselves)."""
-    if not isinstance(x, te.Tensor):
-        return lambda axes: x
-    offset = len(out_shape) - x.ndim
-
-    def read(axes: tuple) -> Expr:
-        idx = []
-        for d, extent in enumerate(x.shape):
-            # A size-1 dim reads index 0 where the output is wider; otherwise it follows the axis.
-            idx.append(0 if extent == 1 and out_shape[offset + d] != 1 else axes[offset + d])
-        return x[tuple(idx)]
-
-    return read
-
-
-def _binary(name: str, combine: Callable[[Any, Any], Expr]) -> Callable[[Any, Any], te.Tensor]:
-    op_name = f"T_{name}"
-
-    def apply(a: Any, b: Any) -> te.Tensor:
-        if not isinstance(a, te.Tensor) and not isinstance(b, te.Tensor):
-            raise TEError(f"{name}: at least one operand must be a te.Tensor, got {a!r}, {b!r}")
-        like = a.dtype if isinstance(a, te.Tensor) else b.dtype
-        a = a if isinstance(a, te.Tensor) else as_expr(a, like)
-        b = b if isinstance(b, te.Tensor) else as_expr(b, like)
-        shape_a = a.shape if isinstance(a, te.Tensor) else ()
-        shape_b = b.shape if isinstance(b, te.Tensor) else ()
-        shape = broadcast_shape(tuple(shape_a), tuple(shape_b), name)
-        read_a, read_b = _reader(a, shape), _reader(b, shape)
-        fcompute = with_axis_names(
-            ax_names(len(shape)), lambda *axes: combine(read_a(axes), read_b(axes))
-        )
-        return te.compute(shape, fcompute, name=op_name, tag="broadcast")
-
-    apply.__name__ = name
-    apply.__doc__ = f"`{op_name}`: elementwise {name} of two tensors (or a tensor and a scalar)."
-    return apply
-
-
-add = _binary("add", lambda x, y: x + y)
-subtract = _binary("subtract", lambda x, y: x - y)
-multiply = _binary("multiply", lambda x, y: x * y)
-divide = _binary("divide", lambda x, y: x / y)
-maximum = _binary("maximum", lambda x, y: te.max(x, y))
-minimum = _binary("minimum", lambda x, y: te.min(x, y))
-
-# te.Tensor's `+ - * /` overloads dispatch through this table.
-BINARY = {"add": add, "subtract": subtract, "multiply": multiply, "divide": divide}
+__all__ = ["add", "broadcast_shape", "divide", "maximum", "minimum", "multiply", "subtract"]

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import te
-from ..te.dtype import check_dtype
-from .pad import pad
-from .utils import as_tuple, cast_to, check, check_tensor, out_size, pad_tuple, window
+from autosched import te
+from autosched.te.dtype import check_dtype
+from autosched.topi.pad import pad
+from autosched.topi.utils import as_tuple, cast_to, check, check_tensor, out_size, pad_tuple, window
 
 
-def _spatial(op: str, data: te.Tensor, kernel_hw: tuple[int, ...], spatial_dims: tuple[int, ...],
-             stride: Any, padding: Any, dilation: Any, pad_name: str):
+def _spatial(
+    op: str,
+    data: te.Tensor,
+    kernel_hw: tuple[int, ...],
+    spatial_dims: tuple[int, ...],
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    pad_name: str,
+):
     """Strides, dilations, output extents and the (maybe) padded input of a convolution."""
     n = len(kernel_hw)
     strides = as_tuple(stride, n, op, "stride")
@@ -35,8 +43,14 @@ def _spatial(op: str, data: te.Tensor, kernel_hw: tuple[int, ...], spatial_dims:
     return strides, dilations, outs, padded
 
 
-def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
-                dilation: Any = 1, out_dtype: str = "float32") -> te.Tensor:
+def conv2d_nchw(
+    data: te.Tensor,
+    kernel: te.Tensor,
+    stride: Any,
+    padding: Any,
+    dilation: Any = 1,
+    out_dtype: str = "float32",
+) -> te.Tensor:
     """`conv2d_nchw(nn, ff, yy, xx)`: data (N, CI, H, W), kernel (CO, CI, KH, KW)."""
     op = "conv2d_nchw"
     check_tensor(data, 4, op, "data (N, C, H, W)")
@@ -46,7 +60,8 @@ def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
     co, kci, kh, kw = kernel.shape
     check(ci == kci, f"{op}: data has {ci} input channels but the kernel expects {kci}")
     (sh, sw), (dh, dw), (oh, ow), padded = _spatial(
-        op, data, (kh, kw), (2, 3), stride, padding, dilation, "pad_temp")
+        op, data, (kh, kw), (2, 3), stride, padding, dilation, "pad_temp"
+    )
     rc = te.reduce_axis((0, ci), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -62,8 +77,14 @@ def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
     )
 
 
-def conv2d_nhwc(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
-                dilation: Any = 1, out_dtype: str = "float32") -> te.Tensor:
+def conv2d_nhwc(
+    data: te.Tensor,
+    kernel: te.Tensor,
+    stride: Any,
+    padding: Any,
+    dilation: Any = 1,
+    out_dtype: str = "float32",
+) -> te.Tensor:
     """`Conv2dOutput(nn, yy, xx, ff)`: data (N, H, W, CI), kernel (KH, KW, CI, CO) (HWIO)."""
     op = "conv2d_nhwc"
     check_tensor(data, 4, op, "data (N, H, W, C)")
@@ -73,7 +94,8 @@ def conv2d_nhwc(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
     kh, kw, kci, co = kernel.shape
     check(ci == kci, f"{op}: data has {ci} input channels but the kernel expects {kci}")
     (sh, sw), (dh, dw), (oh, ow), padded = _spatial(
-        op, data, (kh, kw), (1, 2), stride, padding, dilation, "PaddedInput")
+        op, data, (kh, kw), (1, 2), stride, padding, dilation, "PaddedInput"
+    )
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, ci), name="rc")
@@ -89,8 +111,14 @@ def conv2d_nhwc(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
     )
 
 
-def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
-                          dilation: Any = 1, out_dtype: str = "float32") -> te.Tensor:
+def depthwise_conv2d_nchw(
+    data: te.Tensor,
+    kernel: te.Tensor,
+    stride: Any,
+    padding: Any,
+    dilation: Any = 1,
+    out_dtype: str = "float32",
+) -> te.Tensor:
     """`DepthwiseConv2d(b, c, i, j)`: data (N, C, H, W), kernel (C, M, KH, KW); C*M outputs."""
     op = "depthwise_conv2d_nchw"
     check_tensor(data, 4, op, "data (N, C, H, W)")
@@ -100,7 +128,8 @@ def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, paddi
     kc, mult, kh, kw = kernel.shape
     check(c == kc, f"{op}: data has {c} channels but the kernel has {kc}")
     (sh, sw), (dh, dw), (oh, ow), padded = _spatial(
-        op, data, (kh, kw), (2, 3), stride, padding, dilation, "PaddedInput")
+        op, data, (kh, kw), (2, 3), stride, padding, dilation, "PaddedInput"
+    )
     di = te.reduce_axis((0, kh), name="di")
     dj = te.reduce_axis((0, kw), name="dj")
 
@@ -113,13 +142,20 @@ def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, paddi
             axis=[di, dj],
         )
 
-    return te.compute((batch, c * mult, oh, ow), fcompute, name="DepthwiseConv2d",
-                      tag="depthwise_conv2d_nchw")
+    return te.compute(
+        (batch, c * mult, oh, ow), fcompute, name="DepthwiseConv2d", tag="depthwise_conv2d_nchw"
+    )
 
 
-def group_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
-                      dilation: Any = 1, groups: int = 1,
-                      out_dtype: str = "float32") -> te.Tensor:
+def group_conv2d_nchw(
+    data: te.Tensor,
+    kernel: te.Tensor,
+    stride: Any,
+    padding: Any,
+    dilation: Any = 1,
+    groups: int = 1,
+    out_dtype: str = "float32",
+) -> te.Tensor:
     """`group_conv2d_nchw(nn, ff, yy, xx)`: data (N, CI, H, W), kernel (CO, CI/groups, KH, KW)."""
     op = "group_conv2d_nchw"
     check_tensor(data, 4, op, "data (N, C, H, W)")
@@ -128,12 +164,17 @@ def group_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: 
     batch, ci, _, _ = data.shape
     co, kci, kh, kw = kernel.shape
     check(isinstance(groups, int) and groups >= 1, f"{op}: groups must be a positive int")
-    check(ci % groups == 0 and co % groups == 0,
-          f"{op}: {ci} input and {co} output channels must both divide into {groups} groups")
-    check(kci * groups == ci,
-          f"{op}: the kernel has {kci} channels per group but data has {ci} / {groups} groups")
+    check(
+        ci % groups == 0 and co % groups == 0,
+        f"{op}: {ci} input and {co} output channels must both divide into {groups} groups",
+    )
+    check(
+        kci * groups == ci,
+        f"{op}: the kernel has {kci} channels per group but data has {ci} / {groups} groups",
+    )
     (sh, sw), (dh, dw), (oh, ow), padded = _spatial(
-        op, data, (kh, kw), (2, 3), stride, padding, dilation, "pad_temp")
+        op, data, (kh, kw), (2, 3), stride, padding, dilation, "pad_temp"
+    )
     rc = te.reduce_axis((0, kci), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -142,17 +183,24 @@ def group_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: 
     def fcompute(nn, ff, yy, xx):
         channel = rc if groups == 1 else te.floordiv(ff, per_group) * kci + rc
         return te.sum(
-            cast_to(padded[nn, channel, window(yy, sh, ry, dh), window(xx, sw, rx, dw)],
-                    out_dtype) * cast_to(kernel[ff, rc, ry, rx], out_dtype),
+            cast_to(padded[nn, channel, window(yy, sh, ry, dh), window(xx, sw, rx, dw)], out_dtype)
+            * cast_to(kernel[ff, rc, ry, rx], out_dtype),
             axis=[rc, ry, rx],
         )
 
-    return te.compute((batch, co, oh, ow), fcompute, name="group_conv2d_nchw",
-                      tag="group_conv2d_nchw")
+    return te.compute(
+        (batch, co, oh, ow), fcompute, name="group_conv2d_nchw", tag="group_conv2d_nchw"
+    )
 
 
-def conv3d_ncdhw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
-                 dilation: Any = 1, out_dtype: str = "float32") -> te.Tensor:
+def conv3d_ncdhw(
+    data: te.Tensor,
+    kernel: te.Tensor,
+    stride: Any,
+    padding: Any,
+    dilation: Any = 1,
+    out_dtype: str = "float32",
+) -> te.Tensor:
     """`conv3d_ncdhw(nn, ff, zz, yy, xx)`: data (N, CI, D, H, W), kernel (CO, CI, KD, KH, KW)."""
     op = "conv3d_ncdhw"
     check_tensor(data, 5, op, "data (N, C, D, H, W)")
@@ -162,7 +210,8 @@ def conv3d_ncdhw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
     co, kci, kd, kh, kw = kernel.shape
     check(ci == kci, f"{op}: data has {ci} input channels but the kernel expects {kci}")
     (sd, sh, sw), (dd, dh, dw), (od, oh, ow), padded = _spatial(
-        op, data, (kd, kh, kw), (2, 3, 4), stride, padding, dilation, "pad_temp")
+        op, data, (kd, kh, kw), (2, 3, 4), stride, padding, dilation, "pad_temp"
+    )
     rc = te.reduce_axis((0, ci), name="rc")
     rz = te.reduce_axis((0, kd), name="rz")
     ry = te.reduce_axis((0, kh), name="ry")
@@ -170,8 +219,12 @@ def conv3d_ncdhw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
     return te.compute(
         (batch, co, od, oh, ow),
         lambda nn, ff, zz, yy, xx: te.sum(
-            cast_to(padded[nn, rc, window(zz, sd, rz, dd), window(yy, sh, ry, dh),
-                           window(xx, sw, rx, dw)], out_dtype)
+            cast_to(
+                padded[
+                    nn, rc, window(zz, sd, rz, dd), window(yy, sh, ry, dh), window(xx, sw, rx, dw)
+                ],
+                out_dtype,
+            )
             * cast_to(kernel[ff, rc, rz, ry, rx], out_dtype),
             axis=[rc, rz, ry, rx],
         ),

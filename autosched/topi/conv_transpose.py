@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import te
-from ..te.dtype import check_dtype
-from .pad import dilate, pad
-from .utils import as_tuple, cast_to, check, check_tensor, pad_tuple
+from autosched import te
+from autosched.te.dtype import check_dtype
+from autosched.topi.pad import dilate, pad
+from autosched.topi.utils import as_tuple, cast_to, check, check_tensor, pad_tuple
 
 
-def conv2d_transpose_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, padding: Any,
-                          out_dtype: str = "float32", output_padding: Any = 0) -> te.Tensor:
+def conv2d_transpose_nchw(
+    data: te.Tensor,
+    kernel: te.Tensor,
+    stride: Any,
+    padding: Any,
+    out_dtype: str = "float32",
+    output_padding: Any = 0,
+) -> te.Tensor:
     """`conv2d_transpose_nchw(b, c, h, w)`: data (N, CI, H, W), kernel (CI, CO, KH, KW).
 
     Output extent `(H - 1)*stride - pad_top - pad_bottom + KH + output_padding`. Stages:
@@ -28,11 +34,15 @@ def conv2d_transpose_nchw(data: te.Tensor, kernel: te.Tensor, stride: Any, paddi
     check(ci == kci, f"{op}: data has {ci} input channels but the kernel has {kci}")
     sh, sw = as_tuple(stride, 2, op, "stride")
     oph, opw = (output_padding,) * 2 if isinstance(output_padding, int) else tuple(output_padding)
-    check(0 <= oph < sh and 0 <= opw < sw,
-          f"{op}: output_padding {output_padding!r} must be smaller than the stride {stride!r}")
+    check(
+        0 <= oph < sh and 0 <= opw < sw,
+        f"{op}: output_padding {output_padding!r} must be smaller than the stride {stride!r}",
+    )
     (pt, pl), (pb, pr) = pad_tuple(padding, (kh, kw), op)
-    check(max(pt, pb) <= kh - 1 and max(pl, pr) <= kw - 1,
-          f"{op}: padding {padding!r} must be at most kernel size - 1 ({kh - 1}, {kw - 1})")
+    check(
+        max(pt, pb) <= kh - 1 and max(pl, pr) <= kw - 1,
+        f"{op}: padding {padding!r} must be at most kernel size - 1 ({kh - 1}, {kw - 1})",
+    )
     oh = (h - 1) * sh - pt - pb + kh + oph
     ow = (w - 1) * sw - pl - pr + kw + opw
     check(oh > 0 and ow > 0, f"{op}: the output would be empty ({oh} x {ow})")

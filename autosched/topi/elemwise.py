@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import te
-from ..te.expr import const
-from .utils import check_tensor
+from autosched import te
+from autosched.te.expr import const
+from autosched.topi.utils import check_tensor
 
 
 def relu(x: te.Tensor) -> te.Tensor:

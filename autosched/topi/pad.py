@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from .. import te
-from ..te.dtype import is_float
-from ..te.expr import Expr, as_expr
-from .utils import check, check_tensor
+from autosched import te
+from autosched.te.dtype import is_float
+from autosched.te.expr import Expr, as_expr
+from autosched.topi.utils import check, check_tensor
 
 
 def _fill(value: Any, dtype: str) -> Expr:

@@ -7,11 +7,12 @@ of rank 0 are not made).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .. import te
-from ..te.expr import Expr, const
-from .utils import check, check_tensor, normalize_axes
+from autosched import te
+from autosched.te.expr import Expr, const
+from autosched.topi.utils import check, check_tensor, normalize_axes
 
 
 def _reduced(shape: Sequence[int], axes: tuple[int, ...]) -> tuple[tuple[int, ...], Callable]:
@@ -40,19 +41,33 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     k1 = te.reduce_axis((0, x.shape[axes[0]]), name="k")
     k2 = te.reduce_axis((0, x.shape[axes[0]]), name="k")
     max_elem = te.compute(
-        rshape, lambda *i: te.max(x[_expand(i, axes, [k1], x.ndim)], axis=k1),
-        name="T_softmax_maxelem")
-    exp = te.compute(x.shape, lambda *i: te.exp(x[i] - max_elem[project(i)]),
-                     name="T_softmax_exp", tag="elemwise")
+        rshape,
+        lambda *i: te.max(x[_expand(i, axes, [k1], x.ndim)], axis=k1),
+        name="T_softmax_maxelem",
+    )
+    exp = te.compute(
+        x.shape,
+        lambda *i: te.exp(x[i] - max_elem[project(i)]),
+        name="T_softmax_exp",
+        tag="elemwise",
+    )
     expsum = te.compute(
-        rshape, lambda *i: te.sum(exp[_expand(i, axes, [k2], x.ndim)], axis=k2),
-        name="T_softmax_expsum")
-    return te.compute(x.shape, lambda *i: exp[i] / expsum[project(i)], name="T_softmax_norm",
-                      tag="softmax_output", attrs={"axis": axes[0]})
+        rshape,
+        lambda *i: te.sum(exp[_expand(i, axes, [k2], x.ndim)], axis=k2),
+        name="T_softmax_expsum",
+    )
+    return te.compute(
+        x.shape,
+        lambda *i: exp[i] / expsum[project(i)],
+        name="T_softmax_norm",
+        tag="softmax_output",
+        attrs={"axis": axes[0]},
+    )
 
 
-def layer_norm(data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any = -1,
-               epsilon: float = 1e-5) -> te.Tensor:
+def layer_norm(
+    data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any = -1, epsilon: float = 1e-5
+) -> te.Tensor:
     """`(x - mean) * rsqrt(var + epsilon) * gamma + beta` over `axis` (an int or ints).
 
     Ops: T_layer_norm_mean (sum of x/N), T_layer_norm_var (sum of (x - mean)^2/N, the biased
@@ -65,9 +80,11 @@ def layer_norm(data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any = -
     norm_shape = tuple(data.shape[a] for a in axes)
     for what, t in (("gamma", gamma), ("beta", beta)):
         check_tensor(t, None, op, what)
-        check(tuple(t.shape) == norm_shape,
-              f"{op}: {what} has shape {list(t.shape)}, need {list(norm_shape)} (data axes "
-              f"{list(axes)})")
+        check(
+            tuple(t.shape) == norm_shape,
+            f"{op}: {what} has shape {list(t.shape)}, need {list(norm_shape)} (data axes "
+            f"{list(axes)})",
+        )
     rshape, project = _reduced(data.shape, axes)
     count = 1
     for s in norm_shape:
@@ -76,8 +93,10 @@ def layer_norm(data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any = -
     ks = [te.reduce_axis((0, data.shape[a]), name=f"k{j}") for j, a in enumerate(axes)]
     vs = [te.reduce_axis((0, data.shape[a]), name=f"k{j}") for j, a in enumerate(axes)]
     mean = te.compute(
-        rshape, lambda *i: te.sum(data[_expand(i, axes, ks, data.ndim)] * inv_n, axis=ks),
-        name="T_layer_norm_mean")
+        rshape,
+        lambda *i: te.sum(data[_expand(i, axes, ks, data.ndim)] * inv_n, axis=ks),
+        name="T_layer_norm_mean",
+    )
 
     def centred(i: Sequence[Expr], rs: Sequence[Expr]) -> Expr:
         full = _expand(i, axes, rs, data.ndim)

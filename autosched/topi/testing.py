@@ -8,7 +8,8 @@ conventions: an int, one int per spatial dim, all befores then all afters, "VALI
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,16 +30,18 @@ def _pads(padding: Any, dilated_kernel: Sequence[int]) -> tuple[tuple[int, ...],
     return (vals, vals) if len(vals) == n else (vals[:n], vals[n:])
 
 
-def _conv_nd(a: np.ndarray, w: np.ndarray, stride: Any, padding: Any, dilation: Any,
-             groups: int) -> np.ndarray:
+def _conv_nd(
+    a: np.ndarray, w: np.ndarray, stride: Any, padding: Any, dilation: Any, groups: int
+) -> np.ndarray:
     """N-d grouped convolution: a (N, C, *S), w (CO, C/groups, *K), float64 result."""
     nsp = a.ndim - 2
     strides, dils = _ints(stride, nsp), _ints(dilation, nsp)
     kernel = w.shape[2:]
     before, after = _pads(padding, [(k - 1) * d + 1 for k, d in zip(kernel, dils)])
     ap = np.pad(a.astype(np.float64), [(0, 0), (0, 0)] + list(zip(before, after)))
-    out_sp = [(ap.shape[2 + i] - (kernel[i] - 1) * dils[i] - 1) // strides[i] + 1
-              for i in range(nsp)]
+    out_sp = [
+        (ap.shape[2 + i] - (kernel[i] - 1) * dils[i] - 1) // strides[i] + 1 for i in range(nsp)
+    ]
     n, c = a.shape[:2]
     co = w.shape[0]
     ag = ap.reshape((n, groups, c // groups) + ap.shape[2:])
@@ -47,48 +50,62 @@ def _conv_nd(a: np.ndarray, w: np.ndarray, stride: Any, padding: Any, dilation: 
     sp = "hwd"[:nsp]
     spec = f"ngc{sp},gfc->ngf{sp}"
     for offs in itertools.product(*(range(k) for k in kernel)):
-        sl = tuple(slice(o * d, o * d + s * (m - 1) + 1, s)
-                   for o, d, s, m in zip(offs, dils, strides, out_sp))
+        sl = tuple(
+            slice(o * d, o * d + s * (m - 1) + 1, s)
+            for o, d, s, m in zip(offs, dils, strides, out_sp)
+        )
         out += np.einsum(spec, ag[(Ellipsis,) + sl], wg[(Ellipsis,) + offs])
     return out.reshape((n, co) + tuple(out_sp))
 
 
-def conv2d_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
-                       dilation: Any = 1, groups: int = 1) -> np.ndarray:
+def conv2d_nchw_python(
+    a_np: np.ndarray,
+    w_np: np.ndarray,
+    stride: Any,
+    padding: Any,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> np.ndarray:
     """conv2d, data (N, C, H, W), kernel (CO, C/groups, KH, KW)."""
     return _conv_nd(a_np, w_np, stride, padding, dilation, groups).astype(a_np.dtype)
 
 
-def conv2d_nhwc_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
-                       dilation: Any = 1) -> np.ndarray:
+def conv2d_nhwc_python(
+    a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any, dilation: Any = 1
+) -> np.ndarray:
     """conv2d, data (N, H, W, C), kernel (KH, KW, CI, CO)."""
-    out = _conv_nd(a_np.transpose(0, 3, 1, 2), w_np.transpose(3, 2, 0, 1), stride, padding,
-                   dilation, 1)
+    out = _conv_nd(
+        a_np.transpose(0, 3, 1, 2), w_np.transpose(3, 2, 0, 1), stride, padding, dilation, 1
+    )
     return out.transpose(0, 2, 3, 1).astype(a_np.dtype)
 
 
-def depthwise_conv2d_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
-                                 dilation: Any = 1) -> np.ndarray:
+def depthwise_conv2d_nchw_python(
+    a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any, dilation: Any = 1
+) -> np.ndarray:
     """Depthwise conv2d, data (N, C, H, W), kernel (C, M, KH, KW); output channel c*M + m."""
     c, m, kh, kw = w_np.shape
     w = w_np.reshape(c * m, 1, kh, kw)
     return _conv_nd(a_np, w, stride, padding, dilation, c).astype(a_np.dtype)
 
 
-def group_conv2d_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
-                             dilation: Any, groups: int) -> np.ndarray:
+def group_conv2d_nchw_python(
+    a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any, dilation: Any, groups: int
+) -> np.ndarray:
     """Grouped conv2d, data (N, C, H, W), kernel (CO, C/groups, KH, KW)."""
     return _conv_nd(a_np, w_np, stride, padding, dilation, groups).astype(a_np.dtype)
 
 
-def conv3d_ncdhw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
-                        dilation: Any = 1) -> np.ndarray:
+def conv3d_ncdhw_python(
+    a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any, dilation: Any = 1
+) -> np.ndarray:
     """conv3d, data (N, C, D, H, W), kernel (CO, C, KD, KH, KW)."""
     return _conv_nd(a_np, w_np, stride, padding, dilation, 1).astype(a_np.dtype)
 
 
-def conv2d_transpose_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
-                                 output_padding: Any = 0) -> np.ndarray:
+def conv2d_transpose_nchw_python(
+    a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any, output_padding: Any = 0
+) -> np.ndarray:
     """Transposed conv2d (the gradient of conv2d), data (N, CI, H, W), kernel (CI, CO, KH, KW).
 
     Scatters each input pixel times the kernel into the output, then crops the padding.
@@ -101,15 +118,16 @@ def conv2d_transpose_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any
     a, k = a_np.astype(np.float64), w_np.astype(np.float64)
     full = np.zeros((n, co, (h - 1) * sh + kh + oph, (w - 1) * sw + kw + opw))
     for ky, kx in itertools.product(range(kh), range(kw)):
-        full[:, :, ky : ky + (h - 1) * sh + 1 : sh, kx : kx + (w - 1) * sw + 1 : sw] += (
-            np.einsum("nchw,co->nohw", a, k[:, :, ky, kx])
+        full[:, :, ky : ky + (h - 1) * sh + 1 : sh, kx : kx + (w - 1) * sw + 1 : sw] += np.einsum(
+            "nchw,co->nohw", a, k[:, :, ky, kx]
         )
     out = full[:, :, pt : full.shape[2] - pb, pl : full.shape[3] - pr]
     return out.astype(a_np.dtype)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
-           transpose_b: bool = False) -> np.ndarray:
+def matmul(
+    a: np.ndarray, b: np.ndarray, transpose_a: bool = False, transpose_b: bool = False
+) -> np.ndarray:
     """A @ B with optional transposes."""
     x = a.astype(np.float64).T if transpose_a else a.astype(np.float64)
     y = b.astype(np.float64).T if transpose_b else b.astype(np.float64)
@@ -124,8 +142,9 @@ def dense(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) 
     return out.astype(data.dtype)
 
 
-def batch_matmul(x: np.ndarray, y: np.ndarray, transpose_a: bool = False,
-                 transpose_b: bool = True) -> np.ndarray:
+def batch_matmul(
+    x: np.ndarray, y: np.ndarray, transpose_a: bool = False, transpose_b: bool = True
+) -> np.ndarray:
     """Batched A @ B; B is (batch, N, K) when transpose_b (TVM's default); batch 1 broadcasts."""
     a = x.astype(np.float64)
     b = y.astype(np.float64)
@@ -153,8 +172,9 @@ def softmax_python(a_np: np.ndarray, axis: int = -1) -> np.ndarray:
     return (e / e.sum(axis=axis, keepdims=True)).astype(a_np.dtype)
 
 
-def layer_norm_python(data: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axis: Any,
-                      epsilon: float = 1e-5) -> np.ndarray:
+def layer_norm_python(
+    data: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axis: Any, epsilon: float = 1e-5
+) -> np.ndarray:
     """(x - mean) / sqrt(var + epsilon) * gamma + beta over `axis` (biased variance)."""
     axes = tuple(sorted(a % data.ndim for a in _ints(axis, 1)))
     x = data.astype(np.float64)
@@ -166,9 +186,16 @@ def layer_norm_python(data: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axi
     return ((x - mean) / np.sqrt(var + epsilon) * g + b).astype(data.dtype)
 
 
-def pool2d_python(a_np: np.ndarray, kernel: Any, stride: Any, padding: Any, pool_type: str,
-                  dilation: Any = 1, layout: str = "NCHW",
-                  count_include_pad: bool = True) -> np.ndarray:
+def pool2d_python(
+    a_np: np.ndarray,
+    kernel: Any,
+    stride: Any,
+    padding: Any,
+    pool_type: str,
+    dilation: Any = 1,
+    layout: str = "NCHW",
+    count_include_pad: bool = True,
+) -> np.ndarray:
     """Max or average pooling over the H and W dims named by `layout`."""
     hd, wd = layout.index("H"), layout.index("W")
     a = np.moveaxis(a_np.astype(np.float64), (hd, wd), (-2, -1))
@@ -185,8 +212,10 @@ def pool2d_python(a_np: np.ndarray, kernel: Any, stride: Any, padding: Any, pool
     acc = np.full(a.shape[:-2] + (oh, ow), fill)
     count = np.zeros((oh, ow))
     for ry, rx in itertools.product(range(kh), range(kw)):
-        sl = (slice(ry * dh, ry * dh + sh * (oh - 1) + 1, sh),
-              slice(rx * dw, rx * dw + sw * (ow - 1) + 1, sw))
+        sl = (
+            slice(ry * dh, ry * dh + sh * (oh - 1) + 1, sh),
+            slice(rx * dw, rx * dw + sw * (ow - 1) + 1, sw),
+        )
         win = ap[(Ellipsis,) + sl]
         acc = np.maximum(acc, win) if pool_type == "max" else acc + win
         count += ones[sl]

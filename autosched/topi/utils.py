@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from .. import te
-from ..errors import TEError
-from ..te.expr import Expr
+from autosched import te
+from autosched.errors import TEError
+from autosched.te.expr import Expr
+from autosched.te.tensor import ax_names, with_axis_names  # noqa: F401  (used by the operators)
 
 
 def check(cond: bool, msg: str) -> None:
@@ -86,24 +87,6 @@ def window(o: Expr, stride: int, r: Expr, dilation: int) -> Expr:
 def cast_to(e: Expr, dtype: str) -> Expr:
     """`e` converted to `dtype` (no Cast node when it already has that dtype)."""
     return e if e.dtype == dtype else te.cast(e, dtype)
-
-
-def with_axis_names(names: Sequence[str], fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn(*axes)` with a signature naming its axes `names` (te.compute reads axis names there)."""
-
-    def fcompute(*axes: Any) -> Any:
-        return fn(*axes)
-
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    fcompute.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(n, kind) for n in names]
-    )
-    return fcompute
-
-
-def ax_names(ndim: int) -> list[str]:
-    """TVM's default axis names for generated computes: ax0, ax1, ..."""
-    return [f"ax{i}" for i in range(ndim)]
 
 
 def normalize_axes(axis: Any, ndim: int, op: str) -> tuple[int, ...]:

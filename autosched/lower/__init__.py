@@ -1,0 +1,1 @@
+"""autosched.lower"""

@@ -1,0 +1,245 @@
+"""The lowered loop-nest IR: what lowering produces, the CUDA printer prints and the CPU
+interpreter runs.
+
+Expressions are te expression nodes (`autosched.te.expr`); a `Load` in the IR reads a `Buffer`
+at ONE flat index (lowering flattens multi-dimensional indices). Loops run from 0 to `extent`.
+GPU thread indices are the Vars in `THREAD_VARS`, shared by every kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from collections.abc import Iterator as PyIterator
+from dataclasses import dataclass, field
+
+from autosched.te.expr import Expr, Var
+
+SCOPES = ("global", "shared", "local")
+LOOP_KINDS = ("serial", "unroll", "vectorize")
+# The kind lowering gives a loop bound to `vthread`; `vthread.inject_virtual_threads` removes
+# every such loop, so it is not in LOOP_KINDS (the verifier, printer and interpreter never see it).
+VTHREAD_KIND = "vthread"
+THREAD_TAGS = (
+    "blockIdx.x",
+    "blockIdx.y",
+    "blockIdx.z",
+    "threadIdx.x",
+    "threadIdx.y",
+    "threadIdx.z",
+)
+THREAD_VARS: dict[str, Var] = {tag: Var(tag, "int32") for tag in THREAD_TAGS}
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A named array: kernel argument (global), per-block (shared) or per-thread (local)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str = "global"
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, {self.scope})"
+
+
+class Stmt:
+    """Base class of statements."""
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    var: Var
+    extent: int
+    kind: str  # one of LOOP_KINDS (or VTHREAD_KIND inside lowering)
+    body: Stmt
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then_case: Stmt
+    else_case: Stmt | None = None
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    stmts: list[Stmt]
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """__syncthreads(): every thread of the block waits here."""
+
+
+@dataclass(eq=False)
+class AllReduce(Stmt):
+    """Cross-thread reduction over `thread_tag` (e.g. threadIdx.x, extent `extent`): every
+    thread contributes `value` (the reducer's identity where `cond` is false), and every thread
+    then stores the combined result to `buffer[index]`. Threads that differ in other thread
+    indices reduce separately. `reducer` is 'sum', 'max' or 'min'."""
+
+    reducer: str
+    value: Expr
+    cond: Expr | None
+    buffer: Buffer
+    index: Expr
+    thread_tag: str
+    extent: int
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
+    virtual threads per thread that were injected into the body (product of nested vthread
+    extents; 1 when none)."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    allocs: list[Buffer]
+    body: Stmt
+    vthread: int = 1
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def shared_bytes(self) -> int:
+        from autosched.te.dtype import BYTES
+
+        return sum(b.size * BYTES[b.dtype] for b in self.allocs if b.scope == "shared")
+
+
+@dataclass(eq=False)
+class Program:
+    """Kernels launched in order. Every kernel takes `params` (the DAG's tensors, then global
+    temporaries) as pointer arguments in this order."""
+
+    kernels: list[Kernel]
+    params: list[Buffer]
+    outputs: list[Buffer]
+    temps: list[Buffer] = field(default_factory=list)
+
+
+def iter_stmts(s: Stmt) -> PyIterator[Stmt]:
+    """All statements of a tree, parents first."""
+    yield s
+    if isinstance(s, Seq):
+        for c in s.stmts:
+            yield from iter_stmts(c)
+    elif isinstance(s, For):
+        yield from iter_stmts(s.body)
+    elif isinstance(s, IfThenElse):
+        yield from iter_stmts(s.then_case)
+        if s.else_case is not None:
+            yield from iter_stmts(s.else_case)
+
+
+def _same_target(buffer: Buffer, index: Expr) -> tuple[Buffer, Expr]:
+    return buffer, index
+
+
+def map_exprs(s: Stmt, fe, target=_same_target) -> Stmt:
+    """`s` rebuilt with `fe` applied to every expression (conditions, indices, values) and
+    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did)."""
+    if isinstance(s, Seq):
+        return Seq([map_exprs(c, fe, target) for c in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe, target))
+    if isinstance(s, IfThenElse):
+        els = map_exprs(s.else_case, fe, target) if s.else_case is not None else None
+        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe, target), els)
+    if isinstance(s, Store):
+        buffer, index = target(s.buffer, fe(s.index))
+        return Store(buffer, index, fe(s.value))
+    if isinstance(s, AllReduce):
+        buffer, index = target(s.buffer, fe(s.index))
+        cond = fe(s.cond) if s.cond is not None else None
+        return AllReduce(s.reducer, fe(s.value), cond, buffer, index, s.thread_tag, s.extent)
+    return s
+
+
+def executed_statements(
+    s: Stmt, loop_kinds: Collection[str] | None = None, small_loops: int = 0
+) -> int:
+    """How many statements `s` executes (an if counts both branches): every loop multiplies its
+    body by its extent, or only loops of `loop_kinds` when given (e.g. {"unroll"}: the statements
+    in the code once unrolled), and then also any loop whose copies come to at most
+    `small_loops` statements (what a compiler unrolls on its own)."""
+    if isinstance(s, Seq):
+        return sum(executed_statements(c, loop_kinds, small_loops) for c in s.stmts)
+    if isinstance(s, For):
+        body = executed_statements(s.body, loop_kinds, small_loops)
+        copies = loop_kinds is None or s.kind in loop_kinds or s.extent * body <= small_loops
+        return s.extent * body if copies else body
+    if isinstance(s, IfThenElse):
+        return executed_statements(s.then_case, loop_kinds, small_loops) + (
+            executed_statements(s.else_case, loop_kinds, small_loops)
+            if s.else_case is not None
+            else 0
+        )
+    return 1
+
+
+def seq(stmts: list[Stmt]) -> Stmt:
+    """A Seq, flattened; a single statement stays itself."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(flat)
+
+
+def program_text(p: Program) -> str:
+    """A compact, readable dump of a program (for debugging and tests)."""
+    out: list[str] = []
+
+    def emit(s: Stmt, d: int) -> None:
+        pad = "  " * d
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                emit(c, d)
+        elif isinstance(s, For):
+            out.append(f"{pad}for {s.var.name} in 0..{s.extent} [{s.kind}]:")
+            emit(s.body, d + 1)
+        elif isinstance(s, IfThenElse):
+            out.append(f"{pad}if {s.cond!r}:")
+            emit(s.then_case, d + 1)
+            if s.else_case is not None:
+                out.append(f"{pad}else:")
+                emit(s.else_case, d + 1)
+        elif isinstance(s, Store):
+            out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}")
+        elif isinstance(s, Barrier):
+            out.append(f"{pad}__syncthreads()")
+        elif isinstance(s, AllReduce):
+            out.append(
+                f"{pad}{s.buffer.name}[{s.index!r}] = allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
+            )
+        else:
+            out.append(f"{pad}<{type(s).__name__}>")
+
+    for k in p.kernels:
+        out.append(f"kernel {k.name} grid={k.grid} block={k.block}")
+        for b in k.allocs:
+            out.append(f"  alloc {b.scope} {b.dtype} {b.name}[{b.size}]")
+        emit(k.body, 1)
+    return "\n".join(out)

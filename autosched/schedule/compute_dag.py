@@ -1,0 +1,230 @@
+"""The compute DAG: the ops reachable from a workload's outputs, with their analysis.
+
+Ops are kept in the order TVM prints them: a depth-first post-order from the outputs that visits
+each op's inputs in the order its body reads them. `dag.graph` is the same as a networkx DiGraph
+(edges producer -> consumer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from autosched.errors import TEError
+from autosched.schedule.loop_state import State
+from autosched.schedule.transform_steps import print_python_schedule, replay
+from autosched.task.workload_registry import workload_tensors
+from autosched.te.dtype import is_float
+from autosched.te.expr import BinOp, Call, Const, Expr, IterVar, Load, Reduce, Select, Var
+from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from autosched.te.visitor import free_vars, walk
+
+# Math calls that make an op too costly to recompute by inlining (Ansor's "expensive" ops).
+EXPENSIVE_CALLS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow"})
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What the search needs to know about one op."""
+
+    op: Operation
+    reads: tuple[tuple[Operation, tuple[tuple[Expr, ...], ...]], ...]  # producer -> index tuples
+    is_placeholder: bool
+    is_output: bool
+    has_reduction: bool
+    is_injective: bool
+    is_strictly_inlineable: bool
+    has_data_reuse: bool
+    needs_multi_level_tiling: bool
+    flop: float
+
+    @property
+    def spatial_axes(self) -> tuple[IterVar, ...]:
+        return getattr(self.op, "axis", ())
+
+    @property
+    def reduce_axes(self) -> tuple[IterVar, ...]:
+        return getattr(self.op, "reduce_axis", ())
+
+
+def _topo_order(outputs: Sequence[Operation]) -> list[Operation]:
+    order: list[Operation] = []
+    seen: set[int] = set()
+
+    def visit(op: Operation) -> None:
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.input_tensors:
+            visit(t.op)
+        order.append(op)
+
+    for op in outputs:
+        visit(op)
+    return order
+
+
+def _float_ops(e: Expr) -> int:
+    """Floating-point operations one evaluation of `e` performs (index arithmetic excluded)."""
+    n = 0
+    for node in walk(e):
+        if isinstance(node, BinOp) and is_float(node.a.dtype):
+            n += 1
+        elif isinstance(node, Call) and is_float(node.dtype):
+            n += 1
+    return n
+
+
+def _op_flop(op: Operation) -> float:
+    if not isinstance(op, ComputeOp):
+        return 0.0
+    spatial = 1
+    for a in op.axis:
+        spatial *= a.extent
+    body = op.body
+    if isinstance(body, Reduce):
+        red = 1
+        for a in body.axes:
+            red *= a.extent
+        per_iter = _float_ops(body.source) + (1 if is_float(body.dtype) else 0)
+        return float(spatial * red * per_iter)
+    return float(spatial * _float_ops(body))
+
+
+def _analyse(op: Operation, is_output: bool) -> OpInfo:
+    if not isinstance(op, ComputeOp):
+        return OpInfo(op, (), True, is_output, False, False, False, False, False, 0.0)
+    reads: dict[int, tuple[Operation, list]] = {}
+    for node in walk(op.body):
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor):
+            reads.setdefault(id(node.buffer.op), (node.buffer.op, []))[1].append(node.indices)
+    has_reduction = isinstance(op.body, Reduce)
+    expensive = any(isinstance(n, Call) and n.func in EXPENSIVE_CALLS for n in walk(op.body))
+    # Data reuse / multi-level tiling (Ansor): count, over all reads, the spatial axes that a
+    # read's indices do not mention; every such axis re-reads the same input elements.
+    n_missing = 0
+    for _, index_lists in reads.values():
+        for indices in index_lists:
+            used = {id(v) for i in indices for v in free_vars(i)}
+            n_missing += sum(1 for a in op.axis if id(a) not in used)
+    has_reuse = has_reduction and n_missing > 0
+    return OpInfo(
+        op=op,
+        reads=tuple((p, tuple(idx)) for p, idx in reads.values()),
+        is_placeholder=False,
+        is_output=is_output,
+        has_reduction=has_reduction,
+        is_injective=not has_reduction,
+        is_strictly_inlineable=not has_reduction and not expensive and not is_output,
+        has_data_reuse=has_reuse,
+        needs_multi_level_tiling=has_reduction and n_missing >= 2,
+        flop=_op_flop(op),
+    )
+
+
+class ComputeDAG:
+    """The ops of a workload. `tensors` are the kernel's arguments, in order (inputs and outputs)."""
+
+    def __init__(self, tensors: Iterable[Tensor]) -> None:
+        tensors = list(tensors)
+        if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+            raise TEError("ComputeDAG needs a non-empty list of te tensors (inputs and outputs)")
+        given_outputs = [t.op for t in tensors if isinstance(t.op, ComputeOp)]
+        if not given_outputs:
+            raise TEError("ComputeDAG: none of the given tensors is computed; pass the outputs too")
+        consumed = {id(i.op) for op in given_outputs for i in op.input_tensors}
+        outputs = [op for op in given_outputs if id(op) not in consumed] or given_outputs[-1:]
+        self.ops: list[Operation] = _topo_order(outputs)
+        output_ids = {id(op) for op in outputs}
+        # Kernel arguments: the given tensors, plus any placeholder reached but not given.
+        args = [t for t in tensors if isinstance(t.op, PlaceholderOp) or id(t.op) in output_ids]
+        arg_ids = {id(t.op) for t in args}
+        for op in self.ops:
+            if isinstance(op, PlaceholderOp) and id(op) not in arg_ids:
+                args.append(op.output(0))
+                arg_ids.add(id(op))
+        self.tensors: list[Tensor] = args
+        self.outputs: list[Operation] = outputs
+        self.graph = nx.DiGraph()
+        for op in self.ops:
+            self.graph.add_node(op)
+            for t in op.input_tensors:
+                self.graph.add_edge(t.op, op)
+        self.info: dict[int, OpInfo] = {
+            id(op): _analyse(op, id(op) in output_ids) for op in self.ops
+        }
+        self.flop_count: float = sum(i.flop for i in self.info.values())
+        self.workload_key: str = (
+            "dag-" + hashlib.sha256(self.canonical_text().encode()).hexdigest()[:16]
+        )
+
+    @classmethod
+    def from_workload_key(cls, key: str) -> ComputeDAG:
+        """The DAG of a registered workload's key (the function is called with the key's
+        arguments), keeping that key as its `workload_key`."""
+        dag = cls(workload_tensors(key))
+        dag.workload_key = key
+        return dag
+
+    # ---- queries -----------------------------------------------------------------------------
+    def op_info(self, op: Operation) -> OpInfo:
+        return self.info[id(op)]
+
+    def consumers(self, op: Operation) -> list[Operation]:
+        return [c for c in self.ops if c in self.graph.successors(op)] if op in self.graph else []
+
+    def producers(self, op: Operation) -> list[Operation]:
+        return [t.op for t in op.input_tensors]
+
+    def op_by_name(self, name: str) -> Operation:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise TEError(f"the DAG has no op named {name!r}; it has {[o.name for o in self.ops]}")
+
+    # ---- text --------------------------------------------------------------------------------
+    def op_line(self, op: Operation) -> str:
+        """One line in the seed's form, e.g. `C(i, j) += (A[i, k]*B[k, j])`."""
+        if isinstance(op, PlaceholderOp):
+            return f"{op.name} = PLACEHOLDER {list(op.shape)}"
+        head = f"{op.name}({', '.join(a.name for a in op.axis)})"
+        body = op.body
+        if isinstance(body, Reduce):
+            sym = {"sum": "+=", "max": "max=", "min": "min="}.get(
+                body.reducer.name, f"{body.reducer.name}="
+            )
+            text = repr(body.source)
+            if body.condition is not None:
+                text += f" where {body.condition!r}"
+            return f"{head} {sym} {text}"
+        return f"{head} = {body!r}"
+
+    def __str__(self) -> str:
+        return "\n".join(self.op_line(op) for op in self.ops) + "\n"
+
+    def canonical_text(self) -> str:
+        lines = [self.op_line(op) + f" :{op.dtype}" for op in self.ops]
+        lines.append("args: " + ", ".join(t.name for t in self.tensors))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"ComputeDAG({', '.join(t.name for t in self.tensors)})"
+
+    # ---- schedule-side entry points (filled in by loop_state / lowering) ---------------------
+    def get_init_state(self):
+        """The state before any transform step: one stage per op, loops over its axes."""
+        return State.from_dag(self)
+
+    def print_python_schedule(self, state) -> str:
+        """The equivalent TVM-style Python schedule of `state` (a State of this DAG)."""
+        return print_python_schedule(state)
+
+    def replay_steps(self, steps):
+        """Rebuild a State from steps (Step objects or their records)."""
+        return replay(self, steps)
+
+
+__all__ = ["ComputeDAG", "OpInfo", "Const", "Select", "Var"]

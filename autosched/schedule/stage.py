@@ -1,0 +1,139 @@
+"""The data of a loop state: stages, their iterators, and the split/fuse relations between them.
+
+A stage is one op's loop nest (plus cache stages); its iterators are named as in the equivalent
+Python schedule (`x_o`, `x_i`, `a_b_fused`), stages by op name. Transform steps and lowering read
+and rebuild these values; `loop_state.State` holds a tuple of them and the steps that made them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autosched.errors import ScheduleError
+from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp
+
+SPATIAL, REDUCE, MIXED, SPECIAL = "spatial", "reduce", "mixed", "special"
+
+ANNOTATIONS = (
+    "none",
+    "unroll",
+    "vectorize",
+    "parallel",
+    "vthread",
+    "blockIdx.x",
+    "blockIdx.y",
+    "blockIdx.z",
+    "threadIdx.x",
+    "threadIdx.y",
+    "threadIdx.z",
+)
+THREAD_ANNOTATIONS = frozenset(a for a in ANNOTATIONS if "Idx" in a or a == "vthread")
+
+ROOT, INLINED, ATTACHED = "root", "inlined", "attached"
+
+
+@dataclass(frozen=True, slots=True)
+class Iterator:
+    """One loop of a stage. `extent` is None for a sketch's unknown tile size."""
+
+    name: str
+    extent: int | None
+    kind: str
+    annotation: str = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitRel:
+    """`parent` was split into `children` (outer to inner) by `lengths`: the inner parts'
+    extents when `inner_to_outer` (like `factor=`), else the outer parts' (like `nparts=`)."""
+
+    parent: str
+    children: tuple[str, ...]
+    lengths: tuple = ()
+    inner_to_outer: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FuseRel:
+    """`children` (outer to inner) were fused into `fused`."""
+
+    children: tuple[str, ...]
+    fused: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One op's loop nest inside a state.
+
+    `op` is what the stage computes. `produces` is the op whose tensor other stages' bodies load
+    to read this stage's result (differs from `op` only for a cache_write's original stage).
+    `redirects` maps an input op (by identity) to the op this stage reads instead (cache_read).
+    """
+
+    op: Operation
+    produces: Operation
+    iters: tuple[Iterator, ...]
+    root_iters: tuple[Iterator, ...]
+    relations: tuple[SplitRel | FuseRel, ...] = ()
+    compute_at: str = ROOT
+    attach: tuple[int, str] | None = None  # (target stage index, target iterator name)
+    scope: str = "global"
+    redirects: tuple[tuple[Operation, Operation], ...] = ()
+    auto_unroll_max_step: int = 0
+    unroll_explicit: bool = False
+    storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
+    origin: str = "dag"
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_placeholder(self) -> bool:
+        return isinstance(self.op, PlaceholderOp)
+
+    def iter_index(self, it: int | str | Iterator) -> int:
+        """Position of an iterator given by index, name or Iterator, with a clear error."""
+        if isinstance(it, Iterator):
+            it = it.name
+        if isinstance(it, int):
+            if not 0 <= it < len(self.iters):
+                raise ScheduleError(
+                    f"stage {self.name!r} has {len(self.iters)} iterators; index {it} is out of range"
+                )
+            return it
+        for i, x in enumerate(self.iters):
+            if x.name == it:
+                return i
+        raise ScheduleError(
+            f"stage {self.name!r} has no iterator named {it!r} (it may have been split or fused "
+            f"already); its iterators are {[x.name for x in self.iters]}"
+        )
+
+    def summary(self) -> tuple:
+        """A structural, process-independent description (used for equality)."""
+        return (
+            self.name,
+            self.iters,
+            self.compute_at,
+            self.attach,
+            self.scope,
+            self.auto_unroll_max_step,
+            self.unroll_explicit,
+            self.storage_align,
+            tuple((a.name, b.name) for a, b in self.redirects),
+        )
+
+
+def _root_iters(op: Operation) -> tuple[Iterator, ...]:
+    if not isinstance(op, ComputeOp):
+        return ()
+    its = [Iterator(a.name, a.extent, SPATIAL) for a in op.axis]
+    its += [Iterator(a.name, a.extent, REDUCE) for a in op.reduce_axis]
+    return tuple(its)
+
+
+def stage_from_op(op: Operation, **kw: Any) -> Stage:
+    roots = _root_iters(op)
+    return Stage(op=op, produces=kw.pop("produces", op), iters=roots, root_iters=roots, **kw)

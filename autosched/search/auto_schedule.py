@@ -1,0 +1,151 @@
+"""`auto_schedule(task, search_policy, tuning_options)`: the tuning loop users call."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from autosched.errors import AutoschedError
+
+
+@dataclass
+class TuningOptions:
+    """How much to measure and how (the seeds' shape)."""
+
+    num_measure_trials: int = 64
+    num_measures_per_round: int = 64
+    early_stopping: int | None = None
+    builder: object | None = None
+    runner: object | None = None
+    measure_callbacks: Sequence[Callable] = ()
+    verbose: int = 1
+    measurer: object | None = None  # a custom measurer (tests use a simulated one)
+
+
+@dataclass
+class TuningResult:
+    """What auto_schedule returns: the best state, its built kernel, and the round history
+    (one dict per round: trials, best, and the wall-clock split search / build / run / model)."""
+
+    state: object
+    kernel: object
+    best_cost: float
+    history: list = field(default_factory=list)
+
+    def __iter__(self):  # `state, kernel = auto_schedule(...)`
+        return iter((self.state, self.kernel))
+
+
+@dataclass
+class _Best:
+    cost: float = math.inf
+    state: object = None
+    round: int = 0
+
+    def offer(self, cost: float, state, rnd: int) -> None:
+        if cost < self.cost:
+            self.cost, self.state, self.round = cost, state, rnd
+
+
+def _measure(measurer, batch) -> tuple[list, dict[str, float]]:
+    """Results and the build / run split of their wall-clock time (all of it counts as build
+    for a measurer that does not report `last_times`)."""
+    t0 = time.perf_counter()
+    results = measurer.measure(batch)
+    wall = time.perf_counter() - t0
+    split = getattr(measurer, "last_times", None)
+    if not split:
+        return results, {"build": wall, "run": 0.0}
+    run = min(split.get("run", 0.0), wall)
+    return results, {"build": wall - run, "run": run}
+
+
+def _round_record(
+    rnd: int, done: int, costs: list[float], best: _Best, flop: float, times: dict[str, float]
+) -> dict:
+    n_ok = sum(math.isfinite(c) for c in costs)
+    return {
+        "round": rnd,
+        "trials": done,
+        "ok": n_ok,
+        "best_us": best.cost * 1e6,
+        "gflops": flop / best.cost / 1e9 if math.isfinite(best.cost) else 0.0,
+        "batch_best_us": min(costs) * 1e6 if n_ok else math.inf,
+        "search_s": times["search"],
+        "build_s": times["build"],
+        "run_s": times["run"],
+        "measure_s": times["build"] + times["run"],
+        "model_s": times["model"],
+        "total_s": sum(times.values()),
+    }
+
+
+def _print_round(rec: dict, batch_size: int) -> None:
+    print(
+        f"[round {rec['round']:3d}] trials {rec['trials']:5d}  ok {rec['ok']:3d}/{batch_size:3d}"
+        f"  best {rec['best_us']:9.2f} us  {rec['gflops']:8.1f} GFLOP/s"
+        f"  | search {rec['search_s']:5.2f}s"
+        f"  build {rec['build_s']:5.2f}s  run {rec['run_s']:5.2f}s  model {rec['model_s']:5.2f}s",
+        flush=True,
+    )
+
+
+def auto_schedule(
+    task, search_policy=None, tuning_options: TuningOptions | None = None
+) -> TuningResult:
+    """Search for a fast schedule of `task`; returns (best state, built kernel) as a
+    TuningResult, whose history gives each round's time split."""
+    from autosched.codegen.build import build
+    from autosched.search.policy import SketchPolicy
+    from autosched.search.program_measurer import ProgramMeasurer
+
+    opts = tuning_options or TuningOptions()
+    policy = search_policy or SketchPolicy(task, verbose=opts.verbose)
+    measurer = opts.measurer or ProgramMeasurer(
+        task,
+        opts.builder,
+        opts.runner,
+        opts.measure_callbacks,
+        workers=getattr(policy, "workers", None),
+    )
+    flop = task.compute_dag.flop_count
+    best = _Best()
+    start = policy.best_state()
+    if start is not None:
+        best.offer(start[0], start[1], 0)
+    done, rnd, history = 0, 0, []
+    while done < opts.num_measure_trials:
+        rnd += 1
+        n = min(opts.num_measures_per_round, opts.num_measure_trials - done)
+        t0 = time.perf_counter()
+        batch = policy.search_one_round(n)
+        times = {"search": time.perf_counter() - t0}
+        if not batch:
+            if opts.verbose:
+                print("search space exhausted: no new states to measure")
+            break
+        results, split = _measure(measurer, batch)
+        times.update(split)
+        costs = [r.mean_cost for r in results]
+        for s, c in zip(batch, costs):
+            policy.add_measured(s, c)
+            best.offer(c, s, rnd)
+        t2 = time.perf_counter()
+        policy.update_model(batch, costs)
+        times["model"] = time.perf_counter() - t2
+        done += len(batch)
+        history.append(_round_record(rnd, done, costs, best, flop, times))
+        history[-1]["search_detail"] = dict(getattr(policy, "last_round", {}))
+        if opts.verbose:
+            _print_round(history[-1], len(batch))
+        if opts.early_stopping and rnd - best.round >= opts.early_stopping:
+            if opts.verbose:
+                print(f"early stopping: no improvement in {opts.early_stopping} rounds")
+            break
+    if best.state is None:
+        raise AutoschedError(
+            f"no correct kernel was found for {task.workload_key} in {done} trials"
+        )
+    return TuningResult(best.state, build(task.compute_dag, best.state), best.cost, history)

@@ -1,0 +1,236 @@
+"""The evolutionary search's mutations: small classes that register by name and rewrite decisions.
+
+A candidate is its tuple of step records (`State.key()`): hashable, cheap to copy, compare and
+pickle. A mutation rewrites *decision* records only (split lengths, auto-unroll pragmas), never
+the structure the sketch fixed, and does not replay: whether the result is a valid state is the
+evaluation's job (replay, lowering, GPU limits; see search_workers.py), which drops the invalid.
+
+    mutation = MUTATIONS["tile_size"]
+    child = mutation.apply(ctx, [parent], rng)        # a new records tuple, or None
+
+`Crossover` is the one two-parent rule: Ansor left crossover as a TODO; here it is uniform
+crossover of the decisions of two parents from the same sketch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from autosched.schedule.transform_steps import (
+    STEP_REGISTRY,
+    AnnotationStep,
+    PragmaStep,
+    SplitStep,
+    Step,
+    replace,
+)
+from autosched.sketch.utils import divisors
+
+Records = tuple  # a candidate: the tuple of its step records
+
+AUTO_UNROLL = "auto_unroll_max_step"
+
+
+def as_step(record: tuple) -> Step:
+    """The Step of a record the search made itself (already nested tuples, so no conversion;
+    `Step.from_record` also validates and is ten times slower)."""
+    return STEP_REGISTRY[record[0]](*record[1:])
+
+
+def with_record(records: Records, k: int, step: Step) -> Records:
+    """`records` with record k replaced by `step`'s."""
+    return records[:k] + (step.to_record(),) + records[k + 1 :]
+
+
+def structure_key(records: Records) -> tuple:
+    """The records with every decision blanked: equal for two candidates of the same sketch."""
+    return tuple(_blank(r) for r in records)
+
+
+def _blank(record: tuple) -> tuple:
+    if record[0] == SplitStep.TAG:
+        return record[:4] + (None,) + record[5:]
+    if record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL):
+        return record[:3] + (AUTO_UNROLL,)
+    return record
+
+
+def is_decision(record: tuple) -> bool:
+    """Split lengths and auto-unroll pragmas are what sampling and mutation decide."""
+    return record[0] == SplitStep.TAG or (
+        record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL)
+    )
+
+
+@dataclass
+class MutationContext:
+    """What mutations may consult besides their parents: the sketch parameters' limits and the
+    unroll configs (one source of truth: the sampler's SketchParams)."""
+
+    max_innermost_factor: int
+    max_vector_length: int
+    unroll_configs: tuple[int, ...]
+    # structure key -> positions of its decision records (filled on first use)
+    decisions: dict = field(default_factory=dict)
+
+    def decision_ids(self, records: Records) -> tuple[int, ...]:
+        key = structure_key(records)
+        ids = self.decisions.get(key)
+        if ids is None:
+            ids = self.decisions[key] = tuple(k for k, r in enumerate(records) if is_decision(r))
+        return ids
+
+
+MUTATIONS: dict[str, Mutation] = {}
+
+
+class Mutation:
+    """One mutation rule: `apply(ctx, parents, rng)` -> new records or None when it cannot
+    change these parents. Subclasses set NAME (their key in MUTATIONS and in
+    SearchParams.mutation_weights) and N_PARENTS."""
+
+    NAME: ClassVar[str] = ""
+    N_PARENTS: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.NAME:
+            MUTATIONS[cls.NAME] = cls()
+
+    def apply(
+        self, ctx: MutationContext, parents: Sequence[Records], rng: random.Random
+    ) -> Records | None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+def _vectorized(records: Records, k: int, step: SplitStep) -> bool:
+    """Is the innermost part of split k vectorised by the next step (cooperative fetching)?"""
+    if k + 1 >= len(records) or records[k + 1][0] != AnnotationStep.TAG:
+        return False
+    nxt = as_step(records[k + 1])
+    return (
+        nxt.stage_id == step.stage_id
+        and nxt.iter_id == step.iter_id + len(step.lengths)
+        and nxt.annotation == "vectorize"
+    )
+
+
+class TileSizeMutation(Mutation):
+    """Move a factor from one level of a split to another (the levels' product stays the
+    extent); the innermost level stays within max_innermost_factor, or within the widest vector
+    for a vectorised split. Like Ansor's MutateTileSize: levels in random order, a factor of
+    the first level above 1 moves to the next level in that order."""
+
+    NAME = "tile_size"
+
+    def apply(self, ctx, parents, rng):
+        records = parents[0]
+        splits = [k for k in ctx.decision_ids(records) if records[k][0] == SplitStep.TAG]
+        rng.shuffle(splits)
+        for k in splits:
+            step = as_step(records[k])
+            levels = self.levels(step)
+            if levels is None:
+                continue
+            vector = _vectorized(records, k, step)
+            limit = ctx.max_vector_length if vector else ctx.max_innermost_factor
+            moved = self.move_factor(levels, limit, rng)
+            if moved is not None:
+                return with_record(records, k, replace(step, lengths=tuple(moved[1:])))
+        return None
+
+    @staticmethod
+    def levels(step: SplitStep) -> list[int] | None:
+        """[outer, *lengths] of a perfect inner-to-outer split with known lengths, else None."""
+        if not step.inner_to_outer or step.extent is None or None in step.lengths:
+            return None
+        inner = math.prod(step.lengths)
+        if step.extent % inner or step.extent <= 1:
+            return None
+        return [step.extent // inner, *step.lengths]
+
+    @staticmethod
+    def move_factor(levels: list[int], limit: int, rng: random.Random) -> list[int] | None:
+        order = list(range(len(levels)))
+        rng.shuffle(order)
+        last = len(levels) - 1
+        for i, src in enumerate(order):
+            dst = order[(i + 1) % len(order)]
+            factors = divisors(levels[src])[1:]
+            if dst == last:
+                factors = tuple(f for f in factors if f * levels[dst] <= limit)
+            if not factors:
+                continue
+            f = factors[int(rng.random() * len(factors))]
+            out = list(levels)
+            out[src] //= f
+            out[dst] *= f
+            return out
+        return None
+
+
+class AutoUnrollMutation(Mutation):
+    """Another auto_unroll_max_step, from the sketch parameters' configs, for one pragma."""
+
+    NAME = "auto_unroll"
+
+    def apply(self, ctx, parents, rng):
+        records = parents[0]
+        pragmas = [k for k in ctx.decision_ids(records) if records[k][0] == PragmaStep.TAG]
+        if not pragmas:
+            return None
+        k = pragmas[int(rng.random() * len(pragmas))]
+        step = as_step(records[k])
+        current = step.parsed()[1]
+        options = [c for c in ctx.unroll_configs if c != current]
+        if not options:
+            return None
+        value = options[int(rng.random() * len(options))]
+        return with_record(records, k, replace(step, pragma_type=f"{AUTO_UNROLL}${value}"))
+
+
+class Crossover(Mutation):
+    """Uniform crossover of two parents of the same sketch: every decision (the lengths of one
+    split, so one axis of one stage's tiling, or one stage's unroll pragma) comes from either
+    parent with even odds. Stage-level mixing (one stage's tiles from A, another's from B) is
+    the special case of multi-stage DAGs. The child differs from both parents when they differ
+    in two or more decisions, and is None otherwise (it could only copy a parent)."""
+
+    NAME = "crossover"
+    N_PARENTS = 2
+
+    def apply(self, ctx, parents, rng):
+        a, b = parents
+        if len(a) != len(b) or structure_key(a) != structure_key(b):
+            return None
+        differ = [k for k in ctx.decision_ids(a) if a[k] != b[k]]
+        if len(differ) < 2:
+            return None
+        from_b = {k for k in differ if rng.random() < 0.5}
+        if not from_b:  # all from a: take one decision from b
+            from_b = {differ[int(rng.random() * len(differ))]}
+        elif len(from_b) == len(differ):  # all from b: keep one decision of a
+            from_b.discard(differ[int(rng.random() * len(differ))])
+        return tuple(b[k] if k in from_b else r for k, r in enumerate(a))
+
+
+__all__ = [
+    "MUTATIONS",
+    "AutoUnrollMutation",
+    "Crossover",
+    "Mutation",
+    "MutationContext",
+    "Records",
+    "TileSizeMutation",
+    "as_step",
+    "is_decision",
+    "structure_key",
+    "with_record",
+]

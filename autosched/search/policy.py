@@ -1,0 +1,315 @@
+"""The sketch search policy: sketches once, then rounds of evolutionary search guided by the
+cost model, an epsilon-greedy share of random states, and never a state measured twice.
+
+Inside the search a candidate is its tuple of step records (see mutations.py); only the states
+picked for measurement are replayed into States. Per-candidate work (sampling, lowering, GPU
+limit checks, features) goes through `search_workers.Workers`, in a process pool when
+`SearchParams.n_jobs` allows, and each candidate's features are cached by its records, so a
+candidate met again (an unmutated copy, a state of an earlier generation or round, a measured
+state when the model is updated) is never lowered twice.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autosched.records import load_records, seal_torn_line
+from autosched.search.cost_model import XGBModel, throughput
+from autosched.search.mutations import MUTATIONS, MutationContext, Records
+from autosched.search.workers import TaskContext, TaskSpec, Workers
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """All knobs of the search, with Ansor's defaults scaled to a Python search."""
+
+    population: int = 512
+    generations: int = 3
+    mutation_prob: float = 0.85
+    eps_greedy: float = 0.05
+    sample_init_min_population: int = 50  # fresh samples per round, at least
+    use_measured_ratio: float = 0.2  # best measured states in the initial population, at most
+    mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
+    empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
+    feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
+    # worker processes (spawned: a script needs the `if __name__ == "__main__":` guard):
+    # None = one per CPU core, 1 = all in this process
+    n_jobs: int | None = None
+    seed: int = 0
+
+
+class FeatureCache:
+    """Features (or the reason a candidate is invalid) by records; the oldest half is dropped
+    when it is full."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.entries: dict[Records, object] = {}
+        self.hits = self.misses = 0
+
+    def __contains__(self, records: Records) -> bool:
+        return records in self.entries
+
+    def get(self, records: Records):
+        return self.entries.get(records)
+
+    def put(self, records: Records, outcome) -> None:
+        if len(self.entries) >= self.capacity:
+            for key in list(self.entries)[: self.capacity // 2]:
+                del self.entries[key]
+        self.entries[records] = outcome
+
+
+class PreloadMeasuredStates:
+    """Init-search callback: mark a log's states of this task measured (never measured again;
+    the best seed the initial population). A torn last line (a tuner killed mid-write) is
+    skipped with a warning and closed with a newline, so that the records this search appends
+    to the same log start on lines of their own."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, policy: SketchPolicy) -> None:
+        for inp, res in load_records(self.path):
+            if inp.workload_key == policy.task.workload_key:
+                policy.add_measured_records(inp.steps, res.mean_cost)
+        seal_torn_line(self.path)
+
+
+class SketchPolicy:
+    """Ansor's search policy for one task."""
+
+    def __init__(
+        self,
+        task,
+        cost_model=None,
+        params: SearchParams | None = None,
+        init_search_callbacks: Sequence[Callable] = (),
+        verbose: int = 1,
+    ) -> None:
+        from autosched.sketch import SketchParams, generate_sketches
+
+        self.task = task
+        self.params = params or SearchParams()
+        if cost_model is None:
+            cost_model = XGBModel(seed=self.params.seed, nthread=1)
+        self.cost_model = cost_model
+        self.rng = random.Random(self.params.seed)
+        self.np_rng = np.random.default_rng(self.params.seed)
+        self.verbose = verbose
+        sketch_params = SketchParams()
+        self.sketches = generate_sketches(task.compute_dag, task.hardware_params, sketch_params)
+        context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
+        self.sampler = context.sampler  # analyses each sketch once, for the whole search
+        self.workers = Workers(
+            context, TaskSpec(task.workload_key, task.hardware_params), self.params.n_jobs
+        )
+        self.mutation_ctx = MutationContext(
+            sketch_params.max_innermost_split_factor,
+            max(sketch_params.vector_lengths),
+            sketch_params.auto_unroll_configs,
+        )
+        self.features = FeatureCache(self.params.feature_cache_size)
+        self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
+        self.picked: set[Records] = set()  # handed out for measurement, never again
+        self.scores: dict[Records, float] = {}  # this round's model scores
+        self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
+        # per mutation rule: [children made, failures]
+        self.mutation_stats = {name: [0, 0] for name, _ in self.params.mutation_weights}
+        self.last_round: dict = {}  # what the last search_one_round did: times and counts
+        self.n_sampled = 0
+        for cb in init_search_callbacks:
+            cb(self)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def add_measured(self, state, cost: float) -> None:
+        """Record a measured state's mean cost (inf for a failure)."""
+        self.add_measured_records(state.key(), cost)
+
+    def add_measured_records(self, records: Records, cost: float) -> None:
+        self.measured[tuple(records)] = cost
+        self.picked.add(tuple(records))
+
+    def best_measured(self, k: int) -> list[Records]:
+        """The records of the k fastest correct measured states."""
+        ok = ((c, r) for r, c in self.measured.items() if math.isfinite(c))
+        return [r for _, r in heapq.nsmallest(k, ok, key=lambda x: x[0])]
+
+    def best_state(self):
+        """(cost, State) of the fastest measured state that replays, or None."""
+        ok = sorted((c, r) for r, c in self.measured.items() if math.isfinite(c))
+        for cost, records in ok:
+            try:
+                return cost, self.workers.context.replay(records)
+            except Exception:  # a record from an older schedule space
+                continue
+        return None
+
+    # ---- features and scores -----------------------------------------------------------------
+    def outcomes(self, candidates: Sequence[Records]) -> list:
+        """Features (or the invalidity reason) per candidate, each lowered at most once."""
+        known = {r: self.features.get(r) for r in candidates if r in self.features}
+        todo = [r for r in dict.fromkeys(candidates) if r not in known]
+        self.features.hits += len(candidates) - len(todo)
+        self.features.misses += len(todo)
+        if todo:
+            t0 = time.perf_counter()
+            for r, o in zip(todo, self.workers.evaluate(todo)):
+                known[r] = o
+                self.features.put(r, o)
+            self.time["evaluate"] += time.perf_counter() - t0
+        return [known[r] for r in candidates]
+
+    def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
+        """The valid candidates and their model scores (this round's model)."""
+        outcomes = zip(candidates, self.outcomes(candidates))
+        valid = {r: o for r, o in outcomes if isinstance(o, np.ndarray)}
+        new = [r for r in valid if r not in self.scores]
+        if new:
+            t0 = time.perf_counter()
+            predicted = np.asarray(self.cost_model.predict([valid[r] for r in new]), dtype=float)
+            self.scores.update(zip(new, predicted.tolist()))
+            self.time["predict"] += time.perf_counter() - t0
+        kept = [r for r in candidates if r in valid]
+        return kept, np.array([self.scores[r] for r in kept])
+
+    # ---- one round ---------------------------------------------------------------------------
+    def sample_fresh(self, n: int) -> list[Records]:
+        """n fresh random states (their features go to the cache)."""
+        t0 = time.perf_counter()
+        fresh = []
+        for records, feats in self.workers.sample(n, self.rng):
+            self.features.put(records, feats)
+            fresh.append(records)
+        self.n_sampled += len(fresh)
+        self.time["sample"] += time.perf_counter() - t0
+        return fresh
+
+    def init_population(self) -> tuple[list[Records], list[Records]]:
+        """(fresh samples, fresh samples + up to use_measured_ratio of the best measured)."""
+        p = self.params
+        best = self.best_measured(int(p.use_measured_ratio * p.population))
+        fresh = self.sample_fresh(max(p.sample_init_min_population, p.population - len(best)))
+        return fresh, fresh + best
+
+    def evolutionary_search(self, init: list[Records], out_size: int) -> list[Records]:
+        """The out_size best-scored unmeasured candidates met over the generations."""
+        p = self.params
+        pop = list(dict.fromkeys(init))
+        best: dict[Records, float] = {}
+        for gen in range(p.generations + 1):
+            pop, scores = self.score(pop)
+            for r, s in zip(pop, scores):
+                if r not in self.picked and math.isfinite(s):
+                    best[r] = s
+            if gen == p.generations or not pop:
+                break
+            pop = self.next_generation(pop, scores)
+        return heapq.nlargest(out_size, best, key=best.__getitem__)
+
+    def next_generation(self, pop: list[Records], scores: np.ndarray) -> list[Records]:
+        """population children: parents drawn in proportion to score, mutated with
+        mutation_prob by a rule drawn by weight (a failed mutation draws again)."""
+        p = self.params
+        finite = np.where(np.isfinite(scores), scores, np.nan)
+        if np.all(np.isnan(finite)):
+            return pop
+        w = np.nan_to_num(finite - np.nanmin(finite), nan=0.0) + 1e-9
+        w /= w.sum()
+        draws = iter(self.np_rng.choice(len(pop), size=6 * p.population, p=w).tolist())
+        names = [n for n, _ in p.mutation_weights]
+        weights = [x for _, x in p.mutation_weights]
+        out: list[Records] = []
+        for i in draws:
+            if len(out) >= p.population:
+                break
+            if self.rng.random() >= p.mutation_prob:
+                out.append(pop[i])
+                continue
+            name = self.rng.choices(names, weights)[0]
+            rule = MUTATIONS[name]
+            parents = [pop[i]] + [pop[next(draws, i)] for _ in range(rule.N_PARENTS - 1)]
+            child = rule.apply(self.mutation_ctx, parents, self.rng)
+            self.mutation_stats[name][child is None] += 1
+            if child is not None:
+                out.append(child)
+        return out
+
+    def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
+        """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
+        states (Ansor's PickStatesWithEpsGreedy)."""
+        n_random = max(1, int(self.params.eps_greedy * num)) if num > 1 else 0
+        randoms = [r for r in fresh if r not in self.picked]
+        self.rng.shuffle(randoms)
+        out: list[Records] = []
+        sources = (iter(ranked), iter(randoms))
+        while len(out) < num:
+            first = 0 if len(out) < num - n_random else 1
+            r = next(sources[first], None) or next(sources[1 - first], None)
+            if r is None:
+                break
+            if r not in self.picked:
+                self.picked.add(r)
+                out.append(r)
+        return out
+
+    def search_one_round(self, num_measure: int) -> list:
+        """The next batch (up to num_measure States) never measured or handed out before; it
+        searches again, up to empty_round_retries times, when a round finds nothing new."""
+        t0 = time.perf_counter()
+        self.scores = {}  # the model may have changed since the last round
+        before = self._counters()
+        batch: list[Records] = []
+        for attempt in range(1 + self.params.empty_round_retries):
+            fresh, init = self.init_population()
+            batch = self.pick(self.evolutionary_search(init, 2 * num_measure), fresh, num_measure)
+            if batch:
+                break
+            if self.verbose:
+                print(f"search round {attempt + 1} found nothing new to measure; searching again")
+        states = [self.workers.context.replay(r) for r in batch]
+        self.time["search"] += time.perf_counter() - t0
+        self.last_round = {k: v - before[k] for k, v in self._counters().items()}
+        if self.verbose >= 2:
+            print(
+                "search: "
+                + "  ".join(
+                    f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in self.last_round.items()
+                )
+            )
+        return states
+
+    def _counters(self) -> dict:
+        """Running totals whose per-round differences describe a round (last_round)."""
+        return {
+            "sample_s": self.time["sample"],
+            "evaluate_s": self.time["evaluate"],
+            "predict_s": self.time["predict"],
+            "worker_cpu_s": self.workers.cpu_seconds,
+            "sampled": self.n_sampled,
+            "evaluated": self.features.misses,
+            "cache_hits": self.features.hits,
+        }
+
+    def update_model(self, states: list, costs: list[float]) -> None:
+        """Train the cost model on a measured batch (features from the cache)."""
+        t0 = time.perf_counter()
+        records = [s.key() for s in states]
+        outcomes = self.outcomes(records)
+        keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
+        flop = self.task.compute_dag.flop_count
+        if keep:
+            self.cost_model.update(
+                [outcomes[i] for i in keep],
+                np.array([throughput(flop, costs[i]) for i in keep]),
+                task_ids=[self.task.workload_key] * len(keep),
+            )
+        self.time["model"] += time.perf_counter() - t0

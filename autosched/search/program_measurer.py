@@ -1,0 +1,112 @@
+"""Measuring states: lower + codegen here (or in the search's worker processes), build + run in
+measure/, results as records.
+
+A measurer is anything with `measure(states) -> [MeasureRecordResult]`; one that also sets
+`last_times = {"build": s, "run": s}` after each call lets auto_schedule split the round's
+measuring time (ProgramMeasurer does; the two add up to the call's wall-clock time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from autosched.records import MeasureInput, MeasureRecordResult, now
+from autosched.task.evaluate import evaluate
+from measure import (
+    LocalBuilder,
+    LocalMeasureContext,
+    LocalRunner,
+    MeasureErrorKind,
+    make_reference,
+)
+
+
+def task_reference(task, args, seed: int = 0):
+    """Seeded random inputs and the naive evaluator's outputs for a task's kernel arguments."""
+    dag = task.compute_dag
+    out_names = {a.name for a in args if a.is_output}
+
+    def fn(**inputs):
+        given = {t.name: inputs[t.name] for t in dag.tensors if t.name not in out_names}
+        got = evaluate(dag, given)
+        return {n: got[n] for n in out_names}
+
+    return make_reference(args, fn, seed=seed)
+
+
+def _local_workers(task):
+    from autosched.search.workers import TaskContext, Workers
+
+    return Workers(TaskContext(task.compute_dag, task.hardware_params), None, 1)
+
+
+class ProgramMeasurer:
+    """Measures batches of States for one task, calling `callbacks(inputs, results)` after each.
+    `workers` (a search_workers.Workers, e.g. the policy's) lowers and generates the sources,
+    in its process pool when it has one."""
+
+    def __init__(
+        self,
+        task,
+        builder: LocalBuilder | None = None,
+        runner: LocalRunner | None = None,
+        callbacks: Sequence[Callable] = (),
+        workers=None,
+    ) -> None:
+        self.task = task
+        self.context = LocalMeasureContext(builder or LocalBuilder(), runner or LocalRunner())
+        self.callbacks = list(callbacks)
+        self.workers = workers
+        self.reference = None
+        self.time = {"codegen": 0.0, "build": 0.0, "run": 0.0}  # totals, wall-clock
+        self.last_times = {"build": 0.0, "run": 0.0}
+
+    def measure(self, states: Sequence) -> list[MeasureRecordResult]:
+        """Build and run every state; one result per state, in order (never raises for one)."""
+        t0 = time.perf_counter()
+        if self.workers is None:
+            self.workers = _local_workers(self.task)
+        tags = [s.fingerprint() for s in states]
+        built = self.workers.build([s.key() for s in states], tags)
+        results: list[MeasureRecordResult | None] = [None] * len(states)
+        artifacts, slots = [], []
+        for i, b in enumerate(built):
+            if isinstance(b, str):
+                results[i] = MeasureRecordResult(
+                    (), int(MeasureErrorKind.INSTANTIATION_ERROR), b, timestamp=now()
+                )
+                continue
+            if self.reference is None:
+                self.reference = task_reference(self.task, b.args)
+            artifacts.append(b)
+            slots.append(i)
+        codegen = time.perf_counter() - t0
+        run = 0.0
+        if artifacts:
+            measured = self.context.measure_batch(
+                artifacts, {self.task.workload_key: self.reference}
+            )
+            # the runner's seconds (each candidate's own); the rest of the wall time waits for nvcc
+            run = sum(m.run_seconds for m in measured)
+            for i, m in zip(slots, measured):
+                results[i] = MeasureRecordResult(
+                    tuple(m.costs),
+                    int(m.error_kind),
+                    m.error_msg or "",
+                    m.build_seconds,
+                    m.run_seconds,
+                    now(),
+                )
+        wall = time.perf_counter() - t0
+        self.last_times = {"build": wall - run, "run": run}
+        self.time["codegen"] += codegen
+        self.time["build"] += wall - run
+        self.time["run"] += run
+        inputs = [MeasureInput(self.task.workload_key, s.key()) for s in states]
+        for cb in self.callbacks:
+            cb(inputs, results)
+        return results
+
+    def close(self) -> None:
+        self.context.close()

@@ -1,0 +1,241 @@
+"""The search's per-candidate work — sample, replay, lower, check GPU limits, extract features,
+generate CUDA — in this process or spread over a pool of spawned worker processes.
+
+States do not pickle (te objects hold lambdas) and Step objects pickle slowly, so candidates
+cross the process boundary as step-record tuples; a worker rebuilds the task once from its
+`TaskSpec` (the DAG from the workload registry, the sketches, the sampler) and keeps it. A
+candidate is lowered once: sampling keeps the program it lowered to check the GPU limits and
+extracts features from it, and evaluation checks limits and extracts from one lowering.
+
+    workers = Workers(TaskContext(dag, hardware), TaskSpec(key, hardware), n_jobs=16)
+    fresh = workers.sample(512, rng)             # [(records, features)], valid and distinct
+    outcomes = workers.evaluate(candidates)      # features, or the reason a candidate is invalid
+
+Results do not depend on n_jobs: sampling is cut into fixed-size chunks with their own seeds.
+A workload the workers cannot rebuild (not registered, or registered only in `__main__`) is
+done in this process, with a warning; so is everything after a worker dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import AutoschedError, WorkloadError
+from autosched.search.mutations import Records, as_step
+from autosched.search.process_pool import get_pool, resolvable, shutdown_pools
+
+log = logging.getLogger(__name__)
+
+SAMPLE_CHUNK = 8  # states per sampling job (fixed, so results do not depend on n_jobs)
+Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) for an invalid one
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a worker needs to rebuild a task's context (hashable: the worker's cache key)."""
+
+    workload_key: str
+    hardware: Any = None  # measure.HardwareParams; None for the defaults
+    sketch_params: Any = None  # sketch.SketchParams; None for the defaults
+
+
+class TaskContext:
+    """One task's DAG, sketches and sampler, and the per-candidate work on them."""
+
+    def __init__(self, dag, hardware: Any = None, sketch_params: Any = None, sketches=None) -> None:
+        from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+
+        self.dag = dag
+        params = sketch_params or SketchParams()
+        if sketches is None:
+            sketches = generate_sketches(dag, hardware, params)
+        self.sketches = sketches
+        self.sampler = SketchSampler(sketches, hardware, params)
+
+    @classmethod
+    def from_spec(cls, spec: TaskSpec) -> TaskContext:
+        from autosched.schedule.compute_dag import ComputeDAG
+
+        dag = ComputeDAG.from_workload_key(spec.workload_key)
+        return cls(dag, spec.hardware, spec.sketch_params)
+
+    def replay(self, records: Records):
+        """The State of a candidate (raises AutoschedError when the records do not replay)."""
+        return self.dag.replay_steps([as_step(r) for r in records])
+
+    def sample(self, n: int, seed: int) -> list[tuple[Records, np.ndarray]]:
+        """Up to n distinct valid fresh states, as (records, features)."""
+        from autosched.features import extract_features
+        from autosched.lower.lowering import lower
+
+        out = []
+        for state in self.sampler.sample(n, random.Random(seed)):
+            records = state.key()
+            program = self.sampler.programs.get(records)
+            if program is None:  # a sampler that does not verify keeps no programs
+                program = lower(state)
+            out.append((records, extract_features(program)))
+        return out
+
+    def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
+        """Per candidate: its features, or why it is invalid (replay, lowering, a GPU limit)."""
+        return [self.evaluate_one(r) for r in candidates]
+
+    def evaluate_one(self, records: Records) -> Outcome:
+        from autosched.features import extract_features
+        from autosched.lower.lowering import lower
+        from autosched.sketch.sampler import check_program, check_state
+
+        try:
+            state = self.replay(records)
+            reason = check_state(state, self.sampler.ctx.limits)
+            if reason is not None:
+                return reason
+            program = lower(state)
+        except AutoschedError as exc:
+            return type(exc).__name__
+        except Exception as exc:  # a bug elsewhere costs one candidate, never the search
+            log.warning("evaluating a candidate failed: %s: %s", type(exc).__name__, exc)
+            return f"internal_error:{type(exc).__name__}"
+        reason = check_program(program, self.sampler.ctx.limits, self.sampler.params)
+        if reason is not None:
+            return reason
+        return extract_features(program)
+
+    def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
+        """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built."""
+        from autosched.codegen.build import build
+
+        out: list[Any] = []
+        for records, tag in zip(candidates, tags):
+            try:
+                kernel = build(self.dag, self.replay(records))
+                out.append(kernel.artifact(reference_id=self.dag.workload_key, tag=tag))
+            except Exception as exc:  # a state that cannot be lowered costs one failed record
+                out.append(f"{type(exc).__name__}: {exc}")
+        return out
+
+
+class Workers:
+    """Runs TaskContext methods on chunks of candidates, here or in a pool of n_jobs processes.
+    `n_jobs=None` means one process per CPU core; 1 means this process only."""
+
+    def __init__(self, context: TaskContext, spec: TaskSpec | None, n_jobs: int | None = 1) -> None:
+        self.context = context
+        self.spec = spec
+        self.n_jobs = resolve_n_jobs(n_jobs)
+        self.use_pool = self.n_jobs > 1 and spec is not None and resolvable(spec.workload_key)
+        self.cpu_seconds = 0.0  # CPU time the chunks took, wherever they ran
+        if self.n_jobs > 1 and not self.use_pool:
+            key = getattr(spec, "workload_key", None)
+            warnings.warn(
+                f"the search runs in one process: workload {key!r} is not registered, "
+                "so worker processes cannot rebuild it",
+                stacklevel=2,
+            )
+
+    def sample(self, n: int, rng: random.Random) -> list[tuple[Records, np.ndarray]]:
+        """About n distinct valid fresh states as (records, features) (fewer when the sampler
+        rejects most draws)."""
+        sizes = [min(SAMPLE_CHUNK, n - k) for k in range(0, n, SAMPLE_CHUNK)]
+        chunks = [(size, rng.getrandbits(63)) for size in sizes]
+        seen, out = set(), []
+        for part in self.map("sample", chunks):
+            for records, feats in part:
+                if records not in seen:
+                    seen.add(records)
+                    out.append((records, feats))
+        return out
+
+    def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
+        """Features or invalidity reason per candidate, in order."""
+        candidates = list(candidates)
+        if not candidates:
+            return []
+        size = max(4, -(-len(candidates) // (4 * self.n_jobs)))
+        chunks = [(candidates[k : k + size],) for k in range(0, len(candidates), size)]
+        return [o for part in self.map("evaluate", chunks) for o in part]
+
+    def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
+        """KernelArtifact (or error text) per candidate, in order."""
+        candidates, tags = list(candidates), list(tags)
+        size = max(1, -(-len(candidates) // self.n_jobs))
+        starts = range(0, len(candidates), size)
+        chunks = [(candidates[k : k + size], tags[k : k + size]) for k in starts]
+        return [a for part in self.map("build", chunks) for a in part]
+
+    def map(self, method: str, chunks: list[tuple]) -> list:
+        """`context.<method>(*chunk)` for every chunk, results in chunk order."""
+        if self.use_pool and len(chunks) > 1:
+            try:
+                return self._map_pool(method, chunks)
+            except (BrokenProcessPool, WorkloadError) as exc:
+                shutdown_pools()
+                self.use_pool = False
+                hint = (
+                    ' (a script that starts a search needs the `if __name__ == "__main__":` '
+                    "guard of spawned processes)"
+                    if isinstance(exc, BrokenProcessPool)
+                    else ""
+                )
+                warnings.warn(
+                    f"search workers failed ({type(exc).__name__}: {exc}); the search "
+                    f"goes on in this process{hint}",
+                    stacklevel=2,
+                )
+        out = []
+        for chunk in chunks:
+            result, cpu = _timed(self.context, method, chunk)
+            self.cpu_seconds += cpu
+            out.append(result)
+        return out
+
+    def _map_pool(self, method: str, chunks: list[tuple]) -> list:
+        pool = get_pool(self.n_jobs)
+        futures = [pool.submit(_work, self.spec, method, chunk) for chunk in chunks]
+        out = []
+        for fut in futures:
+            result, cpu = fut.result()
+            self.cpu_seconds += cpu
+            out.append(result)
+        return out
+
+
+def resolve_n_jobs(n_jobs: int | None) -> int:
+    """None -> the CPU cores this process may use; otherwise at least 1."""
+    if n_jobs is None:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # not on Linux
+            return max(1, os.cpu_count() or 1)
+    return max(1, n_jobs)
+
+
+def _timed(context: TaskContext, method: str, chunk: tuple) -> tuple[Any, float]:
+    start = time.process_time()
+    result = getattr(context, method)(*chunk)
+    return result, time.process_time() - start
+
+
+_CONTEXTS: dict[TaskSpec, TaskContext] = {}  # in a worker: its rebuilt tasks
+
+
+def _work(spec: TaskSpec, method: str, chunk: tuple) -> tuple[Any, float]:
+    """In a worker: the task's context (rebuilt on first use), then one chunk."""
+    context = _CONTEXTS.get(spec)
+    if context is None:
+        context = _CONTEXTS[spec] = TaskContext.from_spec(spec)
+    return _timed(context, method, chunk)
+
+
+__all__ = ["Outcome", "TaskContext", "TaskSpec", "Workers", "resolve_n_jobs", "shutdown_pools"]

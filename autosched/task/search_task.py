@@ -1,0 +1,58 @@
+"""SearchTask: a DAG to tune, its workload key, target and hardware parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autosched.errors import AutoschedError
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.workload_registry import make_workload_key
+from autosched.task.workloads import SUITE
+from measure.hardware import HardwareParams
+
+
+class SearchTask:
+    """`SearchTask(func=conv2d_layer, args=(...), target="cuda")`, or `SearchTask(dag=...)`."""
+
+    def __init__(
+        self,
+        func: Callable | str | None = None,
+        args: Any = (),
+        target: str = "cuda",
+        dag: ComputeDAG | None = None,
+        workload_key: str | None = None,
+        hardware_params: HardwareParams | None = None,
+        desc: str = "",
+    ) -> None:
+        if target != "cuda":
+            raise AutoschedError(f"unsupported target {target!r}; autosched generates CUDA only")
+        if dag is None:
+            if workload_key is None:
+                if func is None:
+                    raise AutoschedError("SearchTask needs func (+args), a workload_key, or a dag")
+                workload_key = make_workload_key(func, args)
+            dag = ComputeDAG.from_workload_key(workload_key)
+        if workload_key is not None:
+            dag.workload_key = workload_key
+        self.compute_dag = dag
+        self.workload_key = dag.workload_key
+        self.target = target
+        self.hardware_params = hardware_params or HardwareParams()
+        self.desc = desc or self.workload_key
+
+    def apply_best(self, log_file: str):
+        """The best measured state of this task in a record log (None when there is none)."""
+        from autosched.records import load_best
+
+        best = load_best(log_file, self.workload_key)
+        return None if best is None else self.compute_dag.replay_steps(best[0].steps)
+
+    def __repr__(self) -> str:
+        return f"SearchTask({self.workload_key})"
+
+
+def suite_task(name: str, reduced: bool = False):
+    """The SearchTask of suite workload `name`, at full size or at its reduced size."""
+    workload, full, small = SUITE[name]
+    return SearchTask(workload, small if reduced else full)

@@ -1,0 +1,76 @@
+"""Registered workloads: a workload key (name + args) re-creates the same DAG in any process."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from autosched.errors import WorkloadError
+
+WORKLOADS: dict[str, Callable[..., list]] = {}
+
+
+def register_workload(func: Callable[..., list] | None = None, *, name: str | None = None):
+    """Decorator: register a function returning [input and output tensors] under its name."""
+
+    def wrap(f: Callable[..., list]) -> Callable[..., list]:
+        key = name or f"{f.__module__}:{f.__qualname__}"
+        WORKLOADS[key] = f
+        WORKLOADS.setdefault(f.__name__, f)
+        f.workload_name = key  # type: ignore[attr-defined]
+        return f
+
+    return wrap(func) if func is not None else wrap
+
+
+def _jsonable(args: Any) -> Any:
+    if isinstance(args, (list, tuple)):
+        return [_jsonable(a) for a in args]
+    if isinstance(args, (int, float, str, bool)) or args is None:
+        return args
+    raise WorkloadError(
+        f"workload argument {args!r} is not JSON-serialisable (use ints, floats, strings, tuples)"
+    )
+
+
+def make_workload_key(func: Callable | str, args: Any) -> str:
+    """The key of a registered function called with `args`."""
+    name = func if isinstance(func, str) else getattr(func, "workload_name", None)
+    if name is None:
+        raise WorkloadError(
+            f"{getattr(func, '__name__', func)!r} is not registered; decorate it with "
+            "@autosched.register_workload"
+        )
+    return json.dumps([name, *_jsonable(list(args))])
+
+
+def lookup(name: str) -> Callable[..., list]:
+    """The registered function of a name, importing its module when it is `module:qualname`."""
+    if name not in WORKLOADS and ":" in name:
+        module = name.split(":")[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise WorkloadError(
+                f"workload {name!r}: cannot import module {module!r} ({exc})"
+            ) from exc
+    if name not in WORKLOADS:
+        raise WorkloadError(
+            f"no workload named {name!r} is registered; known: {sorted(WORKLOADS)[:20]}"
+        )
+    return WORKLOADS[name]
+
+
+def workload_tensors(key: str) -> list:
+    """Call the registered function of a workload key and return its tensors."""
+    try:
+        name, *args = json.loads(key)
+    except (ValueError, TypeError) as exc:
+        raise WorkloadError(f"malformed workload key {key!r}") from exc
+    return list(lookup(name)(*_tuplify(args)))
+
+
+def _tuplify(v):
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v

@@ -1,0 +1,76 @@
+"""The benchmark suite's workloads, registered so that records and the CLI can name them."""
+
+from __future__ import annotations
+
+from autosched import te, topi
+from autosched.task.workload_registry import register_workload
+
+
+@register_workload(name="conv2d_bias_relu")
+def conv2d_bias_relu(N, H, W, CO, CI, KH, KW, stride, padding):
+    """The seeds' conv2d + bias + relu layer (NCHW)."""
+    data = te.placeholder((N, CI, H, W), name="data")
+    kernel = te.placeholder((CO, CI, KH, KW), name="kernel")
+    bias = te.placeholder((1, CO, 1, 1), name="bias")
+    conv = topi.nn.conv2d_nchw(data, kernel, stride, padding, dilation=1, out_dtype="float32")
+    out = topi.nn.relu(conv + bias)
+    return [data, kernel, bias, out]
+
+
+@register_workload(name="conv2d")
+def conv2d(N, H, W, CO, CI, KH, KW, stride, padding):
+    data = te.placeholder((N, CI, H, W), name="data")
+    kernel = te.placeholder((CO, CI, KH, KW), name="kernel")
+    return [data, kernel, topi.nn.conv2d_nchw(data, kernel, stride, padding, dilation=1)]
+
+
+@register_workload(name="matmul")
+def matmul(N, M, K):
+    A = te.placeholder((N, K), name="A")
+    B = te.placeholder((K, M), name="B")
+    return [A, B, topi.matmul(A, B)]
+
+
+@register_workload(name="depthwise_conv2d")
+def depthwise_conv2d(N, C, H, W, KH, KW, stride, padding):
+    data = te.placeholder((N, C, H, W), name="data")
+    kernel = te.placeholder((C, 1, KH, KW), name="kernel")
+    return [data, kernel, topi.nn.depthwise_conv2d_nchw(data, kernel, stride, padding, 1)]
+
+
+@register_workload(name="batch_matmul")
+def batch_matmul(B, N, M, K):
+    A = te.placeholder((B, N, K), name="A")
+    Bt = te.placeholder((B, M, K), name="B")
+    return [A, Bt, topi.nn.batch_matmul(A, Bt)]
+
+
+@register_workload(name="dense_bias")
+def dense_bias(N, IN, OUT):
+    data = te.placeholder((N, IN), name="data")
+    weight = te.placeholder((OUT, IN), name="weight")
+    bias = te.placeholder((OUT,), name="bias")
+    return [data, weight, bias, topi.nn.dense(data, weight, bias)]
+
+
+@register_workload(name="softmax")
+def softmax(N, M):
+    x = te.placeholder((N, M), name="x")
+    return [x, topi.nn.softmax(x, axis=-1)]
+
+
+# name -> (workload, full-size args, reduced args with the same structure for CPU tests)
+SUITE = {
+    "matmul": ("matmul", (1024, 1024, 1024), (64, 48, 32)),
+    "conv2d_bias_relu": (
+        "conv2d_bias_relu",
+        (1, 7, 7, 512, 512, 3, 3, 1, 1),
+        (1, 7, 7, 16, 8, 3, 3, 1, 1),
+    ),
+    "conv2d_b16": ("conv2d", (16, 56, 56, 64, 64, 3, 3, 1, 1), (2, 8, 8, 8, 4, 3, 3, 1, 1)),
+    "depthwise": ("depthwise_conv2d", (1, 144, 56, 56, 3, 3, 1, 1), (1, 8, 10, 10, 3, 3, 1, 1)),
+    "batch_matmul": ("batch_matmul", (12, 128, 128, 64), (2, 16, 16, 8)),
+    "dense_bias": ("dense_bias", (1, 784, 128), (1, 48, 16)),
+    "softmax": ("softmax", (1024, 1024), (8, 64)),
+    "conv2d_7x7s2": ("conv2d", (1, 224, 224, 64, 3, 7, 7, 2, 3), (1, 20, 20, 8, 3, 7, 7, 2, 3)),
+}
