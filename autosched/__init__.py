@@ -1,7 +1,7 @@
 """autosched: a template-free auto-scheduler for CUDA (Ansor-style), in Python.
 
 task = autosched.SearchTask(func=conv2d_layer, args=(...), target="cuda")
-state, kernel = autosched.search.auto_schedule(task, tuning_options=autosched.TuningOptions(...))
+state, kernel = autosched.auto_schedule(task, tuning_options=autosched.TuningOptions(...))
 """
 
 from autosched import te, topi

@@ -10,9 +10,7 @@ state is built), all variants are built and timed in one measure context (correc
 twice, interleaved; per state and variant the faster time, the error, ptxas registers / spills and
 the compile seconds (one build of each) are printed as JSON. The summary per variant: geometric
 mean of its time over the first variant's (states where every variant ran), how often it is
-more than 2% faster or slower, its errors, and its total compile seconds. Measured with it in
-session 5 (results/h100_session5/codegen_ab_merge_digits.json): folded fetch indices
-("current") against "unmerged", and `#pragma unroll 1` on serial loops (left out: slower).
+more than 2% faster or slower, its errors, and its total compile seconds.
 """
 
 from __future__ import annotations
@@ -145,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarize(rows: list[dict], variants: list[str]) -> dict:
-    """Per group (top or random, workload) and variant: time ratio to the first variant (geometric mean), wins, errors,
-    compile seconds."""
+    """Per group (top or random, workload) and variant: time ratio to the first variant
+    (geometric mean), wins, errors, compile seconds."""
     out = {}
     for group in sorted({(r["group"], r["workload"]) for r in rows}):
         mine = [r for r in rows if (r["group"], r["workload"]) == group]

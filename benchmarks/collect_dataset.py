@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -113,7 +114,7 @@ def collect(
         build_run_seconds.append(round(batch_seconds[-1] - (measurer.time["codegen"] - codegen), 2))
         with open(os.path.join(out, f"{name}.timeline.jsonl"), "a") as f:
             events = [
-                [round(x, 4) if isinstance(x, float) else x for x in e]
+                [round(x, 4) if isinstance(x, float) else x for x in dataclasses.astuple(e)]
                 for e in measurer.context.timeline
             ]
             f.write(json.dumps({"batch": k // batch, "events": events}) + "\n")
@@ -124,7 +125,8 @@ def collect(
         print(
             f"  {name}: {min(k + batch, len(states))}/{len(states)} measured, "
             f"best {best * 1e6:.1f} us, {time.perf_counter() - t1:.0f} s; this batch's build + run "
-            f"{build_run_seconds[-1]:.2f} s ({len(results) / build_run_seconds[-1]:.1f} candidates/s)",
+            f"{build_run_seconds[-1]:.2f} s "
+            f"({len(results) / build_run_seconds[-1]:.1f} candidates/s)",
             flush=True,
         )
     measurer.close()

@@ -1,4 +1,4 @@
-"""GPU check of hand-written schedules (issue 4): the seeds' conv2d+bias+relu schedules, built by
+"""GPU check of hand-written schedules: the seeds' conv2d+bias+relu schedules, built by
 autosched, checked against numpy by the measure runner, timed beside PyTorch.
 
     python3 benchmarks/gpu_check.py --out results.json
@@ -48,7 +48,7 @@ def main() -> int:
     results = ctx.measure_batch(arts, {"ref": ref})
     ctx.close()
     out = {"flop": dag.flop_count, "kernels": {}}
-    for (name, k), r in zip(kernels.items(), results):
+    for name, r in zip(kernels, results, strict=True):
         med = statistics.median(r.costs) if r.costs else None
         out["kernels"][name] = {
             "median_us": med * 1e6 if med else None,

@@ -48,7 +48,7 @@ def tune(
     )
     policy = SketchPolicy(task, autosched.XGBModel(), params)
     t0 = time.perf_counter()
-    res = autosched.search.auto_schedule(
+    res = autosched.auto_schedule(
         task,
         policy,
         autosched.TuningOptions(

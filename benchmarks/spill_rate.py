@@ -44,7 +44,7 @@ def spill_rows(names, count: int, seed: int, compiler: str = "auto"):
         for name in names:
             pairs = sampled_artifacts(name, count, seed)
             results = builder.build([a for _, a in pairs])
-            for k, ((state, artifact), res) in enumerate(zip(pairs, results)):
+            for k, ((_, artifact), res) in enumerate(zip(pairs, results, strict=True)):
                 kernels = list(res.kernels.values())
                 rows.append(
                     {
@@ -52,7 +52,7 @@ def spill_rows(names, count: int, seed: int, compiler: str = "auto"):
                         "index": k,
                         "error": res.error_kind.name,
                         "registers": max((r.registers for r in kernels), default=0),
-                        "threads": max(l.threads_per_block for l in artifact.launches),
+                        "threads": max(launch.threads_per_block for launch in artifact.launches),
                         "spill_bytes": sum(r.spill_bytes for r in kernels),
                         "compile_s": round(res.build_seconds, 3),
                     }

@@ -152,7 +152,9 @@ def write_model_file(path: str | os.PathLike, meta: dict, arrays: dict[str, np.n
     """
     header = {"format": FILE_FORMAT, "version": FILE_VERSION, **meta}
     buffer = io.BytesIO()
-    np.savez(buffer, meta=np.array(json.dumps(header)), **arrays)
+    # Typed as Any: numpy's stub would otherwise match the arrays against savez's `allow_pickle`.
+    entries: dict[str, Any] = {"meta": np.array(json.dumps(header)), **arrays}
+    np.savez(buffer, **entries)
     tmp_path = f"{os.fspath(path)}.tmp{os.getpid()}"
     with open(tmp_path, "wb") as handle:
         handle.write(buffer.getvalue())
@@ -230,7 +232,7 @@ class CostModel(abc.ABC):
 
 def rng_state_to_json(rng: np.random.Generator) -> dict:
     """The state of a numpy Generator as plain JSON data (big ints survive JSON in Python)."""
-    return rng.bit_generator.state
+    return dict(rng.bit_generator.state)
 
 
 def rng_from_json(state: dict) -> np.random.Generator:

@@ -127,12 +127,6 @@ def pack_sum_loss(
     return float(0.5 * np.sum(weights * residual**2))
 
 
-def pack_sum_rmse(row_preds: np.ndarray, group_ids: np.ndarray, labels: np.ndarray) -> float:
-    """Root-mean-square error between packed sums and labels, one term per program."""
-    residual = pack_sums(row_preds, group_ids, len(labels)) - labels
-    return float(np.sqrt(np.mean(residual**2))) if len(labels) else 0.0
-
-
 XGBObjective = Callable[[np.ndarray, object], tuple[np.ndarray, np.ndarray]]
 XGBMetric = Callable[[np.ndarray, object], list[tuple[str, float]]]
 

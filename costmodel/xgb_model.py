@@ -16,10 +16,9 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xgboost as xgb
 
 from costmodel.base import (
     CostModel,
@@ -36,6 +35,9 @@ from costmodel.base import (
 from costmodel.packsum import make_metric, make_objective, normalise_throughputs, training_targets
 from costmodel.program_rows import STATEMENTS, reduce_statements
 from costmodel.xgb_params import XGBParams
+
+if TYPE_CHECKING:  # xgboost loads on first use, not with the package
+    import xgboost as xgb
 
 logger = logging.getLogger("autosched.costmodel")
 
@@ -128,7 +130,8 @@ class XGBModel(CostModel):
 
     @property
     def uses_random_fallback(self) -> bool:
-        """True while ``predict`` ranks at random (untrained, or fewer programs than the threshold)."""
+        """True while ``predict`` ranks at random (untrained, or fewer programs than the
+        threshold)."""
         return self._booster is None or self.n_programs < self.params.few_shot_threshold
 
     # ----- training -----
@@ -190,6 +193,8 @@ class XGBModel(CostModel):
         )
 
     def _train(self) -> None:
+        import xgboost as xgb
+
         start = time.perf_counter()
         self._n_at_last_train = self.n_programs
         rows, lengths, throughputs, tasks = self._gather()
@@ -299,16 +304,17 @@ class XGBModel(CostModel):
         """
         packed = pack_features(features, self._n_features)
         reductions = self.params.reductions
-        if self.uses_random_fallback:
+        booster = self._booster
+        if self.uses_random_fallback or booster is None:
             scores = self._rng.uniform(0.0, 1.0, packed.n_programs)
         elif len(packed.rows) == 0:
             scores = np.zeros(packed.n_programs)
         elif reductions:
             reduced = reduce_statements(packed.rows, packed.lengths, reductions)
             scores = np.zeros(packed.n_programs)
-            scores[packed.valid] = self._booster.inplace_predict(reduced, predict_type="margin")
+            scores[packed.valid] = booster.inplace_predict(reduced, predict_type="margin")
         else:
-            row_preds = self._booster.inplace_predict(packed.rows, predict_type="margin")
+            row_preds = booster.inplace_predict(packed.rows, predict_type="margin")
             scores = packed.program_sums(row_preds)
         scores[~packed.valid] = -np.inf
         return scores
@@ -362,6 +368,8 @@ class XGBModel(CostModel):
     @classmethod
     def load(cls, path: str | os.PathLike) -> XGBModel:
         """Read a model written by ``save``; its predictions equal the saved model's exactly."""
+        import xgboost as xgb
+
         meta, arrays = read_model_file(path, "xgb")
         params = meta["params"]
         if int(meta["version"]) < 2:

@@ -1,4 +1,4 @@
-"""Tunable settings of ``XGBModel``, in one frozen dataclass (defaults measured on GPU data)."""
+"""Tunable settings of ``XGBModel``, in one frozen dataclass (defaults chosen on GPU data)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,10 @@ class XGBParams:
             failed programs weigh nothing; a floor > 0 also fits failed programs to the lowest
             target.
 
-        Measured on H100 measurements of random states (matmul 1024^3, conv2d+bias+relu, depthwise
-        conv2d, ~1000 each; 20% of each workload held out, ``autosched.search.cost_model.holdout_ranking``;
-        pairwise accuracy on the held-out correct programs, mean over 5 splits; conv2d / depthwise
-        / matmul): "max" + "log" (default) 0.90 / 0.88 / 0.85; "sum_max" the same at twice the
-        training time; "max" + "linear" 0.88 / 0.87 / 0.84; "statements" (pack-sum) + "log"
-        0.88 / 0.84 / 0.83 and + "linear" (Ansor) 0.85 / 0.83 / 0.82, at 5x the training time;
-        random ranking 0.5.
+        Why these defaults: ranking held-out GPU measurements of random programs
+        (``autosched.search.cost_model.holdout_ranking``), "max" + "log" ranks best; "sum_max"
+        ranks the same at twice the training time; "linear" labels rank a little worse, and the
+        pack-sum ("statements", Ansor's choice) worse still at several times the training time.
 
     Booster:
         max_depth, gamma, min_child_weight, eta: the tree booster's parameters (min_child_weight
@@ -54,8 +51,8 @@ class XGBParams:
         early_stopping_rounds: 0 (default): train ``num_boost_round`` rounds on all programs. > 0:
             hold out ``valid_fraction`` of the programs, stop when their weighted RMSE (the loss
             being minimised) has not improved for this many rounds and keep the best round's model.
-            On the measurements above, holding out 20% costs more ranking quality (~0.01
-            pairwise) than stopping early gains.
+            On the measurements above, holding out 20% costs more ranking quality than stopping
+            early gains.
         valid_fraction: share of the programs (never single rows) held out for early stopping.
         min_valid_programs: when the held-out share would be smaller than this, nothing is held out
             and early stopping watches the training set instead (what TVM always does).
@@ -66,8 +63,9 @@ class XGBParams:
             the last training run (TVM uses 0.2 to bound training time on long logs; 0 = always).
 
     Prediction:
-        few_shot_threshold: until the model has been given this many measured programs (failed ones
-            included), ``predict`` returns uniform random scores, like Ansor's ``num_warmup_sample``:
+        few_shot_threshold: until the model has been given this many measured programs (failed
+            ones included), ``predict`` returns uniform random scores, like Ansor's
+            ``num_warmup_sample``:
             a model fitted on a handful of programs ranks worse than chance often enough that
             exploring at random is the better use of early measurements. 0 disables the fallback.
 

@@ -1,6 +1,6 @@
 """The NVRTC compile worker: `python -m measure._nvrtc_worker LIBRARY ARCH` (started by
-`measure.nvrtc.NvrtcCompiler`). It loads libnvrtc, checks that a trivial kernel compiles for ARCH, says
-ready, then answers one frame per request frame: {"source", "options"} ->
+`measure.nvrtc.NvrtcCompiler`). It loads libnvrtc, checks that a trivial kernel compiles for
+ARCH, says ready, then answers one frame per request frame: {"source", "options"} ->
 {"result", "log", "cubin"}.
 """
 
@@ -16,8 +16,9 @@ PROBE = 'extern "C" __global__ void autosched_probe(float* a) { a[threadIdx.x] =
 
 
 def serve(path: str, arch: str) -> None:
-    """The worker: load libnvrtc, compile a probe kernel for `arch`, say ready, then one reply frame per request frame on the
-    original stdout (fd 1 goes to stderr, so nothing else can corrupt the frames)."""
+    """The worker: load libnvrtc, compile a probe kernel for `arch`, say ready, then one reply
+    frame per request frame on the original stdout (fd 1 goes to stderr, so nothing else can
+    corrupt the frames)."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     try:

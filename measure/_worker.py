@@ -47,10 +47,10 @@ class Worker:
 
     def handle(self, req: dict) -> dict:
         """Run one candidate; returns {costs, error_kind, error_msg, fatal}."""
-        for ref_id in req.get("drop_refs", ()):
-            self._forget(ref_id)
-        ref_id = req.get("ref_id")
-        if req.get("ref") is not None:
+        for dropped in req.get("drop_refs", ()):
+            self._forget(dropped)
+        ref_id: str | None = req.get("ref_id")
+        if ref_id is not None and req.get("ref") is not None:
             self._forget(ref_id)
             self.references[ref_id] = Reference.from_dict(req["ref"])
         reference = self.references.get(ref_id) if ref_id is not None else None
@@ -98,14 +98,14 @@ class Worker:
             run_sequence = _sequence(calls, pointers)
 
             t1 = time.perf_counter()
-            for arg, buf in zip(args, buffers):
+            for arg, buf in zip(args, buffers, strict=True):
                 if arg.is_output and arg.nbytes:
                     drv.memset_d8(int(buf), 0xFF, arg.nbytes)  # NaN for floats, -1 for ints
             run_sequence()
             drv.Context.synchronize()
             if req.get("check") and reference is not None:
                 outputs = {}
-                for arg, buf in zip(args, buffers):
+                for arg, buf in zip(args, buffers, strict=True):
                     if arg.is_output:
                         host = np.empty(arg.shape, dtype=arg.dtype)
                         drv.memcpy_dtoh(host, buf)
@@ -148,7 +148,7 @@ class Worker:
         gets fresh buffers); without a reference, seeded random data."""
         rng = np.random.default_rng(seed)
         pristine = self.pristine.setdefault(ref_id, {}) if reference is not None else {}
-        for arg, buf in zip(args, buffers):
+        for arg, buf in zip(args, buffers, strict=True):
             if arg.is_output:
                 continue
             if reference is None:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 Dim3 = tuple[int, int, int]
 
 
-def _dim3(value) -> Dim3:
-    dims = tuple(int(v) for v in value)
+def _dim3(value: Sequence[int]) -> Dim3:
+    dims = [int(v) for v in value]
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"a grid/block needs 1 to 3 dimensions, got {value!r}")
-    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
+    dims += [1] * (3 - len(dims))
+    return dims[0], dims[1], dims[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,19 +59,29 @@ class ArgSpec:
         return cls(data["name"], tuple(data["shape"]), data["dtype"], bool(data["is_output"]))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class Launch:
-    """One kernel launch: entry name, grid and block dimensions, dynamic shared memory bytes."""
+    """One kernel launch: entry name, grid and block dimensions, dynamic shared memory bytes.
+
+    `grid` and `block` may be given with 1 to 3 dimensions; they are stored padded to 3 with 1s.
+    """
 
     kernel_name: str
     grid: Dim3
     block: Dim3
     dynamic_shared_bytes: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "grid", _dim3(self.grid))
-        object.__setattr__(self, "block", _dim3(self.block))
-        object.__setattr__(self, "dynamic_shared_bytes", int(self.dynamic_shared_bytes))
+    def __init__(
+        self,
+        kernel_name: str,
+        grid: Sequence[int],
+        block: Sequence[int],
+        dynamic_shared_bytes: int = 0,
+    ) -> None:
+        object.__setattr__(self, "kernel_name", kernel_name)
+        object.__setattr__(self, "grid", _dim3(grid))
+        object.__setattr__(self, "block", _dim3(block))
+        object.__setattr__(self, "dynamic_shared_bytes", int(dynamic_shared_bytes))
 
     @property
     def threads_per_block(self) -> int:

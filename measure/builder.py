@@ -71,10 +71,8 @@ class LocalBuilder:
     "auto" (default): NVRTC when `find_nvrtc()` finds the library, else nvcc. Both run the same
     NVVM and ptxas. `compiler_used` says which one builds. A compilation past `timeout` seconds
     (default 3) is a COMPILE_TIMEOUT: one huge unrolled kernel must not hold up a whole batch (a
-    batch of 64 takes at least as long as its slowest build). On the H100 machine (NVRTC, 15
-    compilations at once), the 20 fastest kernels of each of 17 logs measured in session 5 (nine
-    suite searches, 3000 random matmul and 7 x 320 random conv2d states) compiled in at most
-    2.4 s (the suites' in at most 1.5 s).
+    batch of 64 takes at least as long as its slowest build); the fastest kernels that searches
+    find compile well within it.
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
@@ -129,10 +127,8 @@ class LocalBuilder:
 
     def build(self, artifacts: Sequence[KernelArtifact]) -> list[BuildResult]:
         """Compile every artifact; results in the same order. Never raises for a candidate."""
-        results: list[BuildResult | None] = [None] * len(artifacts)
-        for i, result in self.build_as_completed(artifacts):
-            results[i] = result
-        return results
+        done = dict(self.build_as_completed(artifacts))
+        return [done[i] for i in range(len(artifacts))]
 
     def build_as_completed(
         self, artifacts: Sequence[KernelArtifact]
@@ -329,10 +325,10 @@ def check_resources(
         threads = launch.threads_per_block
         if threads > hw.max_threads_per_block:
             return limit, f"{name}: {threads} threads per block > {hw.max_threads_per_block}"
-        for axis, (dim, most) in enumerate(zip(launch.block, hw.max_block_dims)):
+        for axis, (dim, most) in enumerate(zip(launch.block, hw.max_block_dims, strict=True)):
             if dim > most:
                 return limit, f"{name}: block dimension {'xyz'[axis]} = {dim} > {most}"
-        for axis, (dim, most) in enumerate(zip(launch.grid, hw.max_grid_dims)):
+        for axis, (dim, most) in enumerate(zip(launch.grid, hw.max_grid_dims, strict=True)):
             if dim > most:
                 return limit, f"{name}: grid dimension {'xyz'[axis]} = {dim} > {most}"
         dynamic = launch.dynamic_shared_bytes

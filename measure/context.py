@@ -6,7 +6,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from measure.artifact import KernelArtifact
 from measure.builder import BuildResult, LocalBuilder
@@ -74,7 +73,8 @@ class MeasureResult:
         )
 
 
-class BatchEvent(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class BatchEvent:
     """When one candidate of the last batch was built and run, in seconds since the batch began
     (`run_end` None: not run). `LocalMeasureContext.timeline` holds one per candidate."""
 
@@ -109,7 +109,7 @@ class LocalMeasureContext:
     ) -> list[MeasureResult]:
         """Build and run every artifact; one result per artifact, in the artifacts' order."""
         references = references or {}
-        results: list[MeasureResult | None] = [None] * len(artifacts)
+        results: dict[int, MeasureResult] = {}
         start, self.timeline = time.perf_counter(), []
         for i, build in self.builder.build_as_completed(artifacts):
             run_start = time.perf_counter()
@@ -125,7 +125,7 @@ class LocalMeasureContext:
                     time.perf_counter() - start if run is not None else None,
                 )
             )
-        return results
+        return [results[i] for i in range(len(artifacts))]
 
     def close(self) -> None:
         """Stop the runner's worker and the builder's compiler workers."""

@@ -15,7 +15,7 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import msgpack
 import numpy as np
@@ -66,7 +66,7 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, object_hook=_object_hook, raw=False, strict_map_key=False)
 
 
-def write_frame(stream: BinaryIO, obj: Any) -> None:
+def write_frame(stream: IO[bytes], obj: Any) -> None:
     """Write one frame holding `obj` to a binary stream and flush it."""
     payload = pack(obj)
     stream.write(_HEADER.pack(len(payload)))
@@ -74,15 +74,15 @@ def write_frame(stream: BinaryIO, obj: Any) -> None:
     stream.flush()
 
 
-def read_frame(stream: BinaryIO) -> Any:
+def read_frame(stream: IO[bytes]) -> Any:
     """Read one frame from a blocking binary stream; raises FrameEOF at end of stream."""
     header = _read_exactly(stream, _HEADER.size)
     (size,) = _HEADER.unpack(header)
     return unpack(_read_exactly(stream, size))
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
-    chunks = []
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:
+    chunks: list[bytes] = []
     remaining = size
     while remaining:
         chunk = stream.read(remaining)
@@ -121,7 +121,7 @@ class FdFrameReader:
         return data
 
 
-def start_worker(module: str, *args: str) -> subprocess.Popen:
+def start_worker(module: str, *args: str) -> subprocess.Popen[bytes]:
     """Start `python -m module args...` with frame pipes on stdin/stdout, in its own session (a
     Ctrl-C to the parent does not hit it mid-kernel; `kill_worker` takes its children too)."""
     env = dict(os.environ)
@@ -146,10 +146,12 @@ class WorkerStartError(Exception):
 
 @dataclass
 class ReadyWorker:
-    """A started worker: its process, a reader of its frames, the finalizer that kills it
-    (once; also when `owner` is collected), and its first ("ready") frame."""
+    """A started worker: its process, the pipe to its stdin, a reader of its frames, the
+    finalizer that kills it (once; also when `owner` is collected), and its first ("ready")
+    frame."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
+    stdin: IO[bytes]
     reader: FdFrameReader
     finalizer: weakref.finalize
     hello: dict
@@ -159,6 +161,7 @@ def start_ready_worker(owner: object, module: str, *args: str, timeout: float) -
     """`start_worker`, then wait up to `timeout` seconds for its first frame, which must have
     `ready` true; else kill it and raise WorkerStartError."""
     proc = start_worker(module, *args)
+    assert proc.stdin is not None and proc.stdout is not None  # start_worker opens both pipes
     reader = FdFrameReader(proc.stdout.fileno())
     finalizer = weakref.finalize(owner, kill_worker, proc)
     try:
@@ -169,10 +172,10 @@ def start_ready_worker(owner: object, module: str, *args: str, timeout: float) -
     if not hello.get("ready"):
         finalizer()
         raise WorkerStartError(str(hello.get("error")), replied=True)
-    return ReadyWorker(proc, reader, finalizer, hello)
+    return ReadyWorker(proc, proc.stdin, reader, finalizer, hello)
 
 
-def kill_worker(proc: subprocess.Popen) -> None:
+def kill_worker(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a worker's process group if it still runs, close its pipes, and reap it."""
     if proc.poll() is None:
         try:
@@ -180,6 +183,8 @@ def kill_worker(proc: subprocess.Popen) -> None:
         except (ProcessLookupError, PermissionError):
             proc.kill()
     for stream in (proc.stdin, proc.stdout):
+        if stream is None:
+            continue
         try:
             stream.close()
         except Exception:

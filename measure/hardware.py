@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +43,7 @@ class HardwareParams:
     @classmethod
     def from_dict(cls, data: dict) -> HardwareParams:
         """Inverse of `to_dict`; unknown keys are an error, missing keys take the defaults."""
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         names = {f.name for f in dataclasses.fields(cls)}
         for key, value in data.items():
             if key not in names:

@@ -1,16 +1,16 @@
 """NVRTC: compile CUDA source to a cubin through libnvrtc, in long-lived worker processes.
 
 Why: `nvcc -cubin` preprocesses and parses the whole CUDA runtime header set for every kernel
-(gcc -E + cicc's front end: ~0.4-0.7 s of a typical 0.6-1.2 s generated-kernel build, measured on
-this project's CI machine and the H100 machine), and spawns three processes. NVRTC has the device
-builtins inside, so only the kernel itself is compiled; ptxas still runs (in-process), and
-`--ptxas-options=--verbose` gives the same resource report that `parse_ptxas` reads.
+(gcc -E + cicc's front end: most of a typical generated kernel's build time), and spawns three
+processes. NVRTC has the device builtins inside, so only the kernel itself is compiled; ptxas
+still runs (in-process), and `--ptxas-options=--verbose` gives the same resource report that
+`parse_ptxas` reads.
 
-Each `NvrtcCompiler` owns one worker process (`python -m measure._nvrtc_worker`, like the runner's) that
-loads libnvrtc once; a compilation that runs past its timeout kills the worker, and the next
-compilation starts a fresh one. `find_nvrtc()` locates the library: `$AUTOSCHED_NVRTC` (a path,
-or `0`/`off` to disable NVRTC), the CUDA toolkit next to nvcc, `$CUDA_HOME`, the NVIDIA pip wheels
-on `sys.path`, then the loader's search path.
+Each `NvrtcCompiler` owns one worker process (`python -m measure._nvrtc_worker`, like the
+runner's) that loads libnvrtc once; a compilation that runs past its timeout kills the worker,
+and the next compilation starts a fresh one. `find_nvrtc()` locates the library:
+`$AUTOSCHED_NVRTC` (a path, or `0`/`off` to disable NVRTC), the CUDA toolkit next to nvcc,
+`$CUDA_HOME`, the NVIDIA pip wheels on `sys.path`, then the loader's search path.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ import os
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Sequence
 
 from measure.errors import MeasureErrorKind
 from measure.framing import (
-    FdFrameReader,
     FrameEOF,
     FrameTimeout,
+    ReadyWorker,
     WorkerStartError,
     start_ready_worker,
     write_frame,
@@ -132,20 +131,23 @@ class NvrtcLibrary:
 
 
 class NvrtcCompiler:
-    """One NVRTC worker process (`python -m measure._nvrtc_worker LIBRARY ARCH`, frames
-    on its pipes);
-    `compile` has `compile_source`'s result shape."""
+    """One NVRTC worker process (`python -m measure._nvrtc_worker LIBRARY ARCH`, frames on its
+    pipes); `compile` has `compile_source`'s result shape."""
 
     def __init__(self, path: str, arch: str) -> None:
         self.path = path
         self.arch = arch
-        self._proc: subprocess.Popen | None = None
-        self._reader: FdFrameReader | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._worker: ReadyWorker | None = None
         self.worker_starts = 0
 
-    def start(self) -> None:
-        """Start the worker now (compile starts it when needed); OSError when it cannot."""
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        """The worker's process; None when it is stopped."""
+        return self._worker.proc if self._worker is not None else None
+
+    def start(self) -> ReadyWorker:
+        """Start the worker now (compile starts it when needed) and return it; OSError when it
+        cannot."""
         self.worker_starts += 1
         # start-up (interpreter, imports, loading libnvrtc) is not counted in a kernel's timeout
         try:
@@ -159,15 +161,17 @@ class NvrtcCompiler:
                     f"the NVRTC worker could not load {self.path}: {exc.detail}"
                 ) from None
             raise OSError(f"the NVRTC worker did not start ({self.path}): {exc.detail}") from None
-        self._proc, self._reader, self._finalizer = worker.proc, worker.reader, worker.finalizer
+        self._worker = worker
+        return worker
 
     def compile(
         self, source: str, extra_flags: Sequence[str] = (), timeout: float = 30.0
     ) -> tuple[MeasureErrorKind, str, bytes | None, dict[str, KernelResources]]:
         """Compile `source`: (error kind, message, cubin, ptxas resources), like
         `compile_source`. Raises OSError when the worker cannot start."""
-        if self._proc is None or self._proc.poll() is not None:
-            self.start()
+        worker = self._worker
+        if worker is None or worker.proc.poll() is not None:
+            worker = self.start()
         options = [f"--gpu-architecture={self.arch}", *BASE_OPTIONS, *extra_flags]
         # NVRTC may answer a program it has compiled before (even in another process, even with
         # other comments) from a cache, with the cubin but without ptxas's report (seen on the
@@ -178,8 +182,8 @@ class NvrtcCompiler:
             "options": options,
         }
         try:
-            write_frame(self._proc.stdin, request)
-            reply = self._reader.read(time.monotonic() + timeout)
+            write_frame(worker.stdin, request)
+            reply = worker.reader.read(time.monotonic() + timeout)
         except FrameTimeout:
             self.close()
             return MeasureErrorKind.COMPILE_TIMEOUT, f"NVRTC ran past {timeout:g} s", None, {}
@@ -197,6 +201,6 @@ class NvrtcCompiler:
 
     def close(self) -> None:
         """Stop the worker (it restarts on the next `compile`)."""
-        if self._finalizer is not None:
-            self._finalizer()  # kill_worker, once
-        self._proc = self._reader = self._finalizer = None
+        if self._worker is not None:
+            self._worker.finalizer()  # kill_worker, once
+        self._worker = None

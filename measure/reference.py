@@ -133,7 +133,7 @@ def make_reference(
                 f"make_reference: fn returned {len(values)} arrays for {len(out_specs)} outputs"
             )
     outputs = {}
-    for spec, value in zip(out_specs, values):
+    for spec, value in zip(out_specs, values, strict=True):
         arr = np.asarray(value)
         if arr.shape != spec.shape:
             raise ValueError(

@@ -6,18 +6,16 @@ import collections
 import dataclasses
 import importlib.util
 import math
-import subprocess
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 
 from measure.artifact import KernelArtifact
 from measure.builder import BuildResult
 from measure.errors import GPUUnavailableError, MeasureErrorKind
 from measure.framing import (
-    FdFrameReader,
     FrameEOF,
     FrameTimeout,
+    ReadyWorker,
     WorkerStartError,
     start_ready_worker,
     write_frame,
@@ -96,14 +94,12 @@ class LocalRunner:
     NaN), run the launch sequence once and compare with the reference (if `check_correctness`),
     then time with CUDA events: `number` back-to-back runs of the sequence per repeat, `number`
     raised until a repeat lasts `min_repeat_ms` (the last calibration probe counts as the first
-    repeat), `repeat` repeats in all. The defaults (3, 3, 5 ms) are tuned for search speed: on the
-    H100, 89 random conv2d and 62 random matmul candidates timed twice (benchmarks/
-    timing_repeatability.py) differed by a median 0.06% / 0.16% and at most 0.29% / 0.55% (95th
-    percentile) with 5 ms, Kendall tau between the two passes 0.999 / 1.000, at 25-27 ms per
-    candidate; 10 ms took 41-45 ms for 0.03% / 0.10% (tau 1.000 / 0.996); 2 ms, 16-17 ms for 0.11% /
-    0.22% (tau 0.999 / 0.993). Raise them for final numbers.
-    The floor of the method is the launch rate of the worker's Python loop, about 4-5 us per
-    kernel launch (an empty kernel times at ~4.3 us). A CUDA error gives RUNTIME_ERROR and a fresh
+    repeat), `repeat` repeats in all. The defaults (3, 3, 5 ms) are tuned for search speed: two
+    passes over the same random candidates rank them almost identically (repeat differences of a
+    few tenths of a percent; `benchmarks/timing_repeatability.py` measures this), while a longer
+    `min_repeat_ms` costs proportionally more time per candidate. Raise them for final numbers.
+    The floor of the method is the launch rate of the worker's Python loop, a few microseconds
+    per kernel launch. A CUDA error gives RUNTIME_ERROR and a fresh
     worker (the context may be corrupted); a candidate past `timeout` seconds gives RUN_TIMEOUT
     and the worker is killed (SIGKILL) and restarted.
 
@@ -137,10 +133,8 @@ class LocalRunner:
         self.seed = seed
         self.device_name: str | None = None
         self.worker_starts = 0
-        self._proc: subprocess.Popen | None = None
-        self._reader: FdFrameReader | None = None
+        self._worker: ReadyWorker | None = None
         self._sent: collections.OrderedDict[str, Reference] = collections.OrderedDict()
-        self._finalizer: weakref.finalize | None = None
         # Diagnostics: seconds spent per phase, summed over candidates (load = cubin, buffers and
         # inputs; check = first run and comparison; time = calibration and repeats; other =
         # transport and worker overhead).
@@ -153,10 +147,10 @@ class LocalRunner:
 
     # -- worker lifecycle --------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the worker (if not running) and wait for its CUDA context."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
+    def start(self) -> ReadyWorker:
+        """Start the worker (if not running), wait for its CUDA context, and return it."""
+        if self._worker is not None and self._worker.proc.poll() is None:
+            return self._worker
         self._sent.clear()
         self.worker_starts += 1
         try:
@@ -170,19 +164,20 @@ class LocalRunner:
             raise GPUUnavailableError(
                 f"the GPU worker process did not start: {exc.detail}"
             ) from None
-        self._proc, self._reader, self._finalizer = worker.proc, worker.reader, worker.finalizer
+        self._worker = worker
         hello = worker.hello
         self.device_name = f"{hello['device']} ({hello['arch']})"
+        return worker
 
     def close(self) -> None:
         """Stop the worker politely (then by force)."""
-        proc = self._proc
-        if proc is None:
+        worker = self._worker
+        if worker is None:
             return
-        if proc.poll() is None:
+        if worker.proc.poll() is None:
             try:
-                write_frame(proc.stdin, {"op": "exit"})
-                proc.wait(timeout=5.0)
+                write_frame(worker.stdin, {"op": "exit"})
+                worker.proc.wait(timeout=5.0)
             except Exception:
                 pass
         self._stop_worker()
@@ -194,9 +189,9 @@ class LocalRunner:
         self.close()
 
     def _stop_worker(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()  # SIGKILL if still alive, then reap
-        self._proc, self._reader, self._finalizer = None, None, None
+        if self._worker is not None:
+            self._worker.finalizer()  # SIGKILL if still alive, then reap
+        self._worker = None
         self._sent.clear()
 
     # -- running -----------------------------------------------------------------------------
@@ -214,13 +209,13 @@ class LocalRunner:
         references = references or {}
         missing = {
             a.reference_id
-            for a, b in zip(artifacts, build_results)
+            for a, b in zip(artifacts, build_results, strict=True)
             if b.ok and a.reference_id is not None and a.reference_id not in references
         }
         if missing:
             raise KeyError(f"no Reference given for reference_id(s) {sorted(missing)}")
         results = []
-        for artifact, build in zip(artifacts, build_results):
+        for artifact, build in zip(artifacts, build_results, strict=True):
             if not build.ok or build.cubin is None:
                 kind = build.error_kind if not build.ok else MeasureErrorKind.UNKNOWN
                 results.append(RunResult((), kind, build.error_msg or "no cubin"))
@@ -230,12 +225,12 @@ class LocalRunner:
         return results
 
     def _run_one(self, artifact: KernelArtifact, cubin: bytes, ref: Reference | None) -> RunResult:
-        self.start()
+        worker = self.start()
         request = self._request(artifact, cubin, ref)
         started = time.monotonic()
         try:
-            write_frame(self._proc.stdin, request)
-            reply = self._reader.read(started + self.timeout)
+            write_frame(worker.stdin, request)
+            reply = worker.reader.read(started + self.timeout)
         except FrameTimeout:
             self._stop_worker()
             return RunResult(
@@ -245,7 +240,7 @@ class LocalRunner:
                 time.monotonic() - started,
             )
         except (FrameEOF, BrokenPipeError, OSError) as exc:
-            code = self._proc.poll() if self._proc else None
+            code = worker.proc.poll()
             self._stop_worker()
             return RunResult(
                 (),
@@ -268,8 +263,9 @@ class LocalRunner:
         )
 
     def _request(self, artifact: KernelArtifact, cubin: bytes, ref: Reference | None) -> dict:
-        ref_id, payload, drop = artifact.reference_id if ref is not None else None, None, []
-        if ref is not None:
+        ref_id = artifact.reference_id if ref is not None else None
+        payload, drop = None, []
+        if ref is not None and ref_id is not None:
             if self._sent.get(ref_id) is not ref:  # new id, or the same id given a new object
                 payload = ref.to_dict()
                 self._sent[ref_id] = ref

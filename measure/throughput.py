@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> dict:
         empty = KernelArtifact(EMPTY, (Launch("empty", (1,), (32,)),), arts[0].args, None, "empty")
         floor = runner.run([empty], builder.build([empty]))[0]
         device = runner.device_name
-    ok = [(a.tag, r.mean_cost) for a, r in zip(arts, runs) if r.error_kind == 0]
+    ok = [(a.tag, r.mean_cost) for a, r in zip(arts, runs, strict=True) if r.error_kind == 0]
     best = min(ok, key=lambda x: x[1]) if ok else (None, float("inf"))
-    errors = {}
+    errors: dict[str, int] = {}
     for r in runs:
         if r.error_kind:
             name = MeasureErrorKind(r.error_kind).name
@@ -108,12 +108,12 @@ def main(argv: list[str] | None = None) -> dict:
         "mean_run_seconds_per_candidate": sum(r.run_seconds for r in runs) / len(runs),
         "timing": timing,
         "phase_seconds": phases,
-        "costs_us": {a.tag: r.mean_cost * 1e6 for a, r in zip(arts, runs)},
+        "costs_us": {a.tag: r.mean_cost * 1e6 for a, r in zip(arts, runs, strict=True)},
     }
     if again is not None:
         diffs = sorted(
             abs(a.mean_cost - b.mean_cost) / a.mean_cost
-            for a, b in zip(runs, again)
+            for a, b in zip(runs, again, strict=True)
             if a.error_kind == 0 and b.error_kind == 0
         )
         if diffs:

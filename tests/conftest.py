@@ -31,3 +31,14 @@ def pytest_collection_modifyitems(config, items):
                 reason = gpu_unavailable_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _verify_every_lowering():
+    """Every program `lower` or `device_program` returns in the tests goes through the IR
+    verifier."""
+    from autosched.lower.verify import verify_every_lowering
+
+    previous = verify_every_lowering(True)
+    yield
+    verify_every_lowering(previous)

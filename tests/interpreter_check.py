@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from autosched.lower.interpreter import run_program
-from autosched.schedule.transform_steps import print_python_schedule
+from autosched.schedule.steps import print_python_schedule
 from autosched.te.tensor import PlaceholderOp
 
 

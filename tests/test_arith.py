@@ -115,13 +115,13 @@ def test_random_digit_sums_keep_their_value(seed):
     assert folded >= 10, folded  # the rule was exercised, not only the identity
 
 
-def test_cuda_printer_stores_shared_fetches_at_the_fused_index():
+def test_device_program_stores_shared_fetches_at_the_fused_index():
     """The lowered program keeps the per-axis digits of a cooperative fetch's store (the features
-    read accesses per dimension from them); the printed kernel stores at the fused index, with no
+    read accesses per dimension from them); the device pass stores at the fused index, with no
     division left."""
     from workloads_for_tests import matmul_dag, matmul_shared_state
 
-    from autosched.codegen.cuda import fold_index_digits
+    from autosched.lower.device_passes import fold_index_digits
     from autosched.lower.lowering import lower
 
     kernel = lower(matmul_shared_state(matmul_dag(64, 64, 64))).kernels[0]
@@ -133,4 +133,4 @@ def test_cuda_printer_stores_shared_fetches_at_the_fused_index():
 
     assert len(shared_stores(kernel.body)) == 2
     assert all(divisions(s.index) > 0 for s in shared_stores(kernel.body))
-    assert all(divisions(s.index) == 0 for s in shared_stores(fold_index_digits(kernel)))
+    assert all(divisions(s.index) == 0 for s in shared_stores(fold_index_digits(kernel).body))

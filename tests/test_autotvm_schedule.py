@@ -31,7 +31,7 @@ from workloads_for_tests import (
 from autosched.codegen.cuda import codegen_program
 from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
-from autosched.schedule.transform_steps import reads_of
+from autosched.schedule.dataflow import reads_of
 from autosched.task.evaluate import evaluate
 from measure import compile_resources
 

@@ -344,7 +344,7 @@ def test_common_outer_iters_and_consumer_root():
 def test_softmax_sketches_have_the_cross_thread_structure():
     """Four sketches (each reduction cross-thread or not); the first computes both reductions
     per row inside the output, following its thread split: one kernel."""
-    from autosched.schedule.transform_steps import FollowSplitStep, print_python_schedule
+    from autosched.schedule.steps import FollowSplitStep, print_python_schedule
     from autosched.sketch import generate_sketches
 
     sketches = generate_sketches(suite_dag("softmax"))
@@ -372,7 +372,7 @@ def test_softmax_sketches_have_the_cross_thread_structure():
 
 
 def test_dense_sketches_have_the_cross_thread_structure():
-    from autosched.schedule.transform_steps import print_python_schedule
+    from autosched.schedule.steps import print_python_schedule
     from autosched.sketch import generate_sketches
 
     cross, tiled = generate_sketches(suite_dag("dense_bias"))

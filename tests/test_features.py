@@ -21,7 +21,6 @@ from autosched.features import (
     FEATURES,
     N_FEATURES,
     extract_features,
-    features_for_states,
     group_slices,
     state_features,
 )
@@ -29,6 +28,7 @@ from autosched.features.table import feature_row
 from autosched.features.walk import ProgramWalker
 from autosched.lower import ir
 from autosched.lower.lowering import lower
+from autosched.search.workers import features_for_states
 from autosched.te.expr import Const, Load, Var
 
 COL = {name: i for i, name in enumerate(FEATURE_NAMES)}

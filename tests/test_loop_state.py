@@ -24,7 +24,7 @@ from workloads_for_tests import (
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
-from autosched.schedule.transform_steps import Step, replay
+from autosched.schedule.steps import Step, replay
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_DIR = TESTS_DIR.parent
@@ -180,7 +180,7 @@ SUBPROCESS = textwrap.dedent("""
     import json, sys
     sys.path[:0] = [sys.argv[1], sys.argv[2]]
     from workloads_for_tests import PROPERTY_DAGS, summary_json
-    from autosched.schedule.transform_steps import replay
+    from autosched.schedule.steps import replay
     cases = json.load(open(sys.argv[3]))
     dags = {name: make() for name, make in PROPERTY_DAGS.items()}
     out = []

@@ -26,7 +26,7 @@ from workloads_for_tests import (
     seed_conv_state,
 )
 
-from autosched.schedule.transform_steps import FollowSplitStep, SplitStep
+from autosched.schedule.steps import FollowSplitStep, SplitStep
 
 SEED_001 = """\
 pad_temp_i0, pad_temp_i1, pad_temp_i2, pad_temp_i3 = tuple(pad_temp.op.axis) + tuple(pad_temp.op.reduce_axis)

@@ -45,7 +45,7 @@ def tune(t, log, trials: int, per_round: int, policy):
     opts = autosched.TuningOptions(
         num_measure_trials=trials, num_measures_per_round=per_round, measurer=measurer, verbose=0
     )
-    return autosched.search.auto_schedule(t, policy, opts), measurer
+    return autosched.auto_schedule(t, policy, opts), measurer
 
 
 def resumed_policy(t, log):
@@ -94,7 +94,7 @@ policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), params, verbo
 measurer = SimulatedMeasurer(task, [autosched.RecordToFile({log!r})])
 opts = autosched.TuningOptions(num_measure_trials=100000, num_measures_per_round=4,
                                measurer=measurer, verbose=0)
-autosched.search.auto_schedule(task, policy, opts)
+autosched.auto_schedule(task, policy, opts)
 """
 
 

@@ -19,7 +19,7 @@ from autosched.lower.lowering import lower
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
-from autosched.schedule.transform_steps import RfactorStep, Step, print_python_schedule, replay
+from autosched.schedule.steps import RfactorStep, Step, print_python_schedule, replay
 from autosched.task.evaluate import evaluate
 
 # ---- helpers -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import autosched
 from autosched.cli import time_split
 from autosched.features import state_features
 from autosched.records import load_records
-from autosched.schedule.transform_steps import PragmaStep, SplitStep
+from autosched.schedule.steps import PragmaStep, SplitStep
 from autosched.search.mutations import MUTATIONS, as_step, is_decision, structure_key
 from autosched.search.policy import SearchParams, SketchPolicy
 from autosched.search.workers import TaskContext, TaskSpec, Workers
@@ -161,7 +161,7 @@ def test_unreplayable_candidate_is_invalid_not_an_error(sampled):
     records = fresh[0]
     bad = records[:1] + (("SP", 99, 0, 8, (2,), True),) + records[1:]
     (outcome,) = policy.workers.evaluate([bad])
-    assert outcome == "ScheduleError"
+    assert outcome == "schedule_error"
 
 
 def test_a_full_feature_cache_drops_old_entries_but_answers_every_candidate(sampled):
@@ -325,7 +325,7 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
         num_measure_trials=16, num_measures_per_round=8, measurer=measurer
     )
     t0 = time.perf_counter()
-    res = autosched.search.auto_schedule(task, make_policy(task), opts)
+    res = autosched.auto_schedule(task, make_policy(task), opts)
     wall = time.perf_counter() - t0
     assert measurer.count == 16 and len(set(measurer.fingerprints)) == 16
     assert math.isfinite(res.best_cost) and len(list(load_records(str(log)))) == 16

@@ -16,15 +16,15 @@ import pytest
 from autosched.lower.lowering import lower
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
-from autosched.schedule.transform_steps import PragmaStep, SplitStep, print_python_schedule
+from autosched.schedule.steps import PragmaStep, SplitStep, print_python_schedule
 from autosched.sketch import SketchSampler, generate_sketches, sample_initial_population
 from autosched.sketch import rules as R
-from autosched.sketch.init_rules import Limits
-from autosched.sketch.sampler import check_program
 from autosched.sketch.utils import divisors, factorization_schemes
+from autosched.sketch.validity import check_program
 from autosched.task.evaluate import evaluate
 from autosched.task.workload_registry import lookup
 from autosched.task.workloads import SUITE
+from measure.hardware import HardwareParams
 from tests.interpreter_check import assert_matches_dag, random_inputs
 from tests.workloads_for_tests import conv2d_bias_relu_dag, seed_conv_state
 
@@ -196,7 +196,7 @@ def test_sampled_states_lower_within_gpu_limits(name):
         assert s.is_complete
         _classify(s)
         program = sampler.programs[s.key()]
-        assert check_program(program, sampler.ctx.limits, sampler.params) is None
+        assert check_program(program, sampler.hardware, sampler.params) is None
         assert ir_text_of(lower(s)) == ir_text_of(program)  # the sampler's program is the state's
 
 
@@ -253,7 +253,7 @@ def test_limits_are_enforced_and_reasons_counted():
 
 
 def test_thread_and_vthread_limits_hold():
-    hw_limits = Limits()
+    hw_limits = HardwareParams()
     for name in ("conv2d_b16", "matmul", "depthwise"):
         sampler = SketchSampler(generate_sketches(suite_dag(name)), verify=False)
         for s in sampler.sample(100, 4):
@@ -312,8 +312,8 @@ def test_sampled_states_compile_with_nvcc_mostly_without_spills():
 def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
     from autosched.lower import ir
     from autosched.lower.lowering import lower
-    from autosched.sketch.sampler import check_program, unrolled_statements
     from autosched.sketch.utils import SketchParams
+    from autosched.sketch.validity import unrolled_statements
     from autosched.te.expr import Var
 
     dag = suite_dag("matmul", True)
@@ -324,7 +324,7 @@ def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
     assert n >= 1
     assert unrolled_statements(ir.For(Var("u"), 4, "unroll", ir.seq([body, body]))) == 8 * n
     assert unrolled_statements(ir.For(Var("s"), 4, "serial", body)) == n
-    limits = SketchSampler(generate_sketches(dag)).ctx.limits
+    limits = SketchSampler(generate_sketches(dag)).hardware
     assert check_program(program, limits, SketchParams(max_unrolled_statements=n)) is None
     assert (
         check_program(program, limits, SketchParams(max_unrolled_statements=n - 1)) == "code_size"

@@ -15,7 +15,7 @@ from workloads_for_tests import (
 
 from autosched.errors import ScheduleError
 from autosched.schedule.stage import ATTACHED, INLINED, MIXED, REDUCE, SPATIAL
-from autosched.schedule.transform_steps import (
+from autosched.schedule.steps import (
     STEP_REGISTRY,
     AnnotationStep,
     ComputeAtStep,

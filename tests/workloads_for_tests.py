@@ -221,8 +221,9 @@ def random_step(state: State, rng):
 
     Mostly valid by construction; a few picks (thread bindings, ...) may still be rejected by the
     step itself with ScheduleError, which the caller drops (as the search does)."""
+    from autosched.schedule.dataflow import reads_of, transitive_consumers
     from autosched.schedule.stage import ATTACHED, INLINED, THREAD_ANNOTATIONS
-    from autosched.schedule.transform_steps import (
+    from autosched.schedule.steps import (
         AnnotationStep,
         CacheReadStep,
         CacheWriteStep,
@@ -236,8 +237,6 @@ def random_step(state: State, rng):
         ReorderStep,
         SplitStep,
         StorageAlignStep,
-        _transitive_consumers,
-        reads_of,
     )
 
     stages = state.stages
@@ -318,7 +317,7 @@ def random_step(state: State, rng):
         )
         return CacheWriteStep(si, "local") if ok else None
     if kind == "CA":
-        targets = [t for t in _transitive_consumers(state, si) if stages[t].compute_at != INLINED]
+        targets = [t for t in transitive_consumers(state, si) if stages[t].compute_at != INLINED]
         if not targets:
             return None
         t = rng.choice(sorted(targets))

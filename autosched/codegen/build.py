@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from autosched.lower import ir
+from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
 from autosched.lower.unrolling import compiled_statements
 from measure import ArgSpec, KernelArtifact, Launch
@@ -17,9 +18,10 @@ from measure import ArgSpec, KernelArtifact, Launch
 class BuiltKernel:
     """The result of `autosched.build(dag, state)`.
 
-    `source` holds every kernel; `launches` runs them in order; `args` lists the kernel
-    parameters (the DAG's tensors, then global temporaries). Call it on numpy arrays (GPU through
-    pycuda) or use `run_cpu` (the lock-step interpreter).
+    `program` is the device program (`lower` then `device_passes.device_program`): `source`
+    prints it and `run_cpu` runs it. `source` holds every kernel; `launches` runs them in order;
+    `args` lists the kernel parameters (the DAG's tensors, then global temporaries). Call it on
+    numpy arrays (GPU through pycuda) or use `run_cpu` (the lock-step interpreter).
     """
 
     program: ir.Program
@@ -42,7 +44,7 @@ class BuiltKernel:
 
     def _named(self, arrays) -> dict[str, np.ndarray]:
         named = {}
-        for spec, arr in zip(self.args, arrays):
+        for spec, arr in zip(self.args, arrays, strict=False):  # temporaries may be omitted
             named[spec.name] = arr
         for spec in self.args[len(arrays) :]:
             named[spec.name] = np.zeros(spec.shape, spec.dtype)
@@ -64,10 +66,10 @@ class BuiltKernel:
 
 
 def build(dag, state, fast_math: bool = False) -> BuiltKernel:
-    """Lower `state` (a State of `dag`) and generate its CUDA source."""
+    """Lower `state` (a State of `dag`), run the device passes and print the CUDA source."""
     from autosched.codegen.cuda import codegen_program
 
-    program = lower(state)
+    program = device_program(lower(state))
     source = codegen_program(program, fast_math=fast_math)
     launches = tuple(Launch(k.name, k.grid, k.block, 0) for k in program.kernels)
     outputs = {id(b) for b in program.outputs}

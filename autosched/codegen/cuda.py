@@ -2,11 +2,14 @@
 
 `codegen_program` prints every kernel of a program into one source: `extern "C" __global__`
 functions with `__launch_bounds__(threads, 1)` (one block per SM is enough: without the 1, ptxas
-trades registers for occupancy and spills; measured on the H100 over the suite's best kernels,
-(T, 1) was as fast or faster, once 1.9x), `local` buffers as register arrays, `__shared__` arrays, loops
-with `#pragma unroll`, float4/float2/half2 accesses for aligned `vectorize` loops, and a warp-shuffle
-block reduction for `AllReduce`. Expressions and statements are printed through tables from node
-type to text; the spellings that depend on the target are class attributes of `CUDATarget`.
+trades registers for occupancy and spills), `local` buffers as register arrays, `__shared__`
+arrays, loops with `#pragma unroll`, float4/float2/half2 accesses for aligned `vectorize` loops,
+and a block reduction for `AllReduce` (`autosched.codegen.allreduce`). Expressions and
+statements are printed through tables from node type to text; the spellings that depend on the
+target are class attributes of `CUDATarget`.
+
+The printer prints the program it is given and rewrites nothing: the device program
+(`autosched.lower.device_passes.device_program`) is what `build` hands it.
 """
 
 from __future__ import annotations
@@ -19,13 +22,12 @@ from typing import ClassVar
 
 import numpy as np
 
+from autosched.codegen.allreduce import emit_allreduce
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import fold_digits
 from autosched.te.dtype import CUDA_TYPE, is_float
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
-from autosched.te.reduce import BUILTIN_REDUCERS
-from autosched.te.visitor import children, free_vars, rewrite, substitute
+from autosched.te.visitor import children, free_vars, substitute
 
 # ---- small analyses ------------------------------------------------------------------------
 
@@ -93,8 +95,12 @@ _FAST_F32 = {
 # Floor division and modulo for operands that may be negative (C's / and % truncate).
 FLOOR_HELPERS = """\
 #define AS_FLOOR_INT(T) \\
-  __device__ __forceinline__ T as_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; } \\
-  __device__ __forceinline__ T as_floormod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+  __device__ __forceinline__ T as_floordiv(T a, T b) { \\
+    T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; \\
+  } \\
+  __device__ __forceinline__ T as_floormod(T a, T b) { \\
+    T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; \\
+  }
 AS_FLOOR_INT(int)
 AS_FLOOR_INT(long long)
 __device__ __forceinline__ float as_floordiv(float a, float b) { return floorf(a / b); }
@@ -264,7 +270,7 @@ class KernelPrinter:
         self.k, self.params, self.t = kernel, params, target
         self.lines: list[str] = []
         self.used: set[str] = set()
-        buffer_names = {id(b): self._fresh(b.name) for b in [*params, *kernel.allocs]}
+        buffer_names = {id(b): self.fresh(b.name) for b in [*params, *kernel.allocs]}
         self.ex = ExprPrinter(target, buffer_names, fast)
         wide = any(b.size >= 1 << 31 for b in [*params, *kernel.allocs])
         self.index_type = "long long" if wide else "int"
@@ -280,7 +286,7 @@ class KernelPrinter:
             ir.AllReduce: lambda s, d: emit_allreduce(self, s, d),
         }
 
-    def _fresh(self, name: str) -> str:
+    def fresh(self, name: str) -> str:
         """A C identifier from `name`, unique in this kernel (`i`, `i_1`, ...)."""
         base = name = re.sub(r"\W|^(?=\d)|^$", "_", name)
         for n in itertools.count(1):
@@ -313,7 +319,7 @@ class KernelPrinter:
         for b in k.allocs:
             prefix = f"{t.shared_prefix} " if b.scope == "shared" else ""
             self.emit(1, f"{prefix}{t.types[b.dtype]} {self.ex.buffer_names[id(b)]}[{b.size}];")
-        self.stmt(fold_index_digits(k), 1)
+        self.stmt(k.body, 1)
         self.emit(0, "}")
         return "\n".join(self.lines)
 
@@ -332,7 +338,7 @@ class KernelPrinter:
     def _for(self, s: ir.For, d: int) -> None:
         if s.kind == "vectorize" and self._vector_loop(s, d):
             return
-        name = self.ex.names[id(s.var)] = self._fresh(s.var.name)
+        name = self.ex.names[id(s.var)] = self.fresh(s.var.name)
         pragma = self.t.loop_pragma.get(s.kind, "")
         if pragma:
             self.emit(d, pragma)
@@ -367,7 +373,7 @@ class KernelPrinter:
         for ld in vloads:
             if ld._key not in temps:
                 ltype = self.t.vector_types[(ld.buffer.dtype, s.extent)][0]
-                temps[ld._key] = tmp = self._fresh("vec")
+                temps[ld._key] = tmp = self.fresh("vec")
                 base = f"{ex.buffer_names[id(ld.buffer)]}[{ex(_at_zero(ld.indices[0], s.var))}]"
                 self.emit(d, f"{ltype} {tmp} = *reinterpret_cast<const {ltype}*>(&{base});")
         base = f"{ex.buffer_names[id(body.buffer)]}[{ex(_at_zero(body.index, s.var))}]"
@@ -411,113 +417,6 @@ def _unguarded_loads(e: Expr) -> list[Load]:
     else:
         kids = children(e)
     return [ld for k in kids for ld in _unguarded_loads(k)]
-
-
-def fold_index_digits(kernel: ir.Kernel) -> ir.Stmt:
-    """The kernel's body with the digits of every store and load index folded
-    (`arith.fold_digits`, under the loops' and thread indices' ranges): the per-axis
-    decomposition `(f // 72)*72 + ((f // 9) % 8)*9 + ... + f % 3` of a cooperative fetch is
-    printed as `f`. Measured on the H100: kernels ran 0.88-0.93x their time before (geometric
-    means over random states of three workloads), spilled less, and compiled faster
-    (benchmarks/results/h100_session5/codegen_ab_merge_digits.json)."""
-    bounds = {
-        id(s.var): (0, s.extent - 1) for s in ir.iter_stmts(kernel.body) if isinstance(s, ir.For)
-    }
-    for axis, (grid, block) in enumerate(zip(kernel.grid, kernel.block)):
-        bounds[id(ir.THREAD_VARS[f"blockIdx.{'xyz'[axis]}"])] = (0, grid - 1)
-        bounds[id(ir.THREAD_VARS[f"threadIdx.{'xyz'[axis]}"])] = (0, block - 1)
-
-    def fold_loads(e: Expr) -> Expr:
-        return rewrite(
-            e,
-            lambda n: (
-                Load(n.buffer, [fold_digits(i, bounds) for i in n.indices])
-                if isinstance(n, Load)
-                else None
-            ),
-        )
-
-    return ir.map_exprs(kernel.body, lambda e: fold_digits(fold_loads(e), bounds))
-
-
-# ---- AllReduce -----------------------------------------------------------------------------
-
-
-def emit_allreduce(p: KernelPrinter, s: ir.AllReduce, d: int) -> None:
-    """A block reduction over `s.thread_tag`; every thread ends up holding the result.
-
-    Threads whose tag index is the innermost (stride 1) dimension of the linear thread id form
-    contiguous groups of `extent` lanes: when `extent` divides the warp size, an xor butterfly
-    inside each group suffices; otherwise a guarded shuffle-down tree reduces each (warp, group)
-    segment, segment heads write a small shared array, and each thread folds its group's
-    segments. A tag with a stride (threadIdx.y with blockDim.x > 1) goes through shared memory.
-    """
-    k, t, ex = p.k, p.t, p.ex
-    (bx, by, bz), axis = k.block, "xyz".find(s.thread_tag[-1:])
-    E, T, W = s.extent, k.threads_per_block, t.warp_size
-    if not s.thread_tag.startswith("threadIdx.") or axis < 0 or k.block[axis] != E:
-        raise LoweringError(f"AllReduce over {s.thread_tag} extent {E} but block is {k.block}")
-    dtype, ctype, v = s.buffer.dtype, t.types[s.buffer.dtype], p._fresh("red")
-
-    def op(a: str, b: str) -> str:
-        return f"({a} + {b})" if s.reducer == "sum" else ex.minmax(s.reducer, dtype, a, b)
-
-    ident = ex(BUILTIN_REDUCERS[s.reducer].identity(dtype))
-    value = ex(s.value) if s.cond is None else f"({ex(s.cond)} ? {ex(s.value)} : {ident})"
-    tid = [t.thread_index[f"threadIdx.{a}"] for a in "xyz"]
-    steps = ((bx, tid[1], by), (bx * by, tid[2], bz))
-    lin = " + ".join([tid[0]] + [f"{n} * {i}" for n, i, extent in steps if extent > 1])
-    stride = (1, bx, bx * by)[axis]
-    lines = [f"{{  // allreduce {s.reducer} over {s.thread_tag} ({E} threads)"]
-    lines += [f"  {ctype} {v} = {value};", f"  int {v}_lin = {lin};"]
-    if T % W == 0:
-        mask = "0xffffffffu"
-    else:  # the block's last warp is partial: name only its existing lanes
-        tail = f"((1u << {T % W}) - 1u)"
-        mask = tail if T < W else f"(({v}_lin / {W} == {T // W}) ? {tail} : 0xffffffffu)"
-    if E == 1:  # nothing to combine
-        pass
-    elif stride == 1 and W % E == 0:
-        o = E // 2
-        while o:
-            lines.append(f"  {v} = {op(v, f'__shfl_xor_sync({mask}, {v}, {o}, {E})')};")
-            o //= 2
-    elif stride == 1:
-        segs = max((g * E + E - 1) // W - g * E // W + 1 for g in range(T // E))
-        first, slot = f"{v}_g * {E} / {W}", f"{v}_buf[{v}_g * {segs}"
-        lines.append(
-            f"  int {v}_r = {v}_lin % {E}, {v}_g = {v}_lin / {E}, {v}_lane = {v}_lin % {W};"
-        )
-        o = 1 << (min(W, E) - 1).bit_length() - 1
-        while o:
-            guard = f"{v}_lane + {o} < {W} && {v}_r + {o} < {E}"
-            lines.append(f"  {{ {ctype} {v}_o = __shfl_down_sync({mask}, {v}, {o});")
-            lines.append(f"    if ({guard}) {v} = {op(v, f'{v}_o')}; }}")
-            o //= 2
-        lines += [
-            f"  {t.shared_prefix} {ctype} {v}_buf[{T // E * segs}];",
-            f"  if ({v}_lane == 0 || {v}_r == 0) {slot} + {v}_lin / {W} - {first}] = {v};",
-            f"  {t.barrier}",
-            f"  {v} = {slot}];",
-            f"  for (int {v}_s = 1; {v}_s < ({v}_g * {E} + {E - 1}) / {W} - {first} + 1; ++{v}_s)",
-            f"    {v} = {op(v, f'{slot} + {v}_s]')};",
-            f"  {t.barrier}",
-        ]
-    else:
-        base = f"{v}_buf[{v}_lin - {tid[axis]} * {stride}"
-        lines += [
-            f"  {t.shared_prefix} {ctype} {v}_buf[{T}];",
-            f"  {v}_buf[{v}_lin] = {v};",
-            f"  {t.barrier}",
-            f"  {v} = {base}];",
-            f"  for (int {v}_s = 1; {v}_s < {E}; ++{v}_s) {v} = {op(v, f'{base} + {v}_s * {stride}]')};",
-            f"  {t.barrier}",
-        ]
-    lines += [f"  {ex.buffer_names[id(s.buffer)]}[{ex(s.index)}] = {v};", "}"]
-    if not any(f"{v}_lin" in line for line in lines[3:]):
-        del lines[2]  # the linear thread id is unused (a butterfly over a full warp, say)
-    for line in lines:
-        p.emit(d, line)
 
 
 # ---- the program ---------------------------------------------------------------------------

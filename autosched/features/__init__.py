@@ -2,14 +2,11 @@
 statement (Store or AllReduce) of a lowered Program, following the Ansor paper's groups.
 
     feats = extract_features(lower(state))           # (statements, len(FEATURE_NAMES))
-    feats = state_features(state)                    # the same, lowered here
-    per_state = features_for_states(states, n_jobs)  # list of matrices, None where lowering fails
+    feats = state_features(state)                    # the same, lowered here (None if it fails)
 
 Rows are per statement, in program order (a reduction's init and update are two rows; Ansor
-keys rows by buffer and lets the update overwrite the init). With n_jobs > 1, states are sent
-to spawned workers as (workload key, step records), so their DAG must be a registered workload
-(others are done in the calling process, with a warning); the caller's main module needs the
-usual `if __name__ == "__main__":` guard of spawned multiprocessing.
+keys rows by buffer and lets the update overwrite the init). The features of many states in
+worker processes: `search.workers.features_for_states`.
 
 Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared once in table.py:
 
@@ -46,7 +43,6 @@ from __future__ import annotations
 
 from autosched.features.analysis import CACHE_LINE_BYTES, N_BUFFERS
 from autosched.features.extract import N_FEATURES, extract_features, state_features
-from autosched.features.parallel import features_for_states
 from autosched.features.table import FEATURE_NAMES, FEATURES, group_slices
 
 __all__ = [
@@ -56,7 +52,6 @@ __all__ = [
     "N_BUFFERS",
     "N_FEATURES",
     "extract_features",
-    "features_for_states",
     "group_slices",
     "state_features",
 ]

@@ -31,8 +31,6 @@ CURVE_POINTS = 10  # samples of the arithmetic-intensity curve
 
 READ, WRITE, RW = 0, 1, 2
 REUSE_LOOP, REUSE_SERIAL, REUSE_NONE = 0, 1, 2
-BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
 class Loop:

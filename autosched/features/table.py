@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autosched.features.analysis import (
-    BLOCK_TAGS,
     CURVE_POINTS,
     N_BUFFERS,
     READ,
@@ -20,12 +19,12 @@ from autosched.features.analysis import (
     REUSE_NONE,
     REUSE_SERIAL,
     RW,
-    THREAD_TAGS,
     WRITE,
     BufferInfo,
     StoreInfo,
 )
 from autosched.features.exprs import OP_KINDS
+from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 
 
 @dataclass(frozen=True)

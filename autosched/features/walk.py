@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from autosched.features.analysis import (
-    BLOCK_TAGS,
     CACHE_LINE_BYTES,
     CURVE_POINTS,
     READ,
@@ -11,7 +10,6 @@ from autosched.features.analysis import (
     REUSE_NONE,
     REUSE_SERIAL,
     RW,
-    THREAD_TAGS,
     WRITE,
     Access,
     Annotation,
@@ -22,6 +20,7 @@ from autosched.features.analysis import (
 )
 from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
 from autosched.lower import ir
+from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.te.dtype import BYTES, FLOAT_DTYPES
 
 

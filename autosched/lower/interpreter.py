@@ -1,4 +1,5 @@
-"""Lock-step CPU execution of lowered programs (`autosched.lower.ir.Program`), for tests without a GPU.
+"""Lock-step CPU execution of lowered programs (`autosched.lower.ir.Program`), for tests
+without a GPU.
 
 Every thread of every block of a kernel is one *lane*; a kernel's statements run once for all
 lanes at once under an active-lane mask (thread and block indices are int vectors, `local`
@@ -170,7 +171,7 @@ class _Hoister:
                 lets.append(_Let(var, self.expr(e, level)))
             return var
         new = tuple(self.expr(k, d) for k in kids)
-        return e if all(n is k for n, k in zip(new, kids)) else rebuild(e, new)
+        return e if all(n is k for n, k in zip(new, kids, strict=True)) else rebuild(e, new)
 
 
 class _KernelRun:
@@ -203,8 +204,8 @@ class _KernelRun:
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
         ix = self.ix
-        b = tuple(int(ix[f"blockIdx.{a}"][lane]) for a in "xyz")
-        t = tuple(int(ix[f"threadIdx.{a}"][lane]) for a in "xyz")
+        b = tuple(int(ix[tag][lane]) for tag in ir.BLOCK_TAGS)
+        t = tuple(int(ix[tag][lane]) for tag in ir.THREAD_TAGS)
         return f"blockIdx{b} threadIdx{t}"
 
     def eval(self, e: Expr, mask: Any) -> Any:

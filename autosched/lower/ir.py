@@ -3,7 +3,7 @@ interpreter runs.
 
 Expressions are te expression nodes (`autosched.te.expr`); a `Load` in the IR reads a `Buffer`
 at ONE flat index (lowering flattens multi-dimensional indices). Loops run from 0 to `extent`.
-GPU thread indices are the Vars in `THREAD_VARS`, shared by every kernel.
+GPU block and thread indices are the Vars in `THREAD_VARS`, shared by every kernel.
 """
 
 from __future__ import annotations
@@ -12,22 +12,19 @@ from collections.abc import Collection
 from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
 
-from autosched.te.expr import Expr, Var
+from autosched.te.expr import BinOp, Expr, Var
 
 SCOPES = ("global", "shared", "local")
 LOOP_KINDS = ("serial", "unroll", "vectorize")
 # The kind lowering gives a loop bound to `vthread`; `vthread.inject_virtual_threads` removes
 # every such loop, so it is not in LOOP_KINDS (the verifier, printer and interpreter never see it).
 VTHREAD_KIND = "vthread"
-THREAD_TAGS = (
-    "blockIdx.x",
-    "blockIdx.y",
-    "blockIdx.z",
-    "threadIdx.x",
-    "threadIdx.y",
-    "threadIdx.z",
-)
-THREAD_VARS: dict[str, Var] = {tag: Var(tag, "int32") for tag in THREAD_TAGS}
+# The launch's index variables, by tag: BLOCK_TAGS index the grid, THREAD_TAGS the block.
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+LAUNCH_TAGS = BLOCK_TAGS + THREAD_TAGS
+# One Var per launch tag (blockIdx.* and threadIdx.*), shared by every kernel.
+THREAD_VARS: dict[str, Var] = {tag: Var(tag, "int32") for tag in LAUNCH_TAGS}
 
 
 @dataclass(eq=False)
@@ -208,6 +205,17 @@ def seq(stmts: list[Stmt]) -> Stmt:
     return flat[0] if len(flat) == 1 else Seq(flat)
 
 
+def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
+    """`stmt` under the conjunction of `conds` (each distinct condition once)."""
+    conds = list({c._key: c for c in conds}.values())
+    if not conds:
+        return stmt
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = BinOp("&&", cond, c, "bool")
+    return IfThenElse(cond, stmt)
+
+
 def program_text(p: Program) -> str:
     """A compact, readable dump of a program (for debugging and tests)."""
     out: list[str] = []
@@ -231,9 +239,8 @@ def program_text(p: Program) -> str:
         elif isinstance(s, Barrier):
             out.append(f"{pad}__syncthreads()")
         elif isinstance(s, AllReduce):
-            out.append(
-                f"{pad}{s.buffer.name}[{s.index!r}] = allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
-            )
+            reduced = f"allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
+            out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 

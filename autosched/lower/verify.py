@@ -4,7 +4,11 @@
 program is not something the CUDA printer and the interpreter can run as intended: unbound
 variables, buffers that are neither params nor the kernel's allocations, bad loop extents or
 kinds, dtype mismatches, barriers (or AllReduces) under thread-dependent conditions, shared or
-local buffers reused across kernels, launch sizes beyond CUDA's limits.
+local buffers reused across kernels, launch sizes beyond the device's limits
+(`measure.HardwareParams`).
+
+`verify_every_lowering(True)` makes `lower` and `device_program` verify every program they
+return (the tests turn it on for the whole session).
 """
 
 from __future__ import annotations
@@ -17,13 +21,26 @@ from autosched.lower import ir
 from autosched.te.dtype import DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
+from measure import HardwareParams
 
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIMS = (1024, 1024, 64)
-MAX_GRID_DIMS = ((1 << 31) - 1, 65535, 65535)
 REDUCERS = ("sum", "max", "min")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
-_THREAD_IDS = {id(ir.THREAD_VARS[f"threadIdx.{a}"]) for a in "xyz"}
+
+# Whether `lower` and `device_program` verify what they return when not told either way.
+_every_lowering = {"enabled": False}
+
+
+def verify_every_lowering(enabled: bool) -> bool:
+    """Make every `lower` / `device_program` call verify its program (or stop); returns the
+    previous setting, so a caller can restore it."""
+    previous = _every_lowering["enabled"]
+    _every_lowering["enabled"] = bool(enabled)
+    return previous
+
+
+def verifying_every_lowering() -> bool:
+    """Whether `verify_every_lowering` is on."""
+    return _every_lowering["enabled"]
 
 
 def check(cond: Any, message: str) -> None:
@@ -61,14 +78,16 @@ class _KernelVerifier:
         for v in free_vars(e):
             if id(v) not in self.bound:
                 self.fail(
-                    f"{where}: variable {v.name!r} is not bound (no enclosing loop) in {expr_str(e)}"
+                    f"{where}: variable {v.name!r} is not bound (no enclosing loop) "
+                    f"in {expr_str(e)}"
                 )
         for node in walk(e):
             if isinstance(node, Load):
                 self.buffer(node.buffer, where)
                 if len(node.indices) != 1:
                     self.fail(
-                        f"{where}: load {expr_str(node)} has {len(node.indices)} indices, not one flat index"
+                        f"{where}: load {expr_str(node)} has {len(node.indices)} indices, "
+                        "not one flat index"
                     )
                 self.expr(node.indices[0], where, "int")
 
@@ -97,7 +116,8 @@ class _KernelVerifier:
         self.expr(s.value, where)
         if s.value.dtype != s.buffer.dtype:
             self.fail(
-                f"{where}: value {expr_str(s.value)} is {s.value.dtype} but the buffer is {s.buffer.dtype}"
+                f"{where}: value {expr_str(s.value)} is {s.value.dtype} "
+                f"but the buffer is {s.buffer.dtype}"
             )
 
     def _for(self, s: ir.For, divergent: str | None) -> None:
@@ -127,29 +147,33 @@ class _KernelVerifier:
     @property
     def _varying(self) -> set[int]:
         """Thread indices that differ between threads of a block (launched extent > 1)."""
-        return {id(ir.THREAD_VARS[f"threadIdx.{a}"]) for a, n in zip("xyz", self.k.block) if n > 1}
+        launched = zip(ir.THREAD_TAGS, self.k.block, strict=True)
+        return {id(ir.THREAD_VARS[tag]) for tag, n in launched if n > 1}
 
     def _barrier(self, s: ir.Barrier, divergent: str | None) -> None:
         if divergent is not None:
             self.fail(
-                f"__syncthreads() under the thread-dependent condition {divergent} (divergent barrier)"
+                f"__syncthreads() under the thread-dependent condition {divergent} "
+                "(divergent barrier)"
             )
 
     def _allreduce(self, s: ir.AllReduce, divergent: str | None) -> None:
         where = f"allreduce into {getattr(s.buffer, 'name', s.buffer)}"
         if divergent is not None:
             self.fail(
-                f"{where} under the thread-dependent condition {divergent}; every thread must reach it"
+                f"{where} under the thread-dependent condition {divergent}; "
+                "every thread must reach it"
             )
         check(
             s.reducer in REDUCERS, f"kernel {self.k.name}: {where}: unknown reducer {s.reducer!r}"
         )
-        axis = "xyz".find(s.thread_tag[-1:]) if s.thread_tag.startswith("threadIdx.") else -1
-        if axis < 0 or s.thread_tag not in ir.THREAD_TAGS:
+        if s.thread_tag not in ir.THREAD_TAGS:
             self.fail(f"{where}: {s.thread_tag!r} is not a threadIdx tag")
+        axis = ir.THREAD_TAGS.index(s.thread_tag)
         if s.extent != self.k.block[axis]:
             self.fail(
-                f"{where}: extent {s.extent} differs from the launched {s.thread_tag} = {self.k.block[axis]}"
+                f"{where}: extent {s.extent} differs from the launched "
+                f"{s.thread_tag} = {self.k.block[axis]}"
             )
         self.buffer(s.buffer, where)
         self.expr(s.index, where, "int")
@@ -160,16 +184,19 @@ class _KernelVerifier:
             self.fail(f"{where}: value is {s.value.dtype} but the buffer is {s.buffer.dtype}")
 
 
-def _check_launch(k: ir.Kernel) -> None:
+def _check_launch(k: ir.Kernel, hardware: HardwareParams) -> None:
     check(_IDENT.match(k.name or ""), f"kernel name {k.name!r} is not a C identifier")
-    for what, dims, most in (("grid", k.grid, MAX_GRID_DIMS), ("block", k.block, MAX_BLOCK_DIMS)):
+    limits = (("grid", k.grid, hardware.max_grid_dims), ("block", k.block, hardware.max_block_dims))
+    for what, dims, most in limits:
         check(
-            len(dims) == 3 and all(isinstance(d, int) and 0 < d <= m for d, m in zip(dims, most)),
+            len(dims) == 3
+            and all(isinstance(d, int) and 0 < d <= m for d, m in zip(dims, most, strict=True)),
             f"kernel {k.name}: {what} {tuple(dims)} must be 3 positive ints within {most}",
         )
+    most = hardware.max_threads_per_block
     check(
-        k.threads_per_block <= MAX_THREADS_PER_BLOCK,
-        f"kernel {k.name}: {k.threads_per_block} threads per block > {MAX_THREADS_PER_BLOCK}",
+        k.threads_per_block <= most,
+        f"kernel {k.name}: {k.threads_per_block} threads per block > {most}",
     )
 
 
@@ -184,8 +211,10 @@ def _check_buffer(b: Any, scopes: tuple[str, ...], owner: str) -> None:
     )
 
 
-def verify_program(program: ir.Program) -> None:
-    """Check `program`'s structure; raise LoweringError naming the first problem found."""
+def verify_program(program: ir.Program, hardware: HardwareParams | None = None) -> None:
+    """Check `program`'s structure and its launches against `hardware` (default: the
+    defaults of HardwareParams); raise LoweringError naming the first problem found."""
+    hardware = hardware or HardwareParams()
     names: set[str] = set()
     for b in program.params:
         _check_buffer(b, ("global",), "params")
@@ -199,7 +228,7 @@ def verify_program(program: ir.Program) -> None:
     owner: dict[int, str] = {}
     kernel_names: set[str] = set()
     for k in program.kernels:
-        _check_launch(k)
+        _check_launch(k, hardware)
         check(k.name not in kernel_names, f"two kernels are named {k.name!r}")
         kernel_names.add(k.name)
         local_names = set(names)
@@ -217,4 +246,4 @@ def verify_program(program: ir.Program) -> None:
         _KernelVerifier(k, program.params).stmt(k.body, None)
 
 
-__all__ = ["MAX_THREADS_PER_BLOCK", "check", "verify_program"]
+__all__ = ["check", "verify_every_lowering", "verify_program", "verifying_every_lowering"]

@@ -85,7 +85,7 @@ class _Injection:
             return s if body is s.body else ir.For(s.var, s.extent, s.kind, body)
         kids = _child_stmts(s)
         new = [self.visit(c) for c in kids]
-        if all(a is b for a, b in zip(new, kids)):
+        if all(a is b for a, b in zip(new, kids, strict=True)):
             return s
         return _with_children(s, new)
 

@@ -1,8 +1,8 @@
 """The compute DAG: the ops reachable from a workload's outputs, with their analysis.
 
 Ops are kept in the order TVM prints them: a depth-first post-order from the outputs that visits
-each op's inputs in the order its body reads them. `dag.graph` is the same as a networkx DiGraph
-(edges producer -> consumer).
+each op's inputs in the order its body reads them. Producer / consumer questions are asked of a
+State's stages (schedule.dataflow), which add cache and rfactor stages to these ops.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import networkx as nx
-
 from autosched.errors import TEError
 from autosched.schedule.loop_state import State
-from autosched.schedule.transform_steps import print_python_schedule, replay
+from autosched.schedule.steps import print_python_schedule, replay
 from autosched.task.workload_registry import workload_tensors
 from autosched.te.dtype import is_float
-from autosched.te.expr import BinOp, Call, Const, Expr, IterVar, Load, Reduce, Select, Var
+from autosched.te.expr import BinOp, Call, Expr, Load, Reduce
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visitor import free_vars, walk
 
@@ -31,7 +29,6 @@ class OpInfo:
     """What the search needs to know about one op."""
 
     op: Operation
-    reads: tuple[tuple[Operation, tuple[tuple[Expr, ...], ...]], ...]  # producer -> index tuples
     is_placeholder: bool
     is_output: bool
     has_reduction: bool
@@ -40,14 +37,6 @@ class OpInfo:
     has_data_reuse: bool
     needs_multi_level_tiling: bool
     flop: float
-
-    @property
-    def spatial_axes(self) -> tuple[IterVar, ...]:
-        return getattr(self.op, "axis", ())
-
-    @property
-    def reduce_axes(self) -> tuple[IterVar, ...]:
-        return getattr(self.op, "reduce_axis", ())
 
 
 def _topo_order(outputs: Sequence[Operation]) -> list[Operation]:
@@ -96,24 +85,23 @@ def _op_flop(op: Operation) -> float:
 
 def _analyse(op: Operation, is_output: bool) -> OpInfo:
     if not isinstance(op, ComputeOp):
-        return OpInfo(op, (), True, is_output, False, False, False, False, False, 0.0)
-    reads: dict[int, tuple[Operation, list]] = {}
-    for node in walk(op.body):
-        if isinstance(node, Load) and isinstance(node.buffer, Tensor):
-            reads.setdefault(id(node.buffer.op), (node.buffer.op, []))[1].append(node.indices)
+        return OpInfo(op, True, is_output, False, False, False, False, False, 0.0)
+    reads: list[tuple[Expr, ...]] = [
+        node.indices
+        for node in walk(op.body)
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor)
+    ]
     has_reduction = isinstance(op.body, Reduce)
     expensive = any(isinstance(n, Call) and n.func in EXPENSIVE_CALLS for n in walk(op.body))
     # Data reuse / multi-level tiling (Ansor): count, over all reads, the spatial axes that a
     # read's indices do not mention; every such axis re-reads the same input elements.
     n_missing = 0
-    for _, index_lists in reads.values():
-        for indices in index_lists:
-            used = {id(v) for i in indices for v in free_vars(i)}
-            n_missing += sum(1 for a in op.axis if id(a) not in used)
+    for indices in reads:
+        used = {id(v) for i in indices for v in free_vars(i)}
+        n_missing += sum(1 for a in op.axis if id(a) not in used)
     has_reuse = has_reduction and n_missing > 0
     return OpInfo(
         op=op,
-        reads=tuple((p, tuple(idx)) for p, idx in reads.values()),
         is_placeholder=False,
         is_output=is_output,
         has_reduction=has_reduction,
@@ -126,7 +114,7 @@ def _analyse(op: Operation, is_output: bool) -> OpInfo:
 
 
 class ComputeDAG:
-    """The ops of a workload. `tensors` are the kernel's arguments, in order (inputs and outputs)."""
+    """A workload's ops. `tensors` are the kernel's arguments in order (inputs and outputs)."""
 
     def __init__(self, tensors: Iterable[Tensor]) -> None:
         tensors = list(tensors)
@@ -148,11 +136,6 @@ class ComputeDAG:
                 arg_ids.add(id(op))
         self.tensors: list[Tensor] = args
         self.outputs: list[Operation] = outputs
-        self.graph = nx.DiGraph()
-        for op in self.ops:
-            self.graph.add_node(op)
-            for t in op.input_tensors:
-                self.graph.add_edge(t.op, op)
         self.info: dict[int, OpInfo] = {
             id(op): _analyse(op, id(op) in output_ids) for op in self.ops
         }
@@ -171,15 +154,11 @@ class ComputeDAG:
 
     # ---- queries -----------------------------------------------------------------------------
     def op_info(self, op: Operation) -> OpInfo:
+        """The analysis of one of the DAG's ops."""
         return self.info[id(op)]
 
-    def consumers(self, op: Operation) -> list[Operation]:
-        return [c for c in self.ops if c in self.graph.successors(op)] if op in self.graph else []
-
-    def producers(self, op: Operation) -> list[Operation]:
-        return [t.op for t in op.input_tensors]
-
     def op_by_name(self, name: str) -> Operation:
+        """The DAG's op called `name`."""
         for op in self.ops:
             if op.name == name:
                 return op
@@ -227,4 +206,4 @@ class ComputeDAG:
         return replay(self, steps)
 
 
-__all__ = ["ComputeDAG", "OpInfo", "Const", "Select", "Var"]
+__all__ = ["ComputeDAG", "OpInfo"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from autosched.errors import ScheduleError
 from autosched.schedule.stage import Stage, stage_from_op
 from autosched.schedule.state_printer import state_str
-from autosched.schedule.transform_steps import (
+from autosched.schedule.steps import (
     AnnotationStep,
     CacheReadStep,
     CacheWriteStep,
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class State:
-    """A DAG's loop structure after `steps`; compare with `==`, hash with `hash` or fingerprint()."""
+    """A DAG's loop structure after `steps`. Compare with `==`; hash with `hash` or
+    `fingerprint()`."""
 
     dag: ComputeDAG
     stages: tuple[Stage, ...]
@@ -69,8 +70,10 @@ class State:
             return NotImplemented
         return (
             self.key() == other.key()
-            and all(a.summary() == b.summary() for a, b in zip(self.stages, other.stages))
             and len(self.stages) == len(other.stages)
+            and all(
+                a.summary() == b.summary() for a, b in zip(self.stages, other.stages, strict=True)
+            )
         )
 
     def __hash__(self) -> int:

@@ -52,7 +52,7 @@ class IteratorTree:
         known = parent is not None and None not in rel.lengths
         rest = -(-parent // math.prod(rel.lengths)) if known else None
         extents = [rest, *rel.lengths] if rel.inner_to_outer else [*rel.lengths, rest]
-        for child, extent in zip(rel.children, extents):
+        for child, extent in zip(rel.children, extents, strict=True):
             self.extent[child] = extent
             self.kind[child] = self.kind[rel.parent]
             self._connect(rel.parent, child)
@@ -158,10 +158,14 @@ def rfactor_ops(stage: Stage, iter_index: int, factor_axis: int) -> RfactorOps:
     touched_leaves = [x for x in stage.iters if x.name in touched and x.name != it.name]
     leaf_new = [IterVar(x.name, 0, x.extent, IterVar.REDUCE) for x in touched_leaves]
     value, checks = tree.compose(
-        {it.name: factored, **{x.name: v for x, v in zip(touched_leaves, leaf_new)}}, touched
+        {it.name: factored, **{x.name: v for x, v in zip(touched_leaves, leaf_new, strict=True)}},
+        touched,
     )
 
-    mapping: dict = {**dict(zip(op.axis, spatial)), **dict(zip(kept, kept_new))}
+    mapping: dict = {
+        **dict(zip(op.axis, spatial, strict=True)),
+        **dict(zip(kept, kept_new, strict=True)),
+    }
     for a in op.reduce_axis:
         if a.name in touched:
             mapping[a] = value[a.name] + a.lo if a.lo else value[a.name]

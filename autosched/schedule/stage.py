@@ -100,7 +100,8 @@ class Stage:
         if isinstance(it, int):
             if not 0 <= it < len(self.iters):
                 raise ScheduleError(
-                    f"stage {self.name!r} has {len(self.iters)} iterators; index {it} is out of range"
+                    f"stage {self.name!r} has {len(self.iters)} iterators; "
+                    f"index {it} is out of range"
                 )
             return it
         for i, x in enumerate(self.iters):

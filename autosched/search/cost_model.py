@@ -13,17 +13,12 @@ import numpy as np
 
 import costmodel
 from autosched.records import load_records
+from autosched.search.workers import features_for_states
 
 
 def throughput(flop: float, cost: float) -> float:
     """Normalised speed of a measured program (higher is better); 0 for failures."""
     return 0.0 if not math.isfinite(cost) or cost <= 0 else flop / cost / 1e9
-
-
-def state_features(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | None]:
-    from autosched.features import features_for_states
-
-    return features_for_states(list(states), n_jobs=n_jobs)
 
 
 @dataclass
@@ -64,7 +59,7 @@ def load_dataset(path: str, n_jobs: int = 1) -> Dataset:
             continue
         thr.append(throughput(dag.flop_count, res.mean_cost))
         tasks.append(inp.workload_key)
-    feats = state_features(states, n_jobs) if states else []
+    feats = features_for_states(states, n_jobs) if states else []
     keep = [i for i, f in enumerate(feats) if f is not None]
     return Dataset(
         [feats[i] for i in keep],

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from autosched.schedule.transform_steps import (
+from autosched.schedule.steps import (
     STEP_REGISTRY,
     AnnotationStep,
     PragmaStep,

@@ -40,11 +40,6 @@ def get_pool(n_jobs: int) -> ProcessPoolExecutor:
     return pool
 
 
-def forget_pool(n_jobs: int) -> None:
-    """Drop a pool whose worker died; the next `get_pool` starts a fresh one."""
-    _POOLS.pop(n_jobs, None)
-
-
 @atexit.register
 def shutdown_pools() -> None:
     """Stop every worker process (also run at exit)."""

@@ -1,24 +1,28 @@
-"""The search's per-candidate work — sample, replay, lower, check GPU limits, extract features,
-generate CUDA — in this process or spread over a pool of spawned worker processes.
+"""The per-candidate work of the search and of the cost model — sample, replay, check validity,
+extract features, generate CUDA — in this process or spread over a pool of spawned worker
+processes. It is the one place autosched runs work in other processes.
 
 States do not pickle (te objects hold lambdas) and Step objects pickle slowly, so candidates
 cross the process boundary as step-record tuples; a worker rebuilds the task once from its
-`TaskSpec` (the DAG from the workload registry, the sketches, the sampler) and keeps it. A
-candidate is lowered once: sampling keeps the program it lowered to check the GPU limits and
-extracts features from it, and evaluation checks limits and extracts from one lowering.
+`TaskSpec` (the DAG from the workload registry; the sketches and the sampler when it first
+samples) and keeps it. A candidate is lowered once: sampling keeps the program it lowered to
+check the GPU limits and extracts features from it, and evaluation checks limits and extracts
+from one lowering.
 
     workers = Workers(TaskContext(dag, hardware), TaskSpec(key, hardware), n_jobs=16)
     fresh = workers.sample(512, rng)             # [(records, features)], valid and distinct
     outcomes = workers.evaluate(candidates)      # features, or the reason a candidate is invalid
+    feats = features_for_states(states, n_jobs)  # features of States (None where they fail)
 
 Results do not depend on n_jobs: sampling is cut into fixed-size chunks with their own seeds.
-A workload the workers cannot rebuild (not registered, or registered only in `__main__`) is
-done in this process, with a warning; so is everything after a worker dies.
+One failure policy for all of it: a workload the workers cannot rebuild (not registered, or
+registered only in `__main__`) is done in this process, with a warning; so is everything after
+a worker dies.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import os
 import random
 import time
@@ -30,11 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from autosched.codegen.build import build
 from autosched.errors import AutoschedError, WorkloadError
+from autosched.features.extract import extract_features, state_features
+from autosched.schedule.compute_dag import ComputeDAG
 from autosched.search.mutations import Records, as_step
 from autosched.search.process_pool import get_pool, resolvable, shutdown_pools
-
-log = logging.getLogger(__name__)
+from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from autosched.sketch.validity import check_candidate, reason_for
+from measure.hardware import HardwareParams
 
 SAMPLE_CHUNK = 8  # states per sampling job (fixed, so results do not depend on n_jobs)
 Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) for an invalid one
@@ -45,29 +53,38 @@ class TaskSpec:
     """What a worker needs to rebuild a task's context (hashable: the worker's cache key)."""
 
     workload_key: str
-    hardware: Any = None  # measure.HardwareParams; None for the defaults
-    sketch_params: Any = None  # sketch.SketchParams; None for the defaults
+    hardware: HardwareParams | None = None  # None for the defaults
+    sketch_params: SketchParams | None = None  # None for the defaults
 
 
 class TaskContext:
-    """One task's DAG, sketches and sampler, and the per-candidate work on them."""
+    """One task's DAG, GPU limits and sampler, and the per-candidate work on them. The sketches
+    and the sampler are made on first use (evaluation and features need neither)."""
 
-    def __init__(self, dag, hardware: Any = None, sketch_params: Any = None, sketches=None) -> None:
-        from autosched.sketch import SketchParams, SketchSampler, generate_sketches
-
+    def __init__(
+        self,
+        dag: ComputeDAG,
+        hardware: HardwareParams | None = None,
+        sketch_params: SketchParams | None = None,
+        sketches=None,
+    ) -> None:
         self.dag = dag
-        params = sketch_params or SketchParams()
-        if sketches is None:
-            sketches = generate_sketches(dag, hardware, params)
-        self.sketches = sketches
-        self.sampler = SketchSampler(sketches, hardware, params)
+        self.hardware = hardware or HardwareParams()
+        self.params = sketch_params or SketchParams()
+        self._sketches = sketches
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> TaskContext:
-        from autosched.schedule.compute_dag import ComputeDAG
-
         dag = ComputeDAG.from_workload_key(spec.workload_key)
         return cls(dag, spec.hardware, spec.sketch_params)
+
+    @functools.cached_property
+    def sampler(self) -> SketchSampler:
+        """The task's sampler (it analyses each sketch once), verifying what it draws."""
+        sketches = self._sketches
+        if sketches is None:
+            sketches = generate_sketches(self.dag, self.hardware, self.params)
+        return SketchSampler(sketches, self.hardware, self.params)
 
     def replay(self, records: Records):
         """The State of a candidate (raises AutoschedError when the records do not replay)."""
@@ -75,49 +92,41 @@ class TaskContext:
 
     def sample(self, n: int, seed: int) -> list[tuple[Records, np.ndarray]]:
         """Up to n distinct valid fresh states, as (records, features)."""
-        from autosched.features import extract_features
-        from autosched.lower.lowering import lower
-
-        out = []
-        for state in self.sampler.sample(n, random.Random(seed)):
-            records = state.key()
-            program = self.sampler.programs.get(records)
-            if program is None:  # a sampler that does not verify keeps no programs
-                program = lower(state)
-            out.append((records, extract_features(program)))
-        return out
+        states = self.sampler.sample(n, random.Random(seed))
+        programs = self.sampler.programs  # what the sampler lowered to check them
+        return [(s.key(), extract_features(programs[s.key()])) for s in states]
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
-        """Per candidate: its features, or why it is invalid (replay, lowering, a GPU limit)."""
+        """Per candidate: its features, or why it is invalid (a validity.Reason)."""
         return [self.evaluate_one(r) for r in candidates]
 
     def evaluate_one(self, records: Records) -> Outcome:
-        from autosched.features import extract_features
-        from autosched.lower.lowering import lower
-        from autosched.sketch.sampler import check_program, check_state
-
         try:
             state = self.replay(records)
-            reason = check_state(state, self.sampler.ctx.limits)
-            if reason is not None:
-                return reason
-            program = lower(state)
-        except AutoschedError as exc:
-            return type(exc).__name__
-        except Exception as exc:  # a bug elsewhere costs one candidate, never the search
-            log.warning("evaluating a candidate failed: %s: %s", type(exc).__name__, exc)
-            return f"internal_error:{type(exc).__name__}"
-        reason = check_program(program, self.sampler.ctx.limits, self.sampler.params)
-        if reason is not None:
+        except Exception as exc:
+            return reason_for(exc, "replaying a candidate")
+        program, reason = check_candidate(state, self.hardware, self.params)
+        if program is None:
             return reason
         return extract_features(program)
 
+    def features(self, candidates: Sequence[Records]) -> list[np.ndarray | None]:
+        """Per candidate: the features of its lowered program, with no GPU limit checked; None
+        when it does not replay or lower."""
+        out: list[np.ndarray | None] = []
+        for records in candidates:
+            try:
+                state = self.replay(records)
+            except AutoschedError:
+                out.append(None)
+                continue
+            out.append(state_features(state))
+        return out
+
     def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
         """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built."""
-        from autosched.codegen.build import build
-
         out: list[Any] = []
-        for records, tag in zip(candidates, tags):
+        for records, tag in zip(candidates, tags, strict=True):
             try:
                 kernel = build(self.dag, self.replay(records))
                 out.append(kernel.artifact(reference_id=self.dag.workload_key, tag=tag))
@@ -139,8 +148,8 @@ class Workers:
         if self.n_jobs > 1 and not self.use_pool:
             key = getattr(spec, "workload_key", None)
             warnings.warn(
-                f"the search runs in one process: workload {key!r} is not registered, "
-                "so worker processes cannot rebuild it",
+                f"workload {key!r} is not a registered workload, so worker processes cannot "
+                "rebuild it: its work is done in this process (register it to spread the work)",
                 stacklevel=2,
             )
 
@@ -159,12 +168,18 @@ class Workers:
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
         """Features or invalidity reason per candidate, in order."""
+        return self._per_candidate("evaluate", candidates)
+
+    def features(self, candidates: Sequence[Records]) -> list[np.ndarray | None]:
+        """Features (no GPU limit checked; None where it does not lower) per candidate."""
+        return self._per_candidate("features", candidates)
+
+    def _per_candidate(self, method: str, candidates: Sequence[Records]) -> list:
+        """`context.<method>` over the candidates, cut into about 4 chunks per process."""
         candidates = list(candidates)
-        if not candidates:
-            return []
         size = max(4, -(-len(candidates) // (4 * self.n_jobs)))
         chunks = [(candidates[k : k + size],) for k in range(0, len(candidates), size)]
-        return [o for part in self.map("evaluate", chunks) for o in part]
+        return [o for part in self.map(method, chunks) for o in part]
 
     def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
         """KernelArtifact (or error text) per candidate, in order."""
@@ -183,14 +198,14 @@ class Workers:
                 shutdown_pools()
                 self.use_pool = False
                 hint = (
-                    ' (a script that starts a search needs the `if __name__ == "__main__":` '
-                    "guard of spawned processes)"
+                    ' (a script that uses worker processes needs the `if __name__ == "__main__":`'
+                    " guard of spawned processes)"
                     if isinstance(exc, BrokenProcessPool)
                     else ""
                 )
                 warnings.warn(
-                    f"search workers failed ({type(exc).__name__}: {exc}); the search "
-                    f"goes on in this process{hint}",
+                    f"search workers failed ({type(exc).__name__}: {exc}); the work goes on "
+                    f"in this process{hint}",
                     stacklevel=2,
                 )
         out = []
@@ -209,6 +224,26 @@ class Workers:
             self.cpu_seconds += cpu
             out.append(result)
         return out
+
+
+def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | None]:
+    """One feature matrix per state (statements x features; no GPU limit checked), None for a
+    state that fails to lower. With n_jobs > 1 each workload's states go to `Workers` as step
+    records, under their failure policy (a DAG that is not a registered workload is done in this
+    process, with a warning)."""
+    states = list(states)
+    if n_jobs <= 1 or len(states) < 2:
+        return [state_features(s) for s in states]
+    by_key: dict[str, list[int]] = {}
+    for i, s in enumerate(states):
+        by_key.setdefault(s.dag.workload_key, []).append(i)
+    out: list[np.ndarray | None] = [None] * len(states)
+    for key, index in by_key.items():
+        workers = Workers(TaskContext(states[index[0]].dag), TaskSpec(key), n_jobs)
+        got = workers.features([states[i].key() for i in index])
+        for i, f in zip(index, got, strict=True):
+            out[i] = f
+    return out
 
 
 def resolve_n_jobs(n_jobs: int | None) -> int:
@@ -238,4 +273,12 @@ def _work(spec: TaskSpec, method: str, chunk: tuple) -> tuple[Any, float]:
     return _timed(context, method, chunk)
 
 
-__all__ = ["Outcome", "TaskContext", "TaskSpec", "Workers", "resolve_n_jobs", "shutdown_pools"]
+__all__ = [
+    "Outcome",
+    "TaskContext",
+    "TaskSpec",
+    "Workers",
+    "features_for_states",
+    "resolve_n_jobs",
+    "shutdown_pools",
+]

@@ -16,6 +16,7 @@ from autosched.schedule.loop_state import State
 from autosched.sketch.rules import GPU_RULES, SketchContext, generate
 from autosched.sketch.sampler import SketchSampler
 from autosched.sketch.utils import SketchParams
+from measure.hardware import HardwareParams
 
 
 def _dag_and_hardware(dag_or_task: Any, hardware: Any) -> tuple[ComputeDAG, Any]:
@@ -31,17 +32,11 @@ def _dag_and_hardware(dag_or_task: Any, hardware: Any) -> tuple[ComputeDAG, Any]
     return dag, hardware
 
 
-def _hardware(hardware: Any):
-    if hardware is None:
-        from measure.hardware import HardwareParams
-
-        return HardwareParams()
-    return hardware
-
-
-def sketch_context(hardware: Any = None, params: SketchParams | None = None) -> SketchContext:
-    hw = _hardware(hardware)
-    return SketchContext(hw.warp_size, hw.max_threads_per_block, params or SketchParams())
+def sketch_context(
+    hardware: HardwareParams | None = None, params: SketchParams | None = None
+) -> SketchContext:
+    """The sketch rules' context: the GPU's limits (default HardwareParams()) and parameters."""
+    return SketchContext(hardware or HardwareParams(), params or SketchParams())
 
 
 def generate_sketches(

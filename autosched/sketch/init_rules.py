@@ -12,7 +12,8 @@ decisions for one state:
                   cooperative fetching (vectorised) for shared caches
   AutoUnroll      auto_unroll_max_step on every stage with a reduction
 
-A rule that cannot make a valid state raises `Rejected(reason)`; the sampler counts reasons.
+A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
+the reasons.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from autosched.lower.arith import to_affine
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
-from autosched.schedule.transform_steps import SplitStep, replay
+from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.utils import (
     SketchParams,
     cross_thread_splits,
@@ -36,25 +37,12 @@ from autosched.sketch.utils import (
     needs_multi_level_tiling,
     split_step_ids,
 )
+from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 from autosched.te.expr import IterVar, Load
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import walk
 from measure.hardware import HardwareParams
-
-
-class Rejected(Exception):
-    """A random decision made an invalid state; `reason` is a short, countable key."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-
-
-# The GPU limits sampled states must respect are measure's HardwareParams (threads, vthreads,
-# shared memory, `registers_per_thread_limit`: ptxas's register cap for a block size).
-Limits = HardwareParams
-
 
 # ---- the plan of a sketch ---------------------------------------------------------------------
 
@@ -139,7 +127,7 @@ def _footprint(state: State, t: int, cache: int) -> Footprint | None:
     return Footprint(cache, tuple(body.buffer.shape), BYTES.get(cached.op.dtype, 4), reads)
 
 
-def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan:
+def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> SketchPlan:
     """Analyse a sketch once: its unknown splits and tiled stages."""
     groups: list[TileGroup] = []
     grouped: set[int] = set()
@@ -152,7 +140,7 @@ def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan
             continue  # not multi-level tiled (e.g. a cross-thread reduction)
         root = stage.attach[0] if stage.compute_at == ATTACHED else t
         total = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
-        group = TileGroup(t, root, sp, rd, min(limits.warp_size, total))
+        group = TileGroup(t, root, sp, rd, min(hardware.warp_size, total))
         for c, other in enumerate(sketch.stages):
             if other.scope == "shared" and other.attach is not None and other.attach[0] == t:
                 fp = _footprint(sketch, t, c)
@@ -173,10 +161,11 @@ def make_plan(sketch: State, params: SketchParams, limits: Limits) -> SketchPlan
 
 @dataclass
 class InitContext:
-    """What init rules may look at besides the plan and the state."""
+    """What init rules may look at besides the plan and the state: the sketch parameters and
+    the GPU's limits (threads, vthreads, shared memory, `registers_per_thread_limit`)."""
 
     params: SketchParams
-    limits: Limits
+    hardware: HardwareParams
 
 
 class InitRule:
@@ -218,18 +207,18 @@ def _spatial_options(
 ) -> tuple:
     """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone."""
     return tuple(
-        l
-        for l in factorization_schemes(extent, n, max_innermost)
-        if l[0] <= max_vthread
-        and min_threads <= l[1] <= max_threads
-        and l[0] * math.prod(l[2:]) <= max_local
+        lens
+        for lens in factorization_schemes(extent, n, max_innermost)
+        if lens[0] <= max_vthread
+        and min_threads <= lens[1] <= max_threads
+        and lens[0] * math.prod(lens[2:]) <= max_local
     )
 
 
 def accumulators(sp: list) -> int:
     """The local accumulators of one thread of a tiled stage, from its spatial lengths
     (vthread, thread, inner...): one inner tile per virtual thread."""
-    return math.prod(l[0] * math.prod(l[2:]) for l in sp)
+    return math.prod(lens[0] * math.prod(lens[2:]) for lens in sp)
 
 
 def _pick(options: tuple, rng: random.Random):
@@ -246,7 +235,7 @@ class FillTileSize(InitRule):
     only the lower thread count and shared memory need redraws."""
 
     def options(self, ctx: InitContext, step: SplitStep, spatial: bool) -> tuple:
-        p, lim = ctx.params, ctx.limits
+        p, hw = ctx.params, ctx.hardware
         if not spatial:
             return factorization_schemes(
                 step.extent, len(step.lengths), p.max_innermost_split_factor
@@ -255,8 +244,8 @@ class FillTileSize(InitRule):
             step.extent,
             len(step.lengths),
             p.max_innermost_split_factor,
-            lim.max_vthread_extent,
-            lim.max_threads_per_block,
+            hw.max_vthread_extent,
+            hw.max_threads_per_block,
             p.max_local_elems,
         )
 
@@ -265,11 +254,11 @@ class FillTileSize(InitRule):
         factorisations that fit in what the axes drawn before left of the vthread, thread and
         register budgets (the last axis also brings the threads up to the minimum). None when
         some axis has no option left."""
-        p, lim = ctx.params, ctx.limits
+        p, hw = ctx.params, ctx.hardware
         ids = g.spatial_ids
         order = list(range(len(ids)))
         rng.shuffle(order)
-        vthread, threads = lim.max_vthread_extent, lim.max_threads_per_block
+        vthread, threads = hw.max_vthread_extent, hw.max_threads_per_block
         local, have = p.max_local_elems, 1
         out: list = [None] * len(ids)
         for n, a in enumerate(order):
@@ -286,34 +275,34 @@ class FillTileSize(InitRule):
             )
             if not opts:
                 return None
-            l = out[a] = _pick(opts, rng)
-            vthread //= l[0]
-            threads //= l[1]
-            have *= l[1]
-            local //= l[0] * math.prod(l[2:])
+            lens = out[a] = _pick(opts, rng)
+            vthread //= lens[0]
+            threads //= lens[1]
+            have *= lens[1]
+            local //= lens[0] * math.prod(lens[2:])
         return out
 
-    def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> str | None:
-        lim, params = ctx.limits, ctx.params
-        vthread = math.prod(l[0] for l in sp)
-        threads = math.prod(l[1] for l in sp)
-        if vthread > lim.max_vthread_extent:
-            return "vthread"
-        if threads > lim.max_threads_per_block:
-            return "threads_per_block"
+    def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> Reason | None:
+        hw, params = ctx.hardware, ctx.params
+        vthread = math.prod(lens[0] for lens in sp)
+        threads = math.prod(lens[1] for lens in sp)
+        if vthread > hw.max_vthread_extent:
+            return Reason.VTHREAD
+        if threads > hw.max_threads_per_block:
+            return Reason.THREADS_PER_BLOCK
         if threads < g.min_threads:
-            return "too_few_threads"
+            return Reason.TOO_FEW_THREADS
         if accumulators(sp) > params.max_local_elems:
-            return "local_memory"
+            return Reason.LOCAL_MEMORY
         # The accumulators get at most half the registers of a thread; more spills almost
         # always (measured with ptxas on the suite). Every virtual thread's accumulators stay
         # live across the reduction loop (vthread injection), so all of them count.
-        if accumulators(sp) > lim.registers_per_thread_limit(threads) // 2:
-            return "registers"
+        if accumulators(sp) > hw.registers_per_thread_limit(threads) // 2:
+            return Reason.REGISTERS
         if g.footprints:
-            tile = [math.prod(l) for l in sp] + [math.prod(l) for l in rd]
-            if sum(fp.bytes(tile) for fp in g.footprints) > lim.max_shared_memory_per_block:
-                return "shared_memory"
+            tile = [math.prod(lens) for lens in sp] + [math.prod(lens) for lens in rd]
+            if sum(fp.bytes(tile) for fp in g.footprints) > hw.max_shared_memory_per_block:
+                return Reason.SHARED_MEMORY
         return None
 
     def fill(self, ctx: InitContext, plan: SketchPlan, rng: random.Random) -> list:
@@ -324,25 +313,25 @@ class FillTileSize(InitRule):
             for _ in range(ctx.params.tile_retries):
                 sp = self.draw_spatial(ctx, steps, g, rng)
                 rd = [_pick(o, rng) for o in rd_opts]
-                reason = self.check_group(ctx, g, sp, rd) if sp is not None else "no_option"
+                reason = self.check_group(ctx, g, sp, rd) if sp is not None else Reason.NO_OPTION
                 if reason is None:
                     break
             else:
-                raise Rejected(f"tile_sizes:{reason}")
-            for k, l in zip(g.spatial_ids + g.reduce_ids, sp + rd):
+                raise Rejected(tile_sizes(reason))
+            for k, lens in zip(g.spatial_ids + g.reduce_ids, sp + rd, strict=True):
                 s = steps[k]
-                steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, l, s.inner_to_outer)
+                steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lens, s.inner_to_outer)
         for k in plan.unknown:
             s = steps[k]
             if k in plan.cross_thread:
-                lim = ctx.limits
+                hw = ctx.hardware
                 lengths = (
                     _pick(
                         thread_count_options(
                             plan.cross_thread[k],
                             ctx.params.cross_thread_counts,
-                            lim.warp_size,
-                            lim.max_threads_per_block,
+                            hw.warp_size,
+                            hw.max_threads_per_block,
                         ),
                         rng,
                     ),
@@ -413,11 +402,11 @@ class ThreadBind(InitRule):
         while n < len(its) and its[n].kind == SPATIAL and its[n].annotation == "none":
             n += 1
         if n == 0:
-            raise Rejected("no_spatial_loop", stage.name)
+            raise Rejected(Reason.NO_SPATIAL_LOOP, stage.name)
         if n > 1:
             state = state.fuse(i, list(range(n)))
         extent = state.stages[i].iters[0].extent
-        most = min(extent, ctx.limits.max_threads_per_block)
+        most = min(extent, ctx.hardware.max_threads_per_block)
         options = [t for t in ctx.params.thread_counts if t <= most]
         if not options:
             return state.bind(i, 0, "threadIdx.x")
@@ -476,14 +465,20 @@ class AutoUnroll(InitRule):
         times, thread_a x S3_a x S4_a apart)."""
         sp = [state.steps[k].lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
         rd = [state.steps[k].lengths for k in g.reduce_ids]  # (R1, R2)
-        local = math.prod(l[2] * l[3] for l in sp)  # one virtual thread's
-        r1, r2 = math.prod(l[0] for l in rd), math.prod(l[1] for l in rd)
-        chunks = [(l[0], l[1] * l[2] * l[3]) for l in sp] + [(1, 0) for _ in rd]
+        local = math.prod(lens[2] * lens[3] for lens in sp)  # one virtual thread's
+        r1, r2 = math.prod(lens[0] for lens in rd), math.prod(lens[1] for lens in rd)
+        chunks = [(lens[0], lens[1] * lens[2] * lens[3]) for lens in sp] + [(1, 0) for _ in rd]
         nests = (  # (steps of the nest, per-axis tile it covers), outermost first
-            (r1 * r2 * local, [l[2] * l[3] for l in sp] + [l[0] * l[1] for l in rd]),
-            (r2 * local, [l[2] * l[3] for l in sp] + [l[1] for l in rd]),
-            (r2 * math.prod(l[3] for l in sp), [l[3] for l in sp] + [l[1] for l in rd]),
-            (0, [l[3] for l in sp] + [1 for _ in rd]),
+            (
+                r1 * r2 * local,
+                [lens[2] * lens[3] for lens in sp] + [lens[0] * lens[1] for lens in rd],
+            ),
+            (r2 * local, [lens[2] * lens[3] for lens in sp] + [lens[1] for lens in rd]),
+            (
+                r2 * math.prod(lens[3] for lens in sp),
+                [lens[3] for lens in sp] + [lens[1] for lens in rd],
+            ),
+            (0, [lens[3] for lens in sp] + [1 for _ in rd]),
         )
         acc = accumulators(sp)
         memo: dict[int, int] = {}
@@ -500,7 +495,7 @@ class AutoUnroll(InitRule):
     @staticmethod
     def budget(ctx, g: TileGroup, state: State) -> int:
         threads = math.prod(state.steps[k].lengths[1] for k in g.spatial_ids)
-        return ctx.limits.registers_per_thread_limit(threads)
+        return ctx.hardware.registers_per_thread_limit(threads)
 
 
 GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll())
@@ -512,8 +507,6 @@ __all__ = [
     "FillTileSize",
     "InitContext",
     "InitRule",
-    "Limits",
-    "Rejected",
     "SketchPlan",
     "ThreadBind",
     "TileGroup",

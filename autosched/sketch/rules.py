@@ -37,6 +37,7 @@ from autosched.sketch.utils import (
     split_step_ids,
 )
 from autosched.te.tensor import ComputeOp
+from measure.hardware import HardwareParams
 
 
 class Cond(enum.Enum):
@@ -47,10 +48,9 @@ class Cond(enum.Enum):
 
 @dataclass(frozen=True)
 class SketchContext:
-    """What rules may look at besides the state: limits and parameters."""
+    """What rules may look at besides the state: the GPU's limits and the sketch parameters."""
 
-    warp_size: int = 32
-    max_threads_per_block: int = 1024
+    hardware: HardwareParams = field(default_factory=HardwareParams)
     params: SketchParams = field(default_factory=SketchParams)
 
 
@@ -185,9 +185,9 @@ class CrossThreadReduction(SketchRule):
             return Cond.SKIP
         space, red = spatial_and_reduce_length(stage)
         if needs_multi_level_tiling(state, i):
-            wanted = space < red and space <= ctx.max_threads_per_block
+            wanted = space < red and space <= ctx.hardware.max_threads_per_block
         else:
-            wanted = red > ctx.warp_size
+            wanted = red > ctx.hardware.warp_size
         return Cond.APPLY if wanted else Cond.SKIP
 
     def apply(self, ctx, state, i):

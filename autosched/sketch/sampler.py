@@ -1,9 +1,10 @@
-"""Sampling complete states from sketches, and the GPU-limit filter.
+"""Sampling complete states from sketches.
 
 `SketchSampler` analyses its sketches once, then draws states: a sketch at random, the init
-rules in order, then `check_program` on the lowered program (threads per block, vthread,
-shared memory, registers, vector width). States that fail are dropped and their reasons
-counted in a `collections.Counter` (`sampler.rejected`); nothing raises.
+rules in order, then the validity check of `validity.py` (with `verify`: lowering and the
+lowered program's GPU limits; without: only the limits visible on the state). States that fail
+are dropped and their reasons counted in a `collections.Counter` (`sampler.rejected`); nothing
+raises.
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
-from autosched.lower.lowering import lower
 from autosched.schedule.loop_state import State
-from autosched.sketch.init_rules import (
-    GPU_INIT_RULES,
-    InitContext,
-    InitRule,
-    Limits,
-    Rejected,
-    make_plan,
-)
+from autosched.sketch.init_rules import GPU_INIT_RULES, InitContext, InitRule, make_plan
 from autosched.sketch.utils import SketchParams
-from autosched.te.dtype import BYTES
+from autosched.sketch.validity import (
+    Reason,
+    Rejected,
+    check_candidate,
+    check_state,
+    reason_for,
+)
+from measure.hardware import HardwareParams
 
 log = logging.getLogger(__name__)
 
@@ -42,49 +41,6 @@ def as_random(rng: Any) -> random.Random:
     if isinstance(rng, np.random.Generator):
         return random.Random(int(rng.integers(2**63)))
     return random.Random(rng)
-
-
-def check_state(state: State, limits: Limits) -> str | None:
-    """Limits visible on the state itself (cheap): vthread extents."""
-    for stage in state.stages:
-        for it in stage.iters:
-            if it.annotation == "vthread" and (it.extent or 0) > limits.max_vthread_extent:
-                return "vthread"
-    return None
-
-
-def _vector_bytes(s: ir.Stmt) -> int:
-    """The widest vectorised store of a statement tree, in bytes."""
-    widest = 0
-    for node in ir.iter_stmts(s):
-        if isinstance(node, ir.For) and node.kind == "vectorize":
-            for inner in ir.iter_stmts(node.body):
-                if isinstance(inner, ir.Store):
-                    widest = max(widest, node.extent * BYTES.get(inner.buffer.dtype, 4))
-    return widest
-
-
-def unrolled_statements(s: ir.Stmt) -> int:
-    """How many statements the kernel body has once its unrolled loops are unrolled (the code
-    nvcc has to compile and keep in registers)."""
-    return ir.executed_statements(s, ("unroll",))
-
-
-def check_program(program: ir.Program, limits: Limits, params: SketchParams) -> str | None:
-    """The first GPU limit a lowered program breaks, or None."""
-    for k in program.kernels:
-        if k.threads_per_block > limits.max_threads_per_block:
-            return "threads_per_block"
-        if k.shared_bytes > limits.max_shared_memory_per_block:
-            return "shared_memory"
-        local = sum(b.size for b in k.allocs if b.scope == "local")
-        if local > params.max_local_elems:
-            return "local_memory"
-        if _vector_bytes(k.body) > params.max_vector_bytes:
-            return "vector_bytes"
-        if unrolled_statements(k.body) > params.max_unrolled_statements:
-            return "code_size"
-    return None
 
 
 class SketchSampler:
@@ -100,13 +56,10 @@ class SketchSampler:
     ) -> None:
         if not sketches:
             raise ValueError("SketchSampler needs at least one sketch")
-        if hardware is None:
-            from measure.hardware import HardwareParams
-
-            hardware = HardwareParams()
+        self.hardware = hardware or HardwareParams()
         self.params = params or SketchParams()
-        self.ctx = InitContext(self.params, hardware)
-        self.plans = [make_plan(s, self.params, self.ctx.limits) for s in sketches]
+        self.ctx = InitContext(self.params, self.hardware)
+        self.plans = [make_plan(s, self.params, self.hardware) for s in sketches]
         self.verify = verify
         self.rules = rules
         self.rejected: collections.Counter = collections.Counter()
@@ -114,41 +67,21 @@ class SketchSampler:
         # (when verifying), so callers need not lower them again
         self.programs: dict[tuple, ir.Program] = {}
 
-    def sample_one(self, rng: random.Random, sketch: int | None = None) -> State:
-        """One complete state; raises Rejected with the reason when it breaks a limit."""
-        state, _ = self._sample_one(rng, sketch)
-        return state
-
-    def _sample_one(
-        self, rng: random.Random, sketch: int | None
-    ) -> tuple[State, ir.Program | None]:
-        plan = self.plans[rng.randrange(len(self.plans)) if sketch is None else sketch]
+    def _sample_one(self, rng: random.Random) -> tuple[State, ir.Program | None]:
+        """One complete state and, when verifying, its lowered program; raises Rejected."""
+        plan = self.plans[rng.randrange(len(self.plans))]
         state = plan.sketch
         try:
             for rule in self.rules:
                 state = rule.apply(self.ctx, plan, state, rng)
-        except ScheduleError as e:
-            raise Rejected("schedule_error", str(e)) from e
         except Rejected:
             raise
-        except Exception as e:  # a bug elsewhere must not end the search: count and log it
-            log.warning(
-                "init rules failed on a sketch of %r: %s: %s", plan.sketch.dag, type(e).__name__, e
-            )
-            raise Rejected(f"internal_error:{type(e).__name__}", str(e)) from e
-        reason = check_state(state, self.ctx.limits)
-        program = None
-        if reason is None and self.verify:
-            try:
-                program = lower(state)
-            except LoweringError as e:
-                raise Rejected("lowering_error", str(e)) from e
-            except ScheduleError as e:
-                raise Rejected("schedule_error", str(e)) from e
-            except Exception as e:  # a lowering bug: count it, log it, go on
-                log.warning("lowering failed: %s: %s", type(e).__name__, e)
-                raise Rejected(f"internal_error:{type(e).__name__}", str(e)) from e
-            reason = check_program(program, self.ctx.limits, self.params)
+        except Exception as e:  # ScheduleError, or a bug elsewhere (logged, counted)
+            raise Rejected(reason_for(e, f"init rules on a sketch of {plan.sketch.dag!r}")) from e
+        if self.verify:
+            program, reason = check_candidate(state, self.hardware, self.params)
+        else:
+            program, reason = None, check_state(state, self.hardware)
         if reason is not None:
             raise Rejected(reason)
         return state, program
@@ -165,13 +98,13 @@ class SketchSampler:
         while len(out) < n and tries < limit:
             tries += 1
             try:
-                state, program = self._sample_one(rng, None)
+                state, program = self._sample_one(rng)
             except Rejected as e:
                 self.rejected[e.reason] += 1
                 continue
             key = state.key()
             if key in seen:
-                self.rejected["duplicate"] += 1
+                self.rejected[Reason.DUPLICATE.value] += 1
                 continue
             seen.add(key)
             out.append(state)

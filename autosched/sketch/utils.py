@@ -11,17 +11,16 @@ import math
 from dataclasses import dataclass
 
 from autosched.schedule.compute_dag import OpInfo
+from autosched.schedule.dataflow import consumers_of, reads_of
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage
-from autosched.schedule.transform_steps import (
+from autosched.schedule.steps import (
     STEP_REGISTRY,
     CacheReadStep,
     CacheWriteStep,
     FollowFusedSplitStep,
     FollowSplitStep,
     SplitStep,
-    consumers_of,
-    reads_of,
 )
 from autosched.te.expr import Load, Reduce
 from autosched.te.tensor import ComputeOp, Tensor

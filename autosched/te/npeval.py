@@ -2,8 +2,8 @@
 
 `eval_expr` evaluates an expression for many points at once: every variable is bound to a numpy
 array (or an int) and the arrays broadcast against each other. Reading buffers is left to a
-callback, so the same evaluator serves the naive DAG evaluator (`autosched.task.evaluate`) and the CPU
-interpreter of lowered kernels (where buffers are per-thread arrays).
+callback, so the same evaluator serves the naive DAG evaluator (`autosched.task.evaluate`) and
+the CPU interpreter of lowered kernels (where buffers are per-thread arrays).
 
 Masks: `mask` marks where a value is actually needed. `Select(c, t, f)` evaluates `t` only under
 `mask & c` and `f` under `mask & ~c`, so a padded load that is out of bounds on the untaken side is
@@ -213,7 +213,7 @@ def gather(array: np.ndarray, indices: Sequence[Value], mask: Value | None, name
         raise TEError(f"{name} has {array.ndim} dimensions but {len(indices)} indices were given")
     idx = [np.asarray(i) for i in indices]
     clipped = []
-    for d, (i, extent) in enumerate(zip(idx, array.shape)):
+    for d, (i, extent) in enumerate(zip(idx, array.shape, strict=True)):
         bad = (i < 0) | (i >= extent)
         if bad.any():
             needed = bad if mask is None else np.logical_and(bad, mask)

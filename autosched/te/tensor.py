@@ -190,7 +190,7 @@ def compute(
     dims = _check_shape(shape, name)
     axis = tuple(
         IterVar(n, 0, d, IterVar.SPATIAL)
-        for n, d in zip(_axis_names(fcompute, len(dims), name), dims)
+        for n, d in zip(_axis_names(fcompute, len(dims), name), dims, strict=True)
     )
     body = as_expr(fcompute(*axis))
     _validate_body(name, axis, body)

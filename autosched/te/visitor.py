@@ -73,7 +73,7 @@ def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
             kids = children(node)
             if kids:
                 new_kids = tuple(go(k) for k in kids)
-                if any(n is not k for n, k in zip(new_kids, kids)):
+                if any(n is not k for n, k in zip(new_kids, kids, strict=True)):
                     repl = rebuild(node, new_kids)
             if repl is None:
                 repl = node

@@ -28,16 +28,18 @@ def _spatial(
     n = len(kernel_hw)
     strides = as_tuple(stride, n, op, "stride")
     dilations = as_tuple(dilation, n, op, "dilation")
-    dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel_hw, dilations))
+    dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel_hw, dilations, strict=True))
     before, after = pad_tuple(padding, dilated, op)
     outs = tuple(
         out_size(data.shape[dim], k, s, d, b + a, op)
-        for dim, k, s, d, b, a in zip(spatial_dims, kernel_hw, strides, dilations, before, after)
+        for dim, k, s, d, b, a in zip(
+            spatial_dims, kernel_hw, strides, dilations, before, after, strict=True
+        )
     )
     padded = data
     if any(before) or any(after):
         pb, pa = [0] * data.ndim, [0] * data.ndim
-        for dim, b, a in zip(spatial_dims, before, after):
+        for dim, b, a in zip(spatial_dims, before, after, strict=True):
             pb[dim], pa[dim] = b, a
         padded = pad(data, pb, pa, 0.0, name=pad_name)
     return strides, dilations, outs, padded

@@ -44,11 +44,11 @@ def pad(
     )
     value = _fill(pad_value, data.dtype)
     check(value.dtype == data.dtype, f"pad: pad_value {value!r} is not {data.dtype}")
-    shape = tuple(d + b + a for d, b, a in zip(data.shape, before, after))
+    shape = tuple(d + b + a for d, b, a in zip(data.shape, before, after, strict=True))
 
     def fcompute(*i: Expr) -> Expr:
         index, conds = [], []
-        for ax, extent, b, a in zip(i, data.shape, before, after):
+        for ax, extent, b, a in zip(i, data.shape, before, after, strict=True):
             index.append(ax - b if b else ax)
             if b:
                 conds.append(ax >= b)
@@ -72,11 +72,11 @@ def dilate(
         f"dilate: strides must be {data.ndim} positive ints, got {list(strides)}",
     )
     value = _fill(dilation_value, data.dtype)
-    shape = tuple((d - 1) * s + 1 for d, s in zip(data.shape, strides))
+    shape = tuple((d - 1) * s + 1 for d, s in zip(data.shape, strides, strict=True))
 
     def fcompute(*i: Expr) -> Expr:
-        index = [ax if s == 1 else te.floordiv(ax, s) for ax, s in zip(i, strides)]
-        conds = [te.floormod(ax, s) == 0 for ax, s in zip(i, strides) if s != 1]
+        index = [ax if s == 1 else te.floordiv(ax, s) for ax, s in zip(i, strides, strict=True)]
+        conds = [te.floormod(ax, s) == 0 for ax, s in zip(i, strides, strict=True) if s != 1]
         if not conds:
             return data[tuple(index)]
         return te.if_then_else(te.all(*conds), data[tuple(index)], value)

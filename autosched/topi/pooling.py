@@ -65,20 +65,20 @@ def pool2d(
     kh, kw = as_tuple(kernel, 2, op, "kernel")
     strides = as_tuple(stride, 2, op, "stride")
     dilations = as_tuple(dilation, 2, op, "dilation")
-    dilated = tuple((k - 1) * d + 1 for k, d in zip((kh, kw), dilations))
+    dilated = tuple((k - 1) * d + 1 for k, d in zip((kh, kw), dilations, strict=True))
     before, after = pad_tuple(padding, dilated, op)
     check(
-        all(b < k and a < k for b, a, k in zip(before, after, dilated)),
+        all(b < k and a < k for b, a, k in zip(before, after, dilated, strict=True)),
         f"{op}: padding {padding!r} must be smaller than the window {dilated}",
     )
     shape = list(data.shape)
-    for dim, k, s, d, b, a in zip(dims, (kh, kw), strides, dilations, before, after):
+    for dim, k, s, d, b, a in zip(dims, (kh, kw), strides, dilations, before, after, strict=True):
         shape[dim] = out_size(data.shape[dim], k, s, d, b + a, op)
 
     padded = data
     if any(before) or any(after):
         pb, pa = [0] * data.ndim, [0] * data.ndim
-        for dim, b, a in zip(dims, before, after):
+        for dim, b, a in zip(dims, before, after, strict=True):
             pb[dim], pa[dim] = b, a
         fill = te.min_value(data.dtype) if pool_type == "max" else 0.0
         padded = pad(data, pb, pa, fill, name="pad_temp")
@@ -86,7 +86,7 @@ def pool2d(
 
     def source(*ax: Expr) -> Expr:
         idx = list(ax)
-        for dim, r, s, d in zip(dims, rv, strides, dilations):
+        for dim, r, s, d in zip(dims, rv, strides, dilations, strict=True):
             idx[dim] = window(ax[dim], s, r, d)
         return padded[tuple(idx)]
 
@@ -106,7 +106,7 @@ def pool2d(
             return total[ax] / const(kh * kw, data.dtype)
         counts = [
             _valid_count(ax[dim], s, b, k, d, data.shape[dim])
-            for dim, s, b, k, d in zip(dims, strides, before, (kh, kw), dilations)
+            for dim, s, b, k, d in zip(dims, strides, before, (kh, kw), dilations, strict=True)
         ]
         return total[ax] / te.cast(counts[0] * counts[1], data.dtype)
 

@@ -25,7 +25,7 @@ def _pads(padding: Any, dilated_kernel: Sequence[int]) -> tuple[tuple[int, ...],
             return (0,) * n, (0,) * n
         total = [k - 1 for k in dilated_kernel]
         before = tuple((t + 1) // 2 for t in total)
-        return before, tuple(t - b for t, b in zip(total, before))
+        return before, tuple(t - b for t, b in zip(total, before, strict=True))
     vals = _ints(padding, n)
     return (vals, vals) if len(vals) == n else (vals[:n], vals[n:])
 
@@ -37,8 +37,8 @@ def _conv_nd(
     nsp = a.ndim - 2
     strides, dils = _ints(stride, nsp), _ints(dilation, nsp)
     kernel = w.shape[2:]
-    before, after = _pads(padding, [(k - 1) * d + 1 for k, d in zip(kernel, dils)])
-    ap = np.pad(a.astype(np.float64), [(0, 0), (0, 0)] + list(zip(before, after)))
+    before, after = _pads(padding, [(k - 1) * d + 1 for k, d in zip(kernel, dils, strict=True)])
+    ap = np.pad(a.astype(np.float64), [(0, 0), (0, 0)] + list(zip(before, after, strict=True)))
     out_sp = [
         (ap.shape[2 + i] - (kernel[i] - 1) * dils[i] - 1) // strides[i] + 1 for i in range(nsp)
     ]
@@ -52,7 +52,7 @@ def _conv_nd(
     for offs in itertools.product(*(range(k) for k in kernel)):
         sl = tuple(
             slice(o * d, o * d + s * (m - 1) + 1, s)
-            for o, d, s, m in zip(offs, dils, strides, out_sp)
+            for o, d, s, m in zip(offs, dils, strides, out_sp, strict=True)
         )
         out += np.einsum(spec, ag[(Ellipsis,) + sl], wg[(Ellipsis,) + offs])
     return out.reshape((n, co) + tuple(out_sp))

@@ -54,7 +54,7 @@ def pad_tuple(
             return (0,) * n, (0,) * n
         total = [k - 1 for k in kernel]
         before = tuple((t + 1) // 2 for t in total)
-        return before, tuple(t - b for t, b in zip(total, before))
+        return before, tuple(t - b for t, b in zip(total, before, strict=True))
     vals = (padding,) * n if isinstance(padding, int) else tuple(padding)
     check(
         len(vals) in (n, 2 * n) and all(isinstance(v, int) and v >= 0 for v in vals),

@@ -1,0 +1,201 @@
+"""Bound inference and leaf extents, lowering's passes 3 and 4.
+
+Consumers first, every stage attached at a loop gets the region it must compute per iteration
+of that loop: the union, over the loads of its consumers, of the index intervals when the loops
+inside the attach point (and the thread loops a shared or global stage serves) run over their
+extents. Then each stage's iterator extents are re-derived from its region through its split
+and fuse relations, and each root axis is written as an expression of the leaf loop variables.
+
+The functions take the `Lowerer` whose per-stage `info` they fill.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from autosched.errors import LoweringError
+from autosched.lower import ir
+from autosched.lower.intervals import interval, union
+from autosched.schedule.stage import ATTACHED, FuseRel, SplitRel
+from autosched.te.expr import BinOp, Const, Expr, Load, Var
+from autosched.te.tensor import Tensor
+from autosched.te.visitor import substitute, walk
+
+if TYPE_CHECKING:
+    from autosched.lower.lowering import Lowerer
+
+I32 = "int32"
+# loops a stage computed at them is shared across, by the scope of its buffer
+RELAXED_TAGS = {
+    "local": frozenset(),
+    "shared": frozenset({*ir.THREAD_TAGS, "vthread"}),
+    "global": frozenset({*ir.LAUNCH_TAGS, "vthread"}),
+}
+
+
+def _c(v: int) -> Const:
+    return Const(v, I32)
+
+
+def tensor_loads(e: Expr) -> list[Load]:
+    """The loads of tensors (not of IR buffers) in a stage body."""
+    return [n for n in walk(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
+
+
+def infer_bounds(lw: Lowerer) -> None:
+    """Every non-placeholder stage's base and region, then its extents and root values."""
+    for i in reversed(lw.topo_order()):
+        inf = lw.info[i]
+        st = lw.stages[i]
+        if st.is_placeholder:
+            continue
+        if st.compute_at == ATTACHED:
+            inf.base, inf.region = attached_region(lw, i)
+        else:
+            inf.base = [_c(0) for _ in st.op.axis]
+            inf.region = [a.extent for a in st.op.axis]
+        derive_extents(lw, i)
+
+
+def _split_extents(rel: SplitRel, ext: dict[str, int]) -> None:
+    """The extents of a split's children from its parent's: inner factors are capped by what
+    is left, the outermost child takes the remaining quotient (rounded up)."""
+    rem = ext[rel.parent]
+    n = len(rel.lengths)
+    if rel.inner_to_outer:
+        for k in range(n, 0, -1):
+            f = rel.lengths[k - 1]
+            ext[rel.children[k]] = min(rem, f)
+            rem = -(-rem // f)
+        ext[rel.children[0]] = rem
+    else:
+        for k in range(n):
+            f = rel.lengths[k]
+            ext[rel.children[k]] = min(rem, f)
+            rem = -(-rem // f)
+        ext[rel.children[n]] = rem
+
+
+def derive_extents(lw: Lowerer, i: int) -> None:
+    """Stage i's iterator extents, root values in leaf variables and reduce-split limits."""
+    inf, st = lw.info[i], lw.stages[i]
+    ext: dict[str, int] = {}
+    for a, r in zip(st.op.axis, inf.region, strict=True):
+        ext[a.name] = r
+    for a in st.op.reduce_axis:
+        ext[a.name] = a.extent
+    for rel in st.relations:
+        if isinstance(rel, SplitRel):
+            _split_extents(rel, ext)
+        else:
+            ext[rel.fused] = math.prod(ext[c] for c in rel.children)
+    inf.ext = ext
+    # Root values in leaf variables: walk the relations backwards.
+    val: dict[str, Expr] = {it.name: lw.var_of(i, it.name) for it in st.iters}
+    for rel in reversed(st.relations):
+        if isinstance(rel, FuseRel):
+            f = val[rel.fused]
+            stride = 1
+            for k in range(len(rel.children) - 1, -1, -1):
+                c = rel.children[k]
+                part = BinOp("floordiv", f, _c(stride), I32) if stride > 1 else f
+                if k > 0:
+                    part = BinOp("floormod", part, _c(ext[c]), I32)
+                val[c] = part
+                stride *= ext[c]
+        else:
+            total: Expr | None = None
+            stride = 1
+            for k in range(len(rel.children) - 1, -1, -1):
+                c = rel.children[k]
+                term = val[c] if stride == 1 else BinOp("*", val[c], _c(stride), I32)
+                total = term if total is None else BinOp("+", term, total, I32)
+                if rel.inner_to_outer:
+                    stride *= rel.lengths[k - 1] if k > 0 else 1
+                else:
+                    stride *= ext[c]
+            val[rel.parent] = total
+    inf.value = {r.name: val[r.name] for r in st.root_iters}
+    # A reduce iterator split again by a length that does not divide it: its recomposed
+    # value can pass its extent and reach the next outer iteration's range (counted twice).
+    reduce_names = {a.name for a in st.op.reduce_axis}
+    for rel in st.relations:
+        if isinstance(rel, SplitRel) and rel.parent in reduce_names:
+            reduce_names.update(rel.children)
+    roots = {r.name for r in st.root_iters}
+    inf.inner_limits = [
+        (val[rel.parent], ext[rel.parent])
+        for rel in st.relations
+        if isinstance(rel, SplitRel) and rel.parent in reduce_names and rel.parent not in roots
+    ]
+
+
+def loop_bounds(lw: Lowerer, keys) -> dict[int, tuple[int, int]]:
+    """Bounds of the variables of the given loops (0 .. extent-1)."""
+    out = {}
+    for j, name in keys:
+        v = lw.var_of(j, name)
+        e = lw.info[j].ext[name]
+        _, hi = out.get(id(v), (0, 0))
+        out[id(v)] = (0, max(hi, e - 1))
+    return out
+
+
+def attached_region(lw: Lowerer, i: int) -> tuple[list[Expr], list[int]]:
+    """Stage i's base (per axis, an expression of its fixed context loops) and region extents:
+    what every consumer reads of it per iteration of its attach loop."""
+    inf, st = lw.info[i], lw.stages[i]
+    ctx = inf.context
+    relax_tags = RELAXED_TAGS.get(inf.scope, frozenset())
+    fixed = {k for k in ctx if lw.annotation(k) not in relax_tags}
+    fixed_vars = {id(lw.var_of(*k)) for k in fixed}
+    consumers = [j for j, other in enumerate(lw.info) if i in other.reads]
+    if not consumers:
+        raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
+    tensor_op = st.produces
+    per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in st.op.axis]
+    for j in consumers:
+        cinf = lw.info[j]
+        loops = cinf.context + [(j, it.name) for it in lw.stages[j].iters]
+        missing = [k for k in fixed if k not in loops]
+        if missing:
+            raise LoweringError(
+                f"stage {st.name!r} is computed inside {lw.stages[ctx[-1][0]].name!r} but "
+                f"{lw.stages[j].name!r} reads it outside that loop"
+            )
+        relaxed = {}
+        for k in loops:
+            v = lw.var_of(*k)
+            if id(v) not in fixed_vars:
+                e = lw.info[k[0]].ext[k[1]]
+                _, hi = relaxed.get(id(v), (0, 0))
+                relaxed[id(v)] = (0, max(hi, e - 1))
+        root_map = root_value_map(lw, j)
+        for node in tensor_loads(cinf.body):
+            if node.buffer.op is not tensor_op:
+                continue
+            for d, idx in enumerate(node.indices):
+                per_dim[d].append(interval(substitute(idx, root_map), relaxed))
+    base, region = [], []
+    for d, axis in enumerate(st.op.axis):
+        got = union(per_dim[d])
+        if got is None or got[1] + 1 >= axis.extent:
+            base.append(_c(0))
+            region.append(axis.extent)
+        else:
+            base.append(got[0])
+            region.append(got[1] + 1)
+    return base, region
+
+
+def root_value_map(lw: Lowerer, j: int) -> dict[Var, Expr]:
+    """Root axis var -> global index expression (base + offset) for stage j."""
+    inf, st = lw.info[j], lw.stages[j]
+    out: dict[Var, Expr] = {}
+    for d, a in enumerate(st.op.axis):
+        out[a] = BinOp("+", inf.base[d], inf.value[a.name], I32)
+    for a in st.op.reduce_axis:
+        v = inf.value[a.name]
+        out[a] = BinOp("+", v, _c(a.lo), I32) if a.lo else v
+    return out

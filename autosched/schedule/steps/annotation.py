@@ -1,0 +1,133 @@
+"""Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
+unroll, vectorize, parallel), unroll pragmas and the storage alignment of a cache buffer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from autosched.errors import ScheduleError
+from autosched.schedule.stage import ANNOTATIONS, THREAD_ANNOTATIONS, Iterator
+from autosched.schedule.steps.base import Step, check, pyiter, pyname, replace
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationStep(Step):
+    """Bind an iterator to a GPU thread axis, or mark it unroll / vectorize / parallel."""
+
+    TAG: ClassVar[str] = "AN"
+    stage_id: int
+    iter_id: int
+    annotation: str
+
+    def apply(self, state):
+        stage = state.stages[self.stage_id]
+        ii = stage.iter_index(self.iter_id)
+        it = stage.iters[ii]
+        check(
+            self.annotation in ANNOTATIONS,
+            lambda: (
+                f"unknown annotation {self.annotation!r} for "
+                f"{stage.name}.{it.name}; known: {ANNOTATIONS}"
+            ),
+        )
+        check(
+            it.annotation in ("none", self.annotation),
+            lambda: f"iterator {stage.name}.{it.name} is already annotated {it.annotation!r}",
+        )
+        if self.annotation in THREAD_ANNOTATIONS and self.annotation != "vthread":
+            for other in stage.iters:
+                if (
+                    other is not it
+                    and other.annotation == self.annotation
+                    and other.extent != it.extent
+                ):
+                    raise ScheduleError(
+                        f"stage {stage.name!r} binds {self.annotation} twice with different "
+                        f"extents ({other.name}: {other.extent}, {it.name}: {it.extent})"
+                    )
+        new_it = Iterator(it.name, it.extent, it.kind, self.annotation)
+        iters = stage.iters[:ii] + (new_it,) + stage.iters[ii + 1 :]
+        return state.replace_stage(self.stage_id, replace(stage, iters=iters))
+
+    def to_python(self, before, after):
+        stage = before.stages[self.stage_id]
+        it = pyiter(stage, stage.iters[self.iter_id].name)
+        S = pyname(stage)
+        if self.annotation in THREAD_ANNOTATIONS:
+            return [f's[{S}].bind({it}, te.thread_axis("{self.annotation}"))']
+        if self.annotation == "none":
+            return []
+        return [f"s[{S}].{self.annotation}({it})"]
+
+
+PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
+
+
+@dataclass(frozen=True, slots=True)
+class PragmaStep(Step):
+    """`auto_unroll_max_step$N` (unroll inner loops up to N steps) or `unroll_explicit$0/1`."""
+
+    TAG: ClassVar[str] = "PR"
+    stage_id: int
+    iter_id: int
+    pragma_type: str
+
+    def parsed(self) -> tuple[str, int]:
+        """The pragma's name and value."""
+        name, _, value = self.pragma_type.partition("$")
+        check(
+            name in PRAGMAS and value.lstrip("-").isdigit(),
+            lambda: f"unknown pragma {self.pragma_type!r}; use one of {PRAGMAS} as 'name$value'",
+        )
+        return name, int(value)
+
+    def apply(self, state):
+        stage = state.stages[self.stage_id]
+        stage.iter_index(self.iter_id)
+        name, value = self.parsed()
+        if name == "auto_unroll_max_step":
+            new = replace(stage, auto_unroll_max_step=value, unroll_explicit=True)
+        else:
+            new = replace(stage, unroll_explicit=bool(value))
+        return state.replace_stage(self.stage_id, new)
+
+    def to_python(self, before, after):
+        stage = before.stages[self.stage_id]
+        it = pyiter(stage, stage.iters[self.iter_id].name)
+        name, value = self.parsed()
+        S = pyname(stage)
+        if name == "auto_unroll_max_step":
+            return [
+                f's[{S}].pragma({it}, "auto_unroll_max_step", {value})',
+                f's[{S}].pragma({it}, "unroll_explicit", True)',
+            ]
+        return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
+
+
+@dataclass(frozen=True, slots=True)
+class StorageAlignStep(Step):
+    """Pad the allocation of a cache stage so that the dimension of `iter_id` has
+    stride % factor == offset."""
+
+    TAG: ClassVar[str] = "SA"
+    stage_id: int
+    iter_id: int
+    factor: int
+    offset: int
+
+    def apply(self, state):
+        stage = state.stages[self.stage_id]
+        stage.iter_index(self.iter_id)
+        check(
+            self.factor > 0 and 0 <= self.offset < self.factor,
+            lambda: f"storage_align on {stage.name!r}: need factor > 0 and 0 <= offset < factor",
+        )
+        return state.replace_stage(
+            self.stage_id, replace(stage, storage_align=(self.iter_id, self.factor, self.offset))
+        )
+
+    def to_python(self, before, after):
+        stage = before.stages[self.stage_id]
+        it = pyiter(stage, stage.iters[self.iter_id].name)
+        return [f"s[{pyname(stage)}].storage_align({it}, {self.factor}, {self.offset})"]

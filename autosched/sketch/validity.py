@@ -1,0 +1,150 @@
+"""Whether a candidate state is valid for a GPU: one check and one set of rejection reasons,
+shared by the sampler (fresh states) and the search's evaluation (mutated candidates).
+
+    program, reason = check_candidate(state, hardware, params)   # lowered program, or the reason
+
+The check runs from cheap to expensive: the state's own annotations (`check_state`), lowering,
+then the lowered program's launch and resource limits (`check_program`). Every reason is a
+`Reason` value, or one of the two qualified forms `tile_sizes:<Reason>` (the init rules found no
+tile sizes that fit) and `internal_error:<exception class>` (a bug elsewhere, logged: it costs one
+candidate, never the search). Reasons are strings, so they count in a `collections.Counter`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+from autosched.errors import LoweringError, ScheduleError
+from autosched.lower import ir
+from autosched.lower.lowering import lower
+from autosched.schedule.loop_state import State
+from autosched.sketch.utils import SketchParams
+from autosched.te.dtype import BYTES
+from measure.hardware import HardwareParams
+
+log = logging.getLogger(__name__)
+
+
+class Reason(enum.StrEnum):
+    """Why a candidate is invalid."""
+
+    SCHEDULE_ERROR = "schedule_error"  # a step does not apply (replay, an init rule)
+    LOWERING_ERROR = "lowering_error"  # the state does not lower to a loop nest
+    VTHREAD = "vthread"  # virtual threads over the hardware's limit
+    THREADS_PER_BLOCK = "threads_per_block"
+    TOO_FEW_THREADS = "too_few_threads"  # a tiled stage's block below a warp
+    SHARED_MEMORY = "shared_memory"
+    LOCAL_MEMORY = "local_memory"  # `local` elements per thread over SketchParams'
+    REGISTERS = "registers"  # accumulators over the register estimate
+    VECTOR_BYTES = "vector_bytes"  # a vectorised store wider than SketchParams'
+    CODE_SIZE = "code_size"  # statements once unrolled over SketchParams'
+    NO_OPTION = "no_option"  # no tile size of some axis fits
+    NO_SPATIAL_LOOP = "no_spatial_loop"  # a root stage with nothing to bind to threads
+    DUPLICATE = "duplicate"  # a state the sampler drew before
+    INTERNAL_ERROR = "internal_error"
+
+
+def tile_sizes(reason: Reason) -> str:
+    """The reason of a state whose tile sizes, redrawn many times, kept breaking `reason`."""
+    return f"tile_sizes:{reason}"
+
+
+# The exceptions that mean "this candidate is invalid"; any other is a bug (internal_error).
+_ERROR_REASONS: tuple[tuple[type[Exception], Reason], ...] = (
+    (LoweringError, Reason.LOWERING_ERROR),
+    (ScheduleError, Reason.SCHEDULE_ERROR),
+)
+
+
+def reason_for(exc: Exception, doing: str) -> str:
+    """The rejection reason of an exception raised while `doing` something to a candidate
+    (unexpected ones are logged: they point at a bug)."""
+    for cls, reason in _ERROR_REASONS:
+        if isinstance(exc, cls):
+            return str(reason)
+    log.warning("%s failed: %s: %s", doing, type(exc).__name__, exc)
+    return f"{Reason.INTERNAL_ERROR}:{type(exc).__name__}"
+
+
+class Rejected(Exception):
+    """A candidate is invalid; `reason` is a rejection reason (see the module docstring)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = str(reason)
+
+
+def check_state(state: State, hardware: HardwareParams) -> Reason | None:
+    """Limits visible on the state itself (cheap): vthread extents."""
+    for stage in state.stages:
+        for it in stage.iters:
+            if it.annotation == "vthread" and (it.extent or 0) > hardware.max_vthread_extent:
+                return Reason.VTHREAD
+    return None
+
+
+def vector_bytes(s: ir.Stmt) -> int:
+    """The widest vectorised store of a statement tree, in bytes."""
+    widest = 0
+    for node in ir.iter_stmts(s):
+        if isinstance(node, ir.For) and node.kind == "vectorize":
+            for inner in ir.iter_stmts(node.body):
+                if isinstance(inner, ir.Store):
+                    widest = max(widest, node.extent * BYTES.get(inner.buffer.dtype, 4))
+    return widest
+
+
+def unrolled_statements(s: ir.Stmt) -> int:
+    """How many statements the kernel body has once its unrolled loops are unrolled (the code
+    nvcc has to compile and keep in registers)."""
+    return ir.executed_statements(s, ("unroll",))
+
+
+def check_program(
+    program: ir.Program, hardware: HardwareParams, params: SketchParams
+) -> Reason | None:
+    """The first limit a lowered program breaks, or None: the hardware's launch limits, then
+    the sketch parameters' bounds on registers, vector width and code size."""
+    for k in program.kernels:
+        if k.threads_per_block > hardware.max_threads_per_block:
+            return Reason.THREADS_PER_BLOCK
+        if k.shared_bytes > hardware.max_shared_memory_per_block:
+            return Reason.SHARED_MEMORY
+        if sum(b.size for b in k.allocs if b.scope == "local") > params.max_local_elems:
+            return Reason.LOCAL_MEMORY
+        if vector_bytes(k.body) > params.max_vector_bytes:
+            return Reason.VECTOR_BYTES
+        if unrolled_statements(k.body) > params.max_unrolled_statements:
+            return Reason.CODE_SIZE
+    return None
+
+
+def check_candidate(
+    state: State, hardware: HardwareParams, params: SketchParams
+) -> tuple[ir.Program | None, str | None]:
+    """(lowered program, None) for a valid state, (None, reason) for an invalid one. Never
+    raises for a candidate: an unexpected exception is an `internal_error:<class>` reason."""
+    reason = check_state(state, hardware)
+    if reason is not None:
+        return None, str(reason)
+    try:
+        program = lower(state)
+    except Exception as exc:
+        return None, reason_for(exc, "lowering a candidate")
+    reason = check_program(program, hardware, params)
+    if reason is not None:
+        return None, str(reason)
+    return program, None
+
+
+__all__ = [
+    "Reason",
+    "Rejected",
+    "check_candidate",
+    "check_program",
+    "check_state",
+    "reason_for",
+    "tile_sizes",
+    "unrolled_statements",
+]
