@@ -139,7 +139,7 @@ class RecordToFile:
         if os.path.exists(self.path):
             seal_torn_line(self.path)  # a crash may have torn the last line: end it first
         with open(self.path, "a", encoding="utf-8") as f:
-            for inp, res in zip(inputs, results):
+            for inp, res in zip(inputs, results, strict=True):
                 f.write(encode(inp, res) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -71,7 +71,7 @@ class ProgramWalker:
             self.loops: list[Loop] = []
             self.level_of: dict[int, int] = {}
             self.threads = dict.fromkeys(BLOCK_TAGS + THREAD_TAGS, 1)
-            for tag, ext in zip(BLOCK_TAGS + THREAD_TAGS, kernel.grid + kernel.block):
+            for tag, ext in zip(BLOCK_TAGS + THREAD_TAGS, kernel.grid + kernel.block, strict=True):
                 self.threads[tag] = ext
                 if ext > 1:
                     self.push(Loop(ir.THREAD_VARS[tag], ext, tag))
@@ -219,7 +219,7 @@ class ProgramWalker:
                 if lv in used:
                     steps = [
                         lin.stride(loops[lv])
-                        for lin, lvs in zip(acc.linear, acc.index_levels)
+                        for lin, lvs in zip(acc.linear, acc.index_levels, strict=True)
                         if lv in lvs
                     ]
                     stride = min((s for s in steps if s), default=0)
@@ -229,7 +229,7 @@ class ProgramWalker:
             f.stride = stride
             f.lines = max(1.0, outer / reduce_ratio * min(1.0, stride * eb / CACHE_LINE_BYTES))
             run = 1  # contiguous elements of the touched box
-            for span, size in zip(reversed(acc.spans), reversed(b.shape)):
+            for span, size in zip(reversed(acc.spans), reversed(b.shape), strict=True):
                 run *= span
                 if span < size:
                     break
@@ -238,7 +238,9 @@ class ProgramWalker:
         f.tx_stride = 0
         if tx is not None and tx in used:
             f.tx_stride = min(
-                lin.stride(loops[tx]) for lin, lvs in zip(acc.linear, acc.index_levels) if tx in lvs
+                lin.stride(loops[tx])
+                for lin, lvs in zip(acc.linear, acc.index_levels, strict=True)
+                if tx in lvs
             )
         f.reuse_type, f.reuse_dis_iter, f.reuse_dis_bytes, f.reuse_ct = _reuse(acc, used, loops)
         return f
@@ -282,7 +284,7 @@ def _intensity_curve(flops: int, accesses: list[Access], loops: list[Loop]) -> l
         cur *= loops[lv].extent
         ops_list.append(cur)
         bytes_list.append(float(sum(a.touched[lv] * BYTES[a.buffer.dtype] for a in accesses)))
-    ratio = [o / b for o, b in zip(ops_list, bytes_list)]
+    ratio = [o / b for o, b in zip(ops_list, bytes_list, strict=True)]
     out, pt, total = [], 0, ops_list[-1]
     for i in range(CURVE_POINTS):
         x = total * (i + 1) / CURVE_POINTS

@@ -129,7 +129,7 @@ def auto_schedule(
         results, split = _measure(measurer, batch)
         times.update(split)
         costs = [r.mean_cost for r in results]
-        for s, c in zip(batch, costs):
+        for s, c in zip(batch, costs, strict=True):
             policy.add_measured(s, c)
             best.offer(c, s, rnd)
         t2 = time.perf_counter()

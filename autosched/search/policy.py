@@ -161,7 +161,7 @@ class SketchPolicy:
         self.features.misses += len(todo)
         if todo:
             t0 = time.perf_counter()
-            for r, o in zip(todo, self.workers.evaluate(todo)):
+            for r, o in zip(todo, self.workers.evaluate(todo), strict=True):
                 known[r] = o
                 self.features.put(r, o)
             self.time["evaluate"] += time.perf_counter() - t0
@@ -169,13 +169,13 @@ class SketchPolicy:
 
     def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
         """The valid candidates and their model scores (this round's model)."""
-        outcomes = zip(candidates, self.outcomes(candidates))
+        outcomes = zip(candidates, self.outcomes(candidates), strict=True)
         valid = {r: o for r, o in outcomes if isinstance(o, np.ndarray)}
         new = [r for r in valid if r not in self.scores]
         if new:
             t0 = time.perf_counter()
             predicted = np.asarray(self.cost_model.predict([valid[r] for r in new]), dtype=float)
-            self.scores.update(zip(new, predicted.tolist()))
+            self.scores.update(zip(new, predicted.tolist(), strict=True))
             self.time["predict"] += time.perf_counter() - t0
         kept = [r for r in candidates if r in valid]
         return kept, np.array([self.scores[r] for r in kept])
@@ -206,7 +206,7 @@ class SketchPolicy:
         best: dict[Records, float] = {}
         for gen in range(p.generations + 1):
             pop, scores = self.score(pop)
-            for r, s in zip(pop, scores):
+            for r, s in zip(pop, scores, strict=True):
                 if r not in self.picked and math.isfinite(s):
                     best[r] = s
             if gen == p.generations or not pop:

@@ -89,7 +89,7 @@ class ProgramMeasurer:
             )
             # the runner's seconds (each candidate's own); the rest of the wall time waits for nvcc
             run = sum(m.run_seconds for m in measured)
-            for i, m in zip(slots, measured):
+            for i, m in zip(slots, measured, strict=True):
                 results[i] = MeasureRecordResult(
                     tuple(m.costs),
                     int(m.error_kind),

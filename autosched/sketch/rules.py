@@ -275,7 +275,7 @@ class MultiLevelTilingWithFusion(SketchRule):
         state, spatial_ids = multi_level_tile(state, i, ctx.params.gpu_structure)
         n = self.follow_levels
         axes = [it.name for it in state.stages[j].root_iters]
-        for name, src in zip(axes, spatial_ids):
+        for name, src in zip(axes, spatial_ids, strict=False):
             state = state.follow_split(j, name, src, n)
         order = [level_names(a, n + 1)[level] for level in range(n + 1) for a in axes]
         state = state.reorder(j, order)

@@ -202,7 +202,7 @@ def _leading_axes_read(state: State, producer: int, consumer: int) -> int:
         if redirect.get(id(node.buffer.op), node.buffer.op) is not prod.produces:
             continue
         n = 0
-        for idx, a, p in zip(node.indices, axes, prod.op.axis):
+        for idx, a, p in zip(node.indices, axes, prod.op.axis, strict=False):
             if idx is not a or a.extent != p.extent:
                 break
             n += 1
@@ -257,7 +257,7 @@ def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
                 continue
             p = state.stage_of_producer(op)
             if is_inlined(state.stages[p]) and isinstance(state.stages[p].op, ComputeOp):
-                visit(p, dict(zip(state.stages[p].op.axis, idx)))
+                visit(p, dict(zip(state.stages[p].op.axis, idx, strict=False)))
 
     visit(j, {})
     return found
@@ -282,7 +282,8 @@ def elementwise_matched_consumer(state: State, i: int) -> int | None:
     reads = loads_through_inlined(state, j, i)
     axes = consumer.op.axis
     if not reads or any(
-        len(idx) != len(axes) or any(x is not a for x, a in zip(idx, axes)) for idx in reads
+        len(idx) != len(axes) or any(x is not a for x, a in zip(idx, axes, strict=True))
+        for idx in reads
     ):
         return None
     return j
@@ -325,7 +326,7 @@ def splitting_steps(state: State, i: int) -> list[tuple[int, SplitRel]]:
     mine = [
         k for k, s in enumerate(state.steps) if isinstance(s, SPLITTING_STEPS) and where[k] == i
     ]
-    return list(zip(mine, rels))
+    return list(zip(mine, rels, strict=False))
 
 
 def split_step_ids(state: State, i: int, kind: str | None = None) -> list[int]:

@@ -143,7 +143,7 @@ def _reducer_ops(reducer: Any, dtype: str) -> tuple[Callable, Callable]:
 
 def _bind(axes: Iterable, ranges: list[tuple[int, int]], first_dim: int, ndim: int) -> dict:
     env = {}
-    for k, (ax, (lo, hi)) in enumerate(zip(axes, ranges)):
+    for k, (ax, (lo, hi)) in enumerate(zip(axes, ranges, strict=True)):
         shape = [1] * ndim
         shape[first_dim + k] = hi - lo
         env[id(ax)] = np.arange(ax.lo + lo, ax.lo + hi, dtype=np.int64).reshape(shape)
@@ -191,7 +191,7 @@ def _strided_view(arr: np.ndarray, indices, axes: list) -> tuple[np.ndarray, lis
     index is not affine in the axes or leaves the array."""
     position = {id(ax): k for k, ax in enumerate(axes)}
     offset, strides = 0, {}
-    for dim, (index, size) in enumerate(zip(indices, arr.shape)):
+    for dim, (index, size) in enumerate(zip(indices, arr.shape, strict=True)):
         aff = to_affine(index, {})
         start, low, high = aff.const, 0, 0  # the index at every axis's first value; its reach
         for coef, atom in aff.terms.values():
