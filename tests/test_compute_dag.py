@@ -6,9 +6,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import autosched
 from autosched import te, topi
+from autosched.errors import TEError
 from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.search_task import SearchTask
+from autosched.task.workload_registry import register_workload
 from autosched.task.workloads import SUITE
 
 
@@ -56,3 +61,63 @@ def test_unregistered_dag_gets_a_stable_hash_key():
         return ComputeDAG([a, topi.relu(a)])
 
     assert build().workload_key == build().workload_key and build().workload_key.startswith("dag-")
+
+
+# ---- bad input: one clear error ------------------------------------------------------------
+
+
+def test_a_single_tensor_or_a_non_list_is_rejected():
+    a = te.placeholder((4,), name="A")
+    b = topi.relu(a)
+    with pytest.raises(TEError, match="got the single tensor 'compute'; pass a list"):
+        ComputeDAG(b)
+    with pytest.raises(TEError, match="takes a list of tensors .* got int"):
+        ComputeDAG(3)
+    with pytest.raises(TEError, match="item 1 of the tensor list is str"):
+        ComputeDAG([a, "B"])
+
+
+@register_workload(name="test_compute_dag:one_tensor")
+def one_tensor(n):
+    a = te.placeholder((n,), name="A")
+    return topi.relu(a)
+
+
+def test_a_workload_returning_one_tensor_is_rejected():
+    with pytest.raises(TEError, match="workload 'test_compute_dag:one_tensor' returned Tensor"):
+        SearchTask(one_tensor, (4,))
+
+
+def test_an_out_of_bounds_shifted_read_is_rejected():
+    a = te.placeholder((4,), name="A")
+    b = te.compute((4,), lambda i: a[i + 1], name="B")
+    with pytest.raises(TEError) as err:
+        ComputeDAG([a, b])
+    assert "compute 'B' reads A[(i + 1)] with index range [1, 4] on axis 0 of extent 4" in str(
+        err.value
+    )
+
+
+def test_a_reduction_longer_than_its_dimension_is_rejected():
+    a = te.placeholder((8, 4), name="A")
+    w = te.placeholder((5, 6), name="W")
+    k = te.reduce_axis((0, 5), name="k")
+    c = te.compute((8, 6), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="C")
+    with pytest.raises(TEError, match=r"'C' reads A\[i, k\] with index range \[0, 4\] on axis 1"):
+        ComputeDAG([a, w, c])
+
+
+@pytest.mark.parametrize("stride,padding", [(1, 1), (2, 3), (1, (0, 2, 1, 0))])
+def test_padded_convolutions_are_accepted(stride, padding):
+    data = te.placeholder((1, 3, 9, 9), name="data")
+    kernel = te.placeholder((4, 3, 7, 7), name="kernel")
+    conv = topi.nn.conv2d_nchw(data, kernel, stride, padding, dilation=1)
+    dag = ComputeDAG([data, kernel, conv])
+    assert [op.name for op in dag.ops] == ["data", "pad_temp", "kernel", "conv2d_nchw"]
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_every_suite_workload_builds(name):
+    workload, full, small = SUITE[name]
+    for args in (full, small):
+        assert SearchTask(workload, args).compute_dag.ops

@@ -90,6 +90,29 @@ def test_wrong_number_of_indices():
         te.compute((3,), lambda i: a[i, 0, 0])
 
 
+def test_tensor_is_not_iterable():
+    a = te.placeholder((4,), name="A")
+    for iterate in (list, tuple, lambda t: [x for x in t], lambda t: dict.fromkeys(t)):
+        with pytest.raises(TEError, match="'A' is not iterable: index it") as err:
+            iterate(a)
+        assert isinstance(err.value, TypeError)  # what Python raises for any non-iterable
+
+
+def test_constant_index_outside_the_shape():
+    a = te.placeholder((4,), name="A")
+    b = te.placeholder((2, 3), name="B")
+    with pytest.raises(
+        TEError, match=r"'A' of shape \[4\] is indexed with 100 on axis 0 of extent 4"
+    ):
+        a[100]
+    with pytest.raises(TEError, match="indexed with -1 on axis 0 .*negative indices"):
+        a[-1]
+    i = te.Var("i")
+    with pytest.raises(TEError, match="indexed with 3 on axis 1 of extent 3"):
+        b[i, 3]
+    assert repr(a[3]) == "A[3]" and repr(b[1, i]) == "B[1, i]"
+
+
 def test_reduce_axis_in_non_reduce_compute():
     a = te.placeholder((3, 4), name="A")
     k = te.reduce_axis((0, 4), name="k")

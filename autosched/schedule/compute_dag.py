@@ -15,6 +15,7 @@ from autosched.errors import TEError
 from autosched.schedule.loop_state import State
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.task.workload_registry import workload_tensors
+from autosched.te.bounds import check_reads
 from autosched.te.dtype import is_float
 from autosched.te.expr import BinOp, Call, Expr, Load, Reduce
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
@@ -113,13 +114,36 @@ def _analyse(op: Operation, is_output: bool) -> OpInfo:
     )
 
 
+def _tensor_list(tensors: Iterable[Tensor]) -> list[Tensor]:
+    """`tensors` as a list, or a TEError naming what was passed instead of a list of tensors."""
+    if isinstance(tensors, Tensor):
+        raise TEError(
+            f"ComputeDAG takes a list of tensors (inputs and outputs), got the single tensor "
+            f"{tensors.name!r}; pass a list such as [inputs..., {tensors.name}]"
+        )
+    try:
+        out = list(tensors)
+    except TypeError:
+        raise TEError(
+            f"ComputeDAG takes a list of tensors (inputs and outputs), got "
+            f"{type(tensors).__name__} {tensors!r:.80}"
+        ) from None
+    if not out:
+        raise TEError("ComputeDAG needs a non-empty list of te tensors (inputs and outputs)")
+    for i, t in enumerate(out):
+        if not isinstance(t, Tensor):
+            raise TEError(
+                f"ComputeDAG: item {i} of the tensor list is {type(t).__name__} {t!r:.80}, "
+                "not a te.Tensor"
+            )
+    return out
+
+
 class ComputeDAG:
     """A workload's ops. `tensors` are the kernel's arguments in order (inputs and outputs)."""
 
     def __init__(self, tensors: Iterable[Tensor]) -> None:
-        tensors = list(tensors)
-        if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-            raise TEError("ComputeDAG needs a non-empty list of te tensors (inputs and outputs)")
+        tensors = _tensor_list(tensors)
         given_outputs = [t.op for t in tensors if isinstance(t.op, ComputeOp)]
         if not given_outputs:
             raise TEError("ComputeDAG: none of the given tensors is computed; pass the outputs too")
@@ -134,6 +158,9 @@ class ComputeDAG:
             if isinstance(op, PlaceholderOp) and id(op) not in arg_ids:
                 args.append(op.output(0))
                 arg_ids.add(id(op))
+        for op in self.ops:
+            if isinstance(op, ComputeOp):
+                check_reads(op)
         self.tensors: list[Tensor] = args
         self.outputs: list[Operation] = outputs
         self.info: dict[int, OpInfo] = {

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from autosched.errors import WorkloadError
+from autosched.errors import TEError, WorkloadError
 
 WORKLOADS: dict[str, Callable[..., list]] = {}
 
@@ -69,7 +69,13 @@ def workload_tensors(key: str) -> list:
         name, *args = json.loads(key)
     except (ValueError, TypeError) as exc:
         raise WorkloadError(f"malformed workload key {key!r}") from exc
-    return list(lookup(name)(*_tuplify(args)))
+    tensors = lookup(name)(*_tuplify(args))
+    if not isinstance(tensors, (list, tuple)):
+        raise TEError(
+            f"workload {name!r} returned {type(tensors).__name__} {tensors!r:.80}; a workload "
+            "must return a list of its tensors, inputs then outputs"
+        )
+    return list(tensors)
 
 
 def _tuplify(v):

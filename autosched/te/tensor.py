@@ -8,7 +8,7 @@ from typing import Any
 
 from autosched.errors import IndexCountError, ReduceAxisError, TEError
 from autosched.te.dtype import check_dtype
-from autosched.te.expr import Expr, IterVar, Load, Reduce, Var, as_expr
+from autosched.te.expr import Const, Expr, IterVar, Load, Reduce, Var, as_expr
 from autosched.te.visitor import walk
 
 
@@ -23,6 +23,10 @@ def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
         if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
             raise TEError(f"the shape of {what} must hold positive ints, got {shape!r}")
     return dims
+
+
+class TensorIterationError(TEError, TypeError):
+    """Iterating over a te.Tensor (a TypeError too, as for any non-iterable object)."""
 
 
 class Operation:
@@ -104,14 +108,28 @@ class Tensor:
                 f"but was indexed with {len(indices)} indices"
             )
         idx = []
-        for i in indices:
+        for axis, (i, extent) in enumerate(zip(indices, self.shape, strict=True)):
             e = as_expr(i, "int32")
             if e.dtype not in ("int32", "int64"):
                 raise TEError(
                     f"index {e!r} of tensor {self.name!r} must be an integer, not {e.dtype}"
                 )
+            if isinstance(e, Const) and not 0 <= e.value < extent:
+                raise TEError(
+                    f"tensor {self.name!r} of shape {list(self.shape)} is indexed with {e.value} "
+                    f"on axis {axis} of extent {extent}; constant indices must lie in "
+                    f"[0, {extent}) (negative indices do not count from the end)"
+                )
             idx.append(e)
         return Load(self, idx)
+
+    def __iter__(self):
+        # Without this, Python would iterate by calling __getitem__(0), (1), ... forever.
+        raise TensorIterationError(
+            f"te.Tensor {self.name!r} is not iterable: index it ({self.name}[i, ...]) inside "
+            "te.compute, and where a list of tensors is expected (a workload's return value, "
+            f"ComputeDAG) pass a list such as [inputs..., {self.name}]"
+        )
 
     def __repr__(self) -> str:
         return f"Tensor(name={self.name}, shape={list(self.shape)}, dtype={self.dtype})"
