@@ -22,11 +22,14 @@ def round_trip(tensors) -> ComputeDAG:
     return ComputeDAG(load_tensors(json.loads(json.dumps(dump_tensors(tensors)))))
 
 
-def random_inputs(dag: ComputeDAG, seed: int = 0) -> list[np.ndarray]:
+def random_inputs(dag: ComputeDAG, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [
-        rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in dag.tensors if t.op not in dag.outputs
-    ]
+    outputs = {id(op) for op in dag.outputs}
+    return {
+        t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+        for t in dag.tensors
+        if id(t.op) not in outputs
+    }
 
 
 @pytest.mark.parametrize("name", sorted(SUITE))
