@@ -29,6 +29,7 @@ from workloads_for_tests import (
 )
 
 from autosched.codegen.cuda import codegen_program
+from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.schedule.dataflow import reads_of
@@ -210,10 +211,10 @@ def test_full_size_lowers_to_the_template_kernel(dag):
 
 def test_full_size_lower_and_codegen_time(dag):
     state = autotvm_conv_state(dag)
-    codegen_program(lower(state))
+    codegen_program(device_program(lower(state)))
     t0 = time.process_time()
     for _ in range(5):
-        codegen_program(lower(state))
+        codegen_program(device_program(lower(state)))
     per = (time.process_time() - t0) / 5
     print(f"lower + codegen of the AutoTVM-style conv2d state: {per * 1e3:.1f} ms (CPU time)")
     assert per < 0.2  # the goal is well under 50 ms; this bound only catches regressions
@@ -222,7 +223,7 @@ def test_full_size_lower_and_codegen_time(dag):
 @needs_nvcc
 @pytest.mark.parametrize("cfg", [AUTOTVM_CONV_CFG, AUTOTVM_SEED_BEST], ids=["chosen", "seed_best"])
 def test_full_size_compiles_without_spills(dag, cfg):
-    source = codegen_program(lower(autotvm_conv_state(dag, cfg)))
+    source = codegen_program(device_program(lower(autotvm_conv_state(dag, cfg))))
     resources = compile_resources(source, arch="sm_90")
     assert len(resources) == 1
     for name, res in resources.items():

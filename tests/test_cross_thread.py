@@ -15,6 +15,7 @@ from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verify_program
@@ -53,7 +54,7 @@ def compile_without_spills(program: ir.Program) -> str:
     """nvcc (sm_90): every kernel compiles, none spills; the CUDA source."""
     from measure import compile_resources
 
-    source = codegen_program(program)
+    source = codegen_program(device_program(program))
     resources = compile_resources(source, arch="sm_90")
     assert {k.name for k in program.kernels} <= set(resources), source
     for name, res in resources.items():

@@ -451,6 +451,20 @@ def test_verifier_rejects(mutate, message):
         verify_program(p)
 
 
+def test_verifier_takes_launch_limits_from_hardware_params():
+    from measure import HardwareParams
+
+    A = ir.Buffer("A", (8,), "float32")
+    p = ir.Program([ir.Kernel("k", (1, 1, 1), (128, 1, 1), [], st(A, TX % 8, 1.0))], [A], [A])
+    verify_program(p)
+    with pytest.raises(LoweringError, match="128 threads per block > 64"):
+        verify_program(p, HardwareParams(max_threads_per_block=64))
+    with pytest.raises(LoweringError, match=r"block \(128, 1, 1\) is beyond"):
+        verify_program(p, HardwareParams(max_block_dims=(64, 64, 64)))
+    p.kernels[0].block = (2048, 1, 1)
+    verify_program(p, launch_limits=False)  # structure only: what `lower` checks
+
+
 def test_verifier_rejects_foreign_and_shared_across_kernels():
     A = ir.Buffer("A", (8,), "float32")
     S = ir.Buffer("S", (8,), "float32", "shared")

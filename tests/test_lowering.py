@@ -20,6 +20,7 @@ from workloads_for_tests import (
 
 from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
+from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.schedule.compute_dag import ComputeDAG
@@ -50,7 +51,7 @@ def run_and_compare(dag: ComputeDAG, state, seed: int = 0, rtol: float = 1e-4):
 def assert_no_spills(program):
     from measure import compile_resources
 
-    res = compile_resources(codegen_program(program), arch="sm_90")
+    res = compile_resources(codegen_program(device_program(program)), arch="sm_90")
     for name, r in res.items():
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (name, r)
     return res
@@ -84,7 +85,7 @@ def test_seed_conv_full_size_compiles_without_spills_and_lowers_fast():
     t0 = time.perf_counter()
     for _ in range(5):
         program = lower(state)
-        codegen_program(program)
+        codegen_program(device_program(program))
     per = (time.perf_counter() - t0) / 5
     print(f"lower + codegen of the seed conv2d state: {per * 1e3:.1f} ms")
     assert per < 0.2  # the goal is well under 50 ms; this bound only catches regressions
@@ -150,7 +151,7 @@ def test_shared_memory_tiled_matmul_with_float4_fetching():
     kernel = program.kernels[0]
     assert {b.scope for b in kernel.allocs} == {"local", "shared"}
     if shutil.which("nvcc"):
-        assert "float4" in codegen_program(program)
+        assert "float4" in codegen_program(device_program(program))
         assert_no_spills(program)
 
 

@@ -25,6 +25,7 @@ from workloads_for_tests import (
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verify_program
@@ -351,7 +352,7 @@ def test_schedules_compile_without_spills(case):
     from measure import compile_resources
 
     _, state, _, _, _ = FULL_CASES[case]()
-    resources = compile_resources(codegen_program(lower(state)), arch="sm_90")
+    resources = compile_resources(codegen_program(device_program(lower(state))), arch="sm_90")
     for name, r in resources.items():
         assert r.spill_bytes == 0 and r.stack_bytes == 0, (case, name, r)
 
@@ -403,7 +404,10 @@ def test_sampled_vthread_states_spill_rate():
     assert len(jobs) >= 30
     with ThreadPoolExecutor(2) as pool:
         results = list(
-            pool.map(lambda job: compile_resources(codegen_program(job[1]), timeout=300), jobs)
+            pool.map(
+                lambda job: compile_resources(codegen_program(device_program(job[1])), timeout=300),
+                jobs,
+            )
         )
     spilled = [
         name for (name, _), res in zip(jobs, results) if any(r.spill_bytes for r in res.values())

@@ -125,7 +125,7 @@ class CUDATarget:
     shared_prefix = "__shared__ __align__(16)"
     types: ClassVar[dict[str, str]] = CUDA_TYPE
     half_header = "#include <cuda_fp16.h>"
-    thread_index: ClassVar[dict[str, str]] = {tag: f"((int){tag})" for tag in ir.THREAD_TAGS}
+    thread_index: ClassVar[dict[str, str]] = {tag: f"((int){tag})" for tag in ir.LAUNCH_TAGS}
     math: ClassVar[dict[str, dict[str, str]]] = {"float32": _F32_MATH, "float64": _F64_MATH}
     fast_math: ClassVar[dict[str, dict[str, str]]] = {"float32": _FAST_F32}
     minmax: ClassVar[dict[str, tuple[str, str]]] = {

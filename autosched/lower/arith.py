@@ -7,13 +7,10 @@ indexing produces). `bounds` maps id(var) -> (lo, hi), inclusive.
 
 `fold_digits(e)` folds the digits of one value back together (`(f // 9)*9 + f % 9 -> f`,
 `((f // 3) % 3)*3 + f % 3 -> f % 9`: cache fetches decompose a fused index per axis and
-recombine it into a contiguous buffer). The CUDA printer applies it to every index; lowered
-programs keep the digits, from which the features read per-dimension accesses. Measured with
-benchmarks/codegen_ab.py on the H100 (benchmarks/results/h100_session5/): folding the digits
-made kernels faster (geometric mean over 120 random conv2d / matmul / depthwise
-states 0.90 / 0.93 / 0.88 of their time before, over the best 8 of six logs 0.90-1.01), fewer
-spill, and a batch of 64 random conv2d states builds and runs at 15-32 candidates/s instead of
-11-19.
+recombine it into a contiguous buffer). The device pass `device_passes.fold_index_digits`
+applies it to every index of the program that is printed and run, which saves the divisions
+(faster kernels, fewer spills, quicker builds); the analysis program `lower` returns keeps the
+digits, from which the features read per-dimension accesses.
 """
 
 from __future__ import annotations

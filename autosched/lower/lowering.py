@@ -5,13 +5,19 @@ Passes, in order:
   2. attach tree         which stages are computed inside which loop (and their loop context)
   3. bound inference     consumers first: the region each attached stage must compute per
                          iteration of its attach loop (shared stages relax threadIdx loops)
+                         (bound_inference.py, on the intervals of intervals.py)
   4. leaf extents        iterator extents re-derived from the regions through split/fuse relations
+                         (bound_inference.py)
   5. emission            loops, init + update of reductions, guards, barriers around shared stages;
                          a reduction bound to threadIdx accumulates per thread, then AllReduces
-  6. unrolling           auto_unroll_max_step marks small loop nests `unroll`; after virtual-thread
+                         (cross_thread.py)
+  6. simplification      expressions simplified under the loop bounds, settled guards dropped
+                         (stmt_simplify.py), around virtual-thread injection (vthread.py)
+  7. unrolling           auto_unroll_max_step marks small loop nests `unroll`; after virtual-thread
                          injection every loop whose variable indexes a local array is unrolled
-                         (autosched/unrolling.py)
-One root stage becomes one kernel; kernels run in dataflow order.
+                         (unrolling.py)
+One root stage becomes one kernel; kernels run in dataflow order. The result is the analysis
+program; `device_passes.device_program` turns it into the program printed and run.
 """
 
 from __future__ import annotations
@@ -61,7 +67,8 @@ class StageInfo:
 
 
 class Lowerer:
-    """Lowers one State. Use `lower(state)`."""
+    """Lowers one State. Use `lower(state)`. The passes in bound_inference.py and
+    cross_thread.py are functions of a Lowerer: they read and fill its per-stage `info`."""
 
     def __init__(self, state: State) -> None:
         if not state.is_complete:
@@ -74,6 +81,7 @@ class Lowerer:
         self.attached: dict[tuple[int, str], list[int]] = {}
         self.taken_names: set[str] = set()
         self.extra_allocs: dict[int, list[ir.Buffer]] = {}  # per stage: cross-thread temporaries
+        self.block_extent: dict[str, int] = {}  # threadIdx tag -> extent, of the kernel emitted
 
     # ---- pass 1: bodies --------------------------------------------------------------------
     def resolve_bodies(self) -> None:
@@ -442,10 +450,11 @@ def lower(state: State, verify: bool | None = None) -> ir.Program:
 
     This is the analysis program: indices keep the per-axis form bound inference gives them
     (the features read accesses per dimension from it). What is printed and run on a device
-    comes from it through `device_passes.device_program`. `verify` runs the IR verifier on
-    the result; None verifies when `verify.verify_every_lowering` turned that on (tests do).
+    comes from it through `device_passes.device_program`. `verify` runs the IR verifier (no
+    launch limits) on the result; None verifies when `verify.verify_every_lowering` turned that
+    on (tests do).
     """
     program = Lowerer(state).run()
     if verifying_every_lowering() if verify is None else verify:
-        verify_program(program)
+        verify_program(program, launch_limits=False)
     return program

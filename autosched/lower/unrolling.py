@@ -7,10 +7,8 @@
 
 Unrolling is where most register spills come from: ptxas issues every load of an unrolled
 straight-line region as early as it can, so all their values (and addresses) are live at once.
-Unrolling cooperative-fetch loops (global -> shared copies) only 8 copies at a time cut the
-spilling sampled states from 11.6% to 3.4% (ptxas, 320 states) but made the best recorded
-kernels 1.64x slower on the H100 (geometric mean of 14, up to 3.3x: commit 42b6326,
-benchmarks/results/h100_session4/fetch_unroll8_ab.jsonl): fetch loops stay fully unrolled.
+Cooperative-fetch loops (global -> shared copies) still stay fully unrolled: unrolling them a
+few copies at a time spills less but makes the best kernels much slower.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ def unroll_register_indices(body: ir.Stmt) -> ir.Stmt:
     """Mark `unroll` every serial loop whose variable appears in the index of a local array.
 
     Local arrays live in registers only when every index is a compile-time constant once the
-    code is unrolled; one runtime index puts the whole array in (slow) local memory. Measured on
-    320 random suite states (nvcc 13, sm_90): 15% had such an array in local memory before this
-    pass. Loops inside such a loop that index nothing local stay loops.
+    code is unrolled; one runtime index puts the whole array in (slow) local memory. Loops
+    inside such a loop that index nothing local stay loops.
     """
     return _register_index_pass(body)[0]
 
@@ -89,12 +86,9 @@ COMPILER_UNROLL_STATEMENTS = 128
 def compiled_statements(s: ir.Stmt, compiler_unroll: int = COMPILER_UNROLL_STATEMENTS) -> int:
     """Statements the compiler emits for `s`: loops marked unroll or vectorize are copied
     `extent` times, and so are serial loops whose copies come to at most `compiler_unroll`
-    statements (nvcc unrolls those on its own). An estimate of compile time: over 320 random
-    conv2d states timed on the H100 machine it ranks build times with Spearman 0.76 (source
-    length: 0.33, loops marked unroll alone: 0.69), and starting the builds of a batch in its
-    order instead of by source length makes batches of 64 take 3.36 s instead of 3.86 s on
-    average (simulated on the measured build and run times;
-    benchmarks/results/h100_session5/build_order.md)."""
+    statements (nvcc unrolls those on its own). An estimate of compile time: it ranks build
+    times better than source length or the unrolled loops alone, so the builder starts the
+    builds of a batch in its order."""
     return ir.executed_statements(s, ("unroll", "vectorize"), compiler_unroll)
 
 

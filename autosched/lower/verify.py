@@ -8,7 +8,7 @@ local buffers reused across kernels, launch sizes beyond the device's limits
 (`measure.HardwareParams`).
 
 `verify_every_lowering(True)` makes `lower` and `device_program` verify every program they
-return (the tests turn it on for the whole session).
+return, without the launch limits (the tests turn it on for the whole session).
 """
 
 from __future__ import annotations
@@ -184,14 +184,21 @@ class _KernelVerifier:
             self.fail(f"{where}: value is {s.value.dtype} but the buffer is {s.buffer.dtype}")
 
 
-def _check_launch(k: ir.Kernel, hardware: HardwareParams) -> None:
+def _check_launch(k: ir.Kernel, hardware: HardwareParams | None) -> None:
+    """The kernel's name and launch shape, and its sizes within `hardware`'s limits if given."""
     check(_IDENT.match(k.name or ""), f"kernel name {k.name!r} is not a C identifier")
+    for what, dims in (("grid", k.grid), ("block", k.block)):
+        check(
+            len(dims) == 3 and all(isinstance(d, int) and d > 0 for d in dims),
+            f"kernel {k.name}: {what} {tuple(dims)} must be 3 positive ints",
+        )
+    if hardware is None:
+        return
     limits = (("grid", k.grid, hardware.max_grid_dims), ("block", k.block, hardware.max_block_dims))
     for what, dims, most in limits:
         check(
-            len(dims) == 3
-            and all(isinstance(d, int) and 0 < d <= m for d, m in zip(dims, most, strict=True)),
-            f"kernel {k.name}: {what} {tuple(dims)} must be 3 positive ints within {most}",
+            all(d <= m for d, m in zip(dims, most, strict=True)),
+            f"kernel {k.name}: {what} {tuple(dims)} is beyond the limits {most}",
         )
     most = hardware.max_threads_per_block
     check(
@@ -211,10 +218,16 @@ def _check_buffer(b: Any, scopes: tuple[str, ...], owner: str) -> None:
     )
 
 
-def verify_program(program: ir.Program, hardware: HardwareParams | None = None) -> None:
-    """Check `program`'s structure and its launches against `hardware` (default: the
-    defaults of HardwareParams); raise LoweringError naming the first problem found."""
-    hardware = hardware or HardwareParams()
+def verify_program(
+    program: ir.Program, hardware: HardwareParams | None = None, launch_limits: bool = True
+) -> None:
+    """Check `program`'s structure and, with `launch_limits`, its launch sizes against
+    `hardware` (default: HardwareParams()); raise LoweringError naming the first problem.
+
+    `lower` and `device_program` verify without launch limits: a well-formed program too large
+    for the device is an invalid candidate, which `sketch.validity` rejects with its own reason.
+    """
+    limits = (hardware or HardwareParams()) if launch_limits else None
     names: set[str] = set()
     for b in program.params:
         _check_buffer(b, ("global",), "params")
@@ -228,7 +241,7 @@ def verify_program(program: ir.Program, hardware: HardwareParams | None = None) 
     owner: dict[int, str] = {}
     kernel_names: set[str] = set()
     for k in program.kernels:
-        _check_launch(k, hardware)
+        _check_launch(k, limits)
         check(k.name not in kernel_names, f"two kernels are named {k.name!r}")
         kernel_names.add(k.name)
         local_names = set(names)
