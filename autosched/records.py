@@ -1,7 +1,8 @@
 """Measurement records: one JSON object per line (task, steps, result).
 
 Appending is one `write` + flush per line, so a crash tears at most the last line, which
-`load_records` skips with a warning naming the line number.
+`load_records` skips with a warning naming the line number. A log whose name ends in `.gz` is
+written as gzip, one gzip member per append (concatenated members are one valid gzip file).
 """
 
 from __future__ import annotations
@@ -11,13 +12,23 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from autosched.errors import RecordError
 from measure import MeasureErrorKind
 
 RECORD_VERSION = 1
+RECORD_FIELDS = ("v", "task", "steps", "result")
+GZIP_MAGIC = b"\x1f\x8b"
+
+# JSON's names of the types `json.loads` returns, for messages about what a line holds instead.
+_JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+class MalformedRecordWarning(UserWarning):
+    """A line of a record log that is not a record was skipped (torn write or garbage)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,11 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise RecordError(f"not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        kind = _JSON_TYPE_NAMES.get(type(obj), "null")
+        raise RecordError(f"a JSON {kind}, not a record object")
+    if not any(name in obj for name in RECORD_FIELDS):
+        raise RecordError(f"a JSON object without a record's fields {', '.join(RECORD_FIELDS)}")
     try:
         if obj.get("v") != RECORD_VERSION:
             raise RecordError(f"unsupported record version {obj.get('v')!r}")
@@ -117,8 +133,19 @@ def _tuplify(v):
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
 
 
+def is_gzip(path: str) -> bool:
+    """True when the file starts with gzip's magic bytes."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
 def seal_torn_line(path: str) -> bool:
-    """Append a newline when the file does not end with one; True when it did not."""
+    """Append a newline when the file does not end with one; True when it did not.
+
+    A gzip log is left alone: each append is a gzip member of its own, never a torn text line.
+    """
+    if is_gzip(path):
+        return False
     with open(path, "rb+") as f:
         if f.seek(0, os.SEEK_END) == 0:
             return False
@@ -130,35 +157,87 @@ def seal_torn_line(path: str) -> bool:
 
 
 class RecordToFile:
-    """Measure callback: append one line per measurement to `path` and flush."""
+    """Measure callback: append one line per measurement to `path` and flush.
+
+    A path ending in `.gz` gets one gzip member per call, which `load_records` reads back.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = str(path)
+        self.compressed = self.path.endswith(".gz")
 
     def __call__(self, inputs, results) -> None:
-        if os.path.exists(self.path):
+        text = "".join(encode(inp, res) + "\n" for inp, res in zip(inputs, results, strict=True))
+        if not self.compressed and os.path.exists(self.path):
             seal_torn_line(self.path)  # a crash may have torn the last line: end it first
-        with open(self.path, "a", encoding="utf-8") as f:
-            for inp, res in zip(inputs, results, strict=True):
-                f.write(encode(inp, res) + "\n")
+        with open(self.path, "ab") as f:
+            data = text.encode("utf-8")
+            f.write(gzip.compress(data) if self.compressed else data)
             f.flush()
             os.fsync(f.fileno())
 
 
-def load_records(path: str) -> Iterator[tuple[MeasureInput, MeasureRecordResult]]:
-    """Yield (input, result) per line; a torn or malformed line is skipped with a warning.
-    A path ending in `.gz` is read through gzip."""
+OnSkip = Callable[[int, str], None]
+
+
+def _warn_skip(path: str) -> OnSkip:
+    def warn(lineno: int, reason: str) -> None:
+        warnings.warn(
+            f"{path}:{lineno}: skipping malformed record: {reason}",
+            MalformedRecordWarning,
+            stacklevel=3,
+        )
+
+    return warn
+
+
+def _open_log(path: str):
+    """The log as text lines, through gzip when it is gzip data; RecordError when unreadable."""
     if not os.path.exists(path):
         raise RecordError(f"record file {path!r} does not exist")
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield decode(line)
-            except RecordError as exc:
-                warnings.warn(f"{path}:{lineno}: skipping malformed record: {exc}", stacklevel=2)
+    if os.path.isdir(path):
+        raise RecordError(f"{path} is a directory, not a record file")
+    try:
+        compressed = is_gzip(path)
+        if not compressed and path.endswith(".gz") and os.path.getsize(path) > 0:
+            raise RecordError(f"{path} is named .gz but is not gzip-compressed data")
+        if compressed:
+            return gzip.open(path, "rt", encoding="utf-8")
+        return open(path, encoding="utf-8")
+    except OSError as exc:
+        raise RecordError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def load_records(
+    path: str, on_skip: OnSkip | None = None
+) -> Iterator[tuple[MeasureInput, MeasureRecordResult]]:
+    """Yield (input, result) per line of a record log (plain text or gzip, told by its bytes).
+
+    A torn or malformed line is skipped: `on_skip(line_number, reason)` is called when given,
+    else a MalformedRecordWarning names it. A file that cannot be a record log (missing, a
+    directory, not UTF-8 text, a `.gz` name without gzip data) raises RecordError.
+    """
+    path = str(path)
+    skip = on_skip or _warn_skip(path)
+    lineno = 0
+    with _open_log(path) as f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield decode(line)
+                except RecordError as exc:
+                    skip(lineno, str(exc))
+        except UnicodeDecodeError:
+            where = f"after line {lineno}" if lineno else "from its start"
+            raise RecordError(
+                f"{path} is not a record log: binary data, not UTF-8 text ({where})"
+            ) from None
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            if lineno == 0:
+                raise RecordError(f"{path}: corrupt gzip data ({exc})") from None
+            skip(lineno + 1, f"gzip data cut short or corrupt, the rest is unreadable ({exc})")
 
 
 def load_best(

@@ -1,0 +1,93 @@
+"""`autosched curve LOG -o OUT`: plot the best GFLOP/s found so far against trials."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from autosched.cli.arguments import Command
+from autosched.cli.record_log import read_log
+from autosched.errors import AutoschedError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log", help="record log (plain or .gz)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="curve.png",
+        help="image file; its extension picks the format (.png added when it has none)",
+    )
+
+
+def run(ns: argparse.Namespace) -> int:
+    from autosched.task.search_task import SearchTask
+
+    records = read_log(ns.log)
+    plt = _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    output = output_path(ns.output, FigureCanvasBase.get_supported_filetypes())
+    flops: dict[str, float] = {}
+    series: dict[str, list[float]] = {}
+    for inp, res in records:
+        key = inp.workload_key
+        if key not in flops:
+            flops[key] = SearchTask(workload_key=key).compute_dag.flop_count
+            series[key] = []
+        prev = series[key][-1] if series[key] else 0.0
+        g = flops[key] / res.mean_cost / 1e9 if res.ok else 0.0
+        series[key].append(max(prev, g))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, ys in series.items():
+        ax.plot(range(1, len(ys) + 1), ys, label=key)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best GFLOP/s so far")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    try:
+        fig.savefig(output, dpi=120)
+    except OSError as exc:
+        raise AutoschedError(f"cannot write {output}: {exc.strerror or exc}") from None
+    print(f"wrote {output}")
+    return 0
+
+
+def output_path(path: str, formats: dict[str, str]) -> str:
+    """The file the plot goes to (`.png` added to a name without extension), or AutoschedError
+    when it cannot be written: unknown format, missing directory, a directory."""
+    if os.path.isdir(path):
+        raise AutoschedError(f"cannot write {path}: it is a directory (give a file name)")
+    ext = os.path.splitext(path)[1]
+    if not ext:
+        path += ".png"
+    elif ext[1:].lower() not in formats:
+        raise AutoschedError(
+            f"cannot write {path}: unknown image format {ext!r} "
+            f"(known: {', '.join(sorted(formats))})"
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        raise AutoschedError(f"cannot write {path}: directory {folder} does not exist")
+    if not os.path.isdir(folder):
+        raise AutoschedError(f"cannot write {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK):
+        raise AutoschedError(f"cannot write {path}: directory {folder} is not writable")
+    return path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AutoschedError(
+            "`autosched curve` needs matplotlib: pip install 'autosched[plot]'"
+        ) from None
+    return plt
+
+
+COMMAND = Command("curve", "plot best GFLOP/s over trials", add_arguments, run)

@@ -1,0 +1,84 @@
+"""`autosched show LOG`: per task of a log, its best record: cost, launch configuration of each
+kernel, the schedule as Python (and with --source the CUDA source)."""
+
+from __future__ import annotations
+
+import argparse
+
+from autosched.cli.arguments import Command
+from autosched.cli.record_log import Record, read_log
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log", help="record log (plain or .gz)")
+    parser.add_argument("--source", action="store_true", help="print the CUDA source too")
+
+
+def run(ns: argparse.Namespace) -> int:
+    from autosched.codegen.build import build
+    from autosched.task.search_task import SearchTask
+
+    records: dict[str, list[Record]] = {}
+    for inp, res in read_log(ns.log):
+        records.setdefault(inp.workload_key, []).append((inp, res))
+    for key, task_records in records.items():
+        correct = [r for r in task_records if r[1].ok]
+        print(f"task {key}: {len(task_records)} records, {len(correct)} correct")
+        if not correct:
+            print("  no correct measurement")
+            continue
+        inp, res = min(correct, key=lambda r: r[1].mean_cost)
+        task = SearchTask(workload_key=key)
+        state = task.compute_dag.replay_steps(inp.steps)
+        flop = task.compute_dag.flop_count
+        print(f"  best {res.mean_cost * 1e6:.2f} us ({flop / res.mean_cost / 1e9:.1f} GFLOP/s)")
+        kernel = build(task.compute_dag, state)
+        registers = _registers(kernel.source)
+        for k in kernel.program.kernels:
+            print("  " + launch_line(k, registers.get(k.name)))
+        print()
+        print(task.compute_dag.print_python_schedule(state))
+        if ns.source:
+            print(kernel.source)
+    return 0
+
+
+def launch_line(kernel, registers: int | None = None) -> str:
+    """`kernel NAME: grid (x, y, z), block (x, y, z), N bytes shared memory[, R registers]`."""
+    line = (
+        f"kernel {kernel.name}: grid {tuple(kernel.grid)}, block {tuple(kernel.block)}, "
+        f"{kernel.shared_bytes} bytes shared memory"
+    )
+    return line if registers is None else f"{line}, {registers} registers"
+
+
+def _registers(source: str) -> dict[str, int]:
+    """Registers per kernel from one compile (NVRTC or nvcc) for this machine's GPU; empty when
+    the compiler or the GPU is missing (the launch lines then leave registers out)."""
+    from measure import (
+        CompileError,
+        NvccNotFoundError,
+        compile_resources,
+        device_arch,
+        find_compiler,
+    )
+
+    try:
+        find_compiler()
+    except NvccNotFoundError:
+        return {}
+    arch = device_arch()
+    if arch is None:
+        return {}
+    try:
+        return {name: r.registers for name, r in compile_resources(source, arch).items()}
+    except (CompileError, OSError):
+        return {}
+
+
+COMMAND = Command(
+    "show",
+    "best record per task: launch configuration, schedule (and source)",
+    add_arguments,
+    run,
+)

@@ -1,0 +1,70 @@
+"""`autosched tune WORKLOAD [ARGS...]`: search a workload's schedules on the GPU."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from autosched.cli.arguments import Command, add_search_arguments, search_params
+from autosched.cli.gpu_tools import check_gpu_tools
+from autosched.cli.summary import print_summary
+from autosched.cli.workload import WORKLOAD_HELP, resolve, suite_table
+from autosched.errors import AutoschedError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help=WORKLOAD_HELP)
+    parser.add_argument("args", nargs="*", help="the workload's arguments")
+    add_search_arguments(parser, trials=200)
+    parser.add_argument(
+        "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"
+    )
+
+
+def run(ns: argparse.Namespace) -> int:
+    from autosched.records import RecordToFile
+    from autosched.search.auto_schedule import TuningOptions, auto_schedule
+    from autosched.search.policy import SketchPolicy
+
+    workload = resolve(ns.workload, ns.args or [])
+    task = workload.task()
+    log = ns.log or f"{ns.workload.replace(':', '_')}.json"
+    check_log_path(log)
+    check_gpu_tools()
+    opts = TuningOptions(
+        num_measure_trials=ns.trials,
+        num_measures_per_round=ns.per_round,
+        measure_callbacks=[RecordToFile(log)],
+        verbose=1,
+    )
+    print(workload.describe())
+    print(
+        f"tuning {task.workload_key}: {task.compute_dag.flop_count / 1e9:.3f} GFLOP, "
+        f"{ns.trials} trials, seed {ns.seed}, log {log}"
+    )
+    policy = SketchPolicy(task, params=search_params(ns))
+    res = auto_schedule(task, policy, opts)
+    print_summary(task, res, log)
+    return 0
+
+
+def check_log_path(log: str) -> None:
+    """Refuse a log the search could not append to, before any search starts."""
+    folder = os.path.dirname(os.path.abspath(log))
+    if os.path.isdir(log):
+        raise AutoschedError(f"log {log} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise AutoschedError(f"log {log}: directory {folder} does not exist")
+    if not os.access(folder if not os.path.exists(log) else log, os.W_OK):
+        raise AutoschedError(f"log {log} is not writable")
+
+
+COMMAND = Command(
+    "tune",
+    "tune a workload on the GPU",
+    add_arguments,
+    run,
+    description="Search schedules of a workload, measuring them on the GPU; every measurement\n"
+    "is appended to the log.",
+    epilog=suite_table(),
+)
