@@ -290,13 +290,14 @@ def test_sampled_states_compile_with_nvcc_mostly_without_spills():
     from concurrent.futures import ThreadPoolExecutor
 
     from autosched.codegen.cuda import codegen_program
+    from autosched.lower.device_passes import device_program
     from measure.builder import compile_resources
 
     jobs = []
     for name in SUITE:
         sampler = SketchSampler(generate_sketches(suite_dag(name)))
         for s in sampler.sample(1, 6):
-            jobs.append((name, codegen_program(sampler.programs[s.key()])))
+            jobs.append((name, codegen_program(device_program(sampler.programs[s.key()]))))
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda job: compile_resources(job[1]), jobs))  # raises if not
     spilled = [
@@ -352,7 +353,8 @@ def test_the_seeds_tiles_and_unroll_fit_the_register_estimates(tiles):
 def test_register_estimates_count_every_virtual_thread():
     """Accumulators and the operand tiles of unrolled nests are those of all virtual threads:
     the repeats of a tile overlap where the virtual threads' gap is shorter than the tile."""
-    from autosched.sketch.init_rules import Footprint, accumulators
+    from autosched.sketch.init_rules import accumulators
+    from autosched.sketch.plan import Footprint
 
     assert accumulators([(2, 8, 3, 1), (4, 16, 1, 2)]) == 2 * 3 * 4 * 2
     # a 1-d read x[i + r]: tile 4 of i and 3 of r span 6 elements

@@ -3,7 +3,8 @@
 A candidate is its tuple of step records (`State.key()`): hashable, cheap to copy, compare and
 pickle. A mutation rewrites *decision* records only (split lengths, auto-unroll pragmas), never
 the structure the sketch fixed, and does not replay: whether the result is a valid state is the
-evaluation's job (replay, lowering, GPU limits; see search_workers.py), which drops the invalid.
+evaluation's job (replay, lowering, GPU limits: workers.py with sketch/validity.py), which drops
+the invalid.
 
     mutation = MUTATIONS["tile_size"]
     child = mutation.apply(ctx, [parent], rng)        # a new records tuple, or None

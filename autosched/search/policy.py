@@ -3,7 +3,7 @@ cost model, an epsilon-greedy share of random states, and never a state measured
 
 Inside the search a candidate is its tuple of step records (see mutations.py); only the states
 picked for measurement are replayed into States. Per-candidate work (sampling, lowering, GPU
-limit checks, features) goes through `search_workers.Workers`, in a process pool when
+limit checks, features) goes through `workers.Workers`, in a process pool when
 `SearchParams.n_jobs` allows, and each candidate's features are cached by its records, so a
 candidate met again (an unmutated copy, a state of an earlier generation or round, a measured
 state when the model is updated) is never lowered twice.

@@ -43,7 +43,7 @@ def _local_workers(task):
 
 class ProgramMeasurer:
     """Measures batches of States for one task, calling `callbacks(inputs, results)` after each.
-    `workers` (a search_workers.Workers, e.g. the policy's) lowers and generates the sources,
+    `workers` (a workers.Workers, e.g. the policy's) lowers and generates the sources,
     in its process pool when it has one."""
 
     def __init__(

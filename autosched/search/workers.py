@@ -97,10 +97,11 @@ class TaskContext:
         return [(s.key(), extract_features(programs[s.key()])) for s in states]
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
-        """Per candidate: its features, or why it is invalid (a validity.Reason)."""
+        """Per candidate: its features, or why it is invalid (a reason of sketch/validity.py)."""
         return [self.evaluate_one(r) for r in candidates]
 
     def evaluate_one(self, records: Records) -> Outcome:
+        """Replay, check validity (lowering once), extract features from that lowering."""
         try:
             state = self.replay(records)
         except Exception as exc:

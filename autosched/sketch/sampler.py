@@ -19,7 +19,8 @@ import numpy as np
 
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
-from autosched.sketch.init_rules import GPU_INIT_RULES, InitContext, InitRule, make_plan
+from autosched.sketch.init_rules import GPU_INIT_RULES, InitContext, InitRule
+from autosched.sketch.plan import make_plan
 from autosched.sketch.utils import SketchParams
 from autosched.sketch.validity import (
     Reason,

@@ -1,0 +1,141 @@
+"""The plan of a sketch: what its structure says once, before any random decision.
+
+`make_plan` finds a sketch's unknown splits, its multi-level tiled stages (`TileGroup`: their
+splits and the smallest thread count they may use) and, per tiled stage, how each shared-memory
+cache's tile grows with the tile sizes (`Footprint`), so that the init rules can check a draw of
+tile sizes against the GPU's limits without lowering.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from autosched.lower.arith import to_affine
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
+from autosched.schedule.steps import SplitStep
+from autosched.sketch.utils import (
+    SketchParams,
+    cross_thread_splits,
+    is_inlined,
+    needs_multi_level_tiling,
+    split_step_ids,
+)
+from autosched.te.dtype import BYTES
+from autosched.te.expr import IterVar, Load
+from autosched.te.tensor import Tensor
+from autosched.te.visitor import walk
+from measure.hardware import HardwareParams
+
+
+@dataclass
+class Footprint:
+    """How one shared cache's tile grows with the tile sizes: per read of the cached tensor and
+    per tensor dimension, (coefficient, axis position) pairs of an affine index. Positions
+    index the tiled stage's root iterators (spatial first, then reduction)."""
+
+    cache: int
+    shape: tuple[int, ...]
+    nbytes: int
+    reads: list[list[list[tuple[int, int]]]]
+
+    def bytes(self, tile: list[int], chunks: list[tuple[int, int]] | None = None) -> int:
+        """The tile's bytes, each dimension spanning its affine range. With `chunks`, axis p's
+        tile is repeated chunks[p] = (count, gap) times, `gap` apart (what the virtual threads
+        of a thread cover); repeats of a dimension's range overlap where the gap is shorter."""
+        total = 1
+        for d, extent in enumerate(self.shape):
+            best = 1
+            for read in self.reads:
+                span = sum(abs(c) * (tile[p] - 1) for c, p in read[d]) + 1
+                for c, p in read[d] if chunks else ():
+                    count, gap = chunks[p]
+                    span += (count - 1) * min(abs(c) * gap, span)
+                best = max(best, span)
+            total *= min(best, extent)
+        return total * self.nbytes
+
+
+@dataclass
+class TileGroup:
+    """A multi-level tiled stage: its splits and what its tile sizes must satisfy."""
+
+    tiled: int  # stage index of the tiled stage
+    root: int  # the root stage whose loops carry the block / vthread / thread bindings
+    spatial_ids: list[int]  # SplitStep ids, one per spatial axis (axis order)
+    reduce_ids: list[int]
+    min_threads: int
+    footprints: list[Footprint] = field(default_factory=list)
+
+
+@dataclass
+class SketchPlan:
+    """What the init rules need to know about one sketch, found once per sketch."""
+
+    sketch: State
+    unknown: list[int]  # SplitStep ids with unknown lengths, not in a group
+    groups: list[TileGroup]
+    # SplitStep ids that set a cross-thread reduction's thread count -> the reduction's length
+    cross_thread: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def tiled_roots(self) -> dict[int, TileGroup]:
+        return {g.root: g for g in self.groups}
+
+
+def _footprint(state: State, t: int, cache: int) -> Footprint | None:
+    tiled, cached = state.stages[t], state.stages[cache]
+    body = cached.op.body
+    if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
+        return None
+    src = body.buffer.op
+    axes = list(tiled.op.axis) + list(tiled.op.reduce_axis)
+    pos = {id(a): p for p, a in enumerate(axes)}
+    reads = []
+    for node in walk(tiled.op.body):
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor) and node.buffer.op is src:
+            dims = []
+            for idx in node.indices:
+                terms = []
+                for c, atom in to_affine(idx, {}).terms.values():
+                    if not isinstance(atom, IterVar) or id(atom) not in pos:
+                        return None
+                    terms.append((c, pos[id(atom)]))
+                dims.append(terms)
+            reads.append(dims)
+    if not reads:
+        return None
+    return Footprint(cache, tuple(body.buffer.shape), BYTES.get(cached.op.dtype, 4), reads)
+
+
+def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> SketchPlan:
+    """Analyse a sketch once: its unknown splits and tiled stages."""
+    groups: list[TileGroup] = []
+    grouped: set[int] = set()
+    for t, stage in enumerate(sketch.stages):
+        if is_inlined(stage) or not needs_multi_level_tiling(sketch, t):
+            continue
+        sp = split_step_ids(sketch, t, SPATIAL)
+        rd = split_step_ids(sketch, t, REDUCE)
+        if not sp or len(sketch.steps[sp[0]].lengths) != params.n_spatial_levels - 1:
+            continue  # not multi-level tiled (e.g. a cross-thread reduction)
+        root = stage.attach[0] if stage.compute_at == ATTACHED else t
+        total = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
+        group = TileGroup(t, root, sp, rd, min(hardware.warp_size, total))
+        for c, other in enumerate(sketch.stages):
+            if other.scope == "shared" and other.attach is not None and other.attach[0] == t:
+                fp = _footprint(sketch, t, c)
+                if fp is not None:
+                    group.footprints.append(fp)
+        groups.append(group)
+        grouped.update(sp + rd)
+    unknown = [
+        k
+        for k, s in enumerate(sketch.steps)
+        if isinstance(s, SplitStep) and None in s.lengths and k not in grouped
+    ]
+    return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch))
+
+
+__all__ = ["Footprint", "SketchPlan", "TileGroup", "make_plan"]
