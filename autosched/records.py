@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from autosched.errors import RecordError
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.workload_registry import remember_serialized
 from measure import MeasureErrorKind
 
 RECORD_VERSION = 1
@@ -33,19 +35,27 @@ class MalformedRecordWarning(UserWarning):
 
 @dataclass(frozen=True)
 class MeasureInput:
-    """What was measured: the task's workload key and the state's step records."""
+    """What was measured: the task's workload key and the state's step records.
+
+    `dag` is the task's serialised DAG (`ComputeDAG.serialized()`): a log carries it in the first
+    record of each task that a `RecordToFile` writes, so that the log can be read, shown and
+    resumed in a process that does not have the workload's module.
+    """
 
     workload_key: str
     steps: tuple
     target: str = "cuda"
     hardware: dict = field(default_factory=dict)
+    dag: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def state(self):
-        """Rebuild the State (the workload must be registered in this process)."""
-        from autosched.schedule.compute_dag import ComputeDAG
-
-        return ComputeDAG.from_workload_key(self.workload_key).replay_steps(self.steps)
+        """Rebuild the State (from the registered workload, or the DAG its log carried)."""
+        if self.dag is not None:
+            dag = ComputeDAG.from_serialized(self.dag, self.workload_key)
+        else:
+            dag = ComputeDAG.from_workload_key(self.workload_key)
+        return dag.replay_steps(self.steps)
 
 
 @dataclass(frozen=True)
@@ -68,16 +78,15 @@ class MeasureRecordResult:
         return sum(self.costs) / len(self.costs) if self.ok else float("inf")
 
 
-def encode(inp: MeasureInput, res: MeasureRecordResult) -> str:
-    """One record as a JSON line (no trailing newline)."""
+def encode(inp: MeasureInput, res: MeasureRecordResult, with_dag: bool = False) -> str:
+    """One record as a JSON line (no trailing newline); `with_dag` adds the serialised DAG."""
+    task: dict = {"workload_key": inp.workload_key, "target": inp.target, "hardware": inp.hardware}
+    if with_dag and inp.dag is not None:
+        task["dag"] = inp.dag
     return json.dumps(
         {
             "v": RECORD_VERSION,
-            "task": {
-                "workload_key": inp.workload_key,
-                "target": inp.target,
-                "hardware": inp.hardware,
-            },
+            "task": task,
             "steps": [list(s) for s in inp.steps],
             "result": {
                 "costs": list(res.costs),
@@ -113,7 +122,10 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
             tuple(_tuplify(s) for s in obj["steps"]),
             t.get("target", "cuda"),
             t.get("hardware", {}),
+            t.get("dag"),
         )
+        if inp.dag is not None:
+            remember_serialized(inp.workload_key, inp.dag)
         res = MeasureRecordResult(
             tuple(float(c) for c in r["costs"]),
             int(r["error_kind"]),
@@ -159,15 +171,23 @@ def seal_torn_line(path: str) -> bool:
 class RecordToFile:
     """Measure callback: append one line per measurement to `path` and flush.
 
-    A path ending in `.gz` gets one gzip member per call, which `load_records` reads back.
+    A path ending in `.gz` gets one gzip member per call, which `load_records` reads back. The
+    first record written of each task carries the task's serialised DAG.
     """
 
     def __init__(self, path: str) -> None:
         self.path = str(path)
         self.compressed = self.path.endswith(".gz")
+        self._dag_written: set[str] = set()
 
     def __call__(self, inputs, results) -> None:
-        text = "".join(encode(inp, res) + "\n" for inp, res in zip(inputs, results, strict=True))
+        lines = []
+        for inp, res in zip(inputs, results, strict=True):
+            first = inp.dag is not None and inp.workload_key not in self._dag_written
+            if first:
+                self._dag_written.add(inp.workload_key)
+            lines.append(encode(inp, res, with_dag=first) + "\n")
+        text = "".join(lines)
         if not self.compressed and os.path.exists(self.path):
             seal_torn_line(self.path)  # a crash may have torn the last line: end it first
         with open(self.path, "ab") as f:

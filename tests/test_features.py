@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -279,11 +280,15 @@ def test_process_pool_matches_serial():
             assert np.array_equal(a, b)
 
 
-def test_unregistered_dag_falls_back_with_warning():
-    states = [matmul_state(), matmul_state("unroll")]
-    with pytest.warns(UserWarning, match="not a registered workload"):
+def test_an_unregistered_dag_goes_to_the_workers_serialised():
+    """A DAG built directly (no registered workload) reaches the worker processes as its
+    serialised expressions: no fallback warning, the same features as in this process."""
+    states = [matmul_state(), matmul_state("unroll")] * 5  # enough for several chunks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         out = features_for_states(states, n_jobs=2)
-    assert all(np.array_equal(a, b) for a, b in zip(out, features_for_states(states)))
+    serial = features_for_states(states)
+    assert all(np.array_equal(a, b) for a, b in zip(out, serial, strict=True))
 
 
 # ---- speed ---------------------------------------------------------------------------------------

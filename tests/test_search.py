@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -176,7 +177,7 @@ def test_a_full_feature_cache_drops_old_entries_but_answers_every_candidate(samp
 
 def test_pool_gives_the_same_samples_and_features_as_one_process():
     task = small_task()
-    spec = TaskSpec(task.workload_key, task.hardware_params)
+    spec = TaskSpec.of(task.compute_dag, task.hardware_params)
     local = Workers(TaskContext(task.compute_dag, task.hardware_params), spec, n_jobs=1)
     pool = Workers(TaskContext(task.compute_dag, task.hardware_params), spec, n_jobs=2)
     assert pool.use_pool
@@ -245,7 +246,10 @@ def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from
     assert times["build"] + times["run"] == pytest.approx(wall, abs=0.01)
 
 
-def test_workers_fall_back_to_this_process_when_they_cannot_rebuild_the_workload():
+def test_workers_rebuild_a_workload_registered_only_in_this_process_from_its_dag():
+    """Spawned workers cannot import a workload registered only here (a script's `__main__`,
+    say); they rebuild it from the serialised DAG of the TaskSpec, with the same results."""
+
     @autosched.register_workload(name="registered_only_in_this_process")
     def tiny_matmul(n, m, k):
         from autosched import te, topi
@@ -254,12 +258,12 @@ def test_workers_fall_back_to_this_process_when_they_cannot_rebuild_the_workload
         return [a, b, topi.matmul(a, b)]
 
     task = autosched.SearchTask("registered_only_in_this_process", (16, 16, 8))
-    spec = TaskSpec(task.workload_key, task.hardware_params)
+    spec = TaskSpec.of(task.compute_dag, task.hardware_params)
     workers = Workers(TaskContext(task.compute_dag, task.hardware_params), spec, n_jobs=2)
-    assert workers.use_pool  # it resolves here, so the pool is tried
-    with pytest.warns(UserWarning, match="search workers failed"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to this process
         got = workers.sample(24, random.Random(0))
-    assert not workers.use_pool and len(got) == 24
+    assert workers.use_pool and len(got) == 24
     local = Workers(TaskContext(task.compute_dag, task.hardware_params), spec, n_jobs=1)
     assert [r for r, _ in local.sample(24, random.Random(0))] == [r for r, _ in got]
 

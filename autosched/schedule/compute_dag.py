@@ -18,6 +18,7 @@ from autosched.task.workload_registry import workload_tensors
 from autosched.te.bounds import check_reads
 from autosched.te.dtype import is_float
 from autosched.te.expr import BinOp, Call, Expr, Load, Reduce
+from autosched.te.serialize import dump_tensors, load_tensors
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visitor import free_vars, walk
 
@@ -170,13 +171,30 @@ class ComputeDAG:
         self.workload_key: str = (
             "dag-" + hashlib.sha256(self.canonical_text().encode()).hexdigest()[:16]
         )
+        self._serialized: dict | None = None
 
     @classmethod
     def from_workload_key(cls, key: str) -> ComputeDAG:
-        """The DAG of a registered workload's key (the function is called with the key's
-        arguments), keeping that key as its `workload_key`."""
+        """The DAG of a workload key, keeping that key as its `workload_key`: the registered
+        function called with the key's arguments, or the serialised DAG a loaded record log
+        carried for that key."""
         dag = cls(workload_tensors(key))
         dag.workload_key = key
+        return dag
+
+    def serialized(self) -> dict:
+        """The DAG's tensors as JSON-able data (te.serialize), what record logs and the search's
+        worker processes rebuild it from without the workload's module."""
+        if self._serialized is None:
+            self._serialized = dump_tensors(self.tensors)
+        return self._serialized
+
+    @classmethod
+    def from_serialized(cls, data: dict, workload_key: str) -> ComputeDAG:
+        """Rebuild a DAG from `serialized()` data under its workload key."""
+        dag = cls(load_tensors(data))
+        dag.workload_key = workload_key
+        dag._serialized = data
         return dag
 
     # ---- queries -----------------------------------------------------------------------------
@@ -231,6 +249,17 @@ class ComputeDAG:
     def replay_steps(self, steps):
         """Rebuild a State from steps (Step objects or their records)."""
         return replay(self, steps)
+
+    # ---- TVM auto_scheduler's names --------------------------------------------------------
+    def print_python_code_from_state(self, state) -> str:
+        """TVM's name of `print_python_schedule`."""
+        return self.print_python_schedule(state)
+
+    def apply_steps_from_state(self, state) -> tuple[State, list[Tensor]]:
+        """TVM's `sch, args = dag.apply_steps_from_state(state)`: `state`'s steps replayed on
+        this DAG (a state loaded from a log may belong to another copy of it), and the DAG's
+        tensors in argument order, so that `autosched.build(sch, args)` builds it."""
+        return self.replay_steps(state.steps), list(self.tensors)
 
 
 __all__ = ["ComputeDAG", "OpInfo"]

@@ -109,7 +109,7 @@ class SketchPolicy:
         context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
         self.sampler = context.sampler  # analyses each sketch once, for the whole search
         self.workers = Workers(
-            context, TaskSpec(task.workload_key, task.hardware_params), self.params.n_jobs
+            context, TaskSpec.of(task.compute_dag, task.hardware_params), self.params.n_jobs
         )
         self.mutation_ctx = MutationContext(
             sketch_params.max_innermost_split_factor,

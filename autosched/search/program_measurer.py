@@ -103,7 +103,8 @@ class ProgramMeasurer:
         self.time["codegen"] += codegen
         self.time["build"] += wall - run
         self.time["run"] += run
-        inputs = [MeasureInput(self.task.workload_key, s.key()) for s in states]
+        dag = self.task.compute_dag.serialized()
+        inputs = [MeasureInput(self.task.workload_key, s.key(), dag=dag) for s in states]
         for cb in self.callbacks:
             cb(inputs, results)
         return results

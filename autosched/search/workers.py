@@ -4,25 +4,26 @@ processes. It is the one place autosched runs work in other processes.
 
 States do not pickle (te objects hold lambdas) and Step objects pickle slowly, so candidates
 cross the process boundary as step-record tuples; a worker rebuilds the task once from its
-`TaskSpec` (the DAG from the workload registry; the sketches and the sampler when it first
-samples) and keeps it. A candidate is lowered once: sampling keeps the program it lowered to
-check the GPU limits and extracts features from it, and evaluation checks limits and extracts
-from one lowering.
+`TaskSpec` (the serialised DAG; the sketches and the sampler when it first samples) and keeps
+it, so a workload defined anywhere, a script's `__main__` included, runs in parallel. A
+candidate is lowered once: sampling keeps the program it lowered to check the GPU limits and
+extracts features from it, and evaluation checks limits and extracts from one lowering.
 
-    workers = Workers(TaskContext(dag, hardware), TaskSpec(key, hardware), n_jobs=16)
+    workers = Workers(TaskContext(dag, hardware), TaskSpec.of(dag, hardware), n_jobs=16)
     fresh = workers.sample(512, rng)             # [(records, features)], valid and distinct
     outcomes = workers.evaluate(candidates)      # features, or the reason a candidate is invalid
     feats = features_for_states(states, n_jobs)  # features of States (None where they fail)
 
 Results do not depend on n_jobs: sampling is cut into fixed-size chunks with their own seeds.
-One failure policy for all of it: a workload the workers cannot rebuild (not registered, or
-registered only in `__main__`) is done in this process, with a warning; so is everything after
-a worker dies.
+One failure policy for all of it: a DAG that cannot be serialised is done in this process, with
+a warning; so is everything after a worker dies.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import logging
 import os
 import random
 import time
@@ -35,14 +36,16 @@ from typing import Any
 import numpy as np
 
 from autosched.codegen.build import build
-from autosched.errors import AutoschedError, WorkloadError
+from autosched.errors import AutoschedError, TEError, WorkloadError
 from autosched.features.extract import extract_features, state_features
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.search.mutations import Records, as_step
-from autosched.search.process_pool import get_pool, resolvable, shutdown_pools
+from autosched.search.process_pool import get_pool, shutdown_pools
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.validity import check_candidate, reason_for
 from measure.hardware import HardwareParams
+
+log = logging.getLogger(__name__)
 
 SAMPLE_CHUNK = 8  # states per sampling job (fixed, so results do not depend on n_jobs)
 Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) for an invalid one
@@ -50,11 +53,29 @@ Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) f
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a worker needs to rebuild a task's context (hashable: the worker's cache key)."""
+    """What a worker needs to rebuild a task's context (hashable: the worker's cache key). The
+    DAG travels serialised, so a workload defined anywhere (a script's `__main__` included)
+    is rebuilt without importing the module that defined it."""
 
     workload_key: str
+    dag_json: str
     hardware: HardwareParams | None = None  # None for the defaults
     sketch_params: SketchParams | None = None  # None for the defaults
+
+    @classmethod
+    def of(
+        cls,
+        dag: ComputeDAG,
+        hardware: HardwareParams | None = None,
+        sketch_params: SketchParams | None = None,
+    ) -> TaskSpec | None:
+        """The spec of a DAG, or None when its expressions cannot be serialised."""
+        try:
+            text = json.dumps(dag.serialized(), separators=(",", ":"))
+        except TEError as exc:
+            log.warning("the DAG cannot go to worker processes: %s", exc)
+            return None
+        return cls(dag.workload_key, text, hardware, sketch_params)
 
 
 class TaskContext:
@@ -75,7 +96,7 @@ class TaskContext:
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> TaskContext:
-        dag = ComputeDAG.from_workload_key(spec.workload_key)
+        dag = ComputeDAG.from_serialized(json.loads(spec.dag_json), spec.workload_key)
         return cls(dag, spec.hardware, spec.sketch_params)
 
     @functools.cached_property
@@ -144,13 +165,12 @@ class Workers:
         self.context = context
         self.spec = spec
         self.n_jobs = resolve_n_jobs(n_jobs)
-        self.use_pool = self.n_jobs > 1 and spec is not None and resolvable(spec.workload_key)
+        self.use_pool = self.n_jobs > 1 and spec is not None
         self.cpu_seconds = 0.0  # CPU time the chunks took, wherever they ran
         if self.n_jobs > 1 and not self.use_pool:
-            key = getattr(spec, "workload_key", None)
             warnings.warn(
-                f"workload {key!r} is not a registered workload, so worker processes cannot "
-                "rebuild it: its work is done in this process (register it to spread the work)",
+                f"the DAG of {context.dag.workload_key!r} cannot be serialised for worker "
+                "processes: its work is done in this process",
                 stacklevel=2,
             )
 
@@ -239,8 +259,9 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
     for i, s in enumerate(states):
         by_key.setdefault(s.dag.workload_key, []).append(i)
     out: list[np.ndarray | None] = [None] * len(states)
-    for key, index in by_key.items():
-        workers = Workers(TaskContext(states[index[0]].dag), TaskSpec(key), n_jobs)
+    for index in by_key.values():
+        dag = states[index[0]].dag
+        workers = Workers(TaskContext(dag), TaskSpec.of(dag), n_jobs)
         got = workers.features([states[i].key() for i in index])
         for i, f in zip(index, got, strict=True):
             out[i] = f

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autosched.errors import TEError, WorkloadError
+from autosched.te.serialize import load_tensors
 
 WORKLOADS: dict[str, Callable[..., list]] = {}
 
@@ -63,13 +64,32 @@ def lookup(name: str) -> Callable[..., list]:
     return WORKLOADS[name]
 
 
+# workload key -> serialised DAG (te.serialize), as record logs carry them
+SERIALIZED_DAGS: dict[str, dict] = {}
+
+
+def remember_serialized(key: str, data: dict) -> None:
+    """Keep the serialised DAG of a workload key (read from a record log), so that the key can
+    be rebuilt in this process without the module that defined the workload."""
+    SERIALIZED_DAGS.setdefault(key, data)
+
+
 def workload_tensors(key: str) -> list:
-    """Call the registered function of a workload key and return its tensors."""
+    """The tensors of a workload key: its registered function called with the key's arguments,
+    else the serialised DAG remembered for the key."""
     try:
         name, *args = json.loads(key)
     except (ValueError, TypeError) as exc:
+        if key in SERIALIZED_DAGS:
+            return load_tensors(SERIALIZED_DAGS[key])
         raise WorkloadError(f"malformed workload key {key!r}") from exc
-    tensors = lookup(name)(*_tuplify(args))
+    try:
+        func = lookup(name)
+    except WorkloadError:
+        if key in SERIALIZED_DAGS:
+            return load_tensors(SERIALIZED_DAGS[key])
+        raise
+    tensors = func(*_tuplify(args))
     if not isinstance(tensors, (list, tuple)):
         raise TEError(
             f"workload {name!r} returned {type(tensors).__name__} {tensors!r:.80}; a workload "

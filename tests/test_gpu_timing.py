@@ -1,0 +1,119 @@
+"""GPU time without host launch cost, on the GPU: the search's runner (measure/_worker.py) and the
+benchmarks' method (benchmarks/torch_timing.time_graph) both replay CUDA graphs, and agree.
+
+Every test is marked `gpu` (tests/conftest.py skips them where pycuda sees no device); the
+agreement tests also need PyTorch with CUDA. Run them with
+
+    python -m pytest -q -m gpu tests/test_gpu_timing.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+
+import pytest
+
+import autosched
+from autosched.records import load_best
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.search.policy import SearchParams, SketchPolicy
+from autosched.search.program_measurer import task_reference
+from autosched.task.search_task import suite_task
+from autosched.task.workloads import SUITE
+from measure import LocalBuilder, LocalMeasureContext, LocalRunner
+
+pytestmark = pytest.mark.gpu
+
+TRIALS = 16  # per workload: a short search, for a best record to re-time
+AGREEMENT = 0.03  # relative difference allowed between the record and the benchmark's time
+
+
+def _params(seed: int = 0) -> SearchParams:
+    return SearchParams(
+        population=32, generations=1, sample_init_min_population=TRIALS, n_jobs=1, seed=seed
+    )
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return torch
+
+
+def test_graph_time_of_a_small_kernel_is_at_most_its_back_to_back_time():
+    """A 1x784 -> 128 dense (a few microseconds): the runner's graph-replay cost is positive and
+    no larger than its back-to-back cost (which adds the host's launch rate), and the graph
+    path was really taken."""
+    task = suite_task("dense_bias")
+    policy = SketchPolicy(task, autosched.RandomModel(), _params(), verbose=0)
+    states = policy.search_one_round(4)
+    assert states, "no valid dense_bias state sampled"
+    kernels = [autosched.build(task.compute_dag, s) for s in states]
+    ref = task_reference(task, kernels[0].args)
+    artifacts = [k.artifact(reference_id="ref", tag=str(i)) for i, k in enumerate(kernels)]
+    costs = {}
+    for graphs in (True, False):
+        runner = LocalRunner(repeat=5, graphs=graphs)
+        with LocalMeasureContext(LocalBuilder(timeout=60.0), runner) as ctx:
+            results = ctx.measure_batch(artifacts, {"ref": ref})
+        ok = [r for r in results if r.error_kind.name == "NO_ERROR"]
+        assert ok, [r.error_msg for r in results]
+        assert runner.back_to_back_timings == (0 if graphs else len(ok))
+        costs[graphs] = [statistics.median(r.costs) if r.costs else None for r in results]
+    pairs = [(g, e) for g, e in zip(costs[True], costs[False], strict=True) if g and e]
+    assert pairs, "no candidate was timed both ways"
+    for graph, eager in pairs:
+        assert 0 < graph <= eager * 1.05, (graph * 1e6, eager * 1e6)
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_benchmark_graph_time_agrees_with_the_search_record(name, tmp_path):
+    """A short search's best record, rebuilt and re-timed in this process the way the
+    benchmarks time it (torch_timing.time_graph on the kernel's launcher, the same inputs every
+    call as in the runner), agrees with the cost the runner recorded."""
+    torch = _torch()
+    from torch_timing import shared_stream, time_graph
+
+    task = suite_task(name)
+    log = str(tmp_path / f"{name}.json")
+    runner = LocalRunner()
+    policy = SketchPolicy(task, autosched.RandomModel(), _params(), verbose=0)
+    options = autosched.TuningOptions(
+        num_measure_trials=TRIALS,
+        num_measures_per_round=TRIALS,
+        builder=LocalBuilder(timeout=60.0),
+        runner=runner,
+        measure_callbacks=[autosched.RecordToFile(log)],
+        verbose=0,
+    )
+    try:
+        autosched.auto_schedule(task, policy, options)
+    finally:
+        runner.close()
+    assert runner.back_to_back_timings == 0, "the runner did not time by graph replay"
+    best = load_best(log)
+    assert best is not None, f"no correct record in {TRIALS} trials"
+    inp, res = best
+    dag = ComputeDAG.from_workload_key(inp.workload_key)
+    kernel = autosched.build(dag, dag.replay_steps(inp.steps))
+    temps = {b.name for b in kernel.program.temps}
+    tensors = [
+        (torch.rand if not a.is_output else torch.empty)(
+            a.shape, dtype=getattr(torch, a.dtype), device="cuda"
+        )
+        for a in kernel.args
+        if a.name not in temps
+    ]
+    launcher = kernel.launcher(*tensors)
+    ours, stream = shared_stream()
+    seconds = time_graph([lambda: launcher(ours)], stream=stream)
+    recorded = res.mean_cost
+    assert abs(seconds - recorded) <= AGREEMENT * recorded, (
+        f"{name}: benchmark {seconds * 1e6:.2f} us, record {recorded * 1e6:.2f} us"
+    )
