@@ -3,7 +3,9 @@
     python3 benchmarks/best_vs_torch.py LOG [--json out.json]
 
 Rebuilds the fastest correct record, checks it against PyTorch on the same inputs and times both
-(torch_timing.compare_with_torch: CUDA events, back-to-back calls, median, inputs rotated).
+(torch_timing.compare_with_torch, inputs rotated, median): GPU time from CUDA graph replays
+(`ours_us`, `torch_fp32_us`, `torch_tf32_us`; the search's runner times `search_best_us` the
+same way, from a warm L2 cache) and eager back-to-back calls (`*_eager_us`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         **compare_with_torch(name, tuple(args), kernel),
     }
     print(json.dumps(out, indent=1))
+    print(
+        f"GPU time (graph): ours {out['ours_us']:.1f} µs, torch fp32 {out['torch_fp32_us']:.1f},"
+        f" TF32 {out['torch_tf32_us']:.1f} | eager: ours {out['ours_eager_us']:.1f},"
+        f" fp32 {out['torch_fp32_eager_us']:.1f}, TF32 {out['torch_tf32_eager_us']:.1f}"
+    )
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -2,10 +2,12 @@
 
     python3 benchmarks/run.py --workloads conv2d_bias_relu matmul --trials 256 --out results/
 Per workload: tune, then time the best kernel and PyTorch (fp32 with TF32 off, and TF32) in this
-process with the same method (torch_timing.py: CUDA events around back-to-back calls, median of
-repeats, inputs rotated past the L2 cache), after checking our output against PyTorch's on the same
-inputs. Writes results.json and results.md (workload, FLOPs, autosched µs, torch fp32/TF32 µs,
-ratio, GFLOP/s, % of fp32 peak, trials, check, search time split), updated after each workload.
+process with the same methods (torch_timing.py, inputs rotated past the L2 cache, median of
+repeats): GPU time from CUDA graph replays of 100 calls (the headline columns, no host launch
+cost) and eager back-to-back calls between CUDA events (a second column: for small operators,
+host dispatch), after checking our output against PyTorch's on the same inputs. Writes
+results.json and results.md (workload, FLOPs, autosched / torch fp32 / TF32 µs, eager µs, ratio,
+GFLOP/s, % of fp32 peak, trials, check, search time split), updated after each workload.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ COLUMNS = [
     "autosched µs",
     "torch fp32 µs",
     "torch TF32 µs",
+    "eager µs: ours / fp32 / TF32",
     "ours/fp32",
     "GFLOP/s",
     "% fp32 peak",
@@ -92,7 +95,15 @@ def _name_args(task):
 
 def markdown(rows: list[dict], header: str) -> str:
     """The results table (and a header line saying where and when it was measured)."""
-    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines = [
+        header,
+        "",
+        "Times: GPU time, CUDA graph replays of 100 calls (no host launch cost); eager: CUDA"
+        " events around 100 back-to-back calls. Median of 20, inputs rotated past the L2 cache.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     for r in rows:
         cells = [
             r["workload"],
@@ -100,6 +111,8 @@ def markdown(rows: list[dict], header: str) -> str:
             f"{r['ours_us']:.1f}",
             f"{r['torch_fp32_us']:.1f}",
             f"{r['torch_tf32_us']:.1f}",
+            f"{r['ours_eager_us']:.1f} / {r['torch_fp32_eager_us']:.1f}"
+            f" / {r['torch_tf32_eager_us']:.1f}",
             f"{r['ratio_vs_fp32']:.2f}",
             f"{r['gflops']:.0f}",
             f"{r['pct_fp32_peak']:.1f}",

@@ -1,6 +1,14 @@
-"""Timing on the GPU the way ANCHORS.md does, for PyTorch and our kernels alike: CUDA events around
-back-to-back calls, warm-up first, median of repeats, inputs rotated over several copies so that
-small problems are not timed from a warm L2 cache only.
+"""Timing on the GPU, for PyTorch and our kernels alike, two ways:
+
+- GPU time (`time_graph`, the headline): `number` calls captured in one CUDA graph on one stream
+  (PyTorch's CUDAGraph, our launches on the same stream), replays timed between CUDA events,
+  median of repeats. No host launch cost is included, so small operators are timed as the GPU
+  runs them, as our search's runner times candidates (measure/_worker.py).
+- eager (`time_calls`, ANCHORS.md's method): CUDA events around back-to-back calls; for small
+  operators this is bounded by the host's dispatch cost (PyTorch's, or pycuda's launch path).
+
+Both warm up first and rotate the inputs over several copies so that small problems are not
+timed from a warm L2 cache only.
 
 Each workload's PyTorch equivalent takes the kernel's own input tensors (the DAG's argument order)
 and returns the output, so the two are checked against each other on the same data.
@@ -84,8 +92,8 @@ def rotation_copies(bytes_per_set: int) -> int:
 def time_calls(
     calls: list[Callable[[], object]], number: int = 100, repeat: int = 20, warmup: int = 10
 ) -> float:
-    """Median seconds per call: CUDA events around `number` back-to-back calls, cycling through
-    `calls` (one per input copy), `repeat` times, after `warmup` calls."""
+    """Median seconds per call, eager: CUDA events around `number` back-to-back calls, cycling
+    through `calls` (one per input copy), `repeat` times, after `warmup` calls."""
     import torch
 
     for k in range(warmup):
@@ -103,15 +111,67 @@ def time_calls(
     return statistics.median(times)
 
 
+def shared_stream():
+    """(pycuda Stream, the same stream as a torch.cuda.ExternalStream): our launchers take the
+    first (`launcher(stream)`), PyTorch runs on the second, so both are captured alike."""
+    import torch
+
+    from autosched.codegen.gpu_call import new_stream
+    from measure.cuda_graph import stream_handle
+
+    stream = new_stream()
+    return stream, torch.cuda.ExternalStream(stream_handle(stream))
+
+
+def time_graph(
+    calls: list[Callable[[], object]],
+    number: int = 100,
+    repeat: int = 20,
+    warmup: int = 3,
+    stream=None,
+) -> float:
+    """Median seconds per call of GPU time: `number` calls, cycling through `calls`, captured
+    in one CUDA graph on `stream` (a torch.cuda.Stream; default a new one), then `repeat`
+    replays, each between CUDA events. Each call must enqueue its work on `stream`: PyTorch
+    ops do (it is the current stream while capturing); our launchers must be bound to it
+    (`shared_stream`). Warm-up runs on `stream` first, as torch.cuda.graphs documents."""
+    import torch
+
+    stream = stream if stream is not None else torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
+    with torch.cuda.stream(stream):
+        for k in range(warmup):
+            calls[k % len(calls)]()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for k in range(number):
+            calls[k % len(calls)]()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
+    with torch.cuda.stream(stream):
+        # One untimed replay first: the GPU is busy while the host enqueues the timed ones, so
+        # no repeat includes the host's time to submit its replay.
+        graph.replay()
+        events[0].record()
+        for event in events[1:]:
+            graph.replay()
+            event.record()
+    events[-1].synchronize()
+    times = [a.elapsed_time(b) / 1e3 / number for a, b in zip(events, events[1:], strict=False)]
+    return statistics.median(times)
+
+
 def time_torch(fn, number: int = 100, repeat: int = 20, warmup: int = 10) -> float:
-    """Median seconds per call of a zero-argument `fn` (no rotation)."""
+    """Median seconds per call of a zero-argument `fn` (no rotation), eager back-to-back."""
     return time_calls([fn], number, repeat, warmup)
 
 
 def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: float = 1e-3) -> dict:
     """Run `kernel` (a BuiltKernel of registered workload `workload` with `args`) and PyTorch's
     equivalent on the same random inputs, check ours against PyTorch fp32, then time ours, PyTorch
-    fp32 (TF32 off) and PyTorch TF32 with the same method. Times in µs."""
+    fp32 (TF32 off) and PyTorch TF32 with the same methods: GPU time by graph replay (`ours_us`,
+    `torch_fp32_us`, `torch_tf32_us`) and eager back-to-back (`*_eager_us`), inputs rotated; and
+    ANCHORS.md's method exactly (eager, the same inputs every call: `*_warm_us`). Times in µs."""
     import numpy as np
     import torch
 
@@ -141,20 +201,23 @@ def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: fl
     scale = float(expected.abs().max()) or 1.0
     err = float((got - expected).abs().max()) / scale
     ok = bool(torch.isfinite(got).all()) and err <= tolerance
-    ours = time_calls(launchers)
     torch_calls = [lambda ins=ins: fn(*ins) for ins, _ in sets]
-    fp32 = time_calls(torch_calls)
-    # ANCHORS.md's method exactly (the same inputs every call, L2-warm), for comparison with it
-    ours_warm, fp32_warm = time_calls(launchers[:1]), time_calls(torch_calls[:1])
+    ours_stream, stream = shared_stream()
+    ours_graph = [lambda launch=launch: launch(ours_stream) for launch in launchers]
+    times = {
+        "ours_us": time_graph(ours_graph, stream=stream),
+        "torch_fp32_us": time_graph(torch_calls, stream=stream),
+        "ours_eager_us": time_calls(launchers),
+        "torch_fp32_eager_us": time_calls(torch_calls),
+        "ours_warm_us": time_calls(launchers[:1]),
+        "torch_fp32_warm_us": time_calls(torch_calls[:1]),
+    }
     set_tf32(True)
-    tf32 = time_calls(torch_calls)
+    times["torch_tf32_us"] = time_graph(torch_calls, stream=stream)
+    times["torch_tf32_eager_us"] = time_calls(torch_calls)
     set_tf32(False)
     return {
-        "ours_us": ours * 1e6,
-        "torch_fp32_us": fp32 * 1e6,
-        "torch_tf32_us": tf32 * 1e6,
-        "ours_warm_us": ours_warm * 1e6,
-        "torch_fp32_warm_us": fp32_warm * 1e6,
+        **{key: seconds * 1e6 for key, seconds in times.items()},
         "max_rel_err_vs_torch": err,
         "matches_torch": ok,
         "input_copies": copies,

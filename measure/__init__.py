@@ -6,13 +6,8 @@ argument specs) and `Reference`s (inputs and expected outputs) and returns resul
 """
 
 from measure.artifact import ArgSpec, KernelArtifact, Launch
-from measure.builder import (
-    BuildResult,
-    LocalBuilder,
-    check_resources,
-    compile_resources,
-    compile_source,
-)
+from measure.builder import BuildResult, LocalBuilder, check_resources, compile_resources
+from measure.compiler import compile_kernel, compile_source, find_compiler
 from measure.context import LocalMeasureContext, MeasureResult
 from measure.errors import (
     CompileError,
@@ -57,10 +52,12 @@ __all__ = [
     "check_resources",
     "compare_output",
     "compare_outputs",
+    "compile_kernel",
     "compile_resources",
     "compile_source",
     "default_tolerance",
     "device_arch",
+    "find_compiler",
     "find_nvcc",
     "gpu_available",
     "make_reference",

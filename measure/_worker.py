@@ -5,6 +5,10 @@ here, not through pycuda.autoinit), reads request frames on stdin and writes one
 request on the original stdout; fd 1 is redirected to stderr so that a kernel's printf cannot
 corrupt the frame stream. After a CUDA error the context may be corrupted (an illegal address is
 sticky), so the worker replies with `fatal: True` and exits; the parent starts a fresh one.
+
+Timing replays CUDA graphs of the candidate's launches (measure.cuda_graph), so that a kernel of
+a few microseconds is timed by the GPU's time, not by the host's launch rate; where the driver
+refuses graphs it times back-to-back launches instead and says so in the reply (`timing`).
 """
 
 from __future__ import annotations
@@ -18,11 +22,18 @@ import time
 import numpy as np
 
 from measure.artifact import ArgSpec, Launch
+from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver, stream_handle
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
 from measure.reference import Reference, compare_outputs, random_array
 
-MAX_NUMBER = 1 << 20  # back-to-back runs per repeat, at most
+MAX_NUMBER = 1 << 20  # runs of the launch sequence per repeat, at most
+# Kernel launches per captured graph, at most: a longer repeat replays the graph several times.
+# Capturing and instantiating cost host time per launch, and the gap between consecutive replays
+# on the GPU is small beside a replay of this many launches, so a larger graph would only cost
+# time.
+MAX_GRAPH_LAUNCHES = 1024
+_STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
 
 
 class _Failure(Exception):
@@ -32,11 +43,16 @@ class _Failure(Exception):
 
 
 class Worker:
-    """Serves run requests in one CUDA context."""
+    """Serves run requests in one CUDA context. With `graphs` (measure.cuda_graph's
+    `load_graph_driver()`) it times by CUDA graph replay; with None, back-to-back launches."""
 
-    def __init__(self, drv, device) -> None:
+    def __init__(self, drv, device, graphs: GraphDriver | None = None) -> None:
         self.drv = drv
         self.device = device
+        self.graphs = graphs
+        self.stream = None  # the stream graphs are captured and replayed on, made on first use
+        self.graph_failures = 0
+        self.back_to_back = False  # whether the last candidate was timed back-to-back
         self.references: dict[str, Reference] = {}
         self.phases: dict[str, float] = {}  # seconds per phase of the last candidate
         self.bounds: dict = {}  # ref_id -> output name -> allowed error (compare_outputs' cache)
@@ -57,6 +73,7 @@ class Worker:
         if ref_id is not None and reference is None:
             return _reply(MeasureErrorKind.UNKNOWN, f"reference {ref_id!r} was never sent")
         self.phases = {}
+        self.back_to_back = False
         try:
             costs = self._measure(req, reference)
         except _Failure as exc:
@@ -76,6 +93,7 @@ class Worker:
             "error_msg": "",
             "fatal": False,
             "phases": self.phases,
+            "timing": "back-to-back" if self.back_to_back else "graph",
         }
 
     def _forget(self, ref_id) -> None:
@@ -116,7 +134,7 @@ class Worker:
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
             t2 = time.perf_counter()
-            costs = self._time(run_sequence, req)
+            costs = self._time(run_sequence, len(calls), req)
             self.phases = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
             return costs
         finally:
@@ -175,7 +193,52 @@ class Worker:
                 self.drv.memcpy_htod(pristine[arg.name], data)
             self.drv.memcpy_dtod(buf, pristine[arg.name], data.nbytes)
 
-    def _time(self, run_sequence, req: dict) -> list[float]:
+    def _time(self, run_sequence, launches_per_run: int, req: dict) -> list[float]:
+        """Seconds per run of the launch sequence, one per repeat: from CUDA graph replays when
+        the driver's graph API is usable and the request does not say `graphs: False`, else
+        (flagged in `back_to_back`) from back-to-back launches."""
+        if self.graphs is not None and req.get("graphs", True):
+            try:
+                return self._time_graph(run_sequence, launches_per_run, req)
+            except (GraphError, self.drv.Error) as exc:
+                # A capture refused by the driver is no fault of the candidate. Should the
+                # context be broken instead, the back-to-back launches below fail for real.
+                if not self.graph_failures:
+                    print(f"measure worker: timing back-to-back, not by graph: {exc}", flush=True)
+                self.graph_failures += 1
+        self.back_to_back = True
+        return self._time_back_to_back(run_sequence, req)
+
+    def _time_graph(self, run_sequence, launches_per_run: int, req: dict) -> list[float]:
+        """`number` runs captured in a CUDA graph (at most MAX_GRAPH_LAUNCHES launches, replayed
+        as often as needed), timed between events without the host's launch cost: the GPU time
+        of the kernels. `number` is calibrated as in `_time_back_to_back`."""
+        assert self.graphs is not None
+        if self.stream is None:
+            self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
+        timer = _GraphTimer(self.drv, self.graphs, self.stream, run_sequence, launches_per_run)
+        try:
+            number, min_ms = max(1, int(req["number"])), float(req["min_repeat_ms"])
+            repeat, cooldown = max(1, int(req["repeat"])), float(req.get("cooldown", 0))
+            # Calibrate from a probe of `number` runs (a replay carries no launch latency, so the
+            # probe's time per run predicts the next well); then the repeats, consecutively.
+            number, times = timer.repeats(number, 1)
+            while times[-1] < min_ms and number < MAX_NUMBER:
+                per_run = max(times[-1] / number, 1e-5)
+                number = min(MAX_NUMBER, max(number + 1, math.ceil(min_ms * 1.05 / per_run)))
+                number, times = timer.repeats(number, repeat if cooldown <= 0 else 1)
+            while len(times) < repeat:
+                if cooldown > 0:
+                    time.sleep(cooldown)
+                number, more = timer.repeats(number, repeat - len(times) if cooldown <= 0 else 1)
+                times += more
+            return [ms / number * 1e-3 for ms in times[:repeat]]
+        finally:
+            timer.close()
+
+    def _time_back_to_back(self, run_sequence, req: dict) -> list[float]:
+        """CUDA events around `number` back-to-back launches of the sequence per repeat: the
+        fallback without graphs, bounded below by the host's launch rate."""
         drv = self.drv
         start, end = drv.Event(), drv.Event()
 
@@ -206,7 +269,8 @@ class Worker:
 
 
 def _sequence(calls, pointers: list[int]):
-    """A function launching the whole kernel sequence with the least Python overhead.
+    """A function launching the whole kernel sequence on a pycuda stream (None: the legacy
+    default stream), asynchronously, with the least Python overhead.
 
     The parameter buffer is packed once; `Function._launch_kernel` (pycuda's launch primitive,
     stable since 2011) takes it as is. Without it, fall back to the public prepared call.
@@ -214,19 +278,65 @@ def _sequence(calls, pointers: list[int]):
     params = struct.pack("P" * len(pointers), *pointers)
     if all(hasattr(func, "_launch_kernel") for func, *_ in calls):
 
-        def run_sequence() -> None:
+        def run_sequence(stream=None) -> None:
             for func, grid, block, shared in calls:
-                func._launch_kernel(grid, block, params, shared, None)
+                func._launch_kernel(grid, block, params, shared, stream)
 
         return run_sequence
     for func, *_ in calls:
         func.prepare("P" * len(pointers))
 
-    def run_prepared() -> None:
+    def run_prepared(stream=None) -> None:
         for func, grid, block, shared in calls:
-            func.prepared_async_call(grid, block, None, *pointers, shared_size=shared)
+            func.prepared_async_call(grid, block, stream, *pointers, shared_size=shared)
 
     return run_prepared
+
+
+class _GraphTimer:
+    """Times repeats of `number` runs of a launch sequence by replaying a captured graph of at
+    most MAX_GRAPH_LAUNCHES launches; captures again only when the graph's size changes."""
+
+    def __init__(self, drv, graphs: GraphDriver, stream, run_sequence, launches_per_run: int):
+        self.drv, self.graphs, self.stream = drv, graphs, stream
+        self.handle = stream_handle(stream)
+        self.run_sequence = run_sequence
+        self.most_runs = max(1, MAX_GRAPH_LAUNCHES // max(1, launches_per_run))
+        self.graph: Graph | None = None
+        self.graph_runs = 0
+
+    def repeats(self, number: int, count: int) -> tuple[int, list[float]]:
+        """(runs per repeat, at least `number`; milliseconds of `count` consecutive repeats)."""
+        replays = -(-number // self.most_runs)
+        runs = -(-number // replays)  # as even as possible over the replays
+        graph = self._graph(runs)
+        events = [self.drv.Event() for _ in range(count + 1)]
+        # One untimed replay first: the GPU is busy while the host enqueues the timed ones, so
+        # no repeat includes the host's time to submit it.
+        graph.launch(self.handle)
+        events[0].record(self.stream)
+        for event in events[1:]:
+            for _ in range(replays):
+                graph.launch(self.handle)
+            event.record(self.stream)
+        events[-1].synchronize()
+        return runs * replays, [b.time_since(a) for a, b in zip(events, events[1:], strict=False)]
+
+    def _graph(self, runs: int) -> Graph:
+        if self.graph is None or runs != self.graph_runs:
+            self.close()
+            stream, run_sequence = self.stream, self.run_sequence
+            self.graph = self.graphs.capture(
+                self.handle, lambda: [run_sequence(stream) for _ in range(runs)]
+            )
+            self.graph_runs = runs
+        return self.graph
+
+    def close(self) -> None:
+        """Release the graph."""
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
 
 
 def _reply(kind: MeasureErrorKind, message: str, fatal: bool = False) -> dict:
@@ -253,7 +363,9 @@ def main() -> None:
         return
     major, minor = device.compute_capability()
     write_frame(out, {"ready": True, "device": device.name(), "arch": f"sm_{major}{minor}"})
-    worker = Worker(drv, device)
+    worker = Worker(drv, device, load_graph_driver())
+    if worker.graphs is None:
+        print("measure worker: no CUDA graph API; timing back-to-back launches", flush=True)
     try:
         while True:
             try:

@@ -6,19 +6,17 @@ import concurrent.futures
 import dataclasses
 import os
 import queue
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
 
 from measure.artifact import KernelArtifact
+from measure.compiler import COMPILERS, CompileOutcome, compile_kernel, compile_source
 from measure.errors import CompileError, MeasureErrorKind, NvccNotFoundError
 from measure.hardware import HardwareParams, device_arch
 from measure.nvrtc import ENV_VAR as NVRTC_ENV_VAR
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
-from measure.ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
+from measure.ptxas import KernelResources, find_nvcc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,20 +57,18 @@ class BuildResult:
         )
 
 
-COMPILERS = ("auto", "nvrtc", "nvcc")
-
-
 class LocalBuilder:
     """Builds artifacts to cubins, `n_parallel` compilations at a time (default: one fewer than
     the CPU count), and checks ptxas's resource report against the hardware.
 
     `compiler`: "nvrtc" (libnvrtc in worker processes, see measure/nvrtc.py: no host-header
-    preprocessing, several times faster per kernel), "nvcc" (`nvcc -cubin -O3 -Xptxas -v`), or
-    "auto" (default): NVRTC when `find_nvrtc()` finds the library, else nvcc. Both run the same
-    NVVM and ptxas. `compiler_used` says which one builds. A compilation past `timeout` seconds
-    (default 3) is a COMPILE_TIMEOUT: one huge unrolled kernel must not hold up a whole batch (a
-    batch of 64 takes at least as long as its slowest build); the fastest kernels that searches
-    find compile well within it.
+    preprocessing, several times faster per kernel), "nvcc" (`nvcc -cubin`), or "auto" (default):
+    NVRTC when `find_nvrtc()` finds the library, else nvcc. Both run the same NVVM and ptxas, with
+    options that make them emit the same code (measure/compile_options.py), which is also what
+    `compile_kernel` runs for a kernel's user. `compiler_used` says which one builds. A
+    compilation past `timeout` seconds (default 3) is a COMPILE_TIMEOUT: one huge unrolled kernel
+    must not hold up a whole batch (a batch of 64 takes at least as long as its slowest build);
+    the fastest kernels that searches find compile well within it.
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
@@ -221,7 +217,7 @@ class LocalBuilder:
             self._compilers.append(compiler)
             return compiler
 
-    def _compile(self, source: str):
+    def _compile(self, source: str) -> CompileOutcome:
         if self.compiler_used == "nvcc":
             return compile_source(
                 source, self.arch, self.extra_flags, self.compile_timeout, self.nvcc
@@ -249,62 +245,6 @@ class LocalBuilder:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def compile_source(
-    source: str,
-    arch: str,
-    extra_flags: Sequence[str] = (),
-    timeout: float = 30.0,
-    nvcc: str | None = None,
-) -> tuple[MeasureErrorKind, str, bytes | None, dict[str, KernelResources]]:
-    """Run nvcc on `source` in a temporary directory: (error kind, message, cubin, resources)."""
-    nvcc = nvcc or find_nvcc()
-    with tempfile.TemporaryDirectory(prefix="autosched_build_") as tmp:
-        src = os.path.join(tmp, SOURCE_NAME)
-        out = os.path.join(tmp, "kernel.cubin")
-        with open(src, "w") as f:
-            f.write(source)
-        cmd = [
-            nvcc,
-            "-cubin",
-            f"-arch={arch}",
-            "-O3",
-            "-Xptxas",
-            "-v",
-            *extra_flags,
-            "-o",
-            out,
-            src,
-        ]
-        # Own session so that a timeout kills nvcc's children (cicc, ptxas) too.
-        proc = subprocess.Popen(
-            cmd,
-            cwd=tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            text, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return MeasureErrorKind.COMPILE_TIMEOUT, f"nvcc ran past {timeout:g} s", None, {}
-        log = text.decode(errors="replace")
-        kernels = parse_ptxas(log)
-        if proc.returncode != 0 or not os.path.exists(out):
-            kind, message = compile_failure(log, SOURCE_NAME, f"nvcc exited with {proc.returncode}")
-            return kind, message, None, kernels
-        with open(out, "rb") as f:
-            return MeasureErrorKind.NO_ERROR, "", f.read(), kernels
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.communicate()
 
 
 def check_resources(
@@ -365,12 +305,14 @@ def check_resources(
 def compile_resources(
     source: str, arch: str = "sm_90", extra_flags: Sequence[str] = (), timeout: float = 60.0
 ) -> dict[str, KernelResources]:
-    """Compile `source` and return ptxas's resources per entry function.
+    """Compile `source` as `compile_kernel` does (NVRTC when found, else nvcc; the same code)
+    and return ptxas's resources per entry function.
 
-    Raises CompileError (with nvcc's relevant lines) when it does not compile, NvccNotFoundError
-    when nvcc is missing. Used e.g. to assert that generated code spills 0 bytes.
+    Raises CompileError (with the compiler's relevant lines) when it does not compile,
+    NvccNotFoundError when no compiler is found. Used e.g. to assert that generated code spills
+    0 bytes.
     """
-    kind, message, _, kernels = compile_source(source, arch, extra_flags, timeout)
+    kind, message, _, kernels = compile_kernel(source, arch, extra_flags, timeout)
     if kind != MeasureErrorKind.NO_ERROR:
         raise CompileError(f"{kind.name}: {message}")
     return kernels

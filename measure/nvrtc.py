@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import glob
 import itertools
 import os
@@ -25,6 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from measure.compile_options import NVRTC_OPTIONS
 from measure.errors import MeasureErrorKind
 from measure.framing import (
     FrameEOF,
@@ -37,23 +39,42 @@ from measure.framing import (
 from measure.ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nvcc, parse_ptxas
 
 ENV_VAR = "AUTOSCHED_NVRTC"
-# nvcc's -Xptxas -v, as NVRTC spells it (NVRTC optimises like -O3 by default). NVRTC alone caps
-# registers at 128 (measured: 128 registers + 16 spilled bytes where nvcc used 143, none spilled);
-# 255 is nvcc's limit, so both build the same code.
-BASE_OPTIONS = ("--ptxas-options=--verbose", "--maxrregcount=255")
 START_TIMEOUT = 60.0
 _BUILD_COUNTER = itertools.count()
 NONCE_PREFIX = "autosched_nonce_"
 
 
-def _candidates() -> list[str]:
+def _toolkit_roots() -> list[str]:
+    """Where a CUDA toolkit may be: beside nvcc, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda."""
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     try:
         roots.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(find_nvcc()))))
     except Exception:  # no nvcc: the other places still count
         pass
+    return [root for root in roots if root]
+
+
+@functools.lru_cache(maxsize=1)
+def find_cuda_include() -> str | None:
+    """The directory of the CUDA headers that NVRTC does not build in (cuda_fp16.h, which
+    float16 kernels include; nvcc finds them itself): a toolkit's, else the NVIDIA pip wheels'."""
+    places: list[str] = []
+    for root in _toolkit_roots():
+        places += [
+            os.path.join(root, "include"),
+            os.path.join(root, "targets", "x86_64-linux", "include"),
+        ]
+    for path in sys.path:
+        places += [os.path.join(path, "nvidia", sub, "include") for sub in ("cu13", "cuda_runtime")]
+    for place in places:
+        if os.path.isfile(os.path.join(place, "cuda_fp16.h")):
+            return place
+    return None
+
+
+def _candidates() -> list[str]:
     found = []
-    for root in filter(None, roots):
+    for root in _toolkit_roots():
         for sub in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
             found += sorted(glob.glob(os.path.join(root, sub, "libnvrtc.so*")))
     for path in sys.path:
@@ -172,7 +193,9 @@ class NvrtcCompiler:
         worker = self._worker
         if worker is None or worker.proc.poll() is not None:
             worker = self.start()
-        options = [f"--gpu-architecture={self.arch}", *BASE_OPTIONS, *extra_flags]
+        include = find_cuda_include()
+        options = [f"--gpu-architecture={self.arch}", *NVRTC_OPTIONS, *extra_flags]
+        options += [f"--include-path={include}"] if include else []
         # NVRTC may answer a program it has compiled before (even in another process, even with
         # other comments) from a cache, with the cubin but without ptxas's report (seen on the
         # H100 machine); an extra empty kernel with a unique name makes every program new.

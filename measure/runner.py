@@ -92,16 +92,20 @@ class LocalRunner:
 
     Per candidate: load the cubin, upload the reference inputs, poison the outputs (0xFF bytes:
     NaN), run the launch sequence once and compare with the reference (if `check_correctness`),
-    then time with CUDA events: `number` back-to-back runs of the sequence per repeat, `number`
-    raised until a repeat lasts `min_repeat_ms` (the last calibration probe counts as the first
-    repeat), `repeat` repeats in all. The defaults (3, 3, 5 ms) are tuned for search speed: two
-    passes over the same random candidates rank them almost identically (repeat differences of a
-    few tenths of a percent; `benchmarks/timing_repeatability.py` measures this), while a longer
+    then time the GPU: `number` runs of the sequence are captured in a CUDA graph and its replay
+    timed between CUDA events (cost = elapsed / number), `number` raised until a repeat lasts
+    `min_repeat_ms`, `repeat` repeats in all. Graph replay carries no host launch cost, so a
+    kernel of a few microseconds is timed as the GPU runs it, as benchmarks/torch_timing.py
+    times PyTorch's. Where the driver refuses graphs the worker times `number` back-to-back
+    launches instead, bounded below by the host's launch rate (a few microseconds per launch);
+    `graphs=False` asks for that method always; `back_to_back_timings` counts the candidates
+    timed so. The defaults (3, 3, 5 ms) are tuned for search speed: two passes over the same
+    random candidates rank them almost identically (repeat differences of a few tenths of a
+    percent; `benchmarks/timing_repeatability.py` measures this), while a longer
     `min_repeat_ms` costs proportionally more time per candidate. Raise them for final numbers.
-    The floor of the method is the launch rate of the worker's Python loop, a few microseconds
-    per kernel launch. A CUDA error gives RUNTIME_ERROR and a fresh
-    worker (the context may be corrupted); a candidate past `timeout` seconds gives RUN_TIMEOUT
-    and the worker is killed (SIGKILL) and restarted.
+    A CUDA error gives RUNTIME_ERROR and a fresh worker (the context may be corrupted); a
+    candidate past `timeout` seconds gives RUN_TIMEOUT and the worker is killed (SIGKILL) and
+    restarted.
 
     Raises GPUUnavailableError at construction without pycuda, and at the first run without a
     usable device. The worker starts lazily (or with `start()`); `close()` stops it.
@@ -119,6 +123,7 @@ class LocalRunner:
         startup_timeout: float = 120.0,
         max_cached_references: int = 8,
         seed: int = 0,
+        graphs: bool = True,
     ) -> None:
         _require_pycuda()
         self.number = number
@@ -131,8 +136,10 @@ class LocalRunner:
         self.startup_timeout = startup_timeout
         self.max_cached_references = max(1, max_cached_references)
         self.seed = seed
+        self.graphs = graphs
         self.device_name: str | None = None
         self.worker_starts = 0
+        self.back_to_back_timings = 0  # candidates timed without graphs (asked, or refused)
         self._worker: ReadyWorker | None = None
         self._sent: collections.OrderedDict[str, Reference] = collections.OrderedDict()
         # Diagnostics: seconds spent per phase, summed over candidates (load = cubin, buffers and
@@ -255,6 +262,8 @@ class LocalRunner:
         self.phase_seconds["other"] += elapsed - sum(phases.values())
         if reply.get("fatal"):
             self._stop_worker()
+        if reply.get("timing") == "back-to-back":
+            self.back_to_back_timings += 1
         return RunResult(
             tuple(float(c) for c in reply["costs"]),
             MeasureErrorKind(reply["error_kind"]),
@@ -286,4 +295,5 @@ class LocalRunner:
             "min_repeat_ms": self.min_repeat_ms,
             "cooldown": self.cooldown_interval,
             "seed": self.seed,
+            "graphs": self.graphs,
         }

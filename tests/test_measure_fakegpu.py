@@ -72,6 +72,9 @@ def memcpy_dtod(dst, src, n): _memory[int(dst)][:n] = _memory[int(src)][:n]
 def memcpy_dtoh(dst, src):
     dst.view(np.uint8).ravel()[:] = np.frombuffer(_memory[int(src)][: dst.nbytes], np.uint8)
 
+class Stream:
+    def __init__(self, flags=0): self.handle_int = id(self)
+
 class Event:
     def record(self, stream=None):
         Context.synchronize(); self.t = time.perf_counter()
@@ -145,7 +148,7 @@ def add_reference():
 def test_fake_runner_measures_checks_and_recovers(fake_pycuda):
     refs = {"add": add_reference()}
     names = ["add", "wrong", "crash", "add", "print", "add"]
-    arts, builds = zip(*(candidate(n) for n in names))
+    arts, builds = zip(*(candidate(n) for n in names), strict=True)
     with LocalRunner(number=2, repeat=3, min_repeat_ms=1.0, timeout=20.0) as runner:
         results = runner.run(arts, builds, refs)
         kinds = [r.error_kind for r in results]
@@ -163,13 +166,16 @@ def test_fake_runner_measures_checks_and_recovers(fake_pycuda):
         assert runner.worker_starts == 2  # restarted after the crash only
         assert runner.device_name == "FakeGPU (sm_90)"
         assert runner.phase_seconds["time"] > 0 and runner.phase_seconds["check"] > 0
+        # no libcuda graph API behind a fake driver (no CUDA context is current): every
+        # candidate that got as far as timing was timed back-to-back, and counted
+        assert runner.back_to_back_timings == 4
 
 
 def test_a_candidate_that_overwrites_its_inputs_does_not_spoil_the_next(fake_pycuda):
     """Inputs come from a pristine device copy per candidate, so a kernel writing into its input
     buffers (a wrong schedule can) leaves the next candidate's inputs intact."""
     refs = {"add": add_reference()}
-    arts, builds = zip(*(candidate(n) for n in ["scribble", "add", "wrong"]))
+    arts, builds = zip(*(candidate(n) for n in ["scribble", "add", "wrong"]), strict=True)
     with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
     assert kinds == [
@@ -183,7 +189,7 @@ def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
     """A kernel whose stray writes land in the worker's pristine inputs (device memory too) makes
     the next candidate fail the check; the worker then uploads the inputs afresh."""
     refs = {"add": add_reference()}
-    arts, builds = zip(*(candidate(n) for n in ["add", "stomp", "add", "add"]))
+    arts, builds = zip(*(candidate(n) for n in ["add", "stomp", "add", "add"]), strict=True)
     with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
     assert kinds == [
@@ -196,7 +202,7 @@ def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
 
 def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
     refs = {"add": add_reference()}
-    arts, builds = zip(*(candidate(n) for n in ["hang", "add"]))
+    arts, builds = zip(*(candidate(n) for n in ["hang", "add"]), strict=True)
     with LocalRunner(number=1, repeat=2, min_repeat_ms=1.0, timeout=1.5) as runner:
         start = time.monotonic()
         hang, good = runner.run(arts, builds, refs)
@@ -226,3 +232,66 @@ def test_fake_runner_sends_each_reference_once(fake_pycuda):
         assert first["ref"] is not None and second["ref"] is None
         with pytest.raises(KeyError, match="missing"):
             runner.run([candidate("add", "missing")[0]], [build], refs)
+
+
+class FakeGraphs:
+    """Stands in for measure.cuda_graph.GraphDriver over the fake driver: a capture keeps the
+    runs `record` queued (instead of running them), a replay queues them again."""
+
+    def __init__(self, drv, fail: bool = False) -> None:
+        self.drv, self.fail = drv, fail
+        self.captured: list[int] = []  # runs queued per capture
+        self.replays = 0
+
+    def capture(self, stream: int, record):
+        from measure.cuda_graph import GraphError
+
+        if self.fail:
+            raise GraphError("cuStreamBeginCapture_v2 failed: CUDA_ERROR_NOT_SUPPORTED")
+        pending = self.drv._pending
+        before = len(pending)
+        record()
+        runs = pending[before:]
+        del pending[before:]
+        self.captured.append(len(runs))
+        return _FakeGraph(self, runs)
+
+
+class _FakeGraph:
+    def __init__(self, owner: FakeGraphs, runs: list) -> None:
+        self.owner, self.runs = owner, runs
+
+    def launch(self, stream: int) -> None:
+        self.owner.replays += 1
+        self.owner.drv._pending.extend(self.runs)
+
+    def close(self) -> None:
+        self.runs = []
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["graph", "refused"])
+def test_worker_times_by_graph_replay_or_falls_back(fake_pycuda, monkeypatch, fail):
+    """The worker (in this process, on the fake driver) captures the runs of a repeat in a graph
+    of at most MAX_GRAPH_LAUNCHES launches and replays it; when the driver refuses capture, it
+    times back-to-back launches and says so in the reply."""
+    import pycuda.driver as drv
+
+    from measure import _worker
+
+    monkeypatch.setattr(_worker, "MAX_GRAPH_LAUNCHES", 8)
+    graphs = FakeGraphs(drv, fail)
+    worker = _worker.Worker(drv, drv.Device(0), graphs)
+    art, build = candidate("add")
+    with LocalRunner(number=3, repeat=3, min_repeat_ms=2.0) as runner:
+        request = runner._request(art, build.cubin, add_reference())
+    reply = worker.handle(request)
+    assert reply["error_kind"] == 0, reply["error_msg"]
+    assert len(reply["costs"]) == 3 and all(c > 0 for c in reply["costs"])
+    if fail:
+        assert reply["timing"] == "back-to-back" and not graphs.captured
+        return
+    assert reply["timing"] == "graph"
+    # the probe's graph of 3 runs, then one of at most 8 launches (a launch per run here),
+    # replayed so that each repeat lasts 2 ms: captured again only when the size changed
+    assert graphs.captured[0] == 3 and len(graphs.captured) <= 3
+    assert max(graphs.captured) <= 8 and graphs.replays > len(graphs.captured)

@@ -8,16 +8,18 @@ from typing import Any
 
 import numpy as np
 
-from measure import GPUUnavailableError, compile_source
+from measure import GPUUnavailableError, compile_kernel
 
 
 @functools.lru_cache(maxsize=64)
 def _module(source: str, arch: str):
+    """The loaded module of `source`, compiled as the search's builder compiles it (NVRTC when
+    found, else nvcc with the options that give the same code), so it runs as it was measured."""
     import pycuda.driver as drv
 
-    kind, msg, cubin, _ = compile_source(source, arch=arch)
+    kind, msg, cubin, _ = compile_kernel(source, arch)
     if cubin is None:
-        raise RuntimeError(f"nvcc failed ({kind.name}): {msg}")
+        raise RuntimeError(f"the kernel did not compile ({kind.name}): {msg}")
     return drv.module_from_buffer(cubin)
 
 
@@ -49,13 +51,18 @@ def _pop_context(ctx) -> None:
 
 class GPULauncher:
     """Launches the kernels of a BuiltKernel on fixed device buffers, with no copies and no
-    synchronisation: the call to put between CUDA events when timing back-to-back runs."""
+    synchronisation: the call to time, between CUDA events or captured in a CUDA graph.
+
+    `launcher()` launches on the legacy default stream (PyTorch's default stream too);
+    `launcher(stream)` on a pycuda Stream, such as `new_stream()`'s, asynchronously, so that
+    the launches can be captured in a graph on that stream (benchmarks/torch_timing.py).
+    """
 
     def __init__(self, kernel, arrays: tuple[Any, ...]) -> None:
         drv, arch = _context()
         mod = _module(kernel.source, arch)
         self.keep, self.pointers = [], []
-        for spec, arr in zip(kernel.args, list(arrays) + [None] * (len(kernel.args) - len(arrays))):
+        for spec, arr in zip(kernel.args, _padded(kernel, arrays), strict=True):
             if arr is None:  # a global temporary of a multi-kernel program
                 buf = drv.mem_alloc(
                     max(1, int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize)
@@ -67,7 +74,8 @@ class GPULauncher:
                 self.pointers.append(np.uintp(arr.data_ptr()))
             else:
                 raise TypeError(
-                    f"GPULauncher takes torch CUDA tensors, got {type(arr).__name__} for {spec.name}"
+                    f"GPULauncher takes torch CUDA tensors, got {type(arr).__name__} "
+                    f"for {spec.name}"
                 )
         self.calls = []
         for launch in kernel.launches:
@@ -78,12 +86,31 @@ class GPULauncher:
                     fn,
                     tuple(launch.grid) + (1,) * (3 - len(launch.grid)),
                     tuple(launch.block) + (1,) * (3 - len(launch.block)),
+                    launch.dynamic_shared_bytes,
                 )
             )
 
-    def __call__(self) -> None:
-        for fn, grid, block in self.calls:
-            fn.prepared_call(grid, block, *self.pointers)
+    def __call__(self, stream=None) -> None:
+        """Launch every kernel in order on `stream` (a pycuda Stream; None: the legacy default
+        stream)."""
+        for fn, grid, block, shared in self.calls:
+            fn.prepared_async_call(grid, block, stream, *self.pointers, shared_size=shared)
+
+
+def new_stream():
+    """A new pycuda Stream in the device's primary context, the one PyTorch uses: our launchers
+    take it, and `torch.cuda.ExternalStream(measure.cuda_graph.stream_handle(s))` is the same
+    stream for PyTorch. Non-blocking (no implicit order with the legacy default stream), like
+    PyTorch's own side streams."""
+    drv, _ = _context()
+    return drv.Stream(1)  # CU_STREAM_NON_BLOCKING
+
+
+def _padded(kernel, arrays) -> list:
+    """`arrays`, then None for each argument not given (the global temporaries)."""
+    if len(arrays) > len(kernel.args):
+        raise TypeError(f"{len(arrays)} arrays for a kernel of {len(kernel.args)} arguments")
+    return list(arrays) + [None] * (len(kernel.args) - len(arrays))
 
 
 def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
@@ -91,7 +118,7 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
     drv, arch = _context()
     mod = _module(kernel.source, arch)
     ptrs, copies = [], []
-    for spec, arr in zip(kernel.args, list(arrays) + [None] * (len(kernel.args) - len(arrays))):
+    for spec, arr in zip(kernel.args, _padded(kernel, arrays), strict=True):
         if arr is None:
             buf = drv.mem_alloc(max(1, int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize))
             ptrs.append(buf)

@@ -1,0 +1,31 @@
+"""The options NVRTC and nvcc compile with, chosen so that both emit the same machine code.
+
+Why: a kernel is timed with the cubin of one back end (NVRTC when found) and may be run later by
+a process that has only the other; both must run the same code. The two run the same NVVM and
+ptxas, but their defaults differ in two ways that change the code:
+
+- Shared-memory pointers: nvcc's front end (cicc) makes them 32 bits wide, NVRTC 64 bits; the
+  PTX then addresses shared memory differently and ptxas allocates other registers. NVRTC has no
+  option for 32-bit ones; cicc's `--sharedmem32=0` (passed with `-Xcicc`) gives nvcc NVRTC's.
+- The register cap: `--maxrregcount` is read by NVVM as well as by ptxas (its register-pressure
+  heuristics change the PTX), so both back ends get the same cap, ptxas's own limit of 255.
+
+`-O3` is nvcc's host optimisation level (the device code is optimised fully by default in both);
+`-Xptxas -v` / `--ptxas-options=--verbose` make ptxas print the resources that `parse_ptxas`
+reads. tests/test_measure_compiler.py checks that both back ends give the same SASS.
+"""
+
+from __future__ import annotations
+
+MAX_REGISTERS = 255
+
+NVRTC_OPTIONS = ("--ptxas-options=--verbose", f"--maxrregcount={MAX_REGISTERS}")
+
+NVCC_OPTIONS = (
+    "-O3",
+    "-Xptxas",
+    "-v",
+    f"-maxrregcount={MAX_REGISTERS}",
+    "-Xcicc",
+    "--sharedmem32=0",
+)
