@@ -7,10 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from autosched.errors import AutoschedError
 from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
 from autosched.lower.unrolling import compiled_statements
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.loop_state import State
 from measure import ArgSpec, KernelArtifact, Launch
 
 
@@ -18,10 +21,17 @@ from measure import ArgSpec, KernelArtifact, Launch
 class BuiltKernel:
     """The result of `autosched.build(dag, state)`.
 
-    `program` is the device program (`lower` then `device_passes.device_program`): `source`
-    prints it and `run_cpu` runs it. `source` holds every kernel; `launches` runs them in order;
-    `args` lists the kernel parameters (the DAG's tensors, then global temporaries). Call it on
-    numpy arrays (GPU through pycuda) or use `run_cpu` (the lock-step interpreter).
+    Arguments: `args` lists the kernel parameters in order: the DAG's tensors in the order the
+    workload returned them (inputs, then outputs, for a workload returning
+    `[inputs..., outputs...]`; a placeholder it did not return comes after them), then the global
+    temporaries of a multi-kernel program. `inputs` and `outputs` are the two kinds among the
+    DAG's tensors.
+
+    Running: call it on numpy arrays (the GPU through pycuda: outputs copied back in place) or
+    torch CUDA tensors; `run_cpu` runs it on the lock-step interpreter instead (no GPU);
+    `time_evaluator()` times it on the GPU. `program` is the device program (`lower` then
+    `device_passes.device_program`): `source` prints it, every kernel of it, and `run_cpu` runs
+    it; `launches` runs its kernels in order.
     """
 
     program: ir.Program
@@ -29,26 +39,61 @@ class BuiltKernel:
     launches: tuple[Launch, ...]
     args: tuple[ArgSpec, ...]
 
+    @property
+    def entry_name(self) -> str:
+        """The name of the first kernel (TVM's `func.entry_name`, for `time_evaluator`)."""
+        return self.launches[0].kernel_name
+
+    @property
+    def tensor_args(self) -> tuple[ArgSpec, ...]:
+        """The arguments that are the DAG's tensors (all but the global temporaries)."""
+        return self.args[: len(self.args) - len(self.program.temps)]
+
+    @property
+    def inputs(self) -> tuple[ArgSpec, ...]:
+        """The DAG's input tensors, in argument order."""
+        return tuple(a for a in self.tensor_args if not a.is_output)
+
+    @property
+    def outputs(self) -> tuple[ArgSpec, ...]:
+        """The DAG's output tensors, in argument order."""
+        return tuple(a for a in self.tensor_args if a.is_output)
+
     def artifact(self, reference_id: str | None = None, tag: str = "") -> KernelArtifact:
         """The measure/ artifact of this kernel (its compile cost: the statements nvcc emits)."""
         cost = sum(compiled_statements(k.body) for k in self.program.kernels)
         return KernelArtifact(self.source, self.launches, self.args, reference_id, tag, cost)
 
     def run_cpu(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        """Run on the CPU interpreter; arrays in argument order (temporaries may be omitted)."""
+        """Run on the CPU interpreter, in one of two forms:
+
+        - `run_cpu(*inputs)`: the input arrays only (`self.inputs`' order); outputs and
+          temporaries are allocated, and the outputs are returned (a list in `self.outputs`'
+          order);
+        - `run_cpu(*arrays)`: arrays in argument order, outputs included (temporaries may be
+          omitted); they are written in place and all of them are returned.
+        """
         from autosched.lower.interpreter import run_program
 
-        named = self._named(arrays)
+        if len(arrays) == len(self.inputs):
+            named = self._named(dict(zip((a.name for a in self.inputs), arrays, strict=True)))
+            run_program(self.program, named)
+            return [named[a.name] for a in self.outputs]
+        if len(arrays) > len(self.args):
+            raise TypeError(
+                f"run_cpu takes the {len(self.inputs)} inputs or up to {len(self.args)} "
+                f"arguments, got {len(arrays)} arrays"
+            )
+        named = self._named({a.name: arr for a, arr in zip(self.args, arrays, strict=False)})
         run_program(self.program, named)
         return [named[a.name] for a in self.args[: len(arrays)]]
 
-    def _named(self, arrays) -> dict[str, np.ndarray]:
-        named = {}
-        for spec, arr in zip(self.args, arrays, strict=False):  # temporaries may be omitted
-            named[spec.name] = arr
-        for spec in self.args[len(arrays) :]:
-            named[spec.name] = np.zeros(spec.shape, spec.dtype)
-        return named
+    def _named(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every argument by name: the given arrays, zeros for the rest."""
+        return {
+            a.name: given[a.name] if a.name in given else np.zeros(a.shape, a.dtype)
+            for a in self.args
+        }
 
     def __call__(self, *arrays: Any) -> None:
         """Run on the GPU. numpy arrays are copied in and outputs copied back in place; torch
@@ -64,11 +109,65 @@ class BuiltKernel:
 
         return GPULauncher(self, tensors)
 
+    def time_evaluator(
+        self,
+        func_name: str | None = None,
+        dev: Any = None,
+        number: int = 10,
+        repeat: int = 1,
+        min_repeat_ms: float = 0.0,
+        cooldown_interval_ms: float = 0.0,
+        **ignored: Any,
+    ):
+        """TVM's `func.time_evaluator(func.entry_name, dev, min_repeat_ms=500)`: a callable
+        that times this kernel on the GPU on the arrays it is given and returns a
+        `timing.ProfileResult` (`.results`: seconds per run, one per repeat; `.mean`).
+        `func_name`, `dev` and TVM's other options are accepted and ignored (all kernels
+        run, on device 0)."""
+        from autosched.codegen.timing import TimeEvaluator
 
-def build(dag, state, fast_math: bool = False) -> BuiltKernel:
-    """Lower `state` (a State of `dag`), run the device passes and print the CUDA source."""
+        del func_name, dev, ignored
+        return TimeEvaluator(self, number, repeat, min_repeat_ms, cooldown_interval_ms)
+
+
+def _state_of(dag_or_state: Any, state_or_args: Any) -> State:
+    """The State in `build`'s two call forms, checking the tensor list of the second."""
+    if isinstance(dag_or_state, ComputeDAG):
+        if not isinstance(state_or_args, State):
+            raise TypeError(f"build(dag, state) needs a State, got {type(state_or_args).__name__}")
+        return state_or_args
+    if not isinstance(dag_or_state, State):
+        raise TypeError(
+            f"build takes (dag, state) or (state, args), got {type(dag_or_state).__name__}"
+        )
+    state = dag_or_state
+    if state_or_args is None or isinstance(state_or_args, BuiltKernel):
+        return state
+    names = [getattr(t, "name", t) for t in state_or_args]
+    expected = [t.name for t in state.dag.tensors]
+    if names != expected:
+        raise AutoschedError(
+            f"build(state, args): args must be the state's DAG tensors {expected} "
+            f"(from `dag.apply_steps_from_state`), got {names}"
+        )
+    return state
+
+
+def build(
+    dag_or_state: Any, state_or_args: Any = None, target: Any = "cuda", fast_math: bool = False
+) -> BuiltKernel:
+    """Lower a State, run the device passes and print the CUDA source.
+
+    Call forms: `build(dag, state)` (a State of `dag`), or TVM's `build(sch, args[, target])`
+    with `sch, args = dag.apply_steps_from_state(state)` (args: the DAG's tensors, checked), or
+    with `sch, args = auto_schedule(...)` (the state and its kernel, rebuilt), or `build(state)`.
+    `target` must name CUDA (compat.cuda_target).
+    """
     from autosched.codegen.cuda import codegen_program
+    from autosched.compat import cuda_target
 
+    cuda_target(target)
+    state = _state_of(dag_or_state, state_or_args)
     program = device_program(lower(state))
     source = codegen_program(program, fast_math=fast_math)
     launches = tuple(Launch(k.name, k.grid, k.block, 0) for k in program.kernels)

@@ -1,4 +1,9 @@
-"""`auto_schedule(task, search_policy, tuning_options)`: the tuning loop users call."""
+"""`auto_schedule(task, search_policy, tuning_options)`: the tuning loop users call.
+
+It unpacks into two values as TVM's does, `state, kernel = auto_schedule(...)`, but they are the
+best State and its BuiltKernel, not TVM's schedule and tensors (`autosched.build(state, kernel)`
+accepts them where a tutorial calls `tvm.build(sch, args, target)`).
+"""
 
 from __future__ import annotations
 
@@ -12,22 +17,25 @@ from autosched.errors import AutoschedError
 
 @dataclass
 class TuningOptions:
-    """How much to measure and how (the seeds' shape)."""
+    """How much to measure and how (TVM's fields). `builder` / `runner`: a measure.LocalBuilder
+    / LocalRunner (such as `LocalRPCMeasureContext(...).runner`), or None or TVM's "local" for
+    the defaults. `measure_callbacks(inputs, results)` run after each measured batch."""
 
     num_measure_trials: int = 64
     num_measures_per_round: int = 64
     early_stopping: int | None = None
     builder: object | None = None
     runner: object | None = None
-    measure_callbacks: Sequence[Callable] = ()
+    measure_callbacks: Sequence[Callable] | None = ()
     verbose: int = 1
     measurer: object | None = None  # a custom measurer (tests use a simulated one)
 
 
 @dataclass
 class TuningResult:
-    """What auto_schedule returns: the best state, its built kernel, and the round history
-    (one dict per round: trials, best, and the wall-clock split search / build / run / model)."""
+    """What auto_schedule returns: the best state, its built kernel, the best mean cost in
+    seconds, and the round history (one dict per round: trials, best, and the wall-clock split
+    search / build / run / model). Unpacks as `state, kernel = result`."""
 
     state: object
     kernel: object
@@ -92,11 +100,18 @@ def _print_round(rec: dict, batch_size: int) -> None:
     )
 
 
+def _local_default(component):
+    """None (the default builder / runner) for TVM's "local"."""
+    return None if component == "local" else component
+
+
 def auto_schedule(
     task, search_policy=None, tuning_options: TuningOptions | None = None
 ) -> TuningResult:
-    """Search for a fast schedule of `task`; returns (best state, built kernel) as a
-    TuningResult, whose history gives each round's time split."""
+    """Search for a fast schedule of `task` with `search_policy` (default: a SketchPolicy).
+    Returns a TuningResult, which unpacks as `state, kernel` (the best State and its
+    BuiltKernel; TVM's returns a schedule and its tensors) and whose history gives each
+    round's time split. Raises AutoschedError when no correct kernel was found."""
     from autosched.codegen.build import build
     from autosched.search.policy import SketchPolicy
     from autosched.search.program_measurer import ProgramMeasurer
@@ -105,9 +120,9 @@ def auto_schedule(
     policy = search_policy or SketchPolicy(task, verbose=opts.verbose)
     measurer = opts.measurer or ProgramMeasurer(
         task,
-        opts.builder,
-        opts.runner,
-        opts.measure_callbacks,
+        _local_default(opts.builder),
+        _local_default(opts.runner),
+        opts.measure_callbacks or (),
         workers=getattr(policy, "workers", None),
     )
     flop = task.compute_dag.flop_count

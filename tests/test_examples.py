@@ -1,0 +1,24 @@
+"""The scripts in examples/ run as the README tells users to run them (a fresh process, no GPU)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_cpu_tour_runs_sampled_schedules_against_numpy():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "cpu_tour.py"), "--states", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("data = PLACEHOLDER [1, 8, 7, 7]")
+    assert out.count("matches numpy") == 3
+    assert "s[conv2d_nchw].split(" in out  # the printed schedule
