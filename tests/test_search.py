@@ -5,6 +5,7 @@ Resuming from a log is in test_resume.py."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -20,9 +21,10 @@ from autosched.features import state_features
 from autosched.records import load_records
 from autosched.schedule.steps import PragmaStep, SplitStep
 from autosched.search.mutations import MUTATIONS, as_step, is_decision, structure_key
-from autosched.search.policy import SearchParams, SketchPolicy
+from autosched.search.policy import SearchParams, SketchPolicy, SkipLoggedStates, as_records
 from autosched.search.workers import TaskContext, TaskSpec, Workers
 from autosched.task.workloads import SUITE
+from measure import MeasureErrorKind
 
 PARAMS = SearchParams(population=48, generations=2, sample_init_min_population=24, n_jobs=1, seed=1)
 
@@ -85,7 +87,7 @@ def test_vectorised_split_keeps_a_vector_width(sampled):
     policy, fresh = sampled
     vec = [k for k, r in enumerate(fresh[0]) if r[0] == "AN" and r[3] == "vectorize"]
     assert vec, "the sketch has cooperative fetching"
-    for (parent,), child in _children(policy, fresh, "tile_size", n=80):
+    for _, child in _children(policy, fresh, "tile_size", n=80):
         for k in vec:
             assert as_step(child[k - 1]).lengths[-1] <= policy.mutation_ctx.max_vector_length
 
@@ -183,10 +185,10 @@ def test_pool_gives_the_same_samples_and_features_as_one_process():
     assert pool.use_pool
     a, b = local.sample(40, random.Random(5)), pool.sample(40, random.Random(5))
     assert [r for r, _ in a] == [r for r, _ in b]
-    for (_, fa), (_, fb) in zip(a, b):
+    for (_, fa), (_, fb) in zip(a, b, strict=True):
         np.testing.assert_array_equal(fa, fb)
     records = [r for r, _ in a]
-    for oa, ob in zip(local.evaluate(records), pool.evaluate(records)):
+    for oa, ob in zip(local.evaluate(records), pool.evaluate(records), strict=True):
         np.testing.assert_array_equal(oa, ob)
     assert pool.cpu_seconds > 0
 
@@ -230,7 +232,7 @@ def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from
         policy.task,
         FakeBuilder(),
         FakeRunner(),
-        [lambda i, r: logged.extend(zip(i, r))],
+        [lambda i, r: logged.extend(zip(i, r, strict=True))],
         workers=policy.workers,
     )
     t0 = time.perf_counter()
@@ -347,3 +349,74 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     assert time_split(res.history).startswith("2 rounds: search ")
     out = capsys.readouterr().out
     assert out.count("search ") == 2 and "build " in out and "run " in out and "model " in out
+
+
+# ---- never a state measured twice ------------------------------------------------------------
+
+
+class FailingMeasurer(SimulatedMeasurer):
+    """Fails about a fifth of the states (those whose fingerprint is divisible by 5), as spills
+    and build errors do on the GPU: their cost is inf."""
+
+    def measure_one(self, state):
+        if int(state.fingerprint(), 16) % 5 == 0:
+            return self._failed(MeasureErrorKind.RESOURCE_LIMIT, "spills")
+        return super().measure_one(state)
+
+
+def _search_into(log, seed: int, trials: int, callbacks=()) -> FailingMeasurer:
+    """A search of a tiny matmul (a space small enough that a long search comes back to the
+    states it measured) appending every measurement to `log`."""
+    task = autosched.SearchTask("matmul", (8, 8, 4))
+    params = SearchParams(
+        population=16, generations=1, sample_init_min_population=8, n_jobs=1, seed=seed
+    )
+    policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), params, callbacks, verbose=0)
+    measurer = FailingMeasurer(task, [autosched.RecordToFile(str(log))])
+    opts = autosched.TuningOptions(
+        num_measure_trials=trials, num_measures_per_round=32, measurer=measurer, verbose=0
+    )
+    autosched.auto_schedule(task, policy, opts)
+    return measurer
+
+
+def _logged_steps(log) -> list[str]:
+    """Each record's steps as the log writes them."""
+    return [json.dumps(json.loads(line)["steps"]) for line in log.read_text().splitlines()]
+
+
+def test_a_long_search_and_a_second_one_into_its_log_measure_no_state_twice(tmp_path):
+    """No two records of a log have the same steps: not across rounds of one search, failed
+    measurements (inf) included, nor when a second search appends to the log of a first (as
+    `autosched tune` does with its default log), which skips the states the log holds."""
+    log = tmp_path / "matmul.json"
+    first = _search_into(log, seed=1, trials=128)
+    steps = _logged_steps(log)
+    assert first.count == 128 and len(set(steps)) == 128
+    failed = [json.loads(line)["result"]["error_kind"] for line in log.read_text().splitlines()]
+    assert 10 <= sum(k != 0 for k in failed) < 64
+    second = _search_into(log, seed=2, trials=64, callbacks=[SkipLoggedStates(str(log))])
+    steps = _logged_steps(log)
+    assert second.count == 64 and len(steps) == 192 and len(set(steps)) == 192
+
+
+def _loose(v):
+    """`v` as a hand-made caller might pass it: lists, numpy integers."""
+    if isinstance(v, (list, tuple)):
+        return [_loose(x) for x in v]
+    return np.int64(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def test_records_in_a_log_s_form_are_the_records_the_search_makes(tmp_path):
+    """A state given as lists with numpy integers (a log read by hand, a caller's arrays) is
+    the same candidate as the tuples the search makes: once measured, never handed out."""
+    policy = make_policy(small_task())
+    fresh = policy.sample_fresh(8)
+    records = fresh[0]
+    loose = _loose(records)
+    assert as_records(loose) == records
+    assert json.dumps(as_records(loose)) == json.dumps(records)  # bools stay bools
+    policy.add_measured_records(loose, math.inf)
+    assert records in policy.measured and records in policy.picked
+    assert records not in policy.pick([records], fresh[:4], 4)
+    SkipLoggedStates(str(tmp_path / "missing.json"))(policy)  # a new log: nothing to skip

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     from autosched.records import RecordToFile
     from autosched.search.auto_schedule import TuningOptions, auto_schedule
-    from autosched.search.policy import SketchPolicy
+    from autosched.search.policy import SketchPolicy, SkipLoggedStates
 
     workload = resolve(ns.workload, ns.args or [])
     task = workload.task()
@@ -42,7 +42,10 @@ def run(ns: argparse.Namespace) -> int:
         f"tuning {task.workload_key}: {task.compute_dag.flop_count / 1e9:.3f} GFLOP, "
         f"{ns.trials} trials, seed {ns.seed}, log {log}"
     )
-    policy = SketchPolicy(task, params=search_params(ns))
+    # a log that already holds searches of this task: never measure its states again
+    policy = SketchPolicy(
+        task, params=search_params(ns), init_search_callbacks=[SkipLoggedStates(log)]
+    )
     res = auto_schedule(task, policy, opts)
     print_summary(task, res, log)
     return 0

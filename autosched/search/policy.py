@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,19 +69,54 @@ class FeatureCache:
 
 
 class PreloadMeasuredStates:
-    """Init-search callback: mark a log's states of this task measured (never measured again;
-    the best seed the initial population). A torn last line (a tuner killed mid-write) is
-    skipped with a warning and closed with a newline, so that the records this search appends
-    to the same log start on lines of their own."""
+    """Init-search callback (resuming): mark a log's states of this task measured (never
+    measured again; the best seed the initial population). A torn last line (a tuner killed
+    mid-write) is skipped with a warning and closed with a newline, so that the records this
+    search appends to the same log start on lines of their own."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def __call__(self, policy: SketchPolicy) -> None:
-        for inp, res in load_records(self.path):
-            if inp.workload_key == policy.task.workload_key:
-                policy.add_measured_records(inp.steps, res.mean_cost)
-        seal_torn_line(self.path)
+        for inp, res in _logged(self.path, policy.task.workload_key):
+            policy.add_measured_records(inp.steps, res.mean_cost)
+
+
+class SkipLoggedStates:
+    """Init-search callback (a new search appending to a log that holds earlier ones): the
+    log's states of this task are never handed out again, but neither seed the search nor count
+    as its results. Without it, a second search into the same log measures again the states
+    both searches converge to: independent searches of one task meet some of the same states,
+    and the log would hold them twice. A missing log is an empty one; a torn last line is
+    closed as PreloadMeasuredStates does."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, policy: SketchPolicy) -> None:
+        if os.path.exists(self.path):
+            for inp, _ in _logged(self.path, policy.task.workload_key):
+                policy.picked.add(as_records(inp.steps))
+
+
+def _logged(path: str, workload_key: str) -> Iterator:
+    """The (input, result) records of one task in a log; the log's torn last line is sealed
+    once they are read."""
+    yield from ((i, r) for i, r in load_records(path) if i.workload_key == workload_key)
+    seal_torn_line(path)
+
+
+def as_records(steps: Iterable) -> Records:
+    """Steps (records in any JSON-like form: lists or tuples, numpy or Python scalars) as the
+    one form the search compares, nested tuples of Python values, so that a state read from a
+    log or passed in by a caller is equal to the same state made by the search."""
+    return tuple(_plain(r) for r in steps)
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(x) for x in v)
+    return v.item() if isinstance(v, np.generic) else v
 
 
 class SketchPolicy:
@@ -133,9 +169,12 @@ class SketchPolicy:
         """Record a measured state's mean cost (inf for a failure)."""
         self.add_measured_records(state.key(), cost)
 
-    def add_measured_records(self, records: Records, cost: float) -> None:
-        self.measured[tuple(records)] = cost
-        self.picked.add(tuple(records))
+    def add_measured_records(self, records: Iterable, cost: float) -> None:
+        """Record a measured state's mean cost (inf for a failure), given by its step records
+        in any form `as_records` reads."""
+        records = as_records(records)
+        self.measured[records] = cost
+        self.picked.add(records)
 
     def best_measured(self, k: int) -> list[Records]:
         """The records of the k fastest correct measured states."""
