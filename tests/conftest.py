@@ -1,10 +1,31 @@
-"""Shared pytest configuration: the `gpu` marker skips cleanly where no CUDA device is usable."""
+"""Shared pytest configuration and fixtures.
+
+- the `gpu` marker skips cleanly where no CUDA device is usable;
+- `--update-golden` rewrites the golden files (tests/golden/) that the `golden` fixture compares
+  against; without it a missing or different golden file fails the test;
+- session fixtures share what several test files would otherwise compute again (the
+  interpreter's check of sampled states). Plain helpers shared by several files live in
+  workloads_for_tests.py (DAGs, schedules, the suite's reduced sizes) and interpreter_check.py
+  (random inputs, running a program against numpy).
+"""
 
 from __future__ import annotations
 
 import functools
+import pathlib
 
 import pytest
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite the golden files under tests/golden/ with what the tests produce now",
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,3 +63,38 @@ def _verify_every_lowering():
     previous = verify_every_lowering(True)
     yield
     verify_every_lowering(previous)
+
+
+# ---- golden files ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def golden(request):
+    """golden(name, text): assert that `text` equals tests/golden/<name>. A missing file fails;
+    `pytest --update-golden` writes the file instead (then review the diff and commit it)."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN / name
+        if update:
+            GOLDEN.mkdir(exist_ok=True)
+            path.write_text(text)
+            return
+        if not path.exists():
+            pytest.fail(f"golden file {path} is missing: run pytest --update-golden to write it")
+        assert text == path.read_text(), f"{path} differs (pytest --update-golden rewrites it)"
+
+    return check
+
+
+# ---- shared work ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def interpreted_samples():
+    """interpreted_samples.get(name, n, seed): the first `n` states sampled from suite workload
+    `name` at its reduced size, each checked on the CPU interpreter; a sample checked once in
+    the session is not interpreted again (interpreter_check.InterpretedSamples)."""
+    from interpreter_check import InterpretedSamples
+
+    return InterpretedSamples()

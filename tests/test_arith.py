@@ -1,5 +1,6 @@
-"""Index arithmetic: the digit recombination of `autosched.lower.arith` (fused-index decompositions of
-cache fetches folded back into the fused index) is exact, checked on random integers."""
+"""Index arithmetic: the digit recombination of `autosched.lower.arith` (fused-index
+decompositions of cache fetches folded back into the fused index) is exact, checked on random
+integers."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def divisions(e: Expr) -> int:
     return sum(isinstance(n, BinOp) and n.op in ("floordiv", "floormod") for n in walk(e))
 
 
-O, T = Var("o", I32), Var("t", I32)
-F = add(mul(O, 56), T)  # a fused fetch index: outer loop * threads + thread
+OUTER, T = Var("o", I32), Var("t", I32)
+F = add(mul(OUTER, 56), T)  # a fused fetch index: outer loop * threads + thread
 
 
 def test_fused_index_decomposition_folds_back_into_the_fused_index():
@@ -78,7 +79,7 @@ def test_low_digits_fold_into_one_modulo_beside_other_strides():
 
 def test_digits_of_values_that_differ_by_a_multiple_of_the_modulus_fold():
     """(o*392 + t) % 7 is simplified to t % 7 first; it still pairs with (o*392 + t) // 7."""
-    f = add(mul(O, 392), T)
+    f = add(mul(OUTER, 392), T)
     assert fold_digits(add(mul(div(f, 7), 7), mod(T, 7)))._key == fold_digits(f)._key
     assert divisions(fold_digits(add(mul(div(f, 7), 7), mod(add(T, c(1)), 7)))) == 2  # t+1: no
 
@@ -92,7 +93,7 @@ def test_random_digit_sums_keep_their_value(seed):
     folded = 0
     for _ in range(40):
         x = add(
-            mul(O, int(rng.integers(1, 9))),
+            mul(OUTER, int(rng.integers(1, 9))),
             mul(T, int(rng.integers(-3, 4))),
             c(int(rng.integers(-5, 6))),
         )
@@ -110,7 +111,7 @@ def test_random_digit_sums_keep_their_value(seed):
         out = fold_digits(e)
         folded += divisions(out) < divisions(e)
         for _ in range(20):
-            env = {id(O): int(rng.integers(-50, 50)), id(T): int(rng.integers(-50, 50))}
+            env = {id(OUTER): int(rng.integers(-50, 50)), id(T): int(rng.integers(-50, 50))}
             assert value(out, env) == value(e, env), (e, out, env)
     assert folded >= 10, folded  # the rule was exercised, not only the identity
 

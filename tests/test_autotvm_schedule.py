@@ -1,4 +1,4 @@
-"""Issue 4 (a): seed 000's AutoTVM conv2d template (`tune_conv2d_cuda`, `conv2d_no_batching`)
+"""Seed 000's AutoTVM conv2d template (`tune_conv2d_cuda`, `conv2d_no_batching`)
 expressed with the State API (`workloads_for_tests.autotvm_conv_state`) on ResNet's last 3x3
 layer (1x512x7x7 -> 512, pad 1, stride 1).
 
@@ -105,7 +105,7 @@ kernel_shared_ax0_ax1_fused_ax2_fused_ax3_fused_i_i_o, kernel_shared_ax0_ax1_fus
 s[kernel_shared].bind(kernel_shared_ax0_ax1_fused_ax2_fused_ax3_fused_i_i_o, te.thread_axis("threadIdx.x"))
 s[conv2d_nchw].pragma(conv2d_nchw_nn, "auto_unroll_max_step", 512)
 s[conv2d_nchw].pragma(conv2d_nchw_nn, "unroll_explicit", True)
-"""
+"""  # noqa: E501 (the printout's lines as printed)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,8 @@ def test_loop_structure(dag):
     out = s["conv2d_nchw"]
     assert [(it.name, it.extent, it.annotation) for it in out.iters] == [
         ("nn", 1, "none"),
-        ("ff_o_o_o", 16, "blockIdx.z"), ("yy_o_o_o", 7, "blockIdx.y"), ("xx_o_o_o", 1, "blockIdx.x"),
+        ("ff_o_o_o", 16, "blockIdx.z"), ("yy_o_o_o", 7, "blockIdx.y"),
+        ("xx_o_o_o", 1, "blockIdx.x"),
         ("ff_o_o_i", 2, "vthread"), ("yy_o_o_i", 1, "vthread"), ("xx_o_o_i", 1, "vthread"),
         ("ff_o_i", 8, "threadIdx.z"), ("yy_o_i", 1, "threadIdx.y"), ("xx_o_i", 7, "threadIdx.x"),
         ("ff_i", 2, "none"), ("yy_i", 1, "none"), ("xx_i", 1, "none"),
@@ -217,7 +218,7 @@ def test_full_size_lower_and_codegen_time(dag):
         codegen_program(device_program(lower(state)))
     per = (time.process_time() - t0) / 5
     print(f"lower + codegen of the AutoTVM-style conv2d state: {per * 1e3:.1f} ms (CPU time)")
-    assert per < 0.2  # the issue's goal is well under 50 ms; this bound only catches regressions
+    assert per < 0.2  # the goal is well under 50 ms; this bound only catches regressions
 
 
 @needs_nvcc

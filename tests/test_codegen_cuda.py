@@ -92,8 +92,8 @@ def test_elementwise_golden():
     )
     guard = "((((int)blockIdx.x) * 128) + ((int)threadIdx.x))"
     assert (
-        f"  if (({guard} < 1000)) {{\n    B[{guard}] = ((A[{guard}] * 2.000000000e+00f) + 1.000000000e+00f);"
-        in src
+        f"  if (({guard} < 1000)) {{\n"
+        f"    B[{guard}] = ((A[{guard}] * 2.000000000e+00f) + 1.000000000e+00f);" in src
     )
     assert "cuda_fp16" not in src and "as_floordiv" not in src
 
@@ -131,7 +131,8 @@ def test_vectorize_fallbacks_to_unrolled_scalar_loop():
         ir.IfThenElse(TX < 15, misaligned),
         strided,
         padded,
-        loop("v", 4, lambda v: st(B, TX * 2 + v, ld(A, TX * 4 + v)), "vectorize"),  # store misaligned
+        # the store misaligned
+        loop("v", 4, lambda v: st(B, TX * 2 + v, ld(A, TX * 4 + v)), "vectorize"),
     ])  # fmt: skip
     program = ir.Program([ir.Kernel("k", (1, 1, 1), (16, 1, 1), [], body)], [A, B], [B])
     src = codegen_program(program)
@@ -193,24 +194,25 @@ def test_math_printing_and_fast_math():
 def test_minmax_casts_and_select_printing():
     A = ir.Buffer("A", (16,), "float32")
     H = ir.Buffer("H", (16,), "float16")
-    I = ir.Buffer("I", (16,), "int32")
+    Ib = ir.Buffer("I", (16,), "int32")
     body = ir.seq([
-        st(A, TX, te.max(ld(A, TX), 0.0) + te.min(ld(A, TX), te.cast(ld(I, TX), "float32"))),
+        st(A, TX, te.max(ld(A, TX), 0.0) + te.min(ld(A, TX), te.cast(ld(Ib, TX), "float32"))),
         st(H, TX, te.cast(te.max(ld(A, TX), te.cast(ld(H, TX), "float32")), "float16")),
-        st(I, TX, te.if_then_else(ld(A, TX) > 0.0, te.max(ld(I, TX), 3), te.cast(ld(H, TX), "int32"))),
+        st(Ib, TX, te.if_then_else(
+            ld(A, TX) > 0.0, te.max(ld(Ib, TX), 3), te.cast(ld(H, TX), "int32"))),
     ])  # fmt: skip
     src = codegen_program(
-        ir.Program([ir.Kernel("k", (1, 1, 1), (16, 1, 1), [], body)], [A, H, I], [A])
+        ir.Program([ir.Kernel("k", (1, 1, 1), (16, 1, 1), [], body)], [A, H, Ib], [A])
     )
     assert "fmaxf(A[((int)threadIdx.x)], 0.000000000e+00f)" in src
     assert "fminf(A[((int)threadIdx.x)], ((float)I[((int)threadIdx.x)]))" in src
     assert (
-        "H[((int)threadIdx.x)] = __float2half(fmaxf(A[((int)threadIdx.x)], __half2float(H[((int)threadIdx.x)])));"
-        in src
+        "H[((int)threadIdx.x)] = __float2half("
+        "fmaxf(A[((int)threadIdx.x)], __half2float(H[((int)threadIdx.x)])));" in src
     )
     assert (
-        "((A[((int)threadIdx.x)] > 0.000000000e+00f) ? max(I[((int)threadIdx.x)], 3) : ((int)__half2float(H["
-        in src
+        "((A[((int)threadIdx.x)] > 0.000000000e+00f) ? max(I[((int)threadIdx.x)], 3) : "
+        "((int)__half2float(H[" in src
     )
 
 

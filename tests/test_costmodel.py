@@ -31,6 +31,12 @@ def xgb_model(**overrides) -> XGBModel:
     return XGBModel(**{"seed": 0, "nthread": 1, **overrides})
 
 
+def quick_model(**overrides) -> XGBModel:
+    """`xgb_model` with 20 boosting rounds instead of 300, for the tests of what a model keeps,
+    saves and predicts rather than how well it ranks (a round costs the same on small data)."""
+    return xgb_model(**{"num_boost_round": 20, **overrides})
+
+
 def synthetic_programs(
     n_programs: int, seed: int, min_rows: int = 5, max_rows: int = 30, fail_rate: float = 0.05
 ) -> tuple[list[np.ndarray], np.ndarray]:
@@ -98,8 +104,17 @@ def benchmark_data():
 @pytest.fixture(scope="module")
 def trained(benchmark_data):
     train_x, train_y, _, _ = benchmark_data
-    model = xgb_model()
+    model = quick_model()
     model.fit(train_x, train_y)
+    return model
+
+
+@pytest.fixture(scope="module")
+def pack_sum_trained(benchmark_data):
+    """A pack-sum model fitted on the first 300 training programs (the tests only read it)."""
+    train_x, train_y, _, _ = benchmark_data
+    model = quick_model(**PACK_SUM, few_shot_threshold=0)
+    model.fit(train_x[:300], train_y[:300])
     return model
 
 
@@ -152,8 +167,8 @@ def test_fit_time_1000_programs_one_core():
         f"\nXGBModel.fit, 1000 programs x 20 statements x {N_FEATURES} features, 1 thread: "
         f"{seconds:.2f} s CPU, {wall:.2f} s wall ({model.last_fit.n_rounds} rounds kept)"
     )
-    # Target <= 2 s. On 1000 measured programs the default takes ~0.6 s; these random continuous
-    # features fill every histogram bin, which makes this ~3x slower than real ones.
+    # The target is <= 2 s on 1000 measured programs (test_costmodel_dataset.py checks it); these
+    # random continuous features fill every histogram bin, which makes this a few times slower.
     assert seconds < 5.0
 
 
@@ -204,11 +219,10 @@ def test_default_scores_the_reduced_program_rows(trained, benchmark_data):
         trained.predict_statements(test_x[0])
 
 
-def test_pack_sum_scores_are_sums_of_statement_scores(benchmark_data):
-    train_x, train_y, test_x, _ = benchmark_data
-    model = xgb_model(**PACK_SUM, few_shot_threshold=0)
-    model.fit(train_x[:200], train_y[:200])
-    assert model.last_fit.n_train_rows == sum(len(f) for f in train_x[:200])
+def test_pack_sum_scores_are_sums_of_statement_scores(benchmark_data, pack_sum_trained):
+    train_x, _, test_x, _ = benchmark_data
+    model = pack_sum_trained
+    assert model.last_fit.n_train_rows == sum(len(f) for f in train_x[:300])
     per_statement = model.predict_statements(test_x[0])
     assert len(per_statement) == len(test_x[0])
     assert model.predict(test_x[:1])[0] == pytest.approx(per_statement.sum(), rel=1e-6)
@@ -255,21 +269,19 @@ def test_save_load_round_trips_predictions(tmp_path, benchmark_data, trained):
     assert slim.n_programs == trained.n_programs
 
 
-def test_save_load_round_trips_pack_sum_predictions(tmp_path, benchmark_data):
-    train_x, train_y, test_x, _ = benchmark_data
-    model = xgb_model(**PACK_SUM, few_shot_threshold=0)
-    model.fit(train_x[:300], train_y[:300])
+def test_save_load_round_trips_pack_sum_predictions(tmp_path, benchmark_data, pack_sum_trained):
+    _, _, test_x, _ = benchmark_data
+    model = pack_sum_trained
     model.save(tmp_path / "m.npz")
     loaded = XGBModel.load(tmp_path / "m.npz")
     assert loaded.params == model.params
     assert np.array_equal(loaded.predict(test_x), model.predict(test_x))
 
 
-def test_version_1_files_load_as_pack_sum_models(tmp_path, benchmark_data):
+def test_version_1_files_load_as_pack_sum_models(tmp_path, benchmark_data, pack_sum_trained):
     """Files from before program_rows and label existed hold pack-sum models on linear targets."""
-    train_x, train_y, test_x, _ = benchmark_data
-    model = xgb_model(**PACK_SUM, few_shot_threshold=0)
-    model.fit(train_x[:300], train_y[:300])
+    _, _, test_x, _ = benchmark_data
+    model = pack_sum_trained
     model.save(tmp_path / "m.npz")
     meta, arrays = read_model_file(tmp_path / "m.npz", "xgb")
     for key in ("format", "version"):
@@ -289,7 +301,7 @@ def test_version_1_files_load_as_pack_sum_models(tmp_path, benchmark_data):
 
 def test_save_load_round_trips_random_fallback(tmp_path):
     features, throughputs = synthetic_programs(20, seed=3)
-    model = xgb_model(seed=7)
+    model = quick_model(seed=7)
     model.fit(features, throughputs)
     assert model.uses_random_fallback
     model.predict(features)  # advance the random state before saving
@@ -300,7 +312,7 @@ def test_save_load_round_trips_random_fallback(tmp_path):
 
 def test_update_grows_the_data_and_retrains():
     features, throughputs = synthetic_programs(260, seed=4)
-    model = xgb_model()
+    model = quick_model()
     model.fit(features[:60], throughputs[:60])
     assert model.n_programs == 60 and model.uses_random_fallback
     model.update(features[60:160], throughputs[60:160])
@@ -314,7 +326,7 @@ def test_update_grows_the_data_and_retrains():
 
 def test_update_after_load_keeps_the_saved_data(tmp_path):
     features, throughputs = synthetic_programs(150, seed=6)
-    model = xgb_model()
+    model = quick_model()
     model.fit(features[:100], throughputs[:100])
     model.save(tmp_path / "m.npz")
     loaded = XGBModel.load(tmp_path / "m.npz")
@@ -326,7 +338,7 @@ def test_update_after_load_keeps_the_saved_data(tmp_path):
 
 def test_retrain_min_growth_skips_small_updates():
     features, throughputs = synthetic_programs(130, seed=8)
-    model = xgb_model(retrain_min_growth=0.2, few_shot_threshold=0)
+    model = quick_model(retrain_min_growth=0.2, few_shot_threshold=0)
     model.fit(features[:100], throughputs[:100])
     first = model.last_fit
     model.update(features[100:110], throughputs[100:110])  # +10%: kept, not retrained
@@ -337,7 +349,7 @@ def test_retrain_min_growth_skips_small_updates():
 
 def test_few_shot_fallback_is_random_and_seeded():
     features, throughputs = synthetic_programs(120, seed=9)
-    a, b, c = xgb_model(seed=1), xgb_model(seed=1), xgb_model(seed=2)
+    a, b, c = quick_model(seed=1), quick_model(seed=1), quick_model(seed=2)
     for model in (a, b, c):
         model.fit(features[:50], throughputs[:50])
         assert model.is_trained and model.uses_random_fallback
@@ -351,7 +363,7 @@ def test_few_shot_fallback_is_random_and_seeded():
     a.update(features[50:], throughputs[50:])
     assert not a.uses_random_fallback
     assert np.array_equal(a.predict(features), a.predict(features))
-    small = xgb_model(seed=1, few_shot_threshold=0)
+    small = quick_model(seed=1, few_shot_threshold=0)
     small.fit(features[:10], throughputs[:10])  # tiny data still trains
     assert not small.uses_random_fallback and small.last_fit.n_valid_programs == 0
 
@@ -384,7 +396,7 @@ def test_random_model_is_seeded_and_round_trips(tmp_path):
 
 
 def test_bad_inputs_raise_clear_errors(tmp_path):
-    model = xgb_model()
+    model = quick_model()
     good = [np.ones((2, 4))] * 3
     with pytest.raises(ValueError, match="3 feature matrices but 2 throughputs"):
         model.fit(good, [1.0, 2.0])
@@ -409,7 +421,7 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
 
 
 def test_empty_and_all_invalid_batches():
-    model = xgb_model(few_shot_threshold=0)
+    model = quick_model(few_shot_threshold=0)
     model.fit([], [])
     assert not model.is_trained and model.n_programs == 0
     assert model.predict([]).shape == (0,)

@@ -1,4 +1,4 @@
-"""Cross-thread reductions (issues 4(e) and 6): a reduction iterator bound to threadIdx lowers to
+"""Cross-thread reductions: a reduction iterator bound to threadIdx lowers to
 per-thread partial sums combined by an `AllReduce`; hand-written schedules (softmax, dense + bias,
 a row sum with a non-dividing split) run on the CPU interpreter equal numpy and compile with
 nvcc without spills; the sketch rule gives the softmax and dense sketches that structure, and
@@ -10,6 +10,8 @@ import shutil
 
 import numpy as np
 import pytest
+from interpreter_check import interpret_and_compare
+from workloads_for_tests import suite_dag
 
 from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
@@ -20,7 +22,6 @@ from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verify_program
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.task.evaluate import evaluate
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -32,22 +33,7 @@ def run_and_compare(dag: ComputeDAG, state, seed: int = 0) -> ir.Program:
     """Lower (verified), interpret on random inputs, compare every output with numpy."""
     program = lower(state)
     verify_program(program)
-    rng = np.random.default_rng(seed)
-    outputs = {b.name for b in program.outputs}
-    arrays = {
-        b.name: (
-            np.full(b.shape, np.nan, b.dtype)
-            if b.name in outputs
-            else rng.uniform(-1, 1, b.shape).astype(b.dtype)
-        )
-        for b in program.params
-        if b not in program.temps
-    }
-    expected = evaluate(dag, {t.name: arrays[t.name] for t in dag.tensors if t.name not in outputs})
-    run_program(program, arrays)
-    for name in outputs:
-        np.testing.assert_allclose(arrays[name], expected[name], rtol=1e-4, atol=1e-5)
-    return program
+    return interpret_and_compare(dag, program, seed)
 
 
 def compile_without_spills(program: ir.Program) -> str:
@@ -263,17 +249,6 @@ def test_cross_thread_programs_compile_without_spills():
 # ---- sketch rule and sampled states -----------------------------------------------------------
 
 
-def suite_dag(name: str, reduced: bool = False) -> ComputeDAG:
-    from autosched.task.workload_registry import lookup
-    from autosched.task.workloads import SUITE
-
-    workload, full, small = SUITE[name]
-    return ComputeDAG(lookup(workload)(*(REDUCED.get(name, small) if reduced else full)))
-
-
-REDUCED = {"softmax": (8, 64), "dense_bias": (1, 48, 16)}  # as tests/test_sketch.py
-
-
 def cross_thread_stages(state) -> dict[str, tuple]:
     """Stage name -> (compute_at, attach iterator, iterators bound to threadIdx.x) of every
     stage that binds a reduction iterator to threadIdx.x."""
@@ -423,24 +398,13 @@ def test_sampled_cross_thread_states_bind_blocks_and_threads(name):
 
 
 @pytest.mark.parametrize("name", ["softmax", "dense_bias"])
-def test_200_sampled_states_compute_the_dag_on_the_interpreter(name):
+def test_200_sampled_states_compute_the_dag_on_the_interpreter(name, interpreted_samples):
     """Reduced sizes: 200 states sampled from all sketches (cross-thread ones among them)
     run on the CPU interpreter and equal the numpy evaluation of the DAG."""
-    from autosched.sketch import SketchSampler, generate_sketches
-    from tests.interpreter_check import assert_matches_dag, random_inputs
-
-    dag = suite_dag(name, reduced=True)
-    sampler = SketchSampler(generate_sketches(dag))
-    states = sampler.sample(200, 3)
-    assert len(states) == 200
-    inputs = random_inputs(dag)
-    ref = evaluate(dag.tensors, inputs)
     n_cross = 0
-    for s in states:
-        program = sampler.programs[s.key()]
+    for _, program in interpreted_samples.get(name, 200, 3):
         verify_program(program)
         n_cross += bool(allreduces(program))
-        assert_matches_dag(dag, program, s, inputs, ref)
     # every distinct cross-thread state of the reduced dense sketch (2 thread counts x 5
     # unroll depths) and most of softmax's
     assert n_cross >= (10 if name == "dense_bias" else 100)

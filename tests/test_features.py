@@ -275,7 +275,7 @@ def test_process_pool_matches_serial():
     serial = features_for_states(states)
     pooled = features_for_states(states, n_jobs=2)
     assert [p is None for p in pooled] == [s is None for s in serial] == [False, False, True] * 2
-    for a, b in zip(serial, pooled):
+    for a, b in zip(serial, pooled, strict=True):
         if a is not None:
             assert np.array_equal(a, b)
 

@@ -1,11 +1,11 @@
-"""Issue 4 on the GPU: the hand-written schedules (a)-(f), built by `autosched.build`, run through
+"""On the GPU: the hand-written schedules (a)-(f), built by `autosched.build`, run through
 pycuda on the device and compared with numpy; and the conv2d kernels (a), (b) timed with CUDA
 events beside PyTorch's conv2d.
 
 Every test is marked `gpu`: tests/conftest.py skips them where pycuda sees no device, so this
 file imports and skips cleanly on a machine without one. Run them with
 
-    python -m pytest -q -m gpu -s tests/test_gpu_kernels.py
+    python -m pytest -q -n 0 -m gpu -s tests/test_gpu_kernels.py
 
 (a) seed 000's AutoTVM conv2d template, full size (two configurations)
 (b) seeds 001 / 002's conv2d + bias + relu schedules, full size
@@ -59,14 +59,14 @@ def run_on_gpu(dag, state, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-4
     kernel = build(dag, state)
     temps = {b.name for b in kernel.program.temps}
     rng = np.random.default_rng(seed)
+    args = [a for a in kernel.args if a.name not in temps]
     arrays = [
         np.full(a.shape, np.nan, a.dtype)
         if a.is_output
         else rng.uniform(-1, 1, a.shape).astype(a.dtype)
-        for a in kernel.args
-        if a.name not in temps
+        for a in args
     ]
-    named = {a.name: x for a, x in zip(kernel.args, arrays)}
+    named = {a.name: x for a, x in zip(args, arrays, strict=True)}
     inputs = {t.name: named[t.name] for t in dag.tensors if not _is_output(kernel, t.name)}
     expected = evaluate(dag, inputs)
     kernel(*arrays)
@@ -192,7 +192,7 @@ def _measure_with_runner(task, kernels: dict) -> dict:
     with LocalMeasureContext(LocalBuilder(), runner) as ctx:
         results = ctx.measure_batch(artifacts, {"ref": ref})
     out = {}
-    for name, r in zip(kernels, results):
+    for name, r in zip(kernels, results, strict=True):
         assert r.error_kind.name == "NO_ERROR" and r.costs, (name, r.error_kind, r.error_msg)
         out[name] = statistics.median(r.costs)
     return out
@@ -249,7 +249,8 @@ def test_conv2d_timings_beside_torch(capsys):
                 line += (
                     f" | same-process rotated: ours {r['ours_us']:8.1f}"
                     f"  torch fp32 {r['torch_fp32_us']:8.1f}  torch tf32 {r['torch_tf32_us']:8.1f}"
-                    f" | L2-warm: ours {r['ours_warm_us']:8.1f}  torch fp32 {r['torch_fp32_warm_us']:8.1f}"
+                    f" | L2-warm: ours {r['ours_warm_us']:8.1f}"
+                    f"  torch fp32 {r['torch_fp32_warm_us']:8.1f}"
                 )
             print(line)
     assert all(np.isfinite(r["runner_us"]) and r["runner_us"] > 0 for r in rows)

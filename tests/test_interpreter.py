@@ -1,5 +1,6 @@
-"""Tests of the lock-step CPU interpreter of lowered programs (`autosched.lower.interpreter`) and of the
-IR verifier, on programs built by hand. The builders here are shared with test_codegen_cuda.py.
+"""Tests of the lock-step CPU interpreter of lowered programs (`autosched.lower.interpreter`)
+and of the IR verifier, on programs built by hand. The builders here are shared with
+test_codegen_cuda.py.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ B_shared_ax0_ax1_fused_o_o, B_shared_ax0_ax1_fused_o_i = s[B_shared].split(B_sha
 s[B_shared].bind(B_shared_ax0_ax1_fused_o_i, te.thread_axis("threadIdx.x"))
 s[C_local].pragma(C_local_i_c_o_o_o_o, "auto_unroll_max_step", 64)
 s[C_local].pragma(C_local_i_c_o_o_o_o, "unroll_explicit", True)
-"""
+"""  # noqa: E501 (the printout's lines as printed)
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +232,7 @@ def test_random_step_sequences_replay_in_a_subprocess(tmp_path):
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
     assert len(results) == len(states) == 2 * N_CASES
-    for (dag, state), res, case in zip(states, results, cases):
+    for (dag, state), res, case in zip(states, results, cases, strict=True):
         assert res["fingerprint"] == state.fingerprint(), case
         assert res["summary"] == json.loads(json.dumps(summary_json(state))), case
         assert res["python"] == dag.print_python_schedule(state), case

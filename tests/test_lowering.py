@@ -1,5 +1,6 @@
 """Lowering: hand-written schedules run by the CPU interpreter equal the numpy reference, and
-their CUDA compiles with nvcc with no spills (issue 4's (b), (c), (d), (f))."""
+their CUDA compiles with nvcc with no spills (the schedules (b), (c), (d), (f) of
+workloads_for_tests.py and test_gpu_kernels.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from interpreter_check import lower_and_compare
 from workloads_for_tests import (
     SEED_001_TILES,
     SEED_001_VECTORS,
@@ -24,28 +26,8 @@ from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.task.evaluate import evaluate
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-
-
-def run_and_compare(dag: ComputeDAG, state, seed: int = 0, rtol: float = 1e-4):
-    """Lower, interpret on random inputs, compare every output with the naive evaluator."""
-    program = lower(state)
-    rng = np.random.default_rng(seed)
-    out_names = {b.name for b in program.outputs}
-    arrays = {}
-    for b in program.params:
-        if b.name in out_names:
-            arrays[b.name] = np.full(b.shape, np.nan, b.dtype)
-        else:
-            arrays[b.name] = rng.uniform(-1, 1, b.shape).astype(b.dtype)
-    inputs = {t.name: arrays[t.name] for t in dag.tensors if t.name not in out_names}
-    expected = evaluate(dag, inputs)
-    run_program(program, arrays)
-    for name in out_names:
-        np.testing.assert_allclose(arrays[name], expected[name], rtol=rtol, atol=1e-5)
-    return program
 
 
 def assert_no_spills(program):
@@ -74,7 +56,7 @@ SMALL_TILES = {
 )
 def test_seed_conv_schedule_matches_numpy(tiles, vectors):
     dag = conv2d_bias_relu_dag(co=32, ci=4)
-    run_and_compare(dag, seed_conv_state(dag, tiles, vectors))
+    lower_and_compare(dag, seed_conv_state(dag, tiles, vectors))
 
 
 @needs_nvcc
@@ -147,7 +129,7 @@ def tiled_matmul_state(dag, tiles_i=(1, 4, 2, 1), tiles_j=(2, 4, 1, 2), tiles_k=
 
 def test_shared_memory_tiled_matmul_with_float4_fetching():
     dag = matmul_dag(32, 32, 32)
-    program = run_and_compare(dag, tiled_matmul_state(dag))
+    program = lower_and_compare(dag, tiled_matmul_state(dag))
     kernel = program.kernels[0]
     assert {b.scope for b in kernel.allocs} == {"local", "shared"}
     if shutil.which("nvcc"):
@@ -162,7 +144,7 @@ def test_non_dividing_split_gets_a_guard():
     s = s.reorder("C", ["i_o", "j_o", "i_i", "j_i", "k_o", "k_i"])
     s = s.fuse("C", ["i_o", "j_o"]).bind("C", "i_o_j_o_fused", "blockIdx.x")
     s = s.fuse("C", ["i_i", "j_i"]).bind("C", "i_i_j_i_fused", "threadIdx.x")
-    program = run_and_compare(dag, s)
+    program = lower_and_compare(dag, s)
     from autosched.lower.ir import IfThenElse, iter_stmts
 
     assert any(isinstance(x, IfThenElse) for x in iter_stmts(program.kernels[0].body))
@@ -185,7 +167,7 @@ def test_fused_elementwise_ops_inline_into_one_kernel():
         .bind(out, fused + "_o", "blockIdx.x")
         .bind(out, fused + "_i", "threadIdx.x")
     )
-    program = run_and_compare(dag, s)
+    program = lower_and_compare(dag, s)
     assert len(program.kernels) == 1
     if shutil.which("nvcc"):
         assert_no_spills(program)
@@ -194,7 +176,7 @@ def test_fused_elementwise_ops_inline_into_one_kernel():
 def test_unscheduled_multi_stage_dag_lowers_to_one_kernel_per_root_stage():
     x = te.placeholder((8, 16), name="x")
     dag = ComputeDAG([x, topi.nn.softmax(x)])
-    program = run_and_compare(dag, dag.get_init_state())
+    program = lower_and_compare(dag, dag.get_init_state())
     assert len(program.kernels) == 4  # max, exp, sum, divide: each its own launch
 
 

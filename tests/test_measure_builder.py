@@ -93,17 +93,19 @@ def special(request):
     with LocalBuilder(n_parallel=8, compiler=request.param) as builder:
         assert builder.compiler_used == request.param
         results = builder.build(list(cases.values()))
-    return {"compiler": request.param, **dict(zip(cases, results))}
+    return {"compiler": request.param, **dict(zip(cases, results, strict=True))}
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_parallel_batch_reports_registers_and_shared_memory(compiler):
-    sizes = [32 * (i + 1) for i in range(16)]
+    """A batch built by as many parallel compilations as sources: each result is its own
+    source's (the shared memory tells them apart)."""
+    sizes = [32 * (i + 1) for i in range(8)]
     arts = [artifact(shared_source(n, scale=i)) for i, n in enumerate(sizes)]
-    with LocalBuilder(n_parallel=16, compiler=compiler) as builder:
+    with LocalBuilder(n_parallel=8, compiler=compiler) as builder:
         results = builder.build(arts)
-    assert len(results) == 16
-    for n, res in zip(sizes, results):
+    assert len(results) == 8
+    for n, res in zip(sizes, results, strict=True):
         assert res.ok, res.error_msg
         assert res.cubin is not None and res.cubin[:4] == b"\x7fELF"
         k = res.kernels["k"]
@@ -192,8 +194,8 @@ def test_nvrtc_and_nvcc_report_the_same_resources():
 
 @needs_nvrtc
 def test_nvrtc_reports_resources_for_a_repeated_source():
-    """A program NVRTC has seen may come back from its cache without ptxas's report (seen on the
-    H100 machine); the compiler makes each program unique and hides the extra kernel."""
+    """A program NVRTC has seen may come back from its cache without ptxas's report: the
+    compiler makes each program unique and hides the extra kernel."""
     compiler = NvrtcCompiler(NVRTC, "sm_90")
     try:
         for _ in range(2):
@@ -347,7 +349,8 @@ def test_fast_comparison_agrees_with_the_float64_check():
 
 
 REGISTER_HUNGRY_KERNEL = r"""
-extern "C" __global__ void __launch_bounds__(%(threads)d, 1) k(const float* __restrict__ a, float* __restrict__ b) {
+extern "C" __global__ void __launch_bounds__(%(threads)d, 1)
+k(const float* __restrict__ a, float* __restrict__ b) {
   float acc[300];
 #pragma unroll
   for (int i = 0; i < 300; ++i) acc[i] = a[i * 1024 + threadIdx.x];
@@ -371,7 +374,7 @@ def test_register_limit_per_block_size_is_ptxas_cap(compiler):
         hardware=HardwareParams(max_local_memory_spill_bytes=1 << 20),
     ) as builder:
         results = builder.build(arts)
-    got = {t: r.kernels["k"].registers for t, r in zip(blocks, results)}
+    got = {t: r.kernels["k"].registers for t, r in zip(blocks, results, strict=True)}
     want = {t: hw.registers_per_thread_limit(t) for t in blocks}
     assert want == {256: 255, 288: 168, 448: 128, 544: 96, 800: 72, 1024: 64}
     for t in blocks:  # ptxas may leave one register of the cap unused

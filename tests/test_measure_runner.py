@@ -153,21 +153,21 @@ extern "C" __global__ void vadd(const float* a, const float* b, float* c) {
 }
 """
 BODIES = {
-    "good": "if (i < %d) c[i] = a[i] + b[i];" % N,
-    "wrong": "if (i < %d) c[i] = a[i] + b[i] + (i == 12345 ? 0.5f : 0.0f);" % N,
-    "unwritten": "if (i < %d - 1) c[i] = a[i] + b[i];" % N,
-    "oob": "float* p = c + (1ll << 36); if (i < %d) p[i] = a[i];" % N,
+    "good": f"if (i < {N}) c[i] = a[i] + b[i];",
+    "wrong": f"if (i < {N}) c[i] = a[i] + b[i] + (i == 12345 ? 0.5f : 0.0f);",
+    "unwritten": f"if (i < {N} - 1) c[i] = a[i] + b[i];",
+    "oob": f"float* p = c + (1ll << 36); if (i < {N}) p[i] = a[i];",
     "hang": "volatile const float* v = a; while (v[0] == v[0]) { } c[i] = v[1];",
 }
 MM = 512
-MATMUL = """
-extern "C" __global__ void mm(const float* A, const float* B, float* C) {
+MATMUL = f"""
+extern "C" __global__ void mm(const float* A, const float* B, float* C) {{
   int row = blockIdx.y * blockDim.y + threadIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
   float acc = 0.0f;
-  for (int k = 0; k < %(n)d; ++k) acc += A[row * %(n)d + k] * B[k * %(n)d + col];
-  C[row * %(n)d + col] = acc;
-}
-""" % {"n": MM}
+  for (int k = 0; k < {MM}; ++k) acc += A[row * {MM} + k] * B[k * {MM} + col];
+  C[row * {MM} + col] = acc;
+}}
+"""
 MM_ARGS = (
     ArgSpec("A", (MM, MM), "float32"),
     ArgSpec("B", (MM, MM), "float32"),
@@ -217,7 +217,7 @@ def refs():
 
 def measure(builder, runner, arts, refs):
     builds = builder.build(arts)
-    for art, build in zip(arts, builds):
+    for art, build in zip(arts, builds, strict=True):
         assert build.ok, (art.tag, build.error_msg)
     return runner.run(arts, builds, refs)
 

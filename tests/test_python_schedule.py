@@ -96,7 +96,7 @@ pad_temp_shared_ax0_ax1_fused_ax2_fused_ax3_fused_o_o, pad_temp_shared_ax0_ax1_f
 s[pad_temp_shared].bind(pad_temp_shared_ax0_ax1_fused_ax2_fused_ax3_fused_o_i, te.thread_axis("threadIdx.x"))
 s[compute].pragma(compute_nn_o_o_o_o, "auto_unroll_max_step", 512)
 s[compute].pragma(compute_nn_o_o_o_o, "unroll_explicit", True)
-"""
+"""  # noqa: E501 (the printout's lines as printed)
 
 SEED_002_KEPT = """\
 conv2d_nchw_nn, conv2d_nchw_ff, conv2d_nchw_yy, conv2d_nchw_xx, conv2d_nchw_rc, conv2d_nchw_ry, conv2d_nchw_rx = tuple(conv2d_nchw.op.axis) + tuple(conv2d_nchw.op.reduce_axis)
@@ -149,7 +149,7 @@ s[kernel_shared].vectorize(kernel_shared_ax0_ax1_fused_ax2_fused_ax3_fused_i)
 kernel_shared_ax0_ax1_fused_ax2_fused_ax3_fused_o_o, kernel_shared_ax0_ax1_fused_ax2_fused_ax3_fused_o_i = s[kernel_shared].split(kernel_shared_ax0_ax1_fused_ax2_fused_ax3_fused_o, factor=64)
 s[conv2d_nchw].pragma(conv2d_nchw_nn_o_o_o_o, "auto_unroll_max_step", 512)
 s[conv2d_nchw].pragma(conv2d_nchw_nn_o_o_o_o, "unroll_explicit", True)
-"""
+"""  # noqa: E501 (the printout's lines as printed)
 
 CONV_AXES = ("nn", "ff", "yy", "xx", "rc", "ry", "rx")
 
@@ -190,7 +190,7 @@ def test_seed_001_schedule_matches_every_line(dag):
     ours = dag.print_python_schedule(state).splitlines()
     expected = [rename_conv(line) for line in SEED_001.splitlines()]
     assert len(expected) == 67
-    for i, (want, got) in enumerate(zip(expected, ours)):
+    for i, (want, got) in enumerate(zip(expected, ours, strict=False)):  # lengths: below
         assert got == want, f"line {i + 1} differs:\n want {want}\n got  {got}"
     assert len(ours) == len(expected)
 
@@ -215,13 +215,13 @@ def test_rename_is_needed_only_for_the_conv():
     changed = [line for line in SEED_001.splitlines() if rename_conv(line) != line]
     conv_iter = re.compile(r"\bcompute_(" + "|".join(CONV_AXES) + ")")
     assert all(
-        conv_iter.search(l) or "[compute])" in l or l.startswith("s[compute].compute_at(")
-        for l in changed
+        conv_iter.search(line) or "[compute])" in line or line.startswith("s[compute].compute_at(")
+        for line in changed
     )
     # axes line, 22 splits, reorder, conv at relu, 2 cache_reads, 2 compute_at, 2 pragma lines
     assert len(changed) == 1 + 22 + 1 + 1 + 2 + 2 + 2
-    relu_lines = [l for l in SEED_001.splitlines() if l.startswith("compute_i0")]
-    assert relu_lines and all(rename_conv(l) == l for l in relu_lines)
+    relu_lines = [line for line in SEED_001.splitlines() if line.startswith("compute_i0")]
+    assert relu_lines and all(rename_conv(line) == line for line in relu_lines)
 
 
 def test_seed_002_lines_appear_in_order(dag):
@@ -234,7 +234,7 @@ def test_seed_002_lines_appear_in_order(dag):
         assert line in rest, f"seed 002 line not found (in order) in our printout: {line}"
     # What the extraction lost is there too: the pad_temp cache and the binds.
     assert 'pad_temp_shared = s.cache_read(pad_temp, "shared", [conv2d_nchw])' in ours
-    assert sum("te.thread_axis" in l for l in ours) == 5
+    assert sum("te.thread_axis" in line for line in ours) == 5
 
 
 def test_follow_split_prints_like_split(dag):

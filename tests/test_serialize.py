@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from interpreter_check import random_inputs
 
 from autosched import te
 from autosched.errors import TEError
@@ -20,16 +21,6 @@ from autosched.te.serialize import dump_tensors, load_tensors
 
 def round_trip(tensors) -> ComputeDAG:
     return ComputeDAG(load_tensors(json.loads(json.dumps(dump_tensors(tensors)))))
-
-
-def random_inputs(dag: ComputeDAG, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    outputs = {id(op) for op in dag.outputs}
-    return {
-        t.name: rng.uniform(-1, 1, t.shape).astype(t.dtype)
-        for t in dag.tensors
-        if id(t.op) not in outputs
-    }
 
 
 @pytest.mark.parametrize("name", sorted(SUITE))

@@ -186,7 +186,7 @@ def test_pragmas(conv_dag):
     )
 
 
-# ---- invalid steps: ScheduleError naming the stage and the iterator -------------------------------
+# ---- invalid steps: ScheduleError naming the stage and the iterator ----------------------------
 
 
 def raises(fn, *words):

@@ -110,7 +110,7 @@ def seed_conv_state(
     order += [a + "_o_o" for a in rd] + [a + "_o_i" for a in rd] + [a + "_o_i" for a in sp]
     order += [a + "_i" for a in rd] + [a + "_i" for a in sp]
     s = s.reorder(conv, order)
-    for ax, src in zip(("i0", "i1", "i2", "i3"), ("nn", "ff", "yy", "xx")):
+    for ax, src in zip(("i0", "i1", "i2", "i3"), ("nn", "ff", "yy", "xx"), strict=True):
         s = s.follow_split(relu, ax, split_ids[src], 3)
     s = s.reorder(
         relu,
@@ -185,7 +185,7 @@ def matmul_shared_state(
         level = ("_o_o_o", "_o_o_i", "_o_i").index(suffix)
         s = s.fuse("C", [f"i{suffix}", f"j{suffix}"])
         s = s.bind("C", level, thread)
-    for cache, vec in zip(("A.shared", "B.shared"), vectors):
+    for cache, vec in zip(("A.shared", "B.shared"), vectors, strict=True):
         s = s.fuse(cache, ["ax0", "ax1"])
         s = s.split(cache, "ax0_ax1_fused", [vec])
         s = s.vectorize(cache, "ax0_ax1_fused_i")
@@ -486,7 +486,7 @@ def autotvm_conv_state(dag: ComputeDAG, cfg=AUTOTVM_CONV_CFG) -> State:
     return s
 
 
-# ---- small schedules of issue 4 (d)-(f), shared by the interpreter and GPU tests ---------------
+# ---- small schedules (d)-(f), shared by the interpreter and GPU tests -------------------------
 
 
 def fused_elementwise_dag(n=4, c=6, m=5) -> ComputeDAG:
@@ -542,3 +542,31 @@ def non_dividing_split_state(dag: ComputeDAG, ti: int = 4, tj: int = 8, tk: int 
     s = s.reorder("C", ["i_o", "j_o", "i_i", "j_i", "k_o", "k_i"])
     s = s.fuse("C", ["i_o", "j_o"]).bind("C", "i_o_j_o_fused", "blockIdx.x")
     return s.fuse("C", ["i_i", "j_i"]).bind("C", "i_i_j_i_fused", "threadIdx.x")
+
+
+# ---- the suite's workloads ------------------------------------------------------------------
+
+# Sizes of the suite's workloads for the CPU interpreter: smaller than workloads.SUITE's reduced
+# sizes where the interpreter would be slow, with the same structure (the same sketches, which
+# test_sketch.py checks: e.g. dense keeps spatial < reduction, softmax keeps its reduction longer
+# than a warp, the 7x7 stride-2 convolution keeps its padding and more outputs than reduction
+# steps, with 2 input channels instead of 3 to halve the interpreter's serial reduction).
+REDUCED = {
+    "matmul": (16, 16, 16),
+    "conv2d_bias_relu": (1, 5, 5, 8, 4, 3, 3, 1, 1),
+    "conv2d_b16": (2, 6, 6, 4, 4, 3, 3, 1, 1),
+    "depthwise": (1, 8, 10, 10, 3, 3, 1, 1),
+    "batch_matmul": (2, 16, 16, 8),
+    "dense_bias": (1, 48, 16),
+    "softmax": (8, 64),
+    "conv2d_7x7s2": (1, 16, 16, 4, 2, 7, 7, 2, 3),
+}
+
+
+def suite_dag(name: str, reduced: bool = False) -> ComputeDAG:
+    """The DAG of suite workload `name` at its full size, or at its REDUCED size."""
+    from autosched.task.workload_registry import lookup
+    from autosched.task.workloads import SUITE
+
+    workload, full, _ = SUITE[name]
+    return ComputeDAG(lookup(workload)(*(REDUCED[name] if reduced else full)))
