@@ -8,7 +8,7 @@ State's stages (schedule.dataflow), which add cache and rfactor stages to these 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from autosched.errors import TEError
@@ -19,7 +19,7 @@ from autosched.te.bounds import check_reads
 from autosched.te.dtype import is_float
 from autosched.te.expr import BinOp, Call, Expr, Load, Reduce
 from autosched.te.serialize import dump_tensors, load_tensors
-from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, topological_ops
 from autosched.te.visitor import free_vars, walk
 
 # Math calls that make an op too costly to recompute by inlining (Ansor's "expensive" ops).
@@ -39,23 +39,6 @@ class OpInfo:
     has_data_reuse: bool
     needs_multi_level_tiling: bool
     flop: float
-
-
-def _topo_order(outputs: Sequence[Operation]) -> list[Operation]:
-    order: list[Operation] = []
-    seen: set[int] = set()
-
-    def visit(op: Operation) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for op in outputs:
-        visit(op)
-    return order
 
 
 def _float_ops(e: Expr) -> int:
@@ -150,7 +133,7 @@ class ComputeDAG:
             raise TEError("ComputeDAG: none of the given tensors is computed; pass the outputs too")
         consumed = {id(i.op) for op in given_outputs for i in op.input_tensors}
         outputs = [op for op in given_outputs if id(op) not in consumed] or given_outputs[-1:]
-        self.ops: list[Operation] = _topo_order(outputs)
+        self.ops: list[Operation] = topological_ops(outputs)
         output_ids = {id(op) for op in outputs}
         # Kernel arguments: the given tensors, plus any placeholder reached but not given.
         args = [t for t in tensors if isinstance(t.op, PlaceholderOp) or id(t.op) in output_ids]

@@ -37,7 +37,7 @@ from autosched.te.expr import (
     Var,
 )
 from autosched.te.reduce import BUILTIN_REDUCERS, Reducer
-from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, topological_ops
 from autosched.te.visitor import substitute, walk
 
 VERSION = 1
@@ -104,26 +104,9 @@ ENCODERS: dict[type, Callable[[_Writer, Any], Any]] = {
 }
 
 
-def _topological(tensors: Sequence[Tensor]) -> list[Operation]:
-    order: list[Operation] = []
-    seen: set[int] = set()
-
-    def visit(op: Operation) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for t in tensors:
-        visit(t.op)
-    return order
-
-
 def dump_tensors(tensors: Sequence[Tensor]) -> dict:
     """The JSON-able form of the tensors' ops (and of everything they read)."""
-    ops = _topological(tensors)
+    ops = topological_ops([t.op for t in tensors])
     index = {id(op): i for i, op in enumerate(ops)}
     out = []
     for op in ops:

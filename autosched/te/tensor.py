@@ -254,3 +254,23 @@ def with_axis_names(names: Sequence[str], fn: Callable[..., Any]) -> Callable[..
 def ax_names(ndim: int) -> list[str]:
     """TVM's default axis names for generated computes: ax0, ax1, ..."""
     return [f"ax{i}" for i in range(ndim)]
+
+
+def topological_ops(outputs: Sequence[Operation]) -> list[Operation]:
+    """The ops the outputs read, directly or not, and the outputs, producers before consumers
+    (depth-first post-order from the outputs in their order: the DAG's printed order and its
+    workload hash depend on it)."""
+    order: list[Operation] = []
+    seen: set[int] = set()
+
+    def visit(op: Operation) -> None:
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.input_tensors:
+            visit(t.op)
+        order.append(op)
+
+    for op in outputs:
+        visit(op)
+    return order
