@@ -1,4 +1,5 @@
-"""`autosched curve LOG -o OUT`: plot the best GFLOP/s found so far against trials."""
+"""`autosched curve LOG -o OUT`: plot the best GFLOP/s found so far against trials; for a log
+of several tasks (a model), also the estimated end-to-end latency and the trials per task."""
 
 from __future__ import annotations
 
@@ -18,12 +19,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="curve.png",
         help="image file; its extension picks the format (.png added when it has none)",
     )
+    parser.add_argument(
+        "--weights",
+        nargs="+",
+        default=[],
+        metavar="TASK=W",
+        help="weights of a several-task log's tasks in the end-to-end latency (TASK: workload "
+        "key, name or index); default: LOG.tasks.json's, else 1",
+    )
 
 
 def run(ns: argparse.Namespace) -> int:
+    from autosched.search.task_list import read_task_list
     from autosched.task.search_task import SearchTask
 
-    records = read_log(ns.log)
+    records = list(read_log(ns.log))
     plt = _pyplot()
     from matplotlib.backend_bases import FigureCanvasBase
 
@@ -38,13 +48,19 @@ def run(ns: argparse.Namespace) -> int:
         prev = series[key][-1] if series[key] else 0.0
         g = flops[key] / res.mean_cost / 1e9 if res.ok else 0.0
         series[key].append(max(prev, g))
-    fig, ax = plt.subplots(figsize=(6, 4))
+    model = len(series) > 1
+    fig, axes = plt.subplots(1, 3 if model else 1, figsize=(16, 4.5) if model else (6, 4))
+    ax = axes[0] if model else axes
     for key, ys in series.items():
         ax.plot(range(1, len(ys) + 1), ys, label=key)
     ax.set_xlabel("trials")
     ax.set_ylabel("best GFLOP/s so far")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    if model:
+        from autosched.cli.model_curve import draw_model_panels
+
+        draw_model_panels(axes[1:], records, read_task_list(ns.log), ns.weights)
     fig.tight_layout()
     try:
         fig.savefig(output, dpi=120)
@@ -90,4 +106,6 @@ def _pyplot():
     return plt
 
 
-COMMAND = Command("curve", "plot best GFLOP/s over trials", add_arguments, run)
+COMMAND = Command(
+    "curve", "plot best GFLOP/s (and a model's latency) over trials", add_arguments, run
+)

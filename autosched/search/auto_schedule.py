@@ -47,7 +47,9 @@ class TuningResult:
 
 
 @dataclass
-class _Best:
+class BestSoFar:
+    """The fastest state seen so far, its mean cost (seconds) and the round it was found in."""
+
     cost: float = math.inf
     state: object = None
     round: int = 0
@@ -71,7 +73,7 @@ def _measure(measurer, batch) -> tuple[list, dict[str, float]]:
 
 
 def _round_record(
-    rnd: int, done: int, costs: list[float], best: _Best, flop: float, times: dict[str, float]
+    rnd: int, done: int, costs: list[float], best: BestSoFar, flop: float, times: dict[str, float]
 ) -> dict:
     n_ok = sum(math.isfinite(c) for c in costs)
     return {
@@ -125,12 +127,30 @@ def auto_schedule(
         opts.measure_callbacks or (),
         workers=getattr(policy, "workers", None),
     )
-    flop = task.compute_dag.flop_count
-    best = _Best()
+    best = BestSoFar()
     start = policy.best_state()
     if start is not None:
         best.offer(start[0], start[1], 0)
-    done, rnd, history = 0, 0, []
+    history = run_trials(task, policy, measurer, opts, best)
+    done = history[-1]["trials"] if history else 0
+    if best.state is None:
+        raise AutoschedError(
+            f"no correct kernel was found for {task.workload_key} in {done} trials"
+        )
+    return TuningResult(best.state, build(task.compute_dag, best.state), best.cost, history)
+
+
+def run_trials(
+    task, policy, measurer, opts: TuningOptions, best: BestSoFar, start_round: int = 0
+) -> list[dict]:
+    """The rounds of the tuning loop: search `opts.num_measures_per_round` states with `policy`,
+    measure them with `measurer`, tell the policy and update its model, until
+    `opts.num_measure_trials` were measured, the space is exhausted or early stopping applies.
+    `best` is updated in place; rounds are numbered from `start_round + 1`. Returns one history
+    record per round (`trials` counts from 0 in this call). The task scheduler calls it again and
+    again on one policy and measurer, a few rounds at a time."""
+    flop = task.compute_dag.flop_count
+    done, rnd, history = 0, start_round, []
     while done < opts.num_measure_trials:
         rnd += 1
         n = min(opts.num_measures_per_round, opts.num_measure_trials - done)
@@ -159,8 +179,4 @@ def auto_schedule(
             if opts.verbose:
                 print(f"early stopping: no improvement in {opts.early_stopping} rounds")
             break
-    if best.state is None:
-        raise AutoschedError(
-            f"no correct kernel was found for {task.workload_key} in {done} trials"
-        )
-    return TuningResult(best.state, build(task.compute_dag, best.state), best.cost, history)
+    return history

@@ -1,0 +1,85 @@
+"""`tune_tasks(tasks, weights, log, total_trials)`: tune a whole model's tasks into one log.
+
+What the CLI calls for a model: one SketchPolicy and one measurer per task, ONE cost model for
+all (features are task-independent, so each task's measurements help rank the others') and ONE
+record log, shared out by a TaskScheduler. An existing log is resumed as `autosched resume`
+does: the model is trained on it first, and each task's policy is preloaded with its records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from autosched.search.task_scheduler import SchedulerParams, SchedulerResult, TaskScheduler
+from autosched.search.task_tuner import PolicyTuner, logged_curve
+
+
+def tune_tasks(
+    tasks: Sequence,
+    weights: Sequence[float] | None,
+    log: str,
+    total_trials: int,
+    *,
+    num_measures_per_round: int = 64,
+    strategy: str = "gradient",
+    search_params=None,
+    scheduler_params: SchedulerParams | None = None,
+    cost_model=None,
+    builder=None,
+    runner=None,
+    measurer_factory: Callable | None = None,
+    objective: Callable | None = None,
+    n_jobs: int | None = None,
+    verbose: int = 1,
+) -> SchedulerResult:
+    """Tune `tasks` (weighted by how often the model runs each; default 1) for `total_trials`
+    trials in all, those already in `log` included, appending to `log`. `measurer_factory(task,
+    callbacks)` replaces the GPU measurer (tests pass a simulated one). Returns the scheduler's
+    result: best cost and State per task and the estimated end-to-end latency. Ctrl-C ends it
+    early with the result so far; calling it again on the same log goes on from there."""
+    from autosched.records import RecordToFile
+    from autosched.search.cost_model import XGBModel
+    from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
+    from autosched.search.program_measurer import ProgramMeasurer
+    from autosched.search.task_list import write_task_list
+    from autosched.search.workers import resolve_n_jobs
+
+    weights = [1.0] * len(tasks) if weights is None else list(weights)
+    params = search_params or SearchParams()
+    model = cost_model or XGBModel(seed=params.seed, nthread=1)
+    resuming = os.path.exists(log)
+    if resuming:
+        n = model.update_from_file(log, n_jobs=resolve_n_jobs(n_jobs))
+        if verbose:
+            print(f"resuming from {log}: cost model trained on {n} records")
+    write_task_list(log, tasks, weights)
+    record = RecordToFile(log)
+
+    def tuner(task) -> PolicyTuner:
+        callbacks = [PreloadMeasuredStates(log)] if resuming else []
+        policy = SketchPolicy(task, model, params, init_search_callbacks=callbacks, verbose=0)
+        if measurer_factory is not None:
+            make = partial(measurer_factory, task, [record])
+        else:
+            make = partial(ProgramMeasurer, task, builder, runner, [record], policy.workers)
+        curve = logged_curve(log, task.workload_key) if resuming else []
+        return PolicyTuner(task, policy, make, curve, verbose=max(0, verbose - 1))
+
+    tuners = [tuner(t) for t in tasks]
+    scheduler = TaskScheduler(
+        tasks,
+        weights,
+        tuners,
+        objective=objective,
+        strategy=strategy,
+        num_measures_per_round=num_measures_per_round,
+        params=scheduler_params,
+        verbose=verbose,
+    )
+    try:
+        return scheduler.tune(total_trials)
+    finally:
+        for t in tuners:
+            t.close()
