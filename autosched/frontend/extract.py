@@ -1,0 +1,166 @@
+"""Trace a model, partition its graph into fused groups, and group those into weighted tasks.
+
+`trace` runs torch.fx's symbolic trace (a GraphModule is used as it is) and ShapeProp on the
+example inputs. `partition` walks the graph in order: a node the anchor table accepts starts a
+group, which then absorbs its single consumer for as long as the epilogue table accepts it
+(bias add, folded batch norm, activation, residual add). Everything else stays in PyTorch,
+casts included. Groups whose DAGs print the same are one task, weighted by their count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+from torch.fx.passes.shape_prop import ShapeProp
+
+from autosched.frontend.dag_builder import build_dag
+from autosched.frontend.epilogues import EPILOGUES
+from autosched.frontend.ops import ANCHORS, shape_of, target_key
+from autosched.frontend.specs import Anchor, Epilogue, Operand
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.task.search_task import SearchTask
+
+
+@dataclass
+class FusedGroup:
+    """One fused subgraph: its anchor, epilogues, fx nodes (anchor first, output last) and DAG."""
+
+    anchor: Anchor
+    epilogues: list[Epilogue]
+    nodes: list[fx.Node]
+    dag: ComputeDAG
+
+    @property
+    def output(self) -> fx.Node:
+        return self.nodes[-1]
+
+    @property
+    def operands(self) -> list[Operand]:
+        """The DAG's inputs in argument order."""
+        return self.anchor.operands + [o for e in self.epilogues for o in e.operands]
+
+    @property
+    def name(self) -> str:
+        return "+".join([self.anchor.kind, *(e.label for e in self.epilogues)])
+
+    def dag_inputs(self, values: dict[fx.Node, torch.Tensor]) -> list[torch.Tensor]:
+        """The DAG's input tensors, given the torch values of the graph's nodes."""
+        return [
+            (o.value if o.is_constant else values[o.node]).reshape(o.shape).contiguous()
+            for o in self.operands
+        ]
+
+
+@dataclass
+class ExtractedTask:
+    """A task to tune, how often its subgraph occurs in the model, and those subgraphs."""
+
+    task: SearchTask
+    weight: int
+    groups: list[FusedGroup] = field(repr=False)
+
+    @property
+    def workload_key(self) -> str:
+        return self.task.workload_key
+
+    @property
+    def name(self) -> str:
+        return self.groups[0].name
+
+    @property
+    def flop(self) -> float:
+        """Floating-point operations of one call."""
+        return self.task.compute_dag.flop_count
+
+
+@dataclass
+class Extraction:
+    """A traced model with shapes, its fused groups (graph order) and tasks (first seen first)."""
+
+    gm: fx.GraphModule
+    groups: list[FusedGroup]
+    tasks: list[ExtractedTask]
+
+
+def trace(model: Any, example_inputs: tuple) -> fx.GraphModule:
+    """The model's fx graph with every node's shape recorded (`meta["tensor_meta"]`)."""
+    gm = model if isinstance(model, fx.GraphModule) else fx.symbolic_trace(model)
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*example_inputs)
+    return gm
+
+
+def _epilogue(
+    node: fx.Node, gm: fx.GraphModule, dag_shape: tuple
+) -> tuple[fx.Node | None, Epilogue | None]:
+    """The single consumer of `node` as an epilogue, or (None, None)."""
+    if len(node.users) != 1:
+        return None, None
+    (user,) = node.users
+    match = EPILOGUES.get(target_key(user, gm))
+    if match is None or shape_of(user) != shape_of(node):
+        return None, None
+    return user, match(user, gm, node, dag_shape)
+
+
+def partition(gm: fx.GraphModule) -> list[FusedGroup]:
+    """The fused groups of a traced graph, in graph order."""
+    groups, taken = [], set()
+    for node in gm.graph.nodes:
+        if node in taken:
+            continue
+        match = ANCHORS.get(target_key(node, gm))
+        anchor = match(node, gm) if match is not None else None
+        if anchor is None:
+            continue
+        nodes, epilogues, cur = [node], [], node
+        while True:
+            user, epi = _epilogue(cur, gm, anchor.out_shape)
+            if epi is None:
+                break
+            nodes.append(user)
+            epilogues.append(epi)
+            cur = user
+        taken.update(nodes)
+        groups.append(FusedGroup(anchor, epilogues, nodes, build_dag(anchor, epilogues)))
+    return groups
+
+
+def extract(model: Any, example_inputs: tuple) -> Extraction:
+    """Trace, partition and group into tasks (one per distinct DAG, weighted by its count)."""
+    gm = trace(model, example_inputs)
+    groups = partition(gm)
+    by_key: dict[str, ExtractedTask] = {}
+    for g in groups:
+        key = g.dag.workload_key
+        if key not in by_key:
+            by_key[key] = ExtractedTask(SearchTask(dag=g.dag, desc=g.name), 0, [])
+        by_key[key].weight += 1
+        by_key[key].groups.append(g)
+    return Extraction(gm, groups, list(by_key.values()))
+
+
+def _shape_text(shape: tuple) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def task_table(tasks: list[ExtractedTask]) -> str:
+    """A table of tasks: index, name, shapes (inputs -> output), weight, GFLOP per call."""
+    rows = [("#", "task", "shapes", "weight", "GFLOP")]
+    for i, t in enumerate(tasks):
+        g = t.groups[0]
+        shapes = ", ".join(_shape_text(o.shape) for o in g.operands)
+        shapes += " -> " + _shape_text(g.anchor.out_shape)
+        rows.append((str(i), t.name, shapes, str(t.weight), f"{t.flop * 1e-9:.4f}"))
+    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    total = sum(t.weight * t.flop for t in tasks) * 1e-9
+    lines.append(
+        f"{len(tasks)} task(s), {sum(t.weight for t in tasks)} subgraph(s), {total:.4f}"
+        " GFLOP per forward"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""The compiled model: each tuned fused group replaced by a call of its kernel, the rest PyTorch.
+
+`compile_model` extracts the tasks, looks up the best record of each in the log, builds its
+kernel once, and rewrites the fx graph: a group's nodes become one `TunedCall` module whose
+arguments are the group's runtime inputs; its constants (weights, folded batch-norm scales) are
+bound to it once, as buffers. A task without a record keeps its original PyTorch ops. Kernels
+run on torch CUDA tensors (no host copies) when a GPU and pycuda are there; with
+`use_interpreter=True` they run on the CPU interpreter instead (tests of the wiring); with
+neither, every group stays in PyTorch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx, nn
+
+from autosched.codegen.build import BuiltKernel, build
+from autosched.frontend.extract import FusedGroup, extract
+from autosched.records import load_best
+
+
+def _gpu_available() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import pycuda  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class TunedCall(nn.Module):
+    """One fused group run by its tuned kernel: runtime inputs in, the group's output out."""
+
+    def __init__(self, group: FusedGroup, kernel: BuiltKernel, use_interpreter: bool) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.use_interpreter = use_interpreter
+        self.out_shape = tuple(group.output.meta["tensor_meta"].shape)
+        self.dag_out_shape = tuple(kernel.outputs[0].shape)
+        names = [t.name for t in group.dag.tensors[: len(group.operands)]]
+        # slots[i]: ("const", buffer name) or ("input", runtime input index), in DAG order
+        self.slots: dict[str, tuple[str, Any, tuple]] = {}
+        runtime = 0
+        for name, o in zip(names, group.operands, strict=True):
+            if o.is_constant:
+                self.register_buffer(f"c_{name}", o.value.reshape(o.shape).contiguous().clone())
+                self.slots[name] = ("const", f"c_{name}", o.shape)
+            else:
+                self.slots[name] = ("input", runtime, o.shape)
+                runtime += 1
+        self.order = [a.name for a in kernel.inputs]
+        if len(kernel.outputs) != 1 or set(self.order) != set(self.slots):
+            raise ValueError(f"kernel arguments {self.order} do not match the group's {names}")
+
+    def _args(self, inputs: tuple) -> list[torch.Tensor]:
+        args = []
+        for name in self.order:
+            kind, ref, shape = self.slots[name]
+            value = getattr(self, ref) if kind == "const" else inputs[ref]
+            args.append(value.reshape(shape).contiguous().float())
+        return args
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        args = self._args(inputs)
+        if self.use_interpreter:
+            arrays = [a.detach().cpu().numpy().astype(np.float32) for a in args]
+            (out,) = self.kernel.run_cpu(*arrays)
+            result = torch.from_numpy(np.ascontiguousarray(out)).to(inputs[0].device)
+        else:
+            result = torch.empty(self.dag_out_shape, device=args[0].device, dtype=torch.float32)
+            self.kernel(*args, result)
+        return result.reshape(self.out_shape)
+
+
+def _best_kernels(tasks, log: str | None) -> dict[str, BuiltKernel]:
+    """The kernel of each task's best record in `log` (tasks without one are left out)."""
+    kernels: dict[str, BuiltKernel] = {}
+    if not log or not os.path.exists(log):
+        return kernels
+    for t in tasks:
+        best = load_best(log, t.workload_key)
+        if best is not None:
+            dag = t.task.compute_dag
+            kernels[t.workload_key] = build(dag, dag.replay_steps(best[0].steps))
+    return kernels
+
+
+def _replace(gm: fx.GraphModule, group: FusedGroup, module: nn.Module, name: str) -> None:
+    """Swap the group's nodes for one call of `module` on its runtime inputs."""
+    gm.add_submodule(name, module)
+    inputs = tuple(o.node for o in group.operands if not o.is_constant)
+    with gm.graph.inserting_after(group.output):
+        call = gm.graph.call_module(name, inputs)
+    call.meta = dict(group.output.meta)
+    group.output.replace_all_uses_with(call)
+    for node in reversed(group.nodes):
+        gm.graph.erase_node(node)
+
+
+def compile_model(
+    model: Any,
+    example_inputs: tuple,
+    log: str | None = None,
+    use_interpreter: bool = False,
+) -> fx.GraphModule:
+    """The model with every tuned group running its kernel (see the module docstring)."""
+    ex = extract(model, tuple(example_inputs))
+    gm = ex.gm
+    kernels = _best_kernels(ex.tasks, log) if (use_interpreter or _gpu_available()) else {}
+    replaced = 0
+    for i, group in enumerate(ex.groups):
+        kernel = kernels.get(group.dag.workload_key)
+        if kernel is not None:
+            _replace(gm, group, TunedCall(group, kernel, use_interpreter), f"autosched_{i}")
+            replaced += 1
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    gm.autosched_tasks = ex.tasks
+    gm.autosched_replaced = replaced
+    return gm
+
+
+def dynamo_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None):
+    """The `torch.compile` backend "autosched": `options` are `compile_model`'s keywords
+    (`log`, `use_interpreter`)."""
+    return compile_model(gm, tuple(example_inputs), **dict(options or {}))
