@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from measure.artifact import ArgSpec, Launch
+from measure.bfloat16 import storage_dtype
 from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver, stream_handle
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
@@ -125,7 +126,7 @@ class Worker:
                 outputs = {}
                 for arg, buf in zip(args, buffers, strict=True):
                     if arg.is_output:
-                        host = np.empty(arg.shape, dtype=arg.dtype)
+                        host = np.empty(arg.shape, dtype=storage_dtype(arg.dtype))
                         drv.memcpy_dtoh(host, buf)
                         outputs[arg.name] = host
                 message = compare_outputs(
@@ -173,7 +174,7 @@ class Worker:
                 data = random_array(arg.shape, arg.dtype, rng)
             elif arg.name in reference.inputs:
                 data = np.ascontiguousarray(reference.inputs[arg.name])
-                if data.shape != arg.shape or data.dtype != np.dtype(arg.dtype):
+                if data.shape != arg.shape or data.dtype != storage_dtype(arg.dtype):
                     raise _Failure(
                         MeasureErrorKind.INSTANTIATION_ERROR,
                         f"reference input {arg.name!r} is {data.dtype}{list(data.shape)}, the "

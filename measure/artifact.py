@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-import numpy as np
+from measure.bfloat16 import dtype_name, storage_dtype
 
 Dim3 = tuple[int, int, int]
 
@@ -26,7 +26,8 @@ def _dim3(value: Sequence[int]) -> Dim3:
 
 @dataclasses.dataclass(frozen=True)
 class ArgSpec:
-    """One kernel argument: a dense row-major device buffer of `shape` and numpy `dtype`."""
+    """One kernel argument: a dense row-major device buffer of `shape` and numpy `dtype`
+    (or "bfloat16", stored as uint16 bit patterns: `measure.bfloat16`)."""
 
     name: str
     shape: tuple[int, ...]
@@ -35,14 +36,14 @@ class ArgSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype).name)  # validates and normalises
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))  # validates and normalises
         if any(s < 0 for s in self.shape):
             raise ValueError(f"argument {self.name!r} has a negative extent: {self.shape}")
 
     @property
     def nbytes(self) -> int:
         """Size of the buffer in bytes."""
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * storage_dtype(self.dtype).itemsize
 
     def to_dict(self) -> dict:
         """Plain-dict form."""

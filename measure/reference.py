@@ -9,7 +9,19 @@ where `rms(ref)` is the root-mean-square of the whole reference tensor, so `atol
 the tensor's typical magnitude (a reduction over K terms of O(1) inputs has outputs of O(sqrt(K));
 a fixed absolute tolerance would be wrong for one shape or another). Defaults per dtype:
 
-    float64: rtol 1e-7, atol 1e-9;  float32: rtol 1e-3, atol 1e-4;  float16: rtol 1e-2, atol 1e-2
+    float64: rtol 1e-7, atol 1e-9;  float32: rtol 1e-3, atol 1e-4;  float16: rtol 1e-2, atol 1e-2;
+    bfloat16: rtol 2e-2, atol 2e-2
+
+widened for a reduction over K terms accumulated in the output dtype (`default_tolerance`): with
+u the unit roundoff of the output dtype (2^-11 float16, 2^-8 bfloat16, 2^-24 float32), the
+reference is the float64 result of the same (already rounded) inputs rounded once, so a correct
+kernel differs by its own final rounding (at most 1 ulp = 2u relative; rtol >= 4u) plus the error
+of accumulating in the output dtype: K roundings of at most u x |partial sum|, partial sums of
+O(rms), a random walk of about u * sqrt(K/3) * rms; atol >= 6 u sqrt(K) (about 10 standard
+deviations, so that no element of a large tensor fails by chance). Inputs rounded to float16 /
+bfloat16 cost nothing here: the reference is computed from the rounded values themselves. A
+float16 / bfloat16 matmul accumulating in float32 (`out_dtype="float32"`) keeps the float32
+tolerance.
 
 float32 accumulation in a different order than numpy's gives errors near sqrt(K) * 6e-8 * rms
 (about 4e-6 rms for K = 4096), well inside 1e-4; a missing term, a wrong index or an unwritten
@@ -26,13 +38,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from measure import bfloat16
 from measure.artifact import ArgSpec
 
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-7, 1e-9),
     "float32": (1e-3, 1e-4),
     "float16": (1e-2, 1e-2),
+    "bfloat16": (2e-2, 2e-2),
 }
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -43,6 +58,8 @@ class Reference:
     outputs: Mapping[str, np.ndarray]
     rtol: float = 1e-3
     atol: float = 1e-4
+    # outputs stored as bfloat16 bit patterns (uint16), compared as the values they encode
+    bfloat16_outputs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """Plain dict holding numpy arrays (serialise it with `measure.framing.pack`)."""
@@ -51,19 +68,32 @@ class Reference:
             "outputs": dict(self.outputs),
             "rtol": self.rtol,
             "atol": self.atol,
+            "bfloat16_outputs": list(self.bfloat16_outputs),
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Reference:
         """Inverse of `to_dict`."""
-        return cls(dict(data["inputs"]), dict(data["outputs"]), data["rtol"], data["atol"])
+        return cls(
+            dict(data["inputs"]),
+            dict(data["outputs"]),
+            data["rtol"],
+            data["atol"],
+            tuple(data.get("bfloat16_outputs", ())),
+        )
 
 
-def default_tolerance(dtypes: Sequence[str]) -> tuple[float, float]:
-    """(rtol, atol) for outputs of these dtypes: the loosest of the per-dtype defaults."""
+def default_tolerance(dtypes: Sequence[str], reduction_length: int = 1) -> tuple[float, float]:
+    """(rtol, atol) for outputs of these dtypes, each computed by accumulating
+    `reduction_length` terms in its own dtype: the loosest over the dtypes of the per-dtype
+    default and the rounding bound of the module docstring."""
     rtol, atol = 0.0, 0.0
     for dtype in dtypes:
-        r, a = DEFAULT_TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0))
+        name = bfloat16.dtype_name(dtype)
+        r, a = DEFAULT_TOLERANCES.get(name, (0.0, 0.0))
+        u = UNIT_ROUNDOFF.get(name)
+        if u is not None:
+            r, a = max(r, 4 * u), max(a, 6 * u * math.sqrt(max(1, reduction_length)))
         rtol, atol = max(rtol, r), max(atol, a)
     return rtol, atol
 
@@ -75,7 +105,10 @@ def random_array(
 
     Floats: uniform in [low, high) (default [-1, 1)); signed ints: [-8, 8); unsigned: [1, 16);
     bool: fair coin. A tensor that would come out all zeros gets a 1 in its first element.
+    bfloat16: the float data rounded, as uint16 bit patterns (`measure.bfloat16`).
     """
+    if dtype == bfloat16.NAME:
+        return bfloat16.to_bits(random_array(shape, "float32", rng, low, high))
     dt = np.dtype(dtype)
     if dt.kind == "f":
         lo, hi = (-1.0, 1.0) if low is None else (low, high)
@@ -102,13 +135,16 @@ def make_reference(
     ranges: Mapping[str, tuple[float, float]] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    reduction_length: int = 1,
 ) -> Reference:
     """Build a `Reference`: seeded random inputs, and outputs computed by `fn(**inputs)`.
 
-    `fn` receives every non-output argument by name and returns a dict name -> array, a tuple in
-    output order, or a single array when there is one output. `ranges` overrides the value range
-    of named inputs (e.g. `{"x": (0.1, 2.0)}` for a log or sqrt). Tolerances default from the
-    output dtypes (see the module docstring). Compute the reference in float64 where it matters.
+        `fn` receives every non-output argument by name and returns a dict name -> array, a tuple in
+        output order, or a single array when there is one output. `ranges` overrides the value range
+        of named inputs (e.g. `{"x": (0.1, 2.0)}` for a log or sqrt). Tolerances default from the
+        output dtypes and `reduction_length`, the number of terms an output element sums in its own
+    dtype (see the module docstring). Compute the reference in float64 where it matters. A
+    bfloat16 output may be returned as float values (rounded here) or as uint16 bit patterns.
     """
     rng = np.random.default_rng(seed)
     ranges = dict(ranges or {})
@@ -139,13 +175,16 @@ def make_reference(
             raise ValueError(
                 f"make_reference: output {spec.name!r} has shape {arr.shape}, expected {spec.shape}"
             )
-        outputs[spec.name] = np.ascontiguousarray(arr.astype(spec.dtype))
-    d_rtol, d_atol = default_tolerance([a.dtype for a in out_specs])
+        if spec.dtype == bfloat16.NAME and arr.dtype != bfloat16.STORAGE:
+            arr = bfloat16.to_bits(arr)
+        outputs[spec.name] = np.ascontiguousarray(arr.astype(bfloat16.storage_dtype(spec.dtype)))
+    d_rtol, d_atol = default_tolerance([a.dtype for a in out_specs], reduction_length)
     return Reference(
         inputs,
         outputs,
         d_rtol if rtol is None else rtol,
         d_atol if atol is None else atol,
+        tuple(a.name for a in out_specs if a.dtype == bfloat16.NAME),
     )
 
 
@@ -221,6 +260,8 @@ def compare_outputs(
         if name not in outputs:
             return f"{name}: the candidate produced no such output"
         out = outputs[name]
+        if name in reference.bfloat16_outputs:
+            out, expected = bfloat16.from_bits(out), bfloat16.from_bits(expected)
         if bounds is not None:
             if name not in bounds:
                 bounds[name] = allowed_error(expected, reference.rtol, reference.atol)

@@ -3,10 +3,16 @@
 `codegen_program` prints every kernel of a program into one source: `extern "C" __global__`
 functions with `__launch_bounds__(threads, 1)` (one block per SM is enough: without the 1, ptxas
 trades registers for occupancy and spills), `local` buffers as register arrays, `__shared__`
-arrays, loops with `#pragma unroll`, float4/float2/half2 accesses for aligned `vectorize` loops,
-and a block reduction for `AllReduce` (`autosched.codegen.allreduce`). Expressions and
-statements are printed through tables from node type to text; the spellings that depend on the
-target are class attributes of `CUDATarget`.
+arrays, loops with `#pragma unroll`, float4/float2/half2/__nv_bfloat162 accesses for aligned
+`vectorize` loops, and a block reduction for `AllReduce` (`autosched.codegen.allreduce`).
+Expressions and statements are printed through tables from node type to text; the spellings
+that depend on the target are class attributes of `CUDATarget`.
+
+Half precision (float16 `half`, bfloat16 `__nv_bfloat16`) follows the rule stated in
+`autosched.te.dtype`: `+ - *` print as `__hadd_rn`/`__hsub_rn`/`__hmul_rn` (rounded, never
+contracted into an fma, so the CPU interpreter reproduces them exactly), division, min/max and
+math functions go through float, and literals and casts through float32. `cuda_fp16.h` /
+`cuda_bf16.h` are included only by sources that use the type.
 
 The printer prints the program it is given and rewrites nothing: the device program
 (`autosched.lower.device_passes.device_program`) is what `build` hands it.
@@ -25,7 +31,7 @@ import numpy as np
 from autosched.codegen.allreduce import emit_allreduce
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.te.dtype import CUDA_TYPE, is_float
+from autosched.te.dtype import CUDA_TYPE, is_float, is_half
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
 from autosched.te.visitor import children, free_vars, substitute
 
@@ -116,6 +122,20 @@ INFINITY_BITS = {
 }
 
 
+# half dtype -> (float to it, it to float)
+HALF_CONVERT = {
+    "float16": ("__float2half", "__half2float"),
+    "bfloat16": ("__float2bfloat16", "__bfloat162float"),
+}
+HALF_ARITH = {"+": "__hadd_rn", "-": "__hsub_rn", "*": "__hmul_rn"}
+# header -> pattern of the source text that needs it (a half value comes from a typed buffer,
+# a literal or a cast, each of which names the type or its conversion)
+HALF_HEADERS = {
+    "#include <cuda_fp16.h>": re.compile(r"\bhalf2?\b|__float2half\b|__half2float\b"),
+    "#include <cuda_bf16.h>": re.compile(r"bfloat16"),
+}
+
+
 class CUDATarget:
     """How CUDA spells things; a variant target overrides these attributes."""
 
@@ -124,7 +144,7 @@ class CUDATarget:
     barrier = "__syncthreads();"
     shared_prefix = "__shared__ __align__(16)"
     types: ClassVar[dict[str, str]] = CUDA_TYPE
-    half_header = "#include <cuda_fp16.h>"
+    half_headers: ClassVar[dict[str, re.Pattern]] = HALF_HEADERS
     thread_index: ClassVar[dict[str, str]] = {tag: f"((int){tag})" for tag in ir.LAUNCH_TAGS}
     math: ClassVar[dict[str, dict[str, str]]] = {"float32": _F32_MATH, "float64": _F64_MATH}
     fast_math: ClassVar[dict[str, dict[str, str]]] = {"float32": _FAST_F32}
@@ -137,6 +157,7 @@ class CUDATarget:
         ("float32", 4): ("float4", "make_float4", "xyzw"),
         ("float32", 2): ("float2", "make_float2", "xy"),
         ("float16", 2): ("half2", "__halves2half2", "xy"),
+        ("bfloat16", 2): ("__nv_bfloat162", "__halves2bfloat162", "xy"),
         ("float64", 2): ("double2", "make_double2", "xy"),
     }
     warp_size = 32
@@ -170,12 +191,13 @@ def literal(c: Const) -> str:
         text = f"{v:.17e}" if dtype == "float64" else f"{float(np.float32(v)):.9e}f"
     if v < 0 and not text.startswith("("):
         text = f"({text})"
-    return f"__float2half({text})" if dtype == "float16" else text
+    return f"{HALF_CONVERT[dtype][0]}({text})" if is_half(dtype) else text
 
 
-def _via_float(template: str, args: list[str]) -> str:
+def _via_float(template: str, args: list[str], dtype: str) -> str:
     """A float function applied to half operands: convert in, compute in float, convert back."""
-    return f"__float2half({template.format(*(f'__half2float({a})' for a in args))})"
+    to_half, to_float = HALF_CONVERT[dtype]
+    return f"{to_half}({template.format(*(f'{to_float}({a})' for a in args))})"
 
 
 class ExprPrinter:
@@ -220,13 +242,18 @@ class ExprPrinter:
                 return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
             self.helpers.add("floor")
             call = f"as_{e.op}({{0}}, {{1}})"
-            return _via_float(call, [a, b]) if dtype == "float16" else call.format(a, b)
+            return _via_float(call, [a, b], dtype) if is_half(dtype) else call.format(a, b)
+        if is_half(dtype) and e.op in HALF_ARITH:
+            return f"{HALF_ARITH[e.op]}({a}, {b})"
+        if is_half(dtype) and e.op == "/":
+            return _via_float("({0} / {1})", [a, b], dtype)
         return f"({a} {e.op} {b})"
 
     def minmax(self, op: str, dtype: str, a: str, b: str) -> str:
         """`min`/`max` of two printed operands of `dtype` (half through float)."""
-        if dtype == "float16":
-            return _via_float(f"{self.t.minmax['float32'][op == 'max']}({{0}}, {{1}})", [a, b])
+        if is_half(dtype):
+            fn = self.t.minmax["float32"][op == "max"]
+            return _via_float(f"{fn}({{0}}, {{1}})", [a, b], dtype)
         fn = self.t.minmax[dtype][op == "max"] if dtype in self.t.minmax else op
         return f"{fn}({a}, {b})"
 
@@ -234,13 +261,11 @@ class ExprPrinter:
         src, dst, x = e.value.dtype, e.dtype, self(e.value)
         if src == dst:
             return x
-        if dst == "float16":
-            return f"__float2half({x if src == 'float32' else f'((float){x})'})"
-        if src == "float16":
-            x = f"__half2float({x})"
-            if dst == "float32":
-                return x
-        return f"(({self.t.types[dst]}){x})"
+        if is_half(src):
+            src, x = "float32", f"{HALF_CONVERT[src][1]}({x})"
+        if is_half(dst):
+            return f"{HALF_CONVERT[dst][0]}({x if src == 'float32' else f'((float){x})'})"
+        return x if src == dst else f"(({self.t.types[dst]}){x})"
 
     def _call(self, e: Call) -> str:
         args = [self(a) for a in e.args]
@@ -248,12 +273,12 @@ class ExprPrinter:
             if e.func == "abs":
                 return f"abs({args[0]})"
             raise LoweringError(f"math function {e.func} on {e.dtype} has no CUDA spelling")
-        dtype = "float32" if e.dtype == "float16" else e.dtype
+        dtype = "float32" if is_half(e.dtype) else e.dtype
         fast = self.t.fast_math.get(dtype, {}) if self.fast_math else {}
         template = fast.get(e.func) or self.t.math[dtype].get(e.func)
         if template is None:
             raise LoweringError(f"unknown math function {e.func!r}")
-        return _via_float(template, args) if e.dtype == "float16" else template.format(*args)
+        return _via_float(template, args, e.dtype) if is_half(e.dtype) else template.format(*args)
 
     def _load(self, e: Load) -> str:
         (index,) = e.indices  # lowered loads take one flat index (the verifier checks)
@@ -433,8 +458,7 @@ def codegen_program(
         bodies.append(printer.print())
         helpers |= printer.ex.helpers
     head = ["// Generated by autosched.codegen.cuda"]
-    if any("half" in body for body in bodies):  # a half type or a __float2half conversion
-        head.append(target.half_header)
+    head += [h for h, used in target.half_headers.items() if any(used.search(b) for b in bodies)]
     if "floor" in helpers:
         head.append(FLOOR_HELPERS.rstrip("\n"))
     return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"

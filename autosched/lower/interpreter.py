@@ -27,7 +27,7 @@ import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.lower import ir
-from autosched.te.dtype import numpy_dtype
+from autosched.te.dtype import compute_dtype, numpy_dtype, to_storage
 from autosched.te.expr import Expr, Load, Var
 from autosched.te.npeval import eval_expr
 from autosched.te.reduce import BUILTIN_REDUCERS
@@ -44,7 +44,10 @@ class InterpreterError(AutoschedError, RuntimeError):
 
 
 def _poison(dtype: str) -> Any:
-    return np.nan if dtype.startswith("float") else (False if dtype == "bool" else POISON_INT)
+    """The stored value of fresh memory: NaN for floats (as its bit pattern for bfloat16)."""
+    if dtype.startswith("float") or dtype == "bfloat16":
+        return to_storage(np.float32(np.nan), dtype)[()]
+    return False if dtype == "bool" else POISON_INT
 
 
 @functools.lru_cache(maxsize=64)
@@ -344,6 +347,7 @@ class _KernelRun:
 
     def _write(self, buffer: Any, idx: Any, val: Any, mask: Any, shared_owner: bool) -> None:
         buf, arr = self._buffer(buffer)
+        val = to_storage(val, buf.dtype)  # rounds half values (bfloat16 to bit patterns)
         if mask is None and buf.scope == "local" and np.ndim(idx) == 0:
             if not 0 <= idx < buf.size:
                 self._check_bounds(buf, np.reshape(idx, 1), np.zeros(1, int), "write")
@@ -394,7 +398,7 @@ class _KernelRun:
         axis = AXIS_OF_TAG.get(s.thread_tag)
         if axis is None:
             raise InterpreterError(f"AllReduce over {s.thread_tag}: not a threadIdx tag")
-        dtype = numpy_dtype(s.buffer.dtype)
+        dtype = compute_dtype(s.buffer.dtype)
         live = mask
         if s.cond is not None:
             cond = np.broadcast_to(np.asarray(self.eval(s.cond, mask), dtype=bool), (self.L,))

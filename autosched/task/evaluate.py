@@ -3,7 +3,9 @@
 Each compute op is evaluated over its whole iteration space at once: spatial axis `d` is a
 broadcast index array of shape (1, .., extent, .., 1) and reduce axes are extra trailing
 dimensions that the reducer folds away. Float sums accumulate in float64 (integer sums in int64)
-and are cast to the op's dtype at the end. Iteration spaces larger than `max_block_elems` are
+and are cast to the op's dtype at the end. float16 and bfloat16 tensors are stored as
+`autosched.te.dtype.numpy_dtype` says (bfloat16 as uint16 bit patterns) and computed as
+`compute_dtype` says. Iteration spaces larger than `max_block_elems` are
 evaluated in chunks (over the outermost reduce axis, and over the first spatial axis when one
 reduce step alone is too large), so memory stays bounded.
 
@@ -22,7 +24,14 @@ import numpy as np
 
 from autosched.errors import AutoschedError, TEError
 from autosched.lower.arith import to_affine
-from autosched.te.dtype import is_float, is_int, numpy_dtype
+from autosched.te.dtype import (
+    compute_dtype,
+    from_storage,
+    is_float,
+    is_int,
+    numpy_dtype,
+    to_storage,
+)
 from autosched.te.expr import BinOp, Cast, Load, Reduce, Var
 from autosched.te.npeval import eval_expr, gather
 from autosched.te.reduce import max_reducer, min_reducer, sum_reducer
@@ -93,7 +102,7 @@ def _acc_dtype(reducer: Any, dtype: str) -> np.dtype:
         return np.dtype(np.float64)
     if reducer is sum_reducer and (is_int(dtype) or dtype == "bool"):
         return np.dtype(np.int64)
-    return numpy_dtype(dtype)
+    return compute_dtype(dtype)
 
 
 # reducer -> (reduce an array over axes, combine two partial results)
@@ -107,7 +116,7 @@ NUMPY_REDUCERS: dict[Any, tuple[Callable, Callable]] = {
 def _custom_combiner(reducer: Any, dtype: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     x, y = Var("x", dtype), Var("y", dtype)
     expr = reducer.combine(x, y)
-    np_dtype = numpy_dtype(dtype)
+    np_dtype = compute_dtype(dtype)
 
     def combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = eval_expr(expr, {id(x): a, id(y): b}, _no_load)
@@ -125,12 +134,12 @@ def _reducer_ops(reducer: Any, dtype: str) -> tuple[Callable, Callable]:
     if reducer in NUMPY_REDUCERS:
         return NUMPY_REDUCERS[reducer]
     combine = _custom_combiner(reducer, dtype)
-    identity = numpy_dtype(dtype).type(reducer.identity(dtype).value)
+    identity = compute_dtype(dtype).type(reducer.identity(dtype).value)
 
     def fold(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         keep = a.shape[: axes[0]]
         flat = a.reshape(keep + (-1,))
-        acc = np.full(keep, identity, dtype=numpy_dtype(dtype))
+        acc = np.full(keep, identity, dtype=compute_dtype(dtype))
         for k in range(flat.shape[-1]):
             acc = combine(acc, flat[..., k])
         return acc
@@ -165,7 +174,7 @@ def _eval_block(op: ComputeOp, s_ranges: list, r_ranges: list, load: Callable) -
     src = np.asarray(eval_expr(body.source, env, load, mask=cond))
     acc = _acc_dtype(body.reducer, op.dtype)
     if cond is not None:
-        identity = numpy_dtype(op.dtype).type(body.identity.value)
+        identity = compute_dtype(op.dtype).type(body.identity.value)
         src = np.where(cond, src, identity)
     full = s_shape + tuple(hi - lo for lo, hi in r_ranges)
     src = np.broadcast_to(src.astype(acc, copy=False), full)
@@ -234,9 +243,8 @@ def _eval_contraction(op: ComputeOp, arrays: dict) -> np.ndarray | None:
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
     operands, subscripts, seen = [], [], set()
     for ld in loads:
-        got = _strided_view(
-            np.ascontiguousarray(arrays[ld.buffer.op], dtype=np.float64), ld.indices, axes
-        )
+        values = from_storage(arrays[ld.buffer.op], ld.buffer.dtype)
+        got = _strided_view(np.ascontiguousarray(values, dtype=np.float64), ld.indices, axes)
         if got is None:
             return None
         operands.append(got[0])
@@ -245,7 +253,7 @@ def _eval_contraction(op: ComputeOp, arrays: dict) -> np.ndarray | None:
     if len(seen) < len(axes):
         return None
     spec = ",".join(subscripts) + "->" + letters[: len(op.axis)]
-    return np.einsum(spec, *operands, optimize=True).astype(numpy_dtype(op.dtype))
+    return to_storage(np.einsum(spec, *operands, optimize=True), op.dtype)
 
 
 def _chunks(extent: int, size: int) -> list[tuple[int, int]]:
@@ -258,9 +266,8 @@ def _eval_compute(op: ComputeOp, load: Callable, limit: int) -> np.ndarray:
     total = math.prod(shape) * math.prod(r_ext)
     full_s = [(0, e) for e in shape]
     full_r = [(0, e) for e in r_ext]
-    out_dtype = numpy_dtype(op.dtype)
     if total <= limit:
-        return np.asarray(_eval_block(op, full_s, full_r, load)).astype(out_dtype)
+        return to_storage(np.array(_eval_block(op, full_s, full_r, load)), op.dtype)
     # Chunk the outermost reduce axis so that a block holds about `limit` points; when one index
     # of it is already too many points (or there is no reduction), chunk the first spatial axis.
     r_step = total // r_ext[0] if r_ext else total
@@ -272,7 +279,7 @@ def _eval_compute(op: ComputeOp, load: Callable, limit: int) -> np.ndarray:
     else:
         s_blocks = [(0, shape[0])]
     _, combine = _reducer_ops(op.body.reducer, op.dtype) if r_ext else (None, None)
-    out = np.empty(shape, dtype=out_dtype)
+    out = np.empty(shape, dtype=compute_dtype(op.dtype))
     for sb in s_blocks:
         s_ranges = ([sb] + full_s[1:]) if sb is not None else []
         partial = None
@@ -284,7 +291,7 @@ def _eval_compute(op: ComputeOp, load: Callable, limit: int) -> np.ndarray:
             out[...] = partial
         else:
             out[sb[0] : sb[1]] = partial
-    return out
+    return to_storage(out, op.dtype)
 
 
 # ---- the whole DAG ---------------------------------------------------------------------------

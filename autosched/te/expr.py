@@ -369,13 +369,20 @@ def binary(op: str, a: Any, b: Any) -> Expr:
 # ---- text form, in the style TVM prints expressions (`(yy + ry)`, `(a*b)`, `max(x, 0f)`) ----
 
 FUNCTION_STYLE = {"floordiv", "floormod", "min", "max"}
-CONST_SUFFIX = {"float32": "f", "float16": "f16", "float64": "f64", "int64": "i64", "int32": ""}
+CONST_SUFFIX = {
+    "float32": "f",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "",
+}
 
 
 def const_str(c: Const) -> str:
     if c.dtype == "bool":
         return "True" if c.value else "False"
-    if c.dtype.startswith("float"):
+    if is_float(c.dtype):
         v = c.value
         text = str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else repr(v)
         return text + CONST_SUFFIX[c.dtype]

@@ -11,7 +11,10 @@ legal; `gather` clips such indices and raises on an out-of-bounds index where th
 
 Semantics: integer arithmetic runs in numpy's integer types (int32 indices usually become int64);
 `floordiv`/`floormod` use Python's floor semantics; float expressions keep their dtype (float16
-stays float16), so a float32 expression yields a float32 array.
+stays float16), so a float32 expression yields a float32 array. bfloat16 values are float32
+arrays holding bfloat16 numbers: loads decode the stored bit patterns, and every bfloat16
+operation rounds its float32 result (`autosched.te.dtype` states the half-precision rule, which
+the CUDA printer follows too); casts to a half dtype go through float32, as the printer's do.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import AutoschedError, TEError
-from autosched.te.dtype import numpy_dtype
+from autosched.te.dtype import compute_dtype, from_storage, is_half, round_to
 from autosched.te.expr import (
     BinOp,
     Call,
@@ -125,7 +128,9 @@ class _Evaluator:
 
 
 def _const(ev: _Evaluator, e: Const, mask: Value | None) -> Value:
-    return numpy_dtype(e.dtype).type(e.value)
+    if is_half(e.dtype):  # through float32, as the CUDA printer writes half literals
+        return round_to(np.float32(e.value), e.dtype)[()]
+    return compute_dtype(e.dtype).type(e.value)
 
 
 def _var(ev: _Evaluator, e: Var, mask: Value | None) -> Value:
@@ -136,7 +141,8 @@ def _var(ev: _Evaluator, e: Var, mask: Value | None) -> Value:
 
 
 def _binop(ev: _Evaluator, e: BinOp, mask: Value | None) -> Value:
-    return BINARY[e.op](ev(e.a, mask), ev(e.b, mask))
+    out = BINARY[e.op](ev(e.a, mask), ev(e.b, mask))
+    return round_to(out, e.dtype) if e.dtype == "bfloat16" else out
 
 
 def _not(ev: _Evaluator, e: Not, mask: Value | None) -> Value:
@@ -151,19 +157,23 @@ def _select(ev: _Evaluator, e: Select, mask: Value | None) -> Value:
 
 
 def _cast(ev: _Evaluator, e: Cast, mask: Value | None) -> Value:
-    return np.asarray(ev(e.value, mask)).astype(numpy_dtype(e.dtype))
+    value = np.asarray(ev(e.value, mask))
+    if is_half(e.dtype):
+        return round_to(value.astype(np.float32), e.dtype)
+    return value.astype(compute_dtype(e.dtype))
 
 
 def _call(ev: _Evaluator, e: Call, mask: Value | None) -> Value:
     fn = CALLS.get(e.func)
     if fn is None:
         raise TEError(f"no numpy implementation of the math function {e.func!r}")
-    return fn(*(ev(a, mask) for a in e.args))
+    out = fn(*(ev(a, mask) for a in e.args))
+    return round_to(out, e.dtype) if e.dtype == "bfloat16" else out
 
 
 def _load(ev: _Evaluator, e: Load, mask: Value | None) -> Value:
     indices = [np.asarray(ev(i, mask)) for i in e.indices]
-    return ev.load(e, indices, mask)
+    return from_storage(ev.load(e, indices, mask), e.dtype)
 
 
 def _reduce(ev: _Evaluator, e: Reduce, mask: Value | None) -> Value:
