@@ -9,7 +9,7 @@ import sys
 import warnings
 from typing import NoReturn
 
-from autosched.cli import curve, dag, resume, show, tune
+from autosched.cli import curve, dag, model, resume, show, tune
 from autosched.cli.arguments import Command, HelpFormatter
 from autosched.errors import AutoschedError
 from autosched.records import MalformedRecordWarning
@@ -21,6 +21,8 @@ COMMANDS: tuple[Command, ...] = (
     show.COMMAND,
     curve.COMMAND,
     dag.COMMAND,
+    model.TASKS_COMMAND,
+    model.TUNE_MODEL_COMMAND,
 )
 
 USAGE_ERROR = 2
