@@ -4,7 +4,8 @@
 kernel once, and rewrites the fx graph: a group's nodes become one `TunedCall` module whose
 arguments are the group's runtime inputs; its constants (weights, folded batch-norm scales) are
 bound to it once, as buffers. A task without a record keeps its original PyTorch ops. Kernels
-run on torch CUDA tensors (no host copies) when a GPU and pycuda are there; with
+run on torch CUDA tensors on PyTorch's current stream (no host copies, no synchronisation;
+`codegen.stream_launch`) when a GPU is there; with
 `use_interpreter=True` they run on the CPU interpreter instead (tests of the wiring); with
 neither, every group stays in PyTorch.
 """
@@ -19,18 +20,18 @@ import torch
 from torch import fx, nn
 
 from autosched.codegen.build import BuiltKernel, build
+from autosched.codegen.stream_launch import StreamKernel, driver_available
 from autosched.frontend.extract import FusedGroup, extract
 from autosched.records import load_best
 
 
 def _gpu_available() -> bool:
-    if not torch.cuda.is_available():
-        return False
-    try:
-        import pycuda  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return torch.cuda.is_available() and driver_available()
+
+
+def _device_arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
 
 
 class TunedCall(nn.Module):
@@ -54,6 +55,18 @@ class TunedCall(nn.Module):
                 self.slots[name] = ("input", runtime, o.shape)
                 runtime += 1
         self.order = [a.name for a in kernel.inputs]
+        # every kernel argument in order: an input (by its index in `order`), the output, or a
+        # global temporary of a multi-kernel program (allocated per call)
+        output = kernel.outputs[0].name
+        self.arg_kinds = [
+            ("input", self.order.index(a.name))
+            if a.name in self.order
+            else ("output", None)
+            if a.name == output
+            else ("temp", (tuple(a.shape), a.dtype))
+            for a in kernel.args
+        ]
+        self.launcher = None if use_interpreter else StreamKernel(kernel, _device_arch())
         if len(kernel.outputs) != 1 or set(self.order) != set(self.slots):
             raise ValueError(f"kernel arguments {self.order} do not match the group's {names}")
 
@@ -72,8 +85,18 @@ class TunedCall(nn.Module):
             (out,) = self.kernel.run_cpu(*arrays)
             result = torch.from_numpy(np.ascontiguousarray(out)).to(inputs[0].device)
         else:
-            result = torch.empty(self.dag_out_shape, device=args[0].device, dtype=torch.float32)
-            self.kernel(*args, result)
+            device = args[0].device
+            result = torch.empty(self.dag_out_shape, device=device, dtype=torch.float32)
+            tensors = [
+                args[ref]
+                if kind == "input"
+                else result
+                if kind == "output"
+                else torch.empty(ref[0], device=device, dtype=getattr(torch, ref[1]))
+                for kind, ref in self.arg_kinds
+            ]
+            stream = torch.cuda.current_stream(device).cuda_stream
+            self.launcher.launch([t.data_ptr() for t in tensors], stream)
         return result.reshape(self.out_shape)
 
 

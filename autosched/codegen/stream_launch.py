@@ -1,0 +1,107 @@
+"""Launching a built kernel on a caller's CUDA stream through the driver API (ctypes).
+
+The compiled PyTorch model runs its tuned kernels between PyTorch's own ops: on PyTorch's current
+stream, in its context, on its tensors, with no synchronisation and no host copies, so a
+forward pass can also be captured in a CUDA graph. pycuda launches only on its own streams, so
+this small launcher loads the cubin (compiled by `measure.compile_kernel`, exactly as the
+search compiled it) and calls `cuLaunchKernel` with a raw stream handle instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Sequence
+
+from measure import compile_kernel
+
+_LIBRARY = "libcuda.so.1"
+_SUCCESS = 0
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_SIGNATURES: dict[str, tuple] = {
+    "cuModuleLoadData": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p),
+    "cuModuleGetFunction": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p),
+    "cuFuncSetAttribute": (ctypes.c_void_p, ctypes.c_int, ctypes.c_int),
+    "cuLaunchKernel": (ctypes.c_void_p,)
+    + (ctypes.c_uint,) * 7
+    + (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p),
+    "cuGetErrorName": (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
+}
+
+
+class LaunchError(RuntimeError):
+    """A driver call failed, or the kernel did not compile."""
+
+
+@functools.lru_cache(maxsize=1)
+def _driver() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_LIBRARY)
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = list(argtypes), ctypes.c_int
+    return lib
+
+
+def driver_available() -> bool:
+    """Can libcuda be loaded here (a GPU machine's driver)?"""
+    try:
+        _driver()
+    except OSError:
+        return False
+    return True
+
+
+def _check(status: int, what: str) -> None:
+    if status != _SUCCESS:
+        name = ctypes.c_char_p()
+        _driver().cuGetErrorName(status, ctypes.byref(name))
+        raise LaunchError(f"{what} failed: {(name.value or b'?').decode()} ({status})")
+
+
+class StreamKernel:
+    """The kernels of a BuiltKernel loaded into the current CUDA context (PyTorch's: create it
+    after PyTorch has initialised CUDA), launched in order on any stream of that context."""
+
+    def __init__(self, kernel, arch: str) -> None:
+        kind, message, cubin, _ = compile_kernel(kernel.source, arch)
+        if cubin is None:
+            raise LaunchError(f"the kernel did not compile ({kind.name}): {message}")
+        lib = _driver()
+        self._cubin = ctypes.create_string_buffer(cubin, len(cubin))  # kept alive with the module
+        module = ctypes.c_void_p()
+        _check(lib.cuModuleLoadData(ctypes.byref(module), self._cubin), "cuModuleLoadData")
+        self._module = module
+        self._launches = []
+        for launch in kernel.launches:
+            fn = ctypes.c_void_p()
+            name = launch.kernel_name.encode()
+            _check(lib.cuModuleGetFunction(ctypes.byref(fn), module, name), "cuModuleGetFunction")
+            if launch.dynamic_shared_bytes > 48 * 1024:
+                status = lib.cuFuncSetAttribute(
+                    fn, _MAX_DYNAMIC_SHARED, launch.dynamic_shared_bytes
+                )
+                _check(status, "cuFuncSetAttribute")
+            self._launches.append((fn, launch))
+        self.n_args = len(kernel.args)
+
+    def launch(self, pointers: Sequence[int], stream: int) -> None:
+        """Enqueue every kernel on `stream` (a raw CUstream handle; 0 is the legacy default
+        stream) with the device pointers of the kernel's arguments, in argument order."""
+        if len(pointers) != self.n_args:
+            raise LaunchError(f"the kernel takes {self.n_args} pointers, got {len(pointers)}")
+        values = [ctypes.c_void_p(int(p)) for p in pointers]
+        params = (ctypes.c_void_p * len(values))(
+            *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values]
+        )
+        lib = _driver()
+        for fn, launch in self._launches:
+            status = lib.cuLaunchKernel(
+                fn,
+                *launch.grid,
+                *launch.block,
+                launch.dynamic_shared_bytes,
+                ctypes.c_void_p(stream),
+                params,
+                None,
+            )
+            _check(status, f"launching {launch.kernel_name}")
