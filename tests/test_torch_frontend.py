@@ -200,6 +200,25 @@ def test_compile_runs_a_tuned_task_on_the_interpreter(tmp_path):
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
 
 
+def test_compile_chains_two_tuned_tasks(tmp_path):
+    """Both layers tuned: the second call reads the first call's output (not the node it
+    replaced)."""
+    torch.manual_seed(4)
+    model = MLP((12, 8, 4)).eval()
+    x = torch.randn(2, 12)
+    log = str(tmp_path / "mlp.json")
+    tasks = at.extract_tasks(model, (x,))
+    for index in range(len(tasks)):
+        _tune_one(tasks, log, index)
+    compiled = at.compile(model, (x,), log=log, use_interpreter=True)
+    assert compiled.autosched_replaced == 2
+    calls = [n for n in compiled.graph.nodes if n.op == "call_module"]
+    assert [n.target for n in calls] == ["autosched_0", "autosched_1"]
+    assert calls[1].args == (calls[0],)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
 def test_torch_compile_backend(tmp_path):
     torch.manual_seed(3)
     model = MLP((12, 8, 4)).eval()

@@ -113,14 +113,24 @@ def _best_kernels(tasks, log: str | None) -> dict[str, BuiltKernel]:
     return kernels
 
 
-def _replace(gm: fx.GraphModule, group: FusedGroup, module: nn.Module, name: str) -> None:
-    """Swap the group's nodes for one call of `module` on its runtime inputs."""
+def _replace(
+    gm: fx.GraphModule,
+    group: FusedGroup,
+    module: nn.Module,
+    name: str,
+    replaced: dict[fx.Node, fx.Node],
+) -> None:
+    """Swap the group's nodes for one call of `module` on its runtime inputs. `replaced` maps
+    the output node of every group swapped before to its call (a group may read another's
+    output), and gains this group's."""
     gm.add_submodule(name, module)
-    inputs = tuple(o.node for o in group.operands if not o.is_constant)
+    nodes = (o.node for o in group.operands if not o.is_constant)
+    inputs = tuple(replaced.get(n, n) for n in nodes)
     with gm.graph.inserting_after(group.output):
         call = gm.graph.call_module(name, inputs)
     call.meta = dict(group.output.meta)
     group.output.replace_all_uses_with(call)
+    replaced[group.output] = call
     for node in reversed(group.nodes):
         gm.graph.erase_node(node)
 
@@ -135,17 +145,17 @@ def compile_model(
     ex = extract(model, tuple(example_inputs))
     gm = ex.gm
     kernels = _best_kernels(ex.tasks, log) if (use_interpreter or _gpu_available()) else {}
-    replaced = 0
+    calls: dict[fx.Node, fx.Node] = {}
     for i, group in enumerate(ex.groups):
         kernel = kernels.get(group.dag.workload_key)
         if kernel is not None:
-            _replace(gm, group, TunedCall(group, kernel, use_interpreter), f"autosched_{i}")
-            replaced += 1
+            tuned = TunedCall(group, kernel, use_interpreter)
+            _replace(gm, group, tuned, f"autosched_{i}", calls)
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
     gm.autosched_tasks = ex.tasks
-    gm.autosched_replaced = replaced
+    gm.autosched_replaced = len(calls)
     return gm
 
 
