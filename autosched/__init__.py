@@ -26,6 +26,8 @@ from autosched.schedule.loop_state import State
 from autosched.search.auto_schedule import TuningOptions, TuningResult, auto_schedule
 from autosched.search.cost_model import RandomModel, XGBModel
 from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
+from autosched.search.task_scheduler import TaskScheduler
+from autosched.search.tune_tasks import tune_tasks
 from autosched.sketch import (
     SketchParams,
     SketchSampler,
@@ -73,4 +75,6 @@ __all__ = [
     "build",
     "BuiltKernel",
     "ProfileResult",
+    "TaskScheduler",
+    "tune_tasks",
 ]
