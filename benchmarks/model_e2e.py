@@ -29,7 +29,29 @@ def mlp(batch: int):
     return model, (torch.randn(batch, 784),)
 
 
-MODELS = {"mlp_b1": lambda: mlp(1), "mlp_b64": lambda: mlp(64)}
+def resnet18_b1():
+    """ResNet-18 (torchvision's BasicBlock layout, written here without torchvision), batch 1,
+    224x224: conv7x7/2 + BN + ReLU, maxpool 3x3/2, 4 stages of 2 BasicBlocks, avgpool, fc."""
+    import torch
+    from model_zoo import resnet18
+
+    return resnet18().eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def bert_layer_b1():
+    """One BERT-base encoder layer in plain torch: batch 1, sequence 128, hidden 768, 12 heads."""
+    import torch
+    from model_zoo import BertLayer
+
+    return BertLayer(768, 12, 3072).eval(), (torch.randn(1, 128, 768),)
+
+
+MODELS = {
+    "mlp_b1": lambda: mlp(1),
+    "mlp_b64": lambda: mlp(64),
+    "resnet18_b1": resnet18_b1,
+    "bert_layer_b1": bert_layer_b1,
+}
 
 
 def run_model(name: str, trials: int, per_round: int, out: str, strategy: str) -> dict:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +18,14 @@ import autosched  # noqa: E402
 import autosched.torch as at  # noqa: E402
 from autosched.frontend.extract import extract  # noqa: E402
 from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from model_zoo import BertLayer, ResNet  # noqa: E402
+
+
+def _small_resnet() -> nn.Module:
+    """ResNet-18's graph (2 BasicBlocks a stage, downsampling blocks) at a few channels."""
+    return ResNet((4, 8, 8, 8), (2, 2, 2, 2), num_classes=10)
 
 
 class MLP(nn.Module):
@@ -53,7 +63,7 @@ class ConvNet(nn.Module):
     def forward(self, x):
         x = nn.functional.relu(self.bn(self.stem(x)))
         x = self.block2(self.block1(x))
-        x = F.adaptive_avg_pool2d(x, 1).flatten(1)  # not ours: stays in PyTorch
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)  # a global average pool; flatten stays
         return self.fc(x)
 
 
@@ -120,12 +130,49 @@ def test_conv_net_fuses_bn_relu_residual_and_shares_identical_blocks():
         ("conv2d+scale_shift+relu", 1),  # stem: conv bias, BN folded, relu
         ("conv2d+scale_shift+relu", 2),  # block conv1, twice
         ("conv2d+scale_shift+add+relu", 2),  # block conv2 + residual, twice
+        ("avg_pool2d", 1),  # adaptive_avg_pool2d to 1x1
         ("dense", 1),
     ]
     grouped = {n for g in ex.groups for n in g.nodes}
     leftover = [str(n.target) for n in ex.gm.graph.nodes if n not in grouped]
     assert not any("bn" in t or "relu" in t for t in leftover)
-    assert any("adaptive_avg_pool2d" in t for t in leftover) and "flatten" in leftover
+    assert "flatten" in leftover
+
+
+def test_resnet_downsample_stays_whole_and_the_main_branch_takes_the_residual():
+    """In a downsampling block the branch computed last (conv2 + bn2) absorbs the add + relu;
+    the 1x1 downsample conv keeps only its BN; no node is in two groups."""
+    ex = extract(_init_bn(_small_resnet()), (torch.randn(1, 3, 32, 32),))
+    got = [(t.name, t.weight) for t in ex.tasks]
+    assert got[:4] == [
+        ("conv2d+scale_shift+relu", 1),  # stem
+        ("max_pool2d", 1),
+        ("conv2d+scale_shift+relu", 2),  # stage 1 conv1, both blocks
+        ("conv2d+scale_shift+add+relu", 2),  # stage 1 conv2 + identity
+    ]
+    names = [t.name for t in ex.tasks]
+    assert names.count("conv2d+scale_shift") == 3  # the downsamples of stages 2-4
+    assert names[-2:] == ["avg_pool2d", "dense"]
+    nodes = [n for g in ex.groups for n in g.nodes]
+    assert len(nodes) == len(set(nodes))
+    assert sum(t.weight for t in ex.tasks) == len(ex.groups) == 23
+
+
+def test_bert_layer_tasks():
+    ex = extract(BertLayer(64, 4, 128).eval(), (torch.randn(1, 16, 64),))
+    got = [(t.name, t.weight) for t in ex.tasks]
+    assert got == [
+        ("dense", 3),  # q, k, v
+        ("batch_matmul+div", 1),  # q @ k^T / sqrt(d), k's transpose read in place
+        ("softmax", 1),
+        ("batch_matmul", 1),  # probs @ v
+        ("dense+add", 1),  # attention output + residual
+        ("layer_norm", 2),
+        ("dense+gelu", 1),
+        ("dense+add", 1),  # FFN output + residual
+    ]
+    scores = ex.tasks[1].groups[0]
+    assert scores.anchor.attrs["transpose_b"] and scores.anchor.out_shape == (4, 16, 16)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +181,10 @@ def test_conv_net_fuses_bn_relu_residual_and_shares_identical_blocks():
         (ConvNet, lambda: (torch.randn(1, 3, 8, 8),)),
         (MLP, lambda: (torch.randn(3, 784),)),
         (Zoo, lambda: (torch.randn(1, 4, 8, 8), torch.randn(2, 5, 6))),
+        (_small_resnet, lambda: (torch.randn(1, 3, 32, 32),)),
+        (lambda: BertLayer(32, 4, 64), lambda: (torch.randn(1, 8, 32),)),
     ],
+    ids=["convnet", "mlp", "zoo", "resnet", "bert"],
 )
 def test_each_task_dag_matches_its_pytorch_subgraph(model, inputs):
     torch.manual_seed(1)
@@ -228,3 +278,56 @@ def test_torch_compile_backend(tmp_path):
     opt = torch.compile(model, backend="autosched", options={"log": log, "use_interpreter": True})
     with torch.no_grad():
         torch.testing.assert_close(opt(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_bert_layer_equals_eager(tmp_path):
+    """A reduced BERT layer with its attention scores and FFN up-projection tuned (run on the
+    interpreter); everything else stays in PyTorch."""
+    torch.manual_seed(5)
+    model = BertLayer(64, 4, 128).eval()
+    x = torch.randn(1, 16, 64)
+    log = str(tmp_path / "bert.json")
+    tasks = at.extract_tasks(model, (x,))
+    for index in (1, 6):  # batch_matmul+div, dense+gelu
+        _tune_one(tasks, log, index)
+    compiled = at.compile(model, (x,), log=log, use_interpreter=True)
+    assert compiled.autosched_replaced == 2
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_resnet_block_with_downsample_equals_eager(tmp_path):
+    """The downsample (conv + BN) and the main branch that adds its output, both tuned: the
+    second call reads the first call's output."""
+    torch.manual_seed(6)
+    model = _init_bn(_small_resnet())
+    x = torch.randn(1, 3, 32, 32)
+    log = str(tmp_path / "resnet.json")
+    tasks = at.extract_tasks(model, (x,))
+    names = [t.name for t in tasks]
+    down = names.index("conv2d+scale_shift")
+    _tune_one(tasks, log, down)
+    _tune_one(tasks, log, down + 2)  # the block's conv2 + bn2 + add + relu
+    compiled = at.compile(model, (x,), log=log, use_interpreter=True)
+    assert compiled.autosched_replaced == tasks[down].weight + tasks[down + 2].weight
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_ops_stay_in_pytorch(monkeypatch):
+    """An anchor whose DAG fails to build and a torch.div with a rounding mode are left to
+    PyTorch, not a crash."""
+    from autosched.frontend import dag_builder
+
+    def broken(anchor, tensors):
+        raise ValueError("not supported")
+
+    monkeypatch.setitem(dag_builder.ANCHOR_BUILDERS, "softmax", broken)
+
+    class Odd(nn.Module):
+        def forward(self, a, b):
+            s = torch.softmax(a, dim=-1)
+            return torch.div(torch.matmul(s, b), 2.0, rounding_mode="floor")
+
+    ex = extract(Odd(), (torch.randn(2, 3, 4), torch.randn(2, 4, 5)))
+    assert [t.name for t in ex.tasks] == ["batch_matmul"]

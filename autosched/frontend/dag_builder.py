@@ -49,7 +49,9 @@ ANCHOR_BUILDERS: dict[str, Callable[[Anchor, list[te.Tensor]], te.Tensor]] = {
     "group_conv2d": _with_bias(_group_conv),
     "dense": lambda a, t: topi.nn.dense(t[0], t[1], t[2] if len(t) > 2 else None),
     "matmul": lambda a, t: topi.nn.matmul(t[0], t[1]),
-    "batch_matmul": lambda a, t: topi.nn.batch_matmul(t[0], t[1], transpose_b=False),
+    "batch_matmul": lambda a, t: topi.nn.batch_matmul(
+        t[0], t[1], transpose_b=a.attrs.get("transpose_b", False)
+    ),
     "layer_norm": lambda a, t: topi.nn.layer_norm(
         t[0], t[1], t[2], a.attrs["axis"], a.attrs["eps"]
     ),
@@ -82,6 +84,7 @@ BINARY: dict[str, Callable[[te.Expr, te.Expr], te.Expr]] = {
     "add": lambda a, b: a + b,
     "sub": lambda a, b: a - b,
     "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
 }
 
 

@@ -58,7 +58,8 @@ def _broadcasts(small: tuple, big: tuple) -> bool:
 
 def _binary(op: str) -> Callable:
     def match(node, gm, cur, dag_shape) -> Epilogue | None:
-        if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
+        extra = {k: v for k, v in node.kwargs.items() if (k, v) != ("alpha", 1)}
+        if len(node.args) != 2 or extra:  # torch.add's alpha, torch.div's rounding_mode
             return None
         a, b = node.args
         if a is cur and b is cur:
@@ -85,6 +86,7 @@ def _binary(op: str) -> Callable:
 register(EPILOGUES, operator.add, torch.add, ("method", "add"))(_binary("add"))
 register(EPILOGUES, operator.sub, torch.sub, ("method", "sub"))(_binary("sub"))
 register(EPILOGUES, operator.mul, torch.mul, ("method", "mul"))(_binary("mul"))
+register(EPILOGUES, operator.truediv, torch.div, ("method", "div"))(_binary("div"))
 
 
 def _scale_shift(cur, dag_shape, mean, var, weight, bias, eps) -> Epilogue | None:

@@ -9,6 +9,8 @@ casts included. Groups whose DAGs print the same are one task, weighted by their
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,8 @@ from autosched.frontend.ops import ANCHORS, shape_of, target_key
 from autosched.frontend.specs import Anchor, Epilogue, Operand
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.task.search_task import SearchTask
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,38 +98,64 @@ def trace(model: Any, example_inputs: tuple) -> fx.GraphModule:
 
 
 def _epilogue(
-    node: fx.Node, gm: fx.GraphModule, dag_shape: tuple
+    node: fx.Node, gm: fx.GraphModule, dag_shape: tuple, before: Callable[[fx.Node], bool]
 ) -> tuple[fx.Node | None, Epilogue | None]:
-    """The single consumer of `node` as an epilogue, or (None, None)."""
+    """The single consumer of `node` as an epilogue, or (None, None). Its runtime operands must
+    be computed before the group's anchor (`before`): of two branches meeting in an add (a
+    residual block), the one computed last absorbs it, as in TVM, and the other stays whole."""
     if len(node.users) != 1:
         return None, None
     (user,) = node.users
     match = EPILOGUES.get(target_key(user, gm))
     if match is None or shape_of(user) != shape_of(node):
         return None, None
-    return user, match(user, gm, node, dag_shape)
+    epi = _guarded(match, user, gm, node, dag_shape)
+    if epi is None or not all(o.is_constant or before(o.node) for o in epi.operands):
+        return None, None
+    return user, epi
+
+
+def _guarded(match: Callable, *args: Any) -> Any:
+    """A matcher's answer, or None when it raises: an op our tables misread stays in PyTorch
+    instead of failing the extraction."""
+    try:
+        return match(*args)
+    except Exception as err:  # noqa: BLE001 (any failure means: not ours)
+        _log.debug("left in PyTorch: %s(%s): %s", getattr(match, "__name__", match), args[0], err)
+        return None
+
+
+def _group(node: fx.Node, gm: fx.GraphModule, order: dict, taken: set) -> FusedGroup | None:
+    """The group anchored at `node` with every epilogue it absorbs, or None (not an anchor, or
+    its DAG does not build)."""
+    match = ANCHORS.get(target_key(node, gm))
+    anchor = _guarded(match, node, gm) if match is not None else None
+    if anchor is None:
+        return None
+    nodes, epilogues, cur = [node], [], node
+    while True:
+        user, epi = _epilogue(cur, gm, anchor.out_shape, lambda n: order[n] < order[node])
+        if user is None or epi is None or user in taken:
+            break
+        nodes.append(user)
+        epilogues.append(epi)
+        cur = user
+    dag = _guarded(build_dag, anchor, epilogues)
+    return None if dag is None else FusedGroup(anchor, epilogues, nodes, dag)
 
 
 def partition(gm: fx.GraphModule) -> list[FusedGroup]:
     """The fused groups of a traced graph, in graph order."""
-    groups, taken = [], set()
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    groups: list[FusedGroup] = []
+    taken: set[fx.Node] = set()
     for node in gm.graph.nodes:
         if node in taken:
             continue
-        match = ANCHORS.get(target_key(node, gm))
-        anchor = match(node, gm) if match is not None else None
-        if anchor is None:
-            continue
-        nodes, epilogues, cur = [node], [], node
-        while True:
-            user, epi = _epilogue(cur, gm, anchor.out_shape)
-            if epi is None:
-                break
-            nodes.append(user)
-            epilogues.append(epi)
-            cur = user
-        taken.update(nodes)
-        groups.append(FusedGroup(anchor, epilogues, nodes, build_dag(anchor, epilogues)))
+        group = _group(node, gm, order, taken)
+        if group is not None:
+            taken.update(group.nodes)
+            groups.append(group)
     return groups
 
 

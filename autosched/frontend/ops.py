@@ -186,8 +186,27 @@ def _linear_function(node, gm):
     return _linear(node, gm, _arg(node, 0, "input"), _arg(node, 1, "weight"), _arg(node, 2, "bias"))
 
 
+def _last_two_swapped(arg: Any, gm: fx.GraphModule) -> Any:
+    """The input of `arg` when `arg` only swaps its last two axes (`x.transpose(-1, -2)`,
+    `x.mT`), else None: a batch matmul reads it as its transposed B, with no copy."""
+    if not isinstance(arg, fx.Node) or target_key(arg, gm) not in (
+        ("method", "transpose"),
+        torch.transpose,
+    ):
+        return None
+    src, dims = arg.args[0], arg.args[1:3]
+    ndim = len(shape_of(src) or ())
+    ints = [d for d in dims if isinstance(d, int)]
+    if ndim < 2 or len(ints) != 2:
+        return None
+    return src if sorted(d % ndim for d in ints) == [ndim - 2, ndim - 1] else None
+
+
 @register(ANCHORS, torch.matmul, operator.matmul, torch.mm, torch.bmm, ("method", "matmul"))
 def _matmul(node, gm):
+    """A 2-D B: a matmul over A's flattened leading axes. Both of rank >= 3 with the same
+    leading axes: a batch matmul over those axes flattened (B read through a transpose of its
+    last two axes when it is one)."""
     a_arg, b_arg = node.args[0], node.args[1]
     sa, sb = shape_of(a_arg), shape_of(b_arg)
     if sa is None or sb is None or shape_of(node) is None:
@@ -196,10 +215,16 @@ def _matmul(node, gm):
         rows = math.prod(sa[:-1])
         a, b = operand("A", a_arg, gm, (rows, sa[-1])), operand("B", b_arg, gm)
         return None if a is None or b is None else Anchor("matmul", {}, [a, b], (rows, sb[1]))
-    if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
-        a, b = operand("A", a_arg, gm), operand("B", b_arg, gm)
-        out = (sa[0], sa[1], sb[2])
-        return None if a is None or b is None else Anchor("batch_matmul", {}, [a, b], out)
+    if len(sa) >= 3 and len(sa) == len(sb) and sa[:-2] == sb[:-2]:
+        batch = math.prod(sa[:-2])
+        source = _last_two_swapped(b_arg, gm)
+        transpose_b = source is not None
+        b_shape = (batch, sb[-1], sb[-2]) if transpose_b else (batch, *sb[-2:])
+        a = operand("A", a_arg, gm, (batch, *sa[-2:]))
+        b = operand("B", source if transpose_b else b_arg, gm, b_shape)
+        out = (batch, sa[-2], sb[-1])
+        attrs = {"transpose_b": transpose_b}
+        return None if a is None or b is None else Anchor("batch_matmul", attrs, [a, b], out)
     return None
 
 
@@ -322,3 +347,26 @@ def _avg_pool_function(node, gm):
         _arg(node, 4, "ceil_mode", False),
         {"count_include_pad": bool(_arg(node, 5, "count_include_pad", True))},
     )
+
+
+def _adaptive_avg_pool(node, gm, x, output_size) -> Anchor | None:
+    """An adaptive average pool whose output size divides the input's: a plain average pool
+    with kernel = stride = input / output (global average pooling when the output is 1x1)."""
+    xs = shape_of(x) if isinstance(x, fx.Node) else None
+    if xs is None or len(xs) != 4:
+        return None
+    out_hw = tuple(xs[2 + i] if o is None else o for i, o in enumerate(_pair(output_size)))
+    if any(o <= 0 or xs[2 + i] % o for i, o in enumerate(out_hw)):
+        return None
+    kernel = tuple(xs[2 + i] // o for i, o in enumerate(out_hw))
+    return _pool(node, gm, "avg_pool2d", x, kernel, kernel, 0, False, {"count_include_pad": True})
+
+
+@register(ANCHORS, nn.AdaptiveAvgPool2d)
+def _adaptive_avg_pool_module(node, gm):
+    return _adaptive_avg_pool(node, gm, node.args[0], gm.get_submodule(node.target).output_size)
+
+
+@register(ANCHORS, F.adaptive_avg_pool2d)
+def _adaptive_avg_pool_function(node, gm):
+    return _adaptive_avg_pool(node, gm, _arg(node, 0, "input"), _arg(node, 1, "output_size"))
