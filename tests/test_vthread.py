@@ -364,10 +364,42 @@ def sampled_vthread_states(per_workload: int, seed: int) -> list:
     return out
 
 
+def _spilling(jobs: list) -> list[str]:
+    """The workloads of the (workload, program) jobs whose compiled kernels spill."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autosched.codegen.cuda import codegen_program
+    from measure import compile_resources
+
+    def compile_one(job):
+        return compile_resources(codegen_program(device_program(job[1])), timeout=300)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(compile_one, jobs))
+    return [
+        name
+        for (name, _), res in zip(jobs, results, strict=True)
+        if any(r.spill_bytes for r in res.values())
+    ]
+
+
 @needs_nvcc
-def test_sampled_vthread_states_spill_rate():
+def test_sampled_vthread_states_compile_and_rarely_spill():
+    """The first two sampled states with vthread > 1 of each workload (seed 6) compile; at most
+    two of the 14 spill (one does: a conv2d_b16 state). The statistical bound on a larger
+    sample is the slow test below."""
+    jobs = sampled_vthread_states(2, seed=6)
+    assert len(jobs) >= 10
+    spilled = _spilling(jobs)
+    print(f"\n{len(spilled)} of {len(jobs)} sampled vthread states spill: {spilled}")
+    assert len(spilled) <= 2, spilled
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_sampled_vthread_states_spill_rate(request):
     """Sampled states with vthread > 1 (6 per workload, seed 6) compile; at most 7 of the 42
-    spill.
+    spill (about 40 s of compiling: run with -m slow).
 
     Injection keeps every virtual thread's accumulators live across the reduction loop (TVM's
     semantics) and puts its copies inside nests that auto-unroll marked before, so register
@@ -375,24 +407,10 @@ def test_sampled_vthread_states_spill_rate():
     sampler's estimates count all of them (FillTileSize's accumulators, AutoUnroll's
     accumulators and operand tiles of the unrolled nests), which brings the rate to about one
     in ten. The bound sits between the two on this sample (small samples are noisy)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from autosched.codegen.cuda import codegen_program
-    from measure import compile_resources
-
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("compiling 42 full-size states takes about 40 s; run with -m slow")
     jobs = sampled_vthread_states(6, seed=6)
     assert len(jobs) >= 30
-    with ThreadPoolExecutor(2) as pool:
-        results = list(
-            pool.map(
-                lambda job: compile_resources(codegen_program(device_program(job[1])), timeout=300),
-                jobs,
-            )
-        )
-    spilled = [
-        name
-        for (name, _), res in zip(jobs, results, strict=True)
-        if any(r.spill_bytes for r in res.values())
-    ]
+    spilled = _spilling(jobs)
     print(f"\n{len(spilled)} of {len(jobs)} sampled vthread states spill: {spilled}")
     assert len(spilled) <= 7, spilled
