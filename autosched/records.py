@@ -39,7 +39,8 @@ class MeasureInput:
 
     `dag` is the task's serialised DAG (`ComputeDAG.serialized()`): a log carries it in the first
     record of each task that a `RecordToFile` writes, so that the log can be read, shown and
-    resumed in a process that does not have the workload's module.
+    resumed in a process that does not have the workload's module. `config` is the config of a
+    template task (`autosched.spaces`) the state was made from: its index and knob values.
     """
 
     workload_key: str
@@ -47,6 +48,7 @@ class MeasureInput:
     target: str = "cuda"
     hardware: dict = field(default_factory=dict)
     dag: dict | None = field(default=None, compare=False, repr=False)
+    config: dict | None = field(default=None, compare=False)
 
     @property
     def state(self):
@@ -83,6 +85,8 @@ def encode(inp: MeasureInput, res: MeasureRecordResult, with_dag: bool = False) 
     task: dict = {"workload_key": inp.workload_key, "target": inp.target, "hardware": inp.hardware}
     if with_dag and inp.dag is not None:
         task["dag"] = inp.dag
+    if inp.config is not None:
+        task["config"] = inp.config
     return json.dumps(
         {
             "v": RECORD_VERSION,
@@ -123,6 +127,7 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
             t.get("target", "cuda"),
             t.get("hardware", {}),
             t.get("dag"),
+            t.get("config"),
         )
         if inp.dag is not None:
             remember_serialized(inp.workload_key, inp.dag)

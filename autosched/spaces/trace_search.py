@@ -1,0 +1,160 @@
+"""Searching a user's stochastic schedule function `fn(sch)`: random search, and an evolutionary
+search that mutates one sampler's decision at a time, ranked by the cost model.
+
+TraceSearchPolicy has the policy interface the tuning loop (search.auto_schedule.run_trials)
+drives: `search_one_round(n)` hands out new States, `add_measured`, `update_model`,
+`best_state`. So measuring, the record log (RecordToFile callbacks) and the best-kernel build
+are the same as for the sketch search; `tune(task, space=fn)` wires it up, and
+`tune(task, space="auto")` runs the sketch search itself.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from autosched.errors import AutoschedError
+from autosched.features import state_features
+from autosched.search.cost_model import XGBModel, throughput
+from autosched.spaces.samplers import other_decision
+from autosched.spaces.stochastic import Schedule, replay
+
+
+@dataclass(frozen=True)
+class TraceSearchParams:
+    """`evolutionary=False` is plain random search. Each evolutionary round draws `population`
+    fresh schedules, mutates the best for `generations` rounds keeping the model's top
+    `population`, and hands out the top n (a share `eps_random` of them fresh at random)."""
+
+    population: int = 32
+    generations: int = 2
+    eps_random: float = 0.2
+    evolutionary: bool = True
+    max_failures: int = 64
+    seed: int = 0
+
+
+class TraceSearchPolicy:
+    """Searches the States that `fn` makes; dedupes by State key, never hands one out twice."""
+
+    def __init__(self, task, fn, params: TraceSearchParams | None = None, model=None) -> None:
+        self.task = task
+        self.fn = fn
+        self.params = params or TraceSearchParams()
+        self.rng = random.Random(self.params.seed)
+        self.cost_model = model if model is not None else XGBModel(nthread=1, seed=0)
+        self.measured: dict[tuple, float] = {}
+        self.schedules: dict[tuple, Schedule] = {}  # state key -> a schedule that makes it
+        self.picked: set[tuple] = set()
+        self._features: dict[tuple, np.ndarray | None] = {}
+        self.failures = 0  # fn runs or replays that raised
+
+    # ---- making schedules --------------------------------------------------------------------
+    def _keep(self, sch: Schedule | None) -> Schedule | None:
+        if sch is None:
+            return None
+        return self.schedules.setdefault(sch.state.key(), sch)
+
+    def sample(self, n: int) -> list[Schedule]:
+        """Up to n schedules with distinct States, from fresh runs of `fn`."""
+        out: dict[tuple, Schedule] = {}
+        tries = 0
+        while len(out) < n and tries < 4 * n + self.params.max_failures:
+            tries += 1
+            sch = Schedule(self.task.compute_dag, self.rng.getrandbits(32))
+            try:
+                self.fn(sch)
+            except AutoschedError:
+                self.failures += 1
+                continue
+            out.setdefault(sch.state.key(), self._keep(sch))
+        return list(out.values())
+
+    def mutate(self, sch: Schedule) -> Schedule | None:
+        """`sch` with one sampler's decision drawn again (another tiling of the same extent,
+        another candidate); None when it has no other choice or the new one does not replay."""
+        samplers = sch.trace.sampler_indices
+        if not samplers:
+            return None
+        i = self.rng.choice(samplers)
+        inst = sch.trace.instructions[i]
+        new = other_decision(self.rng, inst.kind, inst.decision, dict(inst.attrs), sch.contexts[i])
+        if new is None:
+            return None
+        try:
+            return self._keep(replay(sch.trace.with_decision(i, new), self.task.compute_dag))
+        except AutoschedError:
+            self.failures += 1
+            return None
+
+    # ---- ranking -----------------------------------------------------------------------------
+    def features(self, key: tuple) -> np.ndarray | None:
+        if key not in self._features:
+            self._features[key] = state_features(self.schedules[key].state)
+        return self._features[key]
+
+    def rank(self, keys: list[tuple]) -> list[tuple]:
+        """`keys` of lowerable states, best predicted first."""
+        valid = [k for k in keys if self.features(k) is not None]
+        if not valid:
+            return []
+        scores = self.cost_model.predict([self.features(k) for k in valid])
+        order = np.argsort(-np.asarray(scores, dtype=float), kind="stable")
+        return [valid[i] for i in order]
+
+    def evolve(self, n: int) -> list[tuple]:
+        """Keys of the model's best new states after `generations` rounds of mutation."""
+        p = self.params
+        seeds = [self.schedules[k] for k in self.best_measured(p.population)]
+        pool = {s.state.key() for s in seeds + self.sample(p.population)}
+        for _ in range(p.generations):
+            parents = [self.schedules[k] for k in self.rank(list(pool))[: p.population]]
+            for parent in parents:
+                child = self.mutate(parent)
+                if child is not None:
+                    pool.add(child.state.key())
+        return [k for k in self.rank(list(pool)) if k not in self.picked][:n]
+
+    # ---- the policy interface ----------------------------------------------------------------
+    def search_one_round(self, n: int) -> list:
+        """n new States to measure (fewer when the space runs dry)."""
+        n_random = n if not self.params.evolutionary or not self.measured else 0
+        n_random = max(n_random, round(n * self.params.eps_random))
+        keys = [s.state.key() for s in self.sample(2 * n_random)]
+        keys = [k for k in dict.fromkeys(keys) if k not in self.picked][:n_random]
+        if len(keys) < n:
+            keys += [k for k in self.evolve(n) if k not in keys][: n - len(keys)]
+        self.picked.update(keys)
+        return [self.schedules[k].state for k in keys]
+
+    def add_measured(self, state, cost: float) -> None:
+        self.measured[state.key()] = cost
+        self.picked.add(state.key())
+
+    def best_measured(self, k: int) -> list[tuple]:
+        ok = sorted((c, key) for key, c in self.measured.items() if math.isfinite(c))
+        return [key for _, key in ok[:k] if key in self.schedules]
+
+    def best_state(self):
+        """(cost, State) of the fastest measured state, or None."""
+        best = self.best_measured(1)
+        return (self.measured[best[0]], self.schedules[best[0]].state) if best else None
+
+    def update_model(self, states: list, costs: list[float]) -> None:
+        """Train the cost model on a measured batch (lowerable states only)."""
+        flop = self.task.compute_dag.flop_count
+        pairs = [(self.features(s.key()), c) for s, c in zip(states, costs, strict=True)]
+        pairs = [(f, c) for f, c in pairs if f is not None]
+        if pairs:
+            self.cost_model.update(
+                [f for f, _ in pairs],
+                np.array([throughput(flop, c) for _, c in pairs]),
+                task_ids=[self.task.workload_key] * len(pairs),
+            )
+
+    def schedule_of(self, state) -> Schedule | None:
+        """The schedule (and so the trace) that made a handed-out state."""
+        return self.schedules.get(state.key())

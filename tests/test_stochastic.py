@@ -1,0 +1,143 @@
+"""Stochastic schedules: samplers, trace printing and replay with changed decisions, random and
+evolutionary search over the stochastic matmul schedule with the simulated measurer, and sampled
+schedules run on the CPU interpreter against numpy."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from interpreter_check import lower_and_compare
+from sim_measurer import SimulatedMeasurer
+
+from autosched import ComputeDAG, te, topi
+from autosched.records import load_records
+from autosched.spaces.samplers import DecisionError, perfect_tilings, sample_perfect_tile
+from autosched.spaces.stochastic import replay, trace_of
+from autosched.spaces.stochastic_matmul import stochastic_matmul
+from autosched.spaces.trace_search import TraceSearchParams, TraceSearchPolicy
+from autosched.spaces.tune import tune
+from autosched.task.search_task import SearchTask
+
+
+@pytest.fixture(scope="module")
+def dag():
+    a = te.placeholder((32, 16), name="A")
+    b = te.placeholder((16, 32), name="B")
+    return ComputeDAG([a, b, topi.matmul(a, b)])
+
+
+def _tile_index(trace, nth: int = 0) -> int:
+    return [i for i in trace.sampler_indices if "perfect" in trace.instructions[i].kind][nth]
+
+
+def test_perfect_tiles_multiply_to_the_extent():
+    rng = random.Random(0)
+    for _ in range(50):
+        t = sample_perfect_tile(rng, 48, 3, 4)
+        assert math.prod(t) == 48 and t[-1] <= 4
+    assert (2, 2, 2) in perfect_tilings(8, 3, 0)
+    assert len(perfect_tilings(8, 2, 0)) == 4
+
+
+def test_trace_prints_decisions_and_replays_to_the_same_text(dag):
+    sch = trace_of(stochastic_matmul, dag, seed=3)
+    text = sch.trace.to_python()
+    assert "sch.sample_perfect_tile(loop=l2, n=3, max_innermost_factor=4, decision=[" in text
+    again = replay(sch.trace, dag)
+    assert again.trace.to_python() == text
+    assert again.state == sch.state
+    assert str(sch.trace) == text
+
+
+def test_changed_decision_replays_with_the_new_split(dag):
+    sch = trace_of(stochastic_matmul, dag, seed=3)
+    i = _tile_index(sch.trace)
+    new = [4, 8, 1] if list(sch.trace.instructions[i].decision) != [4, 8, 1] else [8, 2, 2]
+    other = replay(sch.trace.with_decision(i, new), dag)
+    assert other.state != sch.state
+    assert f"decision={new}" in other.trace.to_python()
+    split = next(s for s in other.state.steps if type(s).__name__ == "SplitStep")
+    assert list(split.lengths) == new[1:]
+    assert [it.extent for it in other.state["T_matmul"].iters][-2] == new[2]
+
+
+@pytest.mark.parametrize("bad", [[3, 11, 1], [32, 1], [1, 4, 8]])
+def test_a_decision_that_does_not_fit_raises_one_error(dag, bad):
+    sch = trace_of(stochastic_matmul, dag, seed=3)
+    with pytest.raises(DecisionError, match="does not fit"):
+        replay(sch.trace.with_decision(_tile_index(sch.trace), bad), dag)
+    with pytest.raises(DecisionError, match="not a sampler"):
+        sch.trace.with_decision(0, [1])
+
+
+def test_compute_location_sampler_replays(dag):
+    def fn(sch):
+        c = sch.get_block("T_matmul")
+        local = sch.cache_write(c, "local")
+        i, j = sch.get_loops(c)
+        sch.bind(i, "blockIdx.x")
+        sch.bind(j, "threadIdx.x")
+        sch.compute_at(local, sch.sample_compute_location(local))
+
+    sch = trace_of(fn, dag, 0)
+    at = sch.trace.sampler_indices[0]
+    for decision in (-1, 0, 1):
+        again = replay(sch.trace.with_decision(at, decision), dag)
+        assert replay(again.trace, dag).state == again.state
+    assert again.state["T_matmul.local"].attach[1] == "j"
+    lower_and_compare(dag, again.state)
+    root = replay(sch.trace.with_decision(at, -1), dag)
+    assert root.state["T_matmul.local"].compute_at == "root"
+    with pytest.raises(DecisionError):
+        replay(sch.trace.with_decision(at, 2), dag)
+
+
+def test_sampled_matmul_schedules_match_numpy(dag):
+    seen = set()
+    for seed in range(6):
+        sch = trace_of(stochastic_matmul, dag, seed)
+        seen.add(sch.state.key())
+        lower_and_compare(dag, sch.state, seed=seed)
+    assert len(seen) > 1
+
+
+def test_mutation_changes_one_decision(dag):
+    policy = TraceSearchPolicy(SearchTask(dag=dag), stochastic_matmul, TraceSearchParams(seed=1))
+    parent = policy.sample(1)[0]
+    for _ in range(10):
+        child = policy.mutate(parent)
+        if child is None:
+            continue
+        changed = [
+            i
+            for i in parent.trace.sampler_indices
+            if parent.trace.instructions[i].decision != child.trace.instructions[i].decision
+        ]
+        assert len(changed) == 1
+
+
+@pytest.mark.parametrize("evolutionary", [False, True])
+def test_search_writes_records_that_load_and_replay(dag, tmp_path, evolutionary):
+    task = SearchTask(dag=dag)
+    log = str(tmp_path / "log.json")
+    params = TraceSearchParams(population=8, generations=1, evolutionary=evolutionary, seed=0)
+    result = tune(
+        task,
+        stochastic_matmul,
+        num_trials=8,
+        log=log,
+        per_round=4,
+        params=params,
+        measurer=SimulatedMeasurer(task),
+    )
+    assert math.isfinite(result.best_cost)
+    records = list(load_records(log))
+    assert len(records) == 8
+    keys = {inp.steps for inp, _ in records}
+    assert len(keys) == 8
+    for inp, res in records:
+        assert res.ok
+        state = dag.replay_steps(inp.steps)
+        assert state.key() == tuple(inp.steps)
