@@ -41,6 +41,8 @@ class MeasureInput:
     record of each task that a `RecordToFile` writes, so that the log can be read, shown and
     resumed in a process that does not have the workload's module. `config` is the config of a
     template task (`autosched.spaces`) the state was made from: its index and knob values.
+    `trace` is the trace (`Trace.to_json()`) of the stochastic schedule that made the state,
+    when a trace search measured it.
     """
 
     workload_key: str
@@ -49,6 +51,7 @@ class MeasureInput:
     hardware: dict = field(default_factory=dict)
     dag: dict | None = field(default=None, compare=False, repr=False)
     config: dict | None = field(default=None, compare=False)
+    trace: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def state(self):
@@ -87,6 +90,8 @@ def encode(inp: MeasureInput, res: MeasureRecordResult, with_dag: bool = False) 
         task["dag"] = inp.dag
     if inp.config is not None:
         task["config"] = inp.config
+    if inp.trace is not None:
+        task["trace"] = inp.trace
     return json.dumps(
         {
             "v": RECORD_VERSION,
@@ -128,6 +133,7 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
             t.get("hardware", {}),
             t.get("dag"),
             t.get("config"),
+            t.get("trace"),
         )
         if inp.dag is not None:
             remember_serialized(inp.workload_key, inp.dag)

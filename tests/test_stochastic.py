@@ -4,6 +4,7 @@ schedules run on the CPU interpreter against numpy."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -16,6 +17,7 @@ from autosched.records import load_records
 from autosched.spaces.samplers import DecisionError, perfect_tilings, sample_perfect_tile
 from autosched.spaces.stochastic import replay, trace_of
 from autosched.spaces.stochastic_matmul import stochastic_matmul
+from autosched.spaces.trace import Trace
 from autosched.spaces.trace_search import TraceSearchParams, TraceSearchPolicy
 from autosched.spaces.tune import tune
 from autosched.task.search_task import SearchTask
@@ -141,3 +143,53 @@ def test_search_writes_records_that_load_and_replay(dag, tmp_path, evolutionary)
         assert res.ok
         state = dag.replay_steps(inp.steps)
         assert state.key() == tuple(inp.steps)
+
+
+def test_trace_json_round_trips_and_replays(dag):
+    sch = trace_of(stochastic_matmul, dag, seed=5)
+    data = json.loads(json.dumps(sch.trace.to_json()))
+    again = Trace.from_json(data)
+    assert again == sch.trace
+    assert replay(again, dag).state == sch.state
+
+
+def _search(task, log, trials, resume_from=None):
+    measurer = SimulatedMeasurer(task)
+    params = TraceSearchParams(population=8, generations=1, seed=len(resume_from or ""))
+    result = tune(task, stochastic_matmul, num_trials=trials, log=log, per_round=4,
+                  params=params, measurer=measurer, resume_from=resume_from)  # fmt: skip
+    return result, measurer
+
+
+def test_records_carry_traces_and_a_resumed_search_measures_no_state_twice(dag, tmp_path):
+    task = SearchTask(dag=dag)
+    log = str(tmp_path / "log.json")
+    _search(task, log, 8)
+    records = list(load_records(log))
+    for inp, _ in records:
+        assert replay(Trace.from_json(inp.trace), dag).state.key() == inp.steps
+    best_before = min(r.mean_cost for _, r in records)
+    _, measurer = _search(task, log, 8, resume_from=log)
+    records = list(load_records(log))
+    assert len(records) == 16 and measurer.count == 8
+    assert len({inp.steps for inp, _ in records}) == 16
+    policy = TraceSearchPolicy(task, stochastic_matmul)
+    from autosched.spaces.trace_search import PreloadMeasuredTraces
+
+    PreloadMeasuredTraces(log)(policy)
+    assert len(policy.measured) == 16 and len(policy.schedules) == 16
+    assert policy.best_state()[0] == min(best_before, min(r.mean_cost for _, r in records))
+
+
+def test_show_prints_the_best_trace_as_python(dag, tmp_path, capsys):
+    from autosched.cli import main
+
+    task = SearchTask(dag=dag)
+    log = str(tmp_path / "log.json")
+    _search(task, log, 4)
+    inp, _ = min(load_records(log), key=lambda r: r[1].mean_cost)
+    assert main(["show", log]) == 0
+    out = capsys.readouterr().out
+    python = Trace.from_json(inp.trace).to_python()
+    assert "  trace:\n" + "".join("    " + line + "\n" for line in python.splitlines()) in out
+    assert "kernel " in out

@@ -180,3 +180,34 @@ def test_early_stopping(mm_task):
     tuner.tune(len(mm_task.config_space), SimulatedMeasurer(mm_task), early_stopping=4,
                batch_size=2)  # fmt: skip
     assert tuner.trials < len(mm_task.config_space)
+
+
+# ---- resuming and showing a template log -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make", [GridSearchTuner, lambda t: XGBTuner(t, pool_size=12)], ids=["grid", "xgb"]
+)
+def test_tuner_resumes_from_its_log_without_measuring_a_config_twice(mm_task, make, tmp_path):
+    log = str(tmp_path / "mm.json")
+    first = make(mm_task)
+    first.tune(4, SimulatedMeasurer(mm_task), [RecordToFile(log)], batch_size=4)
+    second = make(mm_task)
+    assert second.load_history(log) == 4
+    assert second.best_index == first.best_index and second.best_cost == first.best_cost
+    best = second.tune(4, SimulatedMeasurer(mm_task), [RecordToFile(log)], batch_size=4)
+    indices = [inp.config["index"] for inp, _ in load_records(log)]
+    assert len(indices) == 8 and len(set(indices)) == 8
+    assert best.mean_cost == min(r.mean_cost for _, r in load_records(log))
+
+
+def test_show_prints_the_best_config_as_autotvm_does(mm_task, tmp_path, capsys):
+    from autosched.cli import main
+
+    log = str(tmp_path / "mm.json")
+    tuner = RandomTuner(mm_task)
+    tuner.tune(3, SimulatedMeasurer(mm_task), [RecordToFile(log)], batch_size=3)
+    assert main(["show", log]) == 0
+    out = capsys.readouterr().out
+    assert f"  config {repr(tuner.best_config)}\n" in out
+    assert "  config [('tile_i', [" in out and "kernel " in out and "s[" in out

@@ -1,5 +1,6 @@
-"""`autosched show LOG`: per task of a log, its best record: cost, launch configuration of each
-kernel, the schedule as Python (and with --source the CUDA source)."""
+"""`autosched show LOG`: per task of a log, its best record: cost, the template config or the
+stochastic schedule's trace it came from (when the record carries one), launch configuration of
+each kernel, the schedule as Python (and with --source the CUDA source)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def run(ns: argparse.Namespace) -> int:
         state = task.compute_dag.replay_steps(inp.steps)
         flop = task.compute_dag.flop_count
         print(f"  best {res.mean_cost * 1e6:.2f} us ({flop / res.mean_cost / 1e9:.1f} GFLOP/s)")
+        for line in origin_lines(inp):
+            print(line)
         kernel = build(task.compute_dag, state)
         registers = _registers(kernel.source)
         for k in kernel.program.kernels:
@@ -41,6 +44,23 @@ def run(ns: argparse.Namespace) -> int:
         if ns.source:
             print(kernel.source)
     return 0
+
+
+def origin_lines(inp) -> list[str]:
+    """What a record says its state came from: a template's config, as AutoTVM prints it
+    (`[('tile_f', [-1, 2, 8, 2]), ...],None,INDEX`), or a stochastic schedule's trace, as the
+    Python that replays it. None of these for a sketch-search record."""
+    lines = []
+    if inp.config is not None:
+        knobs = list(inp.config.get("knobs", {}).items())
+        lines.append(f"  config {knobs},None,{inp.config.get('index')}")
+    if inp.trace is not None:
+        from autosched.spaces.trace import Trace
+
+        lines.append("  trace:")
+        python = Trace.from_json(inp.trace).to_python()
+        lines.extend("    " + line for line in python.splitlines())
+    return lines
 
 
 def launch_line(kernel, registers: int | None = None) -> str:

@@ -129,3 +129,59 @@ class Trace:
         return "\n".join(lines) + "\n"
 
     __str__ = to_python
+
+    def to_json(self) -> dict:
+        """The trace as JSON data (what a record log keeps): per instruction its kind, inputs,
+        attributes, outputs and decision; handles become `{"rv": prefix, "id": n}` objects."""
+        return {
+            "instructions": [
+                {
+                    "kind": inst.kind,
+                    "inputs": [[k, _to_json(v)] for k, v in inst.inputs],
+                    "attrs": [[k, _to_json(v)] for k, v in inst.attrs],
+                    "outputs": [_to_json(rv) for rv in inst.outputs],
+                    "decision": _to_json(inst.decision),
+                }
+                for inst in self.instructions
+            ]
+        }
+
+    @staticmethod
+    def from_json(data: dict) -> Trace:
+        """The trace `to_json` wrote (a decision that is a list comes back as a tuple, as a
+        sampler records it)."""
+        insts = []
+        for d in data["instructions"]:
+            decision = _from_json(d.get("decision"))
+            insts.append(
+                Instruction(
+                    d["kind"],
+                    tuple((k, _from_json(v)) for k, v in d["inputs"]),
+                    tuple((k, _from_json(v)) for k, v in d["attrs"]),
+                    tuple(_from_json(rv) for rv in d["outputs"]),
+                    tuple(decision) if isinstance(decision, list) else decision,
+                )
+            )
+        return Trace(tuple(insts))
+
+
+_RV_CLASSES = {cls.PREFIX: cls for cls in (BlockRV, LoopRV, ExprRV)}
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, ExprRV):
+        return {"rv": value.PREFIX, "id": value.id, "value": value.value}
+    if isinstance(value, BlockRV | LoopRV):
+        return {"rv": value.PREFIX, "id": value.id}
+    if isinstance(value, list | tuple):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, dict) and "rv" in value:
+        cls = _RV_CLASSES[value["rv"]]
+        return cls(value["id"], value["value"]) if cls is ExprRV else cls(value["id"])
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value

@@ -5,22 +5,27 @@ TraceSearchPolicy has the policy interface the tuning loop (search.auto_schedule
 drives: `search_one_round(n)` hands out new States, `add_measured`, `update_model`,
 `best_state`. So measuring, the record log (RecordToFile callbacks) and the best-kernel build
 are the same as for the sketch search; `tune(task, space=fn)` wires it up, and
-`tune(task, space="auto")` runs the sketch search itself.
+`tune(task, space="auto")` runs the sketch search itself. `WithTraces` makes the records carry
+the trace of each state, and `PreloadMeasuredTraces` resumes a search from such a log.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.features import state_features
+from autosched.records import load_records, seal_torn_line
 from autosched.search.cost_model import XGBModel, throughput
+from autosched.search.policy import PreloadMeasuredStates, as_records
 from autosched.spaces.samplers import other_decision
 from autosched.spaces.stochastic import Schedule, replay
+from autosched.spaces.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -38,9 +43,17 @@ class TraceSearchParams:
 
 
 class TraceSearchPolicy:
-    """Searches the States that `fn` makes; dedupes by State key, never hands one out twice."""
+    """Searches the States that `fn` makes; dedupes by State key, never hands one out twice.
+    `init_search_callbacks(policy)` run once at the start (e.g. PreloadMeasuredTraces)."""
 
-    def __init__(self, task, fn, params: TraceSearchParams | None = None, model=None) -> None:
+    def __init__(
+        self,
+        task,
+        fn,
+        params: TraceSearchParams | None = None,
+        model=None,
+        init_search_callbacks: Sequence[Callable] = (),
+    ) -> None:
         self.task = task
         self.fn = fn
         self.params = params or TraceSearchParams()
@@ -51,6 +64,8 @@ class TraceSearchPolicy:
         self.picked: set[tuple] = set()
         self._features: dict[tuple, np.ndarray | None] = {}
         self.failures = 0  # fn runs or replays that raised
+        for cb in init_search_callbacks:
+            cb(self)
 
     # ---- making schedules --------------------------------------------------------------------
     def _keep(self, sch: Schedule | None) -> Schedule | None:
@@ -134,6 +149,29 @@ class TraceSearchPolicy:
         self.measured[state.key()] = cost
         self.picked.add(state.key())
 
+    def add_measured_records(self, records, cost: float, trace: dict | None = None) -> bool:
+        """Mark a logged state (its step records) measured, never handed out again. With the
+        trace that made it (a record's `trace`), its schedule is kept too, so that it can seed
+        the evolution; True when it was (the trace replays to the same state)."""
+        key = as_records(records)
+        self.measured[key] = cost
+        self.picked.add(key)
+        if trace is None or key in self.schedules:
+            return key in self.schedules
+        try:
+            sch = replay(Trace.from_json(trace), self.task.compute_dag)
+        except (AutoschedError, KeyError, TypeError, ValueError):
+            return False
+        if sch.state.key() != key:
+            return False
+        self.schedules[key] = sch
+        return True
+
+    def trace_json(self, records) -> dict | None:
+        """The trace (JSON data) of the schedule that made a state, by its step records."""
+        sch = self.schedules.get(as_records(records))
+        return None if sch is None else sch.trace.to_json()
+
     def best_measured(self, k: int) -> list[tuple]:
         ok = sorted((c, key) for key, c in self.measured.items() if math.isfinite(c))
         return [key for _, key in ok[:k] if key in self.schedules]
@@ -158,3 +196,42 @@ class TraceSearchPolicy:
     def schedule_of(self, state) -> Schedule | None:
         """The schedule (and so the trace) that made a handed-out state."""
         return self.schedules.get(state.key())
+
+
+class WithTraces:
+    """Measure-callback wrapper: hands `callback` the inputs with the trace of the schedule
+    that made each state (`MeasureInput.trace`), and the task's DAG where a measurer left it
+    out, so that the log can be shown and resumed in another process."""
+
+    def __init__(self, policy: TraceSearchPolicy, callback: Callable) -> None:
+        self.policy = policy
+        self.callback = callback
+        self._dag: dict | None = None
+
+    def __call__(self, inputs, results) -> None:
+        if self._dag is None:
+            self._dag = self.policy.task.compute_dag.serialized()
+        inputs = [
+            replace(inp, trace=self.policy.trace_json(inp.steps), dag=inp.dag or self._dag)
+            for inp in inputs
+        ]
+        self.callback(inputs, results)
+
+
+class PreloadMeasuredTraces(PreloadMeasuredStates):
+    """Init-search callback (resuming a trace search): a log's states of this task are never
+    measured again; those whose record carries a trace that replays seed the evolution (the
+    best first) and train the cost model. A torn last line is closed as for the sketch search."""
+
+    def __call__(self, policy: TraceSearchPolicy) -> None:
+        seeded, costs = [], []
+        for inp, res in load_records(self.path):
+            if inp.workload_key != policy.task.workload_key:
+                continue
+            if policy.add_measured_records(inp.steps, res.mean_cost, inp.trace):
+                seeded.append(policy.schedules[as_records(inp.steps)].state)
+                costs.append(res.mean_cost)
+        seal_torn_line(self.path)
+        ok = [(s, c) for s, c in zip(seeded, costs, strict=True) if math.isfinite(c)]
+        if ok:
+            policy.update_model([s for s, _ in ok], [c for _, c in ok])

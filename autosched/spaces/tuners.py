@@ -4,6 +4,7 @@ default the sketch search's ProgramMeasurer), and hands (MeasureInput, MeasureRe
 pairs to the callbacks, e.g. `RecordToFile` — the inputs carry the config and the DAG.
 
 Here: random, grid (index order) and genetic; the model-guided one is in model_tuner.py.
+`load_history(log)` resumes any of them from a log: its configs are never proposed again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from autosched.errors import AutoschedError
-from autosched.records import MeasureInput, MeasureRecordResult, now
+from autosched.records import MeasureInput, MeasureRecordResult, load_records, now
 from measure import MeasureErrorKind
 
 
@@ -32,6 +33,7 @@ class Tuner:
         self.visited: set[int] = set()
         self.best_index: int | None = None
         self.best_cost = float("inf")
+        self.best_result: MeasureRecordResult | None = None
         self.trials = 0
 
     # ---- what a tuner decides ----
@@ -42,6 +44,35 @@ class Tuner:
 
     def update(self, indices: Sequence[int], results: Sequence[MeasureRecordResult]) -> None:
         """Learn from a measured batch (nothing, by default)."""
+
+    def load_history(self, log: str) -> int:
+        """Resume from a record log: its configs of this task count as visited (never proposed
+        again), the best of them is the best so far, and the tuner learns from them (`update`,
+        so that XGBTuner trains its model on them). Returns how many configs it read."""
+        indices, results = [], []
+        for inp, res in load_records(log):
+            if inp.workload_key != self.task.workload_key or inp.config is None:
+                continue
+            try:
+                index = self.task.config(inp.config).index
+            except (AutoschedError, KeyError, ValueError):
+                continue  # a config of another space (the template changed)
+            if index in self.visited:
+                continue
+            self.visited.add(index)
+            indices.append(index)
+            results.append(res)
+            self._offer(index, res)
+        if indices:
+            self.update(indices, results)
+        return len(indices)
+
+    def _offer(self, index: int, res: MeasureRecordResult) -> bool:
+        """Keep `res` as the best when it is; True when it was."""
+        if res.ok and res.mean_cost < self.best_cost:
+            self.best_cost, self.best_index, self.best_result = res.mean_cost, index, res
+            return True
+        return False
 
     def has_next(self) -> bool:
         return len(self.visited) < len(self.space)
@@ -57,12 +88,14 @@ class Tuner:
         batch_size: int = 8,
     ) -> MeasureRecordResult | None:
         """Measure up to `n_trial` configs; stop early after `early_stopping` trials without a
-        better one. Returns the best result (None when nothing measured correctly)."""
+        better one. Returns the best result, a loaded one included (None when nothing measured
+        correctly)."""
         measurer = measurer or _default_measurer(self.task)
-        best_trial, best = 0, None
+        best_trial = self.trials
         dag = self.task.compute_dag.serialized()
         while self.trials < n_trial and self.has_next():
             indices = self.next_batch(min(batch_size, n_trial - self.trials))
+            indices = [i for i in dict.fromkeys(indices) if i not in self.visited]
             if not indices:
                 break
             self.visited.update(indices)
@@ -72,12 +105,11 @@ class Tuner:
             self.update(indices, results)
             for index, res in zip(indices, results, strict=True):
                 self.trials += 1
-                if res.ok and res.mean_cost < self.best_cost:
-                    self.best_cost, self.best_index, best = res.mean_cost, index, res
+                if self._offer(index, res):
                     best_trial = self.trials
             if early_stopping is not None and self.trials - best_trial >= early_stopping:
                 break
-        return best
+        return self.best_result
 
     def _measure(self, indices, measurer, dag):
         """States of the configs (an illegal one is an instantiation error, not measured)."""
@@ -128,8 +160,11 @@ class GridSearchTuner(Tuner):
         self.counter = 0
 
     def next_batch(self, n: int) -> list[int]:
-        out = list(range(self.counter, min(self.counter + n, len(self.space))))
-        self.counter += len(out)
+        out: list[int] = []
+        while len(out) < n and self.counter < len(self.space):
+            if self.counter not in self.visited:
+                out.append(self.counter)
+            self.counter += 1
         return out
 
 
