@@ -34,6 +34,10 @@ from autosched.sketch import (
     generate_sketches,
     sample_initial_population,
 )
+from autosched.spaces.history import apply_history_best
+from autosched.spaces.stochastic import Schedule
+from autosched.spaces.template import TemplateTask, template
+from autosched.spaces.tune import tune
 from autosched.task.evaluate import evaluate
 from autosched.task.search_task import SearchTask
 from autosched.task.workload_registry import register_workload
@@ -77,4 +81,9 @@ __all__ = [
     "ProfileResult",
     "TaskScheduler",
     "tune_tasks",
+    "template",
+    "TemplateTask",
+    "apply_history_best",
+    "Schedule",
+    "tune",
 ]
