@@ -14,14 +14,14 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
-_SUCCESS = 0
+from measure.cuda_driver import SUCCESS, CudaDriver, DriverError
+
 # Capture mode: only this thread's calls are checked for actions that are illegal while
 # capturing (another thread of the process may go on allocating or copying).
 _CAPTURE_MODE_THREAD_LOCAL = 1
-_LIBRARY = "libcuda.so.1"
 
 
-class GraphError(RuntimeError):
+class GraphError(DriverError):
     """A driver call of capture, instantiation, replay or release failed."""
 
 
@@ -56,10 +56,11 @@ class Graph:
         self.close()
 
 
-class GraphDriver:
-    """libcuda's capture and graph entry points, bound with their argument types."""
+class GraphDriver(CudaDriver):
+    """libcuda's capture and graph entry points."""
 
-    _SIGNATURES: dict[str, tuple] = {
+    error = GraphError
+    SIGNATURES = {
         "cuCtxGetCurrent": (ctypes.POINTER(ctypes.c_void_p),),
         "cuStreamBeginCapture_v2": (ctypes.c_void_p, ctypes.c_int),
         "cuStreamEndCapture": (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)),
@@ -71,36 +72,13 @@ class GraphDriver:
         "cuGraphLaunch": (ctypes.c_void_p, ctypes.c_void_p),
         "cuGraphExecDestroy": (ctypes.c_void_p,),
         "cuGraphDestroy": (ctypes.c_void_p,),
-        "cuGetErrorName": (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
     }
-
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        """Bind every entry point of `lib`; AttributeError when one is missing (a driver
-        older than CUDA 11.4)."""
-        self._functions = {}
-        for name, argtypes in self._SIGNATURES.items():
-            func = getattr(lib, name)
-            func.argtypes = list(argtypes)
-            func.restype = ctypes.c_int
-            self._functions[name] = func
-
-    def call(self, name: str, *args) -> None:
-        """Call entry point `name`; GraphError naming the driver's error unless it succeeds."""
-        code = self._functions[name](*args)
-        if code != _SUCCESS:
-            raise GraphError(f"{name} failed: {self._error_name(code)}")
-
-    def _error_name(self, code: int) -> str:
-        text = ctypes.c_char_p()
-        if self._functions["cuGetErrorName"](code, ctypes.byref(text)) == _SUCCESS and text.value:
-            return text.value.decode()
-        return f"CUresult {code}"
 
     def has_current_context(self) -> bool:
         """Whether a CUDA context is current on this thread (where capture happens)."""
         ctx = ctypes.c_void_p()
         code = self._functions["cuCtxGetCurrent"](ctypes.byref(ctx))
-        return code == _SUCCESS and bool(ctx.value)
+        return code == SUCCESS and bool(ctx.value)
 
     def capture(self, stream: int, record: Callable[[], object]) -> Graph:
         """Capture what `record()` enqueues on `stream` (a raw CUstream handle, not the legacy
@@ -112,7 +90,7 @@ class GraphDriver:
         try:
             record()
         except BaseException:
-            if self._functions["cuStreamEndCapture"](handle, ctypes.byref(graph)) == _SUCCESS:
+            if self._functions["cuStreamEndCapture"](handle, ctypes.byref(graph)) == SUCCESS:
                 self._destroy_graph(graph)
             raise
         self.call("cuStreamEndCapture", handle, ctypes.byref(graph))
@@ -133,7 +111,7 @@ def load_graph_driver() -> GraphDriver | None:
     CUDA context is current on this thread. (The last check also keeps a stand-in pycuda, as in
     the CPU tests, from handing the real driver made-up stream handles.)"""
     try:
-        driver = GraphDriver(ctypes.CDLL(_LIBRARY))
+        driver = GraphDriver.load()
     except (OSError, AttributeError):
         return None
     return driver if driver.has_current_context() else None

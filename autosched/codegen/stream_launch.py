@@ -14,48 +14,45 @@ import functools
 from collections.abc import Sequence
 
 from measure import compile_kernel
+from measure.cuda_driver import CudaDriver, DriverError
 
-_LIBRARY = "libcuda.so.1"
-_SUCCESS = 0
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-_SIGNATURES: dict[str, tuple] = {
-    "cuModuleLoadData": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p),
-    "cuModuleGetFunction": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p),
-    "cuFuncSetAttribute": (ctypes.c_void_p, ctypes.c_int, ctypes.c_int),
-    "cuLaunchKernel": (ctypes.c_void_p,)
-    + (ctypes.c_uint,) * 7
-    + (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p),
-    "cuGetErrorName": (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
-}
 
 
-class LaunchError(RuntimeError):
+class LaunchError(DriverError):
     """A driver call failed, or the kernel did not compile."""
 
 
+class LaunchDriver(CudaDriver):
+    """libcuda's module loading and kernel launch."""
+
+    error = LaunchError
+    SIGNATURES = {
+        "cuModuleLoadData": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p),
+        "cuModuleGetFunction": (
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+        ),
+        "cuFuncSetAttribute": (ctypes.c_void_p, ctypes.c_int, ctypes.c_int),
+        "cuLaunchKernel": (ctypes.c_void_p,)
+        + (ctypes.c_uint,) * 7
+        + (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p),
+    }
+
+
 @functools.lru_cache(maxsize=1)
-def _driver() -> ctypes.CDLL:
-    lib = ctypes.CDLL(_LIBRARY)
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = list(argtypes), ctypes.c_int
-    return lib
+def _driver() -> LaunchDriver:
+    return LaunchDriver.load()
 
 
 def driver_available() -> bool:
     """Can libcuda be loaded here (a GPU machine's driver)?"""
     try:
         _driver()
-    except OSError:
+    except (OSError, AttributeError):
         return False
     return True
-
-
-def _check(status: int, what: str) -> None:
-    if status != _SUCCESS:
-        name = ctypes.c_char_p()
-        _driver().cuGetErrorName(status, ctypes.byref(name))
-        raise LaunchError(f"{what} failed: {(name.value or b'?').decode()} ({status})")
 
 
 class StreamKernel:
@@ -66,21 +63,19 @@ class StreamKernel:
         kind, message, cubin, _ = compile_kernel(kernel.source, arch)
         if cubin is None:
             raise LaunchError(f"the kernel did not compile ({kind.name}): {message}")
-        lib = _driver()
+        driver = _driver()
         self._cubin = ctypes.create_string_buffer(cubin, len(cubin))  # kept alive with the module
         module = ctypes.c_void_p()
-        _check(lib.cuModuleLoadData(ctypes.byref(module), self._cubin), "cuModuleLoadData")
+        driver.call("cuModuleLoadData", ctypes.byref(module), self._cubin)
         self._module = module
         self._launches = []
         for launch in kernel.launches:
             fn = ctypes.c_void_p()
             name = launch.kernel_name.encode()
-            _check(lib.cuModuleGetFunction(ctypes.byref(fn), module, name), "cuModuleGetFunction")
+            driver.call("cuModuleGetFunction", ctypes.byref(fn), module, name)
             if launch.dynamic_shared_bytes > 48 * 1024:
-                status = lib.cuFuncSetAttribute(
-                    fn, _MAX_DYNAMIC_SHARED, launch.dynamic_shared_bytes
-                )
-                _check(status, "cuFuncSetAttribute")
+                size = launch.dynamic_shared_bytes
+                driver.call("cuFuncSetAttribute", fn, _MAX_DYNAMIC_SHARED, size)
             self._launches.append((fn, launch))
         self.n_args = len(kernel.args)
 
@@ -93,9 +88,10 @@ class StreamKernel:
         params = (ctypes.c_void_p * len(values))(
             *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values]
         )
-        lib = _driver()
+        driver = _driver()
         for fn, launch in self._launches:
-            status = lib.cuLaunchKernel(
+            driver.call(
+                "cuLaunchKernel",
                 fn,
                 *launch.grid,
                 *launch.block,
@@ -104,4 +100,3 @@ class StreamKernel:
                 params,
                 None,
             )
-            _check(status, f"launching {launch.kernel_name}")
