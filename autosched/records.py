@@ -271,17 +271,35 @@ def load_records(
             skip(lineno + 1, f"gzip data cut short or corrupt, the rest is unreadable ({exc})")
 
 
-def load_best(
-    path: str, workload_key: str | None = None
-) -> tuple[MeasureInput, MeasureRecordResult] | None:
-    """The fastest correct record (of one workload key, if given), or None."""
-    best = None
+Record = tuple[MeasureInput, MeasureRecordResult]
+
+
+def best_records(
+    path: str, where: Callable[[MeasureInput], bool] | None = None
+) -> dict[str, Record]:
+    """The fastest correct record of each workload key in one pass over the log (only records
+    whose input `where` accepts, when given)."""
+    best: dict[str, Record] = {}
     for inp, res in load_records(path):
-        if workload_key is not None and inp.workload_key != workload_key:
+        if not res.ok or (where is not None and not where(inp)):
             continue
-        if res.ok and (best is None or res.mean_cost < best[1].mean_cost):
-            best = (inp, res)
+        held = best.get(inp.workload_key)
+        if held is None or res.mean_cost < held[1].mean_cost:
+            best[inp.workload_key] = (inp, res)
     return best
+
+
+def load_best(
+    path: str,
+    workload_key: str | None = None,
+    where: Callable[[MeasureInput], bool] | None = None,
+) -> Record | None:
+    """The fastest correct record (of one workload key, if given; of records `where` accepts),
+    or None."""
+    best = best_records(path, where)
+    if workload_key is not None:
+        return best.get(workload_key)
+    return min(best.values(), key=lambda r: r[1].mean_cost, default=None)
 
 
 def apply_steps(dag, record: tuple[MeasureInput, MeasureRecordResult] | MeasureInput):

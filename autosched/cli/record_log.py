@@ -7,9 +7,7 @@ import os
 import sys
 
 from autosched.errors import AutoschedError
-from autosched.records import MeasureInput, MeasureRecordResult, load_records
-
-Record = tuple[MeasureInput, MeasureRecordResult]
+from autosched.records import Record, load_records
 
 
 def read_log(path: str) -> list[Record]:

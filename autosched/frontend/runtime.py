@@ -22,7 +22,7 @@ from torch import fx, nn
 from autosched.codegen.build import BuiltKernel, build
 from autosched.codegen.stream_launch import StreamKernel, driver_available
 from autosched.frontend.extract import FusedGroup, extract
-from autosched.records import load_best
+from autosched.records import best_records
 
 
 def _gpu_available() -> bool:
@@ -105,8 +105,9 @@ def _best_kernels(tasks, log: str | None) -> dict[str, BuiltKernel]:
     kernels: dict[str, BuiltKernel] = {}
     if not log or not os.path.exists(log):
         return kernels
+    best_of = best_records(log)
     for t in tasks:
-        best = load_best(log, t.workload_key)
+        best = best_of.get(t.workload_key)
         if best is not None:
             dag = t.task.compute_dag
             kernels[t.workload_key] = build(dag, dag.replay_steps(best[0].steps))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosched.errors import AutoschedError
-from autosched.records import MeasureInput, MeasureRecordResult, load_records
+from autosched.records import MeasureInput, MeasureRecordResult, load_best
 
 
 @dataclass
@@ -37,12 +37,7 @@ def apply_history_best(log: str, task=None) -> HistoryBest:
     without one, both come from the record (the config dict, the steps replayed on its DAG).
     """
     key = None if task is None else task.workload_key
-    best = None
-    for inp, res in load_records(log):
-        if inp.config is None or (key is not None and inp.workload_key != key):
-            continue
-        if res.ok and (best is None or res.mean_cost < best[1].mean_cost):
-            best = (inp, res)
+    best = load_best(log, key, where=lambda inp: inp.config is not None)
     if best is None:
         raise AutoschedError(f"{log} has no correct record of a template task ({key or 'any'})")
     inp, res = best
