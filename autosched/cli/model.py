@@ -9,13 +9,12 @@ in the current directory too.
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 
 from autosched.cli.arguments import Command, add_search_arguments, search_params
 from autosched.cli.gpu_tools import check_gpu_tools
 from autosched.cli.tune import check_log_path
-from autosched.cli.workload import _import
+from autosched.cli.workload import resolve_function
 from autosched.errors import AutoschedError
 
 FACTORY_HELP = "module:function returning (model, example_inputs)"
@@ -24,16 +23,7 @@ STRATEGIES = ("gradient", "round-robin")
 
 def load_model(factory: str):
     """(model, example_inputs) from a `module:function` factory, or one clear error."""
-    module_name, _, qualname = factory.partition(":")
-    if not module_name or not qualname:
-        raise AutoschedError(
-            f"model factory {factory!r}: write module:function, both parts non-empty"
-        )
-    module = _import(module_name)
-    try:
-        func = functools.reduce(getattr, qualname.split("."), module)
-    except AttributeError:
-        raise AutoschedError(f"module {module_name!r} has no function {qualname!r}") from None
+    func = resolve_function(factory, "model factory", "mymodels:resnet")
     try:
         made = func()
     except Exception as exc:

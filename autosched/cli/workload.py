@@ -101,12 +101,14 @@ def _registered(name: str, func: Callable, args: list[str]) -> Workload:
     return Workload(name, func, values)
 
 
-def _module_function(workload: str, args: list[str]) -> Workload:
-    module_name, _, qualname = workload.partition(":")
+def resolve_function(spec: str, what: str, example: str) -> Callable:
+    """The function a `module:function` spec names (`what` and `example` word the errors);
+    the module is looked up in the current directory too. One clear AutoschedError for each
+    way the spec can be wrong."""
+    module_name, _, qualname = spec.partition(":")
     if not module_name or not qualname:
         raise AutoschedError(
-            f"workload {workload!r}: write module:function, both parts non-empty "
-            "(e.g. mymodule:my_workload)"
+            f"{what} {spec!r}: write module:function, both parts non-empty (e.g. {example})"
         )
     module = _import(module_name)
     try:
@@ -116,7 +118,12 @@ def _module_function(workload: str, args: list[str]) -> Workload:
             f"module {module_name!r} ({_where(module)}) has no function {qualname!r}"
         ) from None
     if not callable(func):
-        raise AutoschedError(f"{workload} is a {type(func).__name__}, not a function")
+        raise AutoschedError(f"{spec} is a {type(func).__name__}, not a function")
+    return func
+
+
+def _module_function(workload: str, args: list[str]) -> Workload:
+    func = resolve_function(workload, "workload", "mymodule:my_workload")
     if not hasattr(func, "workload_name"):
         raise AutoschedError(
             f"{workload} is not a registered workload: decorate it with "
