@@ -78,7 +78,7 @@ class PreloadMeasuredStates:
         self.path = path
 
     def __call__(self, policy: SketchPolicy) -> None:
-        for inp, res in _logged(self.path, policy.task.workload_key):
+        for inp, res in logged_records(self.path, policy.task.workload_key):
             policy.add_measured_records(inp.steps, res.mean_cost)
 
 
@@ -95,11 +95,11 @@ class SkipLoggedStates:
 
     def __call__(self, policy: SketchPolicy) -> None:
         if os.path.exists(self.path):
-            for inp, _ in _logged(self.path, policy.task.workload_key):
+            for inp, _ in logged_records(self.path, policy.task.workload_key):
                 policy.picked.add(as_records(inp.steps))
 
 
-def _logged(path: str, workload_key: str) -> Iterator:
+def logged_records(path: str, workload_key: str) -> Iterator:
     """The (input, result) records of one task in a log; the log's torn last line is sealed
     once they are read."""
     yield from ((i, r) for i, r in load_records(path) if i.workload_key == workload_key)

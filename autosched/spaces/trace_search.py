@@ -20,9 +20,8 @@ import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.features import state_features
-from autosched.records import load_records, seal_torn_line
 from autosched.search.cost_model import XGBModel, throughput
-from autosched.search.policy import PreloadMeasuredStates, as_records
+from autosched.search.policy import PreloadMeasuredStates, as_records, logged_records
 from autosched.spaces.samplers import other_decision
 from autosched.spaces.stochastic import Schedule, replay
 from autosched.spaces.trace import Trace
@@ -225,13 +224,10 @@ class PreloadMeasuredTraces(PreloadMeasuredStates):
 
     def __call__(self, policy: TraceSearchPolicy) -> None:
         seeded, costs = [], []
-        for inp, res in load_records(self.path):
-            if inp.workload_key != policy.task.workload_key:
-                continue
+        for inp, res in logged_records(self.path, policy.task.workload_key):
             if policy.add_measured_records(inp.steps, res.mean_cost, inp.trace):
                 seeded.append(policy.schedules[as_records(inp.steps)].state)
                 costs.append(res.mean_cost)
-        seal_torn_line(self.path)
         ok = [(s, c) for s, c in zip(seeded, costs, strict=True) if math.isfinite(c)]
         if ok:
             policy.update_model([s for s, _ in ok], [c for _, c in ok])
