@@ -42,7 +42,8 @@ class SimulatedMeasurer:
             self.fingerprints.append(s.fingerprint())
             self.count += 1
             results.append(self.measure_one(s))
-        inputs = [MeasureInput(self.task.workload_key, s.key()) for s in states]
+        dag = self.task.compute_dag.serialized()  # as ProgramMeasurer's records carry it
+        inputs = [MeasureInput(self.task.workload_key, s.key(), dag=dag) for s in states]
         for cb in self.callbacks:
             cb(inputs, results)
         return results

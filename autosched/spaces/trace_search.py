@@ -199,21 +199,14 @@ class TraceSearchPolicy:
 
 class WithTraces:
     """Measure-callback wrapper: hands `callback` the inputs with the trace of the schedule
-    that made each state (`MeasureInput.trace`), and the task's DAG where a measurer left it
-    out, so that the log can be shown and resumed in another process."""
+    that made each state (`MeasureInput.trace`), so that the log shows and resumes the trace."""
 
     def __init__(self, policy: TraceSearchPolicy, callback: Callable) -> None:
         self.policy = policy
         self.callback = callback
-        self._dag: dict | None = None
 
     def __call__(self, inputs, results) -> None:
-        if self._dag is None:
-            self._dag = self.policy.task.compute_dag.serialized()
-        inputs = [
-            replace(inp, trace=self.policy.trace_json(inp.steps), dag=inp.dag or self._dag)
-            for inp in inputs
-        ]
+        inputs = [replace(inp, trace=self.policy.trace_json(inp.steps)) for inp in inputs]
         self.callback(inputs, results)
 
 
