@@ -35,7 +35,7 @@ from autosched.te.dtype import (
 from autosched.te.expr import BinOp, Cast, Load, Reduce, Var
 from autosched.te.npeval import eval_expr, gather
 from autosched.te.reduce import max_reducer, min_reducer, sum_reducer
-from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, topological_ops
 
 MAX_BLOCK_ELEMS = 1 << 22  # points (spatial x reduce) evaluated at once
 
@@ -72,25 +72,9 @@ def topo_ops(outputs: Any) -> list[Operation]:
     The order is a depth-first post-order from the compute outputs (each op's inputs in the
     order it reads them), as TVM prints a DAG; given placeholders nobody reads come last.
     """
-    order: list[Operation] = []
-    done: set[int] = set()
     roots = _flatten(outputs)
     roots.sort(key=lambda t: isinstance(t.op, PlaceholderOp))  # stable: computes first
-    for root in roots:
-        stack: list[tuple[Operation, bool]] = [(root.op, False)]
-        while stack:
-            op, expanded = stack.pop()
-            if id(op) in done:
-                continue
-            if expanded:
-                done.add(id(op))
-                order.append(op)
-                continue
-            stack.append((op, True))
-            for t in reversed(op.input_tensors):
-                if id(t.op) not in done:
-                    stack.append((t.op, False))
-    return order
+    return topological_ops([t.op for t in roots])
 
 
 # ---- reducers --------------------------------------------------------------------------------

@@ -261,16 +261,17 @@ def topological_ops(outputs: Sequence[Operation]) -> list[Operation]:
     (depth-first post-order from the outputs in their order: the DAG's printed order and its
     workload hash depend on it)."""
     order: list[Operation] = []
-    seen: set[int] = set()
-
-    def visit(op: Operation) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for op in outputs:
-        visit(op)
+    done: set[int] = set()
+    for root in outputs:  # iterative, so a deep DAG does not reach Python's recursion limit
+        stack: list[tuple[Operation, bool]] = [(root, False)]
+        while stack:
+            op, expanded = stack.pop()
+            if id(op) in done:
+                continue
+            if expanded:
+                done.add(id(op))
+                order.append(op)
+                continue
+            stack.append((op, True))
+            stack.extend((t.op, False) for t in reversed(op.input_tensors) if id(t.op) not in done)
     return order
