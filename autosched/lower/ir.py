@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 
 from autosched.te.expr import BinOp, Expr, Var
 
-SCOPES = ("global", "shared", "local")
+# Tensor Core fragments: per-warp opaque registers holding 16x16 tiles (see `WarpStmt`).
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
+# The one fragment shape the IR speaks (wmma m16n16k16): M = N = K = 16.
+WMMA_TILE = 16
+TILE_ELEMS = WMMA_TILE * WMMA_TILE
 LOOP_KINDS = ("serial", "unroll", "vectorize")
 # The kind lowering gives a loop bound to `vthread`; `vthread.inject_virtual_threads` removes
 # every such loop, so it is not in LOOP_KINDS (the verifier, printer and interpreter never see it).
@@ -100,6 +105,111 @@ class AllReduce(Stmt):
 
 
 @dataclass(eq=False)
+class MatrixTile:
+    """A 16x16 tile of a `global` or `shared` buffer: element (r, c) is at
+    `offset + r * ldm + c` (layout "row_major") or `offset + r + c * ldm` ("col_major")."""
+
+    buffer: Buffer
+    offset: Expr
+    ldm: int
+    layout: str
+
+
+class WarpStmt(Stmt):
+    """A warp-collective Tensor Core operation (wmma): the 32 threads of a warp execute it
+    together, all active, with the same arguments. Fragment operands are a fragment-scope
+    Buffer (its `size // TILE_ELEMS` tiles, numbered by lowering) and a tile number Expr.
+    `exprs()` lists the statement's expressions, `with_exprs(new)` rebuilds it with others
+    (same order), `buffers()` the buffers it reads and writes."""
+
+    def exprs(self) -> list[Expr]:
+        raise NotImplementedError
+
+    def with_exprs(self, new: list[Expr]) -> WarpStmt:
+        raise NotImplementedError
+
+    def buffers(self) -> list[Buffer]:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class FragmentFill(WarpStmt):
+    """Every element of accumulator tile `frag[tile]` := `value`."""
+
+    frag: Buffer
+    tile: Expr
+    value: Expr
+
+    def exprs(self):
+        return [self.tile, self.value]
+
+    def with_exprs(self, new):
+        return FragmentFill(self.frag, new[0], new[1])
+
+    def buffers(self):
+        return [self.frag]
+
+
+@dataclass(eq=False)
+class FragmentLoad(WarpStmt):
+    """`frag[tile]` := the 16x16 tile `src` (rows: M for matrix_a, K for matrix_b)."""
+
+    frag: Buffer
+    tile: Expr
+    src: MatrixTile
+
+    def exprs(self):
+        return [self.tile, self.src.offset]
+
+    def with_exprs(self, new):
+        src = MatrixTile(self.src.buffer, new[1], self.src.ldm, self.src.layout)
+        return FragmentLoad(self.frag, new[0], src)
+
+    def buffers(self):
+        return [self.frag, self.src.buffer]
+
+
+@dataclass(eq=False)
+class FragmentStore(WarpStmt):
+    """The 16x16 tile `dst` := accumulator tile `frag[tile]` (rows M, columns N)."""
+
+    dst: MatrixTile
+    frag: Buffer
+    tile: Expr
+
+    def exprs(self):
+        return [self.dst.offset, self.tile]
+
+    def with_exprs(self, new):
+        dst = MatrixTile(self.dst.buffer, new[0], self.dst.ldm, self.dst.layout)
+        return FragmentStore(dst, self.frag, new[1])
+
+    def buffers(self):
+        return [self.dst.buffer, self.frag]
+
+
+@dataclass(eq=False)
+class FragmentMma(WarpStmt):
+    """`acc[acc_tile] := a[a_tile] @ b[b_tile] + acc[acc_tile]` (16x16x16, float32 sums)."""
+
+    acc: Buffer
+    acc_tile: Expr
+    a: Buffer
+    a_tile: Expr
+    b: Buffer
+    b_tile: Expr
+
+    def exprs(self):
+        return [self.acc_tile, self.a_tile, self.b_tile]
+
+    def with_exprs(self, new):
+        return FragmentMma(self.acc, new[0], self.a, new[1], self.b, new[2])
+
+    def buffers(self):
+        return [self.acc, self.a, self.b]
+
+
+@dataclass(eq=False)
 class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
     virtual threads per thread that were injected into the body (product of nested vthread
@@ -169,6 +279,8 @@ def map_exprs(s: Stmt, fe, target=_same_target) -> Stmt:
         buffer, index = target(s.buffer, fe(s.index))
         cond = fe(s.cond) if s.cond is not None else None
         return AllReduce(s.reducer, fe(s.value), cond, buffer, index, s.thread_tag, s.extent)
+    if isinstance(s, WarpStmt):
+        return s.with_exprs([fe(e) for e in s.exprs()])
     return s
 
 
@@ -241,6 +353,10 @@ def program_text(p: Program) -> str:
         elif isinstance(s, AllReduce):
             reduced = f"allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
             out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")
+        elif isinstance(s, WarpStmt):
+            args = ", ".join(repr(e) for e in s.exprs())
+            names = ", ".join(b.name for b in s.buffers())
+            out.append(f"{pad}{type(s).__name__}({names}; {args})")
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 
