@@ -284,13 +284,24 @@ class Lowerer:
             for value, extent in inf.inner_limits:
                 if expr_bounds(value, bounds)[1] >= extent:
                     conds.append(BinOp("<", value, _c(extent), "bool"))
-        for it in st.iters:
-            if it.annotation == skip_tag:
+        own = {it.annotation for it in st.iters}
+        bound = [(it.annotation, inf.ext[it.name]) for it in st.iters]
+        if inf.scope != "shared":
+            # A stage computed inside a consumer's thread loop runs only on the threads that
+            # loop covers: when the loop is shorter than the block (a tile that overhangs its
+            # extent), the threads past it must not compute (their indices map elsewhere).
+            bound += [
+                (self.annotation(key), self.info[key[0]].ext[key[1]])
+                for key in inf.context
+                if self.annotation(key) not in own
+            ]
+        for tag, extent in bound:
+            if tag == skip_tag or tag not in THREAD_TAGS:
                 continue
-            if it.annotation in THREAD_TAGS and inf.ext[it.name] < self.block_extent[it.annotation]:
-                conds.append(
-                    BinOp("<", ir.THREAD_VARS[it.annotation], _c(inf.ext[it.name]), "bool")
-                )
+            if extent < self.block_extent[tag]:
+                cond = BinOp("<", ir.THREAD_VARS[tag], _c(extent), "bool")
+                if all(c._key != cond._key for c in conds):
+                    conds.append(cond)
         return conds
 
     def store_stmt(self, i: int, init: bool, into: tuple[ir.Buffer, Expr] | None = None) -> ir.Stmt:

@@ -149,13 +149,15 @@ class TileSizeMutation(Mutation):
 
     @staticmethod
     def levels(step: SplitStep) -> list[int] | None:
-        """[outer, *lengths] of a perfect inner-to-outer split with known lengths, else None."""
+        """[outer, *lengths] of an inner-to-outer split with known lengths, else None. A split
+        that does not divide its extent (a padded tiling) counts its outer level rounded up: the
+        levels' product is then the padded extent, which moving factors keeps."""
         if not step.inner_to_outer or step.extent is None or None in step.lengths:
             return None
         inner = math.prod(step.lengths)
-        if step.extent % inner or step.extent <= 1:
+        if step.extent <= 1 or (step.extent % inner and inner > step.extent):
             return None
-        return [step.extent // inner, *step.lengths]
+        return [-(-step.extent // inner), *step.lengths]
 
     @staticmethod
     def move_factor(levels: list[int], limit: int, rng: random.Random) -> list[int] | None:

@@ -33,6 +33,7 @@ from autosched.sketch.utils import (
     has_cross_thread_reduction,
     has_reduce_iter,
     is_inlined,
+    tiling_extents,
 )
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
@@ -85,10 +86,12 @@ def _spatial_options(
     max_local: int,
     min_threads: int = 1,
 ) -> tuple:
-    """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone."""
+    """The factorisations of a spatial axis (vthread, thread, inner... lengths) that fit alone,
+    of the extent or its padded extent (`tiling_extents`)."""
     return tuple(
         lens
-        for lens in factorization_schemes(extent, n, max_innermost)
+        for padded in tiling_extents(extent)
+        for lens in factorization_schemes(padded, n, max_innermost)
         if lens[0] <= max_vthread
         and min_threads <= lens[1] <= max_threads
         and lens[0] * math.prod(lens[2:]) <= max_local

@@ -98,6 +98,22 @@ def factorization_schemes(
     return tuple(out)
 
 
+# An extent over PAD_MIN_EXTENT that is not a multiple of PAD_MULTIPLE (1023, 999, 112) may also be
+# tiled as if it were the next multiple: its divisors alone would leave odd or tiny tiles, and the
+# overhanging iterations cost only guards (lowering adds them for any split that does not divide).
+PAD_MULTIPLE = 32
+PAD_MIN_EXTENT = 64
+
+
+@functools.cache
+def tiling_extents(extent: int) -> tuple[int, ...]:
+    """The extents a spatial split of `extent` may be tiled for: itself, and its next multiple
+    of PAD_MULTIPLE when it is over PAD_MIN_EXTENT and not a multiple already."""
+    if extent > PAD_MIN_EXTENT and extent % PAD_MULTIPLE:
+        return (extent, -(-extent // PAD_MULTIPLE) * PAD_MULTIPLE)
+    return (extent,)
+
+
 # ---- stage predicates -----------------------------------------------------------------------
 
 
