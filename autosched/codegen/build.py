@@ -163,12 +163,18 @@ def build(
     with `sch, args = auto_schedule(...)` (the state and its kernel, rebuilt), or `build(state)`.
     `target` must name CUDA (compat.cuda_target).
     """
-    from autosched.codegen.cuda import codegen_program
     from autosched.compat import cuda_target
 
     cuda_target(target)
     state = _state_of(dag_or_state, state_or_args)
-    program = device_program(lower(state))
+    return build_program(device_program(lower(state)), fast_math=fast_math)
+
+
+def build_program(program: ir.Program, fast_math: bool = False) -> BuiltKernel:
+    """A BuiltKernel of a device program (printed as it is: `build` runs the passes first);
+    also for programs built by hand."""
+    from autosched.codegen.cuda import codegen_program
+
     source = codegen_program(program, fast_math=fast_math)
     launches = tuple(Launch(k.name, k.grid, k.block, 0) for k in program.kernels)
     outputs = {id(b) for b in program.outputs}

@@ -1,4 +1,5 @@
-"""The walk over a Program that builds one StoreInfo per Store / AllReduce statement."""
+"""The walk over a Program that builds one StoreInfo per Store / AllReduce statement, and per
+warp-collective Tensor Core statement (as `features.warp` models it)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from autosched.features.analysis import (
     touched_regions,
 )
 from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
+from autosched.features.warp import ELEM, PER_LANE, lane_view, warp_record
 from autosched.lower import ir
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.te.dtype import BYTES, FLOAT_DTYPES
@@ -37,7 +39,7 @@ def _steps(s: ir.Stmt, memo: dict) -> int:
         n = _steps(s.then_case, memo)
         if s.else_case is not None:
             n += _steps(s.else_case, memo)
-    elif isinstance(s, (ir.Store, ir.AllReduce)):
+    elif isinstance(s, (ir.Store, ir.AllReduce, ir.WarpStmt)):
         n = 1
     else:
         n = 0
@@ -62,8 +64,12 @@ class ProgramWalker:
         for kernel in self.program.kernels:
             self.kernel = kernel
             self.allocs = {id(b): b for b in kernel.allocs}
+            self.lane_views: dict[int, ir.Buffer] = {}
             size = {"shared": 0, "local": 0, "global": 0}
             for b in kernel.allocs:
+                if b.scope in ir.FRAGMENT_SCOPES:
+                    b = self.lane_view(b)
+                    self.allocs[id(b)] = b
                 size[b.scope] += b.size * BYTES[b.dtype]
             self.shared_bytes, self.local_bytes = size["shared"], size["local"]
             self.n_blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
@@ -78,6 +84,13 @@ class ProgramWalker:
             self.outer_prod = self.n_threads
             self.visit(kernel.body, ())
         return self.out
+
+    def lane_view(self, b: ir.Buffer) -> ir.Buffer:
+        """The per-lane `local` stand-in of fragment `b` (one per fragment and kernel)."""
+        got = self.lane_views.get(id(b))
+        if got is None:
+            got = self.lane_views[id(b)] = lane_view(b)
+        return got
 
     def push(self, loop: Loop) -> None:
         self.level_of[id(loop.var)] = len(self.loops)
@@ -108,33 +121,55 @@ class ProgramWalker:
         elif t is ir.AllReduce:
             roots = (s.value,) if s.cond is None else (s.value, s.cond)
             self.store(s.buffer, s.index, roots, guards, s)
+        elif isinstance(s, ir.WarpStmt):
+            self.warp(s, guards)
+
+    def warp(self, s: ir.WarpStmt, guards: tuple) -> None:
+        """A warp statement: a store in a pseudo loop over each lane's PER_LANE elements."""
+        rec = warp_record(s, self.lane_view)
+        counts = [0] * len(OP_KINDS)
+        loads: list = []
+        count_ops(rec.roots + guards, counts, loads)
+        per_step = [c / PER_LANE for c in counts]  # the expressions run once per lane
+        for k, n in rec.extra.items():
+            per_step[k] += n
+        reads = [(ld.buffer, ld.indices[0]) for ld in loads] + rec.reads
+        self.push(Loop(ELEM, PER_LANE, "serial"))
+        self.outer_prod *= PER_LANE
+        self.record(*rec.write, per_step, reads)
+        self.outer_prod //= PER_LANE
+        self.pop()
 
     # ---- one statement -----------------------------------------------------------------------
     def store(self, buffer: ir.Buffer, index, roots: tuple, guards: tuple, allreduce) -> None:
-        loops = self.loops
-        info = StoreInfo()
-        info.buffer = buffer
         counts = [0] * len(OP_KINDS)
         loads: list = []
         count_ops(roots + guards + (index,), counts, loads)
         if allreduce is not None:  # the combine each thread's value takes part in
             base = 0 if allreduce.value.dtype in FLOAT_DTYPES else INT_BASE
             counts[base + REDUCER_KIND.get(allreduce.reducer, 1)] += 1
+        self.record(buffer, index, counts, [(ld.buffer, ld.indices[0]) for ld in loads])
+
+    def record(self, buffer: ir.Buffer, index, counts: list, reads: list) -> None:
+        """The StoreInfo of one statement: it writes `buffer[index]`, reads the (buffer,
+        index) pairs of `reads`, and runs the operations `counts` per execution."""
+        loops = self.loops
+        info = StoreInfo()
+        info.buffer = buffer
         outer = self.outer_prod
         info.ops = [c * outer for c in counts]
         info.outer_prod = outer
         info.num_loops = len(loops)
 
         accesses: dict[int, Access] = {id(buffer): Access(buffer, WRITE, index)}
-        for ld in loads:
-            b = ld.buffer
+        for b, read_index in reads:
             acc = accesses.get(id(b))
             if acc is None:
-                accesses[id(b)] = Access(b, READ, ld.indices[0])
+                accesses[id(b)] = Access(b, READ, read_index)
             else:
                 if acc.acc_type == WRITE:
                     acc.acc_type = RW
-                acc.add(ld.indices[0])
+                acc.add(read_index)
         acc_list = list(accesses.values())
         touched_regions(acc_list, loops, self.level_of, self.linear_cache, self.atom_cache)
         self.context(info, index)

@@ -13,6 +13,9 @@ block wrote, or overwriting (with a different value) what another thread read or
 threads of a block reach. Untaken `Select` sides are not evaluated where their lanes are inactive,
 so padded loads are legal. Freshly allocated `shared`/`local`/temporary buffers hold NaN (floats)
 or a poison integer, so reading uninitialised memory shows in the results.
+
+Warp-collective Tensor Core statements (`ir.WarpStmt`) and their per-warp fragment buffers are
+run by `autosched.lower.interpret_warp`, whose handlers are registered in the statement table.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.lower import ir
+from autosched.lower.interpret_warp import WARP_HANDLERS, fragment_storage
 from autosched.te.dtype import compute_dtype, numpy_dtype, to_storage
 from autosched.te.expr import Expr, Load, Var
 from autosched.te.npeval import eval_expr
@@ -190,6 +194,9 @@ class _KernelRun:
         self.bufs: dict[int, tuple[ir.Buffer, np.ndarray]] = dict(globals_)
         self.trackers: dict[int, _SharedTracker] = {}
         for b in kernel.allocs:
+            if b.scope in ir.FRAGMENT_SCOPES:  # per warp (see interpret_warp)
+                self.bufs[id(b)] = (b, fragment_storage(b, -(-self.L // 32)))
+                continue
             rows = self.L if b.scope == "local" else self.nblocks
             self.bufs[id(b)] = (b, np.full((rows, b.size), _poison(b.dtype), numpy_dtype(b.dtype)))
             if b.scope == "shared":
@@ -203,6 +210,8 @@ class _KernelRun:
             ir.AllReduce: self._allreduce,
             _Let: self._let,
         }
+        for stmt_type, handler in WARP_HANDLERS.items():
+            self.table[stmt_type] = functools.partial(handler, self)
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -217,13 +226,27 @@ class _KernelRun:
     def lanes_of(self, mask: Any) -> np.ndarray:
         return self.ix["lane"] if mask is None else self.ix["lane"][mask]
 
-    def _buffer(self, buf: Any) -> tuple[ir.Buffer, np.ndarray]:
+    def fail(self, message: str) -> None:
+        raise InterpreterError(message)
+
+    def bufs_of(self, buf: Any) -> tuple[ir.Buffer, np.ndarray]:
+        """(buffer, storage) of a param or allocation of this kernel, fragments included."""
         got = self.bufs.get(id(buf))
         if got is None:
             name = getattr(buf, "name", buf)
             raise InterpreterError(
                 f"kernel {self.k.name} accesses buffer {name!r}, which is neither a param nor "
                 "one of its allocations"
+            )
+        return got
+
+    def _buffer(self, buf: Any) -> tuple[ir.Buffer, np.ndarray]:
+        """`bufs_of` for loads and stores, which never access a (per-warp) fragment."""
+        got = self.bufs_of(buf)
+        if got[0].scope in ir.FRAGMENT_SCOPES:
+            raise InterpreterError(
+                f"kernel {self.k.name} loads or stores fragment {got[0].name} element-wise; "
+                "only warp statements access fragments"
             )
         return got
 

@@ -10,7 +10,8 @@ Passes, in order:
                          (bound_inference.py)
   5. emission            loops, init + update of reductions, guards, barriers around shared stages;
                          a reduction bound to threadIdx accumulates per thread, then AllReduces
-                         (cross_thread.py)
+                         (cross_thread.py); a nest annotated "tensorize" is one warp-collective
+                         Tensor Core statement (tensorize.py, which plans fragments first)
   6. simplification      expressions simplified under the loop bounds, settled guards dropped
                          (stmt_simplify.py), around virtual-thread injection (vthread.py)
   7. unrolling           auto_unroll_max_step marks small loop nests `unroll`; after virtual-thread
@@ -32,6 +33,12 @@ from autosched.lower.bound_inference import infer_bounds, loop_bounds, root_valu
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
 from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
 from autosched.lower.stmt_simplify import simplify_stmt
+from autosched.lower.tensorize import (
+    emit_fill,
+    emit_tensorized,
+    plan_fragments,
+    tensorize_position,
+)
 from autosched.lower.unrolling import auto_unroll, unroll_register_indices
 from autosched.lower.verify import verify_program, verifying_every_lowering
 from autosched.lower.vthread import inject_virtual_threads
@@ -82,6 +89,8 @@ class Lowerer:
         self.taken_names: set[str] = set()
         self.extra_allocs: dict[int, list[ir.Buffer]] = {}  # per stage: cross-thread temporaries
         self.block_extent: dict[str, int] = {}  # threadIdx tag -> extent, of the kernel emitted
+        self.fragment_dims: dict[int, tuple[int, int]] = {}  # fragment stage: (row, col) dims
+        self.mma_plans: dict = {}  # accumulator stage -> tensorize.MmaPlan
 
     # ---- pass 1: bodies --------------------------------------------------------------------
     def resolve_bodies(self) -> None:
@@ -350,15 +359,24 @@ class Lowerer:
         is_reduce = isinstance(self.info[i].body, Reduce)
         first_reduce = next((k for k, it in enumerate(iters) if it.kind != "spatial"), len(iters))
         tag = cross_thread_tag(self, i)
+        tz = tensorize_position(self, i)  # the tensorized nest: one warp statement
+        if tz is not None and tag is not None:
+            raise LoweringError(f"stage {st.name!r} is tensorized and reduced across threads")
 
         def init_nest(k: int) -> ir.Stmt:
-            body = self.store_stmt(i, init=True)
-            for it in reversed(iters[k:]):
+            if tz is not None:
+                body, outer = emit_fill(self, i, tz), iters[k:tz]
+            else:
+                body, outer = self.store_stmt(i, init=True), iters[k:]
+            for it in reversed(outer):
                 if it.kind == "spatial":
                     body = self.loop(i, it.name, body)
             return body
 
         def nest(k: int) -> ir.Stmt:
+            if k == tz:
+                inner = emit_tensorized(self, i, tz)
+                return ir.seq([init_nest(k), inner]) if is_reduce and first_reduce >= k else inner
             if k == len(iters):
                 inner = self.store_stmt(i, init=False, into=partial_of(self, i) if tag else None)
                 return ir.seq([init_nest(k), inner]) if is_reduce and first_reduce == k else inner
@@ -416,6 +434,7 @@ class Lowerer:
             self.attached[key].sort(key=lambda j: self.topo_index[j])
         infer_bounds(self)
         params, outputs, temps = self.make_buffers()
+        plan_fragments(self)
         kernels = []
         for i in order:
             st = self.stages[i]

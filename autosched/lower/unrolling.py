@@ -2,8 +2,9 @@
 
   auto_unroll              the stage's `auto_unroll_max_step`: loop nests of at most that many
                            steps are unrolled (before virtual threads are injected)
-  unroll_register_indices  every loop whose variable indexes a local array is unrolled
-                           (registers have no addresses: a runtime index puts the array in memory)
+  unroll_register_indices  every loop whose variable indexes a local array or numbers a
+                           fragment tile is unrolled (registers have no addresses: a runtime
+                           index puts the array in memory)
 
 Unrolling is where most register spills come from: ptxas issues every load of an unrolled
 straight-line region as early as it can, so all their values (and addresses) are live at once.
@@ -75,7 +76,17 @@ def _register_index_pass(s: ir.Stmt) -> tuple[ir.Stmt, set[int]]:
         _local_index_vars(
             [s.value, s.index] + ([s.cond] if getattr(s, "cond", None) is not None else []), used
         )
+    elif isinstance(s, ir.WarpStmt):  # fragment arrays are registers too: tile numbers
+        for e in _tile_numbers(s):
+            used.update(id(v) for v in free_vars(e))
+        _local_index_vars(s.exprs(), used)
     return s, used
+
+
+def _tile_numbers(s: ir.WarpStmt) -> list:
+    """The expressions of a warp statement that index fragment arrays."""
+    tiles = [getattr(s, f, None) for f in ("tile", "acc_tile", "a_tile", "b_tile")]
+    return [t for t in tiles if t is not None]
 
 
 # nvcc fully unrolls a loop without a pragma when its unrolled body stays small; estimated from

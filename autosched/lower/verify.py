@@ -5,7 +5,8 @@ program is not something the CUDA printer and the interpreter can run as intende
 variables, buffers that are neither params nor the kernel's allocations, bad loop extents or
 kinds, dtype mismatches, barriers (or AllReduces) under thread-dependent conditions, shared or
 local buffers reused across kernels, launch sizes beyond the device's limits
-(`measure.HardwareParams`).
+(`measure.HardwareParams`), and the rules of the warp-collective Tensor Core statements
+(docs/TENSOR_CORES.md; `_WarpRules`).
 
 `verify_every_lowering(True)` makes `lower` and `device_program` verify every program they
 return, without the launch limits (the tests turn it on for the whole session).
@@ -18,12 +19,21 @@ from typing import Any
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.te.dtype import DTYPES, is_int
+from autosched.lower.arith import expr_bounds, to_affine
+from autosched.te.dtype import BYTES, DTYPES, HALF_DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
 from measure import HardwareParams
 
 REDUCERS = ("sum", "max", "min")
+# fragment scope -> the dtypes its buffers may have
+FRAGMENT_DTYPES = {
+    "wmma.matrix_a": tuple(sorted(HALF_DTYPES)),
+    "wmma.matrix_b": tuple(sorted(HALF_DTYPES)),
+    "wmma.accumulator": ("float32",),
+}
+MATRIX_LAYOUTS = ("row_major", "col_major")
+OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 # Whether `lower` and `device_program` verify what they return when not told either way.
@@ -56,6 +66,11 @@ class _KernelVerifier:
         self.k = kernel
         self.buffers = {id(b) for b in params} | {id(b) for b in kernel.allocs}
         self.bound: set[int] = {id(v) for v in ir.THREAD_VARS.values()}
+        launch = zip(ir.LAUNCH_TAGS, (*kernel.grid, *kernel.block), strict=True)
+        self.ranges = {id(ir.THREAD_VARS[tag]): (0, n - 1) for tag, n in launch}
+        self.lane_guard: str | None = None  # the innermost condition that uses threadIdx.x
+        self.vector_loop: str | None = None  # the enclosing vectorize loop's variable
+        self.warp = _WarpRules(self)
         self.table = {
             ir.Seq: self._seq,
             ir.Store: self._store,
@@ -63,6 +78,7 @@ class _KernelVerifier:
             ir.IfThenElse: self._if,
             ir.Barrier: self._barrier,
             ir.AllReduce: self._allreduce,
+            **dict.fromkeys(WARP_OPERANDS, self.warp.check),
         }
 
     def fail(self, what: str) -> None:
@@ -91,13 +107,16 @@ class _KernelVerifier:
                     )
                 self.expr(node.indices[0], where, "int")
 
-    def buffer(self, b: Any, where: str) -> None:
+    def buffer(self, b: Any, where: str, fragment: bool = False) -> None:
+        """`b` is a param or allocation of the kernel; a fragment only where `fragment`."""
         if not isinstance(b, ir.Buffer):
             self.fail(
                 f"{where}: {getattr(b, 'name', b)!r} is a {type(b).__name__}, not an ir.Buffer"
             )
         if id(b) not in self.buffers:
             self.fail(f"{where}: buffer {b.name!r} is neither a param nor allocated by this kernel")
+        if not fragment and b.scope in ir.FRAGMENT_SCOPES:
+            self.fail(f"{where}: fragment {b.name} is accessed element-wise (only warp statements)")
 
     def stmt(self, s: ir.Stmt, divergent: str | None) -> None:
         fn = self.table.get(type(s))
@@ -133,16 +152,25 @@ class _KernelVerifier:
         if s.kind not in ir.LOOP_KINDS:
             self.fail(f"{where}: unknown loop kind {s.kind!r} (expected one of {ir.LOOP_KINDS})")
         self.bound.add(id(s.var))
+        self.ranges[id(s.var)] = (0, s.extent - 1)
+        outer_vector = self.vector_loop
+        if s.kind == "vectorize":
+            self.vector_loop = s.var.name
         self.stmt(s.body, divergent)
+        self.vector_loop = outer_vector
         self.bound.discard(id(s.var))
 
     def _if(self, s: ir.IfThenElse, divergent: str | None) -> None:
         self.expr(s.cond, "if", "bool")
         if divergent is None and any(id(v) in self._varying for v in free_vars(s.cond)):
             divergent = expr_str(s.cond)
+        outer_guard = self.lane_guard
+        if any(v is ir.THREAD_VARS["threadIdx.x"] for v in free_vars(s.cond)):
+            self.lane_guard = expr_str(s.cond)
         self.stmt(s.then_case, divergent)
         if s.else_case is not None:
             self.stmt(s.else_case, divergent)
+        self.lane_guard = outer_guard
 
     @property
     def _varying(self) -> set[int]:
@@ -182,6 +210,111 @@ class _KernelVerifier:
             self.expr(s.cond, where, "bool")
         if s.value.dtype != s.buffer.dtype:
             self.fail(f"{where}: value is {s.value.dtype} but the buffer is {s.buffer.dtype}")
+
+
+# warp statement type -> its fragment operands: (buffer field, tile field, allowed scopes)
+WARP_OPERANDS: dict[type, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    ir.FragmentFill: (("frag", "tile", ("wmma.accumulator",)),),
+    ir.FragmentLoad: (("frag", "tile", ("wmma.matrix_a", "wmma.matrix_b")),),
+    ir.FragmentStore: (("frag", "tile", ("wmma.accumulator",)),),
+    ir.FragmentMma: (
+        ("acc", "acc_tile", ("wmma.accumulator",)),
+        ("a", "a_tile", ("wmma.matrix_a",)),
+        ("b", "b_tile", ("wmma.matrix_b",)),
+    ),
+}
+# warp statement type -> its memory tile field
+MEMORY_TILES = {ir.FragmentLoad: "src", ir.FragmentStore: "dst"}
+
+
+class _WarpRules:
+    """The rules of warp statements (docs/TENSOR_CORES.md), checked within a _KernelVerifier:
+    blockDim.x == 32; no threadIdx.x in their expressions and no guard that uses it (all 32
+    lanes of a warp run them, with the same arguments); not in a vectorize loop; operand
+    scopes and dtypes; tile numbers provably in range (over the loops' ranges); memory tiles in
+    global or shared memory with a known layout, `ldm` a multiple of 16 bytes and `offset`
+    provably a multiple of 32 bytes; one layout per matrix_a / matrix_b buffer."""
+
+    def __init__(self, kv: _KernelVerifier) -> None:
+        self.kv = kv
+        self.layouts: dict[int, str] = {}  # id(fragment) -> the layout it is loaded with
+
+    def check(self, s: ir.WarpStmt, divergent: str | None) -> None:
+        kv, lane = self.kv, ir.THREAD_VARS["threadIdx.x"]
+        where = f"{type(s).__name__}({', '.join(getattr(b, 'name', '?') for b in s.buffers())})"
+        if kv.k.block[0] != 32:
+            kv.fail(f"{where}: a kernel with warp statements needs blockDim.x == 32")
+        if kv.lane_guard is not None:
+            kv.fail(f"{where} under the lane-dependent condition {kv.lane_guard} (divergent warp)")
+        if kv.vector_loop is not None:
+            kv.fail(f"{where} inside the vectorize loop {kv.vector_loop}")
+        for e in s.exprs():
+            kv.expr(e, where)
+            if any(v is lane for v in free_vars(e)):
+                kv.fail(f"{where}: {expr_str(e)} uses threadIdx.x (the lanes must agree)")
+        for field, tile_field, scopes in WARP_OPERANDS[type(s)]:
+            self.fragment(getattr(s, field), getattr(s, tile_field), scopes, where)
+        memory = MEMORY_TILES.get(type(s))
+        if memory is not None:
+            self.memory_tile(s, getattr(s, memory), where)
+        if isinstance(s, ir.FragmentFill) and s.value.dtype != "float32":
+            kv.fail(f"{where}: the fill value is {s.value.dtype}, not float32")
+        if isinstance(s, ir.FragmentMma) and s.a.dtype != s.b.dtype:
+            kv.fail(f"{where}: matrix_a is {s.a.dtype} but matrix_b is {s.b.dtype}")
+
+    def fragment(self, frag: Any, tile: Expr, scopes: tuple[str, ...], where: str) -> None:
+        kv = self.kv
+        kv.buffer(frag, where, fragment=True)
+        if frag.scope not in scopes:
+            kv.fail(f"{where}: {frag.name} has scope {frag.scope}, expected one of {scopes}")
+        kv.expr(tile, where, "int")
+        tiles = frag.size // ir.TILE_ELEMS
+        lo, hi = expr_bounds(tile, kv.ranges)
+        if lo < 0 or hi >= tiles:
+            kv.fail(
+                f"{where}: tile number {expr_str(tile)} of {frag.name} ranges over {lo}..{hi}, "
+                f"beyond its {tiles} tiles"
+            )
+
+    def memory_tile(self, s: ir.WarpStmt, m: Any, where: str) -> None:
+        kv = self.kv
+        if not isinstance(m, ir.MatrixTile):
+            kv.fail(f"{where}: {m!r} is not an ir.MatrixTile")
+        kv.buffer(m.buffer, where)
+        b, frag = m.buffer, s.frag
+        if b.scope not in ("global", "shared"):
+            kv.fail(f"{where}: tile of {b.name} in {b.scope} memory (global or shared only)")
+        if m.layout not in MATRIX_LAYOUTS:
+            kv.fail(f"{where}: layout {m.layout!r} is not one of {MATRIX_LAYOUTS}")
+        kv.expr(m.offset, where, "int")
+        eb = BYTES[b.dtype]
+        if not isinstance(m.ldm, int) or m.ldm <= 0 or m.ldm * eb % LDM_ALIGN_BYTES:
+            kv.fail(f"{where}: ldm {m.ldm!r} of {b.name} is not a multiple of 16 bytes")
+        aff = to_affine(m.offset, kv.ranges)
+        step = OFFSET_ALIGN_BYTES // eb
+        if aff.const % step or any(c % step for c, _ in aff.terms.values()):
+            kv.fail(
+                f"{where}: offset {expr_str(m.offset)} into {b.name} is not provably a "
+                f"multiple of {OFFSET_ALIGN_BYTES} bytes ({step} elements)"
+            )
+        if isinstance(s, ir.FragmentStore) and b.dtype != "float32":
+            kv.fail(f"{where}: stores the float32 accumulator into {b.dtype} {b.name}")
+        if isinstance(s, ir.FragmentLoad):
+            if b.dtype != frag.dtype:
+                kv.fail(f"{where}: loads {b.dtype} {b.name} into {frag.dtype} {frag.name}")
+            first = self.layouts.setdefault(id(frag), m.layout)
+            if first != m.layout:
+                kv.fail(f"{where}: {frag.name} is loaded {m.layout} here and {first} elsewhere")
+
+
+def _check_fragment(b: ir.Buffer, owner: str) -> None:
+    """A fragment allocation's dtype and size (whole 16x16 tiles)."""
+    dtypes = FRAGMENT_DTYPES[b.scope]
+    check(b.dtype in dtypes, f"{owner}: {b.scope} {b.name} is {b.dtype}, not one of {dtypes}")
+    check(
+        b.size % ir.TILE_ELEMS == 0,
+        f"{owner}: fragment {b.name} has {b.size} elements, not a multiple of {ir.TILE_ELEMS}",
+    )
 
 
 def _check_launch(k: ir.Kernel, hardware: HardwareParams | None) -> None:
@@ -246,7 +379,9 @@ def verify_program(
         kernel_names.add(k.name)
         local_names = set(names)
         for b in k.allocs:
-            _check_buffer(b, ("shared", "local"), f"kernel {k.name}")
+            _check_buffer(b, ("shared", "local", *ir.FRAGMENT_SCOPES), f"kernel {k.name}")
+            if b.scope in ir.FRAGMENT_SCOPES:
+                _check_fragment(b, f"kernel {k.name}")
             check(
                 b.name not in local_names, f"kernel {k.name}: buffer name {b.name!r} is used twice"
             )

@@ -25,6 +25,9 @@ point, since reading a touched buffer makes a store depend). Then:
   that use the variable, or one accumulator updated by a commutative reduction;
 - a Barrier never depends, so it is never replicated (replicating a statement that holds one
   is an error).
+Warp statements (Tensor Core fragments) take part like stores: they write their fragment (a
+FragmentStore its memory tile) from the buffers they read, and an expanded fragment gets one
+block of tiles per virtual thread.
 Vectorized loops and guards that depend on the virtual thread are replicated whole (the CUDA
 printer wants one store under a vector loop). A kernel's product of nested vthread extents is
 kept in `Kernel.vthread` (the cost-model features read it). Lowering simplifies the kernel
@@ -125,17 +128,23 @@ def _touched_buffers(body: ir.Stmt, var: Var) -> dict[int, ir.Buffer]:
     grew = True
     while grew:
         grew = False
-        for buffer, exprs in writes:
-            if id(buffer) not in touched and any(_uses(e, var, touched) for e in exprs):
+        for buffer, exprs, reads in writes:
+            if id(buffer) in touched:
+                continue
+            if any(id(r) in touched for r in reads) or any(_uses(e, var, touched) for e in exprs):
                 touched[id(buffer)] = buffer
                 grew = True
     return touched
 
 
 def _writes(s: ir.Stmt, guards: tuple):
-    """(buffer, expressions the written data depends on) of every Store / AllReduce in `s`."""
+    """(buffer, expressions the written data depends on, buffers a warp statement reads) of
+    every Store / AllReduce / warp statement in `s`."""
     if isinstance(s, (ir.Store, ir.AllReduce)):
-        yield s.buffer, _exprs(s) + guards
+        yield s.buffer, _exprs(s) + guards, ()
+    elif isinstance(s, ir.WarpStmt):
+        written, reads = _warp_access(s)
+        yield written, _exprs(s) + guards, reads
     elif isinstance(s, ir.IfThenElse):
         inner = guards + (s.cond,)
         yield from _writes(s.then_case, inner)
@@ -184,7 +193,32 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
             return swap[id(buffer)], part(buffer, index)
         return buffer, index
 
-    return ir.map_exprs(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target)
+    body = ir.map_exprs(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target)
+    return _swap_warp_buffers(body, swap, var)
+
+
+def _swap_warp_buffers(s: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.Stmt:
+    """`s` with the warp statements' buffers in `swap` redirected to their expansions: tile
+    number `var * tiles + tile` of a fragment, offset `var * size + offset` of a memory tile."""
+    if not isinstance(s, ir.WarpStmt):
+        kids = _child_stmts(s)
+        new = [_swap_warp_buffers(c, swap, var) for c in kids]
+        return s if all(a is b for a, b in zip(new, kids, strict=True)) else _with_children(s, new)
+    changes: dict = {}
+    for field, tile_field in _FRAGMENT_FIELDS.items():
+        b = getattr(s, field, None)
+        if b is not None and id(b) in swap:
+            tile = getattr(s, tile_field)
+            step = BinOp("*", var, Const(b.size // ir.TILE_ELEMS, tile.dtype), tile.dtype)
+            changes[field], changes[tile_field] = swap[id(b)], BinOp("+", step, tile, tile.dtype)
+    for field in ("src", "dst"):
+        m = getattr(s, field, None)
+        if m is not None and id(m.buffer) in swap:
+            off = m.offset
+            step = BinOp("*", var, Const(m.buffer.size, off.dtype), off.dtype)
+            offset = BinOp("+", step, off, off.dtype)
+            changes[field] = ir.MatrixTile(swap[id(m.buffer)], offset, m.ldm, m.layout)
+    return dataclasses.replace(s, **changes) if changes else s
 
 
 class _Pusher:
@@ -210,6 +244,7 @@ class _Pusher:
             got = (
                 any(_uses(e, self.var, self.touched) for e in _exprs(s))
                 or (isinstance(s, (ir.Store, ir.AllReduce)) and id(s.buffer) in self.touched)
+                or (isinstance(s, ir.WarpStmt) and any(id(b) in self.touched for b in s.buffers()))
                 or any(self.depends(c) for c in _child_stmts(s))
             )
             self.memo[id(s)] = got
@@ -299,7 +334,21 @@ def _exprs(s: ir.Stmt) -> tuple[Expr, ...]:
         return (s.index, s.value) if s.cond is None else (s.index, s.value, s.cond)
     if isinstance(s, ir.IfThenElse):
         return (s.cond,)
+    if isinstance(s, ir.WarpStmt):
+        return tuple(s.exprs())
     return ()
+
+
+# fragment field of a warp statement -> the field of its tile number
+_FRAGMENT_FIELDS = {"frag": "tile", "acc": "acc_tile", "a": "a_tile", "b": "b_tile"}
+
+
+def _warp_access(s: ir.WarpStmt) -> tuple[ir.Buffer, tuple[ir.Buffer, ...]]:
+    """(the buffer a warp statement writes, the buffers it reads)."""
+    if isinstance(s, ir.FragmentStore):
+        return s.dst.buffer, (s.frag,)
+    written, *reads = s.buffers()  # Fill: (frag); Load: (frag, src); Mma: (acc, a, b)
+    return written, tuple(reads) + ((written,) if isinstance(s, ir.FragmentMma) else ())
 
 
 def _access_counts(s: ir.Stmt) -> Counter:
@@ -308,6 +357,9 @@ def _access_counts(s: ir.Stmt) -> Counter:
     for node in ir.iter_stmts(s):
         if isinstance(node, (ir.Store, ir.AllReduce)):
             counts[id(node.buffer)] += 1
+        elif isinstance(node, ir.WarpStmt):
+            for b in node.buffers():
+                counts[id(b)] += 1
         for e in _exprs(node):
             for n in walk(e):
                 if isinstance(n, Load):

@@ -209,6 +209,12 @@ class State:
     def parallel(self, stage, it) -> State:
         return self.annotate(stage, it, "parallel")
 
+    def tensorize(self, stage, it) -> State:
+        """Mark iterator `it` of `stage` "tensorize": it and the iterators inside it (two
+        spatial of extent 16, plus one reduce of extent 16 for a multiply-accumulate) become
+        one Tensor Core operation, chosen by the stage's role (see docs/TENSOR_CORES.md)."""
+        return self.annotate(stage, it, "tensorize")
+
     def pragma(self, stage, it, name: str, value: int | bool) -> State:
         si = self.stage_index(stage)
         return self.apply(PragmaStep(si, self.stages[si].iter_index(it), f"{name}${int(value)}"))

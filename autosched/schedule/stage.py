@@ -27,8 +27,12 @@ ANNOTATIONS = (
     "threadIdx.x",
     "threadIdx.y",
     "threadIdx.z",
+    "tensorize",
 )
 THREAD_ANNOTATIONS = frozenset(a for a in ANNOTATIONS if "Idx" in a or a == "vthread")
+# Marks the first iterator of a 16x16(x16) nest that lowering emits as one warp-collective
+# Tensor Core operation (docs/TENSOR_CORES.md); not a thread binding.
+TENSORIZE = "tensorize"
 
 ROOT, INLINED, ATTACHED = "root", "inlined", "attached"
 

@@ -1,5 +1,6 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
-unroll, vectorize, parallel), unroll pragmas and the storage alignment of a cache buffer."""
+unroll, vectorize, parallel, tensorize), unroll pragmas and the storage alignment of a cache
+buffer."""
 
 from __future__ import annotations
 
@@ -7,13 +8,28 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from autosched.errors import ScheduleError
-from autosched.schedule.stage import ANNOTATIONS, THREAD_ANNOTATIONS, Iterator
+from autosched.schedule.stage import ANNOTATIONS, TENSORIZE, THREAD_ANNOTATIONS, Iterator
 from autosched.schedule.steps.base import Step, check, pyiter, pyname, replace
+
+# The Tensor Core intrinsic a tensorized stage becomes, by the stage's scope; any other stage
+# (the copy-out of an accumulator) stores.
+TENSOR_INTRINSICS = {
+    "wmma.matrix_a": "wmma.load_matrix_a",
+    "wmma.matrix_b": "wmma.load_matrix_b",
+    "wmma.accumulator": "wmma.mma_sync",
+}
+STORE_INTRINSIC = "wmma.store_matrix"
+
+
+def tensor_intrinsic(scope: str) -> str:
+    """The name of the wmma intrinsic a tensorized stage of scope `scope` becomes."""
+    return TENSOR_INTRINSICS.get(scope, STORE_INTRINSIC)
 
 
 @dataclass(frozen=True, slots=True)
 class AnnotationStep(Step):
-    """Bind an iterator to a GPU thread axis, or mark it unroll / vectorize / parallel."""
+    """Bind an iterator to a GPU thread axis, or mark it unroll / vectorize / parallel /
+    tensorize (the nest from it inward becomes one Tensor Core operation)."""
 
     TAG: ClassVar[str] = "AN"
     stage_id: int
@@ -58,6 +74,8 @@ class AnnotationStep(Step):
             return [f's[{S}].bind({it}, te.thread_axis("{self.annotation}"))']
         if self.annotation == "none":
             return []
+        if self.annotation == TENSORIZE:
+            return [f's[{S}].tensorize({it}, "{tensor_intrinsic(stage.scope)}")']
         return [f"s[{S}].{self.annotation}({it})"]
 
 

@@ -1,5 +1,6 @@
 """Steps that add a stage: cache_read and cache_write (a copy through `shared` or `local`
-memory) and rfactor (partial reductions in a stage of their own)."""
+memory, or through Tensor Core fragments) and rfactor (partial reductions in a stage of their
+own)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from autosched.schedule.steps.base import Step, axes_line, check, pyiter, pyname
 from autosched.te.expr import IterVar, Load, Reduce
 from autosched.te.tensor import ComputeOp
 from autosched.te.visitor import substitute
+
+# The scopes a cache stage may have: Tensor Core operands are read into matrix_a / matrix_b
+# fragments, results written through an accumulator fragment (see docs/TENSOR_CORES.md).
+CACHE_READ_SCOPES = ("shared", "local", "wmma.matrix_a", "wmma.matrix_b")
+CACHE_WRITE_SCOPES = ("local", "shared", "wmma.accumulator")
 
 
 def _insert_stage(stages: list[Stage], pos: int, stage: Stage) -> None:
@@ -35,8 +41,10 @@ class CacheReadStep(Step):
 
     def apply(self, state):
         check(
-            self.scope_name in ("shared", "local"),
-            lambda: f"cache_read: scope must be shared or local, not {self.scope_name!r}",
+            self.scope_name in CACHE_READ_SCOPES,
+            lambda: (
+                f"cache_read: scope must be one of {CACHE_READ_SCOPES}, not {self.scope_name!r}"
+            ),
         )
         src = state.stages[self.stage_id]
         check(src.compute_at != INLINED, lambda: f"cache_read: {src.name!r} is inlined")
@@ -72,13 +80,20 @@ class CacheReadStep(Step):
 
 @dataclass(frozen=True, slots=True)
 class CacheWriteStep(Step):
-    """Compute a stage into a `local` buffer first; the stage then copies it out."""
+    """Compute a stage into a `local` (or `shared`, or accumulator fragment) buffer first; the
+    stage then copies it out."""
 
     TAG: ClassVar[str] = "CHW"
     stage_id: int
     scope_name: str
 
     def apply(self, state):
+        check(
+            self.scope_name in CACHE_WRITE_SCOPES,
+            lambda: (
+                f"cache_write: scope must be one of {CACHE_WRITE_SCOPES}, not {self.scope_name!r}"
+            ),
+        )
         stage = state.stages[self.stage_id]
         op = stage.op
         check(isinstance(op, ComputeOp), lambda: f"cache_write: {stage.name!r} is not a compute")

@@ -1,0 +1,198 @@
+"""The CPU interpreter's warp-collective Tensor Core statements (`ir.WarpStmt`).
+
+A warp is 32 consecutive thread ids of a block (`tid // 32`). Fragment buffers (scopes in
+`ir.FRAGMENT_SCOPES`) are per warp: float32 arrays of shape (warps, tiles, 16, 16), where
+`warps` counts every warp of the launch; matrix_a/matrix_b values are float16/bfloat16 values
+held exactly in float32. Fresh fragments hold NaN.
+
+Each warp statement first checks the warp rules (`warp_lanes`): every warp with an active lane
+has all 32 lanes active (else a divergent warp op), and the 32 lanes agree on every expression;
+then it runs once per active warp, vectorized over those warps with numpy. Tiles of memory are
+bounds-checked and alignment-checked (offset a multiple of 32 bytes, ldm of 16 bytes); shared
+memory accesses go through the interpreter's race tracker, the warp's lane 0 standing for the
+warp as writer and reader (a read records the whole warp as readers).
+
+`FragmentMma` computes `a @ b + acc` in float64 and rounds once to float32: the fp16/bf16
+products are exact either way, and one rounding per mma makes the result independent of the
+summation order (Tensor Cores sum in at least float32 precision, in an unspecified order).
+
+The handlers take the interpreter's kernel run (`interpreter._KernelRun`) as `run`; they use its
+launch indices, buffers, race trackers and error helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autosched.lower import ir
+from autosched.te.dtype import BYTES, from_storage
+
+WARP = 32
+T = ir.WMMA_TILE
+_ROWS, _COLS = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+# element (r, c) of a tile: its offset from the tile's first element, per unit of ldm and per 1
+LAYOUT_STEPS = {"row_major": (_ROWS, _COLS), "col_major": (_COLS, _ROWS)}
+OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
+
+
+def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
+    """A fresh fragment buffer for `warps` warps: NaN tiles of (warps, tiles, 16, 16)."""
+    return np.full((warps, buffer.size // ir.TILE_ELEMS, T, T), np.nan, np.float32)
+
+
+def describe(s: ir.WarpStmt) -> str:
+    """A statement's name and buffers, for error messages."""
+    return f"{type(s).__name__}({', '.join(b.name for b in s.buffers())})"
+
+
+class WarpContext:
+    """The active warps of one warp statement and the lane-uniform values of its expressions."""
+
+    def __init__(self, run: Any, s: ir.WarpStmt, mask: Any) -> None:
+        self.run, self.s = run, s
+        if run.T % WARP:
+            self.fail(f"needs whole warps, but a block has {run.T} threads (blockDim.x == 32)")
+        lanes = np.ones(run.L, bool) if mask is None else np.broadcast_to(mask, (run.L,))
+        per_warp = lanes.reshape(-1, WARP)
+        active = per_warp.any(axis=1)
+        partial = np.flatnonzero(active & ~per_warp.all(axis=1))
+        if partial.size:
+            w = int(partial[0])
+            self.fail(
+                f"reached by only {int(per_warp[w].sum())} of 32 lanes of the warp of "
+                f"{run.where(w * WARP)} (divergent warp op)"
+            )
+        self.warps = np.flatnonzero(active)  # global warp ids
+        self.lane0 = self.warps * WARP  # the lane standing for each warp
+        self.blocks = run.ix["block"][self.lane0]
+        self.mask = mask
+
+    def fail(self, what: str) -> None:
+        self.run.fail(f"{describe(self.s)} in kernel {self.run.k.name}: {what}")
+
+    def value(self, e, what: str) -> np.ndarray:
+        """`e` per active warp, checking that the 32 lanes of each warp agree."""
+        got = np.broadcast_to(np.asarray(self.run.eval(e, self.mask)), (self.run.L,))
+        per_warp = got.reshape(-1, WARP)[self.warps]
+        differ = np.flatnonzero((per_warp != per_warp[:, :1]).any(axis=1))
+        if differ.size:
+            w = int(self.warps[differ[0]])
+            self.fail(f"the lanes of the warp of {self.run.where(w * WARP)} disagree on {what}")
+        return per_warp[:, 0]
+
+    def tile(self, frag: ir.Buffer, e, scopes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(fragment storage, tile number per active warp), checking scope and range."""
+        if frag.scope not in scopes:
+            self.fail(f"{frag.name} has scope {frag.scope}, expected one of {scopes}")
+        buf, arr = self.run.bufs_of(frag)
+        tiles = self.value(e, f"the tile number of {frag.name}").astype(np.int64)
+        bad = np.flatnonzero((tiles < 0) | (tiles >= arr.shape[1]))
+        if bad.size:
+            j = int(bad[0])
+            self.fail(
+                f"tile {int(tiles[j])} of {frag.name} is out of range (0..{arr.shape[1] - 1}) "
+                f"for the warp of {self.run.where(int(self.lane0[j]))}"
+            )
+        return arr, tiles
+
+    def memory(self, m: ir.MatrixTile, what: str) -> tuple[ir.Buffer, np.ndarray, np.ndarray]:
+        """(buffer, storage, element indices (warps, 16, 16)) of a memory tile, checked for
+        scope, alignment and bounds."""
+        buf, arr = self.run.bufs_of(m.buffer)
+        if buf.scope not in ("global", "shared"):
+            self.fail(f"{buf.name} has scope {buf.scope}; tiles are in global or shared memory")
+        steps = LAYOUT_STEPS.get(m.layout)
+        if steps is None:
+            self.fail(f"unknown layout {m.layout!r} (expected one of {tuple(LAYOUT_STEPS)})")
+        eb = BYTES[buf.dtype]
+        if m.ldm * eb % LDM_ALIGN_BYTES:
+            self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {LDM_ALIGN_BYTES} bytes")
+        offset = self.value(m.offset, f"the offset into {buf.name}").astype(np.int64)
+        bad = np.flatnonzero(offset * eb % OFFSET_ALIGN_BYTES)
+        if bad.size:
+            j = int(bad[0])
+            self.fail(
+                f"offset {int(offset[j])} into {buf.name} is not {OFFSET_ALIGN_BYTES}-byte "
+                f"aligned for the warp of {self.run.where(int(self.lane0[j]))}"
+            )
+        idx = offset[:, None, None] + steps[0] * m.ldm + steps[1]
+        lanes = np.repeat(self.lane0, T * T)
+        self.run._check_bounds(buf, idx.reshape(-1), lanes, what)
+        return buf, arr, idx
+
+
+def _fill(run: Any, s: ir.FragmentFill, mask: Any) -> None:
+    ctx = WarpContext(run, s, mask)
+    arr, tiles = ctx.tile(s.frag, s.tile, ("wmma.accumulator",))
+    value = np.asarray(from_storage(ctx.value(s.value, "the fill value"), s.value.dtype))
+    arr[ctx.warps, tiles] = value.astype(np.float32)[:, None, None]
+
+
+def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
+    ctx = WarpContext(run, s, mask)
+    arr, tiles = ctx.tile(s.frag, s.tile, ("wmma.matrix_a", "wmma.matrix_b"))
+    buf, mem, idx = ctx.memory(s.src, "read")
+    if buf.dtype != s.frag.dtype:
+        ctx.fail(f"loads {buf.dtype} {buf.name} into a {s.frag.dtype} fragment")
+    if buf.scope == "global":
+        vals = mem[idx]
+    else:
+        keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
+        _track_warp_read(run, ctx, buf, keys)
+        vals = mem[ctx.blocks[:, None, None], idx]
+    arr[ctx.warps, tiles] = from_storage(vals, buf.dtype).astype(np.float32)
+
+
+def _track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarray) -> None:
+    """Race checks of a warp's shared-memory read: what another thread wrote since the last
+    barrier races; the warp's 32 lanes are recorded as readers."""
+    tr = run.trackers[id(buf)]
+    lanes = np.repeat(ctx.lane0, T * T)
+    t = run.ix["tid"][lanes]
+    bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        run._race(buf, int(keys[j]), int(lanes[j]), "reads", "wrote")
+    np.minimum.at(tr.rmin, keys, t)
+    np.maximum.at(tr.rmax, keys, t + WARP - 1)
+
+
+def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
+    ctx = WarpContext(run, s, mask)
+    arr, tiles = ctx.tile(s.frag, s.tile, ("wmma.accumulator",))
+    buf, mem, idx = ctx.memory(s.dst, "write")
+    if buf.dtype != "float32":
+        ctx.fail(f"stores a float32 accumulator into {buf.dtype} {buf.name}")
+    vals = arr[ctx.warps, tiles]
+    if buf.scope == "global":
+        mem[idx] = vals
+        return
+    keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
+    vals = vals.reshape(-1)
+    run._track_write(buf, mem, keys, vals, np.repeat(ctx.lane0, T * T), False)
+    mem.reshape(-1)[keys] = vals
+
+
+def _mma(run: Any, s: ir.FragmentMma, mask: Any) -> None:
+    ctx = WarpContext(run, s, mask)
+    acc, acc_tiles = ctx.tile(s.acc, s.acc_tile, ("wmma.accumulator",))
+    a, a_tiles = ctx.tile(s.a, s.a_tile, ("wmma.matrix_a",))
+    b, b_tiles = ctx.tile(s.b, s.b_tile, ("wmma.matrix_b",))
+    if s.a.dtype != s.b.dtype:
+        ctx.fail(f"multiplies {s.a.dtype} {s.a.name} by {s.b.dtype} {s.b.name}")
+    w = ctx.warps
+    product = np.matmul(a[w, a_tiles].astype(np.float64), b[w, b_tiles].astype(np.float64))
+    acc[w, acc_tiles] = (product + acc[w, acc_tiles]).astype(np.float32)
+
+
+# statement type -> handler(run, statement, mask), registered in the interpreter's table
+WARP_HANDLERS = {
+    ir.FragmentFill: _fill,
+    ir.FragmentLoad: _load,
+    ir.FragmentStore: _store,
+    ir.FragmentMma: _mma,
+}
+
+__all__ = ["WARP_HANDLERS", "describe", "fragment_storage"]

@@ -1,0 +1,455 @@
+"""Tensorized nests: lowering's hook for the "tensorize" annotation (docs/TENSOR_CORES.md).
+
+A stage's Tensor Core role comes from its scope and body (`stage_role`): a matrix_a / matrix_b
+cache stage loads, an accumulator stage with a sum fills (its init) and multiplies-accumulates
+(its update), a stage whose body reads an accumulator stage stores. Where `Lowerer.emit` reaches
+the iterator annotated "tensorize" it emits ONE warp statement instead of the loops of that
+iterator and the ones inside it (`emit_tensorized`, `emit_fill`).
+
+Every access is read per dimension: the tensorized loop variables set to 0 give its origin, their
+coefficients its strides. A fragment buffer is a grid of 16x16 tiles over two of its dimensions
+(its row and column dimensions, found from the multiply-accumulate that reads it in
+`plan_fragments`, before emission); its tiles are numbered over its dimensions in order, the two
+tiled ones counting in steps of 16. A global or shared tile is a `MatrixTile`: its row stride or
+its column stride must be 1 (col_major / row_major), the other one is `ldm`.
+
+The functions take the `Lowerer`; they raise LoweringError for a nest that is not a whole 16x16
+(x16) tile, since no state with such a nest is a valid Tensor Core program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autosched.errors import LoweringError
+from autosched.lower import ir
+from autosched.lower.arith import to_affine
+from autosched.lower.bound_inference import loop_bounds, root_value_map
+from autosched.schedule.stage import TENSORIZE
+from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
+from autosched.te.tensor import Tensor
+from autosched.te.visitor import free_vars, substitute
+
+if TYPE_CHECKING:
+    from autosched.lower.lowering import Lowerer
+
+I32 = "int32"
+T = ir.WMMA_TILE
+OPERAND_SCOPES = ("wmma.matrix_a", "wmma.matrix_b")
+ACCUMULATOR = "wmma.accumulator"
+# role -> (spatial, reduce) tensorized iterators it takes
+NEST_SHAPE = {"load": (2, 0), "store": (2, 0), "mma": (2, 1)}
+OPERAND_DTYPES = ("float16", "bfloat16")
+
+
+def _c(v: int) -> Const:
+    return Const(v, I32)
+
+
+def stage_role(lw: Lowerer, i: int) -> str | None:
+    """The Tensor Core role of a stage ("load", "mma" or "store"); None for other stages."""
+    scope = lw.info[i].scope
+    if scope in OPERAND_SCOPES:
+        return "load"
+    if scope == ACCUMULATOR:
+        return "mma"
+    body = lw.info[i].body
+    if isinstance(body, Load) and isinstance(body.buffer, Tensor):
+        j = lw.producer_stage[id(body.buffer.op)]
+        if lw.info[j].scope == ACCUMULATOR:
+            return "store"
+    return None
+
+
+def tensorize_position(lw: Lowerer, i: int) -> int | None:
+    """Index of stage i's iterator annotated "tensorize" (None when it has none), after checking
+    that a stage that needs one has one and that nothing is computed inside the nest."""
+    st = lw.stages[i]
+    pos = next((k for k, it in enumerate(st.iters) if it.annotation == TENSORIZE), None)
+    role = stage_role(lw, i)
+    if pos is None:
+        if role is not None:
+            raise LoweringError(
+                f"stage {st.name!r} ({lw.info[i].scope}) reads or writes a Tensor Core fragment "
+                "but has no tensorized nest; fragments cannot be indexed element-wise "
+                "(State.tensorize)"
+            )
+        return None
+    if role is None:
+        raise LoweringError(
+            f"stage {st.name!r} is tensorized but is no Tensor Core load, multiply-accumulate "
+            "or store (its scope and body say what it is)"
+        )
+    for it in st.iters[pos:]:
+        if lw.attached.get((i, it.name)):
+            raise LoweringError(
+                f"tensorize: stages are computed at {st.name}.{it.name}, inside the tensorized nest"
+            )
+        if it is not st.iters[pos] and it.annotation != "none":
+            raise LoweringError(
+                f"tensorize: {st.name}.{it.name} is annotated {it.annotation!r} inside the "
+                "tensorized nest"
+            )
+    return pos
+
+
+# ---- affine reading of the accesses ----------------------------------------------------------
+
+
+@dataclass
+class Access:
+    """One access of a stage: the buffer, its per-dimension indices (relative to the buffer)
+    and its flat index."""
+
+    buffer: ir.Buffer
+    dims: list[Expr]
+    flat: Expr
+    stage: int
+
+
+def own_access(lw: Lowerer, i: int) -> Access:
+    """The element stage i writes."""
+    inf, st = lw.info[i], lw.stages[i]
+    dims = [inf.value[a.name] for a in st.op.axis]
+    return Access(inf.buffer, dims, lw.flat_index(i, dims, relative=False), i)
+
+
+def load_access(lw: Lowerer, i: int, node: Load) -> Access:
+    """The element a tensor load of stage i's body reads."""
+    root_map = root_value_map(lw, i)
+    j = lw.producer_stage[id(node.buffer.op)]
+    idx = [substitute(x, root_map) for x in node.indices]
+    relative = not lw.stages[j].is_placeholder
+    dims = idx
+    if relative and lw.info[j].base:
+        dims = [BinOp("-", x, b, I32) for x, b in zip(idx, lw.info[j].base, strict=True)]
+    return Access(lw.info[j].buffer, dims, lw.flat_index(j, idx, relative), j)
+
+
+def coefficients(e: Expr, tvars: list[Var], bounds, what: str) -> list[int]:
+    """The coefficients of `tvars` in `e`, which must be affine in them."""
+    aff = to_affine(e, bounds)
+    ids = {id(v) for v in tvars}
+    out = dict.fromkeys(ids, 0)
+    for coeff, atom in aff.terms.values():
+        if id(atom) in ids:
+            out[id(atom)] = coeff
+        elif any(id(v) in ids for v in free_vars(atom)):
+            raise LoweringError(f"tensorize: {what} is not affine in the tensorized loops: {e!r}")
+    return [out[id(v)] for v in tvars]
+
+
+def at_origin(e: Expr, tvars: list[Var]) -> Expr:
+    return substitute(e, {v: _c(0) for v in tvars})
+
+
+def var_dim(acc: Access, v: Var, bounds, what: str) -> int:
+    """The one dimension of a fragment access that `v` indexes (with coefficient 1)."""
+    found = []
+    for d, e in enumerate(acc.dims):
+        (coeff,) = coefficients(e, [v], bounds, what)
+        if coeff:
+            found.append((d, coeff))
+    if len(found) != 1 or found[0][1] != 1:
+        raise LoweringError(
+            f"tensorize: {what} must index one dimension of {acc.buffer.name} by "
+            f"{v.name} (coefficient 1), got {found}"
+        )
+    return found[0][0]
+
+
+def tile_number(acc: Access, tdims: tuple[int, int], tvars: list[Var], bounds, what) -> Expr:
+    """The tile of fragment `acc.buffer` an access starts: origins of the tiled dimensions in
+    steps of 16, tiles numbered over the dimensions in order."""
+    shape = acc.buffer.shape
+    for d in tdims:
+        if shape[d] % T:
+            raise LoweringError(
+                f"tensorize: fragment {acc.buffer.name} has extent {shape[d]} in a tiled "
+                f"dimension; it must be a multiple of {T}"
+            )
+    tile: Expr = _c(0)
+    stride = 1
+    for d in range(len(shape) - 1, -1, -1):
+        origin = at_origin(acc.dims[d], tvars)
+        if d in tdims:
+            aff = to_affine(origin, bounds)
+            if aff.const % T or any(c % T for c, _ in aff.terms.values()):
+                raise LoweringError(
+                    f"tensorize: {what} starts at {origin!r} in dimension {d} of "
+                    f"{acc.buffer.name}, not a multiple of {T}"
+                )
+            origin = BinOp("floordiv", origin, _c(T), I32)
+        tile = BinOp("+", tile, BinOp("*", origin, _c(stride), I32), I32)
+        stride *= shape[d] // T if d in tdims else shape[d]
+    return tile
+
+
+def fragment_tile(lw, acc: Access, row: Var, col: Var, tvars, bounds, what) -> Expr:
+    """Tile number of a fragment access whose rows `row` and columns `col` index (checked
+    against the fragment's planned row and column dimensions)."""
+    dims = (var_dim(acc, row, bounds, what), var_dim(acc, col, bounds, what))
+    planned = lw.fragment_dims.get(acc.stage)
+    if planned is None:
+        raise LoweringError(
+            f"tensorize: fragment {acc.buffer.name} is read by no tensorized multiply-accumulate"
+        )
+    if dims != planned:
+        raise LoweringError(
+            f"tensorize: {what} tiles {acc.buffer.name} over dimensions {dims}, but its "
+            f"multiply-accumulate over {planned} (rows, columns)"
+        )
+    for d, e in enumerate(acc.dims):
+        if d not in dims and any(coefficients(e, tvars, bounds, what)):
+            raise LoweringError(f"tensorize: {what} indexes dimension {d} by a tile loop")
+    return tile_number(acc, dims, tvars, bounds, what)
+
+
+def matrix_tile(acc: Access, row: Var, col: Var, bounds, what: str) -> ir.MatrixTile:
+    """The 16x16 global / shared tile whose rows `row` and columns `col` index."""
+    if acc.buffer.scope not in ("global", "shared"):
+        raise LoweringError(
+            f"tensorize: {what} reads or writes {acc.buffer.name} ({acc.buffer.scope}); a "
+            "Tensor Core tile lives in global or shared memory"
+        )
+    rs, cs = coefficients(acc.flat, [row, col], bounds, what)
+    origin = at_origin(acc.flat, [row, col])
+    if cs == 1 and rs > 0:
+        return ir.MatrixTile(acc.buffer, origin, rs, "row_major")
+    if rs == 1 and cs > 0:
+        return ir.MatrixTile(acc.buffer, origin, cs, "col_major")
+    raise LoweringError(
+        f"tensorize: {what} walks {acc.buffer.name} with row stride {rs} and column stride "
+        f"{cs}; one of them must be 1"
+    )
+
+
+# ---- the nests ---------------------------------------------------------------------------------
+
+
+def nest_vars(lw: Lowerer, i: int, pos: int, role: str) -> tuple[list[Var], list[Var]]:
+    """The (spatial, reduce) loop variables of stage i's tensorized nest, checked."""
+    st, inf = lw.stages[i], lw.info[i]
+    iters = st.iters[pos:]
+    want_sp, want_red = NEST_SHAPE[role]
+    spatial = [it for it in iters if it.kind == "spatial"]
+    reduce = [it for it in iters if it.kind != "spatial"]
+    exts = [inf.ext[it.name] for it in iters]
+    if len(spatial) != want_sp or len(reduce) != want_red or any(e != T for e in exts):
+        shape = f"{want_sp} spatial" + (f" + {want_red} reduce" if want_red else "")
+        raise LoweringError(
+            f"tensorize: the nest of {st.name}.{iters[0].name} must be {shape} iterators of "
+            f"extent {T}; it is {list(zip([it.name for it in iters], exts, strict=True))}"
+        )
+    return (
+        [lw.var_of(i, it.name) for it in spatial],
+        [lw.var_of(i, it.name) for it in reduce],
+    )
+
+
+def nest_bounds(lw: Lowerer, i: int):
+    st = lw.stages[i]
+    return loop_bounds(lw, lw.info[i].context + [(i, it.name) for it in st.iters])
+
+
+def _multiple_of_tile(e: Expr, bounds) -> bool:
+    aff = to_affine(e, bounds)
+    return aff.const % T == 0 and all(c % T == 0 for c, _ in aff.terms.values())
+
+
+def whole_tile_guard(c: Expr, tvars: list[Var], bounds) -> Expr | None:
+    """`origin + v < C` or `origin + v >= C` with one tile loop `v` (coefficient 1) and
+    `origin`, `C` multiples of 16: the same test as `origin < C` (`>=`) for every v in 0..15,
+    so the guard keeps or drops whole tiles (an extent that is a multiple of 16 but not of
+    the block tile). None for any other guard."""
+    if not (isinstance(c, BinOp) and c.op in ("<", ">=") and isinstance(c.b, Const)):
+        return None
+    coeffs = coefficients(c.a, tvars, bounds, "a guard")
+    origin = at_origin(c.a, tvars)
+    if sorted(coeffs) != [0] * (len(tvars) - 1) + [1] or int(c.b.value) % T:
+        return None
+    if not _multiple_of_tile(origin, bounds):
+        return None
+    return BinOp(c.op, origin, c.b, "bool")
+
+
+def guarded_warp(stmt: ir.Stmt, conds: list[Expr], tvars: list[Var], bounds, name) -> ir.Stmt:
+    """`stmt` under its guards, which must not depend on the tile loops (but through
+    `whole_tile_guard`): one that does cuts the 16x16 tile."""
+    ids = {id(v) for v in tvars}
+    out = []
+    for c in conds:
+        if any(id(v) in ids for v in free_vars(c)):
+            whole = whole_tile_guard(c, tvars, bounds)
+            if whole is None:
+                raise LoweringError(
+                    f"tensorize: partial 16x16 tile in {name}: the guard {c!r} depends on the "
+                    "tensorized loops"
+                )
+            c = whole
+        out.append(c)
+    return ir.guarded(stmt, out)
+
+
+def mma_operands(lw: Lowerer, i: int) -> tuple[Load, Load]:
+    """The (matrix_a, matrix_b) fragment loads of an accumulator stage's
+    `acc + cast?(a) * cast?(b)` (either order), checked."""
+    st, body = lw.stages[i], lw.info[i].body
+    bad = LoweringError(
+        f"tensorize: {st.name!r} must be sum(cast?(A_frag[..]) * cast?(B_frag[..])) over "
+        "matrix_a and matrix_b fragments"
+    )
+    if not isinstance(body, Reduce) or body.reducer.name != "sum" or body.condition is not None:
+        raise bad
+    src = body.source
+    if not (isinstance(src, BinOp) and src.op == "*"):
+        raise bad
+    by_scope = {}
+    for e in (src.a, src.b):
+        while isinstance(e, Cast):
+            e = e.value
+        if not (isinstance(e, Load) and isinstance(e.buffer, Tensor)):
+            raise bad
+        j = lw.producer_stage[id(e.buffer.op)]
+        by_scope[lw.info[j].scope] = e
+    if set(by_scope) != set(OPERAND_SCOPES):
+        raise bad
+    return by_scope["wmma.matrix_a"], by_scope["wmma.matrix_b"]
+
+
+@dataclass
+class MmaPlan:
+    """The analysed multiply-accumulate of one accumulator stage: its loop variables by role
+    and its three accesses."""
+
+    m: Var
+    n: Var
+    k: Var
+    acc: Access
+    a: Access
+    b: Access
+
+
+def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
+    spatial, (k,) = nest_vars(lw, i, pos, "mma")
+    a_load, b_load = mma_operands(lw, i)
+    a, b = load_access(lw, i, a_load), load_access(lw, i, b_load)
+    for acc, dtypes in ((a, OPERAND_DTYPES), (b, OPERAND_DTYPES), (lw.info[i].buffer, None)):
+        buf = acc.buffer if isinstance(acc, Access) else acc
+        ok = buf.dtype in dtypes if dtypes else buf.dtype == "float32"
+        if not ok:
+            raise LoweringError(
+                f"tensorize: {buf.name} ({buf.scope}) has dtype {buf.dtype}; matrix fragments "
+                f"hold {OPERAND_DTYPES}, accumulators float32"
+            )
+    bounds = nest_bounds(lw, i)
+    name = lw.stages[i].name
+
+    def uses(access: Access, v: Var) -> bool:
+        return any(any(coefficients(e, [v], bounds, name)) for e in access.dims)
+
+    ms = [v for v in spatial if uses(a, v) and not uses(b, v)]
+    ns = [v for v in spatial if uses(b, v) and not uses(a, v)]
+    if len(ms) != 1 or len(ns) != 1 or not (uses(a, k) and uses(b, k)):
+        raise LoweringError(
+            f"tensorize: in {name!r} the matrix_a operand must be indexed by one tensorized "
+            "spatial loop (M) and the reduce loop (K), matrix_b by the other (N) and K"
+        )
+    return MmaPlan(ms[0], ns[0], k, own_access(lw, i), a, b)
+
+
+def plan_fragments(lw: Lowerer) -> None:
+    """Fill `lw.fragment_dims` (per fragment stage, its (row, column) dimensions: M x K for
+    matrix_a, K x N for matrix_b, M x N for accumulators) and `lw.mma_plans` from the
+    tensorized multiply-accumulates, before emission."""
+    out = lw.fragment_dims
+    for i in range(len(lw.stages)):
+        if lw.info[i].body is None or lw.info[i].scope != ACCUMULATOR:
+            continue
+        pos = tensorize_position(lw, i)
+        plan = lw.mma_plans[i] = analyse_mma(lw, i, pos)
+        bounds = nest_bounds(lw, i)
+        name = lw.stages[i].name
+        for access, row, col in (
+            (plan.acc, plan.m, plan.n),
+            (plan.a, plan.m, plan.k),
+            (plan.b, plan.k, plan.n),
+        ):
+            dims = (var_dim(access, row, bounds, name), var_dim(access, col, bounds, name))
+            if out.setdefault(access.stage, dims) != dims:
+                raise LoweringError(
+                    f"tensorize: fragment {access.buffer.name} is tiled over dimensions "
+                    f"{out[access.stage]} and {dims} by different multiply-accumulates"
+                )
+
+
+def _row_col(lw, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var]:
+    """Which of a load / store / fill's two tile loops walks the rows of fragment `frag`."""
+    planned = lw.fragment_dims.get(frag.stage)
+    if planned is None:
+        raise LoweringError(
+            f"tensorize: fragment {frag.buffer.name} is read by no tensorized multiply-accumulate"
+        )
+    by_dim = {var_dim(frag, v, bounds, what): v for v in tvars}
+    if set(by_dim) != set(planned):
+        raise LoweringError(
+            f"tensorize: {what} tiles {frag.buffer.name} over dimensions {sorted(by_dim)}, but "
+            f"its multiply-accumulate over {planned}"
+        )
+    return by_dim[planned[0]], by_dim[planned[1]]
+
+
+def emit_fill(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
+    """The init of an accumulator stage's tensorized nest: fill the tile with the identity."""
+    st = lw.stages[i]
+    spatial = [lw.var_of(i, it.name) for it in st.iters[pos:] if it.kind == "spatial"]
+    bounds = nest_bounds(lw, i)
+    own = own_access(lw, i)
+    what = f"{st.name} (fill)"
+    row, col = _row_col(lw, own, spatial, bounds, what)
+    tile = fragment_tile(lw, own, row, col, spatial, bounds, what)
+    stmt = ir.FragmentFill(own.buffer, tile, lw.info[i].body.identity)
+    return guarded_warp(stmt, lw.guards(i, spatial_only=True), spatial, bounds, what)
+
+
+def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
+    """The warp statement replacing stage i's loops from iterator `pos` inward (the update of
+    a reduction; its fill comes from `emit_fill`)."""
+    st = lw.stages[i]
+    role = stage_role(lw, i)
+    bounds = nest_bounds(lw, i)
+    name = st.name
+    if role == "mma":
+        plan = lw.mma_plans[i]
+        tvars = [plan.m, plan.n, plan.k]
+        stmt: ir.Stmt = ir.FragmentMma(
+            plan.acc.buffer,
+            fragment_tile(lw, plan.acc, plan.m, plan.n, tvars, bounds, name),
+            plan.a.buffer,
+            fragment_tile(lw, plan.a, plan.m, plan.k, tvars, bounds, name),
+            plan.b.buffer,
+            fragment_tile(lw, plan.b, plan.k, plan.n, tvars, bounds, name),
+        )
+        return guarded_warp(stmt, lw.guards(i, spatial_only=False), tvars, bounds, name)
+    tvars, _ = nest_vars(lw, i, pos, role)
+    own = own_access(lw, i)
+    body = lw.info[i].body
+    if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
+        raise LoweringError(f"tensorize: {name!r} must copy one tensor to load or store a tile")
+    src = load_access(lw, i, body)
+    if role == "load":
+        row, col = _row_col(lw, own, tvars, bounds, name)
+        stmt = ir.FragmentLoad(
+            own.buffer,
+            fragment_tile(lw, own, row, col, tvars, bounds, name),
+            matrix_tile(src, row, col, bounds, name),
+        )
+    else:
+        row, col = _row_col(lw, src, tvars, bounds, name)
+        stmt = ir.FragmentStore(
+            matrix_tile(own, row, col, bounds, name),
+            src.buffer,
+            fragment_tile(lw, src, row, col, tvars, bounds, name),
+        )
+    return guarded_warp(stmt, lw.guards(i, spatial_only=True), tvars, bounds, name)
