@@ -260,21 +260,6 @@ def cross_thread_stages(state) -> dict[str, tuple]:
     return out
 
 
-def test_rule_order_has_cross_thread_reduction_where_serial_reduction_was():
-    from autosched.sketch import rules as R
-
-    names = [type(r).__name__ for r in R.GPU_RULES]
-    assert names == [
-        "AddCacheRead",
-        "AlwaysInline",
-        "CrossThreadReduction",
-        "AddCacheWrite",
-        "MultiLevelTilingWithFusion",
-        "MultiLevelTiling",
-        "SkipStage",
-    ]
-
-
 @pytest.mark.parametrize("reduced", [False, True])
 def test_cross_thread_condition_matches_ansor_on_the_suite(reduced):
     """Applies to softmax's two reductions (longer than a warp) and to dense with batch 1
@@ -351,13 +336,19 @@ def test_dense_sketches_have_the_cross_thread_structure():
     from autosched.schedule.steps import print_python_schedule
     from autosched.sketch import generate_sketches
 
-    cross, tiled = generate_sketches(suite_dag("dense_bias"))
+    cross, per_block, tiled = generate_sketches(suite_dag("dense_bias"))
     print("\n" + print_python_schedule(cross))
     assert cross_thread_stages(cross) == {"T_dense": ("attached", "ax1_o", ["k_i"])}
     assert [(it.name, it.annotation) for it in cross["T_add"].iters] == [
         ("ax0", "none"),
         ("ax1_o", "none"),
         ("ax1_i", "threadIdx.x"),
+    ]
+    # one output per block: the bias add unsplit, the reduction computed at its last axis
+    assert cross_thread_stages(per_block) == {"T_dense": ("attached", "ax1", ["k_i"])}
+    assert [(it.name, it.annotation) for it in per_block["T_add"].iters] == [
+        ("ax0", "none"),
+        ("ax1", "none"),
     ]
     assert cross_thread_stages(tiled) == {}
     assert tiled["T_dense"].attach[1] == "ax1_o_i"
@@ -395,6 +386,22 @@ def test_sampled_cross_thread_states_bind_blocks_and_threads(name):
         reds = allreduces(program)
         assert len(reds) == (2 if name == "softmax" else 1)
         assert all(r.extent == kernel.block[0] for r in reds)
+
+
+def test_one_output_per_block_sketch_spreads_a_matrix_vector_product_over_blocks():
+    """dense_bias at batch 1 (128 outputs, a 784-long reduction each): the second cross-thread
+    sketch launches one block per output, every thread of the block on its reduction."""
+    from autosched.sketch import SketchSampler, generate_sketches
+
+    sketch = generate_sketches(suite_dag("dense_bias"))[1]
+    sampler = SketchSampler([sketch])
+    states = sampler.sample(6, 0)
+    assert states, sampler.rejected
+    for s in states:
+        (kernel,) = sampler.programs[s.key()].kernels
+        assert kernel.grid == (128, 1, 1)
+        assert kernel.block[0] in {min(t, 784) for t in (32, 64, 128, 256, 512, 1024)}
+        assert [r.extent for r in allreduces(sampler.programs[s.key()])] == [kernel.block[0]]
 
 
 @pytest.mark.parametrize("name", ["softmax", "dense_bias"])

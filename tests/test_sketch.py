@@ -18,7 +18,7 @@ from autosched.schedule.stage import ATTACHED, INLINED, ROOT
 from autosched.schedule.steps import PragmaStep, SplitStep, print_python_schedule
 from autosched.sketch import SketchSampler, generate_sketches, sample_initial_population
 from autosched.sketch import rules as R
-from autosched.sketch.utils import divisors, factorization_schemes
+from autosched.sketch.utils import divisors, factorization_schemes, has_cross_thread_reduction
 from autosched.sketch.validity import check_program
 from autosched.task.workloads import SUITE
 from measure.hardware import HardwareParams
@@ -60,6 +60,7 @@ def test_gpu_rule_order():
         R.AddCacheRead,
         R.AlwaysInline,
         R.CrossThreadReduction,
+        R.MultiLevelTilingTensorCore,
         R.AddCacheWrite,
         R.MultiLevelTilingWithFusion,
         R.MultiLevelTiling,
@@ -97,9 +98,10 @@ def test_sketches_do_not_depend_on_sizes(name):
 
 def test_sketch_counts():
     counts = {name: len(generate_sketches(suite_dag(name))) for name in SUITE}
-    # dense with batch 1: the cross-thread sketch and the tiled one; softmax: each of its two
-    # reductions cross-thread or not (Ansor's rule lets the other rules run too)
-    assert counts == {name: {"dense_bias": 2, "softmax": 4}.get(name, 1) for name in SUITE}
+    # dense with batch 1: two cross-thread sketches (threads sharing the block's outputs, or
+    # one output per block) and the tiled one; softmax: each of its two reductions cross-thread
+    # or not (Ansor's rule lets the other rules run too)
+    assert counts == {name: {"dense_bias": 3, "softmax": 4}.get(name, 1) for name in SUITE}
 
 
 def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
@@ -150,7 +152,11 @@ def _classify(state) -> list[str]:
             out.append("attached")
         else:
             anns = [it.annotation for it in stage.iters]
-            assert stage.compute_at == ROOT and "threadIdx.x" in anns, (stage.name, anns)
+            # a root's threads: its own, or those of a reduction computed at one of its loops
+            threads = "threadIdx.x" in anns or has_cross_thread_reduction(
+                state, state.stages.index(stage)
+            )
+            assert stage.compute_at == ROOT and threads, (stage.name, anns)
             out.append("tiled" if "vthread" in anns else "parallel")
     return out
 

@@ -2,7 +2,8 @@
 
 A candidate is its tuple of step records (`State.key()`): hashable, cheap to copy, compare and
 pickle. A mutation rewrites *decision* records only (split lengths, auto-unroll pragmas), never
-the structure the sketch fixed, and does not replay: whether the result is a valid state is the
+the structure the sketch fixed (nor the lengths a Tensor Core sketch fixed: `fixed_levels`),
+and does not replay: whether the result is a valid state is the
 evaluation's job (replay, lowering, GPU limits: workers.py with sketch/validity.py), which drops
 the invalid.
 
@@ -34,6 +35,7 @@ from autosched.sketch.utils import divisors
 Records = tuple  # a candidate: the tuple of its step records
 
 AUTO_UNROLL = "auto_unroll_max_step"
+TENSORIZE = "tensorize"
 
 
 def as_step(record: tuple) -> Step:
@@ -77,6 +79,8 @@ class MutationContext:
     unroll_configs: tuple[int, ...]
     # structure key -> positions of its decision records (filled on first use)
     decisions: dict = field(default_factory=dict)
+    # structure key -> fixed_levels of its records (filled on first use)
+    fixed: dict = field(default_factory=dict)
 
     def decision_ids(self, records: Records) -> tuple[int, ...]:
         key = structure_key(records)
@@ -84,6 +88,13 @@ class MutationContext:
         if ids is None:
             ids = self.decisions[key] = tuple(k for k, r in enumerate(records) if is_decision(r))
         return ids
+
+    def fixed_levels(self, records: Records) -> dict[int, int]:
+        key = structure_key(records)
+        got = self.fixed.get(key)
+        if got is None:
+            got = self.fixed[key] = fixed_levels(records)
+        return got
 
 
 MUTATIONS: dict[str, Mutation] = {}
@@ -123,6 +134,39 @@ def _vectorized(records: Records, k: int, step: SplitStep) -> bool:
     )
 
 
+def _lane_split(records: Records, k: int, step: SplitStep) -> bool:
+    """Is the innermost part of split k bound to threadIdx.x by the next step?"""
+    if k + 1 >= len(records) or records[k + 1][0] != AnnotationStep.TAG:
+        return False
+    nxt = as_step(records[k + 1])
+    return (
+        nxt.stage_id == step.stage_id
+        and nxt.iter_id == step.iter_id + len(step.lengths)
+        and nxt.annotation == "threadIdx.x"
+    )
+
+
+def fixed_levels(records: Records) -> dict[int, int]:
+    """Split record position -> how many of its innermost lengths the sketch fixed, in a
+    candidate with Tensor Core stages: the 16 of every split of a tensorized stage (the wmma
+    tile) and the whole of a split whose inner part the next step binds to threadIdx.x (the
+    32 lanes: a kernel with warp statements has blockDim.x == 32). Stages are matched by the
+    index their records carry (the Tensor Core sketch's caches precede its splits)."""
+    tensorized = {r[1] for r in records if r[0] == AnnotationStep.TAG and r[3] == TENSORIZE}
+    if not tensorized:
+        return {}
+    out = {}
+    for k, r in enumerate(records):
+        if r[0] != SplitStep.TAG:
+            continue
+        step = as_step(r)
+        if step.stage_id in tensorized:
+            out[k] = 1
+        elif _lane_split(records, k, step):
+            out[k] = len(step.lengths)
+    return out
+
+
 class TileSizeMutation(Mutation):
     """Move a factor from one level of a split to another (the levels' product stays the
     extent); the innermost level stays within max_innermost_factor, or within the widest vector
@@ -134,15 +178,22 @@ class TileSizeMutation(Mutation):
     def apply(self, ctx, parents, rng):
         records = parents[0]
         splits = [k for k in ctx.decision_ids(records) if records[k][0] == SplitStep.TAG]
+        fixed = ctx.fixed_levels(records)
         rng.shuffle(splits)
         for k in splits:
             step = as_step(records[k])
             levels = self.levels(step)
-            if levels is None:
+            n_fixed = fixed.get(k, 0)
+            if levels is None or n_fixed >= len(step.lengths):
                 continue
             vector = _vectorized(records, k, step)
             limit = ctx.max_vector_length if vector else ctx.max_innermost_factor
-            moved = self.move_factor(levels, limit, rng)
+            if n_fixed:  # only the levels outside the fixed ones move; none is innermost
+                head, tail = levels[:-n_fixed], levels[-n_fixed:]
+                moved = self.move_factor(head, math.prod(levels), rng)
+                moved = None if moved is None else moved + tail
+            else:
+                moved = self.move_factor(levels, limit, rng)
             if moved is not None:
                 return with_record(records, k, replace(step, lengths=tuple(moved[1:])))
         return None
@@ -232,6 +283,7 @@ __all__ = [
     "MutationContext",
     "Records",
     "TileSizeMutation",
+    "fixed_levels",
     "as_step",
     "is_decision",
     "structure_key",

@@ -7,6 +7,8 @@ the random decisions for one state:
   FillTileSize    perfect tile sizes for every unknown split, resampled per tiled stage until
                   the thread / vthread / register / shared-memory estimates fit the GPU; a
                   thread count (a multiple of the warp size) for cross-thread reductions
+  FillTensorCore  warps, repeats, K chunk and cooperative fetching of Tensor Core stages
+                  (tensor_core_init.py); ThreadBind leaves the roots their sketch bound
   ThreadBind      blockIdx.x / vthread / threadIdx.x for tiled stages, blockIdx.x for the outer
                   loops of cross-thread reductions, fuse-split-bind for the other root stages,
                   cooperative fetching (vectorised) for shared caches
@@ -27,6 +29,11 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.plan import SketchPlan, TileGroup
+from autosched.sketch.tensor_core_init import (
+    FillTensorCore,
+    reserved_stages,
+    tensor_core_unroll_options,
+)
 from autosched.sketch.utils import (
     SketchParams,
     factorization_schemes,
@@ -234,9 +241,10 @@ class ThreadBind(InitRule):
     def apply(self, ctx, plan, state, rng):
         roots = plan.tiled_roots
         tiled = {g.tiled: g for g in plan.groups}
+        reserved = reserved_stages(plan.tensor_core)
         for i in range(len(state.stages) - 1, -1, -1):
             stage = state.stages[i]
-            if stage.is_placeholder or is_inlined(stage):
+            if stage.is_placeholder or is_inlined(stage) or i in reserved:
                 continue
             if stage.compute_at == ROOT and has_cross_thread_reduction(state, i):
                 state = self.bind_cross_thread(state, i)
@@ -324,11 +332,14 @@ class AutoUnroll(InitRule):
     def apply(self, ctx, plan, state, rng):
         configs = ctx.params.auto_unroll_configs
         tiled = {g.tiled: g for g in plan.groups}
+        tensor_core = {g.acc: g for g in plan.tensor_core}
         for i, stage in enumerate(state.stages):
             if stage.is_placeholder or is_inlined(stage) or not has_reduce_iter(stage):
                 continue
             options = configs
-            if i in tiled:
+            if i in tensor_core:
+                options = tensor_core_unroll_options(ctx, tensor_core[i], state, configs)
+            elif i in tiled:
                 regs = self.unrolled_registers(tiled[i], state)
                 budget = self.budget(ctx, tiled[i], state)
                 options = tuple(c for c in configs if regs(c) <= budget) or (0,)
@@ -381,7 +392,12 @@ class AutoUnroll(InitRule):
         return ctx.hardware.registers_per_thread_limit(threads)
 
 
-GPU_INIT_RULES: tuple[InitRule, ...] = (FillTileSize(), ThreadBind(), AutoUnroll())
+GPU_INIT_RULES: tuple[InitRule, ...] = (
+    FillTileSize(),
+    FillTensorCore(),
+    ThreadBind(),
+    AutoUnroll(),
+)
 
 
 __all__ = [

@@ -2,7 +2,8 @@
 
 `make_plan` finds a sketch's unknown splits, its multi-level tiled stages (`TileGroup`: their
 splits and the smallest thread count they may use) and, per tiled stage, how each shared-memory
-cache's tile grows with the tile sizes (`Footprint`), so that the init rules can check a draw of
+cache's tile grows with the tile sizes (`Footprint`), and its Tensor Core stages
+(tensor_core_init.py), so that the init rules can check a draw of
 tile sizes against the GPU's limits without lowering.
 """
 
@@ -15,6 +16,7 @@ from autosched.lower.arith import to_affine
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
 from autosched.schedule.steps import SplitStep
+from autosched.sketch.tensor_core_init import TensorCoreGroup, tensor_core_groups
 from autosched.sketch.utils import (
     SketchParams,
     cross_thread_splits,
@@ -78,6 +80,8 @@ class SketchPlan:
     groups: list[TileGroup]
     # SplitStep ids that set a cross-thread reduction's thread count -> the reduction's length
     cross_thread: dict[int, int] = field(default_factory=dict)
+    # Tensor Core stages: their splits are FillTensorCore's, their roots bound by the sketch
+    tensor_core: list[TensorCoreGroup] = field(default_factory=list)
 
     @property
     def tiled_roots(self) -> dict[int, TileGroup]:
@@ -130,12 +134,15 @@ def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> 
                     group.footprints.append(fp)
         groups.append(group)
         grouped.update(sp + rd)
+    tensor_core = tensor_core_groups(sketch)
+    for g in tensor_core:
+        grouped.update(g.split_ids)
     unknown = [
         k
         for k, s in enumerate(sketch.steps)
         if isinstance(s, SplitStep) and None in s.lengths and k not in grouped
     ]
-    return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch))
+    return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch), tensor_core)
 
 
 __all__ = ["Footprint", "SketchPlan", "TileGroup", "make_plan"]

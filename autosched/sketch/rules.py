@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
+from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
 from autosched.sketch.utils import (
     SketchParams,
     common_outer_iters,
@@ -171,8 +172,13 @@ class CrossThreadReduction(SketchRule):
     and shares leading axes with it, that root's last axis is split by the thread count
     (inner part on threadIdx.x) unless a reduction fused before already did, the reduction
     follows that split and is computed at the last shared axis: one kernel, whose shared
-    spatial loops the init rules bind to blockIdx.x. APPLY: the other rules (tiling, or
-    leaving the stage to one thread per element) are tried as well."""
+    spatial loops the init rules bind to blockIdx.x. When that consumer has no split yet and
+    shares all its axes with the reduction (one consumer element per reduction output), a
+    second sketch computes the reduction at the consumer's last axis without splitting it: one
+    output element per block, all of the block's threads on its reduction (the shape
+    of a matrix-vector product, where the first sketch leaves a block's threads reducing one
+    output after another and most SMs idle). APPLY: the other rules (tiling, or leaving the
+    stage to one thread per element) are tried as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -200,9 +206,16 @@ class CrossThreadReduction(SketchRule):
             state = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
             return [(state, i - 1)]
         t, n_common = target
+        one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
+        out = []
+        if one_per_block:
+            per_block = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
+            at = per_block.stages[t].iters[n_common - 1].name
+            out.append((per_block.compute_at(i, t, at), i - 1))
         state, split = self.thread_split(state, t)
         state = state.follow_split(i, fused, split, 1).bind(i, fused + "_i", "threadIdx.x")
-        return [(state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1)]
+        out.insert(0, (state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1))
+        return out
 
     @staticmethod
     def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
@@ -235,6 +248,18 @@ class CrossThreadReduction(SketchRule):
         split = len(state.steps)
         state = state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x")
         return state, split
+
+
+class MultiLevelTilingTensorCore(SketchRule):
+    """A float16 / bfloat16 matrix product summed in float32 (matmul, batch_matmul, NHWC conv)
+    on the Tensor Cores: accumulator, shared and fragment caches, warp tiles and tensorized
+    16x16x16 nests (tensor_core.py). No other tiling rule runs on a stage it matches."""
+
+    def condition(self, ctx, state, i):
+        return Cond.APPLY_AND_SKIP_REST if match_tensor_core(state, i) else Cond.SKIP
+
+    def apply(self, ctx, state, i):
+        return [build_tensor_core_sketch(state, i, match_tensor_core(state, i))]
 
 
 class AddCacheWrite(SketchRule):
@@ -307,11 +332,13 @@ class SkipStage(SketchRule):
 
 
 # The GPU rule order (Ansor's, less the rules for attributes this DAG language lacks:
-# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor).
+# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus the Tensor Core rule, which
+# takes a half-precision product before the fp32 tiling rules would).
 GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
     AlwaysInline(),
     CrossThreadReduction(),
+    MultiLevelTilingTensorCore(),
     AddCacheWrite(),
     MultiLevelTilingWithFusion(),
     MultiLevelTiling(),

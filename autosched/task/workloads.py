@@ -59,6 +59,48 @@ def softmax(N, M):
     return [x, topi.nn.softmax(x, axis=-1)]
 
 
+# ---- Tensor Core workloads: half-precision operands, float32 accumulation, a cast epilogue --
+
+
+@register_workload(name="matmul_fp16")
+def matmul_fp16(M, N, K):
+    """`C = fp16(sum_k f32(A[i, k]) * f32(B[k, j]))`: the fp32 reduction, then a cast stage."""
+    A = te.placeholder((M, K), name="A", dtype="float16")
+    B = te.placeholder((K, N), name="B", dtype="float16")
+    return [A, B, topi.cast(topi.matmul(A, B, out_dtype="float32"), "float16")]
+
+
+@register_workload(name="batch_matmul_bf16")
+def batch_matmul_bf16(B, M, N, K):
+    """bfloat16 batch_matmul (B given as (batch, N, K), TVM's default), fp32 sums, bf16 out."""
+    A = te.placeholder((B, M, K), name="A", dtype="bfloat16")
+    Bt = te.placeholder((B, N, K), name="B", dtype="bfloat16")
+    return [A, Bt, topi.cast(topi.nn.batch_matmul(A, Bt, out_dtype="float32"), "bfloat16")]
+
+
+@register_workload(name="conv2d_nhwc_fp16")
+def conv2d_nhwc_fp16(N, H, W, CO, CI, KH, KW, stride, padding):
+    """fp16 NHWC conv2d (HWIO kernel), fp32 sums, fp16 output through a cast stage."""
+    data = te.placeholder((N, H, W, CI), name="data", dtype="float16")
+    kernel = te.placeholder((KH, KW, CI, CO), name="kernel", dtype="float16")
+    conv = topi.nn.conv2d_nhwc(data, kernel, stride, padding, dilation=1, out_dtype="float32")
+    return [data, kernel, topi.cast(conv, "float16")]
+
+
+# The Tensor Core workloads, as SUITE lists workloads (kept apart: SUITE's golden sketches and
+# limits are fp32 ones). The full sizes: a square matmul, the done-when batch_matmul and the
+# conv2d of TVM's Tensor Core tutorial (seeds/004).
+TENSOR_CORE_SUITE = {
+    "matmul_fp16": ("matmul_fp16", (1024, 1024, 1024), (32, 48, 32)),
+    "batch_matmul_bf16": ("batch_matmul_bf16", (16, 512, 512, 64), (2, 32, 16, 32)),
+    "conv2d_nhwc_fp16": (
+        "conv2d_nhwc_fp16",
+        (256, 14, 14, 512, 256, 3, 3, 1, 1),
+        (16, 4, 4, 32, 16, 3, 3, 1, 1),
+    ),
+}
+
+
 # name -> (workload, full-size args, reduced args with the same structure for CPU tests)
 SUITE = {
     "matmul": ("matmul", (1024, 1024, 1024), (64, 48, 32)),

@@ -9,7 +9,7 @@ from autosched.topi.conv import (
 )
 from autosched.topi.conv_transpose import conv2d_transpose_nchw
 from autosched.topi.dense import batch_matmul, bias_add, dense, matmul
-from autosched.topi.elemwise import relu
+from autosched.topi.elemwise import cast, relu
 from autosched.topi.pad import dilate, pad
 from autosched.topi.pooling import avg_pool2d, max_pool2d, pool2d
 from autosched.topi.reduction import layer_norm, norm2d, softmax
@@ -25,6 +25,7 @@ __all__ = [
     "bias_add",
     "dense",
     "matmul",
+    "cast",
     "relu",
     "dilate",
     "pad",

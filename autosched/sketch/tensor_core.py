@@ -1,0 +1,260 @@
+"""The Tensor Core sketch rule: a half-precision matrix product reaches the wmma intrinsics.
+
+`match_tensor_core` finds a reduction stage `C = sum(cast?(A[..]) * cast?(B[..]))` whose
+operands are float16 or bfloat16 and whose sum is float32; `build_tensor_core_sketch` builds
+TVM's hand-written Tensor Core schedule (seeds/004) for it as a sketch:
+
+    C.wmma.accumulator        cache_write: the per-warp 16x16 accumulator tiles
+    A.shared, B.shared        cache_read: a block's operand tiles, fetched by all threads
+    A.shared.wmma.matrix_a    cache_read: a warp's 16x16 operand fragments
+    B.shared.wmma.matrix_b
+
+The axes: M (spatial, read by A only), N (spatial, read by B only) and K (reduction, read by
+both), the innermost of each whose extent is a multiple of 16 and that indexes its operands
+directly. The copy-out stage C splits M and N into [block, warps, repeats, 16]; its warp loops
+are threadIdx.y, its 16x16 nest the store. An element-wise output consumer of C (the cast,
+bias or relu epilogue) becomes the kernel's root: C is computed at its block loop, so the
+accumulators go through shared memory, and the consumer's threads (threadIdx.y warps of
+threadIdx.x = 32 lanes) write the output. The init rules (tensor_core_init.py) draw the
+unknown lengths: warps and repeats of M and N, the K chunk. The sketch rule itself,
+`rules.MultiLevelTilingTensorCore`, is these two functions in the rules' interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ROOT
+from autosched.sketch.utils import (
+    elementwise_matched_consumer,
+    is_inlined,
+    is_output,
+    is_tiled,
+)
+from autosched.te.dtype import HALF_DTYPES
+from autosched.te.expr import BinOp, Cast, IterVar, Load, Reduce
+from autosched.te.reduce import sum_reducer
+from autosched.te.tensor import ComputeOp, Operation, Tensor
+from autosched.te.visitor import walk
+
+MMA = 16  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
+ACC_SCOPE = "wmma.accumulator"
+OPERAND_SCOPES = ("wmma.matrix_a", "wmma.matrix_b")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One factor of the product: the op it loads, and which tensor dimension holds each of
+    the matrix axes (rows, cols): (M, K) for matrix_a, (K, N) for matrix_b."""
+
+    op: Operation
+    dims: tuple[int, int]
+    ndim: int
+
+
+@dataclass(frozen=True)
+class TensorCoreMatch:
+    """What the rule found in a stage: its M, N and K axes (names) and its two operands."""
+
+    m: str
+    n: str
+    k: str
+    a: Operand
+    b: Operand
+
+
+def _operand_load(e) -> Load | None:
+    """The load under an optional cast, when it reads a half-precision tensor."""
+    if isinstance(e, Cast):
+        e = e.value
+    if isinstance(e, Load) and isinstance(e.buffer, Tensor) and e.buffer.dtype in HALF_DTYPES:
+        return e
+    return None
+
+
+def _axes_of(load: Load) -> set[int]:
+    return {id(n) for idx in load.indices for n in walk(idx) if isinstance(n, IterVar)}
+
+
+def _direct_dim(load: Load, axis: IterVar) -> int | None:
+    """The one dimension of `load` indexed by exactly `axis` (no other term), if it is the
+    only dimension that uses the axis."""
+    uses = [d for d, idx in enumerate(load.indices) if any(n is axis for n in walk(idx))]
+    if len(uses) == 1 and load.indices[uses[0]] is axis:
+        return uses[0]
+    return None
+
+
+def _innermost(axes, pred) -> IterVar | None:
+    found = [a for a in axes if a.extent % MMA == 0 and pred(a)]
+    return found[-1] if found else None
+
+
+def match_tensor_core(state: State, i: int) -> TensorCoreMatch | None:
+    """The Tensor Core view of stage i, or None when it is not a half-precision matrix
+    product with float32 sums and 16-multiple M, N and K axes."""
+    stage = state.stages[i]
+    op = stage.op
+    if (
+        not isinstance(op, ComputeOp)
+        or stage.origin != "dag"
+        or is_inlined(stage)
+        or stage.compute_at != ROOT
+        or is_tiled(stage)
+        or op.dtype != "float32"
+        or not isinstance(op.body, Reduce)
+        or op.body.reducer is not sum_reducer
+        or op.body.condition is not None
+    ):
+        return None
+    src = op.body.source
+    if not (isinstance(src, BinOp) and src.op == "*"):
+        return None
+    la, lb = _operand_load(src.a), _operand_load(src.b)
+    if la is None or lb is None or la.buffer.op is lb.buffer.op:
+        return None
+    if la.buffer.dtype != lb.buffer.dtype:
+        return None
+    in_a, in_b = _axes_of(la), _axes_of(lb)
+    m = _innermost(
+        op.axis, lambda x: id(x) in in_a and id(x) not in in_b and _direct_dim(la, x) is not None
+    )
+    n = _innermost(
+        op.axis, lambda x: id(x) in in_b and id(x) not in in_a and _direct_dim(lb, x) is not None
+    )
+    k = _innermost(
+        op.reduce_axis,
+        lambda x: _direct_dim(la, x) is not None and _direct_dim(lb, x) is not None,
+    )
+    if m is None or n is None or k is None:
+        return None
+    a = Operand(la.buffer.op, (_direct_dim(la, m), _direct_dim(la, k)), len(la.indices))
+    b = Operand(lb.buffer.op, (_direct_dim(lb, k), _direct_dim(lb, n)), len(lb.indices))
+    return TensorCoreMatch(m.name, n.name, k.name, a, b)
+
+
+def epilogue_root(state: State, i: int) -> int | None:
+    """Stage i's element-wise consumer when it is an untiled output computed at root (the
+    cast / bias / relu that becomes the kernel's root), else None."""
+    j = elementwise_matched_consumer(state, i)
+    if j is None or not is_output(state, j):
+        return None
+    e = state.stages[j]
+    if is_tiled(e) or e.compute_at != ROOT:
+        return None
+    return j
+
+
+# ---- building the sketch --------------------------------------------------------------------
+
+
+def level_names(root: str, n_levels: int) -> list[str]:
+    """The parts of `root` split into `n_levels` (outer to inner), as SplitStep names them (the
+    rules' helper of the same name; not imported: rules.py imports this module)."""
+    n = n_levels - 1
+    return [root + "_o" * n] + [root + "_o" * (n - k) + "_i" for k in range(1, n + 1)]
+
+
+def _tile_fragment(state: State, name: str, operand: Operand) -> State:
+    """Split the fragment stage's two matrix dimensions by 16 and put the two 16s innermost
+    (rows, then cols), tensorized."""
+    rows, cols = operand.dims
+    for d in (rows, cols):
+        state = state.split(name, f"ax{d}", [MMA])
+    outer = [f"ax{d}_o" if d in (rows, cols) else f"ax{d}" for d in range(operand.ndim)]
+    state = state.reorder(name, outer + [f"ax{rows}_i", f"ax{cols}_i"])
+    return state.tensorize(name, f"ax{rows}_i")
+
+
+def _tile_store(state: State, c: str, mt: TensorCoreMatch, bind_blocks: bool):
+    """C's M and N split [block, warps, repeats, 16]; returns (state, the two split step ids,
+    the block loop names, the fused warp loop's name)."""
+    axes = [it.name for it in state[c].root_iters]
+    ids = []
+    for ax in (mt.m, mt.n):
+        ids.append(len(state.steps))
+        state = state.split(c, ax, [None, None, MMA])
+    lm, ln = level_names(mt.m, 4), level_names(mt.n, 4)
+    block = [level_names(a, 4)[0] if a in (mt.m, mt.n) else a for a in axes]
+    state = state.reorder(c, block + [lm[1], ln[1], lm[2], ln[2], lm[3], ln[3]])
+    state = state.fuse(c, [lm[1], ln[1]])
+    warp = f"{lm[1]}_{ln[1]}_fused"
+    state = state.bind(c, warp, "threadIdx.y")
+    if bind_blocks:
+        state = state.fuse(c, block)
+        state = state.bind(c, state[c].iters[0].name, "blockIdx.x")
+    return state.tensorize(c, lm[3]), ids, warp
+
+
+def _tile_epilogue(state: State, e: int, c: str, mt: TensorCoreMatch, ids: list[int]):
+    """The epilogue E follows C's block tiles; its inner part is fused and split into warps
+    (threadIdx.y, as many as C's) of 32 lanes (threadIdx.x). Returns (state, block loop)."""
+    e_axes = [it.name for it in state.stages[e].root_iters]
+    c_axes = [it.name for it in state[c].root_iters]
+    tiled = {c_axes.index(mt.m): ids[0], c_axes.index(mt.n): ids[1]}
+    for pos, src in tiled.items():
+        state = state.follow_split(e, e_axes[pos], src, 1)
+    block = [f"{a}_o" if p in tiled else a for p, a in enumerate(e_axes)]
+    inner = [f"{e_axes[p]}_i" for p in sorted(tiled)]
+    state = state.reorder(e, block + inner)
+    state = state.fuse(e, block).fuse(e, inner)
+    outer, lanes = state.stages[e].iters
+    state = state.bind(e, outer.name, "blockIdx.x")
+    state = state.split(e, lanes.name, [32])
+    state = state.bind(e, f"{lanes.name}_i", "threadIdx.x")
+    state = state.follow_fused_split(e, f"{lanes.name}_o", ids, 0, True)
+    state = state.bind(e, f"{lanes.name}_o_i", "threadIdx.y")
+    return state, outer.name
+
+
+def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[State, str, str]:
+    """M, N split [repeats, 16], K [outer, chunk, 16], the other reductions between the two
+    outer K levels: [spatial..., K outer, reductions..., K chunk, M reps, N reps, M16, N16,
+    K16]. Returns (state, the last outer reduction loop, the K chunk loop)."""
+    m, n = f"{mt.m}_c", f"{mt.n}_c"
+    state = state.split(acc, m, [MMA]).split(acc, n, [MMA]).split(acc, mt.k, [None, MMA])
+    roots = state[acc].root_iters
+    spatial = [it.name for it in roots if it.kind == "spatial" and it.name not in (m, n)]
+    reduces = [it.name for it in roots if it.kind == "reduce" and it.name != mt.k]
+    ks = level_names(mt.k, 3)
+    order = spatial + [ks[0], *reduces, ks[1], f"{m}_o", f"{n}_o", f"{m}_i", f"{n}_i", ks[2]]
+    state = state.reorder(acc, order).tensorize(acc, f"{m}_i")
+    return state, ([ks[0], *reduces])[-1], ks[1]
+
+
+def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple[State, int]:
+    """Apply the Tensor Core sketch to stage i; returns the state and the index of the stage
+    before the accumulator (where the rules go on)."""
+    e = epilogue_root(state, i)
+    e_op = state.stages[e].op if e is not None else None
+    c = state.stages[i].name
+    state = state.cache_write(i, ACC_SCOPE)
+    acc = f"{c}.{ACC_SCOPE}"
+    caches = []
+    for operand, scope in zip((mt.a, mt.b), OPERAND_SCOPES, strict=True):
+        name = state.stages[state.stage_index(operand.op)].name
+        state = state.cache_read(operand.op, "shared", [acc])
+        state = state.cache_read(f"{name}.shared", scope, [acc])
+        caches.append((f"{name}.shared", f"{name}.shared.{scope}", operand))
+    state, ids, warp = _tile_store(state, c, mt, bind_blocks=e_op is None)
+    state, shared_at, frag_at = _tile_accumulator(state, acc, mt)
+    state = state.compute_at(acc, c, warp)
+    for shared, frag, operand in caches:
+        state = state.compute_at(shared, acc, shared_at)
+        state = _tile_fragment(state, frag, operand).compute_at(frag, acc, frag_at)
+    if e_op is not None:
+        state, block = _tile_epilogue(state, state.stage_index(e_op), c, mt, ids)
+        state = state.compute_at(c, e_op, block)
+    return state, state.stage_index(acc) - 1
+
+
+__all__ = [
+    "ACC_SCOPE",
+    "MMA",
+    "Operand",
+    "TensorCoreMatch",
+    "build_tensor_core_sketch",
+    "epilogue_root",
+    "match_tensor_core",
+]
