@@ -9,8 +9,10 @@ from measure.artifact import ArgSpec, KernelArtifact, Launch
 from measure.builder import BuildResult, LocalBuilder, check_resources, compile_resources
 from measure.compiler import compile_kernel, compile_source, find_compiler
 from measure.context import LocalMeasureContext, MeasureResult
+from measure.device_pool import RunnerPool, local_runner, visible_devices
 from measure.errors import (
     CompileError,
+    DeviceMismatchError,
     GPUUnavailableError,
     MeasureError,
     MeasureErrorKind,
@@ -35,6 +37,7 @@ __all__ = [
     "BuildResult",
     "CompileError",
     "DEFAULT_TOLERANCES",
+    "DeviceMismatchError",
     "GPUUnavailableError",
     "HardwareParams",
     "KernelArtifact",
@@ -49,6 +52,7 @@ __all__ = [
     "NvccNotFoundError",
     "Reference",
     "RunResult",
+    "RunnerPool",
     "check_resources",
     "compare_output",
     "compare_outputs",
@@ -60,9 +64,11 @@ __all__ = [
     "find_compiler",
     "find_nvcc",
     "gpu_available",
+    "local_runner",
     "make_reference",
     "pack",
     "parse_ptxas",
     "random_array",
     "unpack",
+    "visible_devices",
 ]

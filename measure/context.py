@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
 from measure.artifact import KernelArtifact
 from measure.builder import BuildResult, LocalBuilder
+from measure.device_pool import RunnerPool, local_runner
 from measure.errors import MeasureErrorKind
 from measure.ptxas import KernelResources
 from measure.reference import Reference
@@ -89,14 +92,23 @@ class LocalMeasureContext:
     """Builds a batch in parallel and runs each candidate as soon as its build finishes, so that
     the GPU times kernels while nvcc still compiles the rest: a batch costs about the longer of
     the two, not their sum. A failed build is never run. With no arguments it makes a default
-    `LocalBuilder()` and `LocalRunner()` (the latter raises GPUUnavailableError without pycuda).
+    `LocalBuilder()` and `local_runner()` (which raises GPUUnavailableError without pycuda).
     `timeline` says when each candidate of the last batch was built and run (`BatchEvent`).
     The builder's compiler workers start in the background at once (`LocalBuilder.start_workers`),
-    while the caller lowers its first batch."""
+    while the caller lowers its first batch.
 
-    def __init__(self, builder: LocalBuilder | None = None, runner: LocalRunner | None = None):
+    The default runner uses every visible GPU (`local_runner`; `devices` narrows it): with a
+    `RunnerPool`, each built candidate goes to whichever GPU is free, and one context may serve
+    several threads at once (the tasks of a model tuned in parallel)."""
+
+    def __init__(
+        self,
+        builder: LocalBuilder | None = None,
+        runner: LocalRunner | RunnerPool | None = None,
+        devices: Sequence[int] | None = None,
+    ):
         self.builder = builder or LocalBuilder()
-        self.runner = runner or LocalRunner()
+        self.runner = runner or local_runner(devices)
         self.timeline: list[BatchEvent] = []
         start_workers = getattr(self.builder, "start_workers", None)  # a test's builder has none
         if start_workers is not None:
@@ -109,6 +121,8 @@ class LocalMeasureContext:
     ) -> list[MeasureResult]:
         """Build and run every artifact; one result per artifact, in the artifacts' order."""
         references = references or {}
+        if isinstance(self.runner, RunnerPool):
+            return self._measure_on_pool(self.runner, artifacts, references)
         results: dict[int, MeasureResult] = {}
         start, self.timeline = time.perf_counter(), []
         for i, build in self.builder.build_as_completed(artifacts):
@@ -126,6 +140,50 @@ class LocalMeasureContext:
                 )
             )
         return [results[i] for i in range(len(artifacts))]
+
+    def _measure_on_pool(
+        self, pool: RunnerPool, artifacts: Sequence[KernelArtifact], references
+    ) -> list[MeasureResult]:
+        """`measure_batch` over several GPUs: each candidate is queued as soon as it is built
+        and runs on the first free runner while the others compile and run."""
+        start = time.perf_counter()
+        timeline: list[BatchEvent] = []
+        lock = threading.Lock()
+
+        def run(i: int, build: BuildResult) -> RunResult:
+            run_start = time.perf_counter()
+            result = pool.submit(artifacts[i], build, references).result()
+            built = build.finished_at - start
+            event = BatchEvent(
+                i,
+                built - build.build_seconds,
+                built,
+                run_start - start,
+                time.perf_counter() - start,
+            )
+            with lock:
+                timeline.append(event)
+            return result
+
+        builds: dict[int, BuildResult] = {}
+        runs: dict[int, concurrent.futures.Future[RunResult]] = {}
+        with concurrent.futures.ThreadPoolExecutor(len(pool.runners)) as waiters:
+            for i, build in self.builder.build_as_completed(artifacts):
+                builds[i] = build
+                if build.ok:
+                    runs[i] = waiters.submit(run, i, build)
+                else:
+                    built = build.finished_at - start
+                    with lock:
+                        timeline.append(
+                            BatchEvent(i, built - build.build_seconds, built, built, None)
+                        )
+        results = [
+            MeasureResult.combine(builds[i], runs[i].result() if i in runs else None)
+            for i in range(len(artifacts))
+        ]
+        self.timeline = timeline
+        return results
 
     def close(self) -> None:
         """Stop the runner's worker and the builder's compiler workers."""

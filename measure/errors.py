@@ -39,3 +39,7 @@ class GPUUnavailableError(MeasureError):
 
 class CompileError(MeasureError):
     """Raised by `compile_resources` when the source does not compile."""
+
+
+class DeviceMismatchError(MeasureError):
+    """The GPUs given to one measurer are of different models: their timings would not compare."""

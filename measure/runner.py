@@ -32,6 +32,9 @@ class RunResult:
     error_kind: MeasureErrorKind = MeasureErrorKind.NO_ERROR
     error_msg: str = ""
     run_seconds: float = 0.0
+    # the worker process died (killed, or crashed outside a CUDA call): no fault of the candidate
+    # for sure, so a pool of runners retries it elsewhere
+    worker_lost: bool = False
 
     @property
     def mean_cost(self) -> float:
@@ -47,6 +50,7 @@ class RunResult:
             "error_kind": int(self.error_kind),
             "error_msg": self.error_msg,
             "run_seconds": self.run_seconds,
+            "worker_lost": self.worker_lost,
         }
 
     @classmethod
@@ -57,6 +61,7 @@ class RunResult:
             MeasureErrorKind(data["error_kind"]),
             data["error_msg"],
             data["run_seconds"],
+            bool(data.get("worker_lost", False)),
         )
 
 
@@ -254,6 +259,7 @@ class LocalRunner:
                 MeasureErrorKind.RUNTIME_ERROR,
                 f"the worker process died (exit code {code}, {type(exc).__name__}); restarted",
                 time.monotonic() - started,
+                worker_lost=True,
             )
         elapsed = time.monotonic() - started
         phases = reply.get("phases") or {}

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from autosched.cli.arguments import Command, add_search_arguments, search_params
+from autosched.cli.arguments import Command, add_search_arguments, positive_int, search_params
+from autosched.cli.devices import add_measure_arguments, cluster_context
 from autosched.cli.gpu_tools import check_gpu_tools
 from autosched.cli.tune import check_log_path
 from autosched.cli.workload import resolve_function
@@ -76,6 +77,13 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategy", choices=STRATEGIES, default="gradient", help="how rounds go to tasks"
     )
+    add_measure_arguments(parser)
+    parser.add_argument(
+        "--parallel-tasks",
+        type=positive_int,
+        default=None,
+        help="tasks tuned at once (default: one per GPU)",
+    )
 
 
 def run_tune(ns: argparse.Namespace) -> int:
@@ -86,7 +94,9 @@ def run_tune(ns: argparse.Namespace) -> int:
         raise AutoschedError(f"{ns.factory}: no operator autosched can tune")
     log = ns.log or f"{ns.factory.rpartition(':')[2]}.json"
     check_log_path(log)
-    check_gpu_tools()
+    context = cluster_context(ns)
+    if context is None:
+        check_gpu_tools()
     at.print_tasks(tasks)
     search_tasks, weights = at.tasks_and_weights(tasks)
     result = tune_tasks(
@@ -98,7 +108,12 @@ def run_tune(ns: argparse.Namespace) -> int:
         strategy=ns.strategy,
         search_params=search_params(ns),
         n_jobs=ns.n_jobs,
+        devices=ns.devices,
+        measure_context=context,
+        parallel_tasks=ns.parallel_tasks,
     )
+    if context is not None:
+        context.close()
     print(f"\nestimated end-to-end latency of the tuned tasks: {result_latency(result)}")
     print(f"log: {log}  (autosched curve {log} -o curve.png; autosched.torch.compile(..., log=))")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from autosched.cli.arguments import Command, add_search_arguments, search_params
+from autosched.cli.devices import add_measure_arguments, cluster_context
 from autosched.cli.gpu_tools import check_gpu_tools
 from autosched.cli.summary import print_summary
 from autosched.cli.workload import WORKLOAD_HELP, resolve, suite_table
@@ -19,24 +20,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"
     )
+    add_measure_arguments(parser)
 
 
 def run(ns: argparse.Namespace) -> int:
     from autosched.records import RecordToFile
     from autosched.search.auto_schedule import TuningOptions, auto_schedule
     from autosched.search.policy import SketchPolicy, SkipLoggedStates
+    from autosched.search.program_measurer import ProgramMeasurer
 
     workload = resolve(ns.workload, ns.args or [])
     task = workload.task()
     log = ns.log or f"{ns.workload.replace(':', '_')}.json"
     check_log_path(log)
-    check_gpu_tools()
-    opts = TuningOptions(
-        num_measure_trials=ns.trials,
-        num_measures_per_round=ns.per_round,
-        measure_callbacks=[RecordToFile(log)],
-        verbose=1,
-    )
+    context = cluster_context(ns)
+    if context is None:
+        check_gpu_tools()
+    record = RecordToFile(log)
     print(workload.describe())
     print(
         f"tuning {task.workload_key}: {task.compute_dag.flop_count / 1e9:.3f} GFLOP, "
@@ -46,7 +46,21 @@ def run(ns: argparse.Namespace) -> int:
     policy = SketchPolicy(
         task, params=search_params(ns), init_search_callbacks=[SkipLoggedStates(log)]
     )
-    res = auto_schedule(task, policy, opts)
+    measurer = ProgramMeasurer(
+        task, callbacks=[record], workers=policy.workers, devices=ns.devices, context=context
+    )
+    opts = TuningOptions(
+        num_measure_trials=ns.trials,
+        num_measures_per_round=ns.per_round,
+        verbose=1,
+        measurer=measurer,
+    )
+    try:
+        res = auto_schedule(task, policy, opts)
+    finally:
+        measurer.close()
+        if context is not None:
+            context.close()
     print_summary(task, res, log)
     return 0
 

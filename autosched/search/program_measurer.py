@@ -4,6 +4,11 @@ measure/, results as records.
 A measurer is anything with `measure(states) -> [MeasureRecordResult]`; one that also sets
 `last_times = {"build": s, "run": s}` after each call lets auto_schedule split the round's
 measuring time (ProgramMeasurer does; the two add up to the call's wall-clock time).
+
+Where kernels are built and run is the measure context's business: `measure.LocalMeasureContext`
+(this host, every visible GPU by default) or `autosched.search.distributed.DaskMeasureContext`
+(workers of a Dask cluster, one per GPU). Both take the same artifacts and references and give
+the same results, so the records and callbacks stay here, on the tuner's host.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from measure import (
     LocalMeasureContext,
     LocalRunner,
     MeasureErrorKind,
+    RunnerPool,
+    local_runner,
     make_reference,
 )
 
@@ -44,18 +51,26 @@ def _local_workers(task):
 class ProgramMeasurer:
     """Measures batches of States for one task, calling `callbacks(inputs, results)` after each.
     `workers` (a workers.Workers, e.g. the policy's) lowers and generates the sources,
-    in its process pool when it has one."""
+    in its process pool when it has one. `devices` picks this host's GPUs (default: all);
+    `context` replaces the local context (one shared by several tasks, or a distributed one):
+    this measurer then leaves it open at `close()`, for its owner to close."""
 
     def __init__(
         self,
         task,
         builder: LocalBuilder | None = None,
-        runner: LocalRunner | None = None,
+        runner: LocalRunner | RunnerPool | None = None,
         callbacks: Sequence[Callable] = (),
         workers=None,
+        *,
+        devices: Sequence[int] | None = None,
+        context=None,
     ) -> None:
         self.task = task
-        self.context = LocalMeasureContext(builder or LocalBuilder(), runner or LocalRunner())
+        self.owns_context = context is None
+        self.context = context or LocalMeasureContext(
+            builder or LocalBuilder(), runner or local_runner(devices)
+        )
         self.callbacks = list(callbacks)
         self.workers = workers
         self.reference = None
@@ -110,4 +125,6 @@ class ProgramMeasurer:
         return results
 
     def close(self) -> None:
-        self.context.close()
+        """Close the measure context, unless it was given (a shared one)."""
+        if self.owns_context:
+            self.context.close()

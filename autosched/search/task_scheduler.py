@@ -14,6 +14,7 @@ with the task's own SketchPolicy; tests plug in simulated latency curves.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import random
 import time
@@ -68,7 +69,11 @@ class SchedulerResult:
 class TaskScheduler:
     """Allocates trials among tasks. `tuners[i]` tunes `tasks[i]`; `objective(best_costs)`
     defaults to the weighted sum. `tune(total_trials)` may be called again with a larger total
-    to go on; Ctrl-C during a round ends `tune` with the result so far."""
+    to go on; Ctrl-C during a round ends `tune` with the result so far.
+
+    `parallel` > 1 tunes that many different tasks at once (one thread each; their rounds
+    measure on different GPUs, or on a cluster), picked one after another by the strategy;
+    their tuners must then share nothing that is not thread-safe (`tune_tasks` sees to it)."""
 
     def __init__(
         self,
@@ -80,7 +85,10 @@ class TaskScheduler:
         num_measures_per_round: int = 64,
         params: SchedulerParams | None = None,
         verbose: int = 1,
+        parallel: int = 1,
     ) -> None:
+        if parallel < 1:
+            raise AutoschedError(f"parallel must be at least 1, got {parallel}")
         if strategy not in STRATEGIES:
             raise AutoschedError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
         if not tasks:
@@ -96,6 +104,7 @@ class TaskScheduler:
         self.per_round = num_measures_per_round
         self.params = params or SchedulerParams()
         self.verbose = verbose
+        self.parallel = parallel
         self.rng = random.Random(self.params.seed)
         self.flops = [t.compute_dag.flop_count for t in self.tasks]
         self.groups = similarity_groups(self.tasks)  # task index -> indices of similar tasks
@@ -147,9 +156,12 @@ class TaskScheduler:
         included), every task stopped, or Ctrl-C; returns the result so far."""
         try:
             while sum(self.trials) < total_trials and len(self.dead) < len(self.tasks):
-                i = self.pick()
-                n = min(self.per_round, total_trials - sum(self.trials))
-                self.tune_task(i, n)
+                if self.parallel == 1:
+                    i = self.pick()
+                    assert i is not None  # a live task is left
+                    self.tune_task(i, min(self.per_round, total_trials - sum(self.trials)))
+                else:
+                    self.tune_tasks_at_once(self.next_rounds(total_trials - sum(self.trials)))
         except KeyboardInterrupt:
             # a round cut short may have found better states than the scheduler saw
             for i, tuner in enumerate(self.tuners):
@@ -159,10 +171,37 @@ class TaskScheduler:
             return self.result(interrupted=True)
         return self.result()
 
+    def next_rounds(self, budget: int) -> list[tuple[int, int]]:
+        """Up to `parallel` (task, trials) rounds to run at once: distinct tasks, each picked by
+        the strategy among those not picked yet, within `budget` trials."""
+        rounds: list[tuple[int, int]] = []
+        while len(rounds) < self.parallel and budget > 0:
+            i = self.pick(exclude=[t for t, _ in rounds])
+            if i is None:
+                break
+            n = min(self.per_round, budget)
+            rounds.append((i, n))
+            budget -= n
+        return rounds
+
+    def tune_tasks_at_once(self, rounds: list[tuple[int, int]]) -> None:
+        """Run the rounds in threads at once, then account for them in the order picked."""
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(len(rounds)) as pool:
+            futures = [pool.submit(self.tuners[i].tune, n) for i, n in rounds]
+            outcomes = [f.result() for f in futures]
+        seconds = time.perf_counter() - t0
+        for (i, _), (measured, best) in zip(rounds, outcomes, strict=True):
+            self.account(i, measured, best, seconds)
+
     def tune_task(self, i: int, n: int) -> None:
         """One round: `n` trials of task i, then its bookkeeping and a progress line."""
         t0 = time.perf_counter()
         measured, best = self.tuners[i].tune(n)
+        self.account(i, measured, best, time.perf_counter() - t0)
+
+    def account(self, i: int, measured: int, best: float, seconds: float) -> None:
+        """A round of task i is done: its bookkeeping and a progress line."""
         if measured == 0:  # its search space is exhausted
             self.dead.add(i)
         if best < self.best_costs[i]:
@@ -181,7 +220,7 @@ class TaskScheduler:
             "total_trials": sum(self.trials),
             "task_best_us": self.best_costs[i] * 1e6,
             "latency_us": self.latency() * 1e6,
-            "seconds": time.perf_counter() - t0,
+            "seconds": seconds,
         }
         self.history.append(rec)
         if self.verbose:
@@ -198,9 +237,12 @@ class TaskScheduler:
         )
 
     # ---- which task next ---------------------------------------------------------------------
-    def pick(self) -> int:
-        """The next task: any live task not tuned yet (warm-up, in order), then by strategy."""
-        live = [i for i in range(len(self.tasks)) if i not in self.dead]
+    def pick(self, exclude: Sequence[int] = ()) -> int | None:
+        """The next task: any live task not tuned yet (warm-up, in order), then by strategy;
+        tasks in `exclude` (already running) are passed over. None when no task is left."""
+        live = [i for i in range(len(self.tasks)) if i not in self.dead and i not in exclude]
+        if not live:
+            return None
         for i in live:
             if self.rounds[i] == 0:
                 return i

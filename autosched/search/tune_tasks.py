@@ -4,6 +4,10 @@ What the CLI calls for a model: one SketchPolicy and one measurer per task, ONE 
 all (features are task-independent, so each task's measurements help rank the others') and ONE
 record log, shared out by a TaskScheduler. An existing log is resumed as `autosched resume`
 does: the model is trained on it first, and each task's policy is preloaded with its records.
+
+All tasks measure through ONE context (`measure_context`, e.g. a `DaskMeasureContext`, else a
+local one over `devices`, default every GPU of this host). With several GPUs, as many tasks as
+GPUs are tuned at once (`parallel_tasks`), each round of each in its own thread.
 """
 
 from __future__ import annotations
@@ -33,16 +37,21 @@ def tune_tasks(
     objective: Callable | None = None,
     n_jobs: int | None = None,
     verbose: int = 1,
+    devices: Sequence[int] | None = None,
+    measure_context=None,
+    parallel_tasks: int | None = None,
 ) -> SchedulerResult:
     """Tune `tasks` (weighted by how often the model runs each; default 1) for `total_trials`
     trials in all, those already in `log` included, appending to `log`. `measurer_factory(task,
-    callbacks)` replaces the GPU measurer (tests pass a simulated one). Returns the scheduler's
+    callbacks)` replaces the GPU measurer (tests pass a simulated one); `parallel_tasks` (default:
+    1 with a factory, else one task per GPU) tasks are tuned at once. Returns the scheduler's
     result: best cost and State per task and the estimated end-to-end latency. Ctrl-C ends it
     early with the result so far; calling it again on the same log goes on from there."""
     from autosched.records import RecordToFile
     from autosched.search.cost_model import XGBModel
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
     from autosched.search.program_measurer import ProgramMeasurer
+    from autosched.search.shared_measure import Locked, gpu_count, local_context
     from autosched.search.task_list import write_task_list
     from autosched.search.workers import resolve_n_jobs
 
@@ -56,6 +65,17 @@ def tune_tasks(
             print(f"resuming from {log}: cost model trained on {n} records")
     write_task_list(log, tasks, weights)
     record = RecordToFile(log)
+    context = None
+    if measurer_factory is None:
+        parallel = parallel_tasks or gpu_count(measure_context, devices)
+        context = measure_context or local_context(builder, runner, devices, parallel)
+    else:
+        parallel = parallel_tasks or 1
+    parallel = max(1, min(parallel, len(tasks)))
+    if parallel > 1:  # shared by the threads of tasks tuned at once
+        model, record = Locked(model), Locked(record)
+    if verbose and parallel > 1:
+        print(f"tuning {parallel} tasks at once")
 
     def tuner(task) -> PolicyTuner:
         callbacks = [PreloadMeasuredStates(log)] if resuming else []
@@ -63,7 +83,9 @@ def tune_tasks(
         if measurer_factory is not None:
             make = partial(measurer_factory, task, [record])
         else:
-            make = partial(ProgramMeasurer, task, builder, runner, [record], policy.workers)
+            make = partial(
+                ProgramMeasurer, task, callbacks=[record], workers=policy.workers, context=context
+            )
         curve = logged_curve(log, task.workload_key) if resuming else []
         return PolicyTuner(task, policy, make, curve, verbose=max(0, verbose - 1))
 
@@ -77,9 +99,12 @@ def tune_tasks(
         num_measures_per_round=num_measures_per_round,
         params=scheduler_params,
         verbose=verbose,
+        parallel=parallel,
     )
     try:
         return scheduler.tune(total_trials)
     finally:
         for t in tuners:
             t.close()
+        if context is not None and measure_context is None:
+            context.close()

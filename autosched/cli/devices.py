@@ -1,0 +1,52 @@
+"""Where `tune` and `tune-model` measure: `--devices` (GPUs of this host, default all) or
+`--scheduler` (a Dask cluster's GPU workers; the `distributed` extra)."""
+
+from __future__ import annotations
+
+import argparse
+
+from autosched.errors import AutoschedError
+
+
+def device_list(text: str) -> list[int]:
+    """argparse type: comma-separated CUDA device indices, e.g. `0,1`."""
+    try:
+        devices = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of device indices") from None
+    if not devices or min(devices) < 0 or len(set(devices)) != len(devices):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of distinct device indices")
+    return devices
+
+
+def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say where candidates are measured."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--devices",
+        type=device_list,
+        default=None,
+        help="CUDA devices of this host to measure on, e.g. 0,1 (default: every visible one; "
+        "they must be of one model)",
+    )
+    where.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="measure on a Dask cluster instead (tcp://HOST:8786; one `dask worker "
+        "--resources GPU=1` per GPU; pip install -e '.[distributed]')",
+    )
+
+
+def cluster_context(ns: argparse.Namespace):
+    """A DaskMeasureContext for `--scheduler`, or None; one clear error when it cannot be."""
+    if not getattr(ns, "scheduler", None):
+        return None
+    from autosched.search.distributed import DaskMeasureContext
+
+    try:
+        return DaskMeasureContext(ns.scheduler)
+    except Exception as exc:  # no dask, an unreachable scheduler: one line
+        raise AutoschedError(
+            f"cannot use the Dask scheduler {ns.scheduler}: {type(exc).__name__}: {exc}"
+        ) from None

@@ -1,0 +1,67 @@
+"""What the tasks of a model share when they are tuned at once: one measure context, and
+thread-safe handles on the cost model and the record log.
+
+`tune_tasks` tunes several tasks at once when there are several GPUs (or a cluster's workers):
+each task keeps its own policy and measurer, but all measure through one context (one builder,
+one runner per GPU), learn in one cost model and append to one log. The context's pool is
+thread-safe; the model and the log writer are wrapped in `Locked`, which runs one call at a
+time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+
+class Locked:
+    """A proxy running every method call of `target` (and calls of `target` itself) under one
+    lock; attributes that are not callable are read through."""
+
+    def __init__(self, target, lock: threading.RLock | None = None) -> None:
+        self._target = target
+        self._lock = lock or threading.RLock()
+
+    def __getattr__(self, name: str):
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+        lock = self._lock
+
+        def call(*args, **kwargs):
+            with lock:
+                return value(*args, **kwargs)
+
+        return call
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            return self._target(*args, **kwargs)
+
+
+def gpu_count(context, devices: Sequence[int] | None) -> int:
+    """How many GPUs measure: a cluster context's GPU workers, a local context's runners (one
+    plain runner: 1, as it serves one thread at a time), else this host's devices."""
+    workers = getattr(context, "gpu_workers", None)
+    if workers is not None:
+        return max(1, workers())
+    runner = getattr(context, "runner", None)
+    if runner is not None:
+        return len(getattr(runner, "runners", [runner]))
+    if devices is not None:
+        return max(1, len(devices))
+    from measure import visible_devices
+
+    return len(visible_devices())
+
+
+def local_context(builder, runner, devices: Sequence[int] | None, parallel: int):
+    """One LocalMeasureContext for every task: the given builder and runner, or a builder and
+    a runner per device (`devices`, default all). With tasks tuned at once (`parallel` > 1) a
+    single runner goes in a pool, whose dispatch is thread-safe."""
+    from measure import LocalBuilder, LocalMeasureContext, RunnerPool, local_runner
+
+    runner = runner or local_runner(devices)
+    if parallel > 1 and not isinstance(runner, RunnerPool):
+        runner = RunnerPool([runner])
+    return LocalMeasureContext(builder or LocalBuilder(), runner)

@@ -1,0 +1,305 @@
+"""Measuring on every GPU of a host against one GPU: throughput, agreement, whole-model tuning.
+
+    python3 benchmarks/multi_gpu.py --out results/multi_gpu [--dask] [--count 320]
+
+On a GPU machine that cannot download, first stage the `distributed` extra here
+(`bash benchmarks/stage_distributed.sh`), carry `.gpu`, and there:
+
+    source .gpu/env.sh && python3 -m pip install -q --no-index --no-deps --upgrade \
+        --target /tmp/site .gpu/wheels-distributed/*.whl && \
+        python3 benchmarks/multi_gpu.py --out "$OUT/multi_gpu" --dask
+
+Sections (each one's figures, or its error, go to `<out>/multi_gpu.json` as soon as it ends;
+a summary to `<out>/multi_gpu.md`):
+- `throughput_1gpu` / `throughput_all`: `count` distinct random conv2d_bias_relu states (the
+  suite's conv2d) measured by the ProgramMeasurer in batches of `batch`, on device 0 alone and
+  then on every visible device (one runner per GPU, the builder shared), after one warm-up
+  batch each: candidates per second, end to end and build + run only (less lowering).
+- `run_only`: the same kernels built once, then only run: how the runners alone scale.
+- `agreement`: correct kernels timed on every device in turn (three passes, median): the
+  largest relative difference between devices, which must stay within 3%.
+- `dask` (with `--dask`): the throughput again through a local Dask cluster, one worker per GPU
+  (`local_dask.gpu_cluster`; needs the `distributed` extra).
+- `model_1gpu` / `model_all`: a short whole-model tuning (`--model`, `--model-trials`) on
+  device 0 alone, then on all devices with one task per GPU at once: tuning seconds and the
+  estimated end-to-end latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+WORKLOAD = "conv2d_bias_relu"
+
+
+def devices_info() -> dict:
+    from measure import gpu_available, visible_devices
+
+    devices = visible_devices()
+    names = {d: gpu_available(d)[1] for d in devices}
+    return {"devices": devices, "names": names, "cpu_count": os.cpu_count()}
+
+
+def throughput(states, runner, batch: int, label: str, context=None) -> dict:
+    """Measure `states` in batches (the first batch a warm-up, not counted)."""
+    from autosched.search.program_measurer import ProgramMeasurer
+    from autosched.task.search_task import suite_task
+    from measure import LocalBuilder, MeasureErrorKind
+
+    task = suite_task(WORKLOAD)
+    if context is None:
+        measurer = ProgramMeasurer(task, LocalBuilder(), runner)
+    else:
+        measurer = ProgramMeasurer(task, context=context)
+    kinds: collections.Counter = collections.Counter()
+    walls, build_runs = [], []
+    try:
+        measurer.measure(states[:batch])  # warm-up: compiler workers, runner processes
+        for k in range(batch, len(states), batch):
+            t0, codegen = time.perf_counter(), measurer.time["codegen"]
+            results = measurer.measure(states[k : k + batch])
+            walls.append(time.perf_counter() - t0)
+            build_runs.append(walls[-1] - (measurer.time["codegen"] - codegen))
+            kinds.update(MeasureErrorKind(r.error_kind).name for r in results)
+            n = len(results)
+            print(
+                f"  {label}: batch of {n}: {n / walls[-1]:.1f} candidates/s "
+                f"({n / build_runs[-1]:.1f} build + run only)",
+                flush=True,
+            )
+        runner = getattr(measurer.context, "runner", None)  # a Dask context has none here
+        per_runner = list(getattr(runner, "per_runner", None) or [])
+    finally:
+        measurer.close()
+    n = len(states) - batch
+    return {
+        "candidates": n,
+        "per_s": n / sum(walls),
+        "build_run_per_s": n / sum(build_runs),
+        "batch_seconds": [round(w, 2) for w in walls],
+        "error_kinds": dict(kinds),
+        "per_runner": per_runner,
+    }
+
+
+def built_kernels(states):
+    """(artifacts, builds, references) of the states, built once."""
+    from autosched.search.program_measurer import _local_workers, task_reference
+    from autosched.task.search_task import suite_task
+    from measure import LocalBuilder
+
+    task = suite_task(WORKLOAD)
+    made = _local_workers(task).build([s.key() for s in states], [s.fingerprint() for s in states])
+    artifacts = [a for a in made if not isinstance(a, str)]
+    refs = {task.workload_key: task_reference(task, artifacts[0].args)}
+    with LocalBuilder() as builder:
+        builds = builder.build(artifacts)
+    keep = [i for i, b in enumerate(builds) if b.ok]
+    return [artifacts[i] for i in keep], [builds[i] for i in keep], refs
+
+
+def run_only(kernels, devices: list[int]) -> dict:
+    from measure import LocalRunner, RunnerPool
+
+    artifacts, builds, refs = kernels
+    out = {"kernels": len(artifacts)}
+    for label, runner in (
+        ("1gpu", LocalRunner(device=devices[0])),
+        ("all", RunnerPool.for_devices(devices)),
+    ):
+        with runner:
+            runner.run(artifacts[:4], builds[:4], refs)  # start the workers, send the reference
+            t0 = time.perf_counter()
+            results = runner.run(artifacts, builds, refs)
+            wall = time.perf_counter() - t0
+        out[f"{label}_per_s"] = len(results) / wall
+        out[f"{label}_ok"] = sum(r.mean_cost < float("inf") for r in results)
+        print(f"  run only, {label}: {len(results) / wall:.1f} kernels/s", flush=True)
+    out["speedup"] = out["all_per_s"] / out["1gpu_per_s"]
+    return out
+
+
+def agreement(kernels, devices: list[int], most: int = 8) -> dict:
+    """Each correct kernel timed on every device, three passes; medians compared."""
+    from measure import RunnerPool
+
+    artifacts, builds, refs = kernels
+    rows = []
+    with RunnerPool.for_devices(devices) as pool:
+        for art, build in list(zip(artifacts, builds, strict=True))[:most]:
+            passes = [pool.time_on_each(art, build, refs) for _ in range(3)]
+            if any(r.mean_cost == float("inf") for p in passes for r in p):
+                continue
+            medians = [
+                statistics.median(p[d].mean_cost for p in passes) for d in range(len(devices))
+            ]
+            diff = max(medians) / min(medians) - 1
+            rows.append({"us": [round(m * 1e6, 3) for m in medians], "rel_diff": round(diff, 4)})
+            print(f"  agreement: {rows[-1]['us']} us, {diff * 100:.2f}% apart", flush=True)
+        device_name = pool.device_name
+    worst = max((r["rel_diff"] for r in rows), default=None)
+    return {
+        "device": device_name,
+        "kernels": rows,
+        "max_rel_diff": worst,
+        "within_3pct": worst is not None and worst <= 0.03,
+    }
+
+
+def dask_throughput(states, devices: list[int], batch: int) -> dict:
+    from local_dask import gpu_cluster
+
+    from autosched.search.distributed import DaskMeasureContext
+
+    share = max(1, ((os.cpu_count() or 2) - 1) // len(devices))
+    with gpu_cluster(devices) as address:
+        context = DaskMeasureContext(address, builder_options={"n_parallel": share})
+        try:
+            figures = throughput(states, None, batch, "dask", context=context)
+        finally:
+            context.close()
+    figures["builder_n_parallel_per_worker"] = share
+    return figures
+
+
+def model_tuning(model: str, trials: int, per_round: int, devices, out: str, label: str) -> dict:
+    from model_e2e import MODELS
+
+    import autosched.torch as at
+    from autosched.search.policy import SearchParams
+    from autosched.search.tune_tasks import tune_tasks
+
+    net, inputs = MODELS[model]()
+    tasks = at.extract_tasks(net, inputs)
+    search_tasks, weights = at.tasks_and_weights(tasks)
+    log = os.path.join(out, f"{model}_{label}.log.json")
+    if os.path.exists(log):
+        os.remove(log)
+    t0 = time.perf_counter()
+    result = tune_tasks(
+        search_tasks,
+        weights,
+        log,
+        trials,
+        num_measures_per_round=per_round,
+        search_params=SearchParams(n_jobs=os.cpu_count() or 1),
+        devices=devices,
+    )
+    return {
+        "model": model,
+        "tasks": len(search_tasks),
+        "devices": devices,
+        "tuning_s": time.perf_counter() - t0,
+        "trials": result.trials,
+        "estimated_latency_us": result.latency * 1e6,
+        "rounds": len(result.history),
+    }
+
+
+def summary(report: dict) -> str:
+    lines = [f"# multi-GPU measurement: {report['info'].get('names')}", ""]
+    one, every = report.get("throughput_1gpu", {}), report.get("throughput_all", {})
+    if "per_s" in one and "per_s" in every:
+        lines.append(
+            f"- {WORKLOAD}, batches of {report['batch']}: {one['per_s']:.1f} candidates/s on one "
+            f"GPU, {every['per_s']:.1f} on all ({every['per_s'] / one['per_s']:.2f}x); build + "
+            f"run only {one['build_run_per_s']:.1f} vs {every['build_run_per_s']:.1f}"
+        )
+    if "speedup" in report.get("run_only", {}):
+        ro = report["run_only"]
+        lines.append(
+            f"- run only (built once): {ro['1gpu_per_s']:.1f} vs {ro['all_per_s']:.1f} "
+            f"kernels/s ({ro['speedup']:.2f}x)"
+        )
+    if "max_rel_diff" in report.get("agreement", {}):
+        ag = report["agreement"]
+        lines.append(
+            f"- same kernels on each GPU: at most {(ag['max_rel_diff'] or 0) * 100:.2f}% apart "
+            f"({'within' if ag['within_3pct'] else 'NOT within'} 3%)"
+        )
+    if "per_s" in report.get("dask", {}):
+        lines.append(f"- through Dask (one worker per GPU): {report['dask']['per_s']:.1f} /s")
+    m1, ma = report.get("model_1gpu", {}), report.get("model_all", {})
+    if "tuning_s" in m1 and "tuning_s" in ma:
+        lines.append(
+            f"- {m1['model']} ({m1['tasks']} tasks, {sum(m1['trials'])} trials): "
+            f"{m1['tuning_s']:.0f} s on one GPU ({m1['estimated_latency_us']:.1f} us est.), "
+            f"{ma['tuning_s']:.0f} s on all ({ma['estimated_latency_us']:.1f} us est.)"
+        )
+    for key, value in report.items():
+        if isinstance(value, dict) and "error" in value:
+            lines.append(f"- {key} FAILED: {value['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for multi_gpu.json / .md and logs")
+    ap.add_argument("--count", type=int, default=320, help="states measured per configuration")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--dask", action="store_true", help="also measure through a Dask cluster")
+    ap.add_argument("--model", default="resnet18_b1", help="model of benchmarks/model_e2e.py")
+    ap.add_argument("--model-trials", type=int, default=384, help="0: skip model tuning")
+    ap.add_argument("--model-per-round", type=int, default=16)
+    ns = ap.parse_args(argv)
+    os.makedirs(ns.out, exist_ok=True)
+    report: dict = {"batch": ns.batch, "count": ns.count}
+
+    def section(name: str, fn, *args) -> None:
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            report[name] = fn(*args)
+        except Exception as exc:
+            traceback.print_exc()
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        report[name]["section_s"] = round(time.perf_counter() - t0, 1)
+        with open(os.path.join(ns.out, "multi_gpu.json"), "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        with open(os.path.join(ns.out, "multi_gpu.md"), "w") as f:
+            f.write(summary(report))
+
+    section("info", devices_info)
+    devices = report["info"].get("devices") or [0]
+    if len(devices) < 2:
+        print(f"only {len(devices)} GPU visible: the all-GPU figures equal the one-GPU ones")
+    from collect_dataset import sample_states
+
+    from measure import LocalRunner, local_runner
+
+    states = sample_states(WORKLOAD, ns.count + ns.batch, min(8, os.cpu_count() or 1))
+    section(
+        "throughput_1gpu", throughput, states, LocalRunner(device=devices[0]), ns.batch, "1 GPU"
+    )
+    section("throughput_all", throughput, states, local_runner(devices), ns.batch, "all GPUs")
+    kernels = None
+    try:
+        kernels = built_kernels(states[: min(len(states), 2 * ns.batch)])
+    except Exception:
+        traceback.print_exc()
+    if kernels is not None and len(devices) > 1:
+        section("run_only", run_only, kernels, devices)
+        section("agreement", agreement, kernels, devices)
+    if ns.dask:
+        section("dask", dask_throughput, states, devices, ns.batch)
+    if ns.model_trials > 0:
+        args = (ns.model, ns.model_trials, ns.model_per_round)
+        section("model_1gpu", model_tuning, *args, devices[:1], ns.out, "1gpu")
+        section("model_all", model_tuning, *args, devices, ns.out, "all")
+    print(summary(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
