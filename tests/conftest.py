@@ -28,6 +28,17 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """`-m gpu` runs in one process: GPU tests time kernels, and two xdist workers sharing the
+    GPU would time each other's work (the record-vs-benchmark agreement tests fail so)."""
+    markexpr = config.option.markexpr or ""
+    if "gpu" in markexpr and "not gpu" not in markexpr:
+        if getattr(config.option, "numprocesses", None):
+            config.option.numprocesses = 0
+            config.option.dist = "no"
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_unavailable_reason() -> str | None:
     """Return why GPU tests cannot run here, or None when pycuda sees a device."""
