@@ -33,6 +33,7 @@ from autosched.lower.bound_inference import infer_bounds, loop_bounds, root_valu
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
 from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
 from autosched.lower.stmt_simplify import simplify_stmt
+from autosched.lower.storage import storage_shape
 from autosched.lower.tensorize import (
     emit_fill,
     emit_tensorized,
@@ -226,7 +227,10 @@ class Lowerer:
                 if st.compute_at != ROOT:
                     raise LoweringError(f"stage {st.name!r} is attached outside any thread binding")
             else:
-                b = ir.Buffer(unique(st.name), tuple(inf.region), st.op.dtype, inf.scope)
+                shape = tuple(inf.region)
+                if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
+                    shape = storage_shape(shape, st.storage_align)
+                b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope)
             inf.buffer = b
         return params, outputs, temps
 

@@ -6,16 +6,24 @@ the copy-out stage's M and N splits [warps, repeats, 16] and the accumulator's K
 [chunk, 16]. `make_plan` keeps them from FillTileSize and ThreadBind leaves the kernel's root
 alone. `FillTensorCore` then draws, per group:
 
-  warps      the block's warps (1, 2, 4 or 8), split between M and N
-  repeats    accumulator tiles per warp along M and N: at most `MAX_TILES_PER_WARP`, and their
-             registers (8 per tile per thread) at most half of what a thread may have
+  warps      the block's warps, 2, 4 or 8 (4 and 8 twice as likely: fewer warps leave the
+             SM's Tensor Cores idle), split between M and N; 1 only where no other count fits
+  repeats    accumulator tiles per warp along M and N, uniform over the pairs that fit: at most
+             `MAX_TILES_PER_WARP` tiles, block tiles at most `MAX_BLOCK_TILES` x 16 (128) a
+             side, and their fragments' registers (8 per accumulator tile, 4 per operand tile,
+             per thread) at most half of what a thread may have
   chunk      16-wide K steps per shared-memory tile
+  padding    per shared stage whose rows are a 16-tiled dimension: none, or 16 bytes more per
+             row (3 in 4), recorded as storage_align(row axis, 32 bytes, 16 bytes) in elements:
+             a row stride of 16k + 8 halves puts the 8 rows of each 16-byte fragment read in 8
+             distinct bank groups, keeps ldm a multiple of 16 bytes and tile offsets of 32
   vectors    the cooperative fetch's vector width per shared stage (16 bytes at most)
 
-all perfect factorisations of extent / 16. A draw whose shared memory (A tile + B tile, plus
-the float32 output tile when an epilogue reads the accumulators through shared memory) is over
-the block's limit is drawn again. Then every shared stage is fetched by all the block's threads:
-fused, split into vectors, lanes (threadIdx.x = 32) and warps (threadIdx.y).
+all perfect factorisations of extent / 16. A draw whose shared memory (the padded A and B
+tiles, plus the float32 output tile when an epilogue reads the accumulators through shared
+memory; with no epilogue the copy-out stage writes global memory and needs none) is over the
+block's limit is drawn again. Then every shared stage is padded and fetched by all the block's
+threads: fused, split into vectors, lanes (threadIdx.x = 32) and warps (threadIdx.y).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import random
 from dataclasses import dataclass
 
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL, SplitRel
+from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.tensor_core import ACC_SCOPE, MMA
 from autosched.sketch.utils import divisors, split_step_ids
@@ -32,12 +40,18 @@ from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
 
-WARP_COUNTS = (1, 2, 4, 8)
+# the block's warps -> weight of the draw (see the module docstring); 1 is the fallback
+WARP_WEIGHTS = {2: 1, 4: 2, 8: 2}
 MAX_TILES_PER_WARP = 8  # accumulator tiles per warp
+MAX_BLOCK_TILES = 8  # 16-wide tiles along a block side: block tiles up to 128 x 128
 REGISTERS_PER_TILE = 8  # a 16x16 float32 accumulator over 32 lanes
 REGISTERS_PER_OPERAND_TILE = 4  # a 16x16 half-precision operand fragment over 32 lanes
 MAX_CHUNK = 8  # 16-wide K steps per shared tile
 LANES = 32
+# bytes added to each shared row -> weight of the draw; storage_align's factor is twice it
+PAD_WEIGHTS = {0: 1, 16: 3}
+# the matrix axes of a fragment's (row, col) dimensions, by its scope
+MATRIX_AXES = {"wmma.matrix_a": ("m", "k"), "wmma.matrix_b": ("k", "n")}
 
 
 @dataclass(frozen=True)
@@ -53,7 +67,7 @@ class TensorCoreGroup:
     k_split: int
     shared: tuple[int, ...]  # the shared operand stages, fetched cooperatively
     roles: tuple[str, ...]  # per shared stage: the scope of the fragment it feeds
-    vector_ok: tuple[bool, ...]  # per shared stage: its innermost dimension is a 16-tiled one
+    row_axes: tuple[str | None, ...]  # per shared stage: the matrix axis of its last dimension
     tiles: tuple[int, int, int]  # M / 16, N / 16, K / 16
     operand_bytes: int
     epilogue: bool  # the accumulators reach the output through shared memory
@@ -61,6 +75,12 @@ class TensorCoreGroup:
     @property
     def split_ids(self) -> tuple[int, int, int]:
         return (self.m_split, self.n_split, self.k_split)
+
+    @property
+    def vector_ok(self) -> tuple[bool, ...]:
+        """Per shared stage: its rows are contiguous runs of 16 (a 16-tiled last dimension),
+        which vectors and row padding fit."""
+        return tuple(a is not None for a in self.row_axes)
 
 
 def _unknown_splits(sketch: State, i: int, kind: str) -> list[int]:
@@ -77,14 +97,16 @@ def _fragment_of(sketch: State, shared: int):
     return None
 
 
-def _innermost_tiled(sketch: State, shared: int) -> bool:
-    """Whether the fragment stage reading `shared` splits the tensor's last dimension by 16
-    (then the shared tile's rows are contiguous runs of 16 and vectors fit them)."""
+def _row_axis(sketch: State, shared: int) -> str | None:
+    """The matrix axis ("m", "n" or "k") held by shared stage `shared`'s last dimension, from
+    the fragment stage reading it (its two innermost iterators are the 16s of its row and
+    column dimensions); None when the last dimension is not one of them."""
     frag = _fragment_of(sketch, shared)
+    if frag is None or frag.scope not in MATRIX_AXES:
+        return None
+    dims = [it.name.removesuffix("_i") for it in frag.iters[-2:]]
     last = f"ax{len(sketch.stages[shared].op.axis) - 1}"
-    return frag is not None and any(
-        isinstance(r, SplitRel) and r.parent == last for r in frag.relations
-    )
+    return dict(zip(dims, MATRIX_AXES[frag.scope], strict=True)).get(last)
 
 
 def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
@@ -115,13 +137,19 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 k_split=rd[0],
                 shared=shared,
                 roles=tuple(_fragment_of(sketch, c).scope for c in shared),
-                vector_ok=tuple(_innermost_tiled(sketch, c) for c in shared),
+                row_axes=tuple(_row_axis(sketch, c) for c in shared),
                 tiles=tuple(steps[k].extent // MMA for k in (*sp, rd[0])),
                 operand_bytes=max((BYTES[sketch.stages[c].op.dtype] for c in shared), default=2),
                 epilogue=root != store,
             )
         )
     return out
+
+
+def fragment_registers(rm: int, rn: int) -> int:
+    """Registers per thread of a warp's fragments: rm x rn accumulators, rm matrix_a and rn
+    matrix_b operand tiles."""
+    return REGISTERS_PER_TILE * rm * rn + REGISTERS_PER_OPERAND_TILE * (rm + rn)
 
 
 @dataclass(frozen=True)
@@ -131,13 +159,25 @@ class TensorCoreDraw:
     warps: tuple[int, int]  # along M, N
     repeats: tuple[int, int]
     chunk: int
+    pads: tuple[int, ...] = ()  # per shared stage: elements added to each row
+
+    def extents(self) -> dict[str, int]:
+        """The block's tile extent along each matrix axis."""
+        return {
+            "m": self.warps[0] * self.repeats[0] * MMA,
+            "n": self.warps[1] * self.repeats[1] * MMA,
+            "k": self.chunk * MMA,
+        }
 
     def shared_bytes(self, g: TensorCoreGroup) -> int:
-        mt = self.warps[0] * self.repeats[0] * MMA
-        nt = self.warps[1] * self.repeats[1] * MMA
-        kt = self.chunk * MMA
-        out = mt * nt * BYTES["float32"] if g.epilogue else 0
-        return (mt + nt) * kt * g.operand_bytes + out
+        ext = self.extents()
+        total = ext["m"] * ext["n"] * BYTES["float32"] if g.epilogue else 0
+        pads = self.pads or (0,) * len(g.shared)
+        for role, row, pad in zip(g.roles, g.row_axes, pads, strict=True):
+            a, b = (ext[x] for x in MATRIX_AXES[role])
+            rows = a * b // ext[row] if row is not None else a * b
+            total += (a * b + rows * pad) * g.operand_bytes
+        return total
 
     def lengths(self) -> tuple[tuple, tuple, tuple]:
         """The M, N and K splits' lengths."""
@@ -152,36 +192,60 @@ def _pick(options, rng: random.Random):
     return options[int(rng.random() * len(options))]
 
 
+def _pick_weighted(weights: dict, rng: random.Random):
+    """A key of `weights`, drawn in proportion to its value."""
+    return _pick([k for k, w in weights.items() for _ in range(w)], rng)
+
+
+def _warp_splits(warps: int, m: int, n: int) -> list[tuple[int, int]]:
+    return [(a, warps // a) for a in divisors(warps) if m % a == 0 == n % (warps // a)]
+
+
 class FillTensorCore:
-    """Draws every Tensor Core group's warps, repeats and K chunk, then fetches its shared
-    stages cooperatively (see the module docstring). Has InitRule's interface."""
+    """Draws every Tensor Core group's warps, repeats, K chunk and row padding, then pads and
+    fetches its shared stages cooperatively (see the module docstring). Has InitRule's
+    interface."""
 
     def draw(self, ctx, g: TensorCoreGroup, rng: random.Random) -> TensorCoreDraw | Reason:
         """One draw that fits, or the reason the last of `tile_retries` draws did not."""
         m, n, k = g.tiles
         hw = ctx.hardware
+        counts = {w: c for w, c in WARP_WEIGHTS.items() if _warp_splits(w, m, n)} or {1: 1}
         reason = Reason.NO_OPTION
         for _ in range(ctx.params.tile_retries):
-            warps = _pick(WARP_COUNTS, rng)
-            splits = [(a, warps // a) for a in divisors(warps) if m % a == 0 == n % (warps // a)]
-            if not splits:
-                reason = Reason.NO_OPTION
-                continue
-            wm, wn = _pick(splits, rng)
-            regs = hw.registers_per_thread_limit(warps * hw.warp_size) // 2
-            most = min(MAX_TILES_PER_WARP, regs // REGISTERS_PER_TILE)
-            rm = _pick(divisors(m // wm), rng)
-            rn_opts = [r for r in divisors(n // wn) if rm * r <= most]
-            if not rn_opts:
+            warps = _pick_weighted(counts, rng)
+            wm, wn = _pick(_warp_splits(warps, m, n), rng)
+            budget = hw.registers_per_thread_limit(warps * hw.warp_size) // 2
+            repeats = [
+                (rm, rn)
+                for rm in divisors(m // wm)
+                for rn in divisors(n // wn)
+                if rm * rn <= MAX_TILES_PER_WARP
+                and max(wm * rm, wn * rn) <= MAX_BLOCK_TILES
+                and fragment_registers(rm, rn) <= budget
+            ]
+            if not repeats:
                 reason = Reason.REGISTERS
                 continue
             chunk = _pick([c for c in divisors(k) if c <= MAX_CHUNK], rng)
-            d = TensorCoreDraw((wm, wn), (rm, _pick(rn_opts, rng)), chunk)
+            pads = tuple(
+                _pick_weighted(PAD_WEIGHTS, rng) // g.operand_bytes if row is not None else 0
+                for row in g.row_axes
+            )
+            d = TensorCoreDraw((wm, wn), _pick(repeats, rng), chunk, pads)
             if d.shared_bytes(g) > hw.max_shared_memory_per_block:
                 reason = Reason.SHARED_MEMORY
                 continue
             return d
         return reason
+
+    def pad(self, state: State, c: int, pad: int) -> State:
+        """Shared stage c's rows (its last dimension) padded by `pad` elements: its
+        next-to-last axis aligned to stride % (2 * pad) == pad, which is row + pad for rows of
+        a multiple of 2 * pad elements (16-wide tiles of halves)."""
+        if not pad:
+            return state
+        return state.storage_align(c, len(state.stages[c].op.axis) - 2, 2 * pad, pad)
 
     def fetch(self, ctx, state: State, g: TensorCoreGroup, c: int, vector_ok: bool, rng) -> State:
         """All threads copy shared stage c: fused, split into vectors, 32 lanes (threadIdx.x)
@@ -202,17 +266,19 @@ class FillTensorCore:
         if not groups:
             return state
         steps = list(state.steps)
+        draws = []
         for g in groups:
             d = self.draw(ctx, g, rng)
             if isinstance(d, Reason):
                 raise Rejected(tile_sizes(d))
+            draws.append(d)
             for k, lens in zip(g.split_ids, d.lengths(), strict=True):
                 s = steps[k]
                 steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lens, s.inner_to_outer)
         state = replay(state.dag, steps)
-        for g in groups:
-            for c, ok in zip(g.shared, g.vector_ok, strict=True):
-                state = self.fetch(ctx, state, g, c, ok, rng)
+        for g, d in zip(groups, draws, strict=True):
+            for c, ok, pad in zip(g.shared, g.vector_ok, d.pads, strict=True):
+                state = self.fetch(ctx, self.pad(state, c, pad), g, c, ok, rng)
         return state
 
     def __repr__(self) -> str:
@@ -243,7 +309,7 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     (wm, rm, _), (wn, rn, _), (chunk, _) = (state.steps[k].lengths for k in g.split_ids)
     threads = wm * wn * LANES
     budget = ctx.hardware.registers_per_thread_limit(threads) // 2
-    fixed = REGISTERS_PER_TILE * rm * rn + REGISTERS_PER_OPERAND_TILE * (rm + rn)
+    fixed = fragment_registers(rm, rn)
     kt = chunk * MMA
     elems = {"wmma.matrix_a": wm * rm * MMA * kt, "wmma.matrix_b": wn * rn * MMA * kt}
     fetches = []  # (trips, registers per trip) of each shared stage's fetch loop
@@ -265,6 +331,7 @@ def reserved_stages(groups: list[TensorCoreGroup]) -> frozenset[int]:
 
 __all__ = [
     "FillTensorCore",
+    "fragment_registers",
     "TensorCoreDraw",
     "TensorCoreGroup",
     "reserved_stages",

@@ -125,8 +125,10 @@ class PragmaStep(Step):
 
 @dataclass(frozen=True, slots=True)
 class StorageAlignStep(Step):
-    """Pad the allocation of a cache stage so that the dimension of `iter_id` has
-    stride % factor == offset."""
+    """Pad the allocation of a shared stage so that the dimension of `iter_id` has
+    stride % factor == offset (TVM's `storage_align`; lowering's storage.py). The iterator
+    must be one of the op's axes (align before splitting or fusing it); the stage records
+    that axis's dimension."""
 
     TAG: ClassVar[str] = "SA"
     stage_id: int
@@ -136,14 +138,18 @@ class StorageAlignStep(Step):
 
     def apply(self, state):
         stage = state.stages[self.stage_id]
-        stage.iter_index(self.iter_id)
         check(
             self.factor > 0 and 0 <= self.offset < self.factor,
             lambda: f"storage_align on {stage.name!r}: need factor > 0 and 0 <= offset < factor",
         )
-        return state.replace_stage(
-            self.stage_id, replace(stage, storage_align=(self.iter_id, self.factor, self.offset))
+        name = stage.iters[stage.iter_index(self.iter_id)].name
+        axes = [a.name for a in getattr(stage.op, "axis", ())]
+        check(
+            name in axes,
+            lambda: f"storage_align on {stage.name}.{name}: align one of the axes {axes}",
         )
+        align = (axes.index(name), self.factor, self.offset)
+        return state.replace_stage(self.stage_id, replace(stage, storage_align=align))
 
     def to_python(self, before, after):
         stage = before.stages[self.stage_id]
