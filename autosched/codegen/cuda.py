@@ -3,11 +3,12 @@
 `codegen_program` prints every kernel of a program into one source: `extern "C" __global__`
 functions with `__launch_bounds__(threads, 1)` (one block per SM is enough: without the 1, ptxas
 trades registers for occupancy and spills), `local` buffers as register arrays, `__shared__`
-arrays, loops with `#pragma unroll`, float4/float2/half2/__nv_bfloat162 accesses for aligned
-`vectorize` loops, a block reduction for `AllReduce` (`autosched.codegen.allreduce`), and
-nvcuda::wmma calls for the warp-collective Tensor Core statements (`autosched.codegen.wmma`).
-Expressions and statements are printed through tables from node type to text; the spellings
-that depend on the target are class attributes of `CUDATarget`.
+arrays, loops with `#pragma unroll`, float4/float2/half2/__nv_bfloat162 and packed 8- and
+16-byte half accesses for aligned `vectorize` loops (`autosched.codegen.vectors`), a block
+reduction for `AllReduce` (`autosched.codegen.allreduce`), and nvcuda::wmma calls for the
+warp-collective Tensor Core statements (`autosched.codegen.wmma`). Expressions and statements
+are printed through tables from node type to text; the spellings that depend on the target are
+class attributes of `CUDATarget`.
 
 Half precision (float16 `half`, bfloat16 `__nv_bfloat16`) follows the rule stated in
 `autosched.te.dtype`: `+ - *` print as `__hadd_rn`/`__hsub_rn`/`__hmul_rn` (rounded, never
@@ -30,13 +31,14 @@ from typing import ClassVar
 import numpy as np
 
 from autosched.codegen.allreduce import emit_allreduce
+from autosched.codegen.lanes import aligned_unit_stride, linear_form
+from autosched.codegen.vectors import emit_vector_loop
 from autosched.codegen.wmma import HEADER as WMMA_HEADER
 from autosched.codegen.wmma import WarpPrinter, uses_wmma, written_buffer
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.te.dtype import CUDA_TYPE, is_float, is_half
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
-from autosched.te.visitor import children, free_vars, substitute
 
 # ---- small analyses ------------------------------------------------------------------------
 
@@ -50,41 +52,6 @@ def is_nonneg(e: Expr) -> bool:
         both = is_nonneg(e.a), is_nonneg(e.b)
         return any(both) if e.op == "max" else all(both)
     return isinstance(e, Select) and is_nonneg(e.t) and is_nonneg(e.f)
-
-
-def linear_form(e: Expr) -> tuple[int, dict[tuple, tuple[int, Expr]]]:
-    """`e` as `const + sum(coef * atom)`: (const, {atom key: (coef, atom)}). Atoms are variables
-    and every sub-expression that is not +, - or multiplication by a literal."""
-    if isinstance(e, Const):
-        return int(e.value), {}
-    if isinstance(e, BinOp) and e.op in ("+", "-"):
-        ca, ta = linear_form(e.a)
-        cb, tb = linear_form(e.b)
-        sign = 1 if e.op == "+" else -1
-        terms = dict(ta)
-        for k, (c, atom) in tb.items():
-            terms[k] = (terms.get(k, (0, atom))[0] + sign * c, atom)
-        return ca + sign * cb, {k: v for k, v in terms.items() if v[0] != 0}
-    if isinstance(e, BinOp) and e.op == "*":
-        for lit, other in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(lit, Const):
-                c, terms = linear_form(other)
-                k = int(lit.value)
-                return c * k, {key: (v[0] * k, v[1]) for key, v in terms.items() if v[0] * k}
-    return 0, {e._key: (1, e)}
-
-
-def aligned_unit_stride(index: Expr, var: Var, width: int) -> bool:
-    """True when `index` is `base + var` with `base` provably a multiple of `width`."""
-    const, terms = linear_form(index)
-    if const % width or terms.get(var._key, (0, None))[0] != 1:
-        return False
-    for key, (coef, atom) in terms.items():
-        if key == var._key:
-            continue
-        if coef % width or any(v is var for v in free_vars(atom)):
-            return False
-    return True
 
 
 # ---- the target ----------------------------------------------------------------------------
@@ -118,6 +85,10 @@ __device__ __forceinline__ double as_floordiv(double a, double b) { return floor
 __device__ __forceinline__ double as_floormod(double a, double b) { return a - floor(a / b) * b; }
 """
 
+
+# lanes -> the CUDA type that holds that many 2-byte halves (8 or 16 bytes, as aligned)
+PACKED = {4: "uint2", 8: "uint4"}
+CUDA_HALF = ("float16", "bfloat16")
 
 INFINITY_BITS = {
     "float32": "__int_as_float(0x7f800000)",
@@ -155,13 +126,16 @@ class CUDATarget:
         "float32": ("fminf", "fmaxf"),
         "float64": ("fmin", "fmax"),
     }
-    # (dtype, lanes) -> (vector type, constructor, component names)
+    # (dtype, lanes) -> (vector type, constructor, component names); a packed vector (4 or 8
+    # halves in 8 or 16 bytes) has neither: its lanes are read and written through a pointer
+    # cast (`autosched.codegen.vectors`)
     vector_types: ClassVar[dict[tuple[str, int], tuple[str, str, str]]] = {
         ("float32", 4): ("float4", "make_float4", "xyzw"),
         ("float32", 2): ("float2", "make_float2", "xy"),
         ("float16", 2): ("half2", "__halves2half2", "xy"),
         ("bfloat16", 2): ("__nv_bfloat162", "__halves2bfloat162", "xy"),
         ("float64", 2): ("double2", "make_double2", "xy"),
+        **{(half, n): (packed, "", "") for half in CUDA_HALF for n, packed in PACKED.items()},
     }
     warp_size = 32
     # printed before a loop of each kind ("" prints nothing: nvcc decides for serial loops)
@@ -370,7 +344,7 @@ class KernelPrinter:
         self.emit(d, "}")
 
     def _for(self, s: ir.For, d: int) -> None:
-        if s.kind == "vectorize" and self._vector_loop(s, d):
+        if s.kind == "vectorize" and emit_vector_loop(self, s, d):
             return
         name = self.ex.names[id(s.var)] = self.fresh(s.var.name)
         pragma = self.t.loop_pragma.get(s.kind, "")
@@ -379,78 +353,6 @@ class KernelPrinter:
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")
         self.stmt(s.body, d + 1)
         self.emit(d, "}")
-
-    def _vector_loop(self, s: ir.For, d: int) -> bool:
-        """Print an aligned unit-stride `vectorize` loop as one vector store; False if it isn't."""
-        body, guard = s.body, None
-        if isinstance(body, ir.IfThenElse) and body.else_case is None:
-            if any(v is s.var for v in free_vars(body.cond)):
-                return False
-            body, guard = body.then_case, body.cond
-        if not isinstance(body, ir.Store) or body.buffer.scope == "local":
-            return False
-        vt = self.t.vector_types.get((body.buffer.dtype, s.extent))
-        if vt is None or not aligned_unit_stride(body.index, s.var, s.extent):
-            return False
-        vloads = [
-            ld
-            for ld in _unguarded_loads(body.value)
-            if ld.buffer.scope != "local"
-            and (ld.buffer.dtype, s.extent) in self.t.vector_types
-            and aligned_unit_stride(ld.indices[0], s.var, s.extent)
-        ]
-        ex, var_id = self.ex, id(s.var)
-        if guard is not None:
-            self.emit(d, f"if ({ex(guard)}) {{")
-            d += 1
-        temps: dict[tuple, str] = {}
-        for ld in vloads:
-            if ld._key not in temps:
-                ltype = self.t.vector_types[(ld.buffer.dtype, s.extent)][0]
-                temps[ld._key] = tmp = self.fresh("vec")
-                base = f"{ex.buffer_names[id(ld.buffer)]}[{ex(_at_zero(ld.indices[0], s.var))}]"
-                self.emit(d, f"{ltype} {tmp} = *reinterpret_cast<const {ltype}*>(&{base});")
-        base = f"{ex.buffer_names[id(body.buffer)]}[{ex(_at_zero(body.index, s.var))}]"
-        target = f"*reinterpret_cast<{vt[0]}*>(&{base})"
-        if isinstance(body.value, Load) and body.value._key in temps:
-            self.emit(d, f"{target} = {temps[body.value._key]};")
-        else:
-            lanes = []
-            for lane in range(s.extent):
-                ex.names[var_id] = str(lane)
-                for ld in vloads:
-                    ex.names[id(ld)] = f"{temps[ld._key]}.{vt[2][lane]}"
-                lanes.append(ex(body.value))
-                for ld in vloads:
-                    ex.names.pop(id(ld), None)
-            self.emit(d, f"{target} = {vt[1]}({', '.join(lanes)});")
-            del ex.names[var_id]
-        if guard is not None:
-            self.emit(d - 1, "}")
-        return True
-
-
-def _at_zero(index: Expr, var: Var) -> Expr:
-    """`index` with `var` = 0, dropping a `+ var` term (the base of a vector access)."""
-    if isinstance(index, BinOp) and index.op == "+":
-        if index.b is var:
-            return index.a
-        if index.a is var:
-            return index.b
-    return substitute(index, {var: Const(0, var.dtype)})
-
-
-def _unguarded_loads(e: Expr) -> list[Load]:
-    """Loads evaluated whatever the data (not under a Select branch, nor in a load's index)."""
-    if isinstance(e, Load):
-        return [e]
-    if isinstance(e, Select):
-        kids: tuple = (e.cond,)
-    elif isinstance(e, BinOp) and e.op in ("&&", "||"):
-        kids = (e.a,)  # C evaluates the right side only when needed
-    else:
-        kids = children(e)
-    return [ld for k in kids for ld in _unguarded_loads(k)]
 
 
 # ---- the program ---------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+"""Printing `vectorize` loops as vector accesses: one vector store to global or shared memory,
+fed by vector loads, when `autosched.codegen.lanes` proves every access contiguous and aligned
+in the loop's lane and every guard the same for all lanes.
+
+Vector types come from `CUDATarget.vector_types`: float4/float2/double2 and half2/
+__nv_bfloat162 have constructors and components; 4 or 8 halves are packed in a uint2/uint4
+(8 or 16 bytes) whose lanes are read and written through a pointer cast. A half-precision load
+under a Select whose condition is the same for every lane (a padded input) is read as a vector
+when the condition, tested once into a `pred` temporary, holds; `cond ? load : 0` is then stored
+as `pred ? vec : zero`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from autosched.codegen.lanes import guarded_loads, lane_free_guard, vector_base
+from autosched.lower import ir
+from autosched.te.expr import Const, Select
+
+if TYPE_CHECKING:  # the printer passes itself in; no import of cuda.py at run time
+    from autosched.codegen.cuda import KernelPrinter
+
+
+# dtypes whose loads under a Select (a padded input) are read as vectors: the half types, whose
+# Tensor Core fetches would otherwise read 2 bytes at a time; float32 keeps its scalar reads
+GUARDED_VECTOR_DTYPES = ("float16", "bfloat16")
+
+
+def lane_of(p: KernelPrinter, dtype: str, lanes: int, tmp: str, lane: int) -> str:
+    """Lane `lane` of the vector temporary `tmp`: a component name, or (a packed vector with
+    no components, e.g. 8 halves in a uint4) an element read through a pointer cast."""
+    components = p.t.vector_types[(dtype, lanes)][2]
+    if components:
+        return f"{tmp}.{components[lane]}"
+    return f"reinterpret_cast<const {p.t.types[dtype]}*>(&{tmp})[{lane}]"
+
+
+def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
+    """Print an aligned unit-stride `vectorize` loop as one vector store; False if it isn't."""
+    body, guard, width = s.body, None, s.extent
+    if isinstance(body, ir.IfThenElse) and body.else_case is None:
+        body, guard = body.then_case, lane_free_guard(body.cond, s.var, width)
+        if guard is None:
+            return False
+    if not isinstance(body, ir.Store) or body.buffer.scope == "local":
+        return False
+    vt = p.t.vector_types.get((body.buffer.dtype, width))
+    store_base = vt and vector_base(body.index, s.var, width)
+    if store_base is None:
+        return False
+    vloads = _vector_loads(p, body.value, s)
+    ex = p.ex
+    if guard is not None:
+        p.emit(d, f"if ({ex(guard)}) {{")
+        d += 1
+    preds = _emit_preds(p, d, s, [sel for _, _, sel in vloads.values() if sel is not None])
+    temps = _emit_loads(p, d, width, vloads, preds)
+    target = f"*reinterpret_cast<{vt[0]}*>(&{ex.buffer_names[id(body.buffer)]}[{ex(store_base)}])"
+    whole = _whole_vector(p, body, width, vloads, temps, preds)
+    if whole is not None:
+        p.emit(d, f"{target} = {whole};")
+    else:
+        lanes = []
+        for lane in range(width):
+            ex.names[id(s.var)] = str(lane)
+            for ld, _, sel in vloads.values():
+                tmp = temps[(ld._key, id(sel))]
+                ex.names[id(ld)] = lane_of(p, ld.buffer.dtype, width, tmp, lane)
+            lanes.append(ex(body.value))
+            for ld, _, _ in vloads.values():
+                ex.names.pop(id(ld), None)
+        del ex.names[id(s.var)]
+        _emit_pack(p, d, body.buffer.dtype, width, target, lanes)
+    for _, _, sel in vloads.values():
+        if sel is not None:
+            ex.names.pop(id(sel.cond), None)
+    if guard is not None:
+        p.emit(d - 1, "}")
+    return True
+
+
+def _vector_loads(p: KernelPrinter, value, s: ir.For) -> dict:
+    """The loads of `value` read as vectors: id(load) -> (load, base index, guarding Select or
+    None)."""
+    out: dict = {}
+    for ld, sel in guarded_loads(value, s.var, s.extent):
+        if sel is not None and ld.buffer.dtype not in GUARDED_VECTOR_DTYPES:
+            continue
+        if ld.buffer.scope != "local" and (ld.buffer.dtype, s.extent) in p.t.vector_types:
+            base = vector_base(ld.indices[0], s.var, s.extent)
+            # a node met unguarded and under a Select is read unguarded (valid in both places)
+            if base is not None and (id(ld) not in out or sel is None):
+                out[id(ld)] = (ld, base, sel)
+    return out
+
+
+def _emit_loads(p: KernelPrinter, d: int, width: int, vloads: dict, preds: dict) -> dict:
+    """One vector temporary per distinct (load, guard): `(load key, id(Select)) -> name`."""
+    temps: dict[tuple, str] = {}
+    for ld, base, sel in vloads.values():
+        key = (ld._key, id(sel))
+        if key in temps:
+            continue
+        ltype = p.t.vector_types[(ld.buffer.dtype, width)][0]
+        temps[key] = tmp = p.fresh("vec")
+        at = f"{p.ex.buffer_names[id(ld.buffer)]}[{p.ex(base)}]"
+        read = f"*reinterpret_cast<const {ltype}*>(&{at})"
+        if sel is None:
+            p.emit(d, f"{ltype} {tmp} = {read};")
+        else:  # read only where the Select takes its true branch (all lanes agree)
+            p.emit(d, f"{ltype} {tmp};")
+            p.emit(d, f"if ({preds[id(sel)]}) {tmp} = {read};")
+    return temps
+
+
+# vector type -> its zero (0.0 of float16 and bfloat16 is all zero bits, as in a uint2/uint4)
+ZERO_VECTOR = {
+    "uint4": "make_uint4(0u, 0u, 0u, 0u)",
+    "uint2": "make_uint2(0u, 0u)",
+    "half2": "__float2half2_rn(0.0f)",
+    "__nv_bfloat162": "__float2bfloat162_rn(0.0f)",
+    "float4": "make_float4(0.0f, 0.0f, 0.0f, 0.0f)",
+    "float2": "make_float2(0.0f, 0.0f)",
+    "double2": "make_double2(0.0, 0.0)",
+}
+
+
+def _whole_vector(
+    p: KernelPrinter, store: ir.Store, width: int, vloads: dict, temps: dict, preds: dict
+) -> str | None:
+    """The stored value as one vector expression when it is a vector-loaded copy (`vec`) or a
+    padded copy `cond ? load : 0` whose load is read under `pred` (`pred ? vec : zero`); None
+    when the lanes must be built one by one."""
+    value, sel = store.value, None
+    if isinstance(value, Select) and _is_plus_zero(value.f):
+        value, sel = value.t, value
+    entry = vloads.get(id(value))
+    if entry is None or entry[2] is not sel or value.buffer.dtype != store.buffer.dtype:
+        return None
+    vec = temps[(value._key, id(sel))]
+    if sel is None:
+        return vec
+    vtype = p.t.vector_types[(store.buffer.dtype, width)][0]
+    zero = ZERO_VECTOR.get(vtype)
+    return None if zero is None else f"({preds[id(sel)]} ? {vec} : {zero})"
+
+
+def _is_plus_zero(e) -> bool:
+    return isinstance(e, Const) and e.value == 0 and math.copysign(1.0, e.value) > 0
+
+
+def _emit_preds(p: KernelPrinter, d: int, s: ir.For, selects: list) -> dict[int, str]:
+    """One `bool pred = cond;` per guarding Select (its condition without the lane); the
+    Select's condition prints as that name in every lane. id(Select) -> name."""
+    preds: dict[int, str] = {}
+    for sel in selects:
+        if id(sel) not in preds:
+            preds[id(sel)] = name = p.fresh("pred")
+            p.emit(d, f"bool {name} = {p.ex(lane_free_guard(sel.cond, s.var, s.extent))};")
+            p.ex.names[id(sel.cond)] = name
+    return preds
+
+
+def _emit_pack(p: KernelPrinter, d: int, dtype: str, width: int, target: str, lanes: list[str]):
+    """`target = vector(lanes)`: through the constructor, or (a packed vector) a temporary
+    written lane by lane through a pointer cast."""
+    vtype, ctor, _ = p.t.vector_types[(dtype, width)]
+    if ctor:
+        p.emit(d, f"{target} = {ctor}({', '.join(lanes)});")
+        return
+    tmp = p.fresh("vec")
+    p.emit(d, f"{vtype} {tmp};")
+    for lane, value in enumerate(lanes):
+        p.emit(d, f"reinterpret_cast<{p.t.types[dtype]}*>(&{tmp})[{lane}] = {value};")
+    p.emit(d, f"{target} = {tmp};")
+
+
+__all__ = ["emit_vector_loop", "lane_of"]
