@@ -2,6 +2,7 @@
 kernels (cuBLAS / cuDNN on Tensor Cores) in one process.
 
     python3 benchmarks/tensor_core.py --trials 1000 --out results/ [--workloads NAME ...]
+        [--resume FOLDER_OF_EARLIER_LOGS]
 
 Per workload: tune through `auto_schedule` (no hand-written schedule), check that the best kernel
 is tensorized, run it and PyTorch on the same random inputs (ours checked against PyTorch's
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -62,24 +64,42 @@ WORKLOADS: dict[str, tuple[str, tuple, object]] = {
 }
 
 
-def tune(name: str, trials: int, per_round: int, n_jobs: int, out: str, seed: int):
+def tune(name: str, ns) -> tuple:
+    """Tune `name` up to `ns.trials` records in `ns.out/<name>.json`; with `--resume DIR`, start
+    from DIR/<name>.json (copied; the model trained on it, its states never measured again).
+    Returns (task, best state, its recorded seconds, records in the log, wall seconds)."""
     import autosched
-    from autosched.search.policy import SearchParams, SketchPolicy
+    from autosched.records import load_best, load_records
+    from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
 
     workload, args, _ = WORKLOADS[name]
     task = autosched.SearchTask(workload, args)
-    policy = SketchPolicy(task, autosched.XGBModel(), SearchParams(n_jobs=n_jobs, seed=seed))
+    log = os.path.join(ns.out, f"{name}.json")
+    model, callbacks, done = autosched.XGBModel(), [], 0
+    earlier = os.path.join(ns.resume, f"{name}.json") if ns.resume else None
+    if earlier and os.path.exists(earlier):
+        shutil.copyfile(earlier, log)
+        done = sum(1 for _ in load_records(log))
+        model.update_from_file(log)
+        callbacks = [PreloadMeasuredStates(log)]
     t0 = time.perf_counter()
-    res = autosched.auto_schedule(
-        task,
-        policy,
-        autosched.TuningOptions(
-            num_measure_trials=trials,
-            num_measures_per_round=per_round,
-            measure_callbacks=[autosched.RecordToFile(os.path.join(out, f"{name}.json"))],
-        ),
-    )
-    return task, res, time.perf_counter() - t0
+    if ns.trials > done:
+        params = SearchParams(n_jobs=ns.n_jobs, seed=ns.seed)
+        policy = SketchPolicy(task, model, params, init_search_callbacks=callbacks)
+        autosched.auto_schedule(
+            task,
+            policy,
+            autosched.TuningOptions(
+                num_measure_trials=ns.trials - done,
+                num_measures_per_round=ns.per_round,
+                measure_callbacks=[autosched.RecordToFile(log)],
+            ),
+        )
+    wall = time.perf_counter() - t0
+    inp, res = load_best(log, task.workload_key)
+    state = task.compute_dag.replay_steps(inp.steps)
+    total = sum(1 for _ in load_records(log))
+    return task, state, res.mean_cost, total, wall
 
 
 def compare(name: str, kernel, seed: int = 0) -> dict:
@@ -174,27 +194,33 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument("--commit", default=None)
+    ap.add_argument(
+        "--resume", default=None, help="folder of earlier logs (<name>.json) to continue from"
+    )
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
     rows = []
     for name in ns.workloads:
-        task, res, wall = tune(name, ns.trials, ns.per_round, ns.n_jobs, ns.out, ns.seed)
+        import autosched
+
+        task, state, recorded, trials, wall = tune(name, ns)
+        kernel = autosched.build(task.compute_dag, state)
         with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
-            f.write(res.kernel.source)
+            f.write(kernel.source)
         try:
-            timed = compare(name, res.kernel)
+            timed = compare(name, kernel)
         except Exception as exc:  # the search's records are kept; say why this row is missing
             print(f"{name}: comparison with PyTorch failed: {exc!r}", flush=True)
             continue
         row = {
             "name": name,
             "flop": task.compute_dag.flop_count,
-            "trials": res.history[-1]["trials"] if res.history else 0,
+            "trials": trials,
             "wall_s": wall,
-            "record_us": res.best_cost * 1e6,
-            "tensorized": tensorized(res.kernel),
-            "schedule": task.compute_dag.print_python_schedule(res.state),
+            "record_us": recorded * 1e6,
+            "tensorized": tensorized(kernel),
+            "schedule": task.compute_dag.print_python_schedule(state),
             **timed,
         }
         rows.append(row)
