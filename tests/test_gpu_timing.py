@@ -28,6 +28,9 @@ pytestmark = pytest.mark.gpu
 
 TRIALS = 16  # per workload: a short search, for a best record to re-time
 AGREEMENT = 0.03  # relative difference allowed between the record and the benchmark's time
+# ... or this much, whichever is larger: kernels of 1-2 µs (dense_bias at batch 1) are resolved
+# to a few tens of nanoseconds by graph replay, where 3% is under the timing's own jitter
+RESOLUTION_S = 0.1e-6
 
 
 def _params(seed: int = 0) -> SearchParams:
@@ -114,6 +117,6 @@ def test_benchmark_graph_time_agrees_with_the_search_record(name, tmp_path):
     ours, stream = shared_stream()
     seconds = time_graph([lambda: launcher(ours)], stream=stream)
     recorded = res.mean_cost
-    assert abs(seconds - recorded) <= AGREEMENT * recorded, (
+    assert abs(seconds - recorded) <= max(AGREEMENT * recorded, RESOLUTION_S), (
         f"{name}: benchmark {seconds * 1e6:.2f} us, record {recorded * 1e6:.2f} us"
     )

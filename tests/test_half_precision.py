@@ -186,7 +186,7 @@ COMPILERS = [
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("name,dtype", CASES)
 def test_generated_cuda_compiles(name, dtype, compiler):
-    for program in _sampled(BUILDERS[name](dtype), 2):
+    for program in _sampled(BUILDERS[name](dtype), 1):
         source = codegen_program(program)
         kind, message, cubin, _ = compile_kernel(source, "sm_90", compiler=compiler)
         assert kind == MeasureErrorKind.NO_ERROR, f"{message}\n{source}"

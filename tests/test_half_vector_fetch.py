@@ -121,7 +121,7 @@ def test_the_proofs_are_sound_on_random_indices(width):
     """Whatever vector_base and lane_free_guard prove holds at sampled points."""
     rng = np.random.default_rng(width)
     proved = guards = 0
-    for _ in range(400):
+    for _ in range(150):
         index = _random_index(rng, 4) + LANE * int(rng.integers(0, 2))
         base = vector_base(index, LANE, width)
         compare = index < int(rng.choice([64, 256, 250]))
@@ -141,7 +141,7 @@ def test_the_proofs_are_sound_on_random_indices(width):
                     assert value(compare, {**env, LANE: lane}) == want, (compare, cond)
         proved += base is not None and not aligned_unit_stride(index, LANE, width)
         guards += cond is not None
-    assert proved and guards > 100  # the new proofs were exercised
+    assert proved and guards > 40  # the new proofs were exercised
 
 
 @pytest.mark.parametrize("limit, proved", [(512, True), (256, True), (500, False)])

@@ -108,7 +108,7 @@ def _sample(dag, n: int, seed: int):
 @pytest.mark.parametrize("name", list(TENSOR_CORE_SUITE))
 def test_padded_states_load_fragments_at_the_padded_stride_and_compute_the_dag(name):
     dag = tc_dag(name)
-    sampler, states = _sample(dag, 12, 3)
+    sampler, states = _sample(dag, 8, 3)
     inputs = _inputs(dag)
     expected = evaluate(dag.tensors, inputs)
     padded_loads = 0
@@ -170,7 +170,7 @@ def test_the_tile_space_reaches_128x128_blocks_of_4_to_8_warps():
     tiles up to 128 x 128, mostly 4 or 8 warps, most shared stages padded, all within the
     static shared memory."""
     dag = _full_matmul_fp32_out()
-    sampler, states = _sample(dag, 100, 0)
+    sampler, states = _sample(dag, 60, 0)
     g = _group(dag)
     tiles = collections.Counter(_block_tiles(s, g) for s in states)
     warps = collections.Counter(

@@ -30,7 +30,7 @@ from autosched.te.dtype import from_storage, to_storage
 from autosched.te.tensor import PlaceholderOp
 from measure.hardware import HardwareParams
 
-N_INTERPRETED = 20
+N_INTERPRETED = 10
 # the M, N and K axes the rule picks, by workload
 AXES = {
     "matmul_fp16": ("i", "j", "k"),
