@@ -133,6 +133,16 @@ def where_and_when(commit: str | None = None) -> str:
     return f"Measured {time.strftime('%Y-%m-%d')} on {torch.cuda.get_device_name(0)}, commit {sha}"
 
 
+def write_results(out: str, header: str, rows: list[dict], table: str) -> None:
+    """results.json (the rows, where and when) and results.md (the table) in `out`, rewritten
+    after each workload so that a run cut short keeps what it measured; the table is printed."""
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"where": header, "rows": rows}, f, indent=1)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(table)
+    print(table, flush=True)
+
+
 def _git_head() -> str:
     import subprocess
 
@@ -183,12 +193,7 @@ def main() -> int:
         rows.append(row(name, task, res, wall))
         with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
             f.write(res.kernel.source)
-        with open(os.path.join(ns.out, "results.json"), "w") as f:
-            json.dump({"where": header, "rows": rows}, f, indent=1)
-        table = markdown(rows, header)
-        with open(os.path.join(ns.out, "results.md"), "w") as f:
-            f.write(table)
-        print(table, flush=True)
+        write_results(ns.out, header, rows, markdown(rows, header))
     return 0
 
 

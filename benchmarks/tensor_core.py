@@ -15,7 +15,6 @@ search's own record). Writes results.json and results.md, updated after each wor
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -23,15 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-TENSOR_PEAK_TFLOPS = 989.0  # H100 SXM dense fp16/bf16 Tensor Core datasheet figure
-
-
-def _matmul(args):
-    return lambda a, b: a @ b
-
-
-def _batch_matmul(args):
-    return lambda a, b: a @ b.transpose(1, 2)
+from run import where_and_when, write_results  # noqa: E402
+from torch_timing import TORCH_EQUIVALENTS  # noqa: E402
 
 
 def _conv2d_nhwc(args):
@@ -57,9 +49,13 @@ def _conv2d_nhwc(args):
 
 # benchmark name -> (registered workload, its args, PyTorch equivalent)
 WORKLOADS: dict[str, tuple[str, tuple, object]] = {
-    "matmul_fp16_1024": ("matmul_fp16", (1024, 1024, 1024), _matmul),
-    "matmul_fp16_4096": ("matmul_fp16", (4096, 4096, 4096), _matmul),
-    "batch_matmul_bf16": ("batch_matmul_bf16", (16, 512, 512, 64), _batch_matmul),
+    "matmul_fp16_1024": ("matmul_fp16", (1024, 1024, 1024), TORCH_EQUIVALENTS["matmul"]),
+    "matmul_fp16_4096": ("matmul_fp16", (4096, 4096, 4096), TORCH_EQUIVALENTS["matmul"]),
+    "batch_matmul_bf16": (
+        "batch_matmul_bf16",
+        (16, 512, 512, 64),
+        TORCH_EQUIVALENTS["batch_matmul"],
+    ),
     "conv2d_nhwc_fp16": ("conv2d_nhwc_fp16", (256, 14, 14, 512, 256, 3, 3, 1, 1), _conv2d_nhwc),
 }
 
@@ -105,7 +101,7 @@ def tune(name: str, ns) -> tuple:
 def compare(name: str, kernel, seed: int = 0) -> dict:
     """Our kernel and PyTorch's on the same inputs: the check, then GPU time of both."""
     import torch
-    from torch_timing import L2_FLUSH_BYTES, shared_stream, time_graph
+    from torch_timing import rotation_copies, shared_stream, time_graph
 
     _, args, torch_fn = WORKLOADS[name]
     fn = torch_fn(args)
@@ -122,7 +118,7 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
         int(torch.Size(a.shape).numel()) * torch.finfo(getattr(torch, a.dtype)).bits // 8
         for a in inputs + outputs
     )
-    copies = max(1, min(16, -(-L2_FLUSH_BYTES // max(1, set_bytes))))
+    copies = rotation_copies(set_bytes)
     sets = [
         ([tensor(a, True) for a in inputs], [tensor(a, False) for a in outputs])
         for _ in range(copies)
@@ -184,8 +180,6 @@ def markdown(rows: list[dict], header: str) -> str:
 
 
 def main() -> int:
-    from run import where_and_when
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--trials", type=int, default=1000)
@@ -224,12 +218,7 @@ def main() -> int:
             **timed,
         }
         rows.append(row)
-        with open(os.path.join(ns.out, "results.json"), "w") as f:
-            json.dump({"where": header, "rows": rows}, f, indent=1)
-        table = markdown(rows, header)
-        with open(os.path.join(ns.out, "results.md"), "w") as f:
-            f.write(table)
-        print(table, flush=True)
+        write_results(ns.out, header, rows, markdown(rows, header))
     return 0
 
 
