@@ -9,6 +9,7 @@ from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.schedule.steps import print_python_schedule
 from autosched.task.evaluate import evaluate
+from autosched.te.dtype import from_storage, to_storage
 from autosched.te.tensor import PlaceholderOp
 
 
@@ -104,7 +105,35 @@ class InterpretedSamples:
         return out
 
 
+def half_inputs(dag, seed: int = 0) -> dict[str, np.ndarray]:
+    """Uniform(-1, 1) arrays for the DAG's placeholders in their storage dtypes (float16, or
+    bfloat16 as uint16 bits)."""
+    rng = np.random.default_rng(seed)
+    return {
+        t.name: to_storage(rng.uniform(-1, 1, t.shape), t.dtype)
+        for t in dag.tensors
+        if isinstance(t.op, PlaceholderOp)
+    }
+
+
+def assert_half_outputs_match(dag, program, inputs, expected, tol: float = 1e-2) -> None:
+    """Run `program` on copies of `inputs` (outputs zeroed) and compare every DAG output with
+    `expected` as float32 values: fp32 sums in another order, then one rounding to the half
+    type, so half precision's tolerance."""
+    arrays = {k: v.copy() for k, v in inputs.items()}
+    for b in program.outputs:
+        arrays[b.name] = np.zeros(b.shape, expected[b.name].dtype)
+    run_program(program, arrays)
+    for op in dag.outputs:
+        dtype = op.output(0).dtype
+        got = from_storage(arrays[op.name], dtype).astype(np.float32)
+        want = from_storage(expected[op.name], dtype).astype(np.float32)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 __all__ = [
+    "assert_half_outputs_match",
+    "half_inputs",
     "InterpretedSamples",
     "assert_matches_dag",
     "interpret_and_compare",

@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 from compilers import needs_nvcc
+from interpreter_check import assert_half_outputs_match, half_inputs
 from test_interpreter import TX, TY, ld, loop, st
 
 from autosched import build, te
@@ -20,15 +21,12 @@ from autosched.codegen.lanes import aligned_unit_stride, lane_free_guard, split_
 from autosched.codegen.vectors import ZERO_VECTOR
 from autosched.lower import ir
 from autosched.lower.arith import simplify
-from autosched.lower.interpreter import run_program
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.task.evaluate import evaluate
 from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import TENSOR_CORE_SUITE
-from autosched.te.dtype import from_storage, to_storage
 from autosched.te.expr import Const, Load, Select, Var
-from autosched.te.tensor import PlaceholderOp
 from autosched.te.visitor import free_vars, substitute
 
 # ---- the proof -------------------------------------------------------------------------------
@@ -277,32 +275,15 @@ def test_full_size_fetches_print_as_vectors(name, args):
     assert 8 in widths  # the draws include 16-byte fetches
 
 
-def _inputs(dag, seed=0) -> dict:
-    rng = np.random.default_rng(seed)
-    return {
-        t.name: to_storage(rng.uniform(-1, 1, t.shape), t.dtype)
-        for t in dag.tensors
-        if isinstance(t.op, PlaceholderOp)
-    }
-
-
 @pytest.mark.parametrize("name", list(TENSOR_CORE_SUITE))
 def test_reduced_states_print_vectors_and_match_numpy(name):
     dag, states = tc_states(name, TENSOR_CORE_SUITE[name][2], 6)
-    inputs = _inputs(dag)
+    inputs = half_inputs(dag)
     expected = evaluate(dag.tensors, inputs)
     for state in states:
         kernel = build(dag, state)
         check_vector_fetches(kernel.program, kernel.source)
-        arrays = {k: v.copy() for k, v in inputs.items()}
-        for b in kernel.program.outputs:
-            arrays[b.name] = np.zeros(b.shape, expected[b.name].dtype)
-        run_program(kernel.program, arrays)
-        for op in dag.outputs:
-            dtype = op.output(0).dtype
-            got = from_storage(arrays[op.name], dtype).astype(np.float32)
-            want = from_storage(expected[op.name], dtype).astype(np.float32)
-            np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+        assert_half_outputs_match(dag, kernel.program, inputs, expected)
 
 
 @needs_nvcc

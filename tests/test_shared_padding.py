@@ -6,17 +6,15 @@ from __future__ import annotations
 import collections
 import math
 
-import numpy as np
 import pytest
 from compilers import needs_nvcc
-from interpreter_check import lower_and_compare
-from test_tensor_core_sketch import _inputs, tc_dag
+from interpreter_check import assert_half_outputs_match, half_inputs, lower_and_compare
+from test_tensor_core_sketch import tc_dag
 from workloads_for_tests import matmul_dag, matmul_shared_state
 
 from autosched import te, topi
 from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
-from autosched.lower.interpreter import run_program
 from autosched.lower.lowering import lower
 from autosched.lower.storage import aligned_stride, storage_shape
 from autosched.lower.verify import verify_program
@@ -31,7 +29,6 @@ from autosched.sketch.tensor_core_init import (
 )
 from autosched.task.evaluate import evaluate
 from autosched.task.workloads import TENSOR_CORE_SUITE
-from autosched.te.dtype import from_storage
 from measure.hardware import HardwareParams
 
 # ---- storage_align in lowering ----------------------------------------------------------------
@@ -109,7 +106,7 @@ def _sample(dag, n: int, seed: int):
 def test_padded_states_load_fragments_at_the_padded_stride_and_compute_the_dag(name):
     dag = tc_dag(name)
     sampler, states = _sample(dag, 8, 3)
-    inputs = _inputs(dag)
+    inputs = half_inputs(dag)
     expected = evaluate(dag.tensors, inputs)
     padded_loads = 0
     for state in states:
@@ -125,15 +122,7 @@ def test_padded_states_load_fragments_at_the_padded_stride_and_compute_the_dag(n
                 padded_loads += 1
             else:
                 assert shape[-1] % 16 == 0
-        arrays = {k: v.copy() for k, v in inputs.items()}
-        for b in program.outputs:
-            arrays[b.name] = np.zeros(b.shape, expected[b.name].dtype)
-        run_program(program, arrays)
-        for op in dag.outputs:
-            dtype = op.output(0).dtype
-            got = from_storage(arrays[op.name], dtype).astype(np.float32)
-            want = from_storage(expected[op.name], dtype).astype(np.float32)
-            np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+        assert_half_outputs_match(dag, program, inputs, expected)
     assert padded_loads > 0
 
 

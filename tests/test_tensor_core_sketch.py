@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 from compilers import needs_nvcc
+from interpreter_check import assert_half_outputs_match, half_inputs
 from workloads_for_tests import suite_dag
 
 from autosched import te, topi
@@ -26,8 +27,7 @@ from autosched.sketch.utils import SketchParams
 from autosched.task.evaluate import evaluate
 from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import SUITE, TENSOR_CORE_SUITE
-from autosched.te.dtype import from_storage, to_storage
-from autosched.te.tensor import PlaceholderOp
+from autosched.te.dtype import from_storage
 from measure.hardware import HardwareParams
 
 N_INTERPRETED = 10
@@ -120,21 +120,12 @@ def test_the_sketch_is_the_seeds_structure(name):
 # ---- sampled states ---------------------------------------------------------------------------
 
 
-def _inputs(dag, seed=0) -> dict:
-    rng = np.random.default_rng(seed)
-    return {
-        t.name: to_storage(rng.uniform(-1, 1, t.shape), t.dtype)
-        for t in dag.tensors
-        if isinstance(t.op, PlaceholderOp)
-    }
-
-
 def check_on_interpreter(dag: ComputeDAG, n: int) -> None:
     """n sampled states lower, verify, use whole warps, and compute the DAG on the interpreter."""
     sampler = SketchSampler(generate_sketches(dag))
     states = sampler.sample(n, 1)
     assert len(states) == n, sampler.rejected
-    inputs = _inputs(dag)
+    inputs = half_inputs(dag)
     expected = evaluate(dag.tensors, inputs)
     for state in states:
         assert state.is_complete and len(tensorized(state)) == 4
@@ -142,16 +133,7 @@ def check_on_interpreter(dag: ComputeDAG, n: int) -> None:
         verify_program(program)
         for k in program.kernels:
             assert k.block[0] == 32  # warp statements need whole warps on threadIdx.x
-        arrays = {k: v.copy() for k, v in inputs.items()}
-        for b in program.outputs:
-            arrays[b.name] = np.zeros(b.shape, expected[b.name].dtype)
-        run_program(program, arrays)
-        for op in dag.outputs:
-            dtype = op.output(0).dtype
-            got = from_storage(arrays[op.name], dtype).astype(np.float32)
-            want = from_storage(expected[op.name], dtype).astype(np.float32)
-            # fp32 sums in another order, then one rounding to the half type
-            np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+        assert_half_outputs_match(dag, program, inputs, expected)
 
 
 @pytest.mark.parametrize("name", list(TENSOR_CORE_SUITE))
@@ -259,7 +241,7 @@ def test_a_search_of_a_tensor_core_task_runs():
         def check(self, program):
             dag = self.task.compute_dag
             outs = {b.name: b.dtype for b in program.outputs}
-            inputs = _inputs(dag)
+            inputs = half_inputs(dag)
             expected = evaluate(dag.tensors, inputs)
             arrays = {**inputs, **{n: np.zeros_like(expected[n]) for n in outs}}
             run_program(program, arrays)
