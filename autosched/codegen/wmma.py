@@ -28,13 +28,14 @@ if TYPE_CHECKING:
 
 WMMA = "nvcuda::wmma"
 HEADER = "#include <mma.h>"
-SHARED_PREFIX = "__shared__ __align__(32)"  # load/store_matrix_sync need 256-bit alignment
+# load/store_matrix_sync need 256-bit alignment
+SHARED_PREFIX = f"__shared__ __align__({ir.OFFSET_ALIGN_BYTES})"
 FRAGMENT_USE = {
     "wmma.matrix_a": "matrix_a",
     "wmma.matrix_b": "matrix_b",
     "wmma.accumulator": "accumulator",
 }
-MEM_LAYOUT = {"row_major": f"{WMMA}::mem_row_major", "col_major": f"{WMMA}::mem_col_major"}
+MEM_LAYOUT = {layout: f"{WMMA}::mem_{layout}" for layout in ir.MATRIX_LAYOUTS}
 DEFAULT_LAYOUT = "row_major"  # of a matrix fragment nothing loads
 
 
@@ -48,7 +49,7 @@ def uses_wmma(kernel: ir.Kernel) -> bool:
 def written_buffer(s: ir.Stmt) -> ir.Buffer | None:
     """The memory buffer a warp statement writes (FragmentStore's), for the const-ness of
     kernel parameters; None for every other statement."""
-    return s.dst.buffer if isinstance(s, ir.FragmentStore) else None
+    return s.written() if isinstance(s, ir.WarpStmt) and s.writes_memory() else None
 
 
 def _warp_buffers(kernel: ir.Kernel) -> tuple[dict[int, str], set[int]]:
@@ -57,16 +58,18 @@ def _warp_buffers(kernel: ir.Kernel) -> tuple[dict[int, str], set[int]]:
     layouts: dict[int, str] = {}
     memory: set[int] = set()
     for s in ir.iter_stmts(kernel.body):
-        if isinstance(s, ir.FragmentLoad):
-            first = layouts.setdefault(id(s.frag), s.src.layout)
-            if first != s.src.layout:
+        m = s.memory_tile() if isinstance(s, ir.WarpStmt) else None
+        if m is None:
+            continue
+        if not s.writes_memory():  # a load: the fragment takes the tile's layout
+            frag = s.written()
+            first = layouts.setdefault(id(frag), m.layout)
+            if first != m.layout:
                 raise LoweringError(
-                    f"kernel {kernel.name}: fragment {s.frag.name} is loaded both {first} and "
-                    f"{s.src.layout}; a wmma fragment has one layout"
+                    f"kernel {kernel.name}: fragment {frag.name} is loaded both {first} and "
+                    f"{m.layout}; a wmma fragment has one layout"
                 )
-            memory.add(id(s.src.buffer))
-        elif isinstance(s, ir.FragmentStore):
-            memory.add(id(s.dst.buffer))
+        memory.add(id(m.buffer))
     return layouts, memory
 
 
@@ -83,7 +86,7 @@ class WarpPrinter:
         name = self.p.ex.buffer_names[id(b)]
         if b.scope in ir.FRAGMENT_SCOPES:
             use = FRAGMENT_USE[b.scope]
-            args = [f"{WMMA}::{use}", "16", "16", "16", self.p.t.types[b.dtype]]
+            args = [f"{WMMA}::{use}", *[str(ir.WMMA_TILE)] * 3, self.p.t.types[b.dtype]]
             if use != "accumulator":
                 args.append(f"{WMMA}::{self.layouts.get(id(b), DEFAULT_LAYOUT)}")
             return f"{WMMA}::fragment<{', '.join(args)}> {name}[{b.size // ir.TILE_ELEMS}];"

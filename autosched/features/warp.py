@@ -15,20 +15,20 @@ The statement's own expressions (tile numbers, offsets, fill value, guards) coun
 
 from __future__ import annotations
 
+from autosched.features.exprs import OP_KINDS
 from autosched.lower import ir
 from autosched.te.expr import Expr, Var
 
-WARP = 32
-PER_LANE = ir.TILE_ELEMS // WARP  # elements of a tile per lane
+PER_LANE = ir.TILE_ELEMS // ir.WARP_SIZE  # elements of a tile per lane
 ELEM = Var("wmma_lane_elem", "int32")  # the pseudo loop over a lane's elements
-MMA_MADS_PER_STEP = ir.WMMA_TILE**3 // (WARP * PER_LANE)  # per lane and pseudo-loop step
 _LANE = ir.THREAD_VARS["threadIdx.x"]
-_FLOAT_MAD, _FLOAT_ADDSUB, _FLOAT_MUL = 0, 1, 2  # in OP_KINDS
+# the OP_KINDS a multiply-add counts under (as `count_ops` counts `a * b + c`)
+_MAD_KINDS = tuple(OP_KINDS.index(k) for k in ("float_mad", "float_addsub", "float_mul"))
 
 
 def lane_view(b: ir.Buffer) -> ir.Buffer:
     """The per-thread `local` stand-in of a fragment buffer (its lane's share)."""
-    return ir.Buffer(b.name, (max(1, b.size // WARP),), b.dtype, "local")
+    return ir.Buffer(b.name, (max(1, b.size // ir.WARP_SIZE),), b.dtype, "local")
 
 
 class WarpRecord:
@@ -51,24 +51,25 @@ def _memory_index(m: ir.MatrixTile) -> Expr:
 
 def warp_record(s: ir.WarpStmt, view) -> WarpRecord:
     """The record of `s`; `view(fragment)` gives a fragment's per-lane stand-in buffer."""
+    if not isinstance(s, ir.WarpStmt):
+        raise TypeError(f"no feature record for a {type(s).__name__}")
 
     def frag(b: ir.Buffer, tile: Expr) -> tuple[ir.Buffer, Expr]:
         return view(b), tile * PER_LANE + ELEM
 
+    frags = [frag(b, tile) for b, tile, _ in s.fragments()]
+    m = s.memory_tile()
+    memory = None if m is None else (m.buffer, _memory_index(m))
+    write = memory if s.writes_memory() else frags[0]
+    reads = frags[len(frags) - len(s.read_fragments()) :]  # the read ones are the last ones
+    if memory is not None and not s.writes_memory():
+        reads.append(memory)
+    roots = tuple(s.exprs())
     if isinstance(s, ir.FragmentFill):
-        return WarpRecord(frag(s.frag, s.tile), [], (s.value, s.tile))
-    if isinstance(s, ir.FragmentLoad):
-        read = (s.src.buffer, _memory_index(s.src))
-        return WarpRecord(frag(s.frag, s.tile), [read], (s.tile, s.src.offset))
-    if isinstance(s, ir.FragmentStore):
-        write = (s.dst.buffer, _memory_index(s.dst))
-        return WarpRecord(write, [frag(s.frag, s.tile)], (s.dst.offset, s.tile))
-    if isinstance(s, ir.FragmentMma):
-        acc = frag(s.acc, s.acc_tile)
-        reads = [acc, frag(s.a, s.a_tile), frag(s.b, s.b_tile)]
-        mads = dict.fromkeys((_FLOAT_MAD, _FLOAT_ADDSUB, _FLOAT_MUL), MMA_MADS_PER_STEP)
-        return WarpRecord(acc, reads, (s.acc_tile, s.a_tile, s.b_tile), mads)
-    raise TypeError(f"no feature record for a {type(s).__name__}")
+        roots = roots[::-1]  # the fill value first, as a store's value
+    # multiply-adds per lane and pseudo-loop step
+    mads = dict.fromkeys(_MAD_KINDS, s.MACS // (ir.WARP_SIZE * PER_LANE)) if s.MACS else None
+    return WarpRecord(write, reads, roots, mads)
 
 
 __all__ = ["ELEM", "PER_LANE", "WarpRecord", "lane_view", "warp_record"]

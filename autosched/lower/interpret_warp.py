@@ -29,12 +29,11 @@ import numpy as np
 from autosched.lower import ir
 from autosched.te.dtype import BYTES, from_storage
 
-WARP = 32
 T = ir.WMMA_TILE
 _ROWS, _COLS = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
 # element (r, c) of a tile: its offset from the tile's first element, per unit of ldm and per 1
-LAYOUT_STEPS = {"row_major": (_ROWS, _COLS), "col_major": (_COLS, _ROWS)}
-OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
+# (the layouts in the order of ir.MATRIX_LAYOUTS: row_major, col_major)
+LAYOUT_STEPS = dict(zip(ir.MATRIX_LAYOUTS, ((_ROWS, _COLS), (_COLS, _ROWS)), strict=True))
 
 
 def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
@@ -42,45 +41,48 @@ def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
     return np.full((warps, buffer.size // ir.TILE_ELEMS, T, T), np.nan, np.float32)
 
 
-def describe(s: ir.WarpStmt) -> str:
-    """A statement's name and buffers, for error messages."""
-    return f"{type(s).__name__}({', '.join(b.name for b in s.buffers())})"
-
-
 class WarpContext:
     """The active warps of one warp statement and the lane-uniform values of its expressions."""
 
     def __init__(self, run: Any, s: ir.WarpStmt, mask: Any) -> None:
         self.run, self.s = run, s
-        if run.T % WARP:
-            self.fail(f"needs whole warps, but a block has {run.T} threads (blockDim.x == 32)")
+        if run.T % ir.WARP_SIZE:
+            self.fail(
+                f"needs whole warps, but a block has {run.T} threads (blockDim.x == {ir.WARP_SIZE})"
+            )
         lanes = np.ones(run.L, bool) if mask is None else np.broadcast_to(mask, (run.L,))
-        per_warp = lanes.reshape(-1, WARP)
+        per_warp = lanes.reshape(-1, ir.WARP_SIZE)
         active = per_warp.any(axis=1)
         partial = np.flatnonzero(active & ~per_warp.all(axis=1))
         if partial.size:
             w = int(partial[0])
             self.fail(
-                f"reached by only {int(per_warp[w].sum())} of 32 lanes of the warp of "
-                f"{run.where(w * WARP)} (divergent warp op)"
+                f"reached by only {int(per_warp[w].sum())} of {ir.WARP_SIZE} lanes of the warp of "
+                f"{run.where(w * ir.WARP_SIZE)} (divergent warp op)"
             )
         self.warps = np.flatnonzero(active)  # global warp ids
-        self.lane0 = self.warps * WARP  # the lane standing for each warp
+        self.lane0 = self.warps * ir.WARP_SIZE  # the lane standing for each warp
         self.blocks = run.ix["block"][self.lane0]
         self.mask = mask
 
     def fail(self, what: str) -> None:
-        self.run.fail(f"{describe(self.s)} in kernel {self.run.k.name}: {what}")
+        self.run.fail(f"{self.s.describe()} in kernel {self.run.k.name}: {what}")
 
     def value(self, e, what: str) -> np.ndarray:
         """`e` per active warp, checking that the 32 lanes of each warp agree."""
         got = np.broadcast_to(np.asarray(self.run.eval(e, self.mask)), (self.run.L,))
-        per_warp = got.reshape(-1, WARP)[self.warps]
+        per_warp = got.reshape(-1, ir.WARP_SIZE)[self.warps]
         differ = np.flatnonzero((per_warp != per_warp[:, :1]).any(axis=1))
         if differ.size:
             w = int(self.warps[differ[0]])
-            self.fail(f"the lanes of the warp of {self.run.where(w * WARP)} disagree on {what}")
+            self.fail(
+                f"the lanes of the warp of {self.run.where(w * ir.WARP_SIZE)} disagree on {what}"
+            )
         return per_warp[:, 0]
+
+    def tiles(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`tile` of each fragment operand of the statement, in order."""
+        return [self.tile(*operand) for operand in self.s.fragments()]
 
     def tile(self, frag: ir.Buffer, e, scopes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(fragment storage, tile number per active warp), checking scope and range."""
@@ -101,20 +103,20 @@ class WarpContext:
         """(buffer, storage, element indices (warps, 16, 16)) of a memory tile, checked for
         scope, alignment and bounds."""
         buf, arr = self.run.bufs_of(m.buffer)
-        if buf.scope not in ("global", "shared"):
+        if buf.scope not in ir.MEMORY_TILE_SCOPES:
             self.fail(f"{buf.name} has scope {buf.scope}; tiles are in global or shared memory")
         steps = LAYOUT_STEPS.get(m.layout)
         if steps is None:
             self.fail(f"unknown layout {m.layout!r} (expected one of {tuple(LAYOUT_STEPS)})")
         eb = BYTES[buf.dtype]
-        if m.ldm * eb % LDM_ALIGN_BYTES:
-            self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {LDM_ALIGN_BYTES} bytes")
+        if m.ldm * eb % ir.LDM_ALIGN_BYTES:
+            self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {ir.LDM_ALIGN_BYTES} bytes")
         offset = self.value(m.offset, f"the offset into {buf.name}").astype(np.int64)
-        bad = np.flatnonzero(offset * eb % OFFSET_ALIGN_BYTES)
+        bad = np.flatnonzero(offset * eb % ir.OFFSET_ALIGN_BYTES)
         if bad.size:
             j = int(bad[0])
             self.fail(
-                f"offset {int(offset[j])} into {buf.name} is not {OFFSET_ALIGN_BYTES}-byte "
+                f"offset {int(offset[j])} into {buf.name} is not {ir.OFFSET_ALIGN_BYTES}-byte "
                 f"aligned for the warp of {self.run.where(int(self.lane0[j]))}"
             )
         idx = offset[:, None, None] + steps[0] * m.ldm + steps[1]
@@ -125,15 +127,15 @@ class WarpContext:
 
 def _fill(run: Any, s: ir.FragmentFill, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
-    arr, tiles = ctx.tile(s.frag, s.tile, ("wmma.accumulator",))
+    ((arr, tiles),) = ctx.tiles()
     value = np.asarray(from_storage(ctx.value(s.value, "the fill value"), s.value.dtype))
     arr[ctx.warps, tiles] = value.astype(np.float32)[:, None, None]
 
 
 def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
-    arr, tiles = ctx.tile(s.frag, s.tile, ("wmma.matrix_a", "wmma.matrix_b"))
-    buf, mem, idx = ctx.memory(s.src, "read")
+    ((arr, tiles),) = ctx.tiles()
+    buf, mem, idx = ctx.memory(s.memory_tile(), "read")
     if buf.dtype != s.frag.dtype:
         ctx.fail(f"loads {buf.dtype} {buf.name} into a {s.frag.dtype} fragment")
     if buf.scope == "global":
@@ -156,13 +158,13 @@ def _track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarra
         j = int(np.flatnonzero(bad)[0])
         run._race(buf, int(keys[j]), int(lanes[j]), "reads", "wrote")
     np.minimum.at(tr.rmin, keys, t)
-    np.maximum.at(tr.rmax, keys, t + WARP - 1)
+    np.maximum.at(tr.rmax, keys, t + ir.WARP_SIZE - 1)
 
 
 def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
-    arr, tiles = ctx.tile(s.frag, s.tile, ("wmma.accumulator",))
-    buf, mem, idx = ctx.memory(s.dst, "write")
+    ((arr, tiles),) = ctx.tiles()
+    buf, mem, idx = ctx.memory(s.memory_tile(), "write")
     if buf.dtype != "float32":
         ctx.fail(f"stores a float32 accumulator into {buf.dtype} {buf.name}")
     vals = arr[ctx.warps, tiles]
@@ -177,9 +179,7 @@ def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
 
 def _mma(run: Any, s: ir.FragmentMma, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
-    acc, acc_tiles = ctx.tile(s.acc, s.acc_tile, ("wmma.accumulator",))
-    a, a_tiles = ctx.tile(s.a, s.a_tile, ("wmma.matrix_a",))
-    b, b_tiles = ctx.tile(s.b, s.b_tile, ("wmma.matrix_b",))
+    (acc, acc_tiles), (a, a_tiles), (b, b_tiles) = ctx.tiles()
     if s.a.dtype != s.b.dtype:
         ctx.fail(f"multiplies {s.a.dtype} {s.a.name} by {s.b.dtype} {s.b.name}")
     w = ctx.warps
@@ -195,4 +195,4 @@ WARP_HANDLERS = {
     ir.FragmentMma: _mma,
 }
 
-__all__ = ["WARP_HANDLERS", "describe", "fragment_storage"]
+__all__ = ["WARP_HANDLERS", "fragment_storage"]

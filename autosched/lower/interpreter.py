@@ -195,7 +195,7 @@ class _KernelRun:
         self.trackers: dict[int, _SharedTracker] = {}
         for b in kernel.allocs:
             if b.scope in ir.FRAGMENT_SCOPES:  # per warp (see interpret_warp)
-                self.bufs[id(b)] = (b, fragment_storage(b, -(-self.L // 32)))
+                self.bufs[id(b)] = (b, fragment_storage(b, -(-self.L // ir.WARP_SIZE)))
                 continue
             rows = self.L if b.scope == "local" else self.nblocks
             self.bufs[id(b)] = (b, np.full((rows, b.size), _poison(b.dtype), numpy_dtype(b.dtype)))

@@ -20,6 +20,13 @@ SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
 # The one fragment shape the IR speaks (wmma m16n16k16): M = N = K = 16.
 WMMA_TILE = 16
 TILE_ELEMS = WMMA_TILE * WMMA_TILE
+# The threads of a warp, which execute a `WarpStmt` together.
+WARP_SIZE = 32
+# Memory tiles of warp statements (`MatrixTile`): their layouts, the scopes they may be in, and
+# the alignment wmma requires (offset a multiple of 32 bytes, ldm a multiple of 16 bytes).
+MATRIX_LAYOUTS = ("row_major", "col_major")
+MEMORY_TILE_SCOPES = ("global", "shared")
+OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
 LOOP_KINDS = ("serial", "unroll", "vectorize")
 # The kind lowering gives a loop bound to `vthread`; `vthread.inject_virtual_threads` removes
 # every such loop, so it is not in LOOP_KINDS (the verifier, printer and interpreter never see it).
@@ -120,7 +127,17 @@ class WarpStmt(Stmt):
     together, all active, with the same arguments. Fragment operands are a fragment-scope
     Buffer (its `size // TILE_ELEMS` tiles, numbered by lowering) and a tile number Expr.
     `exprs()` lists the statement's expressions, `with_exprs(new)` rebuilds it with others
-    (same order), `buffers()` the buffers it reads and writes."""
+    (same order), `buffers()` the buffers it reads and writes.
+
+    Each subclass declares its operands: `FRAGMENTS`, one (buffer field, tile field, allowed
+    scopes) per fragment operand, the written one first unless `MEMORY_TILE` is "dst";
+    `MEMORY_TILE`, the field of its `MatrixTile` ("src": read, "dst": written; None: none);
+    `ACCUMULATES`, whether it also reads the fragment it writes; `MACS`, its multiply-adds."""
+
+    FRAGMENTS: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    MEMORY_TILE: str | None = None
+    ACCUMULATES = False
+    MACS = 0
 
     def exprs(self) -> list[Expr]:
         raise NotImplementedError
@@ -131,10 +148,51 @@ class WarpStmt(Stmt):
     def buffers(self) -> list[Buffer]:
         raise NotImplementedError
 
+    def fragments(self) -> list[tuple[Buffer, Expr, tuple[str, ...]]]:
+        """(fragment buffer, tile number, allowed scopes) of each fragment operand."""
+        return [(getattr(self, b), getattr(self, t), scopes) for b, t, scopes in self.FRAGMENTS]
+
+    def memory_tile(self) -> MatrixTile | None:
+        """The tile of global or shared memory the statement reads or writes, if any."""
+        return None if self.MEMORY_TILE is None else getattr(self, self.MEMORY_TILE)
+
+    def writes_memory(self) -> bool:
+        """Whether the statement writes its memory tile (else it writes a fragment)."""
+        return self.MEMORY_TILE == "dst"
+
+    def written(self) -> Buffer:
+        """The buffer the statement writes."""
+        if self.writes_memory():
+            return self.memory_tile().buffer
+        return getattr(self, self.FRAGMENTS[0][0])
+
+    def read_fragments(self) -> list[tuple[Buffer, Expr, tuple[str, ...]]]:
+        """The fragment operands the statement reads (as `fragments()`)."""
+        frags = self.fragments()
+        return frags if self.writes_memory() or self.ACCUMULATES else frags[1:]
+
+    def reads(self) -> list[Buffer]:
+        """The buffers the statement reads: fragments, then a memory tile's buffer."""
+        out = [b for b, _, _ in self.read_fragments()]
+        if self.MEMORY_TILE is not None and not self.writes_memory():
+            out.append(self.memory_tile().buffer)
+        return out
+
+    def describe(self, detail: str | None = None) -> str:
+        """The statement's name and buffers (then `; detail` if given), for messages."""
+        names = ", ".join(getattr(b, "name", "?") for b in self.buffers())
+        more = "" if detail is None else f"; {detail}"
+        return f"{type(self).__name__}({names}{more})"
+
+
+_ACC = ("wmma.accumulator",)
+
 
 @dataclass(eq=False)
 class FragmentFill(WarpStmt):
     """Every element of accumulator tile `frag[tile]` := `value`."""
+
+    FRAGMENTS = (("frag", "tile", _ACC),)
 
     frag: Buffer
     tile: Expr
@@ -153,6 +211,9 @@ class FragmentFill(WarpStmt):
 @dataclass(eq=False)
 class FragmentLoad(WarpStmt):
     """`frag[tile]` := the 16x16 tile `src` (rows: M for matrix_a, K for matrix_b)."""
+
+    FRAGMENTS = (("frag", "tile", ("wmma.matrix_a", "wmma.matrix_b")),)
+    MEMORY_TILE = "src"
 
     frag: Buffer
     tile: Expr
@@ -173,6 +234,9 @@ class FragmentLoad(WarpStmt):
 class FragmentStore(WarpStmt):
     """The 16x16 tile `dst` := accumulator tile `frag[tile]` (rows M, columns N)."""
 
+    FRAGMENTS = (("frag", "tile", _ACC),)
+    MEMORY_TILE = "dst"
+
     dst: MatrixTile
     frag: Buffer
     tile: Expr
@@ -192,6 +256,14 @@ class FragmentStore(WarpStmt):
 class FragmentMma(WarpStmt):
     """`acc[acc_tile] := a[a_tile] @ b[b_tile] + acc[acc_tile]` (16x16x16, float32 sums)."""
 
+    FRAGMENTS = (
+        ("acc", "acc_tile", _ACC),
+        ("a", "a_tile", ("wmma.matrix_a",)),
+        ("b", "b_tile", ("wmma.matrix_b",)),
+    )
+    ACCUMULATES = True
+    MACS = WMMA_TILE**3
+
     acc: Buffer
     acc_tile: Expr
     a: Buffer
@@ -207,6 +279,9 @@ class FragmentMma(WarpStmt):
 
     def buffers(self):
         return [self.acc, self.a, self.b]
+
+
+WARP_STMTS = (FragmentFill, FragmentLoad, FragmentStore, FragmentMma)
 
 
 @dataclass(eq=False)
@@ -262,16 +337,17 @@ def _same_target(buffer: Buffer, index: Expr) -> tuple[Buffer, Expr]:
     return buffer, index
 
 
-def map_exprs(s: Stmt, fe, target=_same_target) -> Stmt:
+def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
     """`s` rebuilt with `fe` applied to every expression (conditions, indices, values) and
-    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did)."""
+    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did);
+    `warp(stmt)`, when given, then rebuilds each warp statement (e.g. to redirect its buffers)."""
     if isinstance(s, Seq):
-        return Seq([map_exprs(c, fe, target) for c in s.stmts])
+        return Seq([map_exprs(c, fe, target, warp) for c in s.stmts])
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe, target))
+        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe, target, warp))
     if isinstance(s, IfThenElse):
-        els = map_exprs(s.else_case, fe, target) if s.else_case is not None else None
-        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe, target), els)
+        els = map_exprs(s.else_case, fe, target, warp) if s.else_case is not None else None
+        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe, target, warp), els)
     if isinstance(s, Store):
         buffer, index = target(s.buffer, fe(s.index))
         return Store(buffer, index, fe(s.value))
@@ -280,7 +356,8 @@ def map_exprs(s: Stmt, fe, target=_same_target) -> Stmt:
         cond = fe(s.cond) if s.cond is not None else None
         return AllReduce(s.reducer, fe(s.value), cond, buffer, index, s.thread_tag, s.extent)
     if isinstance(s, WarpStmt):
-        return s.with_exprs([fe(e) for e in s.exprs()])
+        s = s.with_exprs([fe(e) for e in s.exprs()])
+        return s if warp is None else warp(s)
     return s
 
 
@@ -354,9 +431,7 @@ def program_text(p: Program) -> str:
             reduced = f"allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
             out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")
         elif isinstance(s, WarpStmt):
-            args = ", ".join(repr(e) for e in s.exprs())
-            names = ", ".join(b.name for b in s.buffers())
-            out.append(f"{pad}{type(s).__name__}({names}; {args})")
+            out.append(pad + s.describe(", ".join(repr(e) for e in s.exprs())))
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 

@@ -77,16 +77,10 @@ def _register_index_pass(s: ir.Stmt) -> tuple[ir.Stmt, set[int]]:
             [s.value, s.index] + ([s.cond] if getattr(s, "cond", None) is not None else []), used
         )
     elif isinstance(s, ir.WarpStmt):  # fragment arrays are registers too: tile numbers
-        for e in _tile_numbers(s):
-            used.update(id(v) for v in free_vars(e))
+        for _, tile, _ in s.fragments():
+            used.update(id(v) for v in free_vars(tile))
         _local_index_vars(s.exprs(), used)
     return s, used
-
-
-def _tile_numbers(s: ir.WarpStmt) -> list:
-    """The expressions of a warp statement that index fragment arrays."""
-    tiles = [getattr(s, f, None) for f in ("tile", "acc_tile", "a_tile", "b_tile")]
-    return [t for t in tiles if t is not None]
 
 
 # nvcc fully unrolls a loop without a pragma when its unrolled body stays small; estimated from

@@ -19,7 +19,7 @@ from typing import Any
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import expr_bounds, to_affine
+from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.te.dtype import BYTES, DTYPES, HALF_DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
@@ -32,8 +32,6 @@ FRAGMENT_DTYPES = {
     "wmma.matrix_b": tuple(sorted(HALF_DTYPES)),
     "wmma.accumulator": ("float32",),
 }
-MATRIX_LAYOUTS = ("row_major", "col_major")
-OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 # Whether `lower` and `device_program` verify what they return when not told either way.
@@ -78,7 +76,7 @@ class _KernelVerifier:
             ir.IfThenElse: self._if,
             ir.Barrier: self._barrier,
             ir.AllReduce: self._allreduce,
-            **dict.fromkeys(WARP_OPERANDS, self.warp.check),
+            **dict.fromkeys(ir.WARP_STMTS, self.warp.check),
         }
 
     def fail(self, what: str) -> None:
@@ -212,21 +210,6 @@ class _KernelVerifier:
             self.fail(f"{where}: value is {s.value.dtype} but the buffer is {s.buffer.dtype}")
 
 
-# warp statement type -> its fragment operands: (buffer field, tile field, allowed scopes)
-WARP_OPERANDS: dict[type, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    ir.FragmentFill: (("frag", "tile", ("wmma.accumulator",)),),
-    ir.FragmentLoad: (("frag", "tile", ("wmma.matrix_a", "wmma.matrix_b")),),
-    ir.FragmentStore: (("frag", "tile", ("wmma.accumulator",)),),
-    ir.FragmentMma: (
-        ("acc", "acc_tile", ("wmma.accumulator",)),
-        ("a", "a_tile", ("wmma.matrix_a",)),
-        ("b", "b_tile", ("wmma.matrix_b",)),
-    ),
-}
-# warp statement type -> its memory tile field
-MEMORY_TILES = {ir.FragmentLoad: "src", ir.FragmentStore: "dst"}
-
-
 class _WarpRules:
     """The rules of warp statements (docs/TENSOR_CORES.md), checked within a _KernelVerifier:
     blockDim.x == 32; no threadIdx.x in their expressions and no guard that uses it (all 32
@@ -241,9 +224,9 @@ class _WarpRules:
 
     def check(self, s: ir.WarpStmt, divergent: str | None) -> None:
         kv, lane = self.kv, ir.THREAD_VARS["threadIdx.x"]
-        where = f"{type(s).__name__}({', '.join(getattr(b, 'name', '?') for b in s.buffers())})"
-        if kv.k.block[0] != 32:
-            kv.fail(f"{where}: a kernel with warp statements needs blockDim.x == 32")
+        where = s.describe()
+        if kv.k.block[0] != ir.WARP_SIZE:
+            kv.fail(f"{where}: a kernel with warp statements needs blockDim.x == {ir.WARP_SIZE}")
         if kv.lane_guard is not None:
             kv.fail(f"{where} under the lane-dependent condition {kv.lane_guard} (divergent warp)")
         if kv.vector_loop is not None:
@@ -252,11 +235,10 @@ class _WarpRules:
             kv.expr(e, where)
             if any(v is lane for v in free_vars(e)):
                 kv.fail(f"{where}: {expr_str(e)} uses threadIdx.x (the lanes must agree)")
-        for field, tile_field, scopes in WARP_OPERANDS[type(s)]:
-            self.fragment(getattr(s, field), getattr(s, tile_field), scopes, where)
-        memory = MEMORY_TILES.get(type(s))
-        if memory is not None:
-            self.memory_tile(s, getattr(s, memory), where)
+        for frag, tile, scopes in s.fragments():
+            self.fragment(frag, tile, scopes, where)
+        if s.MEMORY_TILE is not None:
+            self.memory_tile(s, s.memory_tile(), where)
         if isinstance(s, ir.FragmentFill) and s.value.dtype != "float32":
             kv.fail(f"{where}: the fill value is {s.value.dtype}, not float32")
         if isinstance(s, ir.FragmentMma) and s.a.dtype != s.b.dtype:
@@ -281,25 +263,27 @@ class _WarpRules:
         if not isinstance(m, ir.MatrixTile):
             kv.fail(f"{where}: {m!r} is not an ir.MatrixTile")
         kv.buffer(m.buffer, where)
-        b, frag = m.buffer, s.frag
-        if b.scope not in ("global", "shared"):
+        b, frag = m.buffer, s.fragments()[0][0]
+        if b.scope not in ir.MEMORY_TILE_SCOPES:
             kv.fail(f"{where}: tile of {b.name} in {b.scope} memory (global or shared only)")
-        if m.layout not in MATRIX_LAYOUTS:
-            kv.fail(f"{where}: layout {m.layout!r} is not one of {MATRIX_LAYOUTS}")
+        if m.layout not in ir.MATRIX_LAYOUTS:
+            kv.fail(f"{where}: layout {m.layout!r} is not one of {ir.MATRIX_LAYOUTS}")
         kv.expr(m.offset, where, "int")
         eb = BYTES[b.dtype]
-        if not isinstance(m.ldm, int) or m.ldm <= 0 or m.ldm * eb % LDM_ALIGN_BYTES:
-            kv.fail(f"{where}: ldm {m.ldm!r} of {b.name} is not a multiple of 16 bytes")
-        aff = to_affine(m.offset, kv.ranges)
-        step = OFFSET_ALIGN_BYTES // eb
-        if aff.const % step or any(c % step for c, _ in aff.terms.values()):
+        if not isinstance(m.ldm, int) or m.ldm <= 0 or m.ldm * eb % ir.LDM_ALIGN_BYTES:
+            kv.fail(
+                f"{where}: ldm {m.ldm!r} of {b.name} is not a multiple of "
+                f"{ir.LDM_ALIGN_BYTES} bytes"
+            )
+        step = ir.OFFSET_ALIGN_BYTES // eb
+        if not is_multiple(m.offset, step, kv.ranges):
             kv.fail(
                 f"{where}: offset {expr_str(m.offset)} into {b.name} is not provably a "
-                f"multiple of {OFFSET_ALIGN_BYTES} bytes ({step} elements)"
+                f"multiple of {ir.OFFSET_ALIGN_BYTES} bytes ({step} elements)"
             )
-        if isinstance(s, ir.FragmentStore) and b.dtype != "float32":
+        if s.writes_memory() and b.dtype != "float32":
             kv.fail(f"{where}: stores the float32 accumulator into {b.dtype} {b.name}")
-        if isinstance(s, ir.FragmentLoad):
+        if not s.writes_memory():
             if b.dtype != frag.dtype:
                 kv.fail(f"{where}: loads {b.dtype} {b.name} into {frag.dtype} {frag.name}")
             first = self.layouts.setdefault(id(frag), m.layout)

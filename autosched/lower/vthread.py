@@ -143,8 +143,7 @@ def _writes(s: ir.Stmt, guards: tuple):
     if isinstance(s, (ir.Store, ir.AllReduce)):
         yield s.buffer, _exprs(s) + guards, ()
     elif isinstance(s, ir.WarpStmt):
-        written, reads = _warp_access(s)
-        yield written, _exprs(s) + guards, reads
+        yield s.written(), _exprs(s) + guards, tuple(s.reads())
     elif isinstance(s, ir.IfThenElse):
         inner = guards + (s.cond,)
         yield from _writes(s.then_case, inner)
@@ -193,32 +192,24 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
             return swap[id(buffer)], part(buffer, index)
         return buffer, index
 
-    body = ir.map_exprs(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target)
-    return _swap_warp_buffers(body, swap, var)
-
-
-def _swap_warp_buffers(s: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.Stmt:
-    """`s` with the warp statements' buffers in `swap` redirected to their expansions: tile
-    number `var * tiles + tile` of a fragment, offset `var * size + offset` of a memory tile."""
-    if not isinstance(s, ir.WarpStmt):
-        kids = _child_stmts(s)
-        new = [_swap_warp_buffers(c, swap, var) for c in kids]
-        return s if all(a is b for a, b in zip(new, kids, strict=True)) else _with_children(s, new)
-    changes: dict = {}
-    for field, tile_field in _FRAGMENT_FIELDS.items():
-        b = getattr(s, field, None)
-        if b is not None and id(b) in swap:
-            tile = getattr(s, tile_field)
-            step = BinOp("*", var, Const(b.size // ir.TILE_ELEMS, tile.dtype), tile.dtype)
-            changes[field], changes[tile_field] = swap[id(b)], BinOp("+", step, tile, tile.dtype)
-    for field in ("src", "dst"):
-        m = getattr(s, field, None)
+    def warp(s: ir.WarpStmt) -> ir.WarpStmt:
+        """`s` with its buffers in `swap` redirected to their expansions: tile number
+        `var * tiles + tile` of a fragment, offset `var * size + offset` of a memory tile."""
+        changes: dict = {}
+        for (b, tile, _), (field, tile_field, _) in zip(s.fragments(), s.FRAGMENTS, strict=True):
+            if id(b) in swap:
+                step = BinOp("*", var, Const(b.size // ir.TILE_ELEMS, tile.dtype), tile.dtype)
+                changes[field] = swap[id(b)]
+                changes[tile_field] = BinOp("+", step, tile, tile.dtype)
+        m = s.memory_tile()
         if m is not None and id(m.buffer) in swap:
             off = m.offset
             step = BinOp("*", var, Const(m.buffer.size, off.dtype), off.dtype)
             offset = BinOp("+", step, off, off.dtype)
-            changes[field] = ir.MatrixTile(swap[id(m.buffer)], offset, m.ldm, m.layout)
-    return dataclasses.replace(s, **changes) if changes else s
+            changes[s.MEMORY_TILE] = ir.MatrixTile(swap[id(m.buffer)], offset, m.ldm, m.layout)
+        return dataclasses.replace(s, **changes) if changes else s
+
+    return ir.map_exprs(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target, warp)
 
 
 class _Pusher:
@@ -337,18 +328,6 @@ def _exprs(s: ir.Stmt) -> tuple[Expr, ...]:
     if isinstance(s, ir.WarpStmt):
         return tuple(s.exprs())
     return ()
-
-
-# fragment field of a warp statement -> the field of its tile number
-_FRAGMENT_FIELDS = {"frag": "tile", "acc": "acc_tile", "a": "a_tile", "b": "b_tile"}
-
-
-def _warp_access(s: ir.WarpStmt) -> tuple[ir.Buffer, tuple[ir.Buffer, ...]]:
-    """(the buffer a warp statement writes, the buffers it reads)."""
-    if isinstance(s, ir.FragmentStore):
-        return s.dst.buffer, (s.frag,)
-    written, *reads = s.buffers()  # Fill: (frag); Load: (frag, src); Mma: (acc, a, b)
-    return written, tuple(reads) + ((written,) if isinstance(s, ir.FragmentMma) else ())
 
 
 def _access_counts(s: ir.Stmt) -> Counter:
