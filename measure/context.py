@@ -88,18 +88,35 @@ class BatchEvent:
     run_end: float | None
 
 
+def _event(
+    index: int, build: BuildResult, start: float, run_start: float | None, run_end: float | None
+) -> BatchEvent:
+    """The BatchEvent of one candidate from perf_counter times (`start`: the batch's); a
+    candidate not run (`run_start` None) starts its run when its build ends."""
+    built = build.finished_at - start
+    return BatchEvent(
+        index,
+        built - build.build_seconds,
+        built,
+        built if run_start is None else run_start - start,
+        None if run_end is None else run_end - start,
+    )
+
+
 class LocalMeasureContext:
     """Builds a batch in parallel and runs each candidate as soon as its build finishes, so that
     the GPU times kernels while nvcc still compiles the rest: a batch costs about the longer of
     the two, not their sum. A failed build is never run. With no arguments it makes a default
-    `LocalBuilder()` and `local_runner()` (which raises GPUUnavailableError without pycuda).
-    `timeline` says when each candidate of the last batch was built and run (`BatchEvent`).
-    The builder's compiler workers start in the background at once (`LocalBuilder.start_workers`),
-    while the caller lowers its first batch.
+    `LocalBuilder()` and `local_runner(devices)` (which raises GPUUnavailableError without
+    pycuda): this is where a measurer's `devices` are resolved. `timeline` says when each
+    candidate of the last batch was built and run (`BatchEvent`; a run starts when its runner
+    takes it, after any wait for a free GPU). The builder's compiler workers start in the
+    background at once (`LocalBuilder.start_workers`), while the caller lowers its first batch.
 
     The default runner uses every visible GPU (`local_runner`; `devices` narrows it): with a
-    `RunnerPool`, each built candidate goes to whichever GPU is free, and one context may serve
-    several threads at once (the tasks of a model tuned in parallel)."""
+    `RunnerPool`, each built candidate goes to whichever GPU is free. One context may serve
+    several threads at once (the tasks of a model tuned in parallel): a pool dispatches their
+    candidates, a single runner runs one at a time."""
 
     def __init__(
         self,
@@ -110,6 +127,7 @@ class LocalMeasureContext:
         self.builder = builder or LocalBuilder()
         self.runner = runner or local_runner(devices)
         self.timeline: list[BatchEvent] = []
+        self._run_lock = threading.Lock()  # a single runner: one candidate at a time
         start_workers = getattr(self.builder, "start_workers", None)  # a test's builder has none
         if start_workers is not None:
             start_workers()
@@ -124,21 +142,18 @@ class LocalMeasureContext:
         if isinstance(self.runner, RunnerPool):
             return self._measure_on_pool(self.runner, artifacts, references)
         results: dict[int, MeasureResult] = {}
-        start, self.timeline = time.perf_counter(), []
+        start, timeline = time.perf_counter(), []
         for i, build in self.builder.build_as_completed(artifacts):
-            run_start = time.perf_counter()
-            run = self.runner.run([artifacts[i]], [build], references)[0] if build.ok else None
+            run_start = run_end = None
+            run = None
+            if build.ok:
+                with self._run_lock:
+                    run_start = time.perf_counter()
+                    run = self.runner.run([artifacts[i]], [build], references)[0]
+                run_end = time.perf_counter()
             results[i] = MeasureResult.combine(build, run)
-            built = build.finished_at - start
-            self.timeline.append(
-                BatchEvent(
-                    i,
-                    built - build.build_seconds,
-                    built,
-                    run_start - start,
-                    time.perf_counter() - start if run is not None else None,
-                )
-            )
+            timeline.append(_event(i, build, start, run_start, run_end))
+        self.timeline = timeline
         return [results[i] for i in range(len(artifacts))]
 
     def _measure_on_pool(
@@ -151,18 +166,13 @@ class LocalMeasureContext:
         lock = threading.Lock()
 
         def run(i: int, build: BuildResult) -> RunResult:
-            run_start = time.perf_counter()
-            result = pool.submit(artifacts[i], build, references).result()
-            built = build.finished_at - start
-            event = BatchEvent(
-                i,
-                built - build.build_seconds,
-                built,
-                run_start - start,
-                time.perf_counter() - start,
-            )
+            started: list[float] = []  # when a runner took it (each try; the first counts)
+            result = pool.submit(
+                artifacts[i], build, references, lambda: started.append(time.perf_counter())
+            ).result()
+            end = time.perf_counter()
             with lock:
-                timeline.append(event)
+                timeline.append(_event(i, build, start, started[0] if started else end, end))
             return result
 
         builds: dict[int, BuildResult] = {}
@@ -173,11 +183,8 @@ class LocalMeasureContext:
                 if build.ok:
                     runs[i] = waiters.submit(run, i, build)
                 else:
-                    built = build.finished_at - start
                     with lock:
-                        timeline.append(
-                            BatchEvent(i, built - build.build_seconds, built, built, None)
-                        )
+                        timeline.append(_event(i, build, start, None, None))
         results = [
             MeasureResult.combine(builds[i], runs[i].result() if i in runs else None)
             for i in range(len(artifacts))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from measure.artifact import KernelArtifact
 from measure.builder import BuildResult
@@ -165,12 +165,16 @@ class RunnerPool:
         artifact: KernelArtifact,
         build: BuildResult,
         references: Mapping[str, Reference] | None = None,
+        on_start: Callable[[], object] | None = None,
     ) -> concurrent.futures.Future[RunResult]:
         """Queue one candidate; its future gives its RunResult (never an error of the
-        candidate's; GPUUnavailableError when no runner can be used any more)."""
+        candidate's; GPUUnavailableError when no runner can be used any more). `on_start()` is
+        called when a runner takes the candidate (after its wait for a free one), at each try."""
         self.start()
         assert self._executor is not None
-        return self._executor.submit(self._run_one, artifact, build, references or {})
+        return self._executor.submit(
+            self._run_one, artifact, build, references or {}, on_start or _nothing
+        )
 
     def time_on_each(
         self,
@@ -179,7 +183,8 @@ class RunnerPool:
         references: Mapping[str, Reference] | None = None,
     ) -> list[RunResult]:
         """Run one kernel on every runner in turn (one result per runner, in order): how the
-        devices' timings of the same kernel compare."""
+        devices' timings of the same kernel compare. Raises GPUUnavailableError when a runner
+        cannot use its GPU any more."""
         self.start()
         results = []
         for i, runner in enumerate(self.runners):
@@ -190,27 +195,31 @@ class RunnerPool:
                 self._give_back(i)
         return results
 
-    def _run_one(self, artifact, build, references) -> RunResult:
+    def _run_one(self, artifact, build, references, on_start) -> RunResult:
         if not build.ok or build.cubin is None:  # nothing to run: no runner needed
+            on_start()
             return self.runners[0].run([artifact], [build], references)[0]
-        first, result = self._attempt(artifact, build, references, avoid=None)
+        first, result = self._attempt(artifact, build, references, None, on_start)
         if not result.worker_lost:
             return result
         with self._cond:
             self.retries += 1
-        where, again = self._attempt(artifact, build, references, avoid=first)
+        where, again = self._attempt(artifact, build, references, first, on_start)
         if again.error_kind == MeasureErrorKind.NO_ERROR:
             return again
         note = f" (retried on runner {where} after runner {first}'s worker died)"
         return dataclasses.replace(again, error_msg=again.error_msg + note)
 
-    def _attempt(self, artifact, build, references, avoid: int | None) -> tuple[int, RunResult]:
+    def _attempt(
+        self, artifact, build, references, avoid: int | None, on_start
+    ) -> tuple[int, RunResult]:
         """(runner index, result) of one try on a free runner (not `avoid` when another can be
         used). A runner whose device cannot be used any more leaves the rotation, and the
         candidate goes to another."""
         while True:
             i = self._take(avoid=avoid)
             try:
+                on_start()
                 result = self.runners[i].run([artifact], [build], references)[0]
             except GPUUnavailableError:
                 with self._cond:
@@ -234,6 +243,11 @@ class RunnerPool:
             while True:
                 if len(self._lost) == len(self.runners):
                     raise GPUUnavailableError("no runner of the pool can use its GPU any more")
+                if only is not None and only in self._lost:
+                    device = getattr(self.runners[only], "device", only)
+                    raise GPUUnavailableError(
+                        f"runner {only} (device {device}) of the pool cannot use its GPU any more"
+                    )
                 usable = len(self.runners) - len(self._lost)
                 if only is not None:
                     choices = {only} & self._idle
@@ -252,6 +266,10 @@ class RunnerPool:
             if i not in self._lost:
                 self._idle.add(i)
             self._cond.notify_all()
+
+
+def _nothing() -> None:
+    pass
 
 
 def check_same_model(runners: Sequence) -> None:

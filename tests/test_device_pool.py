@@ -15,6 +15,7 @@ from test_measure_fakegpu import FAKE_DRIVER, add_reference, candidate
 from measure import (
     BuildResult,
     DeviceMismatchError,
+    GPUUnavailableError,
     KernelArtifact,
     Launch,
     LocalMeasureContext,
@@ -219,3 +220,50 @@ def test_the_cli_takes_a_device_list_or_a_scheduler():
     ):
         with pytest.raises(AutoschedError, match=why):
             parser.parse_args(["tune", "matmul", *bad])
+
+
+class LostRunner(FakeRunner):
+    """A runner whose GPU cannot be used any more (its device fell off the bus)."""
+
+    def run(self, artifacts, builds, references):
+        raise GPUUnavailableError("device 1 is gone")
+
+
+def test_a_lost_runner_leaves_the_rotation_and_time_on_each_says_so():
+    good, lost = FakeRunner(), LostRunner()
+    arts, builds = fake_candidates(4)
+    with RunnerPool([lost, good]) as pool:
+        results = pool.run(arts, builds)  # the lost runner takes one, then leaves
+        assert all(r.error_kind == MeasureErrorKind.NO_ERROR for r in results)
+        assert sorted(good.ran) == sorted(b.cubin for b in builds)
+        done: list = []
+
+        def each() -> None:
+            try:
+                done.append(pool.time_on_each(arts[0], builds[0]))
+            except GPUUnavailableError as exc:
+                done.append(exc)
+
+        thread = threading.Thread(target=each, daemon=True)
+        thread.start()
+        thread.join(5)
+        assert done, "time_on_each hung on a lost runner"
+        assert isinstance(done[0], GPUUnavailableError) and "runner 0" in str(done[0])
+
+
+class SlowFirstBuilder(FakeBuilder):
+    """Builds every candidate at once; none fails."""
+
+    def build_as_completed(self, artifacts):
+        for i in range(len(artifacts)):
+            yield i, BuildResult(f"k{i}".encode(), {}, finished_at=time.perf_counter())
+
+
+def test_a_candidates_run_starts_when_a_runner_takes_it_not_when_it_is_queued():
+    arts, _ = fake_candidates(3)
+    with LocalMeasureContext(SlowFirstBuilder(), RunnerPool([FakeRunner(delay=0.05)])) as context:
+        context.measure_batch(arts)
+    events = sorted(context.timeline, key=lambda e: e.run_start)
+    for before, after in zip(events, events[1:], strict=False):
+        assert after.run_start >= before.run_end - 1e-3  # it waited for the one runner
+        assert after.run_end - after.run_start == pytest.approx(0.05, abs=0.03)

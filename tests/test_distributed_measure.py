@@ -16,7 +16,10 @@ import dask  # noqa: E402
 
 import autosched  # noqa: E402
 from autosched.records import RecordToFile, load_records  # noqa: E402
-from autosched.search.distributed import DaskMeasureContext  # noqa: E402
+from autosched.search.distributed import (  # noqa: E402
+    DaskMeasureContext,
+    close_worker_contexts,
+)
 from autosched.search.policy import SearchParams  # noqa: E402
 from autosched.search.program_measurer import ProgramMeasurer  # noqa: E402
 from autosched.search.task_tuner import PolicyTuner  # noqa: E402
@@ -51,7 +54,11 @@ class FakeContext:
         return results
 
     def close(self) -> None:
-        pass
+        with EVENTS_LOCK:
+            CLOSED.append(self)
+
+
+CLOSED: list[FakeContext] = []  # the fake contexts closed
 
 
 def fake_context() -> FakeContext:
@@ -133,9 +140,25 @@ def test_a_cluster_without_gpu_workers_is_refused(cluster):
     cl, client = cluster
     for worker in list(cl.workers.values()):
         cl.sync(worker.close)
-    context = DaskMeasureContext(client, context_factory=fake_context, wait_for_workers=0.2)
-    with pytest.raises(GPUUnavailableError, match="no worker with the resource GPU"):
-        context.measure_batch(artifacts(2))
+    for chunk_size in (None, 1):  # refused at once, not after the timeout
+        context = DaskMeasureContext(
+            client, context_factory=fake_context, wait_for_workers=0.2, chunk_size=chunk_size
+        )
+        start = time.monotonic()
+        with pytest.raises(GPUUnavailableError, match="no worker with the resource GPU"):
+            context.measure_batch(artifacts(2))
+        assert time.monotonic() - start < 10
+
+
+def test_closing_a_context_on_a_given_client_closes_the_workers_contexts(cluster):
+    cl, client = cluster
+    close_worker_contexts()  # those of earlier tests' clusters (this process holds them all)
+    CLOSED.clear()
+    context = DaskMeasureContext(client, context_factory=fake_context, chunk_size=2)
+    context.measure_batch(artifacts(8))
+    context.close()
+    assert len(CLOSED) == 2  # one per worker: their runner processes end
+    assert client.status == "running"  # the caller's client stays open
 
 
 PARAMS = SearchParams(population=16, generations=1, n_jobs=1, seed=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from autosched.cli.gpu_tools import check_gpu_tools
 from autosched.errors import AutoschedError
 
 
@@ -50,3 +51,12 @@ def cluster_context(ns: argparse.Namespace):
         raise AutoschedError(
             f"cannot use the Dask scheduler {ns.scheduler}: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def measure_context(ns: argparse.Namespace):
+    """Where to measure: a DaskMeasureContext for `--scheduler`, else None (this host's GPUs,
+    whose tools are checked first: one clear error when nvcc or the driver is missing)."""
+    context = cluster_context(ns)
+    if context is None:
+        check_gpu_tools()
+    return context

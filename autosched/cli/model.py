@@ -12,8 +12,7 @@ import argparse
 import math
 
 from autosched.cli.arguments import Command, add_search_arguments, positive_int, search_params
-from autosched.cli.devices import add_measure_arguments, cluster_context
-from autosched.cli.gpu_tools import check_gpu_tools
+from autosched.cli.devices import add_measure_arguments, measure_context
 from autosched.cli.tune import check_log_path
 from autosched.cli.workload import resolve_function
 from autosched.errors import AutoschedError
@@ -94,26 +93,26 @@ def run_tune(ns: argparse.Namespace) -> int:
         raise AutoschedError(f"{ns.factory}: no operator autosched can tune")
     log = ns.log or f"{ns.factory.rpartition(':')[2]}.json"
     check_log_path(log)
-    context = cluster_context(ns)
-    if context is None:
-        check_gpu_tools()
+    context = measure_context(ns)
     at.print_tasks(tasks)
     search_tasks, weights = at.tasks_and_weights(tasks)
-    result = tune_tasks(
-        search_tasks,
-        weights,
-        log,
-        ns.trials,
-        num_measures_per_round=ns.per_round,
-        strategy=ns.strategy,
-        search_params=search_params(ns),
-        n_jobs=ns.n_jobs,
-        devices=ns.devices,
-        measure_context=context,
-        parallel_tasks=ns.parallel_tasks,
-    )
-    if context is not None:
-        context.close()
+    try:
+        result = tune_tasks(
+            search_tasks,
+            weights,
+            log,
+            ns.trials,
+            num_measures_per_round=ns.per_round,
+            strategy=ns.strategy,
+            search_params=search_params(ns),
+            n_jobs=ns.n_jobs,
+            devices=ns.devices,
+            measure_context=context,
+            parallel_tasks=ns.parallel_tasks,
+        )
+    finally:
+        if context is not None:
+            context.close()
     print(f"\nestimated end-to-end latency of the tuned tasks: {result_latency(result)}")
     print(f"log: {log}  (autosched curve {log} -o curve.png; autosched.torch.compile(..., log=))")
     return 0

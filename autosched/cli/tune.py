@@ -6,8 +6,7 @@ import argparse
 import os
 
 from autosched.cli.arguments import Command, add_search_arguments, search_params
-from autosched.cli.devices import add_measure_arguments, cluster_context
-from autosched.cli.gpu_tools import check_gpu_tools
+from autosched.cli.devices import add_measure_arguments, measure_context
 from autosched.cli.summary import print_summary
 from autosched.cli.workload import WORKLOAD_HELP, resolve, suite_table
 from autosched.errors import AutoschedError
@@ -33,9 +32,7 @@ def run(ns: argparse.Namespace) -> int:
     task = workload.task()
     log = ns.log or f"{ns.workload.replace(':', '_')}.json"
     check_log_path(log)
-    context = cluster_context(ns)
-    if context is None:
-        check_gpu_tools()
+    context = measure_context(ns)
     record = RecordToFile(log)
     print(workload.describe())
     print(

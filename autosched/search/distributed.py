@@ -190,7 +190,8 @@ class DaskMeasureContext:
         comes back), so that a lost worker takes only the chunk it was given."""
         if not artifacts:
             return []
-        size = self.chunk_size or math.ceil(len(artifacts) / self._require_workers())
+        workers = self._require_workers()  # refused now, not after `timeout`, when none
+        size = self.chunk_size or math.ceil(len(artifacts) / workers)
         waiting = [
             list(range(s, min(s + size, len(artifacts)))) for s in range(0, len(artifacts), size)
         ]
@@ -257,14 +258,18 @@ class DaskMeasureContext:
             results[i] = _failed(MeasureErrorKind.RUNTIME_ERROR, f"lost on the cluster: {why}")
 
     def close(self) -> None:
-        """Close the workers' contexts and, when this context made it, the client."""
+        """Close the workers' contexts (their runner and compiler processes; a given client's
+        workers too) and, when this context made it, the client. A cluster already gone or
+        not answering in time leaves nothing to close."""
+        import asyncio
+
         try:
-            if self.owns_client:
-                self.client.run(close_worker_contexts)
-        except Exception:
+            self.client.run(close_worker_contexts)
+        except (OSError, asyncio.TimeoutError, self._distributed.TimeoutError):
             pass
-        if self.owns_client:
-            self.client.close()
+        finally:
+            if self.owns_client:
+                self.client.close()
 
     def __enter__(self) -> DaskMeasureContext:
         return self

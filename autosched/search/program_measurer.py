@@ -24,7 +24,6 @@ from measure import (
     LocalRunner,
     MeasureErrorKind,
     RunnerPool,
-    local_runner,
     make_reference,
 )
 
@@ -68,9 +67,7 @@ class ProgramMeasurer:
     ) -> None:
         self.task = task
         self.owns_context = context is None
-        self.context = context or LocalMeasureContext(
-            builder or LocalBuilder(), runner or local_runner(devices)
-        )
+        self.context = context or LocalMeasureContext(builder, runner, devices=devices)
         self.callbacks = list(callbacks)
         self.workers = workers
         self.reference = None

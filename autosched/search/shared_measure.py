@@ -3,7 +3,7 @@ thread-safe handles on the cost model and the record log.
 
 `tune_tasks` tunes several tasks at once when there are several GPUs (or a cluster's workers):
 each task keeps its own policy and measurer, but all measure through one context (one builder,
-one runner per GPU), learn in one cost model and append to one log. The context's pool is
+one runner per GPU), learn in one cost model and append to one log. The context is
 thread-safe; the model and the log writer are wrapped in `Locked`, which runs one call at a
 time.
 """
@@ -11,7 +11,6 @@ time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 
 
 class Locked:
@@ -39,29 +38,11 @@ class Locked:
             return self._target(*args, **kwargs)
 
 
-def gpu_count(context, devices: Sequence[int] | None) -> int:
+def gpu_count(context) -> int:
     """How many GPUs measure: a cluster context's GPU workers, a local context's runners (one
-    plain runner: 1, as it serves one thread at a time), else this host's devices."""
+    plain runner: 1, as it runs one candidate at a time)."""
     workers = getattr(context, "gpu_workers", None)
     if workers is not None:
         return max(1, workers())
     runner = getattr(context, "runner", None)
-    if runner is not None:
-        return len(getattr(runner, "runners", [runner]))
-    if devices is not None:
-        return max(1, len(devices))
-    from measure import visible_devices
-
-    return len(visible_devices())
-
-
-def local_context(builder, runner, devices: Sequence[int] | None, parallel: int):
-    """One LocalMeasureContext for every task: the given builder and runner, or a builder and
-    a runner per device (`devices`, default all). With tasks tuned at once (`parallel` > 1) a
-    single runner goes in a pool, whose dispatch is thread-safe."""
-    from measure import LocalBuilder, LocalMeasureContext, RunnerPool, local_runner
-
-    runner = runner or local_runner(devices)
-    if parallel > 1 and not isinstance(runner, RunnerPool):
-        runner = RunnerPool([runner])
-    return LocalMeasureContext(builder or LocalBuilder(), runner)
+    return len(getattr(runner, "runners", [runner]))

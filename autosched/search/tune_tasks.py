@@ -51,9 +51,10 @@ def tune_tasks(
     from autosched.search.cost_model import XGBModel
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
     from autosched.search.program_measurer import ProgramMeasurer
-    from autosched.search.shared_measure import Locked, gpu_count, local_context
+    from autosched.search.shared_measure import Locked, gpu_count
     from autosched.search.task_list import write_task_list
     from autosched.search.workers import resolve_n_jobs
+    from measure import LocalMeasureContext
 
     weights = [1.0] * len(tasks) if weights is None else list(weights)
     params = search_params or SearchParams()
@@ -67,8 +68,8 @@ def tune_tasks(
     record = RecordToFile(log)
     context = None
     if measurer_factory is None:
-        parallel = parallel_tasks or gpu_count(measure_context, devices)
-        context = measure_context or local_context(builder, runner, devices, parallel)
+        context = measure_context or LocalMeasureContext(builder, runner, devices=devices)
+        parallel = parallel_tasks or gpu_count(context)
     else:
         parallel = parallel_tasks or 1
     parallel = max(1, min(parallel, len(tasks)))
