@@ -37,7 +37,7 @@ from autosched.codegen.wmma import HEADER as WMMA_HEADER
 from autosched.codegen.wmma import WarpPrinter, uses_wmma, written_buffer
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.te.dtype import CUDA_TYPE, is_float, is_half
+from autosched.te.dtype import CUDA_TYPE, DTYPES, HALF_DTYPES, is_float, is_half
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
 
 # ---- small analyses ------------------------------------------------------------------------
@@ -88,7 +88,7 @@ __device__ __forceinline__ double as_floormod(double a, double b) { return a - f
 
 # lanes -> the CUDA type that holds that many 2-byte halves (8 or 16 bytes, as aligned)
 PACKED = {4: "uint2", 8: "uint4"}
-CUDA_HALF = ("float16", "bfloat16")
+CUDA_HALF = tuple(d for d in DTYPES if d in HALF_DTYPES)  # ("float16", "bfloat16")
 
 INFINITY_BITS = {
     "float32": "__int_as_float(0x7f800000)",

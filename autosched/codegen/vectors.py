@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from autosched.codegen.lanes import guarded_loads, lane_free_guard, vector_base
 from autosched.lower import ir
+from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import Const, Select
 
 if TYPE_CHECKING:  # the printer passes itself in; no import of cuda.py at run time
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # the printer passes itself in; no import of cuda.py at run t
 
 # dtypes whose loads under a Select (a padded input) are read as vectors: the half types, whose
 # Tensor Core fetches would otherwise read 2 bytes at a time; float32 keeps its scalar reads
-GUARDED_VECTOR_DTYPES = ("float16", "bfloat16")
+GUARDED_VECTOR_DTYPES = HALF_DTYPES
 
 
 def lane_of(p: KernelPrinter, dtype: str, lanes: int, tmp: str, lane: int) -> str:

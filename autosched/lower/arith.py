@@ -54,6 +54,11 @@ class Affine:
     def is_const(self) -> bool:
         return not self.terms
 
+    def is_multiple_of(self, m: int) -> bool:
+        """Every coefficient and the constant are multiples of `m`: the form is one for all
+        values of its atoms."""
+        return self.const % m == 0 and all(c % m == 0 for c, _ in self.terms.values())
+
     def to_expr(self, dtype: str = "int32") -> Expr:
         out: Expr | None = None
         for c, a in self.terms.values():
@@ -258,8 +263,13 @@ def _congruent(x: Expr, y: Expr, modulus: int, bounds: Bounds) -> bool:
     """x - y is a multiple of `modulus` for all values of the variables."""
     if x._key == y._key:
         return True
-    diff = to_affine(x, bounds).add(to_affine(y, bounds), -1)
-    return diff.const % modulus == 0 and all(c % modulus == 0 for c, _ in diff.terms.values())
+    return to_affine(x, bounds).add(to_affine(y, bounds), -1).is_multiple_of(modulus)
+
+
+def is_multiple(e: Expr, m: int, bounds: Bounds) -> bool:
+    """`e` is provably a multiple of `m` for all values of its variables: its affine form's
+    coefficients and constant all are (a sufficient test, not a necessary one)."""
+    return to_affine(e, bounds).is_multiple_of(m)
 
 
 def to_affine(e: Expr, bounds: Bounds) -> Affine:

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import to_affine
+from autosched.lower.arith import is_multiple, to_affine
 from autosched.lower.bound_inference import loop_bounds, root_value_map
 from autosched.schedule.stage import TENSORIZE
+from autosched.te.dtype import DTYPES, HALF_DTYPES
 from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import free_vars, substitute
@@ -36,11 +37,11 @@ if TYPE_CHECKING:
 
 I32 = "int32"
 T = ir.WMMA_TILE
-OPERAND_SCOPES = ("wmma.matrix_a", "wmma.matrix_b")
-ACCUMULATOR = "wmma.accumulator"
+OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
+ACCUMULATOR = ir.FRAGMENT_SCOPES[2]
 # role -> (spatial, reduce) tensorized iterators it takes
 NEST_SHAPE = {"load": (2, 0), "store": (2, 0), "mma": (2, 1)}
-OPERAND_DTYPES = ("float16", "bfloat16")
+OPERAND_DTYPES = tuple(d for d in DTYPES if d in HALF_DTYPES)  # ("float16", "bfloat16")
 
 
 def _c(v: int) -> Const:
@@ -174,8 +175,7 @@ def tile_number(acc: Access, tdims: tuple[int, int], tvars: list[Var], bounds, w
     for d in range(len(shape) - 1, -1, -1):
         origin = at_origin(acc.dims[d], tvars)
         if d in tdims:
-            aff = to_affine(origin, bounds)
-            if aff.const % T or any(c % T for c, _ in aff.terms.values()):
+            if not is_multiple(origin, T, bounds):
                 raise LoweringError(
                     f"tensorize: {what} starts at {origin!r} in dimension {d} of "
                     f"{acc.buffer.name}, not a multiple of {T}"
@@ -186,20 +186,10 @@ def tile_number(acc: Access, tdims: tuple[int, int], tvars: list[Var], bounds, w
     return tile
 
 
-def fragment_tile(lw, acc: Access, row: Var, col: Var, tvars, bounds, what) -> Expr:
-    """Tile number of a fragment access whose rows `row` and columns `col` index (checked
-    against the fragment's planned row and column dimensions)."""
-    dims = (var_dim(acc, row, bounds, what), var_dim(acc, col, bounds, what))
-    planned = lw.fragment_dims.get(acc.stage)
-    if planned is None:
-        raise LoweringError(
-            f"tensorize: fragment {acc.buffer.name} is read by no tensorized multiply-accumulate"
-        )
-    if dims != planned:
-        raise LoweringError(
-            f"tensorize: {what} tiles {acc.buffer.name} over dimensions {dims}, but its "
-            f"multiply-accumulate over {planned} (rows, columns)"
-        )
+def fragment_tile(acc: Access, dims: tuple[int, int], tvars, bounds, what) -> Expr:
+    """Tile number of a fragment access tiled over its planned (row, column) dimensions `dims`
+    (`_row_col` checks that the tile loops index them); no other dimension may depend on a
+    tile loop."""
     for d, e in enumerate(acc.dims):
         if d not in dims and any(coefficients(e, tvars, bounds, what)):
             raise LoweringError(f"tensorize: {what} indexes dimension {d} by a tile loop")
@@ -253,11 +243,6 @@ def nest_bounds(lw: Lowerer, i: int):
     return loop_bounds(lw, lw.info[i].context + [(i, it.name) for it in st.iters])
 
 
-def _multiple_of_tile(e: Expr, bounds) -> bool:
-    aff = to_affine(e, bounds)
-    return aff.const % T == 0 and all(c % T == 0 for c, _ in aff.terms.values())
-
-
 def whole_tile_guard(c: Expr, tvars: list[Var], bounds) -> Expr | None:
     """`origin + v < C` or `origin + v >= C` with one tile loop `v` (coefficient 1) and
     `origin`, `C` multiples of 16: the same test as `origin < C` (`>=`) for every v in 0..15,
@@ -269,7 +254,7 @@ def whole_tile_guard(c: Expr, tvars: list[Var], bounds) -> Expr | None:
     origin = at_origin(c.a, tvars)
     if sorted(coeffs) != [0] * (len(tvars) - 1) + [1] or int(c.b.value) % T:
         return None
-    if not _multiple_of_tile(origin, bounds):
+    if not is_multiple(origin, T, bounds):
         return None
     return BinOp(c.op, origin, c.b, "bool")
 
@@ -384,8 +369,9 @@ def plan_fragments(lw: Lowerer) -> None:
                 )
 
 
-def _row_col(lw, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var]:
-    """Which of a load / store / fill's two tile loops walks the rows of fragment `frag`."""
+def _row_col(lw, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var, tuple]:
+    """Which of a load / store / fill's two tile loops walks the rows of fragment `frag` and
+    which its columns, and the fragment's planned (row, column) dimensions they index."""
     planned = lw.fragment_dims.get(frag.stage)
     if planned is None:
         raise LoweringError(
@@ -397,7 +383,7 @@ def _row_col(lw, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var
             f"tensorize: {what} tiles {frag.buffer.name} over dimensions {sorted(by_dim)}, but "
             f"its multiply-accumulate over {planned}"
         )
-    return by_dim[planned[0]], by_dim[planned[1]]
+    return by_dim[planned[0]], by_dim[planned[1]], planned
 
 
 def emit_fill(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
@@ -407,8 +393,8 @@ def emit_fill(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
     bounds = nest_bounds(lw, i)
     own = own_access(lw, i)
     what = f"{st.name} (fill)"
-    row, col = _row_col(lw, own, spatial, bounds, what)
-    tile = fragment_tile(lw, own, row, col, spatial, bounds, what)
+    _, _, dims = _row_col(lw, own, spatial, bounds, what)
+    tile = fragment_tile(own, dims, spatial, bounds, what)
     stmt = ir.FragmentFill(own.buffer, tile, lw.info[i].body.identity)
     return guarded_warp(stmt, lw.guards(i, spatial_only=True), spatial, bounds, what)
 
@@ -423,13 +409,18 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
     if role == "mma":
         plan = lw.mma_plans[i]
         tvars = [plan.m, plan.n, plan.k]
+        dims = lw.fragment_dims  # checked against the accesses by plan_fragments
+
+        def tile(access: Access) -> Expr:
+            return fragment_tile(access, dims[access.stage], tvars, bounds, name)
+
         stmt: ir.Stmt = ir.FragmentMma(
             plan.acc.buffer,
-            fragment_tile(lw, plan.acc, plan.m, plan.n, tvars, bounds, name),
+            tile(plan.acc),
             plan.a.buffer,
-            fragment_tile(lw, plan.a, plan.m, plan.k, tvars, bounds, name),
+            tile(plan.a),
             plan.b.buffer,
-            fragment_tile(lw, plan.b, plan.k, plan.n, tvars, bounds, name),
+            tile(plan.b),
         )
         return guarded_warp(stmt, lw.guards(i, spatial_only=False), tvars, bounds, name)
     tvars, _ = nest_vars(lw, i, pos, role)
@@ -439,17 +430,17 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
         raise LoweringError(f"tensorize: {name!r} must copy one tensor to load or store a tile")
     src = load_access(lw, i, body)
     if role == "load":
-        row, col = _row_col(lw, own, tvars, bounds, name)
+        row, col, dims = _row_col(lw, own, tvars, bounds, name)
         stmt = ir.FragmentLoad(
             own.buffer,
-            fragment_tile(lw, own, row, col, tvars, bounds, name),
+            fragment_tile(own, dims, tvars, bounds, name),
             matrix_tile(src, row, col, bounds, name),
         )
     else:
-        row, col = _row_col(lw, src, tvars, bounds, name)
+        row, col, dims = _row_col(lw, src, tvars, bounds, name)
         stmt = ir.FragmentStore(
             matrix_tile(own, row, col, bounds, name),
             src.buffer,
-            fragment_tile(lw, src, row, col, tvars, bounds, name),
+            fragment_tile(src, dims, tvars, bounds, name),
         )
     return guarded_warp(stmt, lw.guards(i, spatial_only=True), tvars, bounds, name)

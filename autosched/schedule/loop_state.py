@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
-from autosched.schedule.stage import Stage, stage_from_op
+from autosched.schedule.stage import TENSORIZE, Stage, stage_from_op
 from autosched.schedule.state_printer import state_str
 from autosched.schedule.steps import (
     AnnotationStep,
@@ -213,7 +213,7 @@ class State:
         """Mark iterator `it` of `stage` "tensorize": it and the iterators inside it (two
         spatial of extent 16, plus one reduce of extent 16 for a multiply-accumulate) become
         one Tensor Core operation, chosen by the stage's role (see docs/TENSOR_CORES.md)."""
-        return self.annotate(stage, it, "tensorize")
+        return self.annotate(stage, it, TENSORIZE)
 
     def pragma(self, stage, it, name: str, value: int | bool) -> State:
         si = self.stage_index(stage)

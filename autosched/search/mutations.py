@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from autosched.schedule.stage import TENSORIZE
 from autosched.schedule.steps import (
     STEP_REGISTRY,
     AnnotationStep,
@@ -30,12 +31,11 @@ from autosched.schedule.steps import (
     Step,
     replace,
 )
-from autosched.sketch.utils import divisors
+from autosched.sketch.utils import divisors, next_annotates
 
 Records = tuple  # a candidate: the tuple of its step records
 
 AUTO_UNROLL = "auto_unroll_max_step"
-TENSORIZE = "tensorize"
 
 
 def as_step(record: tuple) -> Step:
@@ -122,30 +122,6 @@ class Mutation:
         return type(self).__name__
 
 
-def _vectorized(records: Records, k: int, step: SplitStep) -> bool:
-    """Is the innermost part of split k vectorised by the next step (cooperative fetching)?"""
-    if k + 1 >= len(records) or records[k + 1][0] != AnnotationStep.TAG:
-        return False
-    nxt = as_step(records[k + 1])
-    return (
-        nxt.stage_id == step.stage_id
-        and nxt.iter_id == step.iter_id + len(step.lengths)
-        and nxt.annotation == "vectorize"
-    )
-
-
-def _lane_split(records: Records, k: int, step: SplitStep) -> bool:
-    """Is the innermost part of split k bound to threadIdx.x by the next step?"""
-    if k + 1 >= len(records) or records[k + 1][0] != AnnotationStep.TAG:
-        return False
-    nxt = as_step(records[k + 1])
-    return (
-        nxt.stage_id == step.stage_id
-        and nxt.iter_id == step.iter_id + len(step.lengths)
-        and nxt.annotation == "threadIdx.x"
-    )
-
-
 def fixed_levels(records: Records) -> dict[int, int]:
     """Split record position -> how many of its innermost lengths the sketch fixed, in a
     candidate with Tensor Core stages: the 16 of every split of a tensorized stage (the wmma
@@ -162,7 +138,7 @@ def fixed_levels(records: Records) -> dict[int, int]:
         step = as_step(r)
         if step.stage_id in tensorized:
             out[k] = 1
-        elif _lane_split(records, k, step):
+        elif next_annotates(records, k, step, "threadIdx.x"):
             out[k] = len(step.lengths)
     return out
 
@@ -186,7 +162,7 @@ class TileSizeMutation(Mutation):
             n_fixed = fixed.get(k, 0)
             if levels is None or n_fixed >= len(step.lengths):
                 continue
-            vector = _vectorized(records, k, step)
+            vector = next_annotates(records, k, step, "vectorize")
             limit = ctx.max_vector_length if vector else ctx.max_innermost_factor
             if n_fixed:  # only the levels outside the fixed ones move; none is innermost
                 head, tail = levels[:-n_fixed], levels[-n_fixed:]

@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import math
 import random
-from dataclasses import dataclass
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.tensor_core_init import (
     FillTensorCore,
@@ -35,35 +35,15 @@ from autosched.sketch.tensor_core_init import (
     tensor_core_unroll_options,
 )
 from autosched.sketch.utils import (
-    SketchParams,
     factorization_schemes,
     has_cross_thread_reduction,
     has_reduce_iter,
     is_inlined,
+    pick,
     tiling_extents,
 )
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
-from measure.hardware import HardwareParams
-
-
-@dataclass
-class InitContext:
-    """What init rules may look at besides the plan and the state: the sketch parameters and
-    the GPU's limits (threads, vthreads, shared memory, `registers_per_thread_limit`)."""
-
-    params: SketchParams
-    hardware: HardwareParams
-
-
-class InitRule:
-    """One random-annotation rule: state in, state out (or `Rejected`)."""
-
-    def apply(self, ctx: InitContext, plan: SketchPlan, state: State, rng: random.Random) -> State:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return type(self).__name__
 
 
 @functools.cache
@@ -109,10 +89,6 @@ def accumulators(sp: list) -> int:
     """The local accumulators of one thread of a tiled stage, from its spatial lengths
     (vthread, thread, inner...): one inner tile per virtual thread."""
     return math.prod(lens[0] * math.prod(lens[2:]) for lens in sp)
-
-
-def _pick(options: tuple, rng: random.Random):
-    return options[int(rng.random() * len(options))]
 
 
 class FillTileSize(InitRule):
@@ -165,7 +141,7 @@ class FillTileSize(InitRule):
             )
             if not opts:
                 return None
-            lens = out[a] = _pick(opts, rng)
+            lens = out[a] = pick(opts, rng)
             vthread //= lens[0]
             threads //= lens[1]
             have *= lens[1]
@@ -202,7 +178,7 @@ class FillTileSize(InitRule):
             reason = None
             for _ in range(ctx.params.tile_retries):
                 sp = self.draw_spatial(ctx, steps, g, rng)
-                rd = [_pick(o, rng) for o in rd_opts]
+                rd = [pick(o, rng) for o in rd_opts]
                 reason = self.check_group(ctx, g, sp, rd) if sp is not None else Reason.NO_OPTION
                 if reason is None:
                     break
@@ -216,7 +192,7 @@ class FillTileSize(InitRule):
             if k in plan.cross_thread:
                 hw = ctx.hardware
                 lengths = (
-                    _pick(
+                    pick(
                         thread_count_options(
                             plan.cross_thread[k],
                             ctx.params.cross_thread_counts,
@@ -227,7 +203,7 @@ class FillTileSize(InitRule):
                     ),
                 )
             else:
-                lengths = _pick(self.options(ctx, s, False), rng)
+                lengths = pick(self.options(ctx, s, False), rng)
             steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lengths, s.inner_to_outer)
         return steps
 
@@ -301,7 +277,7 @@ class ThreadBind(InitRule):
         options = [t for t in ctx.params.thread_counts if t <= most]
         if not options:
             return state.bind(i, 0, "threadIdx.x")
-        state = state.split(i, 0, [_pick(options, rng)])
+        state = state.split(i, 0, [pick(options, rng)])
         return state.bind(i, 0, "blockIdx.x").bind(i, 1, "threadIdx.x")
 
     def cooperative_fetch(self, ctx, state, i, g: TileGroup, rng) -> State:
@@ -315,7 +291,7 @@ class ThreadBind(InitRule):
         vectors = [
             v for v in ctx.params.vector_lengths if v * nbytes <= ctx.params.max_vector_bytes
         ]
-        state = state.split(i, 0, [_pick(vectors, rng)])
+        state = state.split(i, 0, [pick(vectors, rng)])
         state = state.vectorize(i, 1)
         state = state.follow_fused_split(i, 0, g.spatial_ids, 1, True)
         return state.bind(i, 1, "threadIdx.x")
@@ -343,7 +319,7 @@ class AutoUnroll(InitRule):
                 regs = self.unrolled_registers(tiled[i], state)
                 budget = self.budget(ctx, tiled[i], state)
                 options = tuple(c for c in configs if regs(c) <= budget) or (0,)
-            state = state.pragma(i, 0, "auto_unroll_max_step", _pick(options, rng))
+            state = state.pragma(i, 0, "auto_unroll_max_step", pick(options, rng))
         return state
 
     @staticmethod

@@ -32,6 +32,7 @@ from autosched.sketch.utils import (
     is_inlined,
     is_output,
     is_tiled,
+    level_names,
     needs_multi_level_tiling,
     single_consumer_root,
     spatial_and_reduce_length,
@@ -69,13 +70,6 @@ class SketchRule:
 
 
 # ---- multi-level tiling (shared by two rules) --------------------------------------------
-
-
-def level_names(root: str, n_levels: int) -> list[str]:
-    """Names of the parts of `root` split into `n_levels` (outer to inner), as SplitStep names
-    them: x_o_o, x_o_i, x_i for three levels."""
-    n = n_levels - 1
-    return [root + "_o" * n] + [root + "_o" * (n - k) + "_i" for k in range(1, n + 1)]
 
 
 def multi_level_tile(state: State, i: int, structure: str) -> tuple[State, list[int]]:
@@ -175,10 +169,10 @@ class CrossThreadReduction(SketchRule):
     spatial loops the init rules bind to blockIdx.x. When that consumer has no split yet and
     shares all its axes with the reduction (one consumer element per reduction output), a
     second sketch computes the reduction at the consumer's last axis without splitting it: one
-    output element per block, all of the block's threads on its reduction (the shape
-    of a matrix-vector product, where the first sketch leaves a block's threads reducing one
-    output after another and most SMs idle). APPLY: the other rules (tiling, or leaving the
-    stage to one thread per element) are tried as well."""
+    output element per block, all of the block's threads on its reduction. This suits a
+    matrix-vector product: the first sketch has a block's threads reduce one output after
+    another, so there are too few blocks to keep most SMs busy. APPLY: the other rules
+    (tiling, or leaving the stage to one thread per element) are tried as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autosched.lower import ir
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT
 from autosched.sketch.utils import (
@@ -31,6 +32,7 @@ from autosched.sketch.utils import (
     is_inlined,
     is_output,
     is_tiled,
+    level_names,
 )
 from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import BinOp, Cast, IterVar, Load, Reduce
@@ -38,9 +40,9 @@ from autosched.te.reduce import sum_reducer
 from autosched.te.tensor import ComputeOp, Operation, Tensor
 from autosched.te.visitor import walk
 
-MMA = 16  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
-ACC_SCOPE = "wmma.accumulator"
-OPERAND_SCOPES = ("wmma.matrix_a", "wmma.matrix_b")
+MMA = ir.WMMA_TILE  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
+OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
+ACC_SCOPE = ir.FRAGMENT_SCOPES[2]
 
 
 @dataclass(frozen=True)
@@ -147,13 +149,6 @@ def epilogue_root(state: State, i: int) -> int | None:
 
 
 # ---- building the sketch --------------------------------------------------------------------
-
-
-def level_names(root: str, n_levels: int) -> list[str]:
-    """The parts of `root` split into `n_levels` (outer to inner), as SplitStep names them (the
-    rules' helper of the same name; not imported: rules.py imports this module)."""
-    n = n_levels - 1
-    return [root + "_o" * n] + [root + "_o" * (n - k) + "_i" for k in range(1, n + 1)]
 
 
 def _tile_fragment(state: State, name: str, operand: Operand) -> State:

@@ -1,5 +1,5 @@
-"""Random annotation of Tensor Core sketches (tensor_core.py): an init rule with InitRule's
-interface (`apply(ctx, plan, state, rng)`), run after FillTileSize and before ThreadBind.
+"""Random annotation of Tensor Core sketches (tensor_core.py): an init rule (`InitRule`,
+init_base.py), run after FillTileSize and before ThreadBind.
 
 `tensor_core_groups(sketch)` finds, once per sketch, each Tensor Core stage's unknown splits:
 the copy-out stage's M and N splits [warps, repeats, 16] and the accumulator's K split
@@ -23,7 +23,8 @@ all perfect factorisations of extent / 16. A draw whose shared memory (the padde
 tiles, plus the float32 output tile when an epilogue reads the accumulators through shared
 memory; with no epilogue the copy-out stage writes global memory and needs none) is over the
 block's limit is drawn again. Then every shared stage is padded and fetched by all the block's
-threads: fused, split into vectors, lanes (threadIdx.x = 32) and warps (threadIdx.y).
+threads: fused, split into vectors, lanes (threadIdx.x = the warp size, 32) and warps
+(threadIdx.y).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from dataclasses import dataclass
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.init_base import InitRule
 from autosched.sketch.tensor_core import ACC_SCOPE, MMA
-from autosched.sketch.utils import divisors, split_step_ids
+from autosched.sketch.utils import divisors, next_annotates, pick, split_step_ids
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
@@ -47,7 +49,6 @@ MAX_BLOCK_TILES = 8  # 16-wide tiles along a block side: block tiles up to 128 x
 REGISTERS_PER_TILE = 8  # a 16x16 float32 accumulator over 32 lanes
 REGISTERS_PER_OPERAND_TILE = 4  # a 16x16 half-precision operand fragment over 32 lanes
 MAX_CHUNK = 8  # 16-wide K steps per shared tile
-LANES = 32
 # bytes added to each shared row -> weight of the draw; storage_align's factor is twice it
 PAD_WEIGHTS = {0: 1, 16: 3}
 # the matrix axes of a fragment's (row, col) dimensions, by its scope
@@ -188,23 +189,18 @@ class TensorCoreDraw:
         )
 
 
-def _pick(options, rng: random.Random):
-    return options[int(rng.random() * len(options))]
-
-
 def _pick_weighted(weights: dict, rng: random.Random):
     """A key of `weights`, drawn in proportion to its value."""
-    return _pick([k for k, w in weights.items() for _ in range(w)], rng)
+    return pick([k for k, w in weights.items() for _ in range(w)], rng)
 
 
 def _warp_splits(warps: int, m: int, n: int) -> list[tuple[int, int]]:
     return [(a, warps // a) for a in divisors(warps) if m % a == 0 == n % (warps // a)]
 
 
-class FillTensorCore:
+class FillTensorCore(InitRule):
     """Draws every Tensor Core group's warps, repeats, K chunk and row padding, then pads and
-    fetches its shared stages cooperatively (see the module docstring). Has InitRule's
-    interface."""
+    fetches its shared stages cooperatively (see the module docstring)."""
 
     def draw(self, ctx, g: TensorCoreGroup, rng: random.Random) -> TensorCoreDraw | Reason:
         """One draw that fits, or the reason the last of `tile_retries` draws did not."""
@@ -214,7 +210,7 @@ class FillTensorCore:
         reason = Reason.NO_OPTION
         for _ in range(ctx.params.tile_retries):
             warps = _pick_weighted(counts, rng)
-            wm, wn = _pick(_warp_splits(warps, m, n), rng)
+            wm, wn = pick(_warp_splits(warps, m, n), rng)
             budget = hw.registers_per_thread_limit(warps * hw.warp_size) // 2
             repeats = [
                 (rm, rn)
@@ -227,12 +223,12 @@ class FillTensorCore:
             if not repeats:
                 reason = Reason.REGISTERS
                 continue
-            chunk = _pick([c for c in divisors(k) if c <= MAX_CHUNK], rng)
+            chunk = pick([c for c in divisors(k) if c <= MAX_CHUNK], rng)
             pads = tuple(
                 _pick_weighted(PAD_WEIGHTS, rng) // g.operand_bytes if row is not None else 0
                 for row in g.row_axes
             )
-            d = TensorCoreDraw((wm, wn), _pick(repeats, rng), chunk, pads)
+            d = TensorCoreDraw((wm, wn), pick(repeats, rng), chunk, pads)
             if d.shared_bytes(g) > hw.max_shared_memory_per_block:
                 reason = Reason.SHARED_MEMORY
                 continue
@@ -248,7 +244,7 @@ class FillTensorCore:
         return state.storage_align(c, len(state.stages[c].op.axis) - 2, 2 * pad, pad)
 
     def fetch(self, ctx, state: State, g: TensorCoreGroup, c: int, vector_ok: bool, rng) -> State:
-        """All threads copy shared stage c: fused, split into vectors, 32 lanes (threadIdx.x)
+        """All threads copy shared stage c: fused, split into vectors, a warp's lanes (threadIdx.x)
         and the block's warps (threadIdx.y, following the M and N warp counts)."""
         n = len(state.stages[c].iters)
         if n > 1:
@@ -256,8 +252,8 @@ class FillTensorCore:
         nbytes = BYTES.get(state.stages[c].op.dtype, 2)
         widest = ctx.params.max_vector_bytes // nbytes if vector_ok else 1
         vectors = [v for v in (1, 2, 4, 8) if v <= widest]
-        state = state.split(c, 0, [_pick(vectors, rng)]).vectorize(c, 1)
-        state = state.split(c, 0, [LANES]).bind(c, 1, "threadIdx.x")
+        state = state.split(c, 0, [pick(vectors, rng)]).vectorize(c, 1)
+        state = state.split(c, 0, [ctx.hardware.warp_size]).bind(c, 1, "threadIdx.x")
         state = state.follow_fused_split(c, 0, [g.m_split, g.n_split], 0, True)
         return state.bind(c, 1, "threadIdx.y")
 
@@ -281,20 +277,15 @@ class FillTensorCore:
                 state = self.fetch(ctx, self.pad(state, c, pad), g, c, ok, rng)
         return state
 
-    def __repr__(self) -> str:
-        return type(self).__name__
-
 
 def _fetch_vector(state: State, c: int) -> int:
     """The vector width of shared stage c's cooperative fetch (1 before there is one)."""
     steps = state.steps
-    for k, s in enumerate(steps[:-1]):
-        nxt = steps[k + 1]
+    for k, s in enumerate(steps):
         if (
             isinstance(s, SplitStep)
             and s.stage_id == c
-            and getattr(nxt, "annotation", None) == "vectorize"
-            and nxt.stage_id == c
+            and next_annotates(steps, k, s, "vectorize")
         ):
             return s.lengths[0]
     return 1
@@ -304,10 +295,9 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     """The auto_unroll_max_step configs for a Tensor Core accumulator whose unrolled loops
     fit in half a thread's registers: its accumulator and operand fragments, plus, where the
     cooperative fetch loop unrolls (its trips at most max_step), one register per loaded
-    vector word: nvcc hoists the unrolled global loads (seen with ptxas: 64 threads fetching
-    a 32x256 tile one element at a time, unrolled, spill)."""
+    vector word: nvcc hoists the unrolled global loads into registers."""
     (wm, rm, _), (wn, rn, _), (chunk, _) = (state.steps[k].lengths for k in g.split_ids)
-    threads = wm * wn * LANES
+    threads = wm * wn * ctx.hardware.warp_size
     budget = ctx.hardware.registers_per_thread_limit(threads) // 2
     fixed = fragment_registers(rm, rn)
     kt = chunk * MMA

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import math
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched.schedule.compute_dag import OpInfo
@@ -16,6 +18,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage
 from autosched.schedule.steps import (
     STEP_REGISTRY,
+    AnnotationStep,
     CacheReadStep,
     CacheWriteStep,
     FollowFusedSplitStep,
@@ -78,6 +81,37 @@ def divisors(n: int) -> tuple[int, ...]:
             if d != n // d:
                 large.append(n // d)
     return tuple(small + large[::-1])
+
+
+def pick(options: Sequence, rng: random.Random):
+    """One of `options`, uniformly (one `rng.random()` draw)."""
+    return options[int(rng.random() * len(options))]
+
+
+def level_names(root: str, n_levels: int) -> list[str]:
+    """Names of the parts of `root` split into `n_levels` (outer to inner), as SplitStep names
+    them: x_o_o, x_o_i, x_i for three levels."""
+    n = n_levels - 1
+    return [root + "_o" * n] + [root + "_o" * (n - k) + "_i" for k in range(1, n + 1)]
+
+
+def next_annotates(steps: Sequence, k: int, step: SplitStep, annotation: str) -> bool:
+    """Does the step after split k (`step`) annotate the split's innermost part `annotation`
+    (a split then vectorised, bound to threadIdx.x, ...)? `steps` are Steps or their records."""
+    if k + 1 >= len(steps):
+        return False
+    nxt = steps[k + 1]
+    if isinstance(nxt, tuple):  # a record
+        if nxt[0] != AnnotationStep.TAG:
+            return False
+        nxt = AnnotationStep(*nxt[1:])
+    elif not isinstance(nxt, AnnotationStep):
+        return False
+    return (
+        nxt.stage_id == step.stage_id
+        and nxt.iter_id == step.iter_id + len(step.lengths)
+        and nxt.annotation == annotation
+    )
 
 
 @functools.cache

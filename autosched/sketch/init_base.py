@@ -1,0 +1,38 @@
+"""The interface of the init rules (random annotation): `InitRule` and the `InitContext` it
+reads. A module of its own so that init_rules.py and tensor_core_init.py (which init_rules.py
+imports) both subclass it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autosched.schedule.loop_state import State
+from autosched.sketch.utils import SketchParams
+from measure.hardware import HardwareParams
+
+if TYPE_CHECKING:  # plan.py imports tensor_core_init.py, which imports this module
+    from autosched.sketch.plan import SketchPlan
+
+
+@dataclass
+class InitContext:
+    """What init rules may look at besides the plan and the state: the sketch parameters and
+    the GPU's limits (threads, vthreads, shared memory, `registers_per_thread_limit`)."""
+
+    params: SketchParams
+    hardware: HardwareParams
+
+
+class InitRule:
+    """One random-annotation rule: state in, state out (or `Rejected`)."""
+
+    def apply(self, ctx: InitContext, plan: SketchPlan, state: State, rng: random.Random) -> State:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+__all__ = ["InitContext", "InitRule"]
