@@ -311,10 +311,8 @@ class Lowerer:
         for tag, extent in bound:
             if tag == skip_tag or tag not in THREAD_TAGS:
                 continue
-            if extent < self.block_extent[tag]:
-                cond = BinOp("<", ir.THREAD_VARS[tag], _c(extent), "bool")
-                if all(c._key != cond._key for c in conds):
-                    conds.append(cond)
+            if extent < self.block_extent[tag]:  # repeats are dropped by ir.guarded
+                conds.append(BinOp("<", ir.THREAD_VARS[tag], _c(extent), "bool"))
         return conds
 
     def store_stmt(self, i: int, init: bool, into: tuple[ir.Buffer, Expr] | None = None) -> ir.Stmt:
