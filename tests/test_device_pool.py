@@ -4,13 +4,11 @@ process that dies mid-batch."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 import threading
 import time
 
 import pytest
-from test_measure_fakegpu import FAKE_DRIVER, add_reference, candidate
+from test_measure_fakegpu import FAKE_DRIVER, add_reference, candidate, install_fake_pycuda
 
 from measure import (
     BuildResult,
@@ -145,17 +143,7 @@ def test_one_device_is_a_plain_runner_and_devices_are_checked(fake_pycuda):
 def fake_pycuda(tmp_path, monkeypatch):
     """A fake `pycuda` (the runner tests' driver and the die-once kernel) first on the path of
     this process and of the workers."""
-    pkg = tmp_path / "pycuda"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "driver.py").write_text(DIE_ONCE_DRIVER)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    importlib.invalidate_caches()
-    yield
-    for name, module in list(sys.modules.items()):
-        if str(getattr(module, "__file__", "")).startswith(str(tmp_path)):
-            del sys.modules[name]
+    yield from install_fake_pycuda(tmp_path, monkeypatch, DIE_ONCE_DRIVER)
 
 
 def test_a_worker_killed_mid_batch_is_restarted_and_its_candidate_retried(fake_pycuda, tmp_path):

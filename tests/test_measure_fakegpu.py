@@ -120,12 +120,13 @@ ARGS = (
 )
 
 
-@pytest.fixture()
-def fake_pycuda(tmp_path, monkeypatch):
+def install_fake_pycuda(tmp_path, monkeypatch, driver_source: str):
+    """Generator for a fixture: a `pycuda` package whose driver is `driver_source`, first on
+    the path of this process and of the workers it starts; removed from sys.modules after."""
     pkg = tmp_path / "pycuda"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "driver.py").write_text(FAKE_DRIVER)
+    (pkg / "driver.py").write_text(driver_source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     importlib.invalidate_caches()
@@ -134,6 +135,11 @@ def fake_pycuda(tmp_path, monkeypatch):
     for name, module in list(sys.modules.items()):
         if str(getattr(module, "__file__", "")).startswith(str(tmp_path)):
             del sys.modules[name]
+
+
+@pytest.fixture()
+def fake_pycuda(tmp_path, monkeypatch):
+    yield from install_fake_pycuda(tmp_path, monkeypatch, FAKE_DRIVER)
 
 
 def candidate(behaviour: str, ref_id: str | None = "add"):
