@@ -10,7 +10,8 @@ file imports and skips cleanly on a machine without one. Run them with
 (a) seed 000's AutoTVM conv2d template, full size (two configurations)
 (b) seeds 001 / 002's conv2d + bias + relu schedules, full size
 (c) the shared-memory tiled matmul with float4 cooperative fetching (test_lowering.py's builder),
-    and the Ansor-style one of workloads_for_tests.py
+    and the Ansor-style one of workloads_for_tests.py, double-buffered with cp.async too (and
+    sampled Tensor Core states)
 (d) fused elementwise ops
 (e) softmax: the unscheduled and a scheduled multi-kernel state, and the cross-thread state of
     test_cross_thread.py (warp shuffles + shared memory)
@@ -125,6 +126,30 @@ def test_tiled_matmul_float4_cooperative_fetching():
 def test_ansor_style_matmul_shared_state():
     dag = matmul_dag(512, 512, 256)
     run_on_gpu(dag, matmul_shared_state(dag))
+
+
+def test_double_buffered_matmul_with_cp_async():
+    dag = matmul_dag(512, 512, 256)
+    state = matmul_shared_state(dag, vectors=(1, 4))
+    kernel = run_on_gpu(dag, state.double_buffer("A.shared").double_buffer("B.shared"))
+    assert "as_cp_async_16(" in kernel.source and "as_cp_async_4(" in kernel.source
+
+
+def test_double_buffered_tensor_core_matmul():
+    from test_tensor_core_sketch import tc_dag
+
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.sketch.utils import SketchParams
+
+    dag = tc_dag("matmul_fp16", args=(256, 384, 512))
+    sampler = SketchSampler(
+        generate_sketches(dag), params=SketchParams(double_buffer_probability=1.0)
+    )
+    states = [s for s in sampler.sample(6, 0) if "tensorize" in str(s.steps)]
+    assert states
+    for state in states[:3]:
+        kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
+        assert "mma_sync" in kernel.source and "as_cp_async_" in kernel.source
 
 
 # ---- (d) fused elementwise, (e) softmax, (f) non-dividing splits ---------------------------------

@@ -15,6 +15,7 @@ from interpreter_check import assert_half_outputs_match, half_inputs
 from workloads_for_tests import suite_dag
 
 from autosched import te, topi
+from autosched.lower import ir
 from autosched.lower.interpreter import run_program
 from autosched.lower.verify import verify_program
 from autosched.schedule.compute_dag import ComputeDAG
@@ -70,11 +71,23 @@ def test_the_rule_matches_half_precision_products(name):
     [
         ("matmul_fp16", (24, 48, 32)),  # M not a multiple of 16
         ("matmul_fp16", (32, 48, 40)),  # K not a multiple of 16
-        ("batch_matmul_bf16", (2, 32, 8, 32)),  # N not a multiple of 16
+        ("batch_matmul_bf16", (2, 32, 17, 32)),  # N not a multiple of 16
+    ],
+)
+def test_the_rule_pads_axes_that_are_not_multiples_of_16(name, args):
+    init = tc_dag(name, args=args).get_init_state()
+    mt = match_tensor_core(init, reduction_stage(init))
+    assert mt is not None and (mt.m, mt.n, mt.k) == AXES[name]
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("batch_matmul_bf16", (2, 32, 8, 32)),  # N 8
         ("conv2d_nhwc_fp16", (12, 4, 4, 32, 16, 3, 3, 1, 1)),  # batch (M) 12
     ],
 )
-def test_the_rule_needs_multiples_of_16(name, args):
+def test_the_rule_needs_axes_of_16_or_more(name, args):
     dag = tc_dag(name, args=args)
     init = dag.get_init_state()
     assert match_tensor_core(init, reduction_stage(init)) is None
@@ -160,14 +173,16 @@ def test_an_inlined_bias_and_relu_epilogue():
     check_on_interpreter(ComputeDAG([A, W, b, out]), 5)
 
 
-def test_draws_fit_the_shared_memory_limit():
+def test_draws_fit_the_opt_in_shared_memory_limit():
+    """Draws go up to the opt-in limit (over 48 KB the kernel's shared memory is dynamic)."""
     sketches = generate_sketches(tc_dag("matmul_fp16", reduced=False))
-    tiny = SketchSampler(sketches, HardwareParams(max_shared_memory_per_block=1024), verify=False)
+    tiny_hw = HardwareParams(max_shared_memory_per_block_optin=1024)
+    tiny = SketchSampler(sketches, tiny_hw, verify=False)
     assert tiny.sample(3, 0) == [] and tiny.rejected["tile_sizes:shared_memory"] > 0
     sampler = SketchSampler(sketches)
     for s in sampler.sample(10, 2):
         for k in sampler.programs[s.key()].kernels:
-            assert k.shared_bytes <= sampler.hardware.max_shared_memory_per_block
+            assert k.shared_bytes <= sampler.hardware.max_shared_memory_per_block_optin
             assert k.threads_per_block in (32, 64, 128, 256)
 
 
@@ -188,6 +203,81 @@ def test_full_size_states_compile_without_spills():
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(compile_resources, jobs))  # raises if one does not compile
     assert not [r for res in results for r in res.values() if r.spill_bytes]
+
+
+# ---- padded axes (extents that are not multiples of 16) --------------------------------------
+
+
+def _count_global_writes(monkeypatch) -> dict[str, np.ndarray]:
+    """Make the interpreter count, per global buffer name, the writes of each element."""
+    from autosched.lower import interpreter
+
+    counts: dict[str, np.ndarray] = {}
+    check = interpreter._KernelRun._check_bounds
+
+    def counting(self, buf, idx, lanes, what):
+        check(self, buf, idx, lanes, what)
+        if what == "write" and buf.scope == "global":
+            np.add.at(counts.setdefault(buf.name, np.zeros(buf.size, int)), idx, 1)
+
+    monkeypatch.setattr(interpreter._KernelRun, "_check_bounds", counting)
+    return counts
+
+
+def _float_matmul(m: int, n: int, k: int) -> ComputeDAG:
+    A = te.placeholder((m, k), name="A", dtype="float16")
+    B = te.placeholder((k, n), name="B", dtype="float16")
+    return ComputeDAG([A, B, topi.matmul(A, B, out_dtype="float32")])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tc_dag("matmul_fp16", args=(40, 56, 24)),  # M, N, K padded; a cast epilogue
+        lambda: _float_matmul(33, 17, 50),  # no epilogue: the output goes through shared memory
+        lambda: tc_dag("batch_matmul_bf16", args=(2, 21, 32, 24)),  # a 21-long sequence
+    ],
+    ids=["matmul_fp16", "float_output", "batch_matmul_bf16"],
+)
+def test_padded_axes_are_tensorized_and_exact(make, monkeypatch):
+    """Tiles past the tensor's edge: the sampled states multiply whole 16x16 tiles (K padding
+    zero-filled in shared memory), match numpy, and write every output element exactly once
+    (a store past N would land on the next row's element, one past M out of bounds)."""
+    dag = make()
+    sampler = SketchSampler(generate_sketches(dag))
+    states = sampler.sample(3, 1)
+    assert len(states) == 3, sampler.rejected
+    inputs = half_inputs(dag)
+    expected = evaluate(dag.tensors, inputs)
+    counts = _count_global_writes(monkeypatch)
+    for state in states:
+        program = sampler.programs[state.key()]
+        verify_program(program)
+        stmts = [s for k in program.kernels for s in ir.iter_stmts(k.body)]
+        assert any(isinstance(s, ir.FragmentMma) for s in stmts)
+        counts.clear()
+        assert_half_outputs_match(dag, program, inputs, expected)
+        for op in dag.outputs:
+            assert (counts[op.name] == 1).all()
+
+
+def test_padded_tile_counts_divide_among_warps():
+    from autosched.sketch.tensor_core_init import padded_tiles
+
+    assert [padded_tiles(e) for e in (1024, 48, 1000, 1001, 77, 17)] == [64, 3, 64, 64, 6, 2]
+
+
+@needs_nvcc
+def test_a_padded_state_compiles_without_spills():
+    from autosched.codegen.cuda import codegen_program
+    from autosched.lower.device_passes import device_program
+    from measure.builder import compile_resources
+
+    sampler = SketchSampler(generate_sketches(tc_dag("matmul_fp16", args=(1023, 999, 1001))))
+    (state,) = sampler.sample(1, 3)
+    src = codegen_program(device_program(sampler.programs[state.key()]))
+    assert "mma_sync" in src
+    assert not [r for r in compile_resources(src, "sm_90").values() if r.spill_bytes]
 
 
 # ---- mutations --------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ def mm_dag():
 def _examples():
     """(dag, state before, step) for one example of every registered step kind."""
     conv_dag, mm_dag = conv2d_bias_relu_dag(), matmul_dag()
-    sources = [(conv_dag, seed_conv_state(conv_dag)), (mm_dag, matmul_shared_state(mm_dag))]
+    shared = matmul_shared_state(mm_dag).double_buffer("A.shared")
+    sources = [(conv_dag, seed_conv_state(conv_dag)), (mm_dag, shared)]
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))
     sources.append((mm_dag, mm_dag.get_init_state().split("C", "k", [4]).rfactor("C", "k_o", 0)))
@@ -79,6 +80,7 @@ def test_every_registered_step_has_an_example():
         "AN",
         "PR",
         "SA",
+        "DB",
     }
 
 

@@ -299,7 +299,7 @@ def _set_block(p, k, ss, f):
 
 
 def _retype_a(p, k, ss, f):
-    f[0].dtype = "float32"
+    f[0].dtype = "float64"  # float32 is TF32; no wmma shape takes float64 here
 
 
 def _shrink_c(p, k, ss, f):
@@ -317,7 +317,7 @@ VERIFIER_CASES = {
         lambda p, k, ss, f: [ir.For(Var("v"), 2, "vectorize", ss[0]), *ss[1:]],
         "inside the vectorize loop v",
     ),
-    "fragment dtype": (_retype_a, r"wmma.matrix_a A_frag is float32, not one of"),
+    "fragment dtype": (_retype_a, r"wmma.matrix_a A_frag is float64, not one of"),
     "fragment size": (_shrink_c, "C_frag has 200 elements, not a multiple of 256"),
     "element-wise": (
         lambda p, k, ss, f: [ir.Store(f[2], ZERO, FZERO), *ss],

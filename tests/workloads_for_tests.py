@@ -230,6 +230,7 @@ def random_step(state: State, rng):
         ComputeAtStep,
         ComputeInlineStep,
         ComputeRootStep,
+        DoubleBufferStep,
         FollowFusedSplitStep,
         FollowSplitStep,
         FuseStep,
@@ -262,6 +263,7 @@ def random_step(state: State, rng):
             "AN",
             "PR",
             "SA",
+            "DB",
             "FSP",
             "FFSP",
         ]
@@ -357,6 +359,8 @@ def random_step(state: State, rng):
     if kind == "SA" and stage.origin == "cache_read" and stage.iters:
         factor = rng.choice([16, 32])
         return StorageAlignStep(si, rng.randrange(len(stage.iters)), factor, rng.randrange(factor))
+    if kind == "DB" and stage.scope == "shared":
+        return DoubleBufferStep(si)
     splits = [n for n, s in enumerate(state.steps) if isinstance(s, SplitStep)]
     if kind == "FSP" and splits and free:
         src = rng.choice(splits)

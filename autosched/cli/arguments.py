@@ -68,6 +68,17 @@ def add_search_arguments(parser: argparse.ArgumentParser, trials: int) -> None:
     )
 
 
+def add_tf32_argument(parser: argparse.ArgumentParser) -> None:
+    """`--tf32`: the task's float32 matrix products may use TF32 Tensor Cores (off: exact
+    float32 arithmetic)."""
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="let float32 matrix products use TF32 Tensor Cores (operands rounded to a 10-bit "
+        "mantissa; results checked with a TF32 tolerance; logged as a task of its own)",
+    )
+
+
 def search_params(ns: argparse.Namespace):
     """The SearchParams the search options ask for."""
     from autosched.search.policy import SearchParams

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from autosched.cli.arguments import Command, add_search_arguments, search_params
+from autosched.cli.arguments import (
+    Command,
+    add_search_arguments,
+    add_tf32_argument,
+    search_params,
+)
 from autosched.cli.devices import add_measure_arguments, measure_context
 from autosched.cli.summary import print_summary
 from autosched.cli.workload import WORKLOAD_HELP, resolve, suite_table
@@ -16,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help=WORKLOAD_HELP)
     parser.add_argument("args", nargs="*", help="the workload's arguments")
     add_search_arguments(parser, trials=200)
+    add_tf32_argument(parser)
     parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"
     )
@@ -29,7 +35,7 @@ def run(ns: argparse.Namespace) -> int:
     from autosched.search.program_measurer import ProgramMeasurer
 
     workload = resolve(ns.workload, ns.args or [])
-    task = workload.task()
+    task = workload.task(allow_tf32=ns.tf32)
     log = ns.log or f"{ns.workload.replace(':', '_')}.json"
     check_log_path(log)
     context = measure_context(ns)

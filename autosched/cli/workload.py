@@ -42,12 +42,13 @@ class Workload:
             shown = ", ".join(map(repr, self.args))
         return f"workload {self.name}({shown}){self.note}"
 
-    def task(self):
-        """The SearchTask; an error of the workload function is reported as one line."""
+    def task(self, allow_tf32: bool = False):
+        """The SearchTask (`allow_tf32`: see SearchTask); an error of the workload function is
+        reported as one line."""
         from autosched.task.search_task import SearchTask
 
         try:
-            return SearchTask(self.func, self.args)
+            return SearchTask(self.func, self.args, allow_tf32=allow_tf32)
         except AutoschedError:
             raise
         except Exception as exc:  # the user's function failed on these arguments

@@ -173,10 +173,13 @@ def build(
 def build_program(program: ir.Program, fast_math: bool = False) -> BuiltKernel:
     """A BuiltKernel of a device program (printed as it is: `build` runs the passes first);
     also for programs built by hand."""
-    from autosched.codegen.cuda import codegen_program
+    from autosched.codegen.cuda import codegen_program, dynamic_shared_bytes
 
     source = codegen_program(program, fast_math=fast_math)
-    launches = tuple(Launch(k.name, k.grid, k.block, 0) for k in program.kernels)
+    # a kernel over 48 KB of shared memory declares it dynamic: its launch sizes it
+    launches = tuple(
+        Launch(k.name, k.grid, k.block, dynamic_shared_bytes(k)) for k in program.kernels
+    )
     outputs = {id(b) for b in program.outputs}
     args = tuple(ArgSpec(b.name, tuple(b.shape), b.dtype, id(b) in outputs) for b in program.params)
     return BuiltKernel(program, source, launches, args)

@@ -5,10 +5,18 @@ functions with `__launch_bounds__(threads, 1)` (one block per SM is enough: with
 trades registers for occupancy and spills), `local` buffers as register arrays, `__shared__`
 arrays, loops with `#pragma unroll`, float4/float2/half2/__nv_bfloat162 and packed 8- and
 16-byte half accesses for aligned `vectorize` loops (`autosched.codegen.vectors`), a block
-reduction for `AllReduce` (`autosched.codegen.allreduce`), and nvcuda::wmma calls for the
-warp-collective Tensor Core statements (`autosched.codegen.wmma`). Expressions and statements
+reduction for `AllReduce` (`autosched.codegen.allreduce`), nvcuda::wmma calls for the
+warp-collective Tensor Core statements (`autosched.codegen.wmma`), and `cp.async` for copies
+into double-buffered shared buffers (`autosched.codegen.async_copy`). Expressions and statements
 are printed through tables from node type to text; the spellings that depend on the target are
 class attributes of `CUDATarget`.
+
+Shared memory: a kernel whose shared buffers fit in the 48 KB a block may declare statically
+prints them as `__shared__` arrays. Above that, up to the device's opt-in limit, it declares one
+`extern __shared__` byte array (its dynamic shared memory) and each buffer as a typed pointer
+into it at an aligned offset (`shared_layout`: 16 bytes, 32 for wmma tiles), which indexes as
+the array did; `dynamic_shared_bytes(kernel)` is the size its launch must ask for (`build`
+puts it in the kernel's `Launch`).
 
 Half precision (float16 `half`, bfloat16 `__nv_bfloat16`) follows the rule stated in
 `autosched.te.dtype`: `+ - *` print as `__hadd_rn`/`__hsub_rn`/`__hmul_rn` (rounded, never
@@ -31,14 +39,25 @@ from typing import ClassVar
 import numpy as np
 
 from autosched.codegen.allreduce import emit_allreduce
+from autosched.codegen.async_copy import HELPER as ASYNC_HELPER
+from autosched.codegen.async_copy import HELPERS as ASYNC_HELPERS
+from autosched.codegen.async_copy import WAIT as ASYNC_WAIT
+from autosched.codegen.async_copy import async_copy_text, uses_async_copy
 from autosched.codegen.lanes import aligned_unit_stride, linear_form
 from autosched.codegen.vectors import emit_vector_loop
 from autosched.codegen.wmma import HEADER as WMMA_HEADER
-from autosched.codegen.wmma import WarpPrinter, uses_wmma, written_buffer
+from autosched.codegen.wmma import (
+    SHARED_ALIGN,
+    WarpPrinter,
+    uses_wmma,
+    warp_memory,
+    written_buffer,
+)
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.te.dtype import CUDA_TYPE, DTYPES, HALF_DTYPES, is_float, is_half
+from autosched.te.dtype import BYTES, CUDA_TYPE, DTYPES, HALF_DTYPES, is_float, is_half
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
+from measure.hardware import HardwareParams
 
 # ---- small analyses ------------------------------------------------------------------------
 
@@ -52,6 +71,38 @@ def is_nonneg(e: Expr) -> bool:
         both = is_nonneg(e.a), is_nonneg(e.b)
         return any(both) if e.op == "max" else all(both)
     return isinstance(e, Select) and is_nonneg(e.t) and is_nonneg(e.f)
+
+
+# ---- shared memory -------------------------------------------------------------------------
+
+# The most shared memory a block may declare statically; above it a kernel's shared buffers are
+# placed in its dynamic shared memory, which the launch sizes (up to the opt-in limit).
+STATIC_SHARED_LIMIT = HardwareParams().max_shared_memory_per_block
+SHARED_ALIGN_BYTES = 16  # of every shared buffer: the widest vector access (uint4, float4)
+DYNAMIC_SHARED_NAME = "as_dynamic_shared"
+
+
+def shared_layout(kernel: ir.Kernel) -> tuple[dict[int, int], int, int]:
+    """The kernel's shared buffers packed in allocation order: (byte offset by buffer id, the
+    largest alignment, the total bytes). A buffer that warp statements access starts at a
+    multiple of wmma's 32 bytes, every other one at a multiple of 16."""
+    wmma = warp_memory(kernel)
+    offsets, align, end = {}, SHARED_ALIGN_BYTES, 0
+    for b in kernel.allocs:
+        if b.scope != "shared":
+            continue
+        a = SHARED_ALIGN if id(b) in wmma else SHARED_ALIGN_BYTES
+        offsets[id(b)] = end = -(-end // a) * a
+        end += b.size * BYTES[b.dtype]
+        align = max(align, a)
+    return offsets, align, end
+
+
+def dynamic_shared_bytes(kernel: ir.Kernel) -> int:
+    """The dynamic shared memory the kernel's launch needs: 0 for a kernel whose shared buffers
+    fit in `STATIC_SHARED_LIMIT` (printed as static arrays), else all of them, aligned."""
+    total = shared_layout(kernel)[2]
+    return total if total > STATIC_SHARED_LIMIT else 0
 
 
 # ---- the target ----------------------------------------------------------------------------
@@ -117,6 +168,7 @@ class CUDATarget:
     restrict = "__restrict__"
     barrier = "__syncthreads();"
     shared_prefix = "__shared__ __align__(16)"
+    dynamic_shared_decl = "extern __shared__ __align__({align}) unsigned char {name}[];"
     types: ClassVar[dict[str, str]] = CUDA_TYPE
     half_headers: ClassVar[dict[str, re.Pattern]] = HALF_HEADERS
     thread_index: ClassVar[dict[str, str]] = {tag: f"((int){tag})" for tag in ir.LAUNCH_TAGS}
@@ -284,7 +336,7 @@ class KernelPrinter:
             ir.Store: self._store,
             ir.For: self._for,
             ir.IfThenElse: self._if,
-            ir.Barrier: lambda s, d: self.emit(d, self.t.barrier),
+            ir.Barrier: self._barrier,
             ir.AllReduce: lambda s, d: emit_allreduce(self, s, d),
         }
         self.warp = WarpPrinter(self)
@@ -321,9 +373,10 @@ class KernelPrinter:
             args.append(f"{const}{t.types[b.dtype]}* {t.restrict} {self.ex.buffer_names[id(b)]}")
         self.emit(0, f"{t.kernel_prefix} __launch_bounds__({k.threads_per_block}, 1) {k.name}(")
         self.lines[-1] += ", ".join(args) + ") {"
+        dynamic = self.dynamic_shared()
         for b in k.allocs:
             prefix = f"{t.shared_prefix} " if b.scope == "shared" else ""
-            line = self.warp.alloc_line(b)
+            line = dynamic.get(id(b)) or self.warp.alloc_line(b)
             self.emit(
                 1, line or f"{prefix}{t.types[b.dtype]} {self.ex.buffer_names[id(b)]}[{b.size}];"
             )
@@ -331,9 +384,37 @@ class KernelPrinter:
         self.emit(0, "}")
         return "\n".join(self.lines)
 
+    def dynamic_shared(self) -> dict[int, str]:
+        """Over `STATIC_SHARED_LIMIT`, declare the kernel's dynamic shared memory and return
+        each shared buffer's declaration (by id): a typed pointer at its offset, which indexes
+        as the array would. Empty (static arrays) for a kernel at or under the limit."""
+        if not dynamic_shared_bytes(self.k):
+            return {}
+        offsets, align, _ = shared_layout(self.k)
+        base = self.fresh(DYNAMIC_SHARED_NAME)
+        self.emit(1, self.t.dynamic_shared_decl.format(align=align, name=base))
+        lines = {}
+        for b in self.k.allocs:
+            if id(b) in offsets:
+                ty, name = self.t.types[b.dtype], self.ex.buffer_names[id(b)]
+                cast = f"({ty}*)({base} + {offsets[id(b)]})"
+                lines[id(b)] = f"{ty}* {self.t.restrict} {name} = {cast};"
+        return lines
+
     def _store(self, s: ir.Store, d: int) -> None:
+        copy = async_copy_text(self, s)
+        if copy is not None:
+            self.emit(d, copy)
+            return
         name = self.ex.buffer_names[id(s.buffer)]
         self.emit(d, f"{name}[{self.ex(s.index)}] = {self.ex(s.value)};")
+
+    def _barrier(self, s: ir.Barrier, d: int) -> None:
+        """`__syncthreads()`, after waiting for the thread's asynchronous copies if it may have
+        issued any (they must be complete and visible once the block passes the barrier)."""
+        if uses_async_copy(self.k):
+            self.emit(d, ASYNC_WAIT)
+        self.emit(d, self.t.barrier)
 
     def _if(self, s: ir.IfThenElse, d: int) -> None:
         self.emit(d, f"if ({self.ex(s.cond)}) {{")
@@ -374,6 +455,8 @@ def codegen_program(
         head.append(WMMA_HEADER)
     if "floor" in helpers:
         head.append(FLOOR_HELPERS.rstrip("\n"))
+    if ASYNC_HELPER in helpers:
+        head.append(ASYNC_HELPERS.rstrip("\n"))
     return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"
 
 

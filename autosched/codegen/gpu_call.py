@@ -23,6 +23,16 @@ def _module(source: str, arch: str):
     return drv.module_from_buffer(cubin)
 
 
+def _function(drv, mod, launch):
+    """The kernel function of `launch`, allowed the dynamic shared memory the launch asks for
+    (above 48 KB the driver needs the function attribute set first)."""
+    fn = mod.get_function(launch.kernel_name)
+    if launch.dynamic_shared_bytes:
+        attr = drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
+        fn.set_attribute(attr, launch.dynamic_shared_bytes)
+    return fn
+
+
 def _context():
     """pycuda's driver module and the device's arch, with the device's primary context current
     (the one PyTorch uses too, so that torch tensors and our kernels share memory)."""
@@ -79,7 +89,7 @@ class GPULauncher:
                 )
         self.calls = []
         for launch in kernel.launches:
-            fn = mod.get_function(launch.kernel_name)
+            fn = _function(drv, mod, launch)
             fn.prepare("P" * len(self.pointers))
             self.calls.append(
                 (
@@ -132,8 +142,8 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
             if spec.is_output:
                 copies.append((arrays[len(ptrs) - 1], buf))
     for launch in kernel.launches:
-        fn = mod.get_function(launch.kernel_name)
-        fn(*ptrs, grid=launch.grid, block=launch.block)
+        fn = _function(drv, mod, launch)
+        fn(*ptrs, grid=launch.grid, block=launch.block, shared=launch.dynamic_shared_bytes)
     drv.Context.synchronize()
     for host, buf in copies:
         out = np.empty_like(host)

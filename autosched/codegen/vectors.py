@@ -7,7 +7,8 @@ __nv_bfloat162 have constructors and components; 4 or 8 halves are packed in a u
 (8 or 16 bytes) whose lanes are read and written through a pointer cast. A half-precision load
 under a Select whose condition is the same for every lane (a padded input) is read as a vector
 when the condition, tested once into a `pred` temporary, holds; `cond ? load : 0` is then stored
-as `pred ? vec : zero`.
+as `pred ? vec : zero`. A copy into a double-buffered shared buffer is one asynchronous copy
+instead (`autosched.codegen.async_copy`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from autosched.codegen.async_copy import async_copy_text
 from autosched.codegen.lanes import guarded_loads, lane_free_guard, vector_base
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
@@ -47,6 +49,10 @@ def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
             return False
     if not isinstance(body, ir.Store) or body.buffer.scope == "local":
         return False
+    copy = async_copy_text(p, body, s.var, width)
+    if copy is not None:
+        _emit_guarded(p, d, guard, copy)
+        return True
     vt = p.t.vector_types.get((body.buffer.dtype, width))
     store_base = vt and vector_base(body.index, s.var, width)
     if store_base is None:
@@ -80,6 +86,16 @@ def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
     if guard is not None:
         p.emit(d - 1, "}")
     return True
+
+
+def _emit_guarded(p: KernelPrinter, d: int, guard, line: str) -> None:
+    """`line`, under `if (guard)` when there is a guard."""
+    if guard is None:
+        p.emit(d, line)
+        return
+    p.emit(d, f"if ({p.ex(guard)}) {{")
+    p.emit(d + 1, line)
+    p.emit(d, "}")
 
 
 def _vector_loads(p: KernelPrinter, value, s: ir.For) -> dict:

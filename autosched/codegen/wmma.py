@@ -1,13 +1,17 @@
 """CUDA for the warp-collective Tensor Core statements (`ir.WarpStmt`): nvcuda::wmma.
 
-A fragment buffer of `tiles` 16x16 tiles is an array of wmma fragments,
+A fragment buffer of `tiles` tiles is an array of wmma fragments,
 `nvcuda::wmma::fragment<matrix_a, 16, 16, 16, half, row_major> A[tiles];` (matrix_a /
 matrix_b: the element type and the layout that every FragmentLoad into the buffer uses; the
-accumulator: `float`, no layout). The statements print as `fill_fragment`, `load_matrix_sync`,
-`mma_sync` and `store_matrix_sync` on `&buffer[offset]` (the buffers' pointer types, `half*`,
-`__nv_bfloat16*`, `float*`, are what wmma takes). Shared buffers that warp statements access
-are declared 32-byte aligned (wmma's pointer alignment), and `#include <mma.h>` is added only
-to sources with warp statements.
+accumulator: `float`, no layout). The shape is m16n16k16 for float16 / bfloat16 operands and
+m16n16k8 for TF32 ones (float32 matrix fragments, declared `precision::tf32`); an accumulator
+takes the K of the multiply-accumulates that use it. The statements print as `fill_fragment`,
+`load_matrix_sync`, `mma_sync` and `store_matrix_sync` on `&buffer[offset]` (the buffers'
+pointer types, `half*`, `__nv_bfloat16*`, `float*`, are what wmma takes); a load into a TF32
+fragment is followed by the loop converting each element with `__float_to_tf32`. Shared
+buffers that warp statements access are declared 32-byte aligned (wmma's pointer alignment; in
+a kernel whose shared memory is dynamic, `autosched.codegen.cuda` places them at 32-byte offsets
+instead), and `#include <mma.h>` is added only to sources with warp statements.
 
 `KernelPrinter` (autosched.codegen.cuda) makes a `WarpPrinter` per kernel (its `table()` joins
 the printer's statement table, `alloc_line(b)` declares fragments and wmma-accessed shared
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
 WMMA = "nvcuda::wmma"
 HEADER = "#include <mma.h>"
 # load/store_matrix_sync need 256-bit alignment
-SHARED_PREFIX = f"__shared__ __align__({ir.OFFSET_ALIGN_BYTES})"
+SHARED_ALIGN = ir.OFFSET_ALIGN_BYTES
+SHARED_PREFIX = f"__shared__ __align__({SHARED_ALIGN})"
 FRAGMENT_USE = {
     "wmma.matrix_a": "matrix_a",
     "wmma.matrix_b": "matrix_b",
@@ -37,6 +42,9 @@ FRAGMENT_USE = {
 }
 MEM_LAYOUT = {layout: f"{WMMA}::mem_{layout}" for layout in ir.MATRIX_LAYOUTS}
 DEFAULT_LAYOUT = "row_major"  # of a matrix fragment nothing loads
+# matrix fragment dtype -> the element type its declaration names, where not the dtype's C type
+OPERAND_PRECISION = {ir.TF32_OPERAND_DTYPE: f"{WMMA}::precision::tf32"}
+TF32_ELEM = "tf32_e"  # the element loop variable of the conversion after a TF32 load
 
 
 def uses_wmma(kernel: ir.Kernel) -> bool:
@@ -50,6 +58,13 @@ def written_buffer(s: ir.Stmt) -> ir.Buffer | None:
     """The memory buffer a warp statement writes (FragmentStore's), for the const-ness of
     kernel parameters; None for every other statement."""
     return s.written() if isinstance(s, ir.WarpStmt) and s.writes_memory() else None
+
+
+def warp_memory(kernel: ir.Kernel) -> set[int]:
+    """The ids of the memory buffers warp statements access: their tiles' pointers must be
+    `SHARED_ALIGN`-byte aligned, so a shared one is declared (or placed) at that alignment."""
+    tiles = (s.memory_tile() for s in ir.iter_stmts(kernel.body) if isinstance(s, ir.WarpStmt))
+    return {id(m.buffer) for m in tiles if m is not None}
 
 
 def _warp_buffers(kernel: ir.Kernel) -> tuple[dict[int, str], set[int]]:
@@ -73,12 +88,31 @@ def _warp_buffers(kernel: ir.Kernel) -> tuple[dict[int, str], set[int]]:
     return layouts, memory
 
 
+def _accumulator_k(kernel: ir.Kernel) -> dict[int, int]:
+    """The K of each accumulator (by id) that a multiply-accumulate uses (the verifier checks
+    that it is one K per accumulator)."""
+    return {
+        id(s.acc): ir.operand_k(s.a.dtype)
+        for s in ir.iter_stmts(kernel.body)
+        if isinstance(s, ir.FragmentMma)
+    }
+
+
 class WarpPrinter:
     """Allocation lines and statements of one kernel's warp statements."""
 
     def __init__(self, printer: KernelPrinter) -> None:
         self.p = printer
         self.layouts, self.memory = _warp_buffers(printer.k)
+        self.acc_k = _accumulator_k(printer.k)
+
+    def shape(self, b: ir.Buffer) -> list[str]:
+        """The m, n, k of fragment `b`'s declaration."""
+        if b.scope == "wmma.accumulator":
+            k = self.acc_k.get(id(b), ir.WMMA_TILE)
+        else:
+            k = ir.operand_k(b.dtype)
+        return [str(ir.WMMA_TILE), str(ir.WMMA_TILE), str(k)]
 
     def alloc_line(self, b: ir.Buffer) -> str | None:
         """The declaration of allocation `b` when it is a fragment or a shared buffer that
@@ -86,10 +120,13 @@ class WarpPrinter:
         name = self.p.ex.buffer_names[id(b)]
         if b.scope in ir.FRAGMENT_SCOPES:
             use = FRAGMENT_USE[b.scope]
-            args = [f"{WMMA}::{use}", *[str(ir.WMMA_TILE)] * 3, self.p.t.types[b.dtype]]
+            elem = self.p.t.types[b.dtype]
+            if use != "accumulator":
+                elem = OPERAND_PRECISION.get(b.dtype, elem)
+            args = [f"{WMMA}::{use}", *self.shape(b), elem]
             if use != "accumulator":
                 args.append(f"{WMMA}::{self.layouts.get(id(b), DEFAULT_LAYOUT)}")
-            return f"{WMMA}::fragment<{', '.join(args)}> {name}[{b.size // ir.TILE_ELEMS}];"
+            return f"{WMMA}::fragment<{', '.join(args)}> {name}[{b.size // ir.tile_elems(b)}];"
         if b.scope == "shared" and id(b) in self.memory:
             return f"{SHARED_PREFIX} {self.p.t.types[b.dtype]} {name}[{b.size}];"
         return None
@@ -106,6 +143,16 @@ class WarpPrinter:
     def load(self, s: ir.FragmentLoad, d: int) -> None:
         frag, src = self.frag(s.frag, s.tile), self.address(s.src)
         self.p.emit(d, f"{WMMA}::load_matrix_sync({frag}, {src}, {s.src.ldm});")
+        if ir.is_tf32(s.frag):
+            self.tf32_convert(frag, d)
+
+    def tf32_convert(self, frag: str, d: int) -> None:
+        """Round a loaded float32 fragment's elements to TF32 (what mma_sync's tf32 shape
+        expects; the interpreter rounds on load the same way)."""
+        e = TF32_ELEM
+        self.p.emit(d, f"for (int {e} = 0; {e} < {frag}.num_elements; ++{e}) {{")
+        self.p.emit(d + 1, f"{frag}.x[{e}] = {WMMA}::__float_to_tf32({frag}.x[{e}]);")
+        self.p.emit(d, "}")
 
     def store(self, s: ir.FragmentStore, d: int) -> None:
         dst, frag = self.address(s.dst), self.frag(s.frag, s.tile)
@@ -127,4 +174,4 @@ class WarpPrinter:
         }
 
 
-__all__ = ["HEADER", "WarpPrinter", "uses_wmma", "written_buffer"]
+__all__ = ["HEADER", "SHARED_ALIGN", "WarpPrinter", "uses_wmma", "warp_memory", "written_buffer"]

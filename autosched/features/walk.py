@@ -20,7 +20,7 @@ from autosched.features.analysis import (
     touched_regions,
 )
 from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
-from autosched.features.warp import ELEM, PER_LANE, lane_view, warp_record
+from autosched.features.warp import ELEM, lane_view, warp_record
 from autosched.lower import ir
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.te.dtype import BYTES, FLOAT_DTYPES
@@ -125,19 +125,19 @@ class ProgramWalker:
             self.warp(s, guards)
 
     def warp(self, s: ir.WarpStmt, guards: tuple) -> None:
-        """A warp statement: a store in a pseudo loop over each lane's PER_LANE elements."""
+        """A warp statement: a store in a pseudo loop over each lane's elements of the tile."""
         rec = warp_record(s, self.lane_view)
         counts = [0] * len(OP_KINDS)
         loads: list = []
         count_ops(rec.roots + guards, counts, loads)
-        per_step = [c / PER_LANE for c in counts]  # the expressions run once per lane
+        per_step = [c / rec.per_lane for c in counts]  # the expressions run once per lane
         for k, n in rec.extra.items():
             per_step[k] += n
         reads = [(ld.buffer, ld.indices[0]) for ld in loads] + rec.reads
-        self.push(Loop(ELEM, PER_LANE, "serial"))
-        self.outer_prod *= PER_LANE
+        self.push(Loop(ELEM, rec.per_lane, "serial"))
+        self.outer_prod *= rec.per_lane
         self.record(*rec.write, per_step, reads)
-        self.outer_prod //= PER_LANE
+        self.outer_prod //= rec.per_lane
         self.pop()
 
     # ---- one statement -----------------------------------------------------------------------

@@ -1,14 +1,16 @@
 """How the feature walk sees a warp-collective Tensor Core statement (`ir.WarpStmt`): as a
-store executed by every lane of the warp, `PER_LANE` times (a pseudo loop of that extent inside
-the statement), each lane handling its share of the 16x16 tile.
+store executed by every lane of the warp, `per_lane` times (a pseudo loop of that extent inside
+the statement), each lane handling its share of the tile (`per_lane_elems`: 8 of a 16x16 tile,
+4 of a 16x8 / 8x16 TF32 operand tile).
 
-- A fragment is per warp; each lane holds `PER_LANE` elements of every tile, so the walk sees a
+- A fragment is per warp; each lane holds `per_lane` elements of every tile, so the walk sees a
   fragment as a `local` (register) buffer of `size // 32` elements per thread (`lane_view`),
-  tile `t` element `j` at `t * PER_LANE + j`.
-- A memory tile: lane `x` touches elements `offset + (x // 2) * ldm + (x % 2) * 8 + j` (16 runs
-  of 16 contiguous elements, `ldm` apart, whatever the layout: the tile's footprint), so
-  bytes, lines, reuse and coalescing come from the usual per-buffer analysis.
-- An `FragmentMma` is 16 * 16 * 16 float multiply-adds per warp, counted as float mad, mul and
+  tile `t` element `j` at `t * per_lane + j`.
+- A memory tile of R x C: lane `x` touches elements `offset + (x // L) * ldm + (x % L) * P + j`
+  with P = `per_lane` and L = C / P lanes per row (R runs of C contiguous elements, `ldm`
+  apart, whatever the layout: the tile's footprint), so bytes, lines, reuse and coalescing
+  come from the usual per-buffer analysis.
+- An `FragmentMma` is 16 * 16 * K float multiply-adds per warp, counted as float mad, mul and
   add/sub (as `count_ops` counts `a * b + c`) over the lanes and the pseudo loop.
 The statement's own expressions (tile numbers, offsets, fill value, guards) count as usual.
 """
@@ -19,7 +21,7 @@ from autosched.features.exprs import OP_KINDS
 from autosched.lower import ir
 from autosched.te.expr import Expr, Var
 
-PER_LANE = ir.TILE_ELEMS // ir.WARP_SIZE  # elements of a tile per lane
+PER_LANE = ir.TILE_ELEMS // ir.WARP_SIZE  # elements of a 16x16 tile per lane
 ELEM = Var("wmma_lane_elem", "int32")  # the pseudo loop over a lane's elements
 _LANE = ir.THREAD_VARS["threadIdx.x"]
 # the OP_KINDS a multiply-add counts under (as `count_ops` counts `a * b + c`)
@@ -36,17 +38,25 @@ class WarpRecord:
     ones, the expressions whose operations count, and extra float operation counts per step
     (OP_KINDS index -> count)."""
 
-    __slots__ = ("write", "reads", "roots", "extra")
+    __slots__ = ("write", "reads", "roots", "extra", "per_lane")
 
-    def __init__(self, write, reads, roots, extra=None) -> None:
+    def __init__(self, write, reads, roots, extra=None, per_lane: int = PER_LANE) -> None:
         self.write: tuple[ir.Buffer, Expr] = write
         self.reads: list[tuple[ir.Buffer, Expr]] = reads
         self.roots: tuple[Expr, ...] = roots
         self.extra: dict[int, int] = extra or {}
+        self.per_lane = per_lane  # the extent of the pseudo loop
 
 
-def _memory_index(m: ir.MatrixTile) -> Expr:
-    return m.offset + (_LANE // 2) * m.ldm + (_LANE % 2) * (ir.WMMA_TILE // 2) + ELEM
+def per_lane_elems(frag: ir.Buffer) -> int:
+    """Elements of one tile of `frag` that each lane holds."""
+    return ir.tile_elems(frag) // ir.WARP_SIZE
+
+
+def _memory_index(m: ir.MatrixTile, frag: ir.Buffer) -> Expr:
+    per_lane = per_lane_elems(frag)
+    lanes_per_row = ir.tile_shape(frag)[1] // per_lane
+    return m.offset + (_LANE // lanes_per_row) * m.ldm + (_LANE % lanes_per_row) * per_lane + ELEM
 
 
 def warp_record(s: ir.WarpStmt, view) -> WarpRecord:
@@ -55,11 +65,13 @@ def warp_record(s: ir.WarpStmt, view) -> WarpRecord:
         raise TypeError(f"no feature record for a {type(s).__name__}")
 
     def frag(b: ir.Buffer, tile: Expr) -> tuple[ir.Buffer, Expr]:
-        return view(b), tile * PER_LANE + ELEM
+        return view(b), tile * per_lane_elems(b) + ELEM
 
+    first = s.fragments()[0][0]  # the written fragment, or the stored one
+    per_lane = per_lane_elems(first)
     frags = [frag(b, tile) for b, tile, _ in s.fragments()]
     m = s.memory_tile()
-    memory = None if m is None else (m.buffer, _memory_index(m))
+    memory = None if m is None else (m.buffer, _memory_index(m, first))
     write = memory if s.writes_memory() else frags[0]
     reads = frags[len(frags) - len(s.read_fragments()) :]  # the read ones are the last ones
     if memory is not None and not s.writes_memory():
@@ -68,8 +80,9 @@ def warp_record(s: ir.WarpStmt, view) -> WarpRecord:
     if isinstance(s, ir.FragmentFill):
         roots = roots[::-1]  # the fill value first, as a store's value
     # multiply-adds per lane and pseudo-loop step
-    mads = dict.fromkeys(_MAD_KINDS, s.MACS // (ir.WARP_SIZE * PER_LANE)) if s.MACS else None
-    return WarpRecord(write, reads, roots, mads)
+    macs = s.macs()
+    mads = dict.fromkeys(_MAD_KINDS, macs // (ir.WARP_SIZE * per_lane)) if macs else None
+    return WarpRecord(write, reads, roots, mads, per_lane)
 
 
-__all__ = ["ELEM", "PER_LANE", "WarpRecord", "lane_view", "warp_record"]
+__all__ = ["ELEM", "PER_LANE", "WarpRecord", "lane_view", "per_lane_elems", "warp_record"]

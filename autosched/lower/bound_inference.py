@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.intervals import interval, union
-from autosched.schedule.stage import ATTACHED, FuseRel, SplitRel
+from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import substitute, walk
@@ -91,7 +91,26 @@ def derive_extents(lw: Lowerer, i: int) -> None:
         else:
             ext[rel.fused] = math.prod(ext[c] for c in rel.children)
     inf.ext = ext
-    # Root values in leaf variables: walk the relations backwards.
+    val = leaf_values(lw, i, ext)
+    inf.value = {r.name: val[r.name] for r in st.root_iters}
+    # A reduce iterator split again by a length that does not divide it: its recomposed
+    # value can pass its extent and reach the next outer iteration's range (counted twice).
+    reduce_names = {a.name for a in st.op.reduce_axis}
+    for rel in st.relations:
+        if isinstance(rel, SplitRel) and rel.parent in reduce_names:
+            reduce_names.update(rel.children)
+    roots = {r.name for r in st.root_iters}
+    inf.inner_limits = [
+        (val[rel.parent], ext[rel.parent])
+        for rel in st.relations
+        if isinstance(rel, SplitRel) and rel.parent in reduce_names and rel.parent not in roots
+    ]
+
+
+def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
+    """Every iterator of stage i (roots, leaves and between) as an expression of the leaf loop
+    variables: the split and fuse relations walked backwards."""
+    st = lw.stages[i]
     val: dict[str, Expr] = {it.name: lw.var_of(i, it.name) for it in st.iters}
     for rel in reversed(st.relations):
         if isinstance(rel, FuseRel):
@@ -116,18 +135,22 @@ def derive_extents(lw: Lowerer, i: int) -> None:
                 else:
                     stride *= ext[c]
             val[rel.parent] = total
-    inf.value = {r.name: val[r.name] for r in st.root_iters}
-    # A reduce iterator split again by a length that does not divide it: its recomposed
-    # value can pass its extent and reach the next outer iteration's range (counted twice).
-    reduce_names = {a.name for a in st.op.reduce_axis}
-    for rel in st.relations:
-        if isinstance(rel, SplitRel) and rel.parent in reduce_names:
-            reduce_names.update(rel.children)
+    return val
+
+
+def fused_limits(lw: Lowerer, i: int) -> list[tuple[Expr, int]]:
+    """(value, extent) of the outermost part of each fused iterator of stage i that is not a
+    root axis (a split's inner part): a split of the fused iterator that does not divide it
+    lets that part pass its extent into the next iteration of the loop outside it (a tile
+    whose inner extents were capped at a small tensor's edge, 16 x 17, fused and split by 64
+    threads), where no guard on the root axes sees it."""
+    inf, st = lw.info[i], lw.stages[i]
+    val = leaf_values(lw, i, inf.ext)
     roots = {r.name for r in st.root_iters}
-    inf.inner_limits = [
-        (val[rel.parent], ext[rel.parent])
+    return [
+        (val[rel.children[0]], inf.ext[rel.children[0]])
         for rel in st.relations
-        if isinstance(rel, SplitRel) and rel.parent in reduce_names and rel.parent not in roots
+        if isinstance(rel, FuseRel) and rel.children[0] not in roots
     ]
 
 
@@ -178,6 +201,7 @@ def attached_region(lw: Lowerer, i: int) -> tuple[list[Expr], list[int]]:
             for d, idx in enumerate(node.indices):
                 per_dim[d].append(interval(substitute(idx, root_map), relaxed))
     base, region = [], []
+    tiled = tile_dims(lw, i)
     for d, axis in enumerate(st.op.axis):
         got = union(per_dim[d])
         if got is None or got[1] + 1 >= axis.extent:
@@ -186,7 +210,35 @@ def attached_region(lw: Lowerer, i: int) -> tuple[list[Expr], list[int]]:
         else:
             base.append(got[0])
             region.append(got[1] + 1)
+        if d in tiled:  # whole tiles, past the tensor's edge where it is not a multiple
+            region[-1] = -(-region[-1] // tiled[d]) * tiled[d]
     return base, region
+
+
+def tile_dims(lw: Lowerer, i: int) -> dict[int, int]:
+    """The dimensions of stage i that Tensor Core statements walk in tiles, with the tile's
+    extent in each (16, or the K of a TF32 operand tile, 8): the root axes of its tensorized
+    nest, or, for a shared stage a matrix fragment reads (a cache_read, which indexes it
+    dimension for dimension), the fragment's. Their regions are rounded up to whole tiles, so
+    a padded extent (1000, 77) still gives every tile its memory."""
+    st = lw.stages[i]
+    pos = next((k for k, it in enumerate(st.iters) if it.annotation == TENSORIZE), None)
+    if pos is not None:
+        parent = {
+            c: rel.parent for rel in st.relations if isinstance(rel, SplitRel) for c in rel.children
+        }
+        roots = {}
+        for it in st.iters[pos:]:
+            name = it.name
+            while name in parent:
+                name = parent[name]
+            roots[name] = it.extent
+        return {d: roots[a.name] for d, a in enumerate(st.op.axis) if a.name in roots}
+    if lw.info[i].scope == "shared":
+        for j, other in enumerate(lw.info):
+            if i in other.reads and other.scope in ir.FRAGMENT_SCOPES[:2]:
+                return tile_dims(lw, j)
+    return {}
 
 
 def root_value_map(lw: Lowerer, j: int) -> dict[Var, Expr]:

@@ -1,9 +1,11 @@
 """The CPU interpreter's warp-collective Tensor Core statements (`ir.WarpStmt`).
 
 A warp is 32 consecutive thread ids of a block (`tid // 32`). Fragment buffers (scopes in
-`ir.FRAGMENT_SCOPES`) are per warp: float32 arrays of shape (warps, tiles, 16, 16), where
-`warps` counts every warp of the launch; matrix_a/matrix_b values are float16/bfloat16 values
-held exactly in float32. Fresh fragments hold NaN.
+`ir.FRAGMENT_SCOPES`) are per warp: float32 arrays of shape (warps, tiles, rows, cols), the
+tile shape `ir.tile_shape` (16x16; 16x8 / 8x16 for TF32 matrix_a / matrix_b), where `warps`
+counts every warp of the launch; matrix_a/matrix_b values are float16/bfloat16 values held
+exactly in float32, or float32 values rounded to TF32 on load (`round_tf32`, as the printed
+`__float_to_tf32` after `load_matrix_sync`). Fresh fragments hold NaN.
 
 Each warp statement first checks the warp rules (`warp_lanes`): every warp with an active lane
 has all 32 lanes active (else a divergent warp op), and the 32 lanes agree on every expression;
@@ -12,7 +14,7 @@ bounds-checked and alignment-checked (offset a multiple of 32 bytes, ldm of 16 b
 memory accesses go through the interpreter's race tracker, the warp's lane 0 standing for the
 warp as writer and reader (a read records the whole warp as readers).
 
-`FragmentMma` computes `a @ b + acc` in float64 and rounds once to float32: the fp16/bf16
+`FragmentMma` computes `a @ b + acc` in float64 and rounds once to float32: the fp16/bf16/TF32
 products are exact either way, and one rounding per mma makes the result independent of the
 summation order (Tensor Cores sum in at least float32 precision, in an unspecified order).
 
@@ -22,23 +24,31 @@ launch indices, buffers, race trackers and error helpers.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from autosched.lower import ir
-from autosched.te.dtype import BYTES, from_storage
+from autosched.te.dtype import BYTES, from_storage, round_tf32
 
-T = ir.WMMA_TILE
-_ROWS, _COLS = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-# element (r, c) of a tile: its offset from the tile's first element, per unit of ldm and per 1
-# (the layouts in the order of ir.MATRIX_LAYOUTS: row_major, col_major)
-LAYOUT_STEPS = dict(zip(ir.MATRIX_LAYOUTS, ((_ROWS, _COLS), (_COLS, _ROWS)), strict=True))
+
+@functools.cache
+def layout_steps(shape: tuple[int, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per layout of ir.MATRIX_LAYOUTS (row_major, col_major), element (r, c) of a tile of
+    `shape`: its offset from the tile's first element, per unit of ldm and per 1."""
+    rows, cols = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    return dict(zip(ir.MATRIX_LAYOUTS, ((rows, cols), (cols, rows)), strict=True))
+
+
+# matrix fragment dtype -> what a load does to the values it reads (float32: TF32 rounding)
+LOAD_CONVERSIONS = {ir.TF32_OPERAND_DTYPE: round_tf32}
 
 
 def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
-    """A fresh fragment buffer for `warps` warps: NaN tiles of (warps, tiles, 16, 16)."""
-    return np.full((warps, buffer.size // ir.TILE_ELEMS, T, T), np.nan, np.float32)
+    """A fresh fragment buffer for `warps` warps: NaN tiles of (warps, tiles, rows, cols)."""
+    rows, cols = ir.tile_shape(buffer)
+    return np.full((warps, buffer.size // (rows * cols), rows, cols), np.nan, np.float32)
 
 
 class WarpContext:
@@ -100,14 +110,14 @@ class WarpContext:
         return arr, tiles
 
     def memory(self, m: ir.MatrixTile, what: str) -> tuple[ir.Buffer, np.ndarray, np.ndarray]:
-        """(buffer, storage, element indices (warps, 16, 16)) of a memory tile, checked for
-        scope, alignment and bounds."""
+        """(buffer, storage, element indices (warps, rows, cols)) of a memory tile of the
+        shape of the statement's fragment tile, checked for scope, alignment and bounds."""
         buf, arr = self.run.bufs_of(m.buffer)
         if buf.scope not in ir.MEMORY_TILE_SCOPES:
             self.fail(f"{buf.name} has scope {buf.scope}; tiles are in global or shared memory")
-        steps = LAYOUT_STEPS.get(m.layout)
+        steps = layout_steps(ir.tile_shape(self.s.fragments()[0][0])).get(m.layout)
         if steps is None:
-            self.fail(f"unknown layout {m.layout!r} (expected one of {tuple(LAYOUT_STEPS)})")
+            self.fail(f"unknown layout {m.layout!r} (expected one of {ir.MATRIX_LAYOUTS})")
         eb = BYTES[buf.dtype]
         if m.ldm * eb % ir.LDM_ALIGN_BYTES:
             self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {ir.LDM_ALIGN_BYTES} bytes")
@@ -120,7 +130,7 @@ class WarpContext:
                 f"aligned for the warp of {self.run.where(int(self.lane0[j]))}"
             )
         idx = offset[:, None, None] + steps[0] * m.ldm + steps[1]
-        lanes = np.repeat(self.lane0, T * T)
+        lanes = np.repeat(self.lane0, idx[0].size)
         self.run._check_bounds(buf, idx.reshape(-1), lanes, what)
         return buf, arr, idx
 
@@ -144,14 +154,16 @@ def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
         keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
         _track_warp_read(run, ctx, buf, keys)
         vals = mem[ctx.blocks[:, None, None], idx]
-    arr[ctx.warps, tiles] = from_storage(vals, buf.dtype).astype(np.float32)
+    vals = from_storage(vals, buf.dtype).astype(np.float32)
+    convert = LOAD_CONVERSIONS.get(s.frag.dtype)
+    arr[ctx.warps, tiles] = vals if convert is None else convert(vals)
 
 
 def _track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarray) -> None:
     """Race checks of a warp's shared-memory read: what another thread wrote since the last
     barrier races; the warp's 32 lanes are recorded as readers."""
     tr = run.trackers[id(buf)]
-    lanes = np.repeat(ctx.lane0, T * T)
+    lanes = np.repeat(ctx.lane0, keys.size // ctx.lane0.size)
     t = run.ix["tid"][lanes]
     bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
     if bad.any():
@@ -173,7 +185,8 @@ def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
         return
     keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
     vals = vals.reshape(-1)
-    run._track_write(buf, mem, keys, vals, np.repeat(ctx.lane0, T * T), False)
+    lanes = np.repeat(ctx.lane0, keys.size // ctx.lane0.size)
+    run._track_write(buf, mem, keys, vals, lanes, False)
     mem.reshape(-1)[keys] = vals
 
 

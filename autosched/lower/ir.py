@@ -14,12 +14,16 @@ from dataclasses import dataclass, field
 
 from autosched.te.expr import BinOp, Expr, Var
 
-# Tensor Core fragments: per-warp opaque registers holding 16x16 tiles (see `WarpStmt`).
+# Tensor Core fragments: per-warp opaque registers holding tiles (`tile_shape`, `WarpStmt`).
 FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
-# The one fragment shape the IR speaks (wmma m16n16k16): M = N = K = 16.
+# wmma fragment shapes: M = N = 16 always; K by the element dtype of the matrix_a / matrix_b
+# fragments (m16n16k16 for float16 / bfloat16; float32 operand fragments hold TF32 values,
+# m16n16k8). Accumulator tiles are 16x16.
 WMMA_TILE = 16
 TILE_ELEMS = WMMA_TILE * WMMA_TILE
+WMMA_K = {"float16": 16, "bfloat16": 16, "float32": 8}
+TF32_OPERAND_DTYPE = "float32"  # the memory dtype of a TF32 matrix_a / matrix_b fragment
 # The threads of a warp, which execute a `WarpStmt` together.
 WARP_SIZE = 32
 # Memory tiles of warp statements (`MatrixTile`): their layouts, the scopes they may be in, and
@@ -47,6 +51,9 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: str
     scope: str = "global"
+    # shared only: stores of global loads into it may complete asynchronously, by the next
+    # Barrier (cp.async); its readers read it only after a Barrier (double buffering)
+    async_copy: bool = False
 
     @property
     def size(self) -> int:
@@ -111,10 +118,37 @@ class AllReduce(Stmt):
     extent: int
 
 
+def operand_k(dtype: str) -> int:
+    """The K of the wmma shape whose matrix_a / matrix_b fragments hold `dtype`."""
+    return WMMA_K[dtype]
+
+
+def is_tf32(b: Buffer) -> bool:
+    """Whether `b` is a matrix_a / matrix_b fragment of TF32 values (float32 in memory)."""
+    return b.scope in FRAGMENT_SCOPES[:2] and b.dtype == TF32_OPERAND_DTYPE
+
+
+def tile_shape(b: Buffer) -> tuple[int, int]:
+    """(rows, columns) of one tile of fragment `b`: M x K for matrix_a, K x N for matrix_b,
+    M x N for an accumulator."""
+    if b.scope == "wmma.matrix_a":
+        return WMMA_TILE, operand_k(b.dtype)
+    if b.scope == "wmma.matrix_b":
+        return operand_k(b.dtype), WMMA_TILE
+    return WMMA_TILE, WMMA_TILE
+
+
+def tile_elems(b: Buffer) -> int:
+    """Elements of one tile of fragment `b` (its `size // tile_elems(b)` tiles)."""
+    rows, cols = tile_shape(b)
+    return rows * cols
+
+
 @dataclass(eq=False)
 class MatrixTile:
-    """A 16x16 tile of a `global` or `shared` buffer: element (r, c) is at
-    `offset + r * ldm + c` (layout "row_major") or `offset + r + c * ldm` ("col_major")."""
+    """A tile of a `global` or `shared` buffer, of the shape of the statement's fragment tile
+    (`tile_shape`): element (r, c) is at `offset + r * ldm + c` (layout "row_major") or
+    `offset + r + c * ldm` ("col_major")."""
 
     buffer: Buffer
     offset: Expr
@@ -125,19 +159,22 @@ class MatrixTile:
 class WarpStmt(Stmt):
     """A warp-collective Tensor Core operation (wmma): the 32 threads of a warp execute it
     together, all active, with the same arguments. Fragment operands are a fragment-scope
-    Buffer (its `size // TILE_ELEMS` tiles, numbered by lowering) and a tile number Expr.
+    Buffer (its `size // tile_elems(buffer)` tiles, numbered by lowering) and a tile number Expr.
     `exprs()` lists the statement's expressions, `with_exprs(new)` rebuilds it with others
     (same order), `buffers()` the buffers it reads and writes.
 
     Each subclass declares its operands: `FRAGMENTS`, one (buffer field, tile field, allowed
     scopes) per fragment operand, the written one first unless `MEMORY_TILE` is "dst";
     `MEMORY_TILE`, the field of its `MatrixTile` ("src": read, "dst": written; None: none);
-    `ACCUMULATES`, whether it also reads the fragment it writes; `MACS`, its multiply-adds."""
+    `ACCUMULATES`, whether it also reads the fragment it writes; `macs()`, its multiply-adds."""
 
     FRAGMENTS: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     MEMORY_TILE: str | None = None
     ACCUMULATES = False
-    MACS = 0
+
+    def macs(self) -> int:
+        """Multiply-adds of one execution (per warp)."""
+        return 0
 
     def exprs(self) -> list[Expr]:
         raise NotImplementedError
@@ -210,7 +247,8 @@ class FragmentFill(WarpStmt):
 
 @dataclass(eq=False)
 class FragmentLoad(WarpStmt):
-    """`frag[tile]` := the 16x16 tile `src` (rows: M for matrix_a, K for matrix_b)."""
+    """`frag[tile]` := the tile `src` (rows: M for matrix_a, K for matrix_b; `tile_shape`).
+    A TF32 fragment rounds each loaded float32 value to TF32."""
 
     FRAGMENTS = (("frag", "tile", ("wmma.matrix_a", "wmma.matrix_b")),)
     MEMORY_TILE = "src"
@@ -254,7 +292,8 @@ class FragmentStore(WarpStmt):
 
 @dataclass(eq=False)
 class FragmentMma(WarpStmt):
-    """`acc[acc_tile] := a[a_tile] @ b[b_tile] + acc[acc_tile]` (16x16x16, float32 sums)."""
+    """`acc[acc_tile] := a[a_tile] @ b[b_tile] + acc[acc_tile]` (16x16xK, K by the operands'
+    dtype, float32 sums)."""
 
     FRAGMENTS = (
         ("acc", "acc_tile", _ACC),
@@ -262,7 +301,6 @@ class FragmentMma(WarpStmt):
         ("b", "b_tile", ("wmma.matrix_b",)),
     )
     ACCUMULATES = True
-    MACS = WMMA_TILE**3
 
     acc: Buffer
     acc_tile: Expr
@@ -270,6 +308,9 @@ class FragmentMma(WarpStmt):
     a_tile: Expr
     b: Buffer
     b_tile: Expr
+
+    def macs(self) -> int:
+        return WMMA_TILE * WMMA_TILE * operand_k(self.a.dtype)
 
     def exprs(self):
         return [self.acc_tile, self.a_tile, self.b_tile]

@@ -8,7 +8,8 @@ Passes, in order:
                          (bound_inference.py, on the intervals of intervals.py)
   4. leaf extents        iterator extents re-derived from the regions through split/fuse relations
                          (bound_inference.py)
-  5. emission            loops, init + update of reductions, guards, barriers around shared stages;
+  5. emission            loops, init + update of reductions, guards, barriers around shared stages
+                         (or one per iteration: a double-buffered stage, double_buffer.py);
                          a reduction bound to threadIdx accumulates per thread, then AllReduces
                          (cross_thread.py); a nest annotated "tensorize" is one warp-collective
                          Tensor Core statement (tensorize.py, which plans fragments first)
@@ -29,8 +30,15 @@ from graphlib import TopologicalSorter
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds
-from autosched.lower.bound_inference import infer_bounds, loop_bounds, root_value_map, tensor_loads
+from autosched.lower.bound_inference import (
+    fused_limits,
+    infer_bounds,
+    loop_bounds,
+    root_value_map,
+    tensor_loads,
+)
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
+from autosched.lower.double_buffer import emit_double_buffered, is_double_buffered, slot_shape
 from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
 from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.storage import storage_shape
@@ -45,7 +53,7 @@ from autosched.lower.verify import verify_program, verifying_every_lowering
 from autosched.lower.vthread import inject_virtual_threads
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT, Stage
-from autosched.te.expr import BinOp, Const, Expr, Load, Reduce, Var
+from autosched.te.expr import BinOp, Const, Expr, Load, Reduce, Select, Var
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import rewrite, substitute
 
@@ -229,7 +237,7 @@ class Lowerer:
             else:
                 shape = tuple(inf.region)
                 if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
-                    shape = storage_shape(shape, st.storage_align)
+                    shape = slot_shape(self, i, storage_shape(shape, st.storage_align))
                 b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope)
             inf.buffer = b
         return params, outputs, temps
@@ -246,7 +254,7 @@ class Lowerer:
     def flat_index(self, j: int, indices, relative: bool) -> Expr:
         """Flat buffer index of stage j's element at global `indices` (minus its base)."""
         inf = self.info[j]
-        shape = inf.buffer.shape
+        shape = inf.buffer.shape[len(inf.buffer.shape) - len(indices) :]  # past any slots
         flat: Expr | None = None
         for d, idx in enumerate(indices):
             if relative and inf.base:
@@ -270,12 +278,16 @@ class Lowerer:
 
         return rewrite(substitute(e, root_map), fix)
 
-    def guards(self, i: int, spatial_only: bool, skip_tag: str | None = None) -> list[Expr]:
+    def guards(
+        self, i: int, spatial_only: bool, skip_tag: str | None = None, edges: list | None = None
+    ) -> list[Expr]:
         """Conditions under which stage i's innermost statement is in range: its root values
         inside the region and the tensor (reductions too unless `spatial_only`), and its
-        thread indices inside their iterators' extents (but `skip_tag`'s)."""
+        thread indices inside their iterators' extents (but `skip_tag`'s). Given `edges`, the
+        spatial tests against the tensor's extent go there instead (a zero-filled stage)."""
         inf, st = self.info[i], self.stages[i]
         conds: list[Expr] = []
+        edge = conds if edges is None else edges
         bounds = loop_bounds(self, inf.context + [(i, it.name) for it in st.iters])
         for d, a in enumerate(st.op.axis):
             off = inf.value[a.name]
@@ -285,9 +297,9 @@ class Lowerer:
             g = BinOp("+", inf.base[d], off, I32)
             glo, ghi = expr_bounds(g, bounds)
             if glo < 0:
-                conds.append(BinOp(">=", g, _c(0), "bool"))
+                edge.append(BinOp(">=", g, _c(0), "bool"))
             if ghi >= a.extent:
-                conds.append(BinOp("<", g, _c(a.extent), "bool"))
+                edge.append(BinOp("<", g, _c(a.extent), "bool"))
         if not spatial_only:
             for a in st.op.reduce_axis:
                 off = inf.value[a.name]
@@ -297,6 +309,9 @@ class Lowerer:
             for value, extent in inf.inner_limits:
                 if expr_bounds(value, bounds)[1] >= extent:
                     conds.append(BinOp("<", value, _c(extent), "bool"))
+        for value, extent in fused_limits(self, i):
+            if expr_bounds(value, bounds)[1] >= extent:
+                conds.append(BinOp("<", value, _c(extent), "bool"))
         own = {it.annotation for it in st.iters}
         bound = [(it.annotation, inf.ext[it.name]) for it in st.iters]
         if inf.scope != "shared":
@@ -325,7 +340,8 @@ class Lowerer:
             self.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False),
         )
         body = inf.body
-        conds = self.guards(i, spatial_only=init)
+        edges: list[Expr] | None = [] if self.zero_fills(i) else None
+        conds = self.guards(i, spatial_only=init, edges=edges)
         if isinstance(body, Reduce):
             if init:
                 value: Expr = body.identity
@@ -337,7 +353,22 @@ class Lowerer:
                     conds.append(self.value_expr(i, body.condition, root_map))
         else:
             value = self.value_expr(i, body, root_map)
+        if edges:  # past the tensor's edge: 0 (zero_fills)
+            inside = edges[0]
+            for c in edges[1:]:
+                inside = BinOp("&&", inside, c, "bool")
+            value = Select(inside, value, Const(0, value.dtype))
         return ir.guarded(ir.Store(buffer, idx, value), conds)
+
+    def zero_fills(self, i: int) -> bool:
+        """Whether stage i stores 0 where its element is past its tensor's edge, rather than
+        skipping it: a shared copy that a Tensor Core matrix fragment reads. Its padded tiles
+        (rounded up to whole 16x16 tiles, bound_inference.tile_dims) are multiplied whole, so
+        an element past the K extent must be 0 where it meets valid outputs; the global read
+        past the edge is not made (the Select's untaken side)."""
+        if self.info[i].scope != "shared" or isinstance(self.info[i].body, Reduce):
+            return False
+        return any(i in o.reads and o.scope in ir.FRAGMENT_SCOPES[:2] for o in self.info)
 
     def loop(self, i: int, name: str, body: ir.Stmt) -> ir.Stmt:
         st = self.stages[i]
@@ -350,10 +381,13 @@ class Lowerer:
             # No loop: kernel_bounds gives the variable the range [0, 0], so the one
             # simplification pass over the kernel folds it to 0 everywhere.
             return body
-        kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": ir.VTHREAD_KIND}.get(
-            it.annotation, "serial"
-        )
-        return ir.For(var, ext, kind, body)
+        return ir.For(var, ext, self.loop_kind(i, name), body)
+
+    def loop_kind(self, i: int, name: str) -> str:
+        """The IR loop kind of stage i's iterator `name` (not bound to a launch index)."""
+        annotation = self.stages[i].iters[self.stages[i].iter_index(name)].annotation
+        kinds = {"unroll": "unroll", "vectorize": "vectorize", "vthread": ir.VTHREAD_KIND}
+        return kinds.get(annotation, "serial")
 
     def emit(self, i: int) -> ir.Stmt:
         st = self.stages[i]
@@ -383,8 +417,15 @@ class Lowerer:
                 inner = self.store_stmt(i, init=False, into=partial_of(self, i) if tag else None)
                 return ir.seq([init_nest(k), inner]) if is_reduce and first_reduce == k else inner
             it = iters[k]
-            parts = [self.emit_attached(j) for j in self.attached.get((i, it.name), [])]
-            loop = self.loop(i, it.name, ir.seq(parts + [nest(k + 1)]))
+            attached = self.attached.get((i, it.name), [])
+            fetched = [j for j in attached if is_double_buffered(self, j)]
+            parts = [self.emit_attached(j) for j in attached if j not in fetched]
+            if fetched:
+                var, ext = self.var_of(i, it.name), self.info[i].ext[it.name]
+                kind = self.loop_kind(i, it.name)
+                loop = emit_double_buffered(self, var, ext, kind, fetched, parts, nest(k + 1))
+            else:
+                loop = self.loop(i, it.name, ir.seq(parts + [nest(k + 1)]))
             if is_reduce and k == first_reduce:
                 if tag is not None:
                     return emit_cross_thread(self, i, k, tag, loop)

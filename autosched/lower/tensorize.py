@@ -7,14 +7,16 @@ the iterator annotated "tensorize" it emits ONE warp statement instead of the lo
 iterator and the ones inside it (`emit_tensorized`, `emit_fill`).
 
 Every access is read per dimension: the tensorized loop variables set to 0 give its origin, their
-coefficients its strides. A fragment buffer is a grid of 16x16 tiles over two of its dimensions
-(its row and column dimensions, found from the multiply-accumulate that reads it in
+coefficients its strides. A fragment buffer is a grid of tiles over two of its dimensions (its
+row and column dimensions, found from the multiply-accumulate that reads it in
 `plan_fragments`, before emission); its tiles are numbered over its dimensions in order, the two
-tiled ones counting in steps of 16. A global or shared tile is a `MatrixTile`: its row stride or
-its column stride must be 1 (col_major / row_major), the other one is `ldm`.
+tiled ones counting in steps of the tile's shape (`ir.tile_shape`: 16x16, or 16xK / Kx16 for
+matrix_a / matrix_b, K by the operand dtype: 16 for float16 / bfloat16, 8 for TF32). A global or
+shared tile is a `MatrixTile`: its row stride or its column stride must be 1 (col_major /
+row_major), the other one is `ldm`.
 
-The functions take the `Lowerer`; they raise LoweringError for a nest that is not a whole 16x16
-(x16) tile, since no state with such a nest is a valid Tensor Core program.
+The functions take the `Lowerer`; they raise LoweringError for a nest that is not a whole tile,
+since no state with such a nest is a valid Tensor Core program.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from autosched.lower import ir
 from autosched.lower.arith import is_multiple, to_affine
 from autosched.lower.bound_inference import loop_bounds, root_value_map
 from autosched.schedule.stage import TENSORIZE
-from autosched.te.dtype import DTYPES, HALF_DTYPES
+from autosched.te.dtype import DTYPES
 from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import free_vars, substitute
@@ -41,7 +43,8 @@ OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
 ACCUMULATOR = ir.FRAGMENT_SCOPES[2]
 # role -> (spatial, reduce) tensorized iterators it takes
 NEST_SHAPE = {"load": (2, 0), "store": (2, 0), "mma": (2, 1)}
-OPERAND_DTYPES = tuple(d for d in DTYPES if d in HALF_DTYPES)  # ("float16", "bfloat16")
+# ("float16", "bfloat16", "float32"): float32 operand fragments hold TF32 values
+OPERAND_DTYPES = tuple(d for d in DTYPES if d in ir.WMMA_K)
 
 
 def _c(v: int) -> Const:
@@ -160,29 +163,41 @@ def var_dim(acc: Access, v: Var, bounds, what: str) -> int:
     return found[0][0]
 
 
+def fragment_shape(b: ir.Buffer) -> tuple[int, int]:
+    """`ir.tile_shape(b)`, or LoweringError for a fragment of a dtype no wmma shape takes."""
+    if b.scope in OPERAND_SCOPES and b.dtype not in OPERAND_DTYPES:
+        raise LoweringError(
+            f"tensorize: {b.name} ({b.scope}) has dtype {b.dtype}; matrix fragments hold "
+            f"{OPERAND_DTYPES}"
+        )
+    return ir.tile_shape(b)
+
+
 def tile_number(acc: Access, tdims: tuple[int, int], tvars: list[Var], bounds, what) -> Expr:
-    """The tile of fragment `acc.buffer` an access starts: origins of the tiled dimensions in
-    steps of 16, tiles numbered over the dimensions in order."""
+    """The tile of fragment `acc.buffer` an access starts: origins of the tiled (row, column)
+    dimensions in steps of the tile's rows and columns, tiles numbered over the dimensions in
+    order."""
     shape = acc.buffer.shape
-    for d in tdims:
-        if shape[d] % T:
+    steps = dict(zip(tdims, fragment_shape(acc.buffer), strict=True))
+    for d, step in steps.items():
+        if shape[d] % step:
             raise LoweringError(
                 f"tensorize: fragment {acc.buffer.name} has extent {shape[d]} in a tiled "
-                f"dimension; it must be a multiple of {T}"
+                f"dimension; it must be a multiple of {step}"
             )
     tile: Expr = _c(0)
     stride = 1
     for d in range(len(shape) - 1, -1, -1):
         origin = at_origin(acc.dims[d], tvars)
-        if d in tdims:
-            if not is_multiple(origin, T, bounds):
+        if d in steps:
+            if not is_multiple(origin, steps[d], bounds):
                 raise LoweringError(
                     f"tensorize: {what} starts at {origin!r} in dimension {d} of "
-                    f"{acc.buffer.name}, not a multiple of {T}"
+                    f"{acc.buffer.name}, not a multiple of {steps[d]}"
                 )
-            origin = BinOp("floordiv", origin, _c(T), I32)
+            origin = BinOp("floordiv", origin, _c(steps[d]), I32)
         tile = BinOp("+", tile, BinOp("*", origin, _c(stride), I32), I32)
-        stride *= shape[d] // T if d in tdims else shape[d]
+        stride *= shape[d] // steps[d] if d in steps else shape[d]
     return tile
 
 
@@ -197,7 +212,7 @@ def fragment_tile(acc: Access, dims: tuple[int, int], tvars, bounds, what) -> Ex
 
 
 def matrix_tile(acc: Access, row: Var, col: Var, bounds, what: str) -> ir.MatrixTile:
-    """The 16x16 global / shared tile whose rows `row` and columns `col` index."""
+    """The global / shared tile whose rows `row` and columns `col` index."""
     if acc.buffer.scope not in ("global", "shared"):
         raise LoweringError(
             f"tensorize: {what} reads or writes {acc.buffer.name} ({acc.buffer.scope}); a "
@@ -218,19 +233,47 @@ def matrix_tile(acc: Access, row: Var, col: Var, bounds, what: str) -> ir.Matrix
 # ---- the nests ---------------------------------------------------------------------------------
 
 
+def nest_extents(lw: Lowerer, i: int, role: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The extents stage i's tensorized nest must have: (spatial ones sorted, reduce ones).
+    A load's are its fragment's tile shape, a multiply-accumulate's 16, 16 and the K of its
+    operands' dtype, a store's 16, 16."""
+    if role == "load":
+        return tuple(sorted(fragment_shape(lw.info[i].buffer))), ()
+    if role == "mma":
+        a, _ = mma_operands(lw, i)
+        dtype = lw.info[lw.producer_stage[id(a.buffer.op)]].buffer.dtype
+        if dtype not in OPERAND_DTYPES:
+            raise LoweringError(
+                f"tensorize: {a.buffer.name} has dtype {dtype}; matrix fragments hold "
+                f"{OPERAND_DTYPES}"
+            )
+        return (T, T), (ir.operand_k(dtype),)
+    return (T, T), ()
+
+
+def var_extents(lw: Lowerer, i: int, pos: int) -> dict[int, int]:
+    """id(loop variable) -> extent, over stage i's tensorized nest."""
+    st, inf = lw.stages[i], lw.info[i]
+    return {id(lw.var_of(i, it.name)): inf.ext[it.name] for it in st.iters[pos:]}
+
+
 def nest_vars(lw: Lowerer, i: int, pos: int, role: str) -> tuple[list[Var], list[Var]]:
     """The (spatial, reduce) loop variables of stage i's tensorized nest, checked."""
     st, inf = lw.stages[i], lw.info[i]
     iters = st.iters[pos:]
-    want_sp, want_red = NEST_SHAPE[role]
+    want_sp, want_red = nest_extents(lw, i, role)
     spatial = [it for it in iters if it.kind == "spatial"]
     reduce = [it for it in iters if it.kind != "spatial"]
     exts = [inf.ext[it.name] for it in iters]
-    if len(spatial) != want_sp or len(reduce) != want_red or any(e != T for e in exts):
-        shape = f"{want_sp} spatial" + (f" + {want_red} reduce" if want_red else "")
+    got_sp = tuple(sorted(inf.ext[it.name] for it in spatial))
+    got_red = tuple(inf.ext[it.name] for it in reduce)
+    if got_sp != want_sp or got_red != want_red:
+        shape = f"{len(want_sp)} spatial" + (f" + {len(want_red)} reduce" if want_red else "")
+        wanted = set(want_sp + want_red)
+        extent = f"extent {T}" if wanted == {T} else f"extents {list(want_sp + want_red)}"
         raise LoweringError(
             f"tensorize: the nest of {st.name}.{iters[0].name} must be {shape} iterators of "
-            f"extent {T}; it is {list(zip([it.name for it in iters], exts, strict=True))}"
+            f"{extent}; it is {list(zip([it.name for it in iters], exts, strict=True))}"
         )
     return (
         [lw.var_of(i, it.name) for it in spatial],
@@ -243,34 +286,50 @@ def nest_bounds(lw: Lowerer, i: int):
     return loop_bounds(lw, lw.info[i].context + [(i, it.name) for it in st.iters])
 
 
-def whole_tile_guard(c: Expr, tvars: list[Var], bounds) -> Expr | None:
-    """`origin + v < C` or `origin + v >= C` with one tile loop `v` (coefficient 1) and
-    `origin`, `C` multiples of 16: the same test as `origin < C` (`>=`) for every v in 0..15,
-    so the guard keeps or drops whole tiles (an extent that is a multiple of 16 but not of
-    the block tile). None for any other guard."""
+def whole_tile_guard(
+    c: Expr, tvars: list[Var], exts: dict[int, int], bounds, padded: bool = False
+) -> Expr | None:
+    """`origin + v < C` or `origin + v >= C` with one tile loop `v` (coefficient 1, extent E
+    in `exts`, by id) and `origin`, `C` multiples of E: the same test as `origin < C` (`>=`)
+    for every v in 0..E-1, so the guard keeps or drops whole tiles (an extent that is a
+    multiple of the tile but not of the block tile). With `padded`, `origin + v < C` for any
+    C becomes `origin < C`: a tile holding an element in range runs whole, past the edge (a
+    padded extent; only for statements whose memory tiles are shared or fragments, to which
+    bound inference gives whole tiles). None for any other guard."""
     if not (isinstance(c, BinOp) and c.op in ("<", ">=") and isinstance(c.b, Const)):
         return None
     coeffs = coefficients(c.a, tvars, bounds, "a guard")
     origin = at_origin(c.a, tvars)
-    if sorted(coeffs) != [0] * (len(tvars) - 1) + [1] or int(c.b.value) % T:
+    if sorted(coeffs) != [0] * (len(tvars) - 1) + [1]:
         return None
-    if not is_multiple(origin, T, bounds):
+    ext = exts[id(tvars[coeffs.index(1)])]
+    past_edge = padded and c.op == "<"
+    if (int(c.b.value) % ext and not past_edge) or not is_multiple(origin, ext, bounds):
         return None
     return BinOp(c.op, origin, c.b, "bool")
 
 
-def guarded_warp(stmt: ir.Stmt, conds: list[Expr], tvars: list[Var], bounds, name) -> ir.Stmt:
-    """`stmt` under its guards, which must not depend on the tile loops (but through
-    `whole_tile_guard`): one that does cuts the 16x16 tile."""
+def guarded_warp(
+    stmt: ir.Stmt,
+    conds: list[Expr],
+    tvars: list[Var],
+    exts: dict[int, int],
+    bounds,
+    name,
+    padded: bool = False,
+) -> ir.Stmt:
+    """`stmt` under its guards, which must not depend on the tile loops (extents `exts`, by
+    id) but through `whole_tile_guard` (`padded` passed on): one that does cuts the tile."""
     ids = {id(v) for v in tvars}
     out = []
     for c in conds:
         if any(id(v) in ids for v in free_vars(c)):
-            whole = whole_tile_guard(c, tvars, bounds)
+            whole = whole_tile_guard(c, tvars, exts, bounds, padded)
             if whole is None:
+                rows, cols = ir.tile_shape(stmt.fragments()[0][0])
                 raise LoweringError(
-                    f"tensorize: partial 16x16 tile in {name}: the guard {c!r} depends on the "
-                    "tensorized loops"
+                    f"tensorize: partial {rows}x{cols} tile in {name}: the guard {c!r} depends "
+                    "on the tensorized loops"
                 )
             c = whole
         out.append(c)
@@ -317,7 +376,6 @@ class MmaPlan:
 
 
 def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
-    spatial, (k,) = nest_vars(lw, i, pos, "mma")
     a_load, b_load = mma_operands(lw, i)
     a, b = load_access(lw, i, a_load), load_access(lw, i, b_load)
     for acc, dtypes in ((a, OPERAND_DTYPES), (b, OPERAND_DTYPES), (lw.info[i].buffer, None)):
@@ -328,6 +386,12 @@ def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
                 f"tensorize: {buf.name} ({buf.scope}) has dtype {buf.dtype}; matrix fragments "
                 f"hold {OPERAND_DTYPES}, accumulators float32"
             )
+    if a.buffer.dtype != b.buffer.dtype:
+        raise LoweringError(
+            f"tensorize: {a.buffer.name} is {a.buffer.dtype} but {b.buffer.name} is "
+            f"{b.buffer.dtype}; one wmma shape takes one operand dtype"
+        )
+    spatial, (k,) = nest_vars(lw, i, pos, "mma")
     bounds = nest_bounds(lw, i)
     name = lw.stages[i].name
 
@@ -396,7 +460,21 @@ def emit_fill(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
     _, _, dims = _row_col(lw, own, spatial, bounds, what)
     tile = fragment_tile(own, dims, spatial, bounds, what)
     stmt = ir.FragmentFill(own.buffer, tile, lw.info[i].body.identity)
-    return guarded_warp(stmt, lw.guards(i, spatial_only=True), spatial, bounds, what)
+    exts = var_extents(lw, i, pos)
+    conds = lw.guards(i, spatial_only=True)
+    return guarded_warp(stmt, conds, spatial, exts, bounds, what, padded=True)
+
+
+def check_orientation(frag: ir.Buffer, row: Var, col: Var, exts: dict[int, int], name) -> None:
+    """The loops walking a fragment's rows and columns have its tile's rows and columns as
+    extents (a 16x8 matrix_a tile is not walked 8x16)."""
+    want = fragment_shape(frag)
+    got = (exts[id(row)], exts[id(col)])
+    if got != want:
+        raise LoweringError(
+            f"tensorize: {name} walks a {got[0]}x{got[1]} tile of {frag.name}, whose tiles are "
+            f"{want[0]}x{want[1]}"
+        )
 
 
 def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
@@ -406,6 +484,7 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
     role = stage_role(lw, i)
     bounds = nest_bounds(lw, i)
     name = st.name
+    exts = var_extents(lw, i, pos)
     if role == "mma":
         plan = lw.mma_plans[i]
         tvars = [plan.m, plan.n, plan.k]
@@ -422,7 +501,8 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
             plan.b.buffer,
             tile(plan.b),
         )
-        return guarded_warp(stmt, lw.guards(i, spatial_only=False), tvars, bounds, name)
+        conds = lw.guards(i, spatial_only=False)
+        return guarded_warp(stmt, conds, tvars, exts, bounds, name, padded=True)
     tvars, _ = nest_vars(lw, i, pos, role)
     own = own_access(lw, i)
     body = lw.info[i].body
@@ -431,6 +511,7 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
     src = load_access(lw, i, body)
     if role == "load":
         row, col, dims = _row_col(lw, own, tvars, bounds, name)
+        check_orientation(own.buffer, row, col, exts, name)
         stmt = ir.FragmentLoad(
             own.buffer,
             fragment_tile(own, dims, tvars, bounds, name),
@@ -443,4 +524,7 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
             src.buffer,
             fragment_tile(src, dims, tvars, bounds, name),
         )
-    return guarded_warp(stmt, lw.guards(i, spatial_only=True), tvars, bounds, name)
+    # a tile of global memory never runs past the tensor's edge; shared ones are whole tiles
+    padded = getattr(stmt, stmt.MEMORY_TILE).buffer.scope != "global"
+    conds = lw.guards(i, spatial_only=True)
+    return guarded_warp(stmt, conds, tvars, exts, bounds, name, padded=padded)

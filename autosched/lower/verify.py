@@ -20,7 +20,7 @@ from typing import Any
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
-from autosched.te.dtype import BYTES, DTYPES, HALF_DTYPES, is_int
+from autosched.te.dtype import BYTES, DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
 from measure import HardwareParams
@@ -28,8 +28,8 @@ from measure import HardwareParams
 REDUCERS = ("sum", "max", "min")
 # fragment scope -> the dtypes its buffers may have
 FRAGMENT_DTYPES = {
-    "wmma.matrix_a": tuple(sorted(HALF_DTYPES)),
-    "wmma.matrix_b": tuple(sorted(HALF_DTYPES)),
+    "wmma.matrix_a": tuple(sorted(ir.WMMA_K)),  # float32: TF32
+    "wmma.matrix_b": tuple(sorted(ir.WMMA_K)),
     "wmma.accumulator": ("float32",),
 }
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
@@ -216,11 +216,13 @@ class _WarpRules:
     lanes of a warp run them, with the same arguments); not in a vectorize loop; operand
     scopes and dtypes; tile numbers provably in range (over the loops' ranges); memory tiles in
     global or shared memory with a known layout, `ldm` a multiple of 16 bytes and `offset`
-    provably a multiple of 32 bytes; one layout per matrix_a / matrix_b buffer."""
+    provably a multiple of 32 bytes; one layout per matrix_a / matrix_b buffer; one wmma
+    shape (K) per accumulator buffer, over the multiply-accumulates that use it."""
 
     def __init__(self, kv: _KernelVerifier) -> None:
         self.kv = kv
         self.layouts: dict[int, str] = {}  # id(fragment) -> the layout it is loaded with
+        self.acc_k: dict[int, int] = {}  # id(accumulator) -> the K of its multiply-accumulates
 
     def check(self, s: ir.WarpStmt, divergent: str | None) -> None:
         kv, lane = self.kv, ir.THREAD_VARS["threadIdx.x"]
@@ -241,8 +243,18 @@ class _WarpRules:
             self.memory_tile(s, s.memory_tile(), where)
         if isinstance(s, ir.FragmentFill) and s.value.dtype != "float32":
             kv.fail(f"{where}: the fill value is {s.value.dtype}, not float32")
-        if isinstance(s, ir.FragmentMma) and s.a.dtype != s.b.dtype:
-            kv.fail(f"{where}: matrix_a is {s.a.dtype} but matrix_b is {s.b.dtype}")
+        if isinstance(s, ir.FragmentMma):
+            self.mma_shape(s, where)
+
+    def mma_shape(self, s: ir.FragmentMma, where: str) -> None:
+        """Operands of one dtype; the accumulator used with one K throughout the kernel (its
+        declaration names the shape)."""
+        if s.a.dtype != s.b.dtype:
+            self.kv.fail(f"{where}: matrix_a is {s.a.dtype} but matrix_b is {s.b.dtype}")
+        k = ir.operand_k(s.a.dtype)
+        first = self.acc_k.setdefault(id(s.acc), k)
+        if first != k:
+            self.kv.fail(f"{where}: {s.acc.name} is used with K = {k} here and {first} elsewhere")
 
     def fragment(self, frag: Any, tile: Expr, scopes: tuple[str, ...], where: str) -> None:
         kv = self.kv
@@ -250,7 +262,7 @@ class _WarpRules:
         if frag.scope not in scopes:
             kv.fail(f"{where}: {frag.name} has scope {frag.scope}, expected one of {scopes}")
         kv.expr(tile, where, "int")
-        tiles = frag.size // ir.TILE_ELEMS
+        tiles = frag.size // ir.tile_elems(frag)
         lo, hi = expr_bounds(tile, kv.ranges)
         if lo < 0 or hi >= tiles:
             kv.fail(
@@ -292,12 +304,13 @@ class _WarpRules:
 
 
 def _check_fragment(b: ir.Buffer, owner: str) -> None:
-    """A fragment allocation's dtype and size (whole 16x16 tiles)."""
+    """A fragment allocation's dtype and size (whole tiles of its shape, `ir.tile_shape`)."""
     dtypes = FRAGMENT_DTYPES[b.scope]
     check(b.dtype in dtypes, f"{owner}: {b.scope} {b.name} is {b.dtype}, not one of {dtypes}")
+    elems = ir.tile_elems(b)
     check(
-        b.size % ir.TILE_ELEMS == 0,
-        f"{owner}: fragment {b.name} has {b.size} elements, not a multiple of {ir.TILE_ELEMS}",
+        b.size % elems == 0,
+        f"{owner}: fragment {b.name} has {b.size} elements, not a multiple of {elems}",
     )
 
 

@@ -198,7 +198,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
         changes: dict = {}
         for (b, tile, _), (field, tile_field, _) in zip(s.fragments(), s.FRAGMENTS, strict=True):
             if id(b) in swap:
-                step = BinOp("*", var, Const(b.size // ir.TILE_ELEMS, tile.dtype), tile.dtype)
+                step = BinOp("*", var, Const(b.size // ir.tile_elems(b), tile.dtype), tile.dtype)
                 changes[field] = swap[id(b)]
                 changes[tile_field] = BinOp("+", step, tile, tile.dtype)
         m = s.memory_tile()

@@ -68,7 +68,9 @@ def _op_flop(op: Operation) -> float:
     return float(spatial * _float_ops(body))
 
 
-def _analyse(op: Operation, is_output: bool) -> OpInfo:
+def analyse_op(op: Operation, is_output: bool) -> OpInfo:
+    """What the search needs to know about `op` (the DAG holds it for its own ops; a stage
+    that replaces an op, such as rfactor's, asks here)."""
     if not isinstance(op, ComputeOp):
         return OpInfo(op, True, is_output, False, False, False, False, False, 0.0)
     reads: list[tuple[Expr, ...]] = [
@@ -148,7 +150,7 @@ class ComputeDAG:
         self.tensors: list[Tensor] = args
         self.outputs: list[Operation] = outputs
         self.info: dict[int, OpInfo] = {
-            id(op): _analyse(op, id(op) in output_ids) for op in self.ops
+            id(op): analyse_op(op, id(op) in output_ids) for op in self.ops
         }
         self.flop_count: float = sum(i.flop for i in self.info.values())
         self.workload_key: str = (

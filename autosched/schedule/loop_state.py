@@ -25,6 +25,7 @@ from autosched.schedule.steps import (
     ComputeAtStep,
     ComputeInlineStep,
     ComputeRootStep,
+    DoubleBufferStep,
     FollowFusedSplitStep,
     FollowSplitStep,
     FuseStep,
@@ -222,6 +223,11 @@ class State:
     def storage_align(self, stage, it, factor: int, offset: int) -> State:
         si = self.stage_index(stage)
         return self.apply(StorageAlignStep(si, self.stages[si].iter_index(it), factor, offset))
+
+    def double_buffer(self, stage) -> State:
+        """Fetch shared stage `stage` one iteration of its attach loop ahead, into the other of
+        two buffers (see `DoubleBufferStep`)."""
+        return self.apply(DoubleBufferStep(self.stage_index(stage)))
 
     def __str__(self) -> str:
         return state_str(self)

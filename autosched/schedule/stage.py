@@ -87,6 +87,7 @@ class Stage:
     auto_unroll_max_step: int = 0
     unroll_explicit: bool = False
     storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
+    double_buffer: bool = False  # a shared stage fetched one iteration ahead (two buffers)
     origin: str = "dag"
 
     @property
@@ -127,6 +128,7 @@ class Stage:
             self.auto_unroll_max_step,
             self.unroll_explicit,
             self.storage_align,
+            self.double_buffer,
             tuple((a.name, b.name) for a, b in self.redirects),
         )
 

@@ -140,13 +140,13 @@ class SketchPolicy:
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
-        sketch_params = SketchParams()
+        # the task's TF32 option reaches the sketch rules here and, through the spec, the workers
+        sketch_params = SketchParams(allow_tf32=getattr(task, "allow_tf32", False))
         self.sketches = generate_sketches(task.compute_dag, task.hardware_params, sketch_params)
         context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
         self.sampler = context.sampler  # analyses each sketch once, for the whole search
-        self.workers = Workers(
-            context, TaskSpec.of(task.compute_dag, task.hardware_params), self.params.n_jobs
-        )
+        spec = TaskSpec.of(task.compute_dag, task.hardware_params, sketch_params)
+        self.workers = Workers(context, spec, self.params.n_jobs)
         self.mutation_ctx = MutationContext(
             sketch_params.max_innermost_split_factor,
             max(sketch_params.vector_lengths),

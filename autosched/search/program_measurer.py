@@ -24,12 +24,17 @@ from measure import (
     LocalRunner,
     MeasureErrorKind,
     RunnerPool,
+    default_tolerance,
     make_reference,
 )
 
+# the tolerance dtype of each task option that loosens a kernel's arithmetic
+TF32_TOLERANCE_DTYPE = "tf32"
+
 
 def task_reference(task, args, seed: int = 0):
-    """Seeded random inputs and the naive evaluator's outputs for a task's kernel arguments."""
+    """Seeded random inputs and the naive evaluator's outputs for a task's kernel arguments;
+    tolerances by the outputs' dtypes, loosened to TF32's for a task that allows it."""
     dag = task.compute_dag
     out_names = {a.name for a in args if a.is_output}
 
@@ -38,7 +43,17 @@ def task_reference(task, args, seed: int = 0):
         got = evaluate(dag, given)
         return {n: got[n] for n in out_names}
 
-    return make_reference(args, fn, seed=seed)
+    return make_reference(args, fn, seed=seed, **_option_tolerance(task, args))
+
+
+def _option_tolerance(task, args) -> dict:
+    """{rtol, atol} for a task whose options loosen its arithmetic (TF32); {} for the
+    defaults of the output dtypes."""
+    if not getattr(task, "allow_tf32", False):
+        return {}
+    dtypes = [a.dtype for a in args if a.is_output] + [TF32_TOLERANCE_DTYPE]
+    rtol, atol = default_tolerance(dtypes)
+    return {"rtol": rtol, "atol": atol}
 
 
 def _local_workers(task):

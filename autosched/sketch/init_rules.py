@@ -12,6 +12,7 @@ the random decisions for one state:
   ThreadBind      blockIdx.x / vthread / threadIdx.x for tiled stages, blockIdx.x for the outer
                   loops of cross-thread reductions, fuse-split-bind for the other root stages,
                   cooperative fetching (vectorised) for shared caches
+  DoubleBuffer    the shared caches of an attach loop fetched one iteration ahead, or not
   AutoUnroll      auto_unroll_max_step on every stage with a reduction
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
@@ -297,6 +298,26 @@ class ThreadBind(InitRule):
         return state.bind(i, 1, "threadIdx.x")
 
 
+class DoubleBuffer(InitRule):
+    """Draws, per loop that shared caches are computed at, whether all of them are
+    double-buffered (`State.double_buffer`: fetched one iteration ahead, one barrier per
+    iteration instead of two, the copy overlapping the computation), with probability
+    `SketchParams.double_buffer_probability`. The loop's caches go together: one left single-
+    buffered keeps its two barriers in every iteration. The doubled shared memory is checked
+    with the rest of the program's limits once the state is lowered."""
+
+    def apply(self, ctx, plan, state, rng):
+        loops: dict[tuple, list[int]] = {}
+        for i, stage in enumerate(state.stages):
+            if stage.scope == "shared" and stage.attach is not None:
+                loops.setdefault(stage.attach, []).append(i)
+        for caches in loops.values():
+            if rng.random() < ctx.params.double_buffer_probability:
+                for i in caches:
+                    state = state.double_buffer(i)
+        return state
+
+
 class AutoUnroll(InitRule):
     """auto_unroll_max_step, drawn from the GPU configs, on every stage with a reduction.
 
@@ -372,6 +393,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     FillTileSize(),
     FillTensorCore(),
     ThreadBind(),
+    DoubleBuffer(),
     AutoUnroll(),
 )
 
@@ -379,6 +401,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
 __all__ = [
     "GPU_INIT_RULES",
     "AutoUnroll",
+    "DoubleBuffer",
     "FillTileSize",
     "InitContext",
     "InitRule",

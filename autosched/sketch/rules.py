@@ -244,16 +244,63 @@ class CrossThreadReduction(SketchRule):
         return state, split
 
 
+class SplitKReduction(SketchRule):
+    """Split-K, for a reduction to tile whose output is too small to occupy the GPU but whose
+    reduction is long (a 64x64 matmul over K = 65536): its reduction iterators (fused when
+    several) are cut into P parts, and the outer part is factored out (rfactor): a first
+    kernel, tiled by the rules that follow like any reduction, computes the P partial sums
+    of every output element in a global buffer, with P times the parallelism; a second sums
+    them. One sketch per P in `SketchParams.split_k_parts` that leaves every part at least
+    `split_k_min_chunk` long. APPLY: the unsplit sketches are made as well."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        if (
+            stage.origin != "dag"
+            or not isinstance(stage.op, ComputeOp)
+            or not has_reduce_iter(stage)
+            or not needs_multi_level_tiling(state, i)
+            or is_tiled(stage)
+            or has_cache_write_stage(state, i)
+        ):
+            return Cond.SKIP
+        space, _ = spatial_and_reduce_length(stage)
+        wanted = space < ctx.params.split_k_max_outputs and self.parts(ctx, stage)
+        return Cond.APPLY if wanted else Cond.SKIP
+
+    @staticmethod
+    def parts(ctx, stage) -> list[int]:
+        _, red = spatial_and_reduce_length(stage)
+        return [p for p in ctx.params.split_k_parts if red // p >= ctx.params.split_k_min_chunk]
+
+    def apply(self, ctx, state, i):
+        parts = self.parts(ctx, state.stages[i])
+        reduce_iters = [it.name for it in state.stages[i].iters if it.kind == REDUCE]
+        if len(reduce_iters) > 1:
+            state = state.fuse(i, reduce_iters)
+        fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
+        out = []
+        for p in parts:
+            split = state.split(i, fused, [p], inner_to_outer=False)
+            out.append((split.rfactor(i, f"{fused}_o", 0), i))  # stage i is now the rf stage
+        return out
+
+
 class MultiLevelTilingTensorCore(SketchRule):
     """A float16 / bfloat16 matrix product summed in float32 (matmul, batch_matmul, NHWC conv)
     on the Tensor Cores: accumulator, shared and fragment caches, warp tiles and tensorized
-    16x16x16 nests (tensor_core.py). No other tiling rule runs on a stage it matches."""
+    16x16x16 nests (tensor_core.py); a float32 one too, as TF32 16x16x8 nests, when
+    `SketchParams.allow_tf32`. M, N and K need not be multiples of 16 (at least 16 long): they
+    are tiled as their next multiple, whole tiles past the edge. No other tiling rule runs on
+    a stage it matches."""
 
     def condition(self, ctx, state, i):
-        return Cond.APPLY_AND_SKIP_REST if match_tensor_core(state, i) else Cond.SKIP
+        found = match_tensor_core(state, i, ctx.params.allow_tf32)
+        return Cond.APPLY_AND_SKIP_REST if found else Cond.SKIP
 
     def apply(self, ctx, state, i):
-        return [build_tensor_core_sketch(state, i, match_tensor_core(state, i))]
+        found = match_tensor_core(state, i, ctx.params.allow_tf32)
+        return [build_tensor_core_sketch(state, i, found)]
 
 
 class AddCacheWrite(SketchRule):
@@ -326,11 +373,12 @@ class SkipStage(SketchRule):
 
 
 # The GPU rule order (Ansor's, less the rules for attributes this DAG language lacks:
-# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus the Tensor Core rule, which
-# takes a half-precision product before the fp32 tiling rules would).
+# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus split-K, and the Tensor Core
+# rule, which takes a half-precision product before the fp32 tiling rules would).
 GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
     AlwaysInline(),
+    SplitKReduction(),
     CrossThreadReduction(),
     MultiLevelTilingTensorCore(),
     AddCacheWrite(),

@@ -1,7 +1,8 @@
 """The Tensor Core sketch rule: a half-precision matrix product reaches the wmma intrinsics.
 
 `match_tensor_core` finds a reduction stage `C = sum(cast?(A[..]) * cast?(B[..]))` whose
-operands are float16 or bfloat16 and whose sum is float32; `build_tensor_core_sketch` builds
+operands are float16 or bfloat16 (or float32, as TF32 m16n16k8 fragments, when the task allows
+TF32: `SketchParams.allow_tf32`) and whose sum is float32; `build_tensor_core_sketch` builds
 TVM's hand-written Tensor Core schedule (seeds/004) for it as a sketch:
 
     C.wmma.accumulator        cache_write: the per-warp 16x16 accumulator tiles
@@ -11,18 +12,23 @@ TVM's hand-written Tensor Core schedule (seeds/004) for it as a sketch:
 
 The axes: M (spatial, read by A only), N (spatial, read by B only) and K (reduction, read by
 both), the innermost of each whose extent is a multiple of 16 and that indexes its operands
-directly. The copy-out stage C splits M and N into [block, warps, repeats, 16]; its warp loops
-are threadIdx.y, its 16x16 nest the store. An element-wise output consumer of C (the cast,
-bias or relu epilogue) becomes the kernel's root: C is computed at its block loop, so the
-accumulators go through shared memory, and the consumer's threads (threadIdx.y warps of
-threadIdx.x = 32 lanes) write the output. The init rules (tensor_core_init.py) draw the
+directly, else the innermost at least 16 long: a padded axis, tiled as its next multiple of 16
+(whole tiles run past the tensor's edge; lowering zero-fills the shared operand tiles there and
+guards the output per element). The copy-out stage C splits M and N into [block, warps,
+repeats, 16]; its warp loops are threadIdx.y, its 16x16 nest the store. An element-wise output
+consumer of C (the cast, bias or relu epilogue) becomes the kernel's root: C is computed at its
+block loop, so the accumulators go through shared memory, and the consumer's threads
+(threadIdx.y warps of threadIdx.x = 32 lanes) write the output. A padded M or N without such a
+consumer gets one: the accumulator tiles are stored to a shared copy of them (a cache_read)
+that C, now an element-wise copy-out, reads as its epilogue (a warp's tile store cannot stop at
+the edge). The init rules (tensor_core_init.py) draw the
 unknown lengths: warps and repeats of M and N, the K chunk. The sketch rule itself,
 `rules.MultiLevelTilingTensorCore`, is these two functions in the rules' interface.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
@@ -41,6 +47,8 @@ from autosched.te.tensor import ComputeOp, Operation, Tensor
 from autosched.te.visitor import walk
 
 MMA = ir.WMMA_TILE  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
+# operand dtypes the rule takes: half precision always, float32 (as TF32) when allowed
+TF32_DTYPES = frozenset({ir.TF32_OPERAND_DTYPE})
 OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
 ACC_SCOPE = ir.FRAGMENT_SCOPES[2]
 
@@ -53,6 +61,7 @@ class Operand:
     op: Operation
     dims: tuple[int, int]
     ndim: int
+    tile: tuple[int, int] = (MMA, MMA)  # the fragment tile's (rows, cols): K is 8 for TF32
 
 
 @dataclass(frozen=True)
@@ -64,13 +73,14 @@ class TensorCoreMatch:
     k: str
     a: Operand
     b: Operand
+    k_tile: int = MMA  # the wmma shape's K (`ir.operand_k` of the operand dtype)
 
 
-def _operand_load(e) -> Load | None:
-    """The load under an optional cast, when it reads a half-precision tensor."""
+def _operand_load(e, dtypes=HALF_DTYPES) -> Load | None:
+    """The load under an optional cast, when it reads a tensor of one of `dtypes`."""
     if isinstance(e, Cast):
         e = e.value
-    if isinstance(e, Load) and isinstance(e.buffer, Tensor) and e.buffer.dtype in HALF_DTYPES:
+    if isinstance(e, Load) and isinstance(e.buffer, Tensor) and e.buffer.dtype in dtypes:
         return e
     return None
 
@@ -89,13 +99,17 @@ def _direct_dim(load: Load, axis: IterVar) -> int | None:
 
 
 def _innermost(axes, pred) -> IterVar | None:
-    found = [a for a in axes if a.extent % MMA == 0 and pred(a)]
-    return found[-1] if found else None
+    """The innermost of `axes` satisfying `pred` whose extent is a multiple of 16, else the
+    innermost at least 16 long (tiled as its next multiple of 16: a padded axis)."""
+    found = [a for a in axes if a.extent >= MMA and pred(a)]
+    whole = [a for a in found if a.extent % MMA == 0]
+    return (whole or found)[-1] if found else None
 
 
-def match_tensor_core(state: State, i: int) -> TensorCoreMatch | None:
+def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorCoreMatch | None:
     """The Tensor Core view of stage i, or None when it is not a half-precision matrix
-    product with float32 sums and 16-multiple M, N and K axes."""
+    product with float32 sums and M, N and K axes at least 16 long. With `allow_tf32`, a
+    float32 product matches too (its operands rounded to TF32 on the Tensor Cores)."""
     stage = state.stages[i]
     op = stage.op
     if (
@@ -113,7 +127,8 @@ def match_tensor_core(state: State, i: int) -> TensorCoreMatch | None:
     src = op.body.source
     if not (isinstance(src, BinOp) and src.op == "*"):
         return None
-    la, lb = _operand_load(src.a), _operand_load(src.b)
+    dtypes = HALF_DTYPES | TF32_DTYPES if allow_tf32 else HALF_DTYPES
+    la, lb = _operand_load(src.a, dtypes), _operand_load(src.b, dtypes)
     if la is None or lb is None or la.buffer.op is lb.buffer.op:
         return None
     if la.buffer.dtype != lb.buffer.dtype:
@@ -131,9 +146,10 @@ def match_tensor_core(state: State, i: int) -> TensorCoreMatch | None:
     )
     if m is None or n is None or k is None:
         return None
-    a = Operand(la.buffer.op, (_direct_dim(la, m), _direct_dim(la, k)), len(la.indices))
-    b = Operand(lb.buffer.op, (_direct_dim(lb, k), _direct_dim(lb, n)), len(lb.indices))
-    return TensorCoreMatch(m.name, n.name, k.name, a, b)
+    kt = ir.operand_k(la.buffer.dtype)
+    a = Operand(la.buffer.op, (_direct_dim(la, m), _direct_dim(la, k)), len(la.indices), (MMA, kt))
+    b = Operand(lb.buffer.op, (_direct_dim(lb, k), _direct_dim(lb, n)), len(lb.indices), (kt, MMA))
+    return TensorCoreMatch(m.name, n.name, k.name, a, b, kt)
 
 
 def epilogue_root(state: State, i: int) -> int | None:
@@ -152,11 +168,11 @@ def epilogue_root(state: State, i: int) -> int | None:
 
 
 def _tile_fragment(state: State, name: str, operand: Operand) -> State:
-    """Split the fragment stage's two matrix dimensions by 16 and put the two 16s innermost
-    (rows, then cols), tensorized."""
+    """Split the fragment stage's two matrix dimensions by the fragment tile (16, or K) and put
+    the two tile loops innermost (rows, then cols), tensorized."""
     rows, cols = operand.dims
-    for d in (rows, cols):
-        state = state.split(name, f"ax{d}", [MMA])
+    for d, size in zip((rows, cols), operand.tile, strict=True):
+        state = state.split(name, f"ax{d}", [size])
     outer = [f"ax{d}_o" if d in (rows, cols) else f"ax{d}" for d in range(operand.ndim)]
     state = state.reorder(name, outer + [f"ax{rows}_i", f"ax{cols}_i"])
     return state.tensorize(name, f"ax{rows}_i")
@@ -208,7 +224,7 @@ def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[Stat
     outer K levels: [spatial..., K outer, reductions..., K chunk, M reps, N reps, M16, N16,
     K16]. Returns (state, the last outer reduction loop, the K chunk loop)."""
     m, n = f"{mt.m}_c", f"{mt.n}_c"
-    state = state.split(acc, m, [MMA]).split(acc, n, [MMA]).split(acc, mt.k, [None, MMA])
+    state = state.split(acc, m, [MMA]).split(acc, n, [MMA]).split(acc, mt.k, [None, mt.k_tile])
     roots = state[acc].root_iters
     spatial = [it.name for it in roots if it.kind == "spatial" and it.name not in (m, n)]
     reduces = [it.name for it in roots if it.kind == "reduce" and it.name != mt.k]
@@ -218,28 +234,50 @@ def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[Stat
     return state, ([ks[0], *reduces])[-1], ks[1]
 
 
+def _padded_output(state: State, i: int, mt: TensorCoreMatch) -> bool:
+    """Whether stage i's M or N extent is not a multiple of 16: its whole output tiles run past
+    the tensor's edge, so they cannot be stored to it by the warp (`_stage_output`)."""
+    return any(a.extent % MMA for a in state.stages[i].op.axis if a.name in (mt.m, mt.n))
+
+
+def _stage_output(state: State, c: str, acc: str, mt: TensorCoreMatch):
+    """The accumulator `acc` of stage `c` stored to a shared copy (a cache_read of it) that
+    `c`, the copy-out, reads: `c` then stores element by element, guarded at the tensor's edge,
+    like an epilogue. Returns (state, the shared copy's name, the match in its axis names)."""
+    state = state.cache_read(acc, "shared", [c])
+    dims = {a.name: f"ax{d}" for d, a in enumerate(state[c].op.axis)}
+    return state, f"{acc}.shared", replace(mt, m=dims[mt.m], n=dims[mt.n])
+
+
 def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple[State, int]:
     """Apply the Tensor Core sketch to stage i; returns the state and the index of the stage
-    before the accumulator (where the rules go on)."""
+    before the accumulator (where the rules go on). A padded M or N (`_padded_output`) with no
+    epilogue stores its tiles to a shared copy (`_stage_output`): the stage's own copy-out
+    then is the epilogue."""
     e = epilogue_root(state, i)
+    staged = e is None and _padded_output(state, i, mt)
     e_op = state.stages[e].op if e is not None else None
     c = state.stages[i].name
     state = state.cache_write(i, ACC_SCOPE)
     acc = f"{c}.{ACC_SCOPE}"
+    store_mt = mt  # the match in the store stage's axis names
+    if staged:
+        e_op = state[c].op
+        state, c, store_mt = _stage_output(state, c, acc, mt)
     caches = []
     for operand, scope in zip((mt.a, mt.b), OPERAND_SCOPES, strict=True):
         name = state.stages[state.stage_index(operand.op)].name
         state = state.cache_read(operand.op, "shared", [acc])
         state = state.cache_read(f"{name}.shared", scope, [acc])
         caches.append((f"{name}.shared", f"{name}.shared.{scope}", operand))
-    state, ids, warp = _tile_store(state, c, mt, bind_blocks=e_op is None)
+    state, ids, warp = _tile_store(state, c, store_mt, bind_blocks=e_op is None)
     state, shared_at, frag_at = _tile_accumulator(state, acc, mt)
     state = state.compute_at(acc, c, warp)
     for shared, frag, operand in caches:
         state = state.compute_at(shared, acc, shared_at)
         state = _tile_fragment(state, frag, operand).compute_at(frag, acc, frag_at)
     if e_op is not None:
-        state, block = _tile_epilogue(state, state.stage_index(e_op), c, mt, ids)
+        state, block = _tile_epilogue(state, state.stage_index(e_op), c, store_mt, ids)
         state = state.compute_at(c, e_op, block)
     return state, state.stage_index(acc) - 1
 

@@ -19,12 +19,13 @@ alone. `FillTensorCore` then draws, per group:
              distinct bank groups, keeps ldm a multiple of 16 bytes and tile offsets of 32
   vectors    the cooperative fetch's vector width per shared stage (16 bytes at most)
 
-all perfect factorisations of extent / 16. A draw whose shared memory (the padded A and B
-tiles, plus the float32 output tile when an epilogue reads the accumulators through shared
-memory; with no epilogue the copy-out stage writes global memory and needs none) is over the
-block's limit is drawn again. Then every shared stage is padded and fetched by all the block's
-threads: fused, split into vectors, lanes (threadIdx.x = the warp size, 32) and warps
-(threadIdx.y).
+all perfect factorisations of extent / 16 (of `padded_tiles` for an extent that is not a
+multiple of 16). A draw whose shared memory (the padded A and B tiles, plus the float32 output
+tile when an epilogue reads the accumulators through shared memory; with no epilogue the
+copy-out stage writes global memory and needs none) is over the block's opt-in limit (above 48
+KB the kernel's shared memory is dynamic) is drawn again. Then every shared stage is padded and
+fetched by all the block's threads: fused, split into vectors, lanes (threadIdx.x = the warp
+size, 32) and warps (threadIdx.y).
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ class TensorCoreGroup:
     shared: tuple[int, ...]  # the shared operand stages, fetched cooperatively
     roles: tuple[str, ...]  # per shared stage: the scope of the fragment it feeds
     row_axes: tuple[str | None, ...]  # per shared stage: the matrix axis of its last dimension
-    tiles: tuple[int, int, int]  # M / 16, N / 16, K / 16
+    tiles: tuple[int, int, int]  # M / 16, N / 16, K / 16 (`padded_tiles`)
     operand_bytes: int
     epilogue: bool  # the accumulators reach the output through shared memory
+    k_tile: int = MMA  # the wmma shape's K (8 for TF32): the inner length of the K split
+    held: tuple[int, int] = (0, 0)  # M, N tiles that hold elements: extent / 16 rounded up
 
     @property
     def split_ids(self) -> tuple[int, int, int]:
@@ -110,6 +113,14 @@ def _row_axis(sketch: State, shared: int) -> str | None:
     return dict(zip(dims, MATRIX_AXES[frag.scope], strict=True)).get(last)
 
 
+def padded_tiles(extent: int) -> int:
+    """The 16-wide tiles an axis is drawn for: extent / 16, or for an extent that is not a
+    multiple of 16 (a padded axis: whole tiles past its edge) its next even number of tiles,
+    so that 2, 4 or 8 warps and repeats still divide it (1000 -> 64, not the 63 of 1008)."""
+    tiles = -(-extent // MMA)
+    return tiles if extent % MMA == 0 else tiles + tiles % 2
+
+
 def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
     """The Tensor Core stages of a sketch (empty for every other sketch)."""
     out = []
@@ -139,9 +150,11 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 shared=shared,
                 roles=tuple(_fragment_of(sketch, c).scope for c in shared),
                 row_axes=tuple(_row_axis(sketch, c) for c in shared),
-                tiles=tuple(steps[k].extent // MMA for k in (*sp, rd[0])),
+                tiles=tuple(padded_tiles(steps[k].extent) for k in (*sp, rd[0])),
                 operand_bytes=max((BYTES[sketch.stages[c].op.dtype] for c in shared), default=2),
                 epilogue=root != store,
+                k_tile=steps[rd[0]].lengths[-1],
+                held=tuple(-(-steps[k].extent // MMA) for k in sp),
             )
         )
     return out
@@ -161,13 +174,14 @@ class TensorCoreDraw:
     repeats: tuple[int, int]
     chunk: int
     pads: tuple[int, ...] = ()  # per shared stage: elements added to each row
+    k_tile: int = MMA  # the wmma shape's K
 
     def extents(self) -> dict[str, int]:
         """The block's tile extent along each matrix axis."""
         return {
             "m": self.warps[0] * self.repeats[0] * MMA,
             "n": self.warps[1] * self.repeats[1] * MMA,
-            "k": self.chunk * MMA,
+            "k": self.chunk * self.k_tile,
         }
 
     def shared_bytes(self, g: TensorCoreGroup) -> int:
@@ -185,13 +199,21 @@ class TensorCoreDraw:
         return (
             (self.warps[0], self.repeats[0], MMA),
             (self.warps[1], self.repeats[1], MMA),
-            (self.chunk, MMA),
+            (self.chunk, self.k_tile),
         )
 
 
 def _pick_weighted(weights: dict, rng: random.Random):
     """A key of `weights`, drawn in proportion to its value."""
     return pick([k for k, w in weights.items() for _ in range(w)], rng)
+
+
+def _all_warps_hold_tiles(warps: int, repeats: int, held: int) -> bool:
+    """Whether each of `warps` warps of `repeats` tiles along an axis starts at a tile holding
+    elements (`held` of them; 0: unknown). A padded axis drawn for more tiles than it holds
+    could leave whole warps past its edge: lowering caps that loop at what is left, below the
+    block's warp count, which idles warps and leaves their tile numbers unprovable."""
+    return not held or warps <= -(-held // repeats)
 
 
 def _warp_splits(warps: int, m: int, n: int) -> list[tuple[int, int]]:
@@ -219,6 +241,8 @@ class FillTensorCore(InitRule):
                 if rm * rn <= MAX_TILES_PER_WARP
                 and max(wm * rm, wn * rn) <= MAX_BLOCK_TILES
                 and fragment_registers(rm, rn) <= budget
+                and _all_warps_hold_tiles(wm, rm, g.held[0])
+                and _all_warps_hold_tiles(wn, rn, g.held[1])
             ]
             if not repeats:
                 reason = Reason.REGISTERS
@@ -228,8 +252,8 @@ class FillTensorCore(InitRule):
                 _pick_weighted(PAD_WEIGHTS, rng) // g.operand_bytes if row is not None else 0
                 for row in g.row_axes
             )
-            d = TensorCoreDraw((wm, wn), pick(repeats, rng), chunk, pads)
-            if d.shared_bytes(g) > hw.max_shared_memory_per_block:
+            d = TensorCoreDraw((wm, wn), pick(repeats, rng), chunk, pads, g.k_tile)
+            if d.shared_bytes(g) > hw.max_shared_memory_per_block_optin:
                 reason = Reason.SHARED_MEMORY
                 continue
             return d
@@ -300,7 +324,7 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     threads = wm * wn * ctx.hardware.warp_size
     budget = ctx.hardware.registers_per_thread_limit(threads) // 2
     fixed = fragment_registers(rm, rn)
-    kt = chunk * MMA
+    kt = chunk * g.k_tile
     elems = {"wmma.matrix_a": wm * rm * MMA * kt, "wmma.matrix_b": wn * rn * MMA * kt}
     fetches = []  # (trips, registers per trip) of each shared stage's fetch loop
     for c, role in zip(g.shared, g.roles, strict=True):

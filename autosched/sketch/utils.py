@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autosched.schedule.compute_dag import OpInfo
+from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage
@@ -58,6 +58,18 @@ class SketchParams:
     # the 20 fastest kernels of every suite log and the top 5% of every dataset have <= 1325
     max_unrolled_statements: int = 1536
     tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
+    # float32 matrix products may use TF32 Tensor Cores (the task's `allow_tf32`; off: exact
+    # float32 arithmetic)
+    allow_tf32: bool = False
+    # the chance that the shared caches of one attach loop are double-buffered (fetched one
+    # iteration ahead, asynchronously where the GPU can)
+    double_buffer_probability: float = 0.5
+    # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
+    # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
+    # `split_k_min_chunk` elements), summed by a second kernel
+    split_k_parts: tuple[int, ...] = (4, 16)
+    split_k_max_outputs: int = 16384
+    split_k_min_chunk: int = 256
 
     @property
     def n_spatial_levels(self) -> int:
@@ -156,7 +168,7 @@ def stage_op_info(state: State, i: int) -> OpInfo | None:
     cache_write made, the analysis of the op it computes. None for cache_read copies and for
     the copy-out stage of a cache_write (they only move data)."""
     stage = state.stages[i]
-    info = state.dag.info.get(id(stage.op))
+    info = _op_info(state, stage.op, stage.origin)
     if info is not None or stage.origin != "cache_write":
         return info
     # The copy-out stage reads the local stage and produces the original op.
@@ -167,8 +179,15 @@ def stage_op_info(state: State, i: int) -> OpInfo | None:
             and isinstance(body.buffer, Tensor)
             and body.buffer.op is stage.op
         ):
-            return state.dag.info.get(id(other.produces))
+            return _op_info(state, other.produces, other.origin)
     return None
+
+
+def _op_info(state: State, op, origin: str) -> OpInfo | None:
+    """The DAG's analysis of `op`; an rfactor stage's partial sums, not in the DAG, are
+    analysed here (they are tiled as the reduction they split)."""
+    info = state.dag.info.get(id(op))
+    return analyse_op(op, False) if info is None and origin == "rfactor" else info
 
 
 def needs_multi_level_tiling(state: State, i: int) -> bool:

@@ -105,11 +105,12 @@ def check_program(
     program: ir.Program, hardware: HardwareParams, params: SketchParams
 ) -> Reason | None:
     """The first limit a lowered program breaks, or None: the hardware's launch limits, then
-    the sketch parameters' bounds on registers, vector width and code size."""
+    the sketch parameters' bounds on registers, vector width and code size. Shared memory may
+    reach the opt-in limit: above the static limit the printer makes it dynamic."""
     for k in program.kernels:
         if k.threads_per_block > hardware.max_threads_per_block:
             return Reason.THREADS_PER_BLOCK
-        if k.shared_bytes > hardware.max_shared_memory_per_block:
+        if k.shared_bytes > hardware.max_shared_memory_per_block_optin:
             return Reason.SHARED_MEMORY
         if sum(b.size for b in k.allocs if b.scope == "local") > params.max_local_elems:
             return Reason.LOCAL_MEMORY

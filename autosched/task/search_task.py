@@ -1,4 +1,5 @@
-"""SearchTask: a DAG to tune, its workload key, target and hardware parameters."""
+"""SearchTask: a DAG to tune, its workload key, target and hardware parameters, and whether
+its float32 matrix products may use TF32 Tensor Cores (`allow_tf32`, off by default)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,23 @@ from typing import Any
 
 from autosched.errors import AutoschedError
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.task.workload_registry import make_workload_key
+from autosched.task.workload_registry import (
+    make_workload_key,
+    split_workload_key,
+    tf32_workload_key,
+)
 from autosched.task.workloads import SUITE
 from measure.hardware import HardwareParams
 
 
 class SearchTask:
-    """`SearchTask(func=conv2d_layer, args=(...), target="cuda")`, or `SearchTask(dag=...)`."""
+    """`SearchTask(func=conv2d_layer, args=(...), target="cuda")`, or `SearchTask(dag=...)`.
+
+    `allow_tf32=True` lets the search put float32 matrix products on the Tensor Cores with
+    their operands rounded to TF32 (10-bit mantissa; measured results are checked with a
+    tolerance to match). The option is part of the task's workload key
+    (`workload_registry.tf32_workload_key`), so it travels with the key to record logs,
+    worker processes and measurements, and a key that carries it turns it on."""
 
     def __init__(
         self,
@@ -24,6 +35,7 @@ class SearchTask:
         workload_key: str | None = None,
         hardware_params: HardwareParams | None = None,
         desc: str = "",
+        allow_tf32: bool = False,
     ) -> None:
         if target != "cuda":
             raise AutoschedError(f"unsupported target {target!r}; autosched generates CUDA only")
@@ -33,8 +45,9 @@ class SearchTask:
                     raise AutoschedError("SearchTask needs func (+args), a workload_key, or a dag")
                 workload_key = make_workload_key(func, args)
             dag = ComputeDAG.from_workload_key(workload_key)
-        if workload_key is not None:
-            dag.workload_key = workload_key
+        key = dag.workload_key if workload_key is None else workload_key
+        self.allow_tf32 = bool(allow_tf32) or split_workload_key(key)[1]
+        dag.workload_key = tf32_workload_key(key, self.allow_tf32)
         self.compute_dag = dag
         self.workload_key = dag.workload_key
         self.target = target
@@ -52,7 +65,7 @@ class SearchTask:
         return f"SearchTask({self.workload_key})"
 
 
-def suite_task(name: str, reduced: bool = False):
+def suite_task(name: str, reduced: bool = False, allow_tf32: bool = False):
     """The SearchTask of suite workload `name`, at full size or at its reduced size."""
     workload, full, small = SUITE[name]
-    return SearchTask(workload, small if reduced else full)
+    return SearchTask(workload, small if reduced else full, allow_tf32=allow_tf32)

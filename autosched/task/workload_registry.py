@@ -64,6 +64,25 @@ def lookup(name: str) -> Callable[..., list]:
     return WORKLOADS[name]
 
 
+# A task that allows TF32 Tensor Cores for its float32 matrix products (`SearchTask.allow_tf32`)
+# has the plain key behind this prefix: the same DAG, but other programs, other tolerances and
+# other costs, so its records, model data and references never mix with the float32 task's.
+TF32_KEY_PREFIX = "tf32:"
+
+
+def tf32_workload_key(key: str, allow_tf32: bool) -> str:
+    """The workload key of the task of `key`'s DAG with TF32 allowed or not."""
+    base, _ = split_workload_key(key)
+    return TF32_KEY_PREFIX + base if allow_tf32 else base
+
+
+def split_workload_key(key: str) -> tuple[str, bool]:
+    """(the plain workload key, whether the key's task allows TF32)."""
+    if key.startswith(TF32_KEY_PREFIX):
+        return key[len(TF32_KEY_PREFIX) :], True
+    return key, False
+
+
 # workload key -> serialised DAG (te.serialize), as record logs carry them
 SERIALIZED_DAGS: dict[str, dict] = {}
 
@@ -77,17 +96,19 @@ def remember_serialized(key: str, data: dict) -> None:
 def workload_tensors(key: str) -> list:
     """The tensors of a workload key: its registered function called with the key's arguments,
     else the serialised DAG remembered for the key."""
+    plain = split_workload_key(key)[0]  # a TF32 task's key names its plain workload
+    remembered = SERIALIZED_DAGS.get(key, SERIALIZED_DAGS.get(plain))
     try:
-        name, *args = json.loads(key)
+        name, *args = json.loads(plain)
     except (ValueError, TypeError) as exc:
-        if key in SERIALIZED_DAGS:
-            return load_tensors(SERIALIZED_DAGS[key])
+        if remembered is not None:
+            return load_tensors(remembered)
         raise WorkloadError(f"malformed workload key {key!r}") from exc
     try:
         func = lookup(name)
     except WorkloadError:
-        if key in SERIALIZED_DAGS:
-            return load_tensors(SERIALIZED_DAGS[key])
+        if remembered is not None:
+            return load_tensors(remembered)
         raise
     tensors = func(*_tuplify(args))
     if not isinstance(tensors, (list, tuple)):

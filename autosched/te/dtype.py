@@ -72,6 +72,24 @@ def round_to(values, dtype: str) -> np.ndarray:
     return np.asarray(values).astype(compute_dtype(dtype), copy=False)
 
 
+# TF32 (Tensor Core operands of float32 matrix products): float32's sign and 8-bit exponent
+# with a 10-bit mantissa, held in float32 with the low 13 bits zero.
+TF32_DROPPED_BITS = 13
+
+
+def round_tf32(values) -> np.ndarray:
+    """float32 `values` rounded to TF32 as CUDA's `__float_to_tf32` (PTX cvt.rna.tf32.f32)
+    does: to nearest, ties away from zero (half of the dropped range added to the magnitude's
+    bits, which carries into the exponent when it must), the low 13 bits cleared; NaN stays
+    NaN, infinities stay, values that round past the largest TF32 become infinite."""
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    bits = x.view(np.uint32)
+    half = np.uint32(1 << (TF32_DROPPED_BITS - 1))
+    keep = np.uint32((0xFFFFFFFF >> TF32_DROPPED_BITS) << TF32_DROPPED_BITS)
+    rounded = ((bits + half) & keep).view(np.float32)
+    return np.where(np.isnan(x), x, rounded)
+
+
 def to_storage(values, dtype: str) -> np.ndarray:
     """`values` rounded to `dtype`, in its storage dtype (see `numpy_dtype`)."""
     if dtype == "bfloat16":

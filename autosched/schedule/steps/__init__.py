@@ -7,11 +7,16 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - loop: split, follow split, follow fused split, fuse, reorder;
 - compute_location: compute_at, compute_root, compute_inline;
 - cache: cache_read, cache_write, rfactor (the steps that add a stage);
-- annotation: annotations, pragmas, storage_align;
+- annotation: annotations, pragmas, storage_align, double_buffer;
 - replay: replaying steps and printing a state as a Python schedule.
 """
 
-from autosched.schedule.steps.annotation import AnnotationStep, PragmaStep, StorageAlignStep
+from autosched.schedule.steps.annotation import (
+    AnnotationStep,
+    DoubleBufferStep,
+    PragmaStep,
+    StorageAlignStep,
+)
 from autosched.schedule.steps.base import STEP_REGISTRY, Step, replace
 from autosched.schedule.steps.cache import CacheReadStep, CacheWriteStep, RfactorStep
 from autosched.schedule.steps.compute_location import (
@@ -36,6 +41,7 @@ __all__ = [
     "ComputeAtStep",
     "ComputeInlineStep",
     "ComputeRootStep",
+    "DoubleBufferStep",
     "FollowFusedSplitStep",
     "FollowSplitStep",
     "FuseStep",

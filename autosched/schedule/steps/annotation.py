@@ -1,6 +1,6 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
-unroll, vectorize, parallel, tensorize), unroll pragmas and the storage alignment of a cache
-buffer."""
+unroll, vectorize, parallel, tensorize), unroll pragmas, and the storage alignment and double
+buffering of a shared cache buffer."""
 
 from __future__ import annotations
 
@@ -155,3 +155,28 @@ class StorageAlignStep(Step):
         stage = before.stages[self.stage_id]
         it = pyiter(stage, stage.iters[self.iter_id].name)
         return [f"s[{pyname(stage)}].storage_align({it}, {self.factor}, {self.offset})"]
+
+
+@dataclass(frozen=True, slots=True)
+class DoubleBufferStep(Step):
+    """Fetch a shared stage one iteration of its attach loop ahead, into the other of two
+    buffers (TVM's `double_buffer`): the loop then needs one barrier per iteration instead of
+    two, and the copy of the next tile (asynchronous where the GPU can: `cp.async`) overlaps
+    the computation on the current one. Lowering (lower/double_buffer.py) does the rest."""
+
+    TAG: ClassVar[str] = "DB"
+    stage_id: int
+
+    def apply(self, state):
+        stage = state.stages[self.stage_id]
+        check(
+            stage.scope == "shared",
+            lambda: (
+                f"double_buffer on {stage.name!r}: only a shared stage can be double-buffered "
+                f"(its scope is {stage.scope!r})"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, double_buffer=True))
+
+    def to_python(self, before, after):
+        return [f"s[{pyname(before.stages[self.stage_id])}].double_buffer()"]

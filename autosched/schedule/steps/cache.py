@@ -128,6 +128,7 @@ class CacheWriteStep(Step):
             stage_from_op(copy_op, produces=stage.produces),
             compute_at=stage.compute_at,
             attach=stage.attach,
+            origin=stage.origin,
         )
         local = stage_from_op(
             local_op, scope=self.scope_name, redirects=stage.redirects, origin="cache_write"

@@ -1,0 +1,129 @@
+"""Double buffering: a shared stage fetched one iteration of its attach loop ahead.
+
+Without it, a shared stage attached at loop `k` (the outer reduction tile of a GEMM) is emitted
+inside that loop as `barrier; fetch tile k; barrier; compute on tile k`: two barriers per
+iteration, and no thread computes while the block waits for global memory. A stage marked
+`double_buffer` gets two buffers, slot `k % 2` holding tile k, and the loop becomes
+
+    fetch tile 0 into slot 0
+    for k:
+        barrier                                   (tile k is complete; slot (k+1)%2 is free)
+        if k + 1 < K: fetch tile k+1 into slot (k+1)%2
+        compute on slot k%2
+    barrier                                       (the last tile's readers are done)
+
+One barrier per iteration suffices: it orders the fetch of tile k (issued during iteration k-1)
+before every read of it, and every read of slot (k+1)%2 (during iteration k-1) before the
+fetch that overwrites it. The fetch of tile k+1 is issued before the computation on tile k, so
+its global loads are in flight during that computation; the CUDA printer issues such copies
+asynchronously (`cp.async`, marked on the buffer as `async_copy`) and waits for them at the
+next barrier (see `autosched.codegen.async_copy`), which is exactly where the loop needs them.
+
+A stage whose attach loop is bound to a thread index or runs once has nothing to fetch ahead:
+its mark is ignored (one buffer, the plain emission). Other stages attached at the same loop
+keep their own barriers inside the computation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosched.lower import ir
+from autosched.lower.ir import LAUNCH_TAGS
+from autosched.te.expr import BinOp, Const, Expr, Load, Var
+from autosched.te.visitor import rewrite, substitute
+
+if TYPE_CHECKING:
+    from autosched.lower.lowering import Lowerer
+
+I32 = "int32"
+SLOTS = 2
+
+
+def _c(v: int) -> Const:
+    return Const(v, I32)
+
+
+def is_double_buffered(lw: Lowerer, j: int) -> bool:
+    """Whether stage j is emitted double-buffered: marked, shared, attached at a serial loop
+    that runs more than once (after bound inference, which gives the loop's extent)."""
+    st = lw.stages[j]
+    if not st.double_buffer or lw.info[j].scope != "shared" or st.attach is None:
+        return False
+    target, name = st.attach
+    return lw.annotation((target, name)) not in LAUNCH_TAGS and lw.info[target].ext[name] > 1
+
+
+def slot_shape(lw: Lowerer, j: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The allocation of stage j: `shape`, with a leading dimension of two slots when the stage
+    is double-buffered."""
+    return (SLOTS, *shape) if is_double_buffered(lw, j) else shape
+
+
+def _slot_offset(v: Expr, size: int) -> Expr:
+    return BinOp("*", BinOp("floormod", v, _c(SLOTS), I32), _c(size), I32)
+
+
+def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
+    """`s` with every access of the buffers in `offsets` (by id) moved by their offset: loads,
+    stores and the memory tiles of warp statements."""
+
+    def load(e: Expr) -> Expr:
+        def fix(node):
+            if isinstance(node, Load) and id(node.buffer) in offsets:
+                (index,) = node.indices
+                index = rewrite(index, fix)
+                return Load(node.buffer, (BinOp("+", index, offsets[id(node.buffer)], I32),))
+            return None
+
+        return rewrite(e, fix)
+
+    def target(buffer: ir.Buffer, index: Expr):
+        delta = offsets.get(id(buffer))
+        return buffer, index if delta is None else BinOp("+", index, delta, I32)
+
+    def warp(w: ir.WarpStmt) -> ir.WarpStmt:
+        tile = w.memory_tile()
+        if tile is None or id(tile.buffer) not in offsets:
+            return w
+        exprs = w.exprs()
+        at = next(k for k, e in enumerate(exprs) if e is tile.offset)
+        exprs[at] = BinOp("+", tile.offset, offsets[id(tile.buffer)], I32)
+        return w.with_exprs(exprs)
+
+    return ir.map_exprs(s, load, target, warp)
+
+
+def _at_iteration(s: ir.Stmt, v: Var, value: Expr) -> ir.Stmt:
+    """`s` with loop variable `v` replaced by `value`."""
+    return ir.map_exprs(s, lambda e: substitute(e, {v: value}))
+
+
+def emit_double_buffered(
+    lw: Lowerer, loop_var: Var, extent: int, kind: str, fetched: list[int], rest: list[ir.Stmt],
+    body: ir.Stmt,
+) -> ir.Stmt:  # fmt: skip
+    """The loop `for loop_var < extent` (of `kind`) whose double-buffered stages `fetched` are
+    fetched one iteration ahead, around the other attached stages `rest` and the loop's
+    `body`."""
+    fetch = ir.seq([lw.emit(j) for j in fetched])
+    buffers = [lw.info[j].buffer for j in fetched]
+    size = {id(b): b.size // SLOTS for b in buffers}
+    for b in buffers:
+        b.async_copy = True
+
+    def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
+        return _shift_accesses(s, {k: _slot_offset(iteration, n) for k, n in size.items()})
+
+    following = BinOp("+", loop_var, _c(1), I32)
+    prologue = into_slot(_at_iteration(fetch, loop_var, _c(0)), _c(0))
+    ahead = ir.guarded(
+        into_slot(_at_iteration(fetch, loop_var, following), following),
+        [BinOp("<", following, _c(extent), "bool")],
+    )
+    compute = into_slot(ir.seq([*rest, body]), loop_var)
+    loop = ir.For(loop_var, extent, kind, ir.seq([ir.Barrier(), ahead, compute]))
+    return ir.seq([prologue, loop, ir.Barrier()])
+
+
+__all__ = ["emit_double_buffered", "is_double_buffered", "slot_shape"]

@@ -1,0 +1,49 @@
+"""Split-K (sketch/rules.py `SplitKReduction`): a reduction with a small output and a long
+reduction is also sketched as partial sums over P parts (rfactor) plus a kernel that adds them;
+sampled states lower to two kernels and compute the DAG on the CPU interpreter."""
+
+from __future__ import annotations
+
+from interpreter_check import lower_and_compare
+from workloads_for_tests import matmul_dag
+
+from autosched.schedule.steps import RfactorStep, print_python_schedule
+from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.utils import SketchParams
+
+
+def split_parts(sketch) -> int | None:
+    """P of a split-K sketch (the extent of its rf stage's first axis), None for the others."""
+    rf = [st for st in sketch.stages if st.op.name.endswith(".rf")]
+    return rf[0].op.axis[0].extent if rf else None
+
+
+def test_small_outputs_with_long_reductions_get_split_sketches():
+    sketches = generate_sketches(matmul_dag(16, 16, 4096))
+    assert sorted(p for p in map(split_parts, sketches) if p) == [4, 16]
+    assert None in map(split_parts, sketches)  # the unsplit ones are kept
+    split = next(s for s in sketches if split_parts(s) == 16)
+    names = [st.name for st in split.stages]
+    assert {"A.shared", "B.shared", "C.rf.local", "C.rf", "C"} <= set(names)  # rf tiled
+
+
+def test_large_outputs_and_short_reductions_are_not_split():
+    assert not any(map(split_parts, generate_sketches(matmul_dag(256, 128, 4096))))
+    assert not any(map(split_parts, generate_sketches(matmul_dag(16, 16, 512))))
+    # parts that would leave chunks under the minimum (256) are not sketched
+    few = generate_sketches(matmul_dag(16, 16, 2048))
+    assert sorted(p for p in map(split_parts, few) if p) == [4]
+
+
+def test_split_states_compute_the_matmul_in_two_kernels():
+    dag, params = matmul_dag(8, 16, 1024), SketchParams(split_k_min_chunk=64)
+    split = [s for s in generate_sketches(dag, params=params) if split_parts(s)]
+    sampler = SketchSampler(split, params=params)
+    states = sampler.sample(2, 0)
+    assert states
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert len(program.kernels) == 2 and [b.name for b in program.temps] == ["C_rf"]
+        lower_and_compare(dag, state, rtol=1e-3)
+    text = print_python_schedule(states[0])
+    assert "s.rfactor(" in text and any(isinstance(s, RfactorStep) for s in states[0].steps)
