@@ -1,5 +1,6 @@
-"""Tune fp16 / bf16 workloads (Tensor Core sketches) and compare with PyTorch's half-precision
-kernels (cuBLAS / cuDNN on Tensor Cores) in one process.
+"""Tune fp16 / bf16 workloads (Tensor Core sketches), and fp32 ones with TF32 allowed, and
+compare with PyTorch's half-precision (or TF32) kernels (cuBLAS / cuDNN on Tensor Cores) in one
+process.
 
     python3 benchmarks/tensor_core.py --trials 1000 --out results/ [--workloads NAME ...]
         [--resume FOLDER_OF_EARLIER_LOGS]
@@ -47,7 +48,30 @@ def _conv2d_nhwc(args):
     return run
 
 
-# benchmark name -> (registered workload, its args, PyTorch equivalent)
+def _tf32(torch_fn):
+    """PyTorch's equivalent with TF32 matrix products allowed while it runs (and is captured),
+    as the search's TF32 option allows ours."""
+
+    def make(args):
+        fn = torch_fn(args)
+
+        def run(*tensors):
+            import torch
+
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                return fn(*tensors)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+
+        return run
+
+    return make
+
+
+# benchmark name -> (registered workload, its args, PyTorch equivalent); TF32 ones are fp32
+# workloads tuned with `allow_tf32` and compared with PyTorch's TF32
 WORKLOADS: dict[str, tuple[str, tuple, object]] = {
     "matmul_fp16_1024": ("matmul_fp16", (1024, 1024, 1024), TORCH_EQUIVALENTS["matmul"]),
     "matmul_fp16_4096": ("matmul_fp16", (4096, 4096, 4096), TORCH_EQUIVALENTS["matmul"]),
@@ -57,7 +81,9 @@ WORKLOADS: dict[str, tuple[str, tuple, object]] = {
         TORCH_EQUIVALENTS["batch_matmul"],
     ),
     "conv2d_nhwc_fp16": ("conv2d_nhwc_fp16", (256, 14, 14, 512, 256, 3, 3, 1, 1), _conv2d_nhwc),
+    "matmul_tf32_1024": ("matmul", (1024, 1024, 1024), _tf32(TORCH_EQUIVALENTS["matmul"])),
 }
+TF32 = {"matmul_tf32_1024"}
 
 
 def tune(name: str, ns) -> tuple:
@@ -69,7 +95,7 @@ def tune(name: str, ns) -> tuple:
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
 
     workload, args, _ = WORKLOADS[name]
-    task = autosched.SearchTask(workload, args)
+    task = autosched.SearchTask(workload, args, allow_tf32=name in TF32)
     log = os.path.join(ns.out, f"{name}.json")
     model, callbacks, done = autosched.XGBModel(), [], 0
     earlier = os.path.join(ns.resume, f"{name}.json") if ns.resume else None
@@ -161,7 +187,8 @@ def markdown(rows: list[dict], header: str) -> str:
         header,
         "",
         "GPU time: CUDA graph replays of 100 calls, median of 20, inputs rotated past the L2"
-        " cache; PyTorch with its own half-precision kernels (Tensor Cores).",
+        " cache; PyTorch with its own half-precision kernels (Tensor Cores), TF32 for the"
+        " tf32 rows.",
         "",
         "| workload | GFLOP | autosched µs | torch µs | torch/ours speed | TFLOP/s"
         " | same inputs µs: ours / torch | search record µs | tensorized | trials"

@@ -23,7 +23,7 @@ from autosched.sketch.validity import check_program
 from autosched.task.workloads import SUITE
 from measure.hardware import HardwareParams
 
-N_INTERPRETED = 30  # states per workload run on the interpreter (200 of the cross-thread ones)
+N_INTERPRETED = 20  # states per workload run on the interpreter (120 of the cross-thread ones)
 N_FULL_SIZE = 10  # full-size states per workload lowered in CI (200 in the slow test)
 
 
