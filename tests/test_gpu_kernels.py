@@ -135,13 +135,15 @@ def test_double_buffered_matmul_with_cp_async():
     assert "as_cp_async_16(" in kernel.source and "as_cp_async_4(" in kernel.source
 
 
-def test_double_buffered_tensor_core_matmul():
+@pytest.mark.parametrize("args", [(256, 384, 512), (200, 300, 168)], ids=["tiled", "padded"])
+def test_double_buffered_tensor_core_matmul(args):
+    """Sampled Tensor Core states, double-buffered, on multiples of 16 and on padded extents."""
     from test_tensor_core_sketch import tc_dag
 
     from autosched.sketch import SketchSampler, generate_sketches
     from autosched.sketch.utils import SketchParams
 
-    dag = tc_dag("matmul_fp16", args=(256, 384, 512))
+    dag = tc_dag("matmul_fp16", args=args)
     sampler = SketchSampler(
         generate_sketches(dag), params=SketchParams(double_buffer_probability=1.0)
     )
