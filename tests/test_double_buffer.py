@@ -151,3 +151,25 @@ def test_the_rule_marks_every_cache_of_a_loop_or_none(probability):
     got = DoubleBuffer().apply(ctx, None, state, random.Random(0))
     marks = [st.double_buffer for st in got.stages if st.scope == "shared"]
     assert marks == [bool(probability)] * 2
+
+
+def test_a_kernel_with_no_asynchronous_copy_still_defines_its_wait():
+    """A double-buffered buffer whose stores are not plain copies (here a scaled value) prints
+    plain stores, and the wait before its barriers still has its definition."""
+    from autosched.te.expr import BinOp, Const, Load
+
+    src = ir.Buffer("A", (64,), "float32")
+    out = ir.Buffer("B", (64,), "float32")
+    tile = ir.Buffer("T", (2, 64), "float32", "shared", async_copy=True)
+    tx = ir.THREAD_VARS["threadIdx.x"]
+    body = ir.seq(
+        [
+            ir.Store(tile, tx, BinOp("*", Load(src, (tx,)), Const(2.0, "float32"), "float32")),
+            ir.Barrier(),
+            ir.Store(out, tx, Load(tile, (tx,))),
+        ]
+    )
+    kernel = ir.Kernel("k", (1, 1, 1), (64, 1, 1), [tile], body)
+    source = codegen_program(ir.Program([kernel], [src, out], [out]))
+    assert "as_cp_async_wait_all();" in source and "void as_cp_async_wait_all()" in source
+    assert "as_cp_async_4(&" not in source  # no copy of its own to issue

@@ -200,7 +200,7 @@ def test_padded_full_size_states_compile_without_spills():
     g = _group(dag)
     big = sorted(states, key=lambda s: -math.prod(_block_tiles(s, g)))
     picked = [s for s in big if _padded(s)][:4]
-    assert _block_tiles(picked[0], g) == (128, 128)
+    assert math.prod(_block_tiles(picked[0], g)) >= 128 * 128
     jobs = [codegen_program(device_program(sampler.programs[s.key()])) for s in picked]
     assert all("load_matrix_sync" in src for src in jobs)
     with ThreadPoolExecutor(4) as pool:

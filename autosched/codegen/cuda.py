@@ -413,6 +413,7 @@ class KernelPrinter:
         """`__syncthreads()`, after waiting for the thread's asynchronous copies if it may have
         issued any (they must be complete and visible once the block passes the barrier)."""
         if uses_async_copy(self.k):
+            self.ex.helpers.add(ASYNC_HELPER)
             self.emit(d, ASYNC_WAIT)
         self.emit(d, self.t.barrier)
 

@@ -9,15 +9,16 @@ alone. `FillTensorCore` then draws, per group:
   warps      the block's warps, 2, 4 or 8 (4 and 8 twice as likely: fewer warps leave the
              SM's Tensor Cores idle), split between M and N; 1 only where no other count fits
   repeats    accumulator tiles per warp along M and N, uniform over the pairs that fit: at most
-             `MAX_TILES_PER_WARP` tiles, block tiles at most `MAX_BLOCK_TILES` x 16 (128) a
+             `MAX_TILES_PER_WARP` tiles, block tiles at most `MAX_BLOCK_TILES` x 16 (256) a
              side, and their fragments' registers (8 per accumulator tile, 4 per operand tile,
-             per thread) at most half of what a thread may have
+             per thread) at most two thirds of what a thread may have
   chunk      16-wide K steps per shared-memory tile
   padding    per shared stage whose rows are a 16-tiled dimension: none, or 16 bytes more per
              row (3 in 4), recorded as storage_align(row axis, 32 bytes, 16 bytes) in elements:
              a row stride of 16k + 8 halves puts the 8 rows of each 16-byte fragment read in 8
              distinct bank groups, keeps ldm a multiple of 16 bytes and tile offsets of 32
-  vectors    the cooperative fetch's vector width per shared stage (16 bytes at most)
+  vectors    the cooperative fetch's vector width per shared stage (16 bytes at most, the
+             widest the likeliest)
 
 all perfect factorisations of extent / 16 (of `padded_tiles` for an extent that is not a
 multiple of 16). A draw whose shared memory (the padded A and B tiles, plus the float32 output
@@ -45,11 +46,20 @@ from autosched.te.expr import Load
 
 # the block's warps -> weight of the draw (see the module docstring); 1 is the fallback
 WARP_WEIGHTS = {2: 1, 4: 2, 8: 2}
-MAX_TILES_PER_WARP = 8  # accumulator tiles per warp
-MAX_BLOCK_TILES = 8  # 16-wide tiles along a block side: block tiles up to 128 x 128
+MAX_TILES_PER_WARP = 16  # accumulator tiles per warp: warp tiles up to 64 x 64
+# 16-wide tiles along a block side: block tiles up to 256 x 128. A block tile's arithmetic
+# intensity (flops per byte fetched from L2) grows with its size, and L2 bandwidth bounds
+# tiles of 128 x 64 and below on large products
+MAX_BLOCK_TILES = 16
+# the share of a thread's registers its fragments may take (accumulators and one K step's
+# operands); the rest holds addresses and the fetch's vectors
+FRAGMENT_REGISTER_SHARE = (2, 3)
 REGISTERS_PER_TILE = 8  # a 16x16 float32 accumulator over 32 lanes
 REGISTERS_PER_OPERAND_TILE = 4  # a 16x16 half-precision operand fragment over 32 lanes
 MAX_CHUNK = 8  # 16-wide K steps per shared tile
+# a fetch's vector lanes -> weight of the draw: 16-byte copies (8 halves) half the time, as
+# they move a tile in the fewest instructions (one cp.async each when double-buffered)
+VECTOR_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 4}
 # bytes added to each shared row -> weight of the draw; storage_align's factor is twice it
 PAD_WEIGHTS = {0: 1, 16: 3}
 # the matrix axes of a fragment's (row, col) dimensions, by its scope
@@ -233,7 +243,8 @@ class FillTensorCore(InitRule):
         for _ in range(ctx.params.tile_retries):
             warps = _pick_weighted(counts, rng)
             wm, wn = pick(_warp_splits(warps, m, n), rng)
-            budget = hw.registers_per_thread_limit(warps * hw.warp_size) // 2
+            numerator, denominator = FRAGMENT_REGISTER_SHARE
+            budget = hw.registers_per_thread_limit(warps * hw.warp_size) * numerator // denominator
             repeats = [
                 (rm, rn)
                 for rm in divisors(m // wm)
@@ -275,8 +286,8 @@ class FillTensorCore(InitRule):
             state = state.fuse(c, list(range(n)))
         nbytes = BYTES.get(state.stages[c].op.dtype, 2)
         widest = ctx.params.max_vector_bytes // nbytes if vector_ok else 1
-        vectors = [v for v in (1, 2, 4, 8) if v <= widest]
-        state = state.split(c, 0, [pick(vectors, rng)]).vectorize(c, 1)
+        vectors = {v: w for v, w in VECTOR_WEIGHTS.items() if v <= widest}
+        state = state.split(c, 0, [_pick_weighted(vectors, rng)]).vectorize(c, 1)
         state = state.split(c, 0, [ctx.hardware.warp_size]).bind(c, 1, "threadIdx.x")
         state = state.follow_fused_split(c, 0, [g.m_split, g.n_split], 0, True)
         return state.bind(c, 1, "threadIdx.y")
@@ -317,12 +328,14 @@ def _fetch_vector(state: State, c: int) -> int:
 
 def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -> tuple:
     """The auto_unroll_max_step configs for a Tensor Core accumulator whose unrolled loops
-    fit in half a thread's registers: its accumulator and operand fragments, plus, where the
+    fit in the fragments' share of a thread's registers: its accumulator and operand
+    fragments, plus, where the
     cooperative fetch loop unrolls (its trips at most max_step), one register per loaded
     vector word: nvcc hoists the unrolled global loads into registers."""
     (wm, rm, _), (wn, rn, _), (chunk, _) = (state.steps[k].lengths for k in g.split_ids)
     threads = wm * wn * ctx.hardware.warp_size
-    budget = ctx.hardware.registers_per_thread_limit(threads) // 2
+    numerator, denominator = FRAGMENT_REGISTER_SHARE
+    budget = ctx.hardware.registers_per_thread_limit(threads) * numerator // denominator
     fixed = fragment_registers(rm, rn)
     kt = chunk * g.k_tile
     elems = {"wmma.matrix_a": wm * rm * MMA * kt, "wmma.matrix_b": wn * rn * MMA * kt}
