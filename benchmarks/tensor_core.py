@@ -48,6 +48,31 @@ def _conv2d_nhwc(args):
     return run
 
 
+def _conv2d_nchw(args):
+    """Ours and PyTorch's take the same NCHW data and OIHW kernel."""
+    N, CI, H, W, CO, KH, KW, stride, pad = args
+    import torch.nn.functional as F
+
+    return lambda x, w: F.conv2d(x, w, stride=stride, padding=pad)
+
+
+def _conv2d_nhwcnc(args):
+    """Ours: the seed's blocked layouts (data (N/16, H, W, CI/16, 16 n, 16 ci), kernel (KH, KW,
+    CI/16, CO/16, 16 ci, 16 co), output likewise). PyTorch's conv on the same values: the
+    operands unblocked to NCHW / OIHW and its output blocked back, inside the timed call (the
+    copies are part of what PyTorch needs to serve this layout)."""
+    N, H, W, CO, CI, KH, KW, pad = args
+    import torch.nn.functional as F
+
+    def run(x, w):
+        data = x.permute(0, 4, 3, 5, 1, 2).reshape(N, CI, H, W)
+        kernel = w.permute(3, 5, 2, 4, 0, 1).reshape(CO, CI, KH, KW)
+        y = F.conv2d(data, kernel, padding=pad)
+        return y.reshape(N // 16, 16, CO // 16, 16, H, W).permute(0, 4, 5, 2, 1, 3)
+
+    return run
+
+
 def _tf32(torch_fn):
     """PyTorch's equivalent with TF32 matrix products allowed while it runs (and is captured),
     as the search's TF32 option allows ours."""
@@ -82,6 +107,12 @@ WORKLOADS: dict[str, tuple[str, tuple, object]] = {
     ),
     "conv2d_nhwc_fp16": ("conv2d_nhwc_fp16", (256, 14, 14, 512, 256, 3, 3, 1, 1), _conv2d_nhwc),
     "matmul_tf32_1024": ("matmul", (1024, 1024, 1024), _tf32(TORCH_EQUIVALENTS["matmul"])),
+    "conv2d_nchw_fp16": (
+        "conv2d_nchw_fp16",
+        (256, 256, 14, 14, 512, 3, 3, 1, 1),
+        _conv2d_nchw,
+    ),
+    "conv2d_nhwcnc_fp16": ("conv2d_nhwcnc_fp16", (256, 14, 14, 512, 256, 3, 3, 1), _conv2d_nhwcnc),
 }
 TF32 = {"matmul_tf32_1024"}
 

@@ -154,6 +154,26 @@ def test_double_buffered_tensor_core_matmul(args):
         assert "mma_sync" in kernel.source and "as_cp_async_" in kernel.source
 
 
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("conv2d_nchw_fp16", (32, 64, 8, 8, 64, 3, 3, 1, 1)),
+        ("conv2d_nhwcnc_fp16", (32, 8, 8, 64, 64, 3, 3, 1)),
+    ],
+)
+def test_tensor_core_convolutions_in_nchw_and_the_seeds_blocked_layout(name, args):
+    from test_tensor_core_sketch import tc_dag
+
+    from autosched.sketch import SketchSampler, generate_sketches
+
+    dag = tc_dag(name, args=args)
+    states = SketchSampler(generate_sketches(dag)).sample(3, 0)
+    assert states
+    for state in states:
+        kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
+        assert "mma_sync" in kernel.source
+
+
 # ---- (d) fused elementwise, (e) softmax, (f) non-dividing splits ---------------------------------
 
 

@@ -102,7 +102,12 @@ def _sample(dag, n: int, seed: int):
     return sampler, states
 
 
-@pytest.mark.parametrize("name", list(TENSOR_CORE_SUITE))
+# workloads whose shared operand tiles hold the fragments' rows in their last dimension (NCHW
+# data tiles are (n, c, 1, 1): their rows are the channels)
+ROWS_LAST = [name for name in TENSOR_CORE_SUITE if name != "conv2d_nchw_fp16"]
+
+
+@pytest.mark.parametrize("name", ROWS_LAST)
 def test_padded_states_load_fragments_at_the_padded_stride_and_compute_the_dag(name):
     dag = tc_dag(name)
     sampler, states = _sample(dag, 8, 3)

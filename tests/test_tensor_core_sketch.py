@@ -37,6 +37,8 @@ AXES = {
     "matmul_fp16": ("i", "j", "k"),
     "batch_matmul_bf16": ("i", "j", "k"),
     "conv2d_nhwc_fp16": ("nn", "ff", "rc"),
+    "conv2d_nchw_fp16": ("nn", "ff", "rc"),
+    "conv2d_nhwcnc_fp16": ("nn", "oo", "ii"),
 }
 
 
@@ -116,12 +118,14 @@ def test_the_sketch_is_the_seeds_structure(name):
     c = sketch.stages[acc.attach[0]]
     assert len(tensorized(sketch)) == 4  # the two fragment loads, the mma and the store
     assert [it.annotation for it in c.iters].count("threadIdx.y") == 1
-    # the cast epilogue is the root: blocks, warps, 32 lanes; C inside its block loop
-    root = sketch.stages[c.attach[0]]
-    assert root.compute_at == ROOT and root.name == "T_cast"
+    # the cast epilogue is the root (blocks, warps, 32 lanes; C inside its block loop), or with
+    # no epilogue (the seed's fp32 output) the copy-out itself
+    root = c if c.compute_at == ROOT else sketch.stages[c.attach[0]]
+    assert root.compute_at == ROOT and root.name == ("Conv" if c is root else "T_cast")
     anns = [it.annotation for it in root.iters]
-    assert {"blockIdx.x", "threadIdx.y", "threadIdx.x"} <= set(anns)
-    assert next(it.extent for it in root.iters if it.annotation == "threadIdx.x") == 32
+    assert {"blockIdx.x", "threadIdx.y"} <= set(anns)
+    if c is not root:  # the epilogue's lanes (the copy-out's are bound when it is sampled)
+        assert next(it.extent for it in root.iters if it.annotation == "threadIdx.x") == 32
     # operands: shared copies at the accumulator's outer reduction, fragments inside them
     for s in sketch.stages:
         if s.scope in ("shared", "wmma.matrix_a", "wmma.matrix_b"):

@@ -87,6 +87,48 @@ def conv2d_nhwc_fp16(N, H, W, CO, CI, KH, KW, stride, padding):
     return [data, kernel, topi.cast(conv, "float16")]
 
 
+@register_workload(name="conv2d_nchw_fp16")
+def conv2d_nchw_fp16(N, CI, H, W, CO, KH, KW, stride, padding):
+    """fp16 NCHW conv2d (OIHW kernel), fp32 sums, fp16 output through a cast stage."""
+    data = te.placeholder((N, CI, H, W), name="data", dtype="float16")
+    kernel = te.placeholder((CO, CI, KH, KW), name="kernel", dtype="float16")
+    conv = topi.nn.conv2d_nchw(data, kernel, stride, padding, dilation=1, out_dtype="float32")
+    return [data, kernel, topi.cast(conv, "float16")]
+
+
+@register_workload(name="conv2d_nhwcnc_fp16")
+def conv2d_nhwcnc_fp16(N, H, W, CO, CI, KH, KW, padding):
+    """The conv2d of TVM's Tensor Core tutorial (seeds/004), as written there: data in the
+    NHWCnc layout (N/16, H, W, CI/16, 16 n, 16 ci), kernel (KH, KW, CI/16, CO/16, 16 ci, 16 co),
+    stride 1, fp32 output (N/16, H, W, CO/16, 16 n, 16 co)."""
+    bs = 16
+    data = te.placeholder((N // bs, H, W, CI // bs, bs, bs), name="A", dtype="float16")
+    kernel = te.placeholder((KH, KW, CI // bs, CO // bs, bs, bs), name="W", dtype="float16")
+    padded = te.compute(
+        (N // bs, H + 2 * padding, W + 2 * padding, CI // bs, bs, bs),
+        lambda n, h, w, i, nn, ii: te.if_then_else(
+            te.all(h >= padding, h - padding < H, w >= padding, w - padding < W),
+            data[n, h - padding, w - padding, i, nn, ii],
+            te.const(0.0, "float16"),
+        ),
+        name="Apad",
+    )
+    kh = te.reduce_axis((0, KH), name="kh")
+    kw = te.reduce_axis((0, KW), name="kw")
+    ic = te.reduce_axis((0, CI // bs), name="ic")
+    ii = te.reduce_axis((0, bs), name="ii")
+    conv = te.compute(
+        (N // bs, H, W, CO // bs, bs, bs),
+        lambda n, h, w, o, nn, oo: te.sum(
+            padded[n, h + kh, w + kw, ic, nn, ii].astype("float32")
+            * kernel[kh, kw, ic, o, ii, oo].astype("float32"),
+            axis=[ic, kh, kw, ii],
+        ),
+        name="Conv",
+    )
+    return [data, kernel, conv]
+
+
 # The Tensor Core workloads, as SUITE lists workloads (kept apart: SUITE's golden sketches and
 # limits are fp32 ones). The full sizes: a square matmul, the done-when batch_matmul and the
 # conv2d of TVM's Tensor Core tutorial (seeds/004).
@@ -97,6 +139,16 @@ TENSOR_CORE_SUITE = {
         "conv2d_nhwc_fp16",
         (256, 14, 14, 512, 256, 3, 3, 1, 1),
         (16, 4, 4, 32, 16, 3, 3, 1, 1),
+    ),
+    "conv2d_nchw_fp16": (
+        "conv2d_nchw_fp16",
+        (256, 256, 14, 14, 512, 3, 3, 1, 1),
+        (16, 16, 4, 4, 32, 3, 3, 1, 1),
+    ),
+    "conv2d_nhwcnc_fp16": (
+        "conv2d_nhwcnc_fp16",
+        (256, 14, 14, 512, 256, 3, 3, 1),
+        (16, 4, 4, 32, 16, 3, 3, 1),
     ),
 }
 
