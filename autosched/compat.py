@@ -34,11 +34,15 @@ def create_task(
     target: Any = "cuda",
     target_host: Any = None,
     hardware_params: HardwareParams | None = None,
+    allow_tf32: bool = False,
 ) -> SearchTask:
     """TVM's `auto_scheduler.create_task`: the SearchTask of a registered workload function
-    called with `args`. `target_host` is accepted and ignored (the host side is Python)."""
+    called with `args`. `target_host` is accepted and ignored (the host side is Python);
+    `allow_tf32` lets float32 products use TF32 Tensor Cores (off by default)."""
     del target_host
-    return SearchTask(func, args, cuda_target(target), hardware_params=hardware_params)
+    return SearchTask(
+        func, args, cuda_target(target), hardware_params=hardware_params, allow_tf32=allow_tf32
+    )
 
 
 class UnavailableRunner:

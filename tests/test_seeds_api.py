@@ -68,6 +68,17 @@ def test_create_task_takes_the_target_as_tvm_spells_it(target):
     assert task.workload_key == auto_scheduler.SearchTask(conv2d_layer, SEED).workload_key
 
 
+def test_create_task_opts_into_tf32_only_when_asked():
+    plain = auto_scheduler.create_task(conv2d_layer, SEED, "cuda")
+    tf32 = auto_scheduler.create_task(conv2d_layer, SEED, "cuda", allow_tf32=True)
+    assert not plain.allow_tf32 and tf32.allow_tf32
+    assert (
+        tf32.workload_key
+        == auto_scheduler.SearchTask(conv2d_layer, SEED, allow_tf32=True).workload_key
+    )
+    assert tf32.workload_key != plain.workload_key
+
+
 def test_create_task_refuses_another_target():
     with pytest.raises(AutoschedError, match="CUDA only"):
         auto_scheduler.create_task(conv2d_layer, SEED, "llvm")
