@@ -349,7 +349,7 @@ def test_a_search_of_a_tensor_core_task_runs():
                 for n, dt in outs.items()
             )
 
-    task = autosched.SearchTask("matmul_fp16", (64, 64, 64))
+    task = autosched.SearchTask("matmul_fp16", (32, 48, 64))
     measurer = HalfMeasurer(task)
     params = SearchParams(
         population=32, generations=2, sample_init_min_population=8, n_jobs=1, seed=1
