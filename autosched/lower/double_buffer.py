@@ -100,9 +100,14 @@ def _at_iteration(s: ir.Stmt, v: Var, value: Expr) -> ir.Stmt:
 
 
 def emit_double_buffered(
-    lw: Lowerer, loop_var: Var, extent: int, kind: str, fetched: list[int], rest: list[ir.Stmt],
+    lw: Lowerer,
+    loop_var: Var,
+    extent: int,
+    kind: str,
+    fetched: list[int],
+    rest: list[ir.Stmt],
     body: ir.Stmt,
-) -> ir.Stmt:  # fmt: skip
+) -> ir.Stmt:
     """The loop `for loop_var < extent` (of `kind`) whose double-buffered stages `fetched` are
     fetched one iteration ahead, around the other attached stages `rest` and the loop's
     `body`."""
