@@ -307,6 +307,22 @@ def test_code_size_counts_unrolled_copies_and_rejects_huge_kernels():
     )
 
 
+def test_unrolled_stores_to_global_memory_count_double():
+    """An unrolled reduction accumulating in global memory (softmax's sums) compiles far slower
+    than one in registers: its stores count `GLOBAL_STORE_STATEMENTS` each."""
+    from autosched.lower import ir
+    from autosched.sketch.utils import SketchParams
+    from autosched.sketch.validity import GLOBAL_STORE_STATEMENTS, unrolled_statements
+    from autosched.te.expr import Const, Load, Var
+
+    k = Var("k")
+    for scope, each in (("global", GLOBAL_STORE_STATEMENTS), ("local", 1)):
+        acc = ir.Buffer("acc", (1,), "float32", scope)
+        update = ir.Store(acc, Const(0, "int32"), Load(acc, (Const(0, "int32"),)))
+        assert unrolled_statements(ir.For(k, 1024, "unroll", update)) == 1024 * each
+    assert GLOBAL_STORE_STATEMENTS * 1024 > SketchParams().max_unrolled_statements
+
+
 @pytest.mark.parametrize("tiles", ["SEED_001_TILES", "SEED_002_TILES"])
 def test_the_seeds_tiles_and_unroll_fit_the_register_estimates(tiles):
     """The suite's best-known conv2d schedules stay samplable with register estimates that

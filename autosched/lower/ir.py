@@ -8,7 +8,7 @@ GPU block and thread indices are the Vars in `THREAD_VARS`, shared by every kern
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
 
@@ -403,25 +403,29 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
 
 
 def executed_statements(
-    s: Stmt, loop_kinds: Collection[str] | None = None, small_loops: int = 0
+    s: Stmt,
+    loop_kinds: Collection[str] | None = None,
+    small_loops: int = 0,
+    weight: Callable[[Stmt], int] | None = None,
 ) -> int:
     """How many statements `s` executes (an if counts both branches): every loop multiplies its
     body by its extent, or only loops of `loop_kinds` when given (e.g. {"unroll"}: the statements
     in the code once unrolled), and then also any loop whose copies come to at most
-    `small_loops` statements (what a compiler unrolls on its own)."""
+    `small_loops` statements (what a compiler unrolls on its own). `weight(stmt)`, when given,
+    counts each other statement (default 1)."""
     if isinstance(s, Seq):
-        return sum(executed_statements(c, loop_kinds, small_loops) for c in s.stmts)
+        return sum(executed_statements(c, loop_kinds, small_loops, weight) for c in s.stmts)
     if isinstance(s, For):
-        body = executed_statements(s.body, loop_kinds, small_loops)
+        body = executed_statements(s.body, loop_kinds, small_loops, weight)
         copies = loop_kinds is None or s.kind in loop_kinds or s.extent * body <= small_loops
         return s.extent * body if copies else body
     if isinstance(s, IfThenElse):
-        return executed_statements(s.then_case, loop_kinds, small_loops) + (
-            executed_statements(s.else_case, loop_kinds, small_loops)
+        return executed_statements(s.then_case, loop_kinds, small_loops, weight) + (
+            executed_statements(s.else_case, loop_kinds, small_loops, weight)
             if s.else_case is not None
             else 0
         )
-    return 1
+    return 1 if weight is None else weight(s)
 
 
 def seq(stmts: list[Stmt]) -> Stmt:

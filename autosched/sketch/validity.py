@@ -95,10 +95,24 @@ def vector_bytes(s: ir.Stmt) -> int:
     return widest
 
 
+# what a store to global memory counts for in `unrolled_statements`: an unrolled loop of them
+# (a reduction accumulating in global memory, softmax's sums) compiles far slower than one of
+# register updates. In the three 256-trial softmax searches at 56f1a10 (benchmarks/results/
+# 2026-11-23_56f1a10_h100/suite/seeds/) 95 of the 96 builds past NVRTC's 3 s limit had over
+# 1536 statements counted so, and 3 of 672 correct ones (none of the ten fastest); on the
+# other suite workloads, 8 correct states of about 5000 (none of any ten fastest).
+GLOBAL_STORE_STATEMENTS = 2
+
+
+def _statement_weight(s: ir.Stmt) -> int:
+    return GLOBAL_STORE_STATEMENTS if isinstance(s, ir.Store) and s.buffer.scope == "global" else 1
+
+
 def unrolled_statements(s: ir.Stmt) -> int:
     """How many statements the kernel body has once its unrolled loops are unrolled (the code
-    nvcc has to compile and keep in registers)."""
-    return ir.executed_statements(s, ("unroll",))
+    nvcc has to compile and keep in registers), stores to global memory counted
+    `GLOBAL_STORE_STATEMENTS` times."""
+    return ir.executed_statements(s, ("unroll",), weight=_statement_weight)
 
 
 def check_program(
