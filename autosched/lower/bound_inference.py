@@ -105,6 +105,16 @@ def derive_extents(lw: Lowerer, i: int) -> None:
         for rel in st.relations
         if isinstance(rel, SplitRel) and rel.parent in reduce_names and rel.parent not in roots
     ]
+    # The outermost part of each fused iterator that is not a root axis (a split's inner part):
+    # a split of the fused iterator that does not divide it lets that part pass its extent into
+    # the next iteration of the loop outside it (a tile whose inner extents were capped at a
+    # small tensor's edge, 16 x 17, fused and split by 64 threads), where no guard on the root
+    # axes sees it.
+    inf.fused_limits = [
+        (val[rel.children[0]], ext[rel.children[0]])
+        for rel in st.relations
+        if isinstance(rel, FuseRel) and rel.children[0] not in roots
+    ]
 
 
 def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
@@ -136,22 +146,6 @@ def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
                     stride *= ext[c]
             val[rel.parent] = total
     return val
-
-
-def fused_limits(lw: Lowerer, i: int) -> list[tuple[Expr, int]]:
-    """(value, extent) of the outermost part of each fused iterator of stage i that is not a
-    root axis (a split's inner part): a split of the fused iterator that does not divide it
-    lets that part pass its extent into the next iteration of the loop outside it (a tile
-    whose inner extents were capped at a small tensor's edge, 16 x 17, fused and split by 64
-    threads), where no guard on the root axes sees it."""
-    inf, st = lw.info[i], lw.stages[i]
-    val = leaf_values(lw, i, inf.ext)
-    roots = {r.name for r in st.root_iters}
-    return [
-        (val[rel.children[0]], inf.ext[rel.children[0]])
-        for rel in st.relations
-        if isinstance(rel, FuseRel) and rel.children[0] not in roots
-    ]
 
 
 def loop_bounds(lw: Lowerer, keys) -> dict[int, tuple[int, int]]:

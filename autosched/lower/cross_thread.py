@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
 from autosched.schedule.stage import SPATIAL
 from autosched.te.expr import BinOp, Const, Expr, Load, Reduce
@@ -104,7 +105,7 @@ def emit_cross_thread(lw: Lowerer, i: int, k: int, tag: str, reduce_nest: ir.Stm
     finish: list[ir.Stmt] = [
         ir.AllReduce(body.reducer.name, value, None, red, _c(0), tag, lw.block_extent[tag])
     ]
-    conds = lw.guards(i, spatial_only=True, skip_tag=tag)
+    conds = guards(lw, i, spatial_only=True, skip_tag=tag)
     if inf.buffer.scope != "local":
         conds.append(BinOp("==", ir.THREAD_VARS[tag], _c(0), "bool"))
     idx = lw.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False)

@@ -8,7 +8,8 @@ Passes, in order:
                          (bound_inference.py, on the intervals of intervals.py)
   4. leaf extents        iterator extents re-derived from the regions through split/fuse relations
                          (bound_inference.py)
-  5. emission            loops, init + update of reductions, guards, barriers around shared stages
+  5. emission            loops, init + update of reductions, guards (guards.py), barriers around
+                         shared stages
                          (or one per iteration: a double-buffered stage, double_buffer.py);
                          a reduction bound to threadIdx accumulates per thread, then AllReduces
                          (cross_thread.py); a nest annotated "tensorize" is one warp-collective
@@ -29,16 +30,10 @@ from graphlib import TopologicalSorter
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import expr_bounds
-from autosched.lower.bound_inference import (
-    fused_limits,
-    infer_bounds,
-    loop_bounds,
-    root_value_map,
-    tensor_loads,
-)
+from autosched.lower.bound_inference import infer_bounds, root_value_map, tensor_loads
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
 from autosched.lower.double_buffer import emit_double_buffered, is_double_buffered, slot_shape
+from autosched.lower.guards import guards, zero_fills
 from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
 from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.storage import storage_shape
@@ -79,6 +74,7 @@ class StageInfo:
     ext: dict = field(default_factory=dict)  # iterator name -> extent (all names, roots too)
     value: dict = field(default_factory=dict)  # root name -> offset Expr in leaf vars
     inner_limits: list = field(default_factory=list)  # (value, extent) of split reduce parents
+    fused_limits: list = field(default_factory=list)  # (value, extent) of fused split parts
     buffer: ir.Buffer | None = None
 
 
@@ -278,58 +274,6 @@ class Lowerer:
 
         return rewrite(substitute(e, root_map), fix)
 
-    def guards(
-        self, i: int, spatial_only: bool, skip_tag: str | None = None, edges: list | None = None
-    ) -> list[Expr]:
-        """Conditions under which stage i's innermost statement is in range: its root values
-        inside the region and the tensor (reductions too unless `spatial_only`), and its
-        thread indices inside their iterators' extents (but `skip_tag`'s). Given `edges`, the
-        spatial tests against the tensor's extent go there instead (a zero-filled stage)."""
-        inf, st = self.info[i], self.stages[i]
-        conds: list[Expr] = []
-        edge = conds if edges is None else edges
-        bounds = loop_bounds(self, inf.context + [(i, it.name) for it in st.iters])
-        for d, a in enumerate(st.op.axis):
-            off = inf.value[a.name]
-            _, hi = expr_bounds(off, bounds)
-            if hi >= inf.region[d]:
-                conds.append(BinOp("<", off, _c(inf.region[d]), "bool"))
-            g = BinOp("+", inf.base[d], off, I32)
-            glo, ghi = expr_bounds(g, bounds)
-            if glo < 0:
-                edge.append(BinOp(">=", g, _c(0), "bool"))
-            if ghi >= a.extent:
-                edge.append(BinOp("<", g, _c(a.extent), "bool"))
-        if not spatial_only:
-            for a in st.op.reduce_axis:
-                off = inf.value[a.name]
-                _, hi = expr_bounds(off, bounds)
-                if hi >= a.extent:
-                    conds.append(BinOp("<", off, _c(a.extent), "bool"))
-            for value, extent in inf.inner_limits:
-                if expr_bounds(value, bounds)[1] >= extent:
-                    conds.append(BinOp("<", value, _c(extent), "bool"))
-        for value, extent in fused_limits(self, i):
-            if expr_bounds(value, bounds)[1] >= extent:
-                conds.append(BinOp("<", value, _c(extent), "bool"))
-        own = {it.annotation for it in st.iters}
-        bound = [(it.annotation, inf.ext[it.name]) for it in st.iters]
-        if inf.scope != "shared":
-            # A stage computed inside a consumer's thread loop runs only on the threads that
-            # loop covers: when the loop is shorter than the block (a tile that overhangs its
-            # extent), the threads past it must not compute (their indices map elsewhere).
-            bound += [
-                (self.annotation(key), self.info[key[0]].ext[key[1]])
-                for key in inf.context
-                if self.annotation(key) not in own
-            ]
-        for tag, extent in bound:
-            if tag == skip_tag or tag not in THREAD_TAGS:
-                continue
-            if extent < self.block_extent[tag]:  # repeats are dropped by ir.guarded
-                conds.append(BinOp("<", ir.THREAD_VARS[tag], _c(extent), "bool"))
-        return conds
-
     def store_stmt(self, i: int, init: bool, into: tuple[ir.Buffer, Expr] | None = None) -> ir.Stmt:
         """Stage i's innermost statement: its value (a reduction's init or update), guarded;
         `into` (buffer, index) redirects a reduction's accumulator (cross-thread partials)."""
@@ -340,8 +284,8 @@ class Lowerer:
             self.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False),
         )
         body = inf.body
-        edges: list[Expr] | None = [] if self.zero_fills(i) else None
-        conds = self.guards(i, spatial_only=init, edges=edges)
+        edges: list[Expr] | None = [] if zero_fills(self, i) else None
+        conds = guards(self, i, spatial_only=init, edges=edges)
         if isinstance(body, Reduce):
             if init:
                 value: Expr = body.identity
@@ -353,22 +297,12 @@ class Lowerer:
                     conds.append(self.value_expr(i, body.condition, root_map))
         else:
             value = self.value_expr(i, body, root_map)
-        if edges:  # past the tensor's edge: 0 (zero_fills)
+        if edges:  # past the tensor's edge: 0 (guards.zero_fills)
             inside = edges[0]
             for c in edges[1:]:
                 inside = BinOp("&&", inside, c, "bool")
             value = Select(inside, value, Const(0, value.dtype))
         return ir.guarded(ir.Store(buffer, idx, value), conds)
-
-    def zero_fills(self, i: int) -> bool:
-        """Whether stage i stores 0 where its element is past its tensor's edge, rather than
-        skipping it: a shared copy that a Tensor Core matrix fragment reads. Its padded tiles
-        (rounded up to whole 16x16 tiles, bound_inference.tile_dims) are multiplied whole, so
-        an element past the K extent must be 0 where it meets valid outputs; the global read
-        past the edge is not made (the Select's untaken side)."""
-        if self.info[i].scope != "shared" or isinstance(self.info[i].body, Reduce):
-            return False
-        return any(i in o.reads and o.scope in ir.FRAGMENT_SCOPES[:2] for o in self.info)
 
     def loop(self, i: int, name: str, body: ir.Stmt) -> ir.Stmt:
         st = self.stages[i]

@@ -1,0 +1,88 @@
+"""The conditions under which a stage's innermost statement runs (lowering's guards), and which
+stages store 0 past their tensor's edge instead of skipping it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosched.lower import ir
+from autosched.lower.arith import expr_bounds
+from autosched.lower.bound_inference import loop_bounds
+from autosched.lower.ir import THREAD_TAGS
+from autosched.te.expr import BinOp, Const, Expr, Reduce
+
+if TYPE_CHECKING:
+    from autosched.lower.lowering import Lowerer
+
+I32 = "int32"
+
+
+def _c(v: int) -> Const:
+    return Const(v, I32)
+
+
+def guards(
+    lw: Lowerer, i: int, spatial_only: bool, skip_tag: str | None = None, edges: list | None = None
+) -> list[Expr]:
+    """Conditions under which stage i's innermost statement is in range: its root values
+    inside the region and the tensor (reductions too unless `spatial_only`), and its
+    thread indices inside their iterators' extents (but `skip_tag`'s). Given `edges`, the
+    spatial tests against the tensor's extent go there instead (a zero-filled stage)."""
+    inf, st = lw.info[i], lw.stages[i]
+    conds: list[Expr] = []
+    edge = conds if edges is None else edges
+    bounds = loop_bounds(lw, inf.context + [(i, it.name) for it in st.iters])
+    for d, a in enumerate(st.op.axis):
+        off = inf.value[a.name]
+        _, hi = expr_bounds(off, bounds)
+        if hi >= inf.region[d]:
+            conds.append(BinOp("<", off, _c(inf.region[d]), "bool"))
+        g = BinOp("+", inf.base[d], off, I32)
+        glo, ghi = expr_bounds(g, bounds)
+        if glo < 0:
+            edge.append(BinOp(">=", g, _c(0), "bool"))
+        if ghi >= a.extent:
+            edge.append(BinOp("<", g, _c(a.extent), "bool"))
+    if not spatial_only:
+        for a in st.op.reduce_axis:
+            off = inf.value[a.name]
+            _, hi = expr_bounds(off, bounds)
+            if hi >= a.extent:
+                conds.append(BinOp("<", off, _c(a.extent), "bool"))
+        for value, extent in inf.inner_limits:
+            if expr_bounds(value, bounds)[1] >= extent:
+                conds.append(BinOp("<", value, _c(extent), "bool"))
+    for value, extent in inf.fused_limits:
+        if expr_bounds(value, bounds)[1] >= extent:
+            conds.append(BinOp("<", value, _c(extent), "bool"))
+    own = {it.annotation for it in st.iters}
+    bound = [(it.annotation, inf.ext[it.name]) for it in st.iters]
+    if inf.scope != "shared":
+        # A stage computed inside a consumer's thread loop runs only on the threads that
+        # loop covers: when the loop is shorter than the block (a tile that overhangs its
+        # extent), the threads past it must not compute (their indices map elsewhere).
+        bound += [
+            (lw.annotation(key), lw.info[key[0]].ext[key[1]])
+            for key in inf.context
+            if lw.annotation(key) not in own
+        ]
+    for tag, extent in bound:
+        if tag == skip_tag or tag not in THREAD_TAGS:
+            continue
+        if extent < lw.block_extent[tag]:  # repeats are dropped by ir.guarded
+            conds.append(BinOp("<", ir.THREAD_VARS[tag], _c(extent), "bool"))
+    return conds
+
+
+def zero_fills(lw: Lowerer, i: int) -> bool:
+    """Whether stage i stores 0 where its element is past its tensor's edge, rather than
+    skipping it: a shared copy that a Tensor Core matrix fragment reads. Its padded tiles
+    (rounded up to whole 16x16 tiles, bound_inference.tile_dims) are multiplied whole, so
+    an element past the K extent must be 0 where it meets valid outputs; the global read
+    past the edge is not made (the Select's untaken side)."""
+    if lw.info[i].scope != "shared" or isinstance(lw.info[i].body, Reduce):
+        return False
+    return any(i in o.reads and o.scope in ir.FRAGMENT_SCOPES[:2] for o in lw.info)
+
+
+__all__ = ["guards", "zero_fills"]
