@@ -17,25 +17,21 @@ from typing import TYPE_CHECKING
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.intervals import interval, union
+from autosched.lower.ir import I32, int32
 from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
-from autosched.te.expr import BinOp, Const, Expr, Load, Var
+from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import substitute, walk
 
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
 
-I32 = "int32"
 # loops a stage computed at them is shared across, by the scope of its buffer
 RELAXED_TAGS = {
     "local": frozenset(),
     "shared": frozenset({*ir.THREAD_TAGS, "vthread"}),
     "global": frozenset({*ir.LAUNCH_TAGS, "vthread"}),
 }
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 def tensor_loads(e: Expr) -> list[Load]:
@@ -53,7 +49,7 @@ def infer_bounds(lw: Lowerer) -> None:
         if st.compute_at == ATTACHED:
             inf.base, inf.region = attached_region(lw, i)
         else:
-            inf.base = [_c(0) for _ in st.op.axis]
+            inf.base = [int32(0) for _ in st.op.axis]
             inf.region = [a.extent for a in st.op.axis]
         derive_extents(lw, i)
 
@@ -128,9 +124,9 @@ def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
             stride = 1
             for k in range(len(rel.children) - 1, -1, -1):
                 c = rel.children[k]
-                part = BinOp("floordiv", f, _c(stride), I32) if stride > 1 else f
+                part = BinOp("floordiv", f, int32(stride), I32) if stride > 1 else f
                 if k > 0:
-                    part = BinOp("floormod", part, _c(ext[c]), I32)
+                    part = BinOp("floormod", part, int32(ext[c]), I32)
                 val[c] = part
                 stride *= ext[c]
         else:
@@ -138,7 +134,7 @@ def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
             stride = 1
             for k in range(len(rel.children) - 1, -1, -1):
                 c = rel.children[k]
-                term = val[c] if stride == 1 else BinOp("*", val[c], _c(stride), I32)
+                term = val[c] if stride == 1 else BinOp("*", val[c], int32(stride), I32)
                 total = term if total is None else BinOp("+", term, total, I32)
                 if rel.inner_to_outer:
                     stride *= rel.lengths[k - 1] if k > 0 else 1
@@ -199,7 +195,7 @@ def attached_region(lw: Lowerer, i: int) -> tuple[list[Expr], list[int]]:
     for d, axis in enumerate(st.op.axis):
         got = union(per_dim[d])
         if got is None or got[1] + 1 >= axis.extent:
-            base.append(_c(0))
+            base.append(int32(0))
             region.append(axis.extent)
         else:
             base.append(got[0])
@@ -243,5 +239,5 @@ def root_value_map(lw: Lowerer, j: int) -> dict[Var, Expr]:
         out[a] = BinOp("+", inf.base[d], inf.value[a.name], I32)
     for a in st.op.reduce_axis:
         v = inf.value[a.name]
-        out[a] = BinOp("+", v, _c(a.lo), I32) if a.lo else v
+        out[a] = BinOp("+", v, int32(a.lo), I32) if a.lo else v
     return out

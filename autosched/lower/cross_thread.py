@@ -17,18 +17,13 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
+from autosched.lower.ir import I32, int32
 from autosched.schedule.stage import SPATIAL
-from autosched.te.expr import BinOp, Const, Expr, Load, Reduce
+from autosched.te.expr import BinOp, Expr, Load, Reduce
 from autosched.te.reduce import BUILTIN_REDUCERS
 
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
-
-I32 = "int32"
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 def cross_thread_tag(lw: Lowerer, i: int) -> str | None:
@@ -84,9 +79,9 @@ def partial_of(lw: Lowerer, i: int) -> tuple[ir.Buffer, Expr]:
             ir.Buffer(lw.unique_name(f"{name}_part"), (size,), inf.buffer.dtype, "local"),
             ir.Buffer(lw.unique_name(f"{name}_red"), (1,), inf.buffer.dtype, "local"),
         ]
-    idx: Expr = _c(0)
+    idx: Expr = int32(0)
     for n in names:
-        idx = BinOp("+", BinOp("*", idx, _c(inf.ext[n]), I32), lw.var_of(i, n), I32)
+        idx = BinOp("+", BinOp("*", idx, int32(inf.ext[n]), I32), lw.var_of(i, n), I32)
     return lw.extra_allocs[i][0], idx
 
 
@@ -103,13 +98,13 @@ def emit_cross_thread(lw: Lowerer, i: int, k: int, tag: str, reduce_nest: ir.Stm
     init: ir.Stmt = ir.Store(part, pidx, body.identity)
     value = Load(part, (pidx,))
     finish: list[ir.Stmt] = [
-        ir.AllReduce(body.reducer.name, value, None, red, _c(0), tag, lw.block_extent[tag])
+        ir.AllReduce(body.reducer.name, value, None, red, int32(0), tag, lw.block_extent[tag])
     ]
     conds = guards(lw, i, spatial_only=True, skip_tag=tag)
     if inf.buffer.scope != "local":
-        conds.append(BinOp("==", ir.THREAD_VARS[tag], _c(0), "bool"))
+        conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
     idx = lw.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False)
-    finish.append(ir.guarded(ir.Store(inf.buffer, idx, Load(red, (_c(0),))), conds))
+    finish.append(ir.guarded(ir.Store(inf.buffer, idx, Load(red, (int32(0),))), conds))
     tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
     init_nest, finish_nest = init, ir.seq(finish)
     for it in reversed(tile):

@@ -29,19 +29,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autosched.lower import ir
-from autosched.lower.ir import LAUNCH_TAGS
-from autosched.te.expr import BinOp, Const, Expr, Load, Var
+from autosched.lower.ir import I32, LAUNCH_TAGS, int32
+from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import rewrite, substitute
 
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
 
-I32 = "int32"
 SLOTS = 2
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 def is_double_buffered(lw: Lowerer, j: int) -> bool:
@@ -61,7 +56,7 @@ def slot_shape(lw: Lowerer, j: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _slot_offset(v: Expr, size: int) -> Expr:
-    return BinOp("*", BinOp("floormod", v, _c(SLOTS), I32), _c(size), I32)
+    return BinOp("*", BinOp("floormod", v, int32(SLOTS), I32), int32(size), I32)
 
 
 def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
@@ -120,11 +115,11 @@ def emit_double_buffered(
     def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
         return _shift_accesses(s, {k: _slot_offset(iteration, n) for k, n in size.items()})
 
-    following = BinOp("+", loop_var, _c(1), I32)
-    prologue = into_slot(_at_iteration(fetch, loop_var, _c(0)), _c(0))
+    following = BinOp("+", loop_var, int32(1), I32)
+    prologue = into_slot(_at_iteration(fetch, loop_var, int32(0)), int32(0))
     ahead = ir.guarded(
         into_slot(_at_iteration(fetch, loop_var, following), following),
-        [BinOp("<", following, _c(extent), "bool")],
+        [BinOp("<", following, int32(extent), "bool")],
     )
     compute = into_slot(ir.seq([*rest, body]), loop_var)
     loop = ir.For(loop_var, extent, kind, ir.seq([ir.Barrier(), ahead, compute]))

@@ -8,17 +8,11 @@ from typing import TYPE_CHECKING
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds
 from autosched.lower.bound_inference import loop_bounds
-from autosched.lower.ir import THREAD_TAGS
-from autosched.te.expr import BinOp, Const, Expr, Reduce
+from autosched.lower.ir import I32, THREAD_TAGS, int32
+from autosched.te.expr import BinOp, Expr, Reduce
 
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
-
-I32 = "int32"
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 def guards(
@@ -36,25 +30,25 @@ def guards(
         off = inf.value[a.name]
         _, hi = expr_bounds(off, bounds)
         if hi >= inf.region[d]:
-            conds.append(BinOp("<", off, _c(inf.region[d]), "bool"))
+            conds.append(BinOp("<", off, int32(inf.region[d]), "bool"))
         g = BinOp("+", inf.base[d], off, I32)
         glo, ghi = expr_bounds(g, bounds)
         if glo < 0:
-            edge.append(BinOp(">=", g, _c(0), "bool"))
+            edge.append(BinOp(">=", g, int32(0), "bool"))
         if ghi >= a.extent:
-            edge.append(BinOp("<", g, _c(a.extent), "bool"))
+            edge.append(BinOp("<", g, int32(a.extent), "bool"))
     if not spatial_only:
         for a in st.op.reduce_axis:
             off = inf.value[a.name]
             _, hi = expr_bounds(off, bounds)
             if hi >= a.extent:
-                conds.append(BinOp("<", off, _c(a.extent), "bool"))
+                conds.append(BinOp("<", off, int32(a.extent), "bool"))
         for value, extent in inf.inner_limits:
             if expr_bounds(value, bounds)[1] >= extent:
-                conds.append(BinOp("<", value, _c(extent), "bool"))
+                conds.append(BinOp("<", value, int32(extent), "bool"))
     for value, extent in inf.fused_limits:
         if expr_bounds(value, bounds)[1] >= extent:
-            conds.append(BinOp("<", value, _c(extent), "bool"))
+            conds.append(BinOp("<", value, int32(extent), "bool"))
     own = {it.annotation for it in st.iters}
     bound = [(it.annotation, inf.ext[it.name]) for it in st.iters]
     if inf.scope != "shared":
@@ -70,7 +64,7 @@ def guards(
         if tag == skip_tag or tag not in THREAD_TAGS:
             continue
         if extent < lw.block_extent[tag]:  # repeats are dropped by ir.guarded
-            conds.append(BinOp("<", ir.THREAD_VARS[tag], _c(extent), "bool"))
+            conds.append(BinOp("<", ir.THREAD_VARS[tag], int32(extent), "bool"))
     return conds
 
 

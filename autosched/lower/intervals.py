@@ -8,10 +8,10 @@ index lies in `lo .. lo + span`. None stands for an index that cannot be bounded
 from __future__ import annotations
 
 from autosched.lower.arith import INF, Affine, atom_bounds, simplify, to_affine
+from autosched.lower.ir import I32
 from autosched.te.expr import BinOp, Const, Expr
 from autosched.te.visitor import free_vars
 
-I32 = "int32"
 Interval = tuple[Expr, int]
 
 

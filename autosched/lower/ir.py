@@ -12,8 +12,10 @@ from collections.abc import Callable, Collection
 from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
 
-from autosched.te.expr import BinOp, Expr, Var
+from autosched.te.expr import BinOp, Const, Expr, Var
 
+# The dtype of loop variables, thread indices and flat indices.
+I32 = "int32"
 # Tensor Core fragments: per-warp opaque registers holding tiles (`tile_shape`, `WarpStmt`).
 FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
@@ -41,6 +43,11 @@ THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 LAUNCH_TAGS = BLOCK_TAGS + THREAD_TAGS
 # One Var per launch tag (blockIdx.* and threadIdx.*), shared by every kernel.
 THREAD_VARS: dict[str, Var] = {tag: Var(tag, "int32") for tag in LAUNCH_TAGS}
+
+
+def int32(value: int) -> Const:
+    """An int32 literal: an index, an extent, an offset."""
+    return Const(value, I32)
 
 
 @dataclass(eq=False)

@@ -34,7 +34,7 @@ from autosched.lower.bound_inference import infer_bounds, root_value_map, tensor
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
 from autosched.lower.double_buffer import emit_double_buffered, is_double_buffered, slot_shape
 from autosched.lower.guards import guards, zero_fills
-from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
+from autosched.lower.ir import BLOCK_TAGS, I32, LAUNCH_TAGS, THREAD_TAGS, int32
 from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.storage import storage_shape
 from autosched.lower.tensorize import (
@@ -51,12 +51,6 @@ from autosched.schedule.stage import ATTACHED, INLINED, ROOT, Stage
 from autosched.te.expr import BinOp, Const, Expr, Load, Reduce, Select, Var
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import rewrite, substitute
-
-I32 = "int32"
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 @dataclass
@@ -256,9 +250,11 @@ class Lowerer:
             if relative and inf.base:
                 idx = BinOp("-", idx, inf.base[d], I32)
             flat = (
-                idx if flat is None else BinOp("+", BinOp("*", flat, _c(shape[d]), I32), idx, I32)
+                idx
+                if flat is None
+                else BinOp("+", BinOp("*", flat, int32(shape[d]), I32), idx, I32)
             )
-        return flat if flat is not None else _c(0)
+        return flat if flat is not None else int32(0)
 
     # ---- pass 5: emission ----------------------------------------------------------------------
     def value_expr(self, i: int, e: Expr, root_map) -> Expr:

@@ -13,21 +13,17 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import is_multiple, to_affine
 from autosched.lower.bound_inference import root_value_map
+from autosched.lower.ir import I32, int32
 from autosched.te.dtype import DTYPES
-from autosched.te.expr import BinOp, Const, Expr, Load, Var
+from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import free_vars, substitute
 
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
 
-I32 = "int32"
 OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
 # ("float16", "bfloat16", "float32"): float32 operand fragments hold TF32 values
 OPERAND_DTYPES = tuple(d for d in DTYPES if d in ir.WMMA_K)
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 @dataclass
@@ -74,7 +70,7 @@ def coefficients(e: Expr, tvars: list[Var], bounds, what: str) -> list[int]:
 
 
 def at_origin(e: Expr, tvars: list[Var]) -> Expr:
-    return substitute(e, {v: _c(0) for v in tvars})
+    return substitute(e, {v: int32(0) for v in tvars})
 
 
 def var_dim(acc: Access, v: Var, bounds, what: str) -> int:
@@ -114,7 +110,7 @@ def tile_number(acc: Access, tdims: tuple[int, int], tvars: list[Var], bounds, w
                 f"tensorize: fragment {acc.buffer.name} has extent {shape[d]} in a tiled "
                 f"dimension; it must be a multiple of {step}"
             )
-    tile: Expr = _c(0)
+    tile: Expr = int32(0)
     stride = 1
     for d in range(len(shape) - 1, -1, -1):
         origin = at_origin(acc.dims[d], tvars)
@@ -124,8 +120,8 @@ def tile_number(acc: Access, tdims: tuple[int, int], tvars: list[Var], bounds, w
                     f"tensorize: {what} starts at {origin!r} in dimension {d} of "
                     f"{acc.buffer.name}, not a multiple of {steps[d]}"
                 )
-            origin = BinOp("floordiv", origin, _c(steps[d]), I32)
-        tile = BinOp("+", tile, BinOp("*", origin, _c(stride), I32), I32)
+            origin = BinOp("floordiv", origin, int32(steps[d]), I32)
+        tile = BinOp("+", tile, BinOp("*", origin, int32(stride), I32), I32)
         stride *= shape[d] // steps[d] if d in steps else shape[d]
     return tile
 

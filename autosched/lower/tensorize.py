@@ -50,13 +50,8 @@ from autosched.te.visitor import free_vars
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
 
-I32 = "int32"
 T = ir.WMMA_TILE
 ACCUMULATOR = ir.FRAGMENT_SCOPES[2]
-
-
-def _c(v: int) -> Const:
-    return Const(v, I32)
 
 
 def stage_role(lw: Lowerer, i: int) -> str | None:
