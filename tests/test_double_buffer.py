@@ -21,9 +21,10 @@ from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
 from autosched.schedule.steps import print_python_schedule
 from autosched.sketch import SketchSampler, generate_sketches
-from autosched.sketch.init_rules import DoubleBuffer
+from autosched.sketch.init_rules import DoubleBuffer, InitContext
 from autosched.sketch.utils import SketchParams
 from autosched.task.evaluate import evaluate
+from measure.hardware import HardwareParams
 
 CACHES = ("A.shared", "B.shared")
 
@@ -147,7 +148,7 @@ def test_tensor_core_state_double_buffered_equals_numpy():
 def test_the_rule_marks_every_cache_of_a_loop_or_none(probability):
     dag = matmul_dag()
     state = matmul_shared_state(dag)
-    ctx = type("Ctx", (), {"params": SketchParams(double_buffer_probability=probability)})
+    ctx = InitContext(SketchParams(double_buffer_probability=probability), HardwareParams())
     got = DoubleBuffer().apply(ctx, None, state, random.Random(0))
     marks = [st.double_buffer for st in got.stages if st.scope == "shared"]
     assert marks == [bool(probability)] * 2

@@ -43,6 +43,7 @@ from autosched.sketch.utils import divisors, next_annotates, pick, split_step_id
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
+from measure.hardware import HardwareParams
 
 # the block's warps -> weight of the draw (see the module docstring); 1 is the fallback
 WARP_WEIGHTS = {2: 1, 4: 2, 8: 2}
@@ -213,6 +214,13 @@ class TensorCoreDraw:
         )
 
 
+def fragment_register_budget(hw: HardwareParams, threads: int) -> int:
+    """The registers per thread a block of `threads` gives its fragments (and, unrolled, the
+    fetch's vectors): `FRAGMENT_REGISTER_SHARE` of what ptxas allows each thread."""
+    numerator, denominator = FRAGMENT_REGISTER_SHARE
+    return hw.registers_per_thread_limit(threads) * numerator // denominator
+
+
 def _pick_weighted(weights: dict, rng: random.Random):
     """A key of `weights`, drawn in proportion to its value."""
     return pick([k for k, w in weights.items() for _ in range(w)], rng)
@@ -243,8 +251,7 @@ class FillTensorCore(InitRule):
         for _ in range(ctx.params.tile_retries):
             warps = _pick_weighted(counts, rng)
             wm, wn = pick(_warp_splits(warps, m, n), rng)
-            numerator, denominator = FRAGMENT_REGISTER_SHARE
-            budget = hw.registers_per_thread_limit(warps * hw.warp_size) * numerator // denominator
+            budget = fragment_register_budget(hw, warps * hw.warp_size)
             repeats = [
                 (rm, rn)
                 for rm in divisors(m // wm)
@@ -334,8 +341,7 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     vector word: nvcc hoists the unrolled global loads into registers."""
     (wm, rm, _), (wn, rn, _), (chunk, _) = (state.steps[k].lengths for k in g.split_ids)
     threads = wm * wn * ctx.hardware.warp_size
-    numerator, denominator = FRAGMENT_REGISTER_SHARE
-    budget = ctx.hardware.registers_per_thread_limit(threads) * numerator // denominator
+    budget = fragment_register_budget(ctx.hardware, threads)
     fixed = fragment_registers(rm, rn)
     kt = chunk * g.k_tile
     elems = {"wmma.matrix_a": wm * rm * MMA * kt, "wmma.matrix_b": wn * rn * MMA * kt}
