@@ -107,10 +107,7 @@ def emit_double_buffered(
     fetched one iteration ahead, around the other attached stages `rest` and the loop's
     `body`."""
     fetch = ir.seq([lw.emit(j) for j in fetched])
-    buffers = [lw.info[j].buffer for j in fetched]
-    size = {id(b): b.size // SLOTS for b in buffers}
-    for b in buffers:
-        b.async_copy = True
+    size = {id(lw.info[j].buffer): lw.info[j].buffer.size // SLOTS for j in fetched}
 
     def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
         return _shift_accesses(s, {k: _slot_offset(iteration, n) for k, n in size.items()})

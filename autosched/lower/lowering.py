@@ -228,7 +228,9 @@ class Lowerer:
                 shape = tuple(inf.region)
                 if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
                     shape = slot_shape(self, i, storage_shape(shape, st.storage_align))
-                b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope)
+                # two slots: filled by asynchronous copies (double_buffer.py)
+                slots = is_double_buffered(self, i)
+                b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope, async_copy=slots)
             inf.buffer = b
         return params, outputs, temps
 
