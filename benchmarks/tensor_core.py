@@ -158,7 +158,7 @@ def tune(name: str, ns) -> tuple:
 def compare(name: str, kernel, seed: int = 0) -> dict:
     """Our kernel and PyTorch's on the same inputs: the check, then GPU time of both."""
     import torch
-    from torch_timing import rotation_copies, shared_stream, time_graph
+    from torch_timing import kernel_rotation_copies, shared_stream, time_graph
 
     _, args, torch_fn = WORKLOADS[name]
     fn = torch_fn(args)
@@ -171,11 +171,7 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
         t = torch.empty(a.shape, dtype=getattr(torch, a.dtype), device="cuda")
         return t.uniform_(-1, 1, generator=gen) if fill else t
 
-    set_bytes = sum(
-        int(torch.Size(a.shape).numel()) * torch.finfo(getattr(torch, a.dtype)).bits // 8
-        for a in inputs + outputs
-    )
-    copies = rotation_copies(set_bytes)
+    copies = kernel_rotation_copies(kernel)
     sets = [
         ([tensor(a, True) for a in inputs], [tensor(a, False) for a in outputs])
         for _ in range(copies)

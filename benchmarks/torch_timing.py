@@ -16,11 +16,11 @@ and returns the output, so the two are checked against each other on the same da
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
-L2_FLUSH_BYTES = 128 << 20  # rotate through at least this many bytes of inputs (H200 L2: 50 MB)
-MAX_COPIES = 16
+import numpy as np
 
 
 def _conv2d_bias_relu(args):
@@ -84,9 +84,17 @@ def set_tf32(enabled: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32 = enabled
 
 
-def rotation_copies(bytes_per_set: int) -> int:
-    """How many copies of the inputs to rotate through so that they outgrow the L2 cache."""
-    return max(1, min(MAX_COPIES, -(-L2_FLUSH_BYTES // max(1, bytes_per_set))))
+def kernel_rotation_copies(kernel) -> int:
+    """How many sets of a kernel's buffers (every argument, temporaries included) to rotate
+    through: as many as the search's runner cycles through (measure.rotation), so that a
+    benchmark's time and a search record measure the same thing."""
+    from measure.bfloat16 import storage_dtype
+    from measure.rotation import rotation_copies
+
+    set_bytes = sum(
+        math.prod(a.shape) * np.dtype(storage_dtype(a.dtype)).itemsize for a in kernel.args
+    )
+    return rotation_copies(set_bytes)
 
 
 def time_calls(
@@ -172,7 +180,6 @@ def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: fl
     fp32 (TF32 off) and PyTorch TF32 with the same methods: GPU time by graph replay (`ours_us`,
     `torch_fp32_us`, `torch_tf32_us`) and eager back-to-back (`*_eager_us`), inputs rotated; and
     ANCHORS.md's method exactly (eager, the same inputs every call: `*_warm_us`). Times in µs."""
-    import numpy as np
     import torch
 
     temps = {b.name for b in kernel.program.temps}
@@ -180,8 +187,7 @@ def compare_with_torch(workload: str, args, kernel, seed: int = 0, tolerance: fl
     outputs = [a for a in kernel.args if a.is_output]
     rng = np.random.default_rng(seed)
     host = [rng.uniform(-1, 1, a.shape).astype(a.dtype) for a in inputs]
-    set_bytes = sum(h.nbytes for h in host) + sum(int(np.prod(a.shape)) * 4 for a in outputs)
-    copies = rotation_copies(set_bytes)
+    copies = kernel_rotation_copies(kernel)
     sets = [
         (
             [torch.from_numpy(h).cuda() for h in host],

@@ -8,7 +8,9 @@ sticky), so the worker replies with `fatal: True` and exits; the parent starts a
 
 Timing replays CUDA graphs of the candidate's launches (measure.cuda_graph), so that a kernel of
 a few microseconds is timed by the GPU's time, not by the host's launch rate; where the driver
-refuses graphs it times back-to-back launches instead and says so in the reply (`timing`).
+refuses graphs it times back-to-back launches instead and says so in the reply (`timing`). A
+request's `rotate_bytes` makes consecutive timed runs cycle through copies of the buffers
+(measure.rotation), so that operands are read from memory, not from a warm L2 cache.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
 from measure.reference import Reference, compare_outputs, random_array
+from measure.rotation import rotation_copies
 
 MAX_NUMBER = 1 << 20  # runs of the launch sequence per repeat, at most
 # Kernel launches per captured graph, at most: a longer repeat replays the graph several times.
@@ -111,10 +114,17 @@ class Worker:
         module = drv.module_from_buffer(req["cubin"])
         calls = [self._prepare(module, launch) for launch in launches]
         buffers = [drv.mem_alloc(max(1, a.nbytes)) for a in args]
+        rotated: list = []  # the extra buffer sets timing cycles through, freed with the rest
         try:
             self._upload(args, buffers, reference, req.get("seed", 0), req.get("ref_id"))
             pointers = [int(b) for b in buffers]
             run_sequence = _sequence(calls, pointers)
+            # the sets the timed runs cycle through, inputs copied before any run can touch them
+            copies = rotation_copies(sum(a.nbytes for a in args), int(req.get("rotate_bytes", 0)))
+            sequences = [run_sequence]
+            for _ in range(copies - 1):
+                rotated.append(self._copy_set(args, buffers))
+                sequences.append(_sequence(calls, [int(b) for b in rotated[-1]]))
 
             t1 = time.perf_counter()
             for arg, buf in zip(args, buffers, strict=True):
@@ -135,15 +145,25 @@ class Worker:
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
             t2 = time.perf_counter()
-            costs = self._time(run_sequence, len(calls), req)
+            costs = self._time(_rotation(sequences), len(calls), req)
             self.phases = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
             return costs
         finally:
-            for buf in buffers:
+            for buf in buffers + [b for bufs in rotated for b in bufs]:
                 try:
                     buf.free()
                 except Exception:
                     pass
+
+    def _copy_set(self, args, buffers) -> list:
+        """A fresh set of the candidate's buffers, inputs copied (on the device) from `buffers`,
+        outputs and scratch left as allocated: one more place for the timed runs to read from."""
+        copy = []
+        for arg, buf in zip(args, buffers, strict=True):
+            copy.append(self.drv.mem_alloc(max(1, arg.nbytes)))
+            if not arg.is_output and arg.nbytes:
+                self.drv.memcpy_dtod(copy[-1], buf, arg.nbytes)
+        return copy
 
     def _prepare(self, module, launch: Launch):
         drv = self.drv
@@ -194,13 +214,14 @@ class Worker:
                 self.drv.memcpy_htod(pristine[arg.name], data)
             self.drv.memcpy_dtod(buf, pristine[arg.name], data.nbytes)
 
-    def _time(self, run_sequence, launches_per_run: int, req: dict) -> list[float]:
-        """Seconds per run of the launch sequence, one per repeat: from CUDA graph replays when
-        the driver's graph API is usable and the request does not say `graphs: False`, else
-        (flagged in `back_to_back`) from back-to-back launches."""
+    def _time(self, run, launches_per_run: int, req: dict) -> list[float]:
+        """Seconds per run of the launch sequence (`run(stream, k)` enqueues the k-th), one per
+        repeat: from CUDA graph replays when the driver's graph API is usable and the request
+        does not say `graphs: False`, else (flagged in `back_to_back`) from back-to-back
+        launches."""
         if self.graphs is not None and req.get("graphs", True):
             try:
-                return self._time_graph(run_sequence, launches_per_run, req)
+                return self._time_graph(run, launches_per_run, req)
             except (GraphError, self.drv.Error) as exc:
                 # A capture refused by the driver is no fault of the candidate. Should the
                 # context be broken instead, the back-to-back launches below fail for real.
@@ -208,16 +229,16 @@ class Worker:
                     print(f"measure worker: timing back-to-back, not by graph: {exc}", flush=True)
                 self.graph_failures += 1
         self.back_to_back = True
-        return self._time_back_to_back(run_sequence, req)
+        return self._time_back_to_back(run, req)
 
-    def _time_graph(self, run_sequence, launches_per_run: int, req: dict) -> list[float]:
+    def _time_graph(self, run, launches_per_run: int, req: dict) -> list[float]:
         """`number` runs captured in a CUDA graph (at most MAX_GRAPH_LAUNCHES launches, replayed
         as often as needed), timed between events without the host's launch cost: the GPU time
         of the kernels. `number` is calibrated as in `_time_back_to_back`."""
         assert self.graphs is not None
         if self.stream is None:
             self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
-        timer = _GraphTimer(self.drv, self.graphs, self.stream, run_sequence, launches_per_run)
+        timer = _GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run)
         try:
             number, min_ms = max(1, int(req["number"])), float(req["min_repeat_ms"])
             repeat, cooldown = max(1, int(req["repeat"])), float(req.get("cooldown", 0))
@@ -237,7 +258,7 @@ class Worker:
         finally:
             timer.close()
 
-    def _time_back_to_back(self, run_sequence, req: dict) -> list[float]:
+    def _time_back_to_back(self, run, req: dict) -> list[float]:
         """CUDA events around `number` back-to-back launches of the sequence per repeat: the
         fallback without graphs, bounded below by the host's launch rate."""
         drv = self.drv
@@ -245,8 +266,8 @@ class Worker:
 
         def timed(count: int) -> float:
             start.record()
-            for _ in range(count):
-                run_sequence()
+            for k in range(count):
+                run(None, k)
             end.record()
             end.synchronize()
             return end.time_since(start)  # milliseconds
@@ -294,14 +315,23 @@ def _sequence(calls, pointers: list[int]):
     return run_prepared
 
 
+def _rotation(sequences: list):
+    """run(stream, k): the k-th timed run of the launch sequence, on buffer set k mod the
+    number of sets (one set: the same buffers every run)."""
+    if len(sequences) == 1:
+        only = sequences[0]
+        return lambda stream, k: only(stream)
+    return lambda stream, k: sequences[k % len(sequences)](stream)
+
+
 class _GraphTimer:
     """Times repeats of `number` runs of a launch sequence by replaying a captured graph of at
     most MAX_GRAPH_LAUNCHES launches; captures again only when the graph's size changes."""
 
-    def __init__(self, drv, graphs: GraphDriver, stream, run_sequence, launches_per_run: int):
+    def __init__(self, drv, graphs: GraphDriver, stream, run, launches_per_run: int):
         self.drv, self.graphs, self.stream = drv, graphs, stream
         self.handle = stream_handle(stream)
-        self.run_sequence = run_sequence
+        self.run = run
         self.most_runs = max(1, MAX_GRAPH_LAUNCHES // max(1, launches_per_run))
         self.graph: Graph | None = None
         self.graph_runs = 0
@@ -326,9 +356,9 @@ class _GraphTimer:
     def _graph(self, runs: int) -> Graph:
         if self.graph is None or runs != self.graph_runs:
             self.close()
-            stream, run_sequence = self.stream, self.run_sequence
+            stream, run = self.stream, self.run
             self.graph = self.graphs.capture(
-                self.handle, lambda: [run_sequence(stream) for _ in range(runs)]
+                self.handle, lambda: [run(stream, k) for k in range(runs)]
             )
             self.graph_runs = runs
         return self.graph

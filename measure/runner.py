@@ -21,6 +21,7 @@ from measure.framing import (
     write_frame,
 )
 from measure.reference import Reference
+from measure.rotation import ROTATION_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +109,10 @@ class LocalRunner:
     random candidates rank them almost identically (repeat differences of a few tenths of a
     percent; `benchmarks/timing_repeatability.py` measures this), while a longer
     `min_repeat_ms` costs proportionally more time per candidate. Raise them for final numbers.
+    With `rotate_inputs` (the default) consecutive runs cycle through copies of the candidate's
+    buffers spanning 128 MB (measure.rotation), so that every run reads its operands from
+    memory as the benchmarks time kernels and as an operator meets them in a model, not from
+    the L2 cache the previous run warmed; False times the same buffers every run.
     A CUDA error gives RUNTIME_ERROR and a fresh worker (the context may be corrupted); a
     candidate past `timeout` seconds gives RUN_TIMEOUT and the worker is killed (SIGKILL) and
     restarted.
@@ -129,6 +134,7 @@ class LocalRunner:
         max_cached_references: int = 8,
         seed: int = 0,
         graphs: bool = True,
+        rotate_inputs: bool = True,
     ) -> None:
         _require_pycuda()
         self.number = number
@@ -142,6 +148,7 @@ class LocalRunner:
         self.max_cached_references = max(1, max_cached_references)
         self.seed = seed
         self.graphs = graphs
+        self.rotate_inputs = rotate_inputs
         self.device_name: str | None = None
         self.worker_starts = 0
         self.back_to_back_timings = 0  # candidates timed without graphs (asked, or refused)
@@ -302,4 +309,5 @@ class LocalRunner:
             "cooldown": self.cooldown_interval,
             "seed": self.seed,
             "graphs": self.graphs,
+            "rotate_bytes": ROTATION_BYTES if self.rotate_inputs else 0,
         }

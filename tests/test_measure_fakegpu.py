@@ -39,6 +39,7 @@ function_attribute = _NS(MAX_THREADS_PER_BLOCK="threads", SHARED_SIZE_BYTES="sta
                          MAX_DYNAMIC_SHARED_SIZE_BYTES="dyn")
 _memory = {}
 _pending = []
+launched = []  # the first buffer of every kernel launch, in order
 
 def init(): pass
 
@@ -87,6 +88,7 @@ class _Function:
     def set_attribute(self, a, v): pass
     def _launch_kernel(self, grid, block, params, shared, stream):
         ptrs = np.frombuffer(params, np.uint64).tolist()
+        launched.append(ptrs[0])
         def run():
             a, b, c = (np.frombuffer(_memory[p], np.float32) for p in ptrs)
             if self.behaviour == b"crash":
@@ -301,3 +303,29 @@ def test_worker_times_by_graph_replay_or_falls_back(fake_pycuda, monkeypatch, fa
     # replayed so that each repeat lasts 2 ms: captured again only when the size changed
     assert graphs.captured[0] == 3 and len(graphs.captured) <= 3
     assert max(graphs.captured) <= 8 and graphs.replays > len(graphs.captured)
+
+
+@pytest.mark.parametrize("sets", [1, 3])
+def test_worker_rotates_timed_runs_over_buffer_sets(fake_pycuda, sets):
+    """With `rotate_bytes` spanning three sets of the candidate's buffers, consecutive timed runs
+    read from three different input buffers in turn (inputs copied from the checked set), and
+    every extra set is freed with the candidate; without rotation one set serves every run."""
+    import pycuda.driver as drv
+
+    from measure import _worker
+
+    worker = _worker.Worker(drv, drv.Device(0), None)
+    art, build = candidate("add")
+    with LocalRunner(number=6, repeat=2, min_repeat_ms=0.0, rotate_inputs=sets > 1) as runner:
+        request = runner._request(art, build.cubin, add_reference())
+    set_bytes = sum(a.nbytes for a in ARGS)
+    request["rotate_bytes"] = sets * set_bytes if sets > 1 else 0
+    allocated = len(drv._memory)
+    reply = worker.handle(request)
+    assert reply["error_kind"] == 0, reply["error_msg"]
+    timed = drv.launched[1:]  # after the checked run
+    assert len(timed) == 12
+    assert len(set(timed)) == sets
+    assert timed[:sets] * (12 // sets) == timed  # in turn, k-th run on set k mod sets
+    # pristine inputs stay cached per reference; the candidate's sets are all freed
+    assert len(drv._memory) == allocated + sum(1 for a in ARGS if not a.is_output)
