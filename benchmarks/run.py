@@ -1,6 +1,7 @@
 """Tune suite workloads and compare the best kernels with PyTorch on the GPU, in one run.
 
     python3 benchmarks/run.py --workloads conv2d_bias_relu matmul --trials 256 --out results/
+    python3 benchmarks/run.py --workloads matmul --trials 256 --seeds 0 1 2 --out spread/
 Per workload: tune, then time the best kernel and PyTorch (fp32 with TF32 off, and TF32) in this
 process with the same methods (torch_timing.py, inputs rotated past the L2 cache, median of
 repeats): GPU time from CUDA graph replays of 100 calls (the headline columns, no host launch
@@ -38,7 +39,14 @@ COLUMNS = [
 
 
 def tune(
-    name: str, trials: int, per_round: int, population: int, n_jobs: int, out: str, seed: int = 0
+    name: str,
+    trials: int,
+    per_round: int,
+    population: int | None,
+    n_jobs: int,
+    out: str,
+    seed: int = 0,
+    generations: int | None = None,
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds)."""
     import autosched
@@ -46,8 +54,9 @@ def tune(
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)
+    given = {"population": population, "generations": generations}
     params = SearchParams(
-        n_jobs=n_jobs, seed=seed, **({"population": population} if population else {})
+        n_jobs=n_jobs, seed=seed, **{k: v for k, v in given.items() if v is not None}
     )
     policy = SketchPolicy(task, autosched.XGBModel(), params)
     t0 = time.perf_counter()
@@ -171,30 +180,80 @@ def main() -> int:
     )
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
+    ap.add_argument("--generations", type=int, default=None, help="default: SearchParams' (3)")
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument(
         "--commit", default=None, help="commit to name in the table (default: git HEAD)"
     )
     ap.add_argument(
-        "--seed",
+        "--seeds",
         type=int,
-        default=0,
-        help="the search's seed (runs differ by seed: compare several)",
+        nargs="+",
+        default=[0],
+        help="the search's seeds (runs differ by seed: compare several); with more than one,"
+        " each seed's results go to OUT/seedS/ and the spread per workload to OUT/seeds.md",
     )
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
-    rows = []
-    for name in ns.workloads:
-        task, res, wall = tune(
-            name, ns.trials, ns.per_round, ns.population, ns.n_jobs, ns.out, ns.seed
-        )
-        rows.append(row(name, task, res, wall))
-        with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
-            f.write(res.kernel.source)
-        write_results(ns.out, header, rows, markdown(rows, header))
+    by_seed: dict[int, list[dict]] = {}
+    for seed in ns.seeds:
+        out = ns.out if len(ns.seeds) == 1 else os.path.join(ns.out, f"seed{seed}")
+        os.makedirs(out, exist_ok=True)
+        rows = by_seed[seed] = []
+        for name in ns.workloads:
+            task, res, wall = tune(
+                name,
+                ns.trials,
+                ns.per_round,
+                ns.population,
+                ns.n_jobs,
+                out,
+                seed,
+                ns.generations,
+            )
+            rows.append(row(name, task, res, wall))
+            with open(os.path.join(out, f"{name}.cu"), "w") as f:
+                f.write(res.kernel.source)
+            write_results(out, header, rows, markdown(rows, header))
+    if len(ns.seeds) > 1:
+        table = spread_table(by_seed, header)
+        with open(os.path.join(ns.out, "seeds.md"), "w") as f:
+            f.write(table)
+        print(table)
     return 0
+
+
+def spread_table(by_seed: dict[int, list[dict]], header: str) -> str:
+    """Per workload: each seed's GPU time, the spread (slowest / fastest), PyTorch fp32's time
+    (the median over the seeds' runs) and how many seeds are ahead of it."""
+    import statistics
+
+    seeds = sorted(by_seed)
+    names = [r["workload"] for r in by_seed[seeds[0]]]
+    lines = [
+        header,
+        "",
+        "GPU time: CUDA graph replays of 100 calls, median of 20, inputs rotated past the L2"
+        " cache; PyTorch fp32 timed in the same process.",
+        "",
+        "| workload | " + " | ".join(f"seed {s} µs" for s in seeds) + " | spread (slowest /"
+        " fastest) | torch fp32 µs (median) | seeds ahead of torch fp32 |",
+        "|---|" + "---|" * (len(seeds) + 3),
+    ]
+    for name in names:
+        rows = [next(r for r in by_seed[s] if r["workload"] == name) for s in seeds]
+        ours = [r["ours_us"] for r in rows]
+        torch_us = statistics.median(r["torch_fp32_us"] for r in rows)
+        ahead = sum(r["ours_us"] < r["torch_fp32_us"] for r in rows)
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{x:.1f}" for x in ours)
+            + f" | {max(ours) / min(ours):.2f}"
+            f" | {torch_us:.1f} | {ahead} of {len(rows)} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
