@@ -100,9 +100,12 @@ def kernel_rotation_copies(kernel) -> int:
 def time_calls(
     calls: list[Callable[[], object]], number: int = 100, repeat: int = 20, warmup: int = 10
 ) -> float:
-    """Median seconds per call, eager: CUDA events around `number` back-to-back calls, cycling
-    through `calls` (one per input copy), `repeat` times, after `warmup` calls."""
+    """Median seconds per call, eager: CUDA events around `number` back-to-back calls (at least
+    one per call in `calls`), cycling through `calls` (one per input copy), `repeat` times,
+    after `warmup` calls."""
     import torch
+
+    number = max(number, len(calls))  # every copy used: fewer would leave the rest L2-warm
 
     for k in range(warmup):
         calls[k % len(calls)]()
@@ -138,12 +141,15 @@ def time_graph(
     warmup: int = 3,
     stream=None,
 ) -> float:
-    """Median seconds per call of GPU time: `number` calls, cycling through `calls`, captured
-    in one CUDA graph on `stream` (a torch.cuda.Stream; default a new one), then `repeat`
-    replays, each between CUDA events. Each call must enqueue its work on `stream`: PyTorch
-    ops do (it is the current stream while capturing); our launchers must be bound to it
-    (`shared_stream`). Warm-up runs on `stream` first, as torch.cuda.graphs documents."""
+    """Median seconds per call of GPU time: `number` calls (at least one per call in `calls`),
+    cycling through `calls`, captured in one CUDA graph on `stream` (a torch.cuda.Stream;
+    default a new one), then `repeat` replays, each between CUDA events. Each call must enqueue
+    its work on `stream`: PyTorch ops do (it is the current stream while capturing); our
+    launchers must be bound to it (`shared_stream`). Warm-up runs on `stream` first, as
+    torch.cuda.graphs documents."""
     import torch
+
+    number = max(number, len(calls))  # every copy used: fewer would leave the rest L2-warm
 
     stream = stream if stream is not None else torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream

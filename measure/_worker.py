@@ -122,9 +122,11 @@ class Worker:
             # the sets the timed runs cycle through, inputs copied before any run can touch them
             copies = rotation_copies(sum(a.nbytes for a in args), int(req.get("rotate_bytes", 0)))
             sequences = [run_sequence]
-            for _ in range(copies - 1):
-                rotated.append(self._copy_set(args, buffers))
-                sequences.append(_sequence(calls, [int(b) for b in rotated[-1]]))
+            if copies > 1:
+                rotated.append(self._copy_sets(args, buffers, copies - 1))
+                sequences += [
+                    _sequence(calls, p) for p in _set_pointers(args, rotated[-1], copies - 1)
+                ]
 
             t1 = time.perf_counter()
             for arg, buf in zip(args, buffers, strict=True):
@@ -149,21 +151,29 @@ class Worker:
             self.phases = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
             return costs
         finally:
-            for buf in buffers + [b for bufs in rotated for b in bufs]:
+            for buf in buffers + rotated:
                 try:
                     buf.free()
                 except Exception:
                     pass
 
-    def _copy_set(self, args, buffers) -> list:
-        """A fresh set of the candidate's buffers, inputs copied (on the device) from `buffers`,
-        outputs and scratch left as allocated: one more place for the timed runs to read from."""
-        copy = []
-        for arg, buf in zip(args, buffers, strict=True):
-            copy.append(self.drv.mem_alloc(max(1, arg.nbytes)))
-            if not arg.is_output and arg.nbytes:
-                self.drv.memcpy_dtod(copy[-1], buf, arg.nbytes)
-        return copy
+    def _copy_sets(self, args, buffers, count: int):
+        """One allocation holding `count` more sets of the candidate's buffers, back to back
+        (`_set_pointers` lays them out), each a copy of `buffers`: the first set is copied
+        buffer by buffer, then the filled sets are copied onto the next ones, doubling, so that
+        hundreds of small sets take a few copies."""
+        stride = _set_stride(args)
+        block = self.drv.mem_alloc(count * stride)
+        base = int(block)
+        for arg, buf, ptr in zip(args, buffers, _set_pointers(args, block, 1)[0], strict=True):
+            if arg.nbytes:
+                self.drv.memcpy_dtod(ptr, buf, arg.nbytes)
+        filled = 1
+        while filled < count:
+            more = min(filled, count - filled)
+            self.drv.memcpy_dtod(base + filled * stride, base, more * stride)
+            filled += more
+        return block
 
     def _prepare(self, module, launch: Launch):
         drv = self.drv
@@ -313,6 +323,24 @@ def _sequence(calls, pointers: list[int]):
             func.prepared_async_call(grid, block, stream, *pointers, shared_size=shared)
 
     return run_prepared
+
+
+_SET_ALIGN = 256  # bytes: each buffer of a rotated set starts as aligned as cuMemAlloc's
+
+
+def _set_stride(args) -> int:
+    """Bytes one rotated set takes: each buffer rounded up to _SET_ALIGN."""
+    return sum(-(-max(1, a.nbytes) // _SET_ALIGN) * _SET_ALIGN for a in args)
+
+
+def _set_pointers(args, block, count: int) -> list[list[int]]:
+    """The buffer addresses of `count` sets laid out back to back from `block`."""
+    stride, base = _set_stride(args), int(block)
+    offsets, at = [], 0
+    for a in args:
+        offsets.append(at)
+        at += -(-max(1, a.nbytes) // _SET_ALIGN) * _SET_ALIGN
+    return [[base + k * stride + o for o in offsets] for k in range(count)]
 
 
 def _rotation(sequences: list):

@@ -7,9 +7,12 @@ that a search's record and a benchmark's re-time of it measure the same thing.
 from __future__ import annotations
 
 # Rotate through at least this many bytes: 2.5x the 50 MB L2 of an H100/H200, so that with
-# LRU-like replacement the next copy's lines are gone by the time it is read again.
+# LRU-like replacement the next copy's lines are gone by the time it is read again. The memory
+# this takes is bounded by it (plus one set), whatever the size of a set.
 ROTATION_BYTES = 128 << 20
-MAX_COPIES = 16  # a set larger than ROTATION_BYTES / MAX_COPIES is partly L2-warm: bounded memory
+# Copies at most: only sets under 128 KB (kernels timed in a microsecond or two, where launch
+# cost dominates anyway) stay partly L2-warm at this cap.
+MAX_COPIES = 1024
 
 
 def rotation_copies(bytes_per_set: int, rotate_bytes: int = ROTATION_BYTES) -> int:

@@ -37,8 +37,9 @@ class _NS:
 device_attribute = _NS(MAX_SHARED_MEMORY_PER_BLOCK="smem")
 function_attribute = _NS(MAX_THREADS_PER_BLOCK="threads", SHARED_SIZE_BYTES="static",
                          MAX_DYNAMIC_SHARED_SIZE_BYTES="dyn")
-_memory = {}
+_memory = {}  # allocation base address -> its bytes
 _pending = []
+_N = 4096  # floats per kernel argument (the tests' ARGS)
 launched = []  # the first buffer of every kernel launch, in order
 
 def init(): pass
@@ -67,11 +68,17 @@ class _Alloc:
     def free(self): _memory.pop(self.ptr, None)
 
 def mem_alloc(n): return _Alloc(n)
-def memset_d8(dst, value, n): _memory[int(dst)][:n] = bytes([value]) * n
-def memcpy_htod(dst, src): b = src.tobytes(); _memory[int(dst)][:len(b)] = b
-def memcpy_dtod(dst, src, n): _memory[int(dst)][:n] = _memory[int(src)][:n]
+def _at(ptr, n):
+    # the n bytes at address ptr, inside whichever allocation holds them
+    ptr = int(ptr)
+    base = max(b for b in _memory if b <= ptr)
+    return memoryview(_memory[base])[ptr - base: ptr - base + n]
+
+def memset_d8(dst, value, n): _at(dst, n)[:] = bytes([value]) * n
+def memcpy_htod(dst, src): b = src.tobytes(); _at(dst, len(b))[:] = b
+def memcpy_dtod(dst, src, n): _at(dst, n)[:] = bytes(_at(src, n))
 def memcpy_dtoh(dst, src):
-    dst.view(np.uint8).ravel()[:] = np.frombuffer(_memory[int(src)][: dst.nbytes], np.uint8)
+    dst.view(np.uint8).ravel()[:] = np.frombuffer(_at(src, dst.nbytes), np.uint8)
 
 class Stream:
     def __init__(self, flags=0): self.handle_int = id(self)
@@ -90,7 +97,7 @@ class _Function:
         ptrs = np.frombuffer(params, np.uint64).tolist()
         launched.append(ptrs[0])
         def run():
-            a, b, c = (np.frombuffer(_memory[p], np.float32) for p in ptrs)
+            a, b, c = (np.frombuffer(bytes(_at(p, 4 * _N)), np.float32) for p in ptrs)
             if self.behaviour == b"crash":
                 raise LaunchError("cuCtxSynchronize failed: an illegal memory access")
             if self.behaviour == b"hang":
@@ -98,12 +105,12 @@ class _Function:
             if self.behaviour == b"print":
                 print("kernel printf output that must not corrupt the frames", flush=True)
             out = a + b + (np.float32(1) if self.behaviour == b"wrong" else np.float32(0))
-            _memory[ptrs[2]][:] = out.tobytes()
+            _at(ptrs[2], 4 * _N)[:] = out.tobytes()
             if self.behaviour == b"scribble":  # right answer, then garbage over its input
-                _memory[ptrs[0]][:] = (a + 7).tobytes()
+                _at(ptrs[0], 4 * _N)[:] = (a + 7).tobytes()
             if self.behaviour == b"stomp":  # right answer, then out-of-bounds garbage elsewhere
                 for p in list(_memory):
-                    if p not in ptrs and len(_memory[p]) == len(_memory[ptrs[0]]):
+                    if p not in ptrs and len(_memory[p]) == 4 * _N:
                         _memory[p][:] = (a + 7).tobytes()
         _pending.append(run)
 
