@@ -5,6 +5,7 @@ Resuming from a log is in test_resume.py."""
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import random
@@ -60,10 +61,20 @@ def _decisions(records) -> dict[int, tuple]:
 
 
 def _children(policy, fresh, name: str, n: int = 40, seed: int = 0) -> list[tuple]:
+    """n children of rule `name` from random parents in `fresh`; the other parents of a
+    multi-parent rule share the first one's structure (crossover mixes candidates of one sketch
+    whose caches are double-buffered and padded alike, and gives None for any other pair)."""
     rule, rng = MUTATIONS[name], random.Random(seed)
+    mates = collections.defaultdict(list)
+    for r in fresh:
+        mates[structure_key(r)].append(r)
     out = []
     for _ in range(4 * n):
-        parents = rng.sample(fresh, rule.N_PARENTS)
+        first = rng.choice(fresh)
+        others = [r for r in mates[structure_key(first)] if r is not first]
+        if len(others) < rule.N_PARENTS - 1:
+            continue
+        parents = [first, *rng.sample(others, rule.N_PARENTS - 1)]
         child = rule.apply(policy.mutation_ctx, parents, rng)
         if child is not None:
             out.append((parents, child))
@@ -88,9 +99,9 @@ def test_tile_size_mutation_moves_one_factor_within_limits(sampled):
 
 def test_vectorised_split_keeps_a_vector_width(sampled):
     policy, fresh = sampled
-    vec = [k for k, r in enumerate(fresh[0]) if r[0] == "AN" and r[3] == "vectorize"]
-    assert vec, "the sketch has cooperative fetching"
     for _, child in _children(policy, fresh, "tile_size", n=80):
+        vec = [k for k, r in enumerate(child) if r[0] == "AN" and r[3] == "vectorize"]
+        assert vec, "the sketch has cooperative fetching"
         for k in vec:
             assert as_step(child[k - 1]).lengths[-1] <= policy.mutation_ctx.max_vector_length
 
@@ -132,7 +143,12 @@ def test_crossover_needs_two_differences_and_one_sketch(sampled):
     a = fresh[0]
     one_off = MUTATIONS["auto_unroll"].apply(policy.mutation_ctx, [a], rng)
     assert rule.apply(policy.mutation_ctx, [a, one_off], rng) is None  # would copy a parent
-    b = next(r for r in fresh if len([k for k in _decisions(a) if a[k] != r[k]]) >= 2)
+    b = next(
+        r
+        for r in fresh
+        if structure_key(r) == structure_key(a)
+        and len([k for k in _decisions(a) if a[k] != r[k]]) >= 2
+    )
     k = next(k for k, r in enumerate(b) if r[0] == "AN")
     other_sketch = b[:k] + ((b[k][0], b[k][1], b[k][2], "unroll"),) + b[k + 1 :]
     assert rule.apply(policy.mutation_ctx, [a, other_sketch], rng) is None

@@ -1,32 +1,47 @@
-"""Padded shared-memory tiles: `storage_align` in lowering (autosched/lower/storage.py) and the
-row padding the Tensor Core init rule draws (autosched/sketch/tensor_core_init.py)."""
+"""Padded shared-memory tiles: `storage_align` in lowering (autosched/lower/storage.py), the row
+padding the Tensor Core init rule draws (autosched/sketch/tensor_core_init.py) and the one the
+SharedPadding init rule draws for float32 sketches (autosched/sketch/shared_padding.py)."""
 
 from __future__ import annotations
 
 import collections
 import math
+import random
 
 import pytest
 from compilers import needs_nvcc
-from interpreter_check import assert_half_outputs_match, half_inputs, lower_and_compare
+from interpreter_check import (
+    assert_half_outputs_match,
+    assert_matches_dag,
+    half_inputs,
+    lower_and_compare,
+    random_inputs,
+)
 from test_tensor_core_sketch import tc_dag
-from workloads_for_tests import matmul_dag, matmul_shared_state
+from workloads_for_tests import matmul_dag, matmul_shared_state, suite_dag
 
 from autosched import te, topi
+from autosched.codegen.cuda import codegen_program
 from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
+from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
 from autosched.lower.storage import aligned_stride, storage_shape
 from autosched.lower.verify import verify_program
 from autosched.records import MeasureInput, MeasureRecordResult, apply_steps, decode, encode
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import StorageAlignStep, replay
+from autosched.search.mutations import MutationContext, TileSizeMutation
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.shared_padding import PAD_WEIGHTS, pad_options
 from autosched.sketch.tensor_core_init import (
     MAX_BLOCK_TILES,
     TensorCoreDraw,
+    fetch_vector,
     tensor_core_groups,
 )
+from autosched.sketch.utils import SketchParams
+from autosched.sketch.validity import check_candidate
 from autosched.task.evaluate import evaluate
 from autosched.task.workloads import TENSOR_CORE_SUITE
 from measure.hardware import HardwareParams
@@ -211,3 +226,150 @@ def test_padded_full_size_states_compile_without_spills():
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(compile_resources, jobs))
     assert not [r for res in results for r in res.values() if r.spill_bytes]
+
+
+# ---- padded float32 states (the SharedPadding init rule) ---------------------------------------
+
+EVERY_CACHE = SketchParams(shared_padding_probability=1.0)
+
+
+def _stride_pads(state) -> dict[str, StorageAlignStep]:
+    """Buffer name -> the storage_align step of each padded cache."""
+    return {
+        state.stages[s.stage_id].name.replace(".", "_"): s
+        for s in state.steps
+        if isinstance(s, StorageAlignStep)
+    }
+
+
+def _shared_shapes(program) -> dict[str, tuple]:
+    return {b.name: b.shape for k in program.kernels for b in k.allocs if b.scope == "shared"}
+
+
+@pytest.fixture(scope="module")
+def fp32_sample():
+    """12 states of the reduced float32 matmul drawn with every eligible cache padded."""
+    dag = suite_dag("matmul", reduced=True)
+    sampler, states = _sample_with(dag, EVERY_CACHE, 12, 0)
+    return dag, sampler, states
+
+
+def _sample_with(dag, params: SketchParams, n: int, seed: int, verify: bool = True):
+    sampler = SketchSampler(generate_sketches(dag), params=params, verify=verify)
+    states = sampler.sample(n, seed)
+    assert len(states) == n, sampler.rejected
+    return sampler, states
+
+
+def test_the_pad_table_keeps_vectors_whole_and_pads_only_rows_it_spreads():
+    assert pad_options(32, 4, 4) == {4: PAD_WEIGHTS[16]}  # 16-byte vectors: 16-byte pads only
+    assert pad_options(32, 4, 1) == {4: PAD_WEIGHTS[16], 1: PAD_WEIGHTS[4]}
+    assert pad_options(16, 4, 2) == {4: PAD_WEIGHTS[16]}
+    assert pad_options(12, 4, 1) == {1: PAD_WEIGHTS[4]}  # 12 + 4 would spread the rows less
+    assert pad_options(3, 4, 1) == {} and pad_options(1, 4, 1) == {}  # odd rows spread already
+    assert pad_options(64, 2, 8) == {8: PAD_WEIGHTS[16]}  # halves: 16 bytes are 8 of them
+    assert pad_options(64, 8, 1) == {2: PAD_WEIGHTS[16]}  # a 4-byte pad is no whole double
+
+
+def test_padded_fp32_states_compute_the_dag(fp32_sample):
+    dag, sampler, states = fp32_sample
+    inputs = random_inputs(dag)
+    expected = evaluate(dag.tensors, inputs)
+    factors = collections.Counter()
+    for state in states:
+        factors.update(s.factor for s in _stride_pads(state).values())
+        assert_matches_dag(dag, sampler.programs[state.key()], state, inputs, expected)
+    assert sum(factors.values()) > len(states) and factors[8] > factors[2]
+
+
+def test_padded_caches_get_the_padded_row_stride_and_keep_their_vectors(fp32_sample):
+    """Each padded cache's allocation is its unpadded one with `offset` more elements per row
+    (rows a multiple of `factor`), and a vectorised fetch still stores whole vectors (or copies
+    them asynchronously)."""
+    _, sampler, states = fp32_sample
+    vectorised = 0
+    for state in states:
+        program = sampler.programs[state.key()]
+        pads = _stride_pads(state)
+        plain = replay(state.dag, [s for s in state.steps if not isinstance(s, StorageAlignStep)])
+        padded, unpadded = _shared_shapes(program), _shared_shapes(lower(plain))
+        source = codegen_program(device_program(program))
+        for name, shape in padded.items():
+            if name not in pads:
+                assert shape == unpadded[name]
+                continue
+            step, row = pads[name], unpadded[name][-1]
+            assert row % step.factor == 0
+            assert shape == (*unpadded[name][:-1], row + step.offset)
+            vector = fetch_vector(state, state.stage_index(name.replace("_", ".")))
+            assert step.factor == 8 or vector == 1  # a 4-byte pad only under scalar copies
+            if vector > 1:
+                vectorised += 1
+                stored = (f"float{vector}*>(&{name}[", f"as_cp_async_{4 * vector}(&{name}[")
+                assert any(s in source for s in stored), name
+    assert vectorised
+
+
+def test_probability_zero_pads_no_fp32_cache():
+    dag = suite_dag("matmul", reduced=True)
+    _, states = _sample_with(dag, SketchParams(shared_padding_probability=0.0), 12, 0, False)
+    assert not any(_padded(s) for s in states)
+
+
+def test_fp32_padding_replays_prints_and_survives_tile_size_mutations(fp32_sample):
+    dag, sampler, states = fp32_sample
+    state = next(s for s in states if len(_padded(s)) == 2)
+    inp = MeasureInput(dag.workload_key, tuple(s.to_record() for s in state.steps))
+    line = encode(inp, MeasureRecordResult((1e-5,), 0, "", 1.0, 0.5, 1.0))
+    assert apply_steps(dag, decode(line)[0]) == state
+    text = dag.print_python_schedule(state)
+    for name, step in _stride_pads(state).items():
+        assert f"s[{name}].storage_align({name}_ax0, {step.factor}, {step.offset})" in text
+    p = SketchParams()
+    ctx = MutationContext(
+        p.max_innermost_split_factor, max(p.vector_lengths), p.auto_unroll_configs
+    )
+    rng, inputs = random.Random(0), random_inputs(dag)
+    expected = evaluate(dag.tensors, inputs)
+    checked = 0
+    for _ in range(12):
+        child = replay(dag, TileSizeMutation().apply(ctx, [state.key()], rng))
+        assert _padded(child) == _padded(state)
+        program, reason = check_candidate(child, sampler.hardware, p)
+        if program is not None:
+            assert_matches_dag(dag, program, child, inputs, expected)
+            checked += 1
+    assert checked
+
+
+def test_tensor_core_states_are_left_to_their_own_padding():
+    """The rule draws nothing on a Tensor Core sketch: the same states whatever its
+    probability, each operand tile aligned once (by FillTensorCore)."""
+    dag = tc_dag("matmul_fp16")
+    _, never = _sample_with(dag, SketchParams(shared_padding_probability=0.0), 6, 3, False)
+    _, always = _sample_with(dag, EVERY_CACHE, 6, 3, False)
+    assert [s.key() for s in always] == [s.key() for s in never]
+    assert any(_padded(s) for s in always)
+    for state in always:
+        aligned = [s.stage_id for s in state.steps if isinstance(s, StorageAlignStep)]
+        assert len(aligned) == len(set(aligned))
+
+
+@needs_nvcc
+def test_a_padded_double_buffered_fp32_state_compiles_for_sm90():
+    from measure.compiler import compile_kernel
+
+    dag = suite_dag("matmul", reduced=True)
+    params = SketchParams(shared_padding_probability=1.0, double_buffer_probability=1.0)
+    sampler, states = _sample_with(dag, params, 8, 1)
+    state = next(
+        s
+        for s in states
+        if len(_padded(s)) == 2
+        and any(b.async_copy for k in sampler.programs[s.key()].kernels for b in k.allocs)
+    )
+    source = codegen_program(device_program(sampler.programs[state.key()]))
+    assert "cp_async" in source
+    _, message, cubin, resources = compile_kernel(source, "sm_90")
+    assert cubin is not None, message
+    assert not any(r.spill_bytes for r in resources.values())

@@ -12,6 +12,8 @@ the random decisions for one state:
   ThreadBind      blockIdx.x / vthread / threadIdx.x for tiled stages, blockIdx.x for the outer
                   loops of cross-thread reductions, fuse-split-bind for the other root stages,
                   cooperative fetching (vectorised) for shared caches
+  SharedPadding   the rows of shared caches of tiled stages padded against bank conflicts, or
+                  not (shared_padding.py; after ThreadBind, whose fetch vectors it keeps aligned)
   DoubleBuffer    the shared caches of an attach loop fetched one iteration ahead, or not
   AutoUnroll      auto_unroll_max_step on every stage with a reduction
 
@@ -30,6 +32,7 @@ from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import SketchPlan, TileGroup
+from autosched.sketch.shared_padding import SharedPadding
 from autosched.sketch.tensor_core_init import (
     FillTensorCore,
     reserved_stages,
@@ -393,6 +396,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     FillTileSize(),
     FillTensorCore(),
     ThreadBind(),
+    SharedPadding(),
     DoubleBuffer(),
     AutoUnroll(),
 )
@@ -405,5 +409,6 @@ __all__ = [
     "FillTileSize",
     "InitContext",
     "InitRule",
+    "SharedPadding",
     "ThreadBind",
 ]

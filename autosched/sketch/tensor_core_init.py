@@ -320,7 +320,7 @@ class FillTensorCore(InitRule):
         return state
 
 
-def _fetch_vector(state: State, c: int) -> int:
+def fetch_vector(state: State, c: int) -> int:
     """The vector width of shared stage c's cooperative fetch (1 before there is one)."""
     steps = state.steps
     for k, s in enumerate(steps):
@@ -347,7 +347,7 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     elems = {"wmma.matrix_a": wm * rm * MMA * kt, "wmma.matrix_b": wn * rn * MMA * kt}
     fetches = []  # (trips, registers per trip) of each shared stage's fetch loop
     for c, role in zip(g.shared, g.roles, strict=True):
-        vec = _fetch_vector(state, c)
+        vec = fetch_vector(state, c)
         words = max(1, vec * g.operand_bytes // 4)
         fetches.append((-(-elems[role] // (threads * vec)), words))
 
@@ -364,6 +364,7 @@ def reserved_stages(groups: list[TensorCoreGroup]) -> frozenset[int]:
 
 __all__ = [
     "FillTensorCore",
+    "fetch_vector",
     "fragment_registers",
     "TensorCoreDraw",
     "TensorCoreGroup",

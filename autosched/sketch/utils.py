@@ -64,6 +64,10 @@ class SketchParams:
     # the chance that the shared caches of one attach loop are double-buffered (fetched one
     # iteration ahead, asynchronously where the GPU can)
     double_buffer_probability: float = 0.5
+    # the chance that a shared cache of a multi-level tiled (non-Tensor-Core) sketch whose rows
+    # line up on the same banks gets its rows padded (SharedPadding): even odds, as whether the
+    # conflicts cost more than the padding's shared memory depends on how the warp walks the tile
+    shared_padding_probability: float = 0.5
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel
