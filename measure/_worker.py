@@ -147,7 +147,7 @@ class Worker:
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
             t2 = time.perf_counter()
-            costs = self._time(_rotation(sequences), len(calls), req)
+            costs = self._time(_Rotation(sequences), len(calls), req)
             self.phases = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
             return costs
         finally:
@@ -250,7 +250,7 @@ class Worker:
             self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
         timer = _GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run)
         try:
-            number, min_ms = max(1, int(req["number"])), float(req["min_repeat_ms"])
+            number, min_ms = max(run.sets, int(req["number"])), float(req["min_repeat_ms"])
             repeat, cooldown = max(1, int(req["repeat"])), float(req.get("cooldown", 0))
             # Calibrate from a probe of `number` runs (a replay carries no launch latency, so the
             # probe's time per run predicts the next well); then the repeats, consecutively.
@@ -285,7 +285,7 @@ class Worker:
         # Calibrate: raise `number` until one repeat lasts min_repeat_ms. Aim 5% above it from the
         # last estimate (a small first probe overestimates the time per run by the launch
         # latency, so this converges from below, in two or three probes, without overshooting).
-        number = max(1, int(req["number"]))
+        number = max(run.sets, int(req["number"]))
         min_ms = float(req["min_repeat_ms"])
         elapsed = timed(number)
         while elapsed < min_ms and number < MAX_NUMBER:
@@ -343,13 +343,17 @@ def _set_pointers(args, block, count: int) -> list[list[int]]:
     return [[base + k * stride + o for o in offsets] for k in range(count)]
 
 
-def _rotation(sequences: list):
-    """run(stream, k): the k-th timed run of the launch sequence, on buffer set k mod the
-    number of sets (one set: the same buffers every run)."""
-    if len(sequences) == 1:
-        only = sequences[0]
-        return lambda stream, k: only(stream)
-    return lambda stream, k: sequences[k % len(sequences)](stream)
+class _Rotation:
+    """run(stream, k): the k-th timed run of the launch sequence, on buffer set k mod `sets`
+    (one set: the same buffers every run). A timing runs at least `sets` runs in a row, so that
+    every set is read before any is read again."""
+
+    def __init__(self, sequences: list) -> None:
+        self.sequences = sequences
+        self.sets = len(sequences)
+
+    def __call__(self, stream, k: int) -> None:
+        self.sequences[k % self.sets](stream)
 
 
 class _GraphTimer:
@@ -360,7 +364,8 @@ class _GraphTimer:
         self.drv, self.graphs, self.stream = drv, graphs, stream
         self.handle = stream_handle(stream)
         self.run = run
-        self.most_runs = max(1, MAX_GRAPH_LAUNCHES // max(1, launches_per_run))
+        # a graph holds every buffer set's run at least, however many launches that takes
+        self.most_runs = max(run.sets, MAX_GRAPH_LAUNCHES // max(1, launches_per_run))
         self.graph: Graph | None = None
         self.graph_runs = 0
 
