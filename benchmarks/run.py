@@ -41,7 +41,7 @@ COLUMNS = [
 def tune(
     name: str,
     trials: int,
-    per_round: int | None,
+    per_round: int,
     population: int | None,
     n_jobs: int,
     out: str,
@@ -50,7 +50,6 @@ def tune(
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds)."""
     import autosched
-    from autosched.search.auto_schedule import MEASURES_PER_ROUND
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.task.search_task import suite_task
 
@@ -66,7 +65,7 @@ def tune(
         policy,
         autosched.TuningOptions(
             num_measure_trials=trials,
-            num_measures_per_round=per_round or MEASURES_PER_ROUND,
+            num_measures_per_round=per_round,
             measure_callbacks=[autosched.RecordToFile(os.path.join(out, f"{name}.json"))],
         ),
     )
@@ -179,7 +178,7 @@ def main() -> int:
     ap.add_argument(
         "--trials", type=int, default=192, help="per workload (default fits the suite in ~10 min)"
     )
-    ap.add_argument("--per-round", type=int, default=None, help="default: TuningOptions'")
+    ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
     ap.add_argument("--generations", type=int, default=None, help="default: SearchParams' (3)")
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)

@@ -123,7 +123,6 @@ def tune(name: str, ns) -> tuple:
     Returns (task, best state, its recorded seconds, records in the log, wall seconds)."""
     import autosched
     from autosched.records import load_best, load_records
-    from autosched.search.auto_schedule import MEASURES_PER_ROUND
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
 
     workload, args, _ = WORKLOADS[name]
@@ -145,7 +144,7 @@ def tune(name: str, ns) -> tuple:
             policy,
             autosched.TuningOptions(
                 num_measure_trials=ns.trials - done,
-                num_measures_per_round=ns.per_round or MEASURES_PER_ROUND,
+                num_measures_per_round=ns.per_round,
                 measure_callbacks=[autosched.RecordToFile(log)],
             ),
         )
@@ -238,7 +237,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--trials", type=int, default=1000)
-    ap.add_argument("--per-round", type=int, default=None, help="default: TuningOptions'")
+    ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_out")

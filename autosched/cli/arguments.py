@@ -7,8 +7,6 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autosched.search.auto_schedule import MEASURES_PER_ROUND
-
 
 @dataclass(frozen=True)
 class Command:
@@ -57,10 +55,7 @@ def add_search_arguments(parser: argparse.ArgumentParser, trials: int) -> None:
     """The options of a search: trials, measurements per round, worker processes, seed."""
     parser.add_argument("--trials", type=positive_int, default=trials, help="measurements in all")
     parser.add_argument(
-        "--per-round",
-        type=positive_int,
-        default=MEASURES_PER_ROUND,
-        help="measurements per search round",
+        "--per-round", type=positive_int, default=64, help="measurements per search round"
     )
     parser.add_argument(
         "--n-jobs",

@@ -14,11 +14,6 @@ from dataclasses import dataclass, field
 
 from autosched.errors import AutoschedError
 
-# Measurements per round (the model is retrained and the search re-run after each): half of
-# Ansor's 64, so that in a short search the trained model picks twice as many batches, each from
-# a model that has seen the batch before it; the search's CPU time per trial doubles.
-MEASURES_PER_ROUND = 32
-
 
 @dataclass
 class TuningOptions:
@@ -27,7 +22,7 @@ class TuningOptions:
     the defaults. `measure_callbacks(inputs, results)` run after each measured batch."""
 
     num_measure_trials: int = 64
-    num_measures_per_round: int = MEASURES_PER_ROUND
+    num_measures_per_round: int = 64
     early_stopping: int | None = None
     builder: object | None = None
     runner: object | None = None
