@@ -55,8 +55,11 @@ def main() -> int:
         " best double-buffered |",
         "|---|---|---|---|---|---|---|",
     ]
+    # each log named by its path below the folder all of them share (its file name for one)
+    common = os.path.commonpath([os.path.dirname(os.path.abspath(x)) for x in ns.logs])
     for path in ns.logs:
         p = progress(path)
+        p["log"] = os.path.relpath(os.path.abspath(path), common)
         quarters = " / ".join(f"{c:.1f}" for c in p["quarters_us"])
         failed = ", ".join(f"{k} {v}" for k, v in sorted(p["failed"].items())) or "none"
         lines.append(
