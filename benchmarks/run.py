@@ -47,8 +47,11 @@ def tune(
     out: str,
     seed: int = 0,
     generations: int | None = None,
+    pretrain: tuple = (),
 ):
-    """Tune one suite workload; returns (task, TuningResult, wall seconds)."""
+    """Tune one suite workload; returns (task, TuningResult, wall seconds). `pretrain`: Datasets
+    (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
+    round (transfer learning; the task's own programs in them are left out)."""
     import autosched
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.task.search_task import suite_task
@@ -58,8 +61,13 @@ def tune(
     params = SearchParams(
         n_jobs=n_jobs, seed=seed, **{k: v for k, v in given.items() if v is not None}
     )
-    policy = SketchPolicy(task, autosched.XGBModel(), params)
+    model = autosched.XGBModel()
     t0 = time.perf_counter()
+    for data in pretrain:
+        others = data.subset([i for i, t in enumerate(data.task_ids) if t != task.workload_key])
+        if len(others):
+            model.update(others.features, others.throughputs, task_ids=others.task_ids)
+    policy = SketchPolicy(task, model, params)
     res = autosched.auto_schedule(
         task,
         policy,
@@ -181,6 +189,12 @@ def main() -> int:
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
     ap.add_argument("--generations", type=int, default=None, help="default: SearchParams' (3)")
+    ap.add_argument(
+        "--pretrain",
+        nargs="+",
+        default=[],
+        help="record logs whose programs of other workloads train the cost model first",
+    )
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument(
@@ -197,6 +211,9 @@ def main() -> int:
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
+    from autosched.search.cost_model import load_dataset
+
+    pretrain = tuple(load_dataset(path, ns.n_jobs) for path in ns.pretrain)
     by_seed: dict[int, list[dict]] = {}
     for seed in ns.seeds:
         out = ns.out if len(ns.seeds) == 1 else os.path.join(ns.out, f"seed{seed}")
@@ -212,6 +229,7 @@ def main() -> int:
                 out,
                 seed,
                 ns.generations,
+                pretrain,
             )
             rows.append(row(name, task, res, wall))
             with open(os.path.join(out, f"{name}.cu"), "w") as f:
