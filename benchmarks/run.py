@@ -63,10 +63,15 @@ def tune(
     )
     model = autosched.XGBModel()
     t0 = time.perf_counter()
-    for data in pretrain:
-        others = data.subset([i for i, t in enumerate(data.task_ids) if t != task.workload_key])
-        if len(others):
-            model.update(others.features, others.throughputs, task_ids=others.task_ids)
+    others = [
+        (d.features[i], d.throughputs[i], t)
+        for d in pretrain
+        for i, t in enumerate(d.task_ids)
+        if t != task.workload_key
+    ]
+    if others:  # one training run on all of them (each update retrains from scratch)
+        features, throughputs, task_ids = zip(*others, strict=True)
+        model.update(list(features), list(throughputs), task_ids=list(task_ids))
     policy = SketchPolicy(task, model, params)
     res = autosched.auto_schedule(
         task,
