@@ -29,7 +29,7 @@ from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
 from measure.reference import Reference, compare_outputs, random_array
-from measure.rotation import rotation_copies
+from measure.rotation import copy_sets, rotation_copies, set_pointers
 
 MAX_NUMBER = 1 << 20  # runs of the launch sequence per repeat, at most
 # Kernel launches per captured graph, at most: a longer repeat replays the graph several times.
@@ -123,9 +123,10 @@ class Worker:
             copies = rotation_copies(sum(a.nbytes for a in args), int(req.get("rotate_bytes", 0)))
             sequences = [run_sequence]
             if copies > 1:
-                rotated.append(self._copy_sets(args, buffers, copies - 1))
+                sizes = [a.nbytes for a in args]
+                rotated.append(copy_sets(drv, sizes, buffers, copies - 1))
                 sequences += [
-                    _sequence(calls, p) for p in _set_pointers(args, rotated[-1], copies - 1)
+                    _sequence(calls, p) for p in set_pointers(sizes, rotated[-1], copies - 1)
                 ]
 
             t1 = time.perf_counter()
@@ -156,24 +157,6 @@ class Worker:
                     buf.free()
                 except Exception:
                     pass
-
-    def _copy_sets(self, args, buffers, count: int):
-        """One allocation holding `count` more sets of the candidate's buffers, back to back
-        (`_set_pointers` lays them out), each a copy of `buffers`: the first set is copied
-        buffer by buffer, then the filled sets are copied onto the next ones, doubling, so that
-        hundreds of small sets take a few copies."""
-        stride = _set_stride(args)
-        block = self.drv.mem_alloc(count * stride)
-        base = int(block)
-        for arg, buf, ptr in zip(args, buffers, _set_pointers(args, block, 1)[0], strict=True):
-            if arg.nbytes:
-                self.drv.memcpy_dtod(ptr, buf, arg.nbytes)
-        filled = 1
-        while filled < count:
-            more = min(filled, count - filled)
-            self.drv.memcpy_dtod(base + filled * stride, base, more * stride)
-            filled += more
-        return block
 
     def _prepare(self, module, launch: Launch):
         drv = self.drv
@@ -323,24 +306,6 @@ def _sequence(calls, pointers: list[int]):
             func.prepared_async_call(grid, block, stream, *pointers, shared_size=shared)
 
     return run_prepared
-
-
-_SET_ALIGN = 256  # bytes: each buffer of a rotated set starts as aligned as cuMemAlloc's
-
-
-def _set_stride(args) -> int:
-    """Bytes one rotated set takes: each buffer rounded up to _SET_ALIGN."""
-    return sum(-(-max(1, a.nbytes) // _SET_ALIGN) * _SET_ALIGN for a in args)
-
-
-def _set_pointers(args, block, count: int) -> list[list[int]]:
-    """The buffer addresses of `count` sets laid out back to back from `block`."""
-    stride, base = _set_stride(args), int(block)
-    offsets, at = [], 0
-    for a in args:
-        offsets.append(at)
-        at += -(-max(1, a.nbytes) // _SET_ALIGN) * _SET_ALIGN
-    return [[base + k * stride + o for o in offsets] for k in range(count)]
 
 
 class _Rotation:

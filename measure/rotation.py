@@ -1,7 +1,8 @@
 """Input rotation: how many copies of a kernel's buffers a timing cycles through so that each
 call finds its operands outside the L2 cache, as they are when the operator runs inside a
-model. The search's runner and the benchmarks (benchmarks/torch_timing.py) rotate alike, so
-that a search's record and a benchmark's re-time of it measure the same thing.
+model, and (for the runner's worker) where the copies live. The search's runner and the
+benchmarks (benchmarks/torch_timing.py) rotate alike, so that a search's record and a
+benchmark's re-time of it measure the same thing.
 """
 
 from __future__ import annotations
@@ -22,3 +23,39 @@ def rotation_copies(bytes_per_set: int, rotate_bytes: int = ROTATION_BYTES) -> i
     if rotate_bytes <= 0:
         return 1
     return max(1, min(MAX_COPIES, -(-rotate_bytes // max(1, bytes_per_set))))
+
+
+SET_ALIGN = 256  # bytes: each buffer of a rotated set starts as aligned as cuMemAlloc's
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-max(1, nbytes) // SET_ALIGN) * SET_ALIGN
+
+
+def set_pointers(sizes: list[int], block, count: int) -> list[list[int]]:
+    """The buffer addresses of `count` sets of buffers of `sizes` bytes laid out back to back
+    from device address `block`, each buffer SET_ALIGN-aligned."""
+    base, offsets, at = int(block), [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += _aligned(size)
+    return [[base + k * at + o for o in offsets] for k in range(count)]
+
+
+def copy_sets(drv, sizes: list[int], buffers: list, count: int):
+    """One device allocation (pycuda driver `drv`) holding `count` copies of `buffers` (of
+    `sizes` bytes), laid out as `set_pointers` says: the first set copied buffer by buffer, then
+    the filled sets copied onto the next ones, doubling, so that hundreds of small sets take a
+    few copies. The caller frees it."""
+    stride = sum(_aligned(size) for size in sizes)
+    block = drv.mem_alloc(count * stride)
+    base = int(block)
+    for size, buf, ptr in zip(sizes, buffers, set_pointers(sizes, block, 1)[0], strict=True):
+        if size:
+            drv.memcpy_dtod(ptr, buf, size)
+    filled = 1
+    while filled < count:
+        more = min(filled, count - filled)
+        drv.memcpy_dtod(base + filled * stride, base, more * stride)
+        filled += more
+    return block

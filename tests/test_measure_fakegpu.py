@@ -338,3 +338,38 @@ def test_worker_rotates_timed_runs_over_buffer_sets(fake_pycuda, sets):
     assert timed[:per_repeat] * 2 == timed and timed[:sets] == sorted(set(timed), key=timed.index)
     # pristine inputs stay cached per reference; the candidate's sets are all freed
     assert len(drv._memory) == allocated + sum(1 for a in ARGS if not a.is_output)
+
+
+def test_copy_sets_fills_every_set_with_the_buffers_contents():
+    """measure.rotation.copy_sets on a byte-array "device": 7 sets of three buffers (sizes not
+    multiples of the alignment, one empty), each buffer aligned and equal to its original."""
+    from measure.rotation import SET_ALIGN, copy_sets, set_pointers
+
+    class Memory:
+        """A driver whose device memory is one byte array, addresses offsets into it."""
+
+        def __init__(self) -> None:
+            self.bytes = bytearray(1 << 16)
+            self.next = SET_ALIGN
+
+        def mem_alloc(self, n: int) -> int:  # aligned, as cuMemAlloc's are
+            at = self.next
+            self.next += -(-n // SET_ALIGN) * SET_ALIGN + SET_ALIGN
+            return at
+
+        def memcpy_dtod(self, dst: int, src: int, n: int) -> None:
+            self.bytes[dst : dst + n] = self.bytes[src : src + n]
+
+    drv = Memory()
+    sizes = [100, 0, 300]
+    buffers = [drv.mem_alloc(max(1, n)) for n in sizes]
+    for k, (buf, n) in enumerate(zip(buffers, sizes, strict=True)):
+        drv.bytes[buf : buf + n] = bytes((k * 31 + i) % 251 for i in range(n))
+    block = copy_sets(drv, sizes, buffers, 7)
+    sets = set_pointers(sizes, block, 7)
+    assert len({tuple(s) for s in sets}) == 7
+    for pointers in sets:
+        for ptr, buf, n in zip(pointers, buffers, sizes, strict=True):
+            assert ptr % SET_ALIGN == 0
+            assert drv.bytes[ptr : ptr + n] == drv.bytes[buf : buf + n]
+    assert sets[-1][-1] + sizes[-1] <= drv.next  # inside the allocation
