@@ -151,6 +151,11 @@ def fake_pycuda(tmp_path, monkeypatch):
     yield from install_fake_pycuda(tmp_path, monkeypatch, FAKE_DRIVER)
 
 
+# Tests of other things than rotation time the same buffers every run (rotate_inputs=False):
+# with rotation, a fake candidate's 48 KB of buffers would be copied 1024 times and run 1024
+# times a repeat on the host. Rotation has its own tests, and the first test runs it end to end.
+
+
 def candidate(behaviour: str, ref_id: str | None = "add"):
     art = KernelArtifact("// fake", (Launch("k", (N // 256,), (256,)),), ARGS, ref_id)
     return art, BuildResult(behaviour.encode(), {})
@@ -191,7 +196,7 @@ def test_a_candidate_that_overwrites_its_inputs_does_not_spoil_the_next(fake_pyc
     buffers (a wrong schedule can) leaves the next candidate's inputs intact."""
     refs = {"add": add_reference()}
     arts, builds = zip(*(candidate(n) for n in ["scribble", "add", "wrong"]), strict=True)
-    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0, rotate_inputs=False) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
     assert kinds == [
         MeasureErrorKind.NO_ERROR,
@@ -205,7 +210,7 @@ def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
     the next candidate fail the check; the worker then uploads the inputs afresh."""
     refs = {"add": add_reference()}
     arts, builds = zip(*(candidate(n) for n in ["add", "stomp", "add", "add"]), strict=True)
-    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0, rotate_inputs=False) as runner:
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
     assert kinds == [
         MeasureErrorKind.NO_ERROR,
@@ -218,7 +223,9 @@ def test_inputs_spoiled_out_of_bounds_cost_one_candidate_at_most(fake_pycuda):
 def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
     refs = {"add": add_reference()}
     arts, builds = zip(*(candidate(n) for n in ["hang", "add"]), strict=True)
-    with LocalRunner(number=1, repeat=2, min_repeat_ms=1.0, timeout=1.5) as runner:
+    with LocalRunner(
+        number=1, repeat=2, min_repeat_ms=1.0, timeout=1.5, rotate_inputs=False
+    ) as runner:
         start = time.monotonic()
         hang, good = runner.run(arts, builds, refs)
         assert hang.error_kind == MeasureErrorKind.RUN_TIMEOUT
@@ -231,7 +238,7 @@ def test_fake_runner_timeout_kills_and_restarts(fake_pycuda):
 def test_fake_runner_without_reference_times_random_inputs(fake_pycuda):
     art, build = candidate("wrong", ref_id=None)  # nothing to check against: timed only
     failed = BuildResult(None, {}, MeasureErrorKind.COMPILE_ERROR, "boom")
-    with LocalRunner(number=1, repeat=2, min_repeat_ms=1.0) as runner:
+    with LocalRunner(number=1, repeat=2, min_repeat_ms=1.0, rotate_inputs=False) as runner:
         timed, skipped = runner.run([art, art], [build, failed], {})
     assert timed.error_kind == MeasureErrorKind.NO_ERROR and len(timed.costs) == 2
     assert skipped.error_kind == MeasureErrorKind.COMPILE_ERROR and skipped.error_msg == "boom"
@@ -239,7 +246,7 @@ def test_fake_runner_without_reference_times_random_inputs(fake_pycuda):
 
 def test_fake_runner_sends_each_reference_once(fake_pycuda):
     refs = {"add": add_reference()}
-    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0) as runner:
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0, rotate_inputs=False) as runner:
         art, build = candidate("add")
         runner.start()
         first = runner._request(art, build.cubin, refs["add"])

@@ -388,14 +388,14 @@ def _spilling(jobs: list) -> list[str]:
 
 @needs_nvcc
 def test_sampled_vthread_states_compile_and_rarely_spill():
-    """The first two sampled states with vthread > 1 of each workload (seed 6) compile; at most
-    two of the 14 spill (one does: a conv2d_b16 state). The statistical bound on a larger
+    """The first sampled state with vthread > 1 of each workload that has one (seed 6: six of
+    them) compiles; at most one of them spills (none does). The statistical bound on a larger
     sample is the slow test below."""
-    jobs = sampled_vthread_states(2, seed=6)
-    assert len(jobs) >= 10
+    jobs = sampled_vthread_states(1, seed=6)
+    assert len(jobs) >= 5
     spilled = _spilling(jobs)
     print(f"\n{len(spilled)} of {len(jobs)} sampled vthread states spill: {spilled}")
-    assert len(spilled) <= 2, spilled
+    assert len(spilled) <= 1, spilled
 
 
 @pytest.mark.slow
