@@ -224,11 +224,16 @@ def tile_dims(lw: Lowerer, i: int) -> dict[int, int]:
                 name = parent[name]
             roots[name] = it.extent
         return {d: roots[a.name] for d, a in enumerate(st.op.axis) if a.name in roots}
-    if lw.info[i].scope == "shared":
-        for j, other in enumerate(lw.info):
-            if i in other.reads and other.scope in ir.FRAGMENT_SCOPES[:2]:
-                return tile_dims(lw, j)
-    return {}
+    reader = operand_fragment_reader(lw, i) if lw.info[i].scope == "shared" else None
+    return tile_dims(lw, reader) if reader is not None else {}
+
+
+def operand_fragment_reader(lw: Lowerer, i: int) -> int | None:
+    """The stage of a matrix_a / matrix_b fragment that reads stage i (a Tensor Core operand's
+    shared copy), or None."""
+    return next(
+        (j for j, o in enumerate(lw.info) if i in o.reads and o.scope in ir.OPERAND_SCOPES), None
+    )
 
 
 def root_value_map(lw: Lowerer, j: int) -> dict[Var, Expr]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds
-from autosched.lower.bound_inference import loop_bounds
+from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
 from autosched.te.expr import BinOp, Expr, Reduce
 
@@ -76,7 +76,7 @@ def zero_fills(lw: Lowerer, i: int) -> bool:
     past the edge is not made (the Select's untaken side)."""
     if lw.info[i].scope != "shared" or isinstance(lw.info[i].body, Reduce):
         return False
-    return any(i in o.reads and o.scope in ir.FRAGMENT_SCOPES[:2] for o in lw.info)
+    return operand_fragment_reader(lw, i) is not None
 
 
 __all__ = ["guards", "zero_fills"]

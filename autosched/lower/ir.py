@@ -17,7 +17,9 @@ from autosched.te.expr import BinOp, Const, Expr, Var
 # The dtype of loop variables, thread indices and flat indices.
 I32 = "int32"
 # Tensor Core fragments: per-warp opaque registers holding tiles (`tile_shape`, `WarpStmt`).
-FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+OPERAND_SCOPES = ("wmma.matrix_a", "wmma.matrix_b")  # the multiply's operand fragments
+ACCUMULATOR_SCOPE = "wmma.accumulator"
+FRAGMENT_SCOPES = (*OPERAND_SCOPES, ACCUMULATOR_SCOPE)
 SCOPES = ("global", "shared", "local") + FRAGMENT_SCOPES
 # wmma fragment shapes: M = N = 16 always; K by the element dtype of the matrix_a / matrix_b
 # fragments (m16n16k16 for float16 / bfloat16; float32 operand fragments hold TF32 values,
@@ -132,7 +134,7 @@ def operand_k(dtype: str) -> int:
 
 def is_tf32(b: Buffer) -> bool:
     """Whether `b` is a matrix_a / matrix_b fragment of TF32 values (float32 in memory)."""
-    return b.scope in FRAGMENT_SCOPES[:2] and b.dtype == TF32_OPERAND_DTYPE
+    return b.scope in OPERAND_SCOPES and b.dtype == TF32_OPERAND_DTYPE
 
 
 def tile_shape(b: Buffer) -> tuple[int, int]:

@@ -21,7 +21,6 @@ from autosched.te.visitor import free_vars, substitute
 if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
 
-OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
 # ("float16", "bfloat16", "float32"): float32 operand fragments hold TF32 values
 OPERAND_DTYPES = tuple(d for d in DTYPES if d in ir.WMMA_K)
 
@@ -90,7 +89,7 @@ def var_dim(acc: Access, v: Var, bounds, what: str) -> int:
 
 def fragment_shape(b: ir.Buffer) -> tuple[int, int]:
     """`ir.tile_shape(b)`, or LoweringError for a fragment of a dtype no wmma shape takes."""
-    if b.scope in OPERAND_SCOPES and b.dtype not in OPERAND_DTYPES:
+    if b.scope in ir.OPERAND_SCOPES and b.dtype not in OPERAND_DTYPES:
         raise LoweringError(
             f"tensorize: {b.name} ({b.scope}) has dtype {b.dtype}; matrix fragments hold "
             f"{OPERAND_DTYPES}"
@@ -157,7 +156,6 @@ def matrix_tile(acc: Access, row: Var, col: Var, bounds, what: str) -> ir.Matrix
 
 __all__ = [
     "OPERAND_DTYPES",
-    "OPERAND_SCOPES",
     "Access",
     "at_origin",
     "coefficients",

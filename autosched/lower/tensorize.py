@@ -31,7 +31,6 @@ from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.guards import guards
 from autosched.lower.tensor_access import (
     OPERAND_DTYPES,
-    OPERAND_SCOPES,
     Access,
     at_origin,
     coefficients,
@@ -51,20 +50,19 @@ if TYPE_CHECKING:
     from autosched.lower.lowering import Lowerer
 
 T = ir.WMMA_TILE
-ACCUMULATOR = ir.FRAGMENT_SCOPES[2]
 
 
 def stage_role(lw: Lowerer, i: int) -> str | None:
     """The Tensor Core role of a stage ("load", "mma" or "store"); None for other stages."""
     scope = lw.info[i].scope
-    if scope in OPERAND_SCOPES:
+    if scope in ir.OPERAND_SCOPES:
         return "load"
-    if scope == ACCUMULATOR:
+    if scope == ir.ACCUMULATOR_SCOPE:
         return "mma"
     body = lw.info[i].body
     if isinstance(body, Load) and isinstance(body.buffer, Tensor):
         j = lw.producer_stage[id(body.buffer.op)]
-        if lw.info[j].scope == ACCUMULATOR:
+        if lw.info[j].scope == ir.ACCUMULATOR_SCOPE:
             return "store"
     return None
 
@@ -228,7 +226,7 @@ def mma_operands(lw: Lowerer, i: int) -> tuple[Load, Load]:
             raise bad
         j = lw.producer_stage[id(e.buffer.op)]
         by_scope[lw.info[j].scope] = e
-    if set(by_scope) != set(OPERAND_SCOPES):
+    if set(by_scope) != set(ir.OPERAND_SCOPES):
         raise bad
     return by_scope["wmma.matrix_a"], by_scope["wmma.matrix_b"]
 
@@ -285,7 +283,7 @@ def plan_fragments(lw: Lowerer) -> None:
     tensorized multiply-accumulates, before emission."""
     out = lw.fragment_dims
     for i in range(len(lw.stages)):
-        if lw.info[i].body is None or lw.info[i].scope != ACCUMULATOR:
+        if lw.info[i].body is None or lw.info[i].scope != ir.ACCUMULATOR_SCOPE:
             continue
         pos = tensorize_position(lw, i)
         plan = lw.mma_plans[i] = analyse_mma(lw, i, pos)

@@ -49,8 +49,6 @@ from autosched.te.visitor import walk
 MMA = ir.WMMA_TILE  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
 # operand dtypes the rule takes: half precision always, float32 (as TF32) when allowed
 TF32_DTYPES = frozenset({ir.TF32_OPERAND_DTYPE})
-OPERAND_SCOPES = ir.FRAGMENT_SCOPES[:2]  # matrix_a, matrix_b
-ACC_SCOPE = ir.FRAGMENT_SCOPES[2]
 
 
 @dataclass(frozen=True)
@@ -258,14 +256,14 @@ def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple
     staged = e is None and _padded_output(state, i, mt)
     e_op = state.stages[e].op if e is not None else None
     c = state.stages[i].name
-    state = state.cache_write(i, ACC_SCOPE)
-    acc = f"{c}.{ACC_SCOPE}"
+    state = state.cache_write(i, ir.ACCUMULATOR_SCOPE)
+    acc = f"{c}.{ir.ACCUMULATOR_SCOPE}"
     store_mt = mt  # the match in the store stage's axis names
     if staged:
         e_op = state[c].op
         state, c, store_mt = _stage_output(state, c, acc, mt)
     caches = []
-    for operand, scope in zip((mt.a, mt.b), OPERAND_SCOPES, strict=True):
+    for operand, scope in zip((mt.a, mt.b), ir.OPERAND_SCOPES, strict=True):
         name = state.stages[state.stage_index(operand.op)].name
         state = state.cache_read(operand.op, "shared", [acc])
         state = state.cache_read(f"{name}.shared", scope, [acc])
@@ -283,7 +281,6 @@ def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple
 
 
 __all__ = [
-    "ACC_SCOPE",
     "MMA",
     "Operand",
     "TensorCoreMatch",

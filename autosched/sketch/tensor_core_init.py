@@ -34,11 +34,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from autosched.lower import ir
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.tensor_core import ACC_SCOPE, MMA
+from autosched.sketch.tensor_core import MMA
 from autosched.sketch.utils import divisors, next_annotates, pick, split_step_ids
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
@@ -136,7 +137,7 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
     """The Tensor Core stages of a sketch (empty for every other sketch)."""
     out = []
     for acc, stage in enumerate(sketch.stages):
-        if stage.scope != ACC_SCOPE or stage.attach is None:
+        if stage.scope != ir.ACCUMULATOR_SCOPE or stage.attach is None:
             continue
         store = stage.attach[0]
         st = sketch.stages[store]
