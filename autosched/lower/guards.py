@@ -37,16 +37,13 @@ def guards(
             edge.append(BinOp(">=", g, int32(0), "bool"))
         if ghi >= a.extent:
             edge.append(BinOp("<", g, int32(a.extent), "bool"))
+    # (value, extent) pairs whose value may pass the extent: the reduction axes and split reduce
+    # parents (unless `spatial_only`), then the fused parts
+    limits = inf.fused_limits
     if not spatial_only:
-        for a in st.op.reduce_axis:
-            off = inf.value[a.name]
-            _, hi = expr_bounds(off, bounds)
-            if hi >= a.extent:
-                conds.append(BinOp("<", off, int32(a.extent), "bool"))
-        for value, extent in inf.inner_limits:
-            if expr_bounds(value, bounds)[1] >= extent:
-                conds.append(BinOp("<", value, int32(extent), "bool"))
-    for value, extent in inf.fused_limits:
+        reduce_axes = [(inf.value[a.name], a.extent) for a in st.op.reduce_axis]
+        limits = reduce_axes + inf.inner_limits + limits
+    for value, extent in limits:
         if expr_bounds(value, bounds)[1] >= extent:
             conds.append(BinOp("<", value, int32(extent), "bool"))
     own = {it.annotation for it in st.iters}

@@ -448,15 +448,18 @@ def seq(stmts: list[Stmt]) -> Stmt:
     return flat[0] if len(flat) == 1 else Seq(flat)
 
 
+def conjunction(conds: list[Expr]) -> Expr:
+    """`conds[0] && conds[1] && ...` (at least one condition), left to right."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = BinOp("&&", out, c, "bool")
+    return out
+
+
 def guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
     """`stmt` under the conjunction of `conds` (each distinct condition once)."""
     conds = list({c._key: c for c in conds}.values())
-    if not conds:
-        return stmt
-    cond = conds[0]
-    for c in conds[1:]:
-        cond = BinOp("&&", cond, c, "bool")
-    return IfThenElse(cond, stmt)
+    return IfThenElse(conjunction(conds), stmt) if conds else stmt
 
 
 def program_text(p: Program) -> str:

@@ -296,10 +296,7 @@ class Lowerer:
         else:
             value = self.value_expr(i, body, root_map)
         if edges:  # past the tensor's edge: 0 (guards.zero_fills)
-            inside = edges[0]
-            for c in edges[1:]:
-                inside = BinOp("&&", inside, c, "bool")
-            value = Select(inside, value, Const(0, value.dtype))
+            value = Select(ir.conjunction(edges), value, Const(0, value.dtype))
         return ir.guarded(ir.Store(buffer, idx, value), conds)
 
     def loop(self, i: int, name: str, body: ir.Stmt) -> ir.Stmt:

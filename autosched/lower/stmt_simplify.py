@@ -48,7 +48,4 @@ def distinct_conjuncts(cond: Expr) -> Expr:
     unique = list({t._key: t for t in terms}.values())
     if len(unique) == len(terms):
         return cond
-    out = unique[0]
-    for t in unique[1:]:
-        out = BinOp("&&", out, t, "bool")
-    return out
+    return ir.conjunction(unique)

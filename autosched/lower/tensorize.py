@@ -102,21 +102,12 @@ def tensorize_position(lw: Lowerer, i: int) -> int | None:
 # ---- the nests ---------------------------------------------------------------------------------
 
 
-def nest_extents(lw: Lowerer, i: int, role: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The extents stage i's tensorized nest must have: (spatial ones sorted, reduce ones).
-    A load's are its fragment's tile shape, a multiply-accumulate's 16, 16 and the K of its
-    operands' dtype, a store's 16, 16."""
+def copy_nest_extents(lw: Lowerer, i: int, role: str) -> tuple[tuple[int, ...], tuple[()]]:
+    """The extents the tensorized nest of a load or store stage i must have: (spatial ones
+    sorted, no reduce ones). A load's are its fragment's tile shape, a store's 16, 16 (a
+    multiply-accumulate's are `analyse_mma`'s: 16, 16 and the K of its operands' dtype)."""
     if role == "load":
         return tuple(sorted(fragment_shape(lw.info[i].buffer))), ()
-    if role == "mma":
-        a, _ = mma_operands(lw, i)
-        dtype = lw.info[lw.producer_stage[id(a.buffer.op)]].buffer.dtype
-        if dtype not in OPERAND_DTYPES:
-            raise LoweringError(
-                f"tensorize: {a.buffer.name} has dtype {dtype}; matrix fragments hold "
-                f"{OPERAND_DTYPES}"
-            )
-        return (T, T), (ir.operand_k(dtype),)
     return (T, T), ()
 
 
@@ -126,11 +117,14 @@ def var_extents(lw: Lowerer, i: int, pos: int) -> dict[int, int]:
     return {id(lw.var_of(i, it.name)): inf.ext[it.name] for it in st.iters[pos:]}
 
 
-def nest_vars(lw: Lowerer, i: int, pos: int, role: str) -> tuple[list[Var], list[Var]]:
-    """The (spatial, reduce) loop variables of stage i's tensorized nest, checked."""
+def nest_vars(
+    lw: Lowerer, i: int, pos: int, want: tuple[tuple[int, ...], tuple[int, ...]]
+) -> tuple[list[Var], list[Var]]:
+    """The (spatial, reduce) loop variables of stage i's tensorized nest, checked to have the
+    extents `want` (spatial ones sorted, reduce ones)."""
     st, inf = lw.stages[i], lw.info[i]
     iters = st.iters[pos:]
-    want_sp, want_red = nest_extents(lw, i, role)
+    want_sp, want_red = want
     spatial = [it for it in iters if it.kind == "spatial"]
     reduce = [it for it in iters if it.kind != "spatial"]
     exts = [inf.ext[it.name] for it in iters]
@@ -260,7 +254,8 @@ def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
             f"tensorize: {a.buffer.name} is {a.buffer.dtype} but {b.buffer.name} is "
             f"{b.buffer.dtype}; one wmma shape takes one operand dtype"
         )
-    spatial, (k,) = nest_vars(lw, i, pos, "mma")
+    # the operands' dtypes are checked above: their K is the reduce loop's extent
+    spatial, (k,) = nest_vars(lw, i, pos, ((T, T), (ir.operand_k(a.buffer.dtype),)))
     bounds = nest_bounds(lw, i)
     name = lw.stages[i].name
 
@@ -372,7 +367,7 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
         )
         conds = guards(lw, i, spatial_only=False)
         return guarded_warp(stmt, conds, tvars, exts, bounds, name, padded=True)
-    tvars, _ = nest_vars(lw, i, pos, role)
+    tvars, _ = nest_vars(lw, i, pos, copy_nest_extents(lw, i, role))
     own = own_access(lw, i)
     body = lw.info[i].body
     if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
