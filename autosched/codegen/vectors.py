@@ -50,18 +50,28 @@ def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
     if not isinstance(body, ir.Store) or body.buffer.scope == "local":
         return False
     copy = async_copy_text(p, body, s.var, width)
-    if copy is not None:
-        _emit_guarded(p, d, guard, copy)
-        return True
     vt = p.t.vector_types.get((body.buffer.dtype, width))
-    store_base = vt and vector_base(body.index, s.var, width)
-    if store_base is None:
+    store_base = (vt and vector_base(body.index, s.var, width)) if copy is None else None
+    if copy is None and store_base is None:
         return False
+    if guard is not None:
+        p.emit(d, f"if ({p.ex(guard)}) {{")
+    inner = d + (guard is not None)
+    if copy is not None:
+        p.emit(inner, copy)
+    else:
+        _emit_vector_store(p, inner, s, body, vt, store_base)
+    if guard is not None:
+        p.emit(d, "}")
+    return True
+
+
+def _emit_vector_store(p: KernelPrinter, d: int, s: ir.For, body: ir.Store, vt, store_base) -> None:
+    """The vectorize loop `s` storing `body` printed as one store of vector type `vt` at
+    `store_base`: its loads read as vectors where they can, the lanes packed otherwise."""
+    width = s.extent
     vloads = _vector_loads(p, body.value, s)
     ex = p.ex
-    if guard is not None:
-        p.emit(d, f"if ({ex(guard)}) {{")
-        d += 1
     preds = _emit_preds(p, d, s, [sel for _, _, sel in vloads.values() if sel is not None])
     temps = _emit_loads(p, d, width, vloads, preds)
     target = f"*reinterpret_cast<{vt[0]}*>(&{ex.buffer_names[id(body.buffer)]}[{ex(store_base)}])"
@@ -83,19 +93,6 @@ def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
     for _, _, sel in vloads.values():
         if sel is not None:
             ex.names.pop(id(sel.cond), None)
-    if guard is not None:
-        p.emit(d - 1, "}")
-    return True
-
-
-def _emit_guarded(p: KernelPrinter, d: int, guard, line: str) -> None:
-    """`line`, under `if (guard)` when there is a guard."""
-    if guard is None:
-        p.emit(d, line)
-        return
-    p.emit(d, f"if ({p.ex(guard)}) {{")
-    p.emit(d + 1, line)
-    p.emit(d, "}")
 
 
 def _vector_loads(p: KernelPrinter, value, s: ir.For) -> dict:

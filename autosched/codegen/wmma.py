@@ -67,25 +67,21 @@ def warp_memory(kernel: ir.Kernel) -> set[int]:
     return {id(m.buffer) for m in tiles if m is not None}
 
 
-def _warp_buffers(kernel: ir.Kernel) -> tuple[dict[int, str], set[int]]:
-    """The layout of each matrix fragment (by id; one per buffer, else LoweringError) and the
-    ids of the memory buffers warp statements access."""
+def _fragment_layouts(kernel: ir.Kernel) -> dict[int, str]:
+    """The layout of each matrix fragment (by id; one per buffer, else LoweringError)."""
     layouts: dict[int, str] = {}
-    memory: set[int] = set()
     for s in ir.iter_stmts(kernel.body):
         m = s.memory_tile() if isinstance(s, ir.WarpStmt) else None
-        if m is None:
+        if m is None or s.writes_memory():  # only a load gives its fragment the tile's layout
             continue
-        if not s.writes_memory():  # a load: the fragment takes the tile's layout
-            frag = s.written()
-            first = layouts.setdefault(id(frag), m.layout)
-            if first != m.layout:
-                raise LoweringError(
-                    f"kernel {kernel.name}: fragment {frag.name} is loaded both {first} and "
-                    f"{m.layout}; a wmma fragment has one layout"
-                )
-        memory.add(id(m.buffer))
-    return layouts, memory
+        frag = s.written()
+        first = layouts.setdefault(id(frag), m.layout)
+        if first != m.layout:
+            raise LoweringError(
+                f"kernel {kernel.name}: fragment {frag.name} is loaded both {first} and "
+                f"{m.layout}; a wmma fragment has one layout"
+            )
+    return layouts
 
 
 def _accumulator_k(kernel: ir.Kernel) -> dict[int, int]:
@@ -103,7 +99,7 @@ class WarpPrinter:
 
     def __init__(self, printer: KernelPrinter) -> None:
         self.p = printer
-        self.layouts, self.memory = _warp_buffers(printer.k)
+        self.layouts, self.memory = _fragment_layouts(printer.k), warp_memory(printer.k)
         self.acc_k = _accumulator_k(printer.k)
 
     def shape(self, b: ir.Buffer) -> list[str]:
