@@ -16,7 +16,6 @@ and returns the output, so the two are checked against each other on the same da
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 
@@ -88,13 +87,9 @@ def kernel_rotation_copies(kernel) -> int:
     """How many sets of a kernel's buffers (every argument, temporaries included) to rotate
     through: as many as the search's runner cycles through (measure.rotation), so that a
     benchmark's time and a search record measure the same thing."""
-    from measure.bfloat16 import storage_dtype
     from measure.rotation import rotation_copies
 
-    set_bytes = sum(
-        math.prod(a.shape) * np.dtype(storage_dtype(a.dtype)).itemsize for a in kernel.args
-    )
-    return rotation_copies(set_bytes)
+    return rotation_copies(sum(a.nbytes for a in kernel.args))
 
 
 def time_calls(

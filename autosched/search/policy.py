@@ -141,7 +141,7 @@ class SketchPolicy:
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
         # the task's TF32 option reaches the sketch rules here and, through the spec, the workers
-        sketch_params = SketchParams(allow_tf32=getattr(task, "allow_tf32", False))
+        sketch_params = SketchParams.for_task(task)
         self.sketches = generate_sketches(task.compute_dag, task.hardware_params, sketch_params)
         context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
         self.sampler = context.sampler  # analyses each sketch once, for the whole search

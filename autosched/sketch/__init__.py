@@ -45,8 +45,8 @@ def generate_sketches(
     """The sketches of a DAG (or of a task's DAG) for a GPU: States whose split lengths are
     None. Deterministic: the same DAG gives the same sketches in the same order. Given a task
     and no `params`, the task's `allow_tf32` option is kept."""
-    if params is None and getattr(dag_or_task, "allow_tf32", False):
-        params = SketchParams(allow_tf32=True)
+    if params is None:
+        params = SketchParams.for_task(dag_or_task)
     dag, hardware = _dag_and_hardware(dag_or_task, hardware)
     return generate(dag.get_init_state(), sketch_context(hardware, params), GPU_RULES)
 

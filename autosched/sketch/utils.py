@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
@@ -74,6 +75,12 @@ class SketchParams:
     split_k_parts: tuple[int, ...] = (4, 16)
     split_k_max_outputs: int = 16384
     split_k_min_chunk: int = 256
+
+    @classmethod
+    def for_task(cls, task_or_dag: Any) -> SketchParams:
+        """The defaults, with a task's options that reach the sketch rules (its `allow_tf32`;
+        a bare DAG has none)."""
+        return cls(allow_tf32=getattr(task_or_dag, "allow_tf32", False))
 
     @property
     def n_spatial_levels(self) -> int:

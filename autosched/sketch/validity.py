@@ -97,10 +97,8 @@ def vector_bytes(s: ir.Stmt) -> int:
 
 # what a store to global memory counts for in `unrolled_statements`: an unrolled loop of them
 # (a reduction accumulating in global memory, softmax's sums) compiles far slower than one of
-# register updates. In the three 256-trial softmax searches at 56f1a10 (benchmarks/results/
-# 2026-11-23_56f1a10_h100/suite/seeds/) 95 of the 96 builds past NVRTC's 3 s limit had over
-# 1536 statements counted so, and 3 of 672 correct ones (none of the ten fastest); on the
-# other suite workloads, 8 correct states of about 5000 (none of any ten fastest).
+# register updates, and such builds were what passed the compile limit (the measurements are
+# in benchmarks/results/2026-11-23_56f1a10_h100/note.md)
 GLOBAL_STORE_STATEMENTS = 2
 
 
