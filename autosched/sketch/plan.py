@@ -42,11 +42,12 @@ class Footprint:
     nbytes: int
     reads: list[list[list[tuple[int, int]]]]
 
-    def bytes(self, tile: list[int], chunks: list[tuple[int, int]] | None = None) -> int:
-        """The tile's bytes, each dimension spanning its affine range. With `chunks`, axis p's
-        tile is repeated chunks[p] = (count, gap) times, `gap` apart (what the virtual threads
-        of a thread cover); repeats of a dimension's range overlap where the gap is shorter."""
-        total = 1
+    def extents(self, tile: list[int], chunks: list[tuple[int, int]] | None = None) -> list[int]:
+        """The tile's extent in each dimension of the cache: the widest read's affine range,
+        at most the dimension. With `chunks`, axis p's tile is repeated chunks[p] = (count,
+        gap) times, `gap` apart (what the virtual threads of a thread cover); repeats of a
+        dimension's range overlap where the gap is shorter."""
+        out = []
         for d, extent in enumerate(self.shape):
             best = 1
             for read in self.reads:
@@ -55,8 +56,12 @@ class Footprint:
                     count, gap = chunks[p]
                     span += (count - 1) * min(abs(c) * gap, span)
                 best = max(best, span)
-            total *= min(best, extent)
-        return total * self.nbytes
+            out.append(min(best, extent))
+        return out
+
+    def bytes(self, tile: list[int], chunks: list[tuple[int, int]] | None = None) -> int:
+        """The tile's bytes (`extents`)."""
+        return math.prod(self.extents(tile, chunks)) * self.nbytes
 
 
 @dataclass

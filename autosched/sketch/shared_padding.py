@@ -63,9 +63,7 @@ def block_tile(state: State, g: TileGroup) -> list[int]:
 
 def row_length(fp: Footprint, tile: list[int]) -> int:
     """Elements of the cache's last dimension that a tile reads (its widest read's span)."""
-    d = len(fp.shape) - 1
-    span = max(sum(abs(c) * (tile[p] - 1) for c, p in read[d]) + 1 for read in fp.reads)
-    return min(span, fp.shape[d])
+    return fp.extents(tile)[-1]
 
 
 def pad_options(row: int, nbytes: int, vector: int) -> dict[int, int]:
