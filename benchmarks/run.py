@@ -48,10 +48,12 @@ def tune(
     seed: int = 0,
     generations: int | None = None,
     pretrain: tuple = (),
+    few_shot: int | None = None,
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds). `pretrain`: Datasets
     (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
-    round (transfer learning; the task's own programs in them are left out)."""
+    round (transfer learning; the task's own programs in them are left out). `few_shot`: the
+    model's `few_shot_threshold` (None: XGBParams' default)."""
     import autosched
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.task.search_task import suite_task
@@ -61,7 +63,7 @@ def tune(
     params = SearchParams(
         n_jobs=n_jobs, seed=seed, **{k: v for k, v in given.items() if v is not None}
     )
-    model = autosched.XGBModel()
+    model = autosched.XGBModel(**({} if few_shot is None else {"few_shot_threshold": few_shot}))
     t0 = time.perf_counter()
     others = [
         (d.features[i], d.throughputs[i], t)
@@ -195,6 +197,12 @@ def main() -> int:
     ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
     ap.add_argument("--generations", type=int, default=None, help="default: SearchParams' (3)")
     ap.add_argument(
+        "--few-shot",
+        type=int,
+        default=None,
+        help="programs measured before the cost model steers the search (default: XGBParams')",
+    )
+    ap.add_argument(
         "--pretrain",
         nargs="+",
         default=[],
@@ -235,6 +243,7 @@ def main() -> int:
                 seed,
                 ns.generations,
                 pretrain,
+                ns.few_shot,
             )
             rows.append(row(name, task, res, wall))
             with open(os.path.join(out, f"{name}.cu"), "w") as f:
