@@ -93,7 +93,7 @@ class XGBModel(CostModel):
     ``XGBModel(seed=0)`` uses the defaults of ``XGBParams``; ``XGBModel(params, seed)`` or keyword
     overrides (``XGBModel(seed=0, nthread=1, few_shot_threshold=0)``) change them.
 
-    Few-shot fallback: until ``params.few_shot_threshold`` programs (default 100) have been given to
+    Few-shot fallback: until ``params.few_shot_threshold`` programs (default 64) have been given to
     ``fit``/``update``, ``predict`` returns uniform random scores drawn from a generator seeded with
     ``seed`` (so a run is reproducible), even though ``fit`` does train on whatever data it has.
     Set ``few_shot_threshold=0`` to always use the trees once trained.
