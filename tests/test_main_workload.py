@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
         workers = Workers(TaskContext(dag, hw), TaskSpec.of(dag, hw), n_jobs=2)
         sampled = workers.sample(16, random.Random(0))
         assert workers.use_pool and len(sampled) == 16, (workers.use_pool, len(sampled))
-        inputs = [MeasureInput(task.workload_key, r, dag=dag.serialized()) for r, _ in sampled]
+        inputs = [MeasureInput(task.workload_key, r, dag=dag.serialized()) for r, _, _ in sampled]
         results = [MeasureRecordResult((1e-5 * (k + 1),)) for k in range(len(inputs))]
         RecordToFile(sys.argv[1])(inputs, results)
         print(task.workload_key)

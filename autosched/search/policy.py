@@ -12,6 +12,7 @@ state when the model is updated) is never lowered twice.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
 import random
@@ -109,6 +110,23 @@ def logged_records(path: str, workload_key: str) -> Iterator:
     seal_torn_line(path)
 
 
+def spread_over_sketches(
+    records: list[Records], sketch_of: dict[Records, int], rng: random.Random
+) -> list[Records]:
+    """The records in random order, rearranged so that the sketches take turns (a sketch with
+    fewer records drops out when it has none left): any prefix holds every sketch about
+    equally, however many distinct states each sketch has."""
+    groups: dict[int, list[Records]] = {}
+    for r in records:
+        groups.setdefault(sketch_of.get(r, -1), []).append(r)
+    lists = list(groups.values())
+    for group in lists:
+        rng.shuffle(group)
+    rng.shuffle(lists)
+    turns = itertools.zip_longest(*lists)
+    return [r for turn in turns for r in turn if r is not None]
+
+
 def as_records(steps: Iterable) -> Records:
     """Steps (records in any JSON-like form: lists or tuples, numpy or Python scalars) as the
     one form the search compares, nested tuples of Python values, so that a state read from a
@@ -158,6 +176,7 @@ class SketchPolicy:
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
+        self.fresh_sketch: dict[Records, int] = {}  # the last fresh samples' sketch indices
         self.scores: dict[Records, float] = {}  # this round's model scores
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
         # per mutation rule: [children made, failures]
@@ -224,12 +243,15 @@ class SketchPolicy:
 
     # ---- one round ---------------------------------------------------------------------------
     def sample_fresh(self, n: int) -> list[Records]:
-        """n fresh random states (their features go to the cache)."""
+        """n fresh random states (their features go to the cache, their sketches to
+        fresh_sketch)."""
         t0 = time.perf_counter()
         fresh = []
-        for records, feats in self.workers.sample(n, self.rng):
-            self.features.put(records, feats)
-            fresh.append(records)
+        self.fresh_sketch.clear()
+        for sampled in self.workers.sample(n, self.rng):
+            self.features.put(sampled.records, sampled.features)
+            self.fresh_sketch[sampled.records] = sampled.sketch
+            fresh.append(sampled.records)
         self.n_sampled += len(fresh)
         self.time["sample"] += time.perf_counter() - t0
         return fresh
@@ -284,12 +306,23 @@ class SketchPolicy:
                 out.append(child)
         return out
 
+    @property
+    def model_guesses(self) -> bool:
+        """Whether the cost model ranks at random for now (XGBModel before few_shot_threshold
+        programs). Such a round is drawn from the fresh samples alone: an evolution scored at
+        random only reshuffles them, and it favours the sketches with the most distinct
+        states, so that a sketch with a small space (a cross-thread reduction beside a
+        multi-level tiling) got one state in 64 or none."""
+        return bool(getattr(self.cost_model, "uses_random_fallback", False))
+
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
         """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
-        states (Ansor's PickStatesWithEpsGreedy)."""
+        states (Ansor's PickStatesWithEpsGreedy), those taking each sketch in turn; all fresh
+        when nothing is ranked."""
         n_random = max(1, int(self.params.eps_greedy * num)) if num > 1 else 0
-        randoms = [r for r in fresh if r not in self.picked]
-        self.rng.shuffle(randoms)
+        randoms = spread_over_sketches(
+            [r for r in fresh if r not in self.picked], self.fresh_sketch, self.rng
+        )
         out: list[Records] = []
         sources = (iter(ranked), iter(randoms))
         while len(out) < num:
@@ -311,7 +344,8 @@ class SketchPolicy:
         batch: list[Records] = []
         for attempt in range(1 + self.params.empty_round_retries):
             fresh, init = self.init_population()
-            batch = self.pick(self.evolutionary_search(init, 2 * num_measure), fresh, num_measure)
+            ranked = [] if self.model_guesses else self.evolutionary_search(init, 2 * num_measure)
+            batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
             if self.verbose:

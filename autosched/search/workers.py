@@ -10,7 +10,7 @@ candidate is lowered once: sampling keeps the program it lowered to check the GP
 extracts features from it, and evaluation checks limits and extracts from one lowering.
 
     workers = Workers(TaskContext(dag, hardware), TaskSpec.of(dag, hardware), n_jobs=16)
-    fresh = workers.sample(512, rng)             # [(records, features)], valid and distinct
+    fresh = workers.sample(512, rng)             # [Sampled], valid and distinct
     outcomes = workers.evaluate(candidates)      # features, or the reason a candidate is invalid
     feats = features_for_states(states, n_jobs)  # features of States (None where they fail)
 
@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,6 +49,16 @@ log = logging.getLogger(__name__)
 
 SAMPLE_CHUNK = 8  # states per sampling job (fixed, so results do not depend on n_jobs)
 Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) for an invalid one
+
+
+class Sampled(NamedTuple):
+    """A fresh state: its records, the features of its program and the index of the sketch it
+    was drawn from (in the task's sketch list), so that a search can spread what it draws at
+    random over the sketches."""
+
+    records: Records
+    features: np.ndarray
+    sketch: int
 
 
 @dataclass(frozen=True)
@@ -111,11 +121,15 @@ class TaskContext:
         """The State of a candidate (raises AutoschedError when the records do not replay)."""
         return self.dag.replay_steps([as_step(r) for r in records])
 
-    def sample(self, n: int, seed: int) -> list[tuple[Records, np.ndarray]]:
-        """Up to n distinct valid fresh states, as (records, features)."""
-        states = self.sampler.sample(n, random.Random(seed))
-        programs = self.sampler.programs  # what the sampler lowered to check them
-        return [(s.key(), extract_features(programs[s.key()])) for s in states]
+    def sample(self, n: int, seed: int) -> list[Sampled]:
+        """Up to n distinct valid fresh states."""
+        sampler = self.sampler
+        states = sampler.sample(n, random.Random(seed))
+        programs = sampler.programs  # what the sampler lowered to check them
+        return [
+            Sampled(s.key(), extract_features(programs[s.key()]), sampler.sketch_of[s.key()])
+            for s in states
+        ]
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
         """Per candidate: its features, or why it is invalid (a reason of sketch/validity.py)."""
@@ -174,17 +188,16 @@ class Workers:
                 stacklevel=2,
             )
 
-    def sample(self, n: int, rng: random.Random) -> list[tuple[Records, np.ndarray]]:
-        """About n distinct valid fresh states as (records, features) (fewer when the sampler
-        rejects most draws)."""
+    def sample(self, n: int, rng: random.Random) -> list[Sampled]:
+        """About n distinct valid fresh states (fewer when the sampler rejects most draws)."""
         sizes = [min(SAMPLE_CHUNK, n - k) for k in range(0, n, SAMPLE_CHUNK)]
         chunks = [(size, rng.getrandbits(63)) for size in sizes]
         seen, out = set(), []
         for part in self.map("sample", chunks):
-            for records, feats in part:
-                if records not in seen:
-                    seen.add(records)
-                    out.append((records, feats))
+            for fresh in part:
+                if fresh.records not in seen:
+                    seen.add(fresh.records)
+                    out.append(fresh)
         return out
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:

@@ -67,10 +67,12 @@ class SketchSampler:
         # the lowered programs of the states the last `sample` call returned, by state key
         # (when verifying), so callers need not lower them again
         self.programs: dict[tuple, ir.Program] = {}
+        # the index of the sketch each of those states was drawn from, by state key
+        self.sketch_of: dict[tuple, int] = {}
 
-    def _sample_one(self, rng: random.Random) -> tuple[State, ir.Program | None]:
-        """One complete state and, when verifying, its lowered program; raises Rejected."""
-        plan = self.plans[rng.randrange(len(self.plans))]
+    def _sample_one(self, plan, rng: random.Random) -> tuple[State, ir.Program | None]:
+        """One complete state of a plan's sketch and, when verifying, its lowered program;
+        raises Rejected."""
         state = plan.sketch
         try:
             for rule in self.rules:
@@ -94,12 +96,14 @@ class SketchSampler:
         out: list[State] = []
         seen: set = set()
         self.programs = {}
+        self.sketch_of = {}
         tries = 0
         limit = max_tries if max_tries is not None else 50 * n
         while len(out) < n and tries < limit:
             tries += 1
+            index = rng.randrange(len(self.plans))
             try:
-                state, program = self._sample_one(rng)
+                state, program = self._sample_one(self.plans[index], rng)
             except Rejected as e:
                 self.rejected[e.reason] += 1
                 continue
@@ -109,6 +113,7 @@ class SketchSampler:
                 continue
             seen.add(key)
             out.append(state)
+            self.sketch_of[key] = index
             if program is not None:
                 self.programs[key] = program
         if self.rejected:
