@@ -354,7 +354,8 @@ def test_a_search_of_a_tensor_core_task_runs():
     params = SearchParams(
         population=32, generations=2, sample_init_min_population=8, n_jobs=1, seed=1
     )
-    policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), params, verbose=0)
+    model = autosched.XGBModel(nthread=1, seed=0, few_shot_threshold=0)  # evolves in round 2
+    policy = SketchPolicy(task, model, params, verbose=0)
     opts = autosched.TuningOptions(
         num_measure_trials=16, num_measures_per_round=8, measurer=measurer, verbose=0
     )
