@@ -45,7 +45,7 @@ def main() -> int:
         for a, own in enumerate(runs):
             model = autosched.XGBModel(seed=a, nthread=2, few_shot_threshold=0)
             policy = SketchPolicy(task, model, SearchParams(seed=a, n_jobs=1), verbose=0)
-            trained = [(i, r) for i, r in own[:n]]
+            trained = own[:n]
             states = [policy.workers.context.replay(as_records(i.steps)) for i, _ in trained]
             policy.update_model(states, [r.mean_cost for _, r in trained])
             for b, other in enumerate(runs):

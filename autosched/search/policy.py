@@ -31,9 +31,9 @@ from autosched.search.workers import TaskContext, TaskSpec, Workers
 @dataclass(frozen=True)
 class SearchParams:
     """All knobs of the search, with Ansor's defaults. The evolutionary search scores 2048 states
-    over 4 generations: a quarter of that (512 over 3) left the states the model ranks best
-    unfound often enough that short runs ended far apart (the results note of 2026-11-23_a425ccb
-    compares them)."""
+    over 4 generations: with a quarter of that (512 over 3) the search often missed the states
+    its model ranks best, and 256-trial runs ended slower
+    (benchmarks/results/2026-11-23_8d48a45_h100/note.md compares them)."""
 
     population: int = 2048
     generations: int = 4
@@ -310,9 +310,9 @@ class SketchPolicy:
     def model_guesses(self) -> bool:
         """Whether the cost model ranks at random for now (XGBModel before few_shot_threshold
         programs). Such a round is drawn from the fresh samples alone: an evolution scored at
-        random only reshuffles them, and it favours the sketches with the most distinct
-        states, so that a sketch with a small space (a cross-thread reduction beside a
-        multi-level tiling) got one state in 64 or none."""
+        random only reshuffles them, and it favours the sketches with the most distinct states,
+        which starves a sketch with a small space (a cross-thread reduction beside a
+        multi-level tiling) even where that sketch holds the fastest states."""
         return bool(getattr(self.cost_model, "uses_random_fallback", False))
 
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
