@@ -25,12 +25,26 @@ def fastest(records: list, k: int) -> list:
     return [records[i][0] for _, i in ok[:k]]
 
 
+def policy_after(task, records: list, model, params):
+    """A policy that has measured `records` ((input, result) pairs of a log, in order), its
+    cost model trained on them: the search as it stood after those trials."""
+    from autosched.search.policy import SketchPolicy, as_records
+
+    policy = SketchPolicy(task, model, params, verbose=0)
+    states = []
+    for inp, res in records:
+        policy.add_measured_records(inp.steps, res.mean_cost)
+        states.append(policy.workers.context.replay(as_records(inp.steps)))
+    policy.update_model(states, [res.mean_cost for _, res in records])
+    return policy
+
+
 def main() -> int:
     import numpy as np
 
     import autosched
     from autosched.records import load_records
-    from autosched.search.policy import SearchParams, SketchPolicy, as_records
+    from autosched.search.policy import SearchParams, as_records
     from autosched.task.search_task import suite_task
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -44,13 +58,7 @@ def main() -> int:
     for a, records in enumerate(logs):
         for n in ns.after:
             params = SearchParams(seed=a * 1000 + n, n_jobs=ns.n_jobs)
-            policy = SketchPolicy(task, autosched.XGBModel(seed=a, nthread=2), params, verbose=0)
-            states, costs = [], []
-            for inp, res in records[:n]:
-                policy.add_measured_records(inp.steps, res.mean_cost)
-                states.append(policy.workers.context.replay(as_records(inp.steps)))
-                costs.append(res.mean_cost)
-            policy.update_model(states, costs)
+            policy = policy_after(task, records[:n], autosched.XGBModel(seed=a, nthread=2), params)
             batch = [s.key() for s in policy.search_one_round(64)]
             _, batch_scores = policy.score(batch)
             own = min(r.mean_cost for _, r in records[:n] if r.ok)

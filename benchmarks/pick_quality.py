@@ -22,10 +22,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def main() -> int:
     import numpy as np
+    from model_reach import policy_after  # this folder, beside this script
 
     import autosched
     from autosched.records import load_records
-    from autosched.search.policy import SearchParams, SketchPolicy, as_records
+    from autosched.search.policy import SearchParams, as_records
     from autosched.task.search_task import suite_task
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -44,10 +45,7 @@ def main() -> int:
         rows = []
         for a, own in enumerate(runs):
             model = autosched.XGBModel(seed=a, nthread=2, few_shot_threshold=0)
-            policy = SketchPolicy(task, model, SearchParams(seed=a, n_jobs=1), verbose=0)
-            trained = own[:n]
-            states = [policy.workers.context.replay(as_records(i.steps)) for i, _ in trained]
-            policy.update_model(states, [r.mean_cost for _, r in trained])
+            policy = policy_after(task, own[:n], model, SearchParams(seed=a, n_jobs=1))
             for b, other in enumerate(runs):
                 if b == a:
                     continue

@@ -186,6 +186,7 @@ def _git_head() -> str:
 
 
 def main() -> int:
+    from autosched.search.policy import SearchParams
     from autosched.task.workloads import SUITE
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -194,8 +195,19 @@ def main() -> int:
         "--trials", type=int, default=192, help="per workload (default fits the suite in ~10 min)"
     )
     ap.add_argument("--per-round", type=int, default=64)
-    ap.add_argument("--population", type=int, default=None, help="default: SearchParams' (512)")
-    ap.add_argument("--generations", type=int, default=None, help="default: SearchParams' (3)")
+    defaults = SearchParams()
+    ap.add_argument(
+        "--population",
+        type=int,
+        default=None,
+        help=f"default: SearchParams' ({defaults.population})",
+    )
+    ap.add_argument(
+        "--generations",
+        type=int,
+        default=None,
+        help=f"default: SearchParams' ({defaults.generations})",
+    )
     ap.add_argument(
         "--few-shot",
         type=int,
