@@ -49,17 +49,19 @@ def tune(
     generations: int | None = None,
     pretrain: tuple = (),
     few_shot: int | None = None,
+    search_params: dict | None = None,
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds). `pretrain`: Datasets
     (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
     round (transfer learning; the task's own programs in them are left out). `few_shot`: the
-    model's `few_shot_threshold` (None: XGBParams' default)."""
+    model's `few_shot_threshold` (None: XGBParams' default). `search_params`: more SearchParams
+    fields by name."""
     import autosched
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)
-    given = {"population": population, "generations": generations}
+    given = {"population": population, "generations": generations, **(search_params or {})}
     params = SearchParams(
         n_jobs=n_jobs, seed=seed, **{k: v for k, v in given.items() if v is not None}
     )
@@ -220,6 +222,14 @@ def main() -> int:
         default=[],
         help="record logs whose programs of other workloads train the cost model first",
     )
+    ap.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=search_param,
+        help="set any SearchParams field, e.g. --param local_share=0.25 (repeatable)",
+    )
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument(
@@ -256,6 +266,7 @@ def main() -> int:
                 ns.generations,
                 pretrain,
                 ns.few_shot,
+                dict(ns.param),
             )
             rows.append(row(name, task, res, wall))
             with open(os.path.join(out, f"{name}.cu"), "w") as f:
@@ -267,6 +278,30 @@ def main() -> int:
             f.write(table)
         print(table)
     return 0
+
+
+def search_param(text: str) -> tuple[str, object]:
+    """NAME=VALUE for a SearchParams field, the value converted to the type of its default."""
+    import dataclasses
+
+    from autosched.search.policy import SearchParams
+
+    name, sep, value = text.partition("=")
+    own_flags = {"seed", "n_jobs", "population", "generations"}  # set by --seeds, --n-jobs, ...
+    fields = [f.name for f in dataclasses.fields(SearchParams) if f.name not in own_flags]
+    if not sep or name not in fields:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with NAME one of {', '.join(fields)}, got {text!r}"
+        )
+    default = getattr(SearchParams(), name)
+    if not isinstance(default, (int, float, str)):
+        raise argparse.ArgumentTypeError(f"{name} is not a number or a string")
+    try:
+        return name, type(default)(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{name} takes a {type(default).__name__}, got {value!r}"
+        ) from None
 
 
 def spread_table(by_seed: dict[int, list[dict]], header: str) -> str:

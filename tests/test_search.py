@@ -474,3 +474,39 @@ def test_a_round_the_model_cannot_steer_is_drawn_evenly_over_the_sketches():
     assert max(drawn.values()) > 2 * min(drawn.values())  # what the sampler's dedupe leaves
     picked = collections.Counter(policy.fresh_sketch[s.key()] for s in batch)
     assert sorted(picked.values()) == [4, 4, 4]
+
+
+def _one_decision_apart(a, b) -> bool:
+    if structure_key(a) != structure_key(b):
+        return False
+    return sum(x != y for x, y in zip(a, b, strict=True)) == 1
+
+
+def test_a_steered_round_measures_neighbours_of_each_of_the_best_measured_states():
+    """With local_share 1/4, a quarter of the batch is one mutation away from the fastest
+    measured states, every one of the local_parents parents given some."""
+    params = SearchParams(**{**PARAMS.__dict__, "local_share": 0.25, "local_parents": 2})
+    policy = make_policy(small_task(), params, autosched.XGBModel(nthread=1, few_shot_threshold=0))
+    measured = policy.sample_fresh(24)
+    for i, r in enumerate(measured):
+        policy.add_measured_records(r, 1e-6 * (i + 1))
+    policy.update_model(
+        [policy.workers.context.replay(r) for r in measured], [1e-6 * (i + 1) for i in range(24)]
+    )
+    assert not policy.model_guesses
+    batch = [s.key() for s in policy.search_one_round(16)]
+    parents = measured[:2]
+    local = [[p for p in parents if _one_decision_apart(r, p)] for r in batch[:4]]
+    assert all(local), "the first quarter are neighbours of the best measured"
+    assert {p for ps in local for p in ps} == set(parents)
+    assert not set(batch) & set(measured) and len(set(batch)) == 16
+
+
+def test_no_local_share_leaves_the_round_to_the_evolution(monkeypatch):
+    policy = make_policy(small_task(), SMALL, autosched.XGBModel(nthread=1, few_shot_threshold=0))
+    for i, r in enumerate(policy.sample_fresh(8)):
+        policy.add_measured_records(r, 1e-6 * (i + 1))
+    monkeypatch.setattr(
+        policy, "neighbours_of_best", lambda num: pytest.fail("called") if num else []
+    )
+    assert len(policy.search_one_round(4)) == 4

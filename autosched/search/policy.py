@@ -41,6 +41,12 @@ class SearchParams:
     eps_greedy: float = 0.05
     sample_init_min_population: int = 50  # fresh samples per round, at least
     use_measured_ratio: float = 0.2  # best measured states in the initial population, at most
+    # share of a model-steered round given to the best-scored neighbours (one mutation away) of
+    # the local_parents fastest measured states, the parents taking turns: a hedge against a
+    # model that ranks an unmeasured region above the neighbourhood of the measured best
+    local_share: float = 0.0
+    local_parents: int = 4
+    local_tries: int = 64  # mutations tried per parent
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
@@ -306,6 +312,31 @@ class SketchPolicy:
                 out.append(child)
         return out
 
+    def neighbours_of_best(self, num: int) -> list[Records]:
+        """Up to num unmeasured candidates one mutation (of a one-parent rule) away from the
+        fastest measured states: each parent's neighbours best-scored first, the parents taking
+        turns from the fastest, so that one parent whose neighbourhood the model overrates does
+        not take them all."""
+        p = self.params
+        if num <= 0:
+            return []
+        rules = [(MUTATIONS[n], w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
+        per_parent = []
+        for parent in self.best_measured(p.local_parents):
+            tried = (
+                self.rng.choices(rules, [w for _, w in rules])[0][0].apply(
+                    self.mutation_ctx, [parent], self.rng
+                )
+                for _ in range(p.local_tries)
+            )
+            children = [c for c in dict.fromkeys(tried) if c is not None and c not in self.picked]
+            kept, scores = self.score(children)
+            order = np.argsort(-scores, kind="stable")
+            per_parent.append([kept[i] for i in order if math.isfinite(scores[i])])
+        turns = itertools.zip_longest(*per_parent)
+        out = dict.fromkeys(r for turn in turns for r in turn if r is not None)
+        return list(out)[:num]
+
     @property
     def model_guesses(self) -> bool:
         """Whether the cost model ranks at random for now (XGBModel before few_shot_threshold
@@ -344,7 +375,11 @@ class SketchPolicy:
         batch: list[Records] = []
         for attempt in range(1 + self.params.empty_round_retries):
             fresh, init = self.init_population()
-            ranked = [] if self.model_guesses else self.evolutionary_search(init, 2 * num_measure)
+            if self.model_guesses:
+                ranked = []
+            else:
+                local = self.neighbours_of_best(int(self.params.local_share * num_measure))
+                ranked = local + self.evolutionary_search(init, 2 * num_measure)
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
