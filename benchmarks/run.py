@@ -50,6 +50,7 @@ def tune(
     pretrain: tuple = (),
     few_shot: int | None = None,
     search_params: dict | None = None,
+    model_params: dict | None = None,
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds). `pretrain`: Datasets
     (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
@@ -65,7 +66,10 @@ def tune(
     params = SearchParams(
         n_jobs=n_jobs, seed=seed, **{k: v for k, v in given.items() if v is not None}
     )
-    model = autosched.XGBModel(**({} if few_shot is None else {"few_shot_threshold": few_shot}))
+    model_settings = dict(model_params or {})
+    if few_shot is not None:
+        model_settings["few_shot_threshold"] = few_shot
+    model = autosched.XGBModel(**model_settings)
     t0 = time.perf_counter()
     others = [
         (d.features[i], d.throughputs[i], t)
@@ -230,6 +234,14 @@ def main() -> int:
         type=search_param,
         help="set any SearchParams field, e.g. --param local_share=0.25 (repeatable)",
     )
+    ap.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=model_param,
+        help="set an XGBParams field of the cost model, e.g. --model bootstrap_members=4",
+    )
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument(
@@ -267,6 +279,7 @@ def main() -> int:
                 pretrain,
                 ns.few_shot,
                 dict(ns.param),
+                dict(ns.model),
             )
             rows.append(row(name, task, res, wall))
             with open(os.path.join(out, f"{name}.cu"), "w") as f:
@@ -282,18 +295,31 @@ def main() -> int:
 
 def search_param(text: str) -> tuple[str, object]:
     """NAME=VALUE for a SearchParams field, the value converted to the type of its default."""
-    import dataclasses
-
     from autosched.search.policy import SearchParams
 
-    name, sep, value = text.partition("=")
     own_flags = {"seed", "n_jobs", "population", "generations"}  # set by --seeds, --n-jobs, ...
-    fields = [f.name for f in dataclasses.fields(SearchParams) if f.name not in own_flags]
+    return field_setting(text, SearchParams, own_flags)
+
+
+def model_param(text: str) -> tuple[str, object]:
+    """NAME=VALUE for an XGBParams field (the cost model's settings)."""
+    from costmodel import XGBParams
+
+    return field_setting(text, XGBParams, {"few_shot_threshold"})  # set by --few-shot
+
+
+def field_setting(text: str, params_class, own_flags: set) -> tuple[str, object]:
+    """NAME=VALUE for a field of a params dataclass, the value converted to the type of its
+    default; fields set by flags of their own are refused."""
+    import dataclasses
+
+    name, sep, value = text.partition("=")
+    fields = [f.name for f in dataclasses.fields(params_class) if f.name not in own_flags]
     if not sep or name not in fields:
         raise argparse.ArgumentTypeError(
             f"expected NAME=VALUE with NAME one of {', '.join(fields)}, got {text!r}"
         )
-    default = getattr(SearchParams(), name)
+    default = getattr(params_class(), name)
     if not isinstance(default, (int, float, str)):
         raise argparse.ArgumentTypeError(f"{name} is not a number or a string")
     try:
