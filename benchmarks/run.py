@@ -240,7 +240,7 @@ def main() -> int:
         default=[],
         metavar="NAME=VALUE",
         type=model_param,
-        help="set an XGBParams field of the cost model, e.g. --model bootstrap_members=4",
+        help="set an XGBParams field of the cost model, e.g. --model max_depth=8",
     )
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")

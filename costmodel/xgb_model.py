@@ -114,7 +114,6 @@ class XGBModel(CostModel):
         self._n_unkept = 0  # programs seen by a saved model whose data was not saved
         self._n_features: int | None = None
         self._booster: xgb.Booster | None = None
-        self._members: list[xgb.Booster] = []  # bootstrap_members boosters, for predict_spread
         self._n_at_last_train = 0
 
     # ----- state -----
@@ -148,7 +147,6 @@ class XGBModel(CostModel):
         self._n_unkept = 0
         self._n_features = None
         self._booster = None
-        self._members = []
         self._add(features, throughputs, task_ids)
         self._train()
 
@@ -213,7 +211,6 @@ class XGBModel(CostModel):
         programs = np.flatnonzero(lengths > 0)
         if len(programs) == 0:
             self._booster = None
-            self._members = []
             self.last_fit = None
             return
         train, valid = self._split(programs)
@@ -265,10 +262,6 @@ class XGBModel(CostModel):
                 train_params, dtrain, num_boost_round=self.params.num_boost_round, obj=objective
             )
             final = dict(metric(self._booster.predict(deval, output_margin=True), deval))
-        self._members = [
-            self._fit_member(k, subset, train, labels, weights, base_score)
-            for k in range(self.params.bootstrap_members)
-        ]
         n_rounds = self._booster.num_boosted_rounds()
         self.last_fit = FitReport(
             n_programs=len(programs),
@@ -280,22 +273,6 @@ class XGBModel(CostModel):
             seconds=time.perf_counter() - start,
         )
         logger.debug("XGBModel trained: %s", self.last_fit)
-
-    def _fit_member(self, k, subset, train, labels, weights, base_score) -> xgb.Booster:
-        """Bootstrap member k: the booster fitted to a resample (with replacement, seeded by the
-        model seed, k and the data size) of the training programs, each program's weight times
-        the number of times it was drawn."""
-        import xgboost as xgb
-
-        rng = np.random.default_rng([self.seed, k, len(train)])
-        counts = rng.multinomial(len(train), np.full(len(train), 1.0 / len(train)))
-        drawn = train[counts > 0]
-        dtrain, gids = subset(drawn)
-        objective = make_objective(
-            gids, labels[drawn], weights[drawn] * counts[counts > 0], self.params.hessian
-        )
-        params = self.params.booster_params(self.seed + k + 1, base_score)
-        return xgb.train(params, dtrain, num_boost_round=self.params.num_boost_round, obj=objective)
 
     def _split(self, programs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Split program indices into (train, held out), both sorted; held out may be empty (always
@@ -326,39 +303,11 @@ class XGBModel(CostModel):
             ValueError: a matrix's feature count differs from the training data's.
         """
         packed = pack_features(features, self._n_features)
-        if self.uses_random_fallback or self._booster is None:
-            scores = self._rng.uniform(0.0, 1.0, packed.n_programs)
-            scores[~packed.valid] = -np.inf
-            return scores
-        return self._scores(self._booster, packed)
-
-    @property
-    def gives_spread(self) -> bool:
-        """Whether ``predict_spread`` can say anything (``bootstrap_members`` > 0)."""
-        return self.params.bootstrap_members > 0
-
-    def predict_spread(self, features: Sequence[FeatureMatrix]) -> np.ndarray:
-        """Per program, the standard deviation of the bootstrap members' scores (in ``predict``'s
-        units): how much the measured data leaves a score open. 0 for invalid programs and while
-        ``uses_random_fallback`` (the random scores carry no such information).
-
-        Raises:
-            RuntimeError: the model fits no bootstrap members (``bootstrap_members`` is 0).
-        """
-        if not self.gives_spread:
-            raise RuntimeError("XGBModel.predict_spread needs bootstrap_members > 0")
-        packed = pack_features(features, self._n_features)
-        if self.uses_random_fallback or not self._members:
-            return np.zeros(packed.n_programs)
-        scores = np.array([self._scores(member, packed) for member in self._members])
-        spread = np.zeros(packed.n_programs)
-        spread[packed.valid] = scores[:, packed.valid].std(axis=0)
-        return spread
-
-    def _scores(self, booster: xgb.Booster, packed: PackedFeatures) -> np.ndarray:
-        """One booster's program scores; -inf for invalid programs."""
         reductions = self.params.reductions
-        if len(packed.rows) == 0:
+        booster = self._booster
+        if self.uses_random_fallback or booster is None:
+            scores = self._rng.uniform(0.0, 1.0, packed.n_programs)
+        elif len(packed.rows) == 0:
             scores = np.zeros(packed.n_programs)
         elif reductions:
             reduced = reduce_statements(packed.rows, packed.lengths, reductions)
@@ -411,8 +360,6 @@ class XGBModel(CostModel):
         arrays: dict[str, np.ndarray] = {}
         if self._booster is not None:
             arrays["booster"] = np.frombuffer(bytes(self._booster.save_raw("ubj")), np.uint8)
-        for k, member in enumerate(self._members):
-            arrays[f"member_{k}"] = np.frombuffer(bytes(member.save_raw("ubj")), np.uint8)
         if include_data and self._chunks:
             rows, lengths, throughputs, tasks = self._gather()
             arrays.update(rows=rows, lengths=lengths, throughputs=throughputs, task_ids=tasks)
@@ -421,6 +368,7 @@ class XGBModel(CostModel):
     @classmethod
     def load(cls, path: str | os.PathLike) -> XGBModel:
         """Read a model written by ``save``; its predictions equal the saved model's exactly."""
+        import xgboost as xgb
 
         meta, arrays = read_model_file(path, "xgb")
         params = meta["params"]
@@ -435,9 +383,13 @@ class XGBModel(CostModel):
         if meta["last_fit"] is not None:
             model.last_fit = FitReport(**meta["last_fit"])
         if "booster" in arrays:
-            model._booster = model._load_booster(arrays["booster"])
-        n_members = sum(1 for name in arrays if name.startswith("member_"))
-        model._members = [model._load_booster(arrays[f"member_{k}"]) for k in range(n_members)]
+            # No training parameters here: a Booster re-applies the ones it was built with after
+            # load_model, and a base_score among them would replace the trained one.
+            booster = xgb.Booster({"verbosity": 0})
+            booster.load_model(bytearray(arrays["booster"].tobytes()))
+            # The saved nthread was the saving machine's core count; use this machine's.
+            booster.set_param({"nthread": model.params.threads})
+            model._booster = booster
         if "rows" in arrays:
             lengths = arrays["lengths"].astype(np.int64)
             packed = PackedFeatures(
@@ -448,15 +400,3 @@ class XGBModel(CostModel):
             )
             model._chunks = [_Chunk(packed, arrays["throughputs"], arrays["task_ids"])]
         return model
-
-    def _load_booster(self, raw: np.ndarray) -> xgb.Booster:
-        """A booster from its saved bytes, set to this machine's thread count."""
-        import xgboost as xgb
-
-        # No training parameters here: a Booster re-applies the ones it was built with after
-        # load_model, and a base_score among them would replace the trained one.
-        booster = xgb.Booster({"verbosity": 0})
-        booster.load_model(bytearray(raw.tobytes()))
-        # The saved nthread was the saving machine's core count; use this machine's.
-        booster.set_param({"nthread": self.params.threads})
-        return booster

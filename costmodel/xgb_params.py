@@ -71,10 +71,6 @@ class XGBParams:
             already picks another run's fastest states about twice as often as chance, so the
             second round is steered instead of random. 0 disables the fallback.
 
-    Uncertainty:
-        bootstrap_members: boosters fitted besides the model, each on a bootstrap resample of the
-            programs (drawn counts as weights), for ``predict_spread`` only: where they disagree,
-            the data pins a candidate's score down least. 0 (default) fits none.
     Resources:
         nthread: CPU threads for training and prediction; None = every core available.
     """
@@ -94,7 +90,6 @@ class XGBParams:
     weight_floor: float = 0.0
     retrain_min_growth: float = 0.0
     few_shot_threshold: int = 64
-    bootstrap_members: int = 0
     nthread: int | None = None
 
     def __post_init__(self) -> None:
@@ -113,7 +108,6 @@ class XGBParams:
             (0 <= self.weight_floor <= 1, "weight_floor must be in [0, 1]"),
             (self.retrain_min_growth >= 0, "retrain_min_growth must be >= 0"),
             (self.few_shot_threshold >= 0, "few_shot_threshold must be >= 0"),
-            (self.bootstrap_members >= 0, "bootstrap_members must be >= 0"),
             (self.nthread is None or self.nthread >= 1, "nthread must be None or >= 1"),
         ]
         for ok, message in checks:

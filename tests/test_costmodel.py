@@ -430,35 +430,3 @@ def test_empty_and_all_invalid_batches():
     model.update([np.ones((2, 4)), 2 * np.ones((3, 4))], [1.0, 2.0])
     assert model.is_trained and model.n_programs == 4
     assert np.isneginf(model.predict([None])[0])
-
-
-def test_bootstrap_spread_shrinks_with_data_and_round_trips(tmp_path):
-    """The members' disagreement is what the data leaves open: ten times the programs, a
-    clearly smaller spread on the same held-out programs."""
-    features, throughputs = synthetic_programs(460, seed=11)
-    held_out = features[400:]
-    spreads = {}
-    for n in (40, 400):
-        model = quick_model(bootstrap_members=4, few_shot_threshold=0)
-        model.fit(features[:n], throughputs[:n])
-        spread = model.predict_spread(held_out)
-        assert spread.shape == (60,) and (spread >= 0).all()
-        spreads[n] = spread.mean()
-    assert spreads[400] < 0.7 * spreads[40]
-    assert np.array_equal(quick_model(bootstrap_members=4).predict_spread([None]), [0.0])
-    model.save(tmp_path / "m.npz")
-    loaded = XGBModel.load(tmp_path / "m.npz")
-    assert np.array_equal(loaded.predict_spread(held_out), model.predict_spread(held_out))
-    assert np.array_equal(loaded.predict(held_out), model.predict(held_out))
-
-
-def test_spread_is_zero_while_random_and_refused_without_members():
-    features, throughputs = synthetic_programs(40, seed=12)
-    model = quick_model(bootstrap_members=2)
-    model.fit(features, throughputs)
-    assert model.uses_random_fallback and not model.predict_spread(features).any()
-    plain = quick_model(few_shot_threshold=0)
-    plain.fit(features, throughputs)
-    assert not plain.gives_spread
-    with pytest.raises(RuntimeError, match="bootstrap_members"):
-        plain.predict_spread(features)

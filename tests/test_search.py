@@ -510,21 +510,3 @@ def test_no_local_share_leaves_the_round_to_the_evolution(monkeypatch):
         policy, "neighbours_of_best", lambda num: pytest.fail("called") if num else []
     )
     assert len(policy.search_one_round(4)) == 4
-
-
-def test_exploring_scores_add_the_weighted_spread_and_need_a_model_that_gives_one():
-    params = SearchParams(**{**PARAMS.__dict__, "explore_weight": 2.0})
-    with pytest.raises(ValueError, match="explore_weight"):
-        make_policy(small_task(), params, autosched.RandomModel())
-    model = autosched.XGBModel(nthread=1, few_shot_threshold=0, bootstrap_members=3)
-    policy = make_policy(small_task(), params, model)
-    measured = policy.sample_fresh(30)
-    costs = [1e-6 * (1 + (i * 7) % 11) for i in range(len(measured))]
-    policy.update_model([policy.workers.context.replay(r) for r in measured], costs)
-    candidates = policy.sample_fresh(20)
-    kept, scores = policy.score(candidates)
-    features = policy.outcomes(kept)
-    expected = model.predict(features) + 2.0 * model.predict_spread(features)
-    assert np.allclose(scores, expected) and not np.allclose(scores, model.predict(features))
-    default = SketchPolicy(small_task(), params=params, verbose=0)
-    assert default.cost_model.gives_spread

@@ -27,8 +27,6 @@ from autosched.search.cost_model import XGBModel, throughput
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.workers import TaskContext, TaskSpec, Workers
 
-DEFAULT_BOOTSTRAP_MEMBERS = 4  # the default model's, when the search explores by its spread
-
 
 @dataclass(frozen=True)
 class SearchParams:
@@ -49,11 +47,6 @@ class SearchParams:
     local_share: float = 0.0
     local_parents: int = 4
     local_tries: int = 64  # mutations tried per parent
-    # candidates are scored by the model's score plus explore_weight times its bootstrap spread
-    # (an upper confidence bound), so that states unlike anything measured, which the model
-    # cannot rank, get measured; needs a model that gives a spread (XGBModel with
-    # bootstrap_members > 0, which the policy's default model then has)
-    explore_weight: float = 0.0
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
@@ -169,14 +162,7 @@ class SketchPolicy:
         self.task = task
         self.params = params or SearchParams()
         if cost_model is None:
-            members = DEFAULT_BOOTSTRAP_MEMBERS if self.params.explore_weight else 0
-            cost_model = XGBModel(seed=self.params.seed, nthread=1, bootstrap_members=members)
-        if self.params.explore_weight and not getattr(cost_model, "gives_spread", False):
-            raise ValueError(
-                "SearchParams.explore_weight needs a cost model that gives a spread"
-                f" (XGBModel(bootstrap_members={DEFAULT_BOOTSTRAP_MEMBERS})),"
-                f" not {type(cost_model).__name__}"
-            )
+            cost_model = XGBModel(seed=self.params.seed, nthread=1)
         self.cost_model = cost_model
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
@@ -255,11 +241,7 @@ class SketchPolicy:
         new = [r for r in valid if r not in self.scores]
         if new:
             t0 = time.perf_counter()
-            features = [valid[r] for r in new]
-            predicted = np.asarray(self.cost_model.predict(features), dtype=float)
-            if self.params.explore_weight:
-                spread = self.cost_model.predict_spread(features)
-                predicted = predicted + self.params.explore_weight * np.asarray(spread)
+            predicted = np.asarray(self.cost_model.predict([valid[r] for r in new]), dtype=float)
             self.scores.update(zip(new, predicted.tolist(), strict=True))
             self.time["predict"] += time.perf_counter() - t0
         kept = [r for r in candidates if r in valid]
