@@ -56,7 +56,7 @@ def tune(
     (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
     round (transfer learning; the task's own programs in them are left out). `few_shot`: the
     model's `few_shot_threshold` (None: XGBParams' default). `search_params`: more SearchParams
-    fields by name."""
+    fields by name; `model_params`: XGBParams fields by name."""
     import autosched
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.task.search_task import suite_task

@@ -320,17 +320,17 @@ class SketchPolicy:
         p = self.params
         if num <= 0:
             return []
-        rules = [(MUTATIONS[n], w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
+        one_parent = [(n, w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
+        names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
         per_parent = []
         for parent in self.best_measured(p.local_parents):
-            tried = (
-                self.rng.choices(rules, [w for _, w in rules])[0][0].apply(
-                    self.mutation_ctx, [parent], self.rng
-                )
-                for _ in range(p.local_tries)
-            )
-            children = [c for c in dict.fromkeys(tried) if c is not None and c not in self.picked]
-            kept, scores = self.score(children)
+            children: dict[Records, None] = {}
+            for _ in range(p.local_tries):
+                rule = MUTATIONS[self.rng.choices(names, weights)[0]]
+                child = rule.apply(self.mutation_ctx, [parent], self.rng)
+                if child is not None and child not in self.picked:
+                    children[child] = None
+            kept, scores = self.score(list(children))
             order = np.argsort(-scores, kind="stable")
             per_parent.append([kept[i] for i in order if math.isfinite(scores[i])])
         turns = itertools.zip_longest(*per_parent)
