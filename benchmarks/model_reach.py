@@ -8,6 +8,7 @@ as `SketchPolicy.search_one_round` does, and the model scores both its batch and
 fastest states of every other log. Printed per other log: its best time and the share of the
 batch its five best states score above. A share near 0 means the run's model ranks the states
 another run found below nearly everything it would measure next: it will not go there.
+`--model NAME=VALUE` sets an XGBParams field of the run's model, as in run.py.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def policy_after(task, records: list, model, params):
 
 def main() -> int:
     import numpy as np
+    from run import model_param  # this folder, beside this script
 
     import autosched
     from autosched.records import load_records
@@ -52,13 +54,15 @@ def main() -> int:
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--after", type=int, nargs="+", default=[128, 192])
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=VALUE", type=model_param)
     ns = ap.parse_args()
     task = suite_task(ns.workload)
     logs = [list(load_records(path)) for path in ns.logs]
     for a, records in enumerate(logs):
         for n in ns.after:
             params = SearchParams(seed=a * 1000 + n, n_jobs=ns.n_jobs)
-            policy = policy_after(task, records[:n], autosched.XGBModel(seed=a, nthread=2), params)
+            model = autosched.XGBModel(seed=a, nthread=2, **dict(ns.model))
+            policy = policy_after(task, records[:n], model, params)
             batch = [s.key() for s in policy.search_one_round(64)]
             _, batch_scores = policy.score(batch)
             own = min(r.mean_cost for _, r in records[:n] if r.ok)

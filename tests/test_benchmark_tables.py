@@ -1,9 +1,12 @@
-"""The benchmark scripts' tables (benchmarks/run.py), from made-up rows: no GPU, no torch."""
+"""The benchmark scripts' tables and settings (benchmarks/run.py), from made-up rows: no GPU,
+no torch."""
 
 from __future__ import annotations
 
 import os
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
@@ -22,3 +25,23 @@ def test_spread_table_gives_each_seed_the_spread_and_the_seeds_ahead():
     assert "| seed 0 µs | seed 1 µs | seed 2 µs |" in lines[4]
     assert lines[6] == "| matmul | 60.0 | 55.0 | 66.0 | 1.20 | 59.0 | 1 of 3 |"
     assert lines[7] == "| softmax | 5.0 | 5.5 | 5.5 | 1.10 | 5.0 | 0 of 3 |"
+
+
+def test_param_and_model_settings_are_typed_by_their_defaults_and_bad_ones_named():
+    import argparse
+
+    from run import model_param, search_param
+
+    assert search_param("local_share=0.25") == ("local_share", 0.25)
+    assert search_param("local_parents=3") == ("local_parents", 3)
+    assert model_param("max_depth=3") == ("max_depth", 3)
+    assert model_param("program_rows=sum_max") == ("program_rows", "sum_max")
+    for bad, says in [
+        (lambda: search_param("local_share=lots"), "local_share takes a float"),
+        (lambda: search_param("seed=1"), "expected NAME=VALUE"),  # --seeds sets it
+        (lambda: model_param("few_shot_threshold=0"), "expected NAME=VALUE"),  # --few-shot
+        (lambda: model_param("max_depth"), "expected NAME=VALUE"),
+        (lambda: search_param("mutation_weights=x"), "not a number or a string"),
+    ]:
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            bad()
