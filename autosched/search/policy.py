@@ -129,6 +129,11 @@ def spread_over_sketches(
     for group in lists:
         rng.shuffle(group)
     rng.shuffle(lists)
+    return in_turns(lists)
+
+
+def in_turns(lists: Sequence[list[Records]]) -> list[Records]:
+    """The lists' items taken one from each list in turn (a list that runs out drops out)."""
     turns = itertools.zip_longest(*lists)
     return [r for turn in turns for r in turn if r is not None]
 
@@ -322,7 +327,7 @@ class SketchPolicy:
             return []
         one_parent = [(n, w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
         names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
-        per_parent = []
+        children_of: list[dict[Records, None]] = []
         for parent in self.best_measured(p.local_parents):
             children: dict[Records, None] = {}
             for _ in range(p.local_tries):
@@ -330,12 +335,14 @@ class SketchPolicy:
                 child = rule.apply(self.mutation_ctx, [parent], self.rng)
                 if child is not None and child not in self.picked:
                     children[child] = None
-            kept, scores = self.score(list(children))
-            order = np.argsort(-scores, kind="stable")
-            per_parent.append([kept[i] for i in order if math.isfinite(scores[i])])
-        turns = itertools.zip_longest(*per_parent)
-        out = dict.fromkeys(r for turn in turns for r in turn if r is not None)
-        return list(out)[:num]
+            children_of.append(children)
+        kept, scores = self.score(list(dict.fromkeys(c for cs in children_of for c in cs)))
+        score_of = {r: s for r, s in zip(kept, scores, strict=True) if math.isfinite(s)}
+        per_parent = [
+            sorted((c for c in children if c in score_of), key=lambda c: -score_of[c])
+            for children in children_of
+        ]
+        return list(dict.fromkeys(in_turns(per_parent)))[:num]
 
     @property
     def model_guesses(self) -> bool:
