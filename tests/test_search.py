@@ -27,6 +27,7 @@ from autosched.search.policy import (
     SketchPolicy,
     SkipLoggedStates,
     as_records,
+    launch_shape,
     spread_over_sketches,
 )
 from autosched.search.workers import TaskContext, TaskSpec, Workers
@@ -510,3 +511,42 @@ def test_no_local_share_leaves_the_round_to_the_evolution(monkeypatch):
         policy, "neighbours_of_best", lambda num: pytest.fail("called") if num else []
     )
     assert len(policy.search_one_round(4)) == 4
+
+
+def _steered_policy(params: SearchParams) -> SketchPolicy:
+    """A policy of the small matmul whose model steers: 24 sampled states measured and fitted."""
+    policy = make_policy(small_task(), params, autosched.XGBModel(nthread=1, few_shot_threshold=0))
+    measured = policy.sample_fresh(24)
+    costs = [1e-6 * (i + 1) for i in range(len(measured))]
+    for r, c in zip(measured, costs, strict=True):
+        policy.add_measured_records(r, c)
+    policy.update_model([policy.workers.context.replay(r) for r in measured], costs)
+    assert not policy.model_guesses
+    return policy
+
+
+def test_a_launch_cap_spreads_a_steered_round_over_launch_shapes():
+    """With launch_cap 1, the model's picks in a round have distinct launch shapes as long as
+    the ranked candidates hold enough of them; without the cap the same round repeats shapes."""
+    shapes_per_round = {}
+    for cap in (0, 1):
+        params = SearchParams(**{**PARAMS.__dict__, "launch_cap": cap, "eps_greedy": 0.0})
+        policy = _steered_policy(params)
+        batch = [s.key() for s in policy.search_one_round(12)]
+        shapes = [launch_shape(policy.features.get(r)) for r in batch]
+        assert all(shapes) and len(batch) == 12
+        shapes_per_round[cap] = len(set(shapes))
+    assert shapes_per_round[1] == 12
+    assert shapes_per_round[0] < 12
+
+
+def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
+    policy = make_policy(small_task(), SearchParams(**{**SMALL.__dict__, "launch_cap": 2}))
+    fresh = policy.sample_fresh(8)
+    shape_of = {r: launch_shape(policy.features.get(r)) for r in fresh}
+    a = fresh[0]
+    others = [r for r in fresh if shape_of[r] != shape_of[a]]
+    # three candidates of one shape ranked first: the third goes behind the other shapes
+    ranked = [a, a, a, *others]
+    assert policy.capped(ranked) == [a, a, *others, a]
+    assert make_policy(small_task(), SMALL).capped(ranked) == ranked

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autosched.features import FEATURE_NAMES
 from autosched.records import load_records, seal_torn_line
 from autosched.search.cost_model import XGBModel, throughput
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
@@ -47,6 +48,13 @@ class SearchParams:
     local_share: float = 0.0
     local_parents: int = 4
     local_tries: int = 64  # mutations tried per parent
+    # at most this many of a steered round's model picks share one launch shape (grid, block,
+    # virtual threads, shared and local bytes: the tiling, with the finer decisions such as the
+    # unroll depth and the inner reduction split left out); the rest of the batch goes to the
+    # next-best shapes, and only a round short of shapes takes more. A model that ranks one
+    # tiling first ranks its near-copies next to it: uncapped, a round measures a few tilings
+    # many times over. 0: no cap
+    launch_cap: int = 0
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
@@ -114,6 +122,27 @@ def logged_records(path: str, workload_key: str) -> Iterator:
     once they are read."""
     yield from ((i, r) for i, r in load_records(path) if i.workload_key == workload_key)
     seal_torn_line(path)
+
+
+_LAUNCH_COLUMNS = [
+    FEATURE_NAMES.index(name)
+    for name in (
+        *(f"{axis}_{dim}_len" for axis in ("blockIdx", "threadIdx") for dim in "xyz"),
+        "vthread_len",
+        "kernel_shared_bytes",
+        "kernel_local_bytes",
+    )
+]
+
+
+def launch_shape(features) -> tuple:
+    """A candidate's launch shape from its feature matrix: grid and block extents, virtual
+    threads, shared bytes per block and local bytes per thread (each kernel's largest over its
+    statements). Candidates that differ only in finer decisions (unroll depth, how a reduction's
+    inner loops are split) share it."""
+    if not isinstance(features, np.ndarray) or not features.size:
+        return ()
+    return tuple(np.round(features[:, _LAUNCH_COLUMNS].max(axis=0), 4).tolist())
 
 
 def spread_over_sketches(
@@ -344,6 +373,20 @@ class SketchPolicy:
         ]
         return list(dict.fromkeys(in_turns(per_parent)))[:num]
 
+    def capped(self, ranked: list[Records]) -> list[Records]:
+        """`ranked` with the candidates beyond `launch_cap` of one launch shape moved behind the
+        others (each part keeps its order); unchanged without a cap."""
+        cap = self.params.launch_cap
+        if not cap:
+            return ranked
+        count: dict[tuple, int] = {}
+        within, beyond = [], []
+        for r in ranked:
+            shape = launch_shape(self.features.get(r))
+            count[shape] = count.get(shape, 0) + 1
+            (within if count[shape] <= cap else beyond).append(r)
+        return within + beyond
+
     @property
     def model_guesses(self) -> bool:
         """Whether the cost model ranks at random for now (XGBModel before few_shot_threshold
@@ -386,7 +429,8 @@ class SketchPolicy:
                 ranked = []
             else:
                 local = self.neighbours_of_best(int(self.params.local_share * num_measure))
-                ranked = local + self.evolutionary_search(init, 2 * num_measure)
+                wanted = (4 if self.params.launch_cap else 2) * num_measure
+                ranked = self.capped(local + self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
