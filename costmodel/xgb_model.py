@@ -32,8 +32,10 @@ from costmodel.base import (
     rng_state_to_json,
     write_model_file,
 )
+from costmodel.metrics import topk_recall
 from costmodel.packsum import make_metric, make_objective, normalise_throughputs, training_targets
 from costmodel.program_rows import STATEMENTS, reduce_statements
+from costmodel.ranking import train_ranker
 from costmodel.xgb_params import XGBParams
 
 if TYPE_CHECKING:  # xgboost loads on first use, not with the package
@@ -205,6 +207,9 @@ class XGBModel(CostModel):
         if reductions:  # one row per program: the pack-sum loss becomes plain squared error
             rows = reduce_statements(rows, lengths, reductions)
             lengths = (lengths > 0).astype(np.int64)
+        if self.params.objective == "pairwise":
+            self._train_ranker(rows, lengths, normalised, tasks, start)
+            return
         group_ids = np.repeat(np.arange(len(lengths)), lengths)
 
         # Programs without statements contribute no row and no gradient: leave them out.
@@ -273,6 +278,35 @@ class XGBModel(CostModel):
             seconds=time.perf_counter() - start,
         )
         logger.debug("XGBModel trained: %s", self.last_fit)
+
+    def _train_ranker(self, rows, lengths, normalised, tasks, start: float) -> None:
+        """The pairwise objective's training run (``ranking.py``): one row per program with
+        statements, ordered within each task; the report's recall is on the training set."""
+        import xgboost as xgb
+
+        with_rows = lengths > 0
+        trained = train_ranker(
+            rows,
+            normalised[with_rows],
+            tasks[with_rows],
+            self.params.booster_params(self.seed),
+            self.params.num_boost_round,
+        )
+        if trained is None:
+            self._booster, self.last_fit = None, None
+            return
+        self._booster, order = trained
+        scores = self._booster.predict(xgb.DMatrix(rows[order]), output_margin=True)
+        self.last_fit = FitReport(
+            n_programs=int(with_rows.sum()),
+            n_train_rows=len(order),
+            n_valid_programs=0,
+            n_rounds=self._booster.num_boosted_rounds(),
+            valid_rmse=float("nan"),
+            valid_recall=topk_recall(scores, normalised[with_rows][order]),
+            seconds=time.perf_counter() - start,
+        )
+        logger.debug("XGBModel trained (pairwise): %s", self.last_fit)
 
     def _split(self, programs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Split program indices into (train, held out), both sorted; held out may be empty (always

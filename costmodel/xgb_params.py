@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from costmodel.packsum import HESSIANS, LABELS
 from costmodel.program_rows import parse_program_rows
+from costmodel.ranking import OBJECTIVES
 
 
 def available_cores() -> int:
@@ -28,6 +29,10 @@ class XGBParams:
             "statements": Ansor's pack-sum: one row per statement, a program's score is the sum of
                 its statements' scores (``packsum.py``); ``hessian`` applies.
             See ``program_rows.py`` for why.
+        objective: "regression" (default) fits the scores to the targets below; "pairwise" fits
+            only their order within a task (``ranking.py``: LambdaMART's pairwise loss on
+            relevance grades of the normalised throughput; program rows only, no early
+            stopping; label, weight_floor and hessian do not apply).
         label: the target, from the throughput normalised by its task's best: "log" (default):
             its log2, floored at 2**-10 (``packsum.training_targets``); "linear": itself (TVM).
         weight_floor: each program's weight in the loss is ``max(normalised throughput,
@@ -76,6 +81,7 @@ class XGBParams:
     """
 
     program_rows: str = "max"
+    objective: str = "regression"
     label: str = "log"
     max_depth: int = 6
     gamma: float = 0.0
@@ -105,6 +111,7 @@ class XGBParams:
             (self.min_valid_programs >= 1, "min_valid_programs must be >= 1"),
             (self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}"),
             (self.label in LABELS, f"label must be one of {LABELS}"),
+            (self.objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}"),
             (0 <= self.weight_floor <= 1, "weight_floor must be in [0, 1]"),
             (self.retrain_min_growth >= 0, "retrain_min_growth must be >= 0"),
             (self.few_shot_threshold >= 0, "few_shot_threshold must be >= 0"),
@@ -117,6 +124,13 @@ class XGBParams:
             parse_program_rows(self.program_rows)
         except ValueError as exc:
             raise ValueError(f"XGBParams: {exc}") from None
+        if self.objective == "pairwise" and not self.reductions:
+            raise ValueError(
+                "XGBParams: objective='pairwise' ranks whole programs: it needs program rows "
+                f"(program_rows other than {self.program_rows!r})"
+            )
+        if self.objective == "pairwise" and self.early_stopping_rounds:
+            raise ValueError("XGBParams: objective='pairwise' trains without early stopping")
 
     @property
     def reductions(self) -> tuple[str, ...]:
