@@ -19,6 +19,7 @@ from costmodel import (
 )
 from costmodel.base import read_model_file, write_model_file
 from costmodel.program_rows import reduce_statements
+from costmodel.ranking import RANK_GRADES, relevance_grades
 
 N_FEATURES = 164
 
@@ -120,8 +121,12 @@ def pack_sum_trained(benchmark_data):
 
 @pytest.mark.parametrize(
     ("overrides", "make_data"),
-    [({}, config_programs), (PACK_SUM, synthetic_programs)],
-    ids=["default-on-shared-config", "pack-sum-on-additive"],
+    [
+        ({}, config_programs),
+        ({"objective": "pairwise"}, config_programs),
+        (PACK_SUM, synthetic_programs),
+    ],
+    ids=["default-on-shared-config", "pairwise-on-shared-config", "pack-sum-on-additive"],
 )
 def test_ranks_held_out_programs(overrides, make_data):
     """Each mode on the data it is built for: the default (column max per program) where a
@@ -138,6 +143,34 @@ def test_ranks_held_out_programs(overrides, make_data):
     )
     assert accuracy >= 0.85
     assert recall >= 0.6
+
+
+def test_pairwise_fits_the_order_of_the_correct_programs_only():
+    """The ranking objective trains on the correct programs (failed ones have no grade to order),
+    reports no regression error, and saves and loads like the regression."""
+    features, throughputs = config_programs(300, seed=1)
+    throughputs[::10] = 0.0
+    model = quick_model(objective="pairwise")
+    model.fit(features, throughputs)
+    assert model.last_fit.n_train_rows == int(np.count_nonzero(throughputs))
+    assert np.isnan(model.last_fit.valid_rmse)
+
+
+def test_relevance_grades_give_the_best_program_the_top_grade():
+    normalised = np.array([0.0, 0.03, 0.5, 0.99, 1.0, 1.2])
+    assert (
+        relevance_grades(normalised).tolist()
+        == [0, 0, RANK_GRADES // 2, RANK_GRADES - 1] + [RANK_GRADES] * 2
+    )
+
+
+def test_pairwise_refuses_settings_it_cannot_train_with():
+    with pytest.raises(ValueError, match="program rows"):
+        XGBParams(objective="pairwise", **PACK_SUM)
+    with pytest.raises(ValueError, match="early stopping"):
+        XGBParams(objective="pairwise", early_stopping_rounds=10)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        XGBParams(objective="lambdamart")
 
 
 def test_random_model_ranks_at_chance(benchmark_data):
