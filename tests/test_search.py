@@ -550,3 +550,20 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
     ranked = [a, a, a, *others]
     assert policy.capped(ranked) == [a, a, *others, a]
     assert make_policy(small_task(), SMALL).capped(ranked) == ranked
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"population": 0}, "population must be >= 1"),
+        ({"eps_greedy": 1.5}, "eps_greedy must be in"),
+        ({"local_share": -0.1}, "local_share must be in"),
+        ({"launch_cap": -1}, "launch_cap must be >= 0"),
+        ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
+        ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),
+        ({"mutation_weights": (("tile_size", 0.0),)}, "positive sum"),
+    ],
+)
+def test_search_params_name_a_bad_setting(setting, message):
+    with pytest.raises(ValueError, match=message):
+        SearchParams(**setting)

@@ -193,3 +193,10 @@ def test_show_prints_the_best_trace_as_python(dag, tmp_path, capsys):
     python = Trace.from_json(inp.trace).to_python()
     assert "  trace:\n" + "".join("    " + line + "\n" for line in python.splitlines()) in out
     assert "kernel " in out
+
+
+def test_trace_search_params_name_a_bad_setting():
+    with pytest.raises(ValueError, match="TraceSearchParams: eps_random must be in"):
+        TraceSearchParams(eps_random=2.0)
+    with pytest.raises(ValueError, match="TraceSearchParams: population must be >= 1"):
+        TraceSearchParams(population=0)

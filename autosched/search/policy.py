@@ -63,6 +63,38 @@ class SearchParams:
     n_jobs: int | None = None
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        share = "must be in [0, 1]"
+        checks = [
+            (self.population >= 1, "population must be >= 1"),
+            (self.generations >= 0, "generations must be >= 0"),
+            (0 <= self.mutation_prob <= 1, f"mutation_prob {share}"),
+            (0 <= self.eps_greedy <= 1, f"eps_greedy {share}"),
+            (self.sample_init_min_population >= 0, "sample_init_min_population must be >= 0"),
+            (0 <= self.use_measured_ratio <= 1, f"use_measured_ratio {share}"),
+            (0 <= self.local_share <= 1, f"local_share {share}"),
+            (self.local_parents >= 1, "local_parents must be >= 1"),
+            (self.local_tries >= 1, "local_tries must be >= 1"),
+            (self.launch_cap >= 0, "launch_cap must be >= 0 (0: no cap)"),
+            (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),
+            (self.feature_cache_size >= 1, "feature_cache_size must be >= 1"),
+            (self.n_jobs is None or self.n_jobs >= 1, "n_jobs must be None or >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"SearchParams: {message}")
+        unknown = [name for name, _ in self.mutation_weights if name not in MUTATIONS]
+        if unknown:
+            raise ValueError(
+                f"SearchParams: mutation_weights names {unknown}; the mutations are "
+                f"{sorted(MUTATIONS)}"
+            )
+        weights = [w for _, w in self.mutation_weights]
+        if not weights or min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(
+                "SearchParams: mutation_weights must be non-negative with a positive sum"
+            )
+
 
 class FeatureCache:
     """Features (or the reason a candidate is invalid) by records; the oldest half is dropped

@@ -40,6 +40,17 @@ class TraceSearchParams:
     max_failures: int = 64
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        checks = [
+            (self.population >= 1, "population must be >= 1"),
+            (self.generations >= 0, "generations must be >= 0"),
+            (0 <= self.eps_random <= 1, "eps_random must be in [0, 1]"),
+            (self.max_failures >= 0, "max_failures must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"TraceSearchParams: {message}")
+
 
 class TraceSearchPolicy:
     """Searches the States that `fn` makes; dedupes by State key, never hands one out twice.
