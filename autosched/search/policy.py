@@ -18,7 +18,6 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,74 +25,8 @@ from autosched.features import FEATURE_NAMES
 from autosched.records import load_records, seal_torn_line
 from autosched.search.cost_model import XGBModel, throughput
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
+from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
-
-
-@dataclass(frozen=True)
-class SearchParams:
-    """All knobs of the search, with Ansor's defaults. The evolutionary search scores 2048 states
-    over 4 generations: with a quarter of that (512 over 3) the search often missed the states
-    its model ranks best, and 256-trial runs ended slower
-    (benchmarks/results/2026-11-23_8d48a45_h100/note.md compares them)."""
-
-    population: int = 2048
-    generations: int = 4
-    mutation_prob: float = 0.85
-    eps_greedy: float = 0.05
-    sample_init_min_population: int = 50  # fresh samples per round, at least
-    use_measured_ratio: float = 0.2  # best measured states in the initial population, at most
-    # share of a model-steered round given to the best-scored neighbours (one mutation away) of
-    # the local_parents fastest measured states, the parents taking turns: a hedge against a
-    # model that ranks an unmeasured region above the neighbourhood of the measured best
-    local_share: float = 0.0
-    local_parents: int = 4
-    local_tries: int = 64  # mutations tried per parent
-    # at most this many of a steered round's model picks share one launch shape (grid, block,
-    # virtual threads, shared and local bytes: the tiling, with the finer decisions such as the
-    # unroll depth and the inner reduction split left out); the rest of the batch goes to the
-    # next-best shapes, and only a round short of shapes takes more. A model that ranks one
-    # tiling first ranks its near-copies next to it: uncapped, a round measures a few tilings
-    # many times over. 0: no cap
-    launch_cap: int = 0
-    mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
-    empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
-    feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
-    # worker processes (spawned: a script needs the `if __name__ == "__main__":` guard):
-    # None = one per CPU core, 1 = all in this process
-    n_jobs: int | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        share = "must be in [0, 1]"
-        checks = [
-            (self.population >= 1, "population must be >= 1"),
-            (self.generations >= 0, "generations must be >= 0"),
-            (0 <= self.mutation_prob <= 1, f"mutation_prob {share}"),
-            (0 <= self.eps_greedy <= 1, f"eps_greedy {share}"),
-            (self.sample_init_min_population >= 0, "sample_init_min_population must be >= 0"),
-            (0 <= self.use_measured_ratio <= 1, f"use_measured_ratio {share}"),
-            (0 <= self.local_share <= 1, f"local_share {share}"),
-            (self.local_parents >= 1, "local_parents must be >= 1"),
-            (self.local_tries >= 1, "local_tries must be >= 1"),
-            (self.launch_cap >= 0, "launch_cap must be >= 0 (0: no cap)"),
-            (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),
-            (self.feature_cache_size >= 1, "feature_cache_size must be >= 1"),
-            (self.n_jobs is None or self.n_jobs >= 1, "n_jobs must be None or >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"SearchParams: {message}")
-        unknown = [name for name, _ in self.mutation_weights if name not in MUTATIONS]
-        if unknown:
-            raise ValueError(
-                f"SearchParams: mutation_weights names {unknown}; the mutations are "
-                f"{sorted(MUTATIONS)}"
-            )
-        weights = [w for _, w in self.mutation_weights]
-        if not weights or min(weights) < 0 or sum(weights) <= 0:
-            raise ValueError(
-                "SearchParams: mutation_weights must be non-negative with a positive sum"
-            )
 
 
 class FeatureCache:

@@ -21,6 +21,7 @@ import numpy as np
 from autosched.errors import AutoschedError
 from autosched.features import state_features
 from autosched.search.cost_model import XGBModel, throughput
+from autosched.search.params import check_settings
 from autosched.search.policy import PreloadMeasuredStates, as_records, logged_records
 from autosched.spaces.samplers import other_decision
 from autosched.spaces.stochastic import Schedule, replay
@@ -47,9 +48,7 @@ class TraceSearchParams:
             (0 <= self.eps_random <= 1, "eps_random must be in [0, 1]"),
             (self.max_failures >= 0, "max_failures must be >= 0"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"TraceSearchParams: {message}")
+        check_settings("TraceSearchParams", checks)
 
 
 class TraceSearchPolicy:
