@@ -17,7 +17,6 @@ from autosched.search.policy import (
     SketchPolicy,
     launch_shape,
     spread_over_sketches,
-    tiling,
 )
 
 
@@ -88,33 +87,6 @@ def test_no_local_share_leaves_the_round_to_the_evolution(monkeypatch):
     assert len(policy.search_one_round(4)) == 4
 
 
-def test_a_focused_round_measures_the_tilings_of_the_fastest_states():
-    """With focus_share 1/2 and focus_tilings 2, the first half of the batch holds the tilings
-    of the two fastest distinct tilings measured, taking turns, none of them measured before;
-    the rest of the round is the evolution's and the random share."""
-    params = SearchParams(**{**PARAMS.__dict__, "focus_share": 0.5, "focus_tilings": 2})
-    policy, measured = steered_policy(params)
-    tiling_of_measured = [tiling(policy.features.get(r)) for r in measured]
-    targets = list(dict.fromkeys(tiling_of_measured))[:2]
-    batch = [s.key() for s in policy.search_one_round(16)]
-    focused = [tiling(policy.features.get(r)) for r in batch[:8]]
-    assert focused[0::2] == [targets[0]] * 4 and focused[1::2] == [targets[1]] * 4
-    assert not set(batch) & set(measured) and len(set(batch)) == 16
-
-
-def test_focus_keeps_the_tiling_of_its_parents_over_chains_of_mutations():
-    params = SearchParams(**{**PARAMS.__dict__, "focus_share": 1.0, "focus_tilings": 1})
-    policy, measured = steered_policy(params)
-    target = tiling(policy.features.get(measured[0]))
-    focused = policy.focused_on_best_tilings(64)
-    assert focused and all(tiling(policy.features.get(r)) == target for r in focused)
-    # more than one decision away from every parent: the chains reach past one mutation
-    parents = [r for r in measured if tiling(policy.features.get(r)) == target]
-    far = [r for r in focused if not any(_one_decision_apart(r, p) for p in parents)]
-    assert far, "every focused candidate was one mutation from a parent"
-    assert policy.focused_on_best_tilings(0) == []
-
-
 def test_a_launch_cap_spreads_a_steered_round_over_launch_shapes():
     """With launch_cap 1, the model's picks in a round have distinct launch shapes as long as
     the ranked candidates hold enough of them; without the cap the same round repeats shapes."""
@@ -149,9 +121,6 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
         ({"eps_greedy": 1.5}, "eps_greedy must be in"),
         ({"local_share": -0.1}, "local_share must be in"),
         ({"launch_cap": -1}, "launch_cap must be >= 0"),
-        ({"focus_share": 2.0}, "focus_share must be in"),
-        ({"focus_tilings": 0}, "focus_tilings must be >= 1"),
-        ({"focus_tries": 0}, "focus_tries must be >= 1"),
         ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
         ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),
         ({"mutation_weights": (("tile_size", 0.0),)}, "positive sum"),

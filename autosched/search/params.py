@@ -43,16 +43,6 @@ class SearchParams:
     # tiling first ranks its near-copies next to it: uncapped, a round measures a few tilings
     # many times over. 0: no cap
     launch_cap: int = 0
-    # share of a model-steered round given to the tilings of the fastest measured states: the
-    # focus_tilings fastest distinct tilings (grid, block, virtual threads, local bytes), each
-    # explored by focus_tries chains of one to three mutations from its fastest measured states,
-    # the children that keep the tiling best-scored first, the tilings taking turns. A fast
-    # tiling holds few fast states (the reduction split, unroll depth and which axis takes the
-    # inner register factors decide), and a round spread over fifty tilings measures each a
-    # handful of times
-    focus_share: float = 0.0
-    focus_tilings: int = 2
-    focus_tries: int = 256
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
@@ -74,9 +64,6 @@ class SearchParams:
             (self.local_parents >= 1, "local_parents must be >= 1"),
             (self.local_tries >= 1, "local_tries must be >= 1"),
             (self.launch_cap >= 0, "launch_cap must be >= 0 (0: no cap)"),
-            (0 <= self.focus_share <= 1, f"focus_share {share}"),
-            (self.focus_tilings >= 1, "focus_tilings must be >= 1"),
-            (self.focus_tries >= 1, "focus_tries must be >= 1"),
             (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),
             (self.feature_cache_size >= 1, "feature_cache_size must be >= 1"),
             (self.n_jobs is None or self.n_jobs >= 1, "n_jobs must be None or >= 1"),

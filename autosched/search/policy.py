@@ -89,14 +89,15 @@ def logged_records(path: str, workload_key: str) -> Iterator:
     seal_torn_line(path)
 
 
-_LAUNCH_NAMES = (
-    *(f"{axis}_{dim}_len" for axis in ("blockIdx", "threadIdx") for dim in "xyz"),
-    "vthread_len",
-    "kernel_shared_bytes",
-    "kernel_local_bytes",
-)
-_LAUNCH_COLUMNS = [FEATURE_NAMES.index(name) for name in _LAUNCH_NAMES]
-_TILING_COLUMNS = [FEATURE_NAMES.index(n) for n in _LAUNCH_NAMES if n != "kernel_shared_bytes"]
+_LAUNCH_COLUMNS = [
+    FEATURE_NAMES.index(name)
+    for name in (
+        *(f"{axis}_{dim}_len" for axis in ("blockIdx", "threadIdx") for dim in "xyz"),
+        "vthread_len",
+        "kernel_shared_bytes",
+        "kernel_local_bytes",
+    )
+]
 
 
 def launch_shape(features) -> tuple:
@@ -104,20 +105,9 @@ def launch_shape(features) -> tuple:
     threads, shared bytes per block and local bytes per thread (each kernel's largest over its
     statements). Candidates that differ only in finer decisions (unroll depth, how a reduction's
     inner loops are split) share it."""
-    return _columns_max(features, _LAUNCH_COLUMNS)
-
-
-def tiling(features) -> tuple:
-    """A candidate's launch shape without the shared bytes: how the output is tiled over
-    blocks, threads and registers. Candidates that differ in their reduction splits (and so in
-    the shared tile they fetch per step), unroll depth or fetch width share it."""
-    return _columns_max(features, _TILING_COLUMNS)
-
-
-def _columns_max(features, columns: list[int]) -> tuple:
     if not isinstance(features, np.ndarray) or not features.size:
         return ()
-    return tuple(np.round(features[:, columns].max(axis=0), 4).tolist())
+    return tuple(np.round(features[:, _LAUNCH_COLUMNS].max(axis=0), 4).tolist())
 
 
 def spread_over_sketches(
@@ -329,11 +319,14 @@ class SketchPolicy:
         p = self.params
         if num <= 0:
             return []
+        one_parent = [(n, w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
+        names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
         children_of: list[dict[Records, None]] = []
         for parent in self.best_measured(p.local_parents):
             children: dict[Records, None] = {}
             for _ in range(p.local_tries):
-                child = self.mutate_once(parent)
+                rule = MUTATIONS[self.rng.choices(names, weights)[0]]
+                child = rule.apply(self.mutation_ctx, [parent], self.rng)
                 if child is not None and child not in self.picked:
                     children[child] = None
             children_of.append(children)
@@ -344,43 +337,6 @@ class SketchPolicy:
             for children in children_of
         ]
         return list(dict.fromkeys(in_turns(per_parent)))[:num]
-
-    def focused_on_best_tilings(self, num: int) -> list[Records]:
-        """Up to num unmeasured candidates with the tilings of the fastest measured states
-        (SearchParams.focus_share says why): per tiling, chains of one to three one-parent
-        mutations from its fastest measured states, those that keep the tiling best-scored
-        first, the tilings taking turns from the fastest."""
-        p = self.params
-        if num <= 0:
-            return []
-        best = self.best_measured(8 * p.local_parents)
-        tiling_of = {r: tiling(o) for r, o in zip(best, self.outcomes(best), strict=True)}
-        targets = list(dict.fromkeys(t for t in tiling_of.values() if t))[: p.focus_tilings]
-        per_tiling = []
-        for target in targets:
-            parents = [r for r in best if tiling_of[r] == target][: p.local_parents]
-            chains = (self.mutation_chain(parents[i % len(parents)]) for i in range(p.focus_tries))
-            children = [c for c in dict.fromkeys(chains) if c not in self.picked]
-            outcomes = self.outcomes(children)
-            keep = [c for c, o in zip(children, outcomes, strict=True) if tiling(o) == target]
-            kept, scores = self.score(keep)
-            ranked = sorted(zip(scores.tolist(), kept, strict=True), key=lambda x: -x[0])
-            per_tiling.append([r for s, r in ranked if math.isfinite(s)])
-        return list(dict.fromkeys(in_turns(per_tiling)))[:num]
-
-    def mutation_chain(self, records: Records) -> Records:
-        """records after one to three one-parent mutations drawn by weight (a rule that cannot
-        change its parent leaves it)."""
-        for _ in range(1 + int(self.rng.random() * 3)):
-            records = self.mutate_once(records) or records
-        return records
-
-    def mutate_once(self, records: Records) -> Records | None:
-        """records after one one-parent mutation drawn by weight, or None when that rule cannot
-        change them."""
-        rules = [(n, w) for n, w in self.params.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
-        name = self.rng.choices([n for n, _ in rules], [w for _, w in rules])[0]
-        return MUTATIONS[name].apply(self.mutation_ctx, [records], self.rng)
 
     def capped(self, ranked: list[Records]) -> list[Records]:
         """`ranked` with the candidates beyond `launch_cap` of one launch shape moved behind the
@@ -438,7 +394,6 @@ class SketchPolicy:
                 ranked = []
             else:
                 local = self.neighbours_of_best(int(self.params.local_share * num_measure))
-                local += self.focused_on_best_tilings(int(self.params.focus_share * num_measure))
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
                 ranked = self.capped(local + self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
