@@ -41,8 +41,9 @@ class SearchParams:
     # unroll depth and the inner reduction split left out); the rest of the batch goes to the
     # next-best shapes, and only a round short of shapes takes more. A model that ranks one
     # tiling first ranks its near-copies next to it: uncapped, a round measures a few tilings
-    # many times over. 0: no cap
-    launch_cap: int = 0
+    # many times over, and a long search settles on one tiling and misses a faster one a few
+    # mutations away (benchmarks/results/2026-11-25_e30b405_h100/note.md). 0: no cap
+    launch_cap: int = 4
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
