@@ -1,8 +1,10 @@
 """How a search progressed, from its record log alone (no GPU): the best time after each quarter
 of its trials, the trial that found its best, the share of failed trials by kind, and whether
 its best state is double-buffered. For comparing runs of one workload that differ by seed.
+With --shapes, how each round's batch spread over launch shapes (the tiling: grid, block,
+virtual threads, shared and local bytes), which shows whether a search settled on one tiling.
 
-    python3 benchmarks/log_progress.py LOG [LOG ...] [--out FILE.md]
+    python3 benchmarks/log_progress.py LOG [LOG ...] [--shapes] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -45,10 +47,39 @@ def progress(path: str) -> dict:
     }
 
 
+def shapes_per_round(path: str, batch: int = 64) -> list[tuple[int, int]]:
+    """Per round of `batch` records: distinct launch shapes, and the most records of one."""
+    from autosched.features.extract import state_features
+    from autosched.records import load_records
+    from autosched.search.policy import launch_shape
+
+    records = list(load_records(path))
+    rounds = []
+    for start in range(0, len(records), batch):
+        shapes = collections.Counter(
+            launch_shape(state_features(inp.state)) for inp, _ in records[start : start + batch]
+        )
+        rounds.append((len(shapes), max(shapes.values())))
+    return rounds
+
+
+def shapes_table(paths: list[str], name_of, batch: int = 64) -> str:
+    """One row per log: each round's distinct shapes / picks of its most measured shape."""
+    lines = [
+        "| log | per round: distinct launch shapes / records in the most measured shape |",
+        "|---|---|",
+    ]
+    for path in paths:
+        cells = " ".join(f"{n}/{top}" for n, top in shapes_per_round(path, batch))
+        lines.append(f"| {name_of(path)} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--shapes", action="store_true", help="also each round's launch shapes")
     ns = ap.parse_args()
     lines = [
         "| log | trials | best µs | found at trial | best after each quarter µs | failed |"
@@ -67,6 +98,10 @@ def main() -> int:
             f" | {failed} | {'yes' if p['best_double_buffered'] else 'no'} |"
         )
     text = "\n".join(lines) + "\n"
+    if ns.shapes:
+        text += "\n" + shapes_table(
+            ns.logs, lambda path: os.path.relpath(os.path.abspath(path), common)
+        )
     if ns.out:
         with open(ns.out, "w") as f:
             f.write(text)
