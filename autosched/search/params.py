@@ -19,9 +19,10 @@ def check_settings(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
 
 @dataclass(frozen=True)
 class SearchParams:
-    """All knobs of the search, with Ansor's defaults. The evolutionary search scores 2048 states
-    over 4 generations: with a quarter of that (512 over 3) the search often missed the states
-    its model ranks best, and 256-trial runs ended slower
+    """All knobs of the search, with Ansor's defaults where Ansor has the knob (local_share and
+    launch_cap are this search's own). The evolutionary search scores 2048 states over 4
+    generations: with a quarter of that (512 over 3) the search often missed the states its
+    model ranks best, and 256-trial runs ended slower
     (benchmarks/results/2026-11-23_8d48a45_h100/note.md compares them)."""
 
     population: int = 2048
