@@ -88,9 +88,13 @@ def main() -> int:
     ]
     # each log named by its path below the folder all of them share (its file name for one)
     common = os.path.commonpath([os.path.dirname(os.path.abspath(x)) for x in ns.logs])
+
+    def name_of(path: str) -> str:
+        return os.path.relpath(os.path.abspath(path), common)
+
     for path in ns.logs:
         p = progress(path)
-        p["log"] = os.path.relpath(os.path.abspath(path), common)
+        p["log"] = name_of(path)
         quarters = " / ".join(f"{c:.1f}" for c in p["quarters_us"])
         failed = ", ".join(f"{k} {v}" for k, v in sorted(p["failed"].items())) or "none"
         lines.append(
@@ -99,9 +103,7 @@ def main() -> int:
         )
     text = "\n".join(lines) + "\n"
     if ns.shapes:
-        text += "\n" + shapes_table(
-            ns.logs, lambda path: os.path.relpath(os.path.abspath(path), common)
-        )
+        text += "\n" + shapes_table(ns.logs, name_of)
     if ns.out:
         with open(ns.out, "w") as f:
             f.write(text)

@@ -8,10 +8,11 @@ import collections
 import os
 import sys
 
-import autosched
+from test_search import SMALL, make_policy, small_task
+
 from autosched.features.extract import state_features
 from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile
-from autosched.search.policy import SearchParams, SketchPolicy, launch_shape
+from autosched.search.policy import launch_shape
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
@@ -19,9 +20,8 @@ import log_progress  # noqa: E402
 
 
 def sampled_inputs(count: int) -> list[MeasureInput]:
-    task = autosched.SearchTask("matmul", (32, 32, 16))
-    params = SearchParams(population=16, generations=1, sample_init_min_population=8, n_jobs=1)
-    policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), params, verbose=0)
+    task = small_task()
+    policy = make_policy(task, SMALL)
     states = [policy.workers.context.replay(r) for r in policy.sample_fresh(count)]
     dag = task.compute_dag.serialized()
     return [MeasureInput(task.workload_key, s.key(), dag=dag) for s in states]
