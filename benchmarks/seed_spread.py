@@ -23,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 from collections import defaultdict
 
 RANGE_OF_THREE_P90 = 2.90  # 90th percentile of max - min of three standard normal draws
@@ -69,11 +70,10 @@ def chance_three_within(times: list[float], within: float) -> float:
 
 
 def pooled(times: list[float], within: float) -> dict:
-    n = len(times)
-    mean = sum(times) / n
-    sd = (sum((t - mean) ** 2 for t in times) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    mean = statistics.mean(times)
+    sd = statistics.stdev(times) if len(times) > 1 else 0.0
     return {
-        "runs": n,
+        "runs": len(times),
         "mean": mean,
         "sd": sd,
         "cv": sd / mean,
