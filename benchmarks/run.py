@@ -14,6 +14,7 @@ GFLOP/s, % of fp32 peak, trials, check, search time split), updated after each w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -51,14 +52,17 @@ def tune(
     few_shot: int | None = None,
     search_params: dict | None = None,
     model_params: dict | None = None,
+    sketch_params: dict | None = None,
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds). `pretrain`: Datasets
     (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
     round (transfer learning; the task's own programs in them are left out). `few_shot`: the
     model's `few_shot_threshold` (None: XGBParams' default). `search_params`: more SearchParams
-    fields by name; `model_params`: XGBParams fields by name."""
+    fields by name; `model_params`: XGBParams fields by name; `sketch_params`: SketchParams
+    fields by name (over the task's own)."""
     import autosched
     from autosched.search.policy import SearchParams, SketchPolicy
+    from autosched.sketch import SketchParams
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)
@@ -80,7 +84,8 @@ def tune(
     if others:  # one training run on all of them (each update retrains from scratch)
         features, throughputs, task_ids = zip(*others, strict=True)
         model.update(list(features), list(throughputs), task_ids=list(task_ids))
-    policy = SketchPolicy(task, model, params)
+    sketch = dataclasses.replace(SketchParams.for_task(task), **(sketch_params or {}))
+    policy = SketchPolicy(task, model, params, sketch_params=sketch)
     res = autosched.auto_schedule(
         task,
         policy,
@@ -242,6 +247,15 @@ def main() -> int:
         type=model_param,
         help="set an XGBParams field of the cost model, e.g. --model max_depth=8",
     )
+    ap.add_argument(
+        "--sketch",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=sketch_param,
+        help="set a SketchParams field (sketch rules and random annotation), e.g. --sketch"
+        " unroll_over_budget_probability=0.5",
+    )
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument(
@@ -280,6 +294,7 @@ def main() -> int:
                 ns.few_shot,
                 dict(ns.param),
                 dict(ns.model),
+                dict(ns.sketch),
             )
             rows.append(row(name, task, res, wall))
             with open(os.path.join(out, f"{name}.cu"), "w") as f:
@@ -308,11 +323,16 @@ def model_param(text: str) -> tuple[str, object]:
     return field_setting(text, XGBParams, {"few_shot_threshold"})  # set by --few-shot
 
 
+def sketch_param(text: str) -> tuple[str, object]:
+    """NAME=VALUE for a SketchParams field (sketch rules and random annotation)."""
+    from autosched.sketch import SketchParams
+
+    return field_setting(text, SketchParams, {"allow_tf32"})  # the task's own option
+
+
 def field_setting(text: str, params_class, own_flags: set) -> tuple[str, object]:
     """NAME=VALUE for a field of a params dataclass, the value converted to the type of its
     default; fields set by flags of their own are refused."""
-    import dataclasses
-
     name, sep, value = text.partition("=")
     fields = [f.name for f in dataclasses.fields(params_class) if f.name not in own_flags]
     if not sep or name not in fields:

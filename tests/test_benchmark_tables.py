@@ -27,12 +27,16 @@ def test_spread_table_gives_each_seed_the_spread_and_the_seeds_ahead():
     assert lines[7] == "| softmax | 5.0 | 5.5 | 5.5 | 1.10 | 5.0 | 0 of 3 |"
 
 
-def test_param_and_model_settings_are_typed_by_their_defaults_and_bad_ones_named():
+def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_ones_named():
     import argparse
 
-    from run import model_param, search_param
+    from run import model_param, search_param, sketch_param
 
     assert search_param("local_share=0.25") == ("local_share", 0.25)
+    assert sketch_param("unroll_over_budget_probability=0.5") == (
+        "unroll_over_budget_probability",
+        0.5,
+    )
     assert search_param("local_parents=3") == ("local_parents", 3)
     assert model_param("max_depth=3") == ("max_depth", 3)
     assert model_param("program_rows=sum_max") == ("program_rows", "sum_max")
@@ -42,6 +46,7 @@ def test_param_and_model_settings_are_typed_by_their_defaults_and_bad_ones_named
         (lambda: model_param("few_shot_threshold=0"), "expected NAME=VALUE"),  # --few-shot
         (lambda: model_param("max_depth"), "expected NAME=VALUE"),
         (lambda: search_param("mutation_weights=x"), "not a number or a string"),
+        (lambda: sketch_param("allow_tf32=1"), "expected NAME=VALUE"),  # the task's option
     ]:
         with pytest.raises(argparse.ArgumentTypeError, match=says):
             bad()

@@ -448,3 +448,16 @@ def test_records_in_a_log_s_form_are_the_records_the_search_makes(tmp_path):
     assert records in policy.measured and records in policy.picked
     assert records not in policy.pick([records], fresh[:4], 4)
     SkipLoggedStates(str(tmp_path / "missing.json"))(policy)  # a new log: nothing to skip
+
+
+def test_a_policy_samples_with_the_sketch_params_it_is_given():
+    """SketchPolicy's sketch_params reach its sampler and, through the task spec, the worker
+    processes; without them the task's own (its TF32 option) are used."""
+    from autosched.sketch import SketchParams
+
+    task = small_task()
+    given = SketchParams(unroll_over_budget_probability=1.0)
+    policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), SMALL, sketch_params=given)
+    assert policy.sampler.params is given and policy.workers.spec.sketch_params is given
+    default = make_policy(task, SMALL)
+    assert default.sampler.params == SketchParams.for_task(task)

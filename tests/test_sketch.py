@@ -354,3 +354,47 @@ def test_register_estimates_count_every_virtual_thread():
     assert fp.bytes([4, 3]) == 6 * 4
     assert fp.bytes([4, 3], [(3, 100), (1, 0)]) == 3 * 6 * 4  # 3 disjoint repeats
     assert fp.bytes([1, 3], [(7, 1), (1, 0)]) == 9 * 4  # 7 repeats, 1 apart: 3 + 6
+
+
+def over_budget_unrolls(params, n: int = 60) -> tuple[int, int]:
+    """(tiled stages sampled, those whose unroll depth the register estimate rejects) over n
+    fresh states of the full-size batch_matmul, whose tiles often leave little room to unroll."""
+    from autosched.sketch.init_rules import AutoUnroll
+
+    dag = suite_dag("batch_matmul")
+    hardware = HardwareParams()
+    sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
+    stages = over = 0
+    for state in sampler.sample(n, random.Random(3)):
+        plan = sampler.plans[sampler.sketch_of[state.key()]]
+        for g in plan.groups:
+            (depth,) = [
+                int(s.pragma_type.split("$")[1])
+                for s in state.steps
+                if isinstance(s, PragmaStep) and s.stage_id == g.tiled
+            ]
+            regs = AutoUnroll.unrolled_registers(g, state)
+            stages += 1
+            over += regs(depth) > AutoUnroll.budget(sampler.ctx, g, state)
+    return stages, over
+
+
+def test_unroll_depths_over_the_register_estimate_only_when_asked():
+    """AutoUnroll keeps a tiled stage's unroll depth within the register estimate by default;
+    with unroll_over_budget_probability 1 it draws from every config, so some of the depths it
+    draws are ones the estimate rejects (ptxas often compiles them clean)."""
+    from autosched.sketch.utils import SketchParams
+
+    stages, over = over_budget_unrolls(SketchParams())
+    assert stages >= 30 and over == 0
+    stages, over = over_budget_unrolls(SketchParams(unroll_over_budget_probability=1.0))
+    assert stages >= 30 and over >= 5
+
+
+def test_sketch_params_refuse_a_probability_outside_0_1():
+    from autosched.sketch.utils import SketchParams
+
+    with pytest.raises(ValueError, match="unroll_over_budget_probability must be in"):
+        SketchParams(unroll_over_budget_probability=1.5)
+    with pytest.raises(ValueError, match="double_buffer_probability must be in"):
+        SketchParams(double_buffer_probability=-0.1)

@@ -155,7 +155,10 @@ class SketchPolicy:
         params: SearchParams | None = None,
         init_search_callbacks: Sequence[Callable] = (),
         verbose: int = 1,
+        sketch_params=None,
     ) -> None:
+        """`sketch_params`: the SketchParams of sketch generation and random annotation
+        (default: `SketchParams.for_task(task)`, which carries the task's TF32 option)."""
         from autosched.sketch import SketchParams, generate_sketches
 
         self.task = task
@@ -167,7 +170,7 @@ class SketchPolicy:
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
         # the task's TF32 option reaches the sketch rules here and, through the spec, the workers
-        sketch_params = SketchParams.for_task(task)
+        sketch_params = sketch_params or SketchParams.for_task(task)
         self.sketches = generate_sketches(task.compute_dag, task.hardware_params, sketch_params)
         context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
         self.sampler = context.sampler  # analyses each sketch once, for the whole search

@@ -327,7 +327,9 @@ class AutoUnroll(InitRule):
     For a tiled stage only the configs whose unrolled inner loops fit in the registers are
     drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
     plus the operand tiles of that nest must fit in what ptxas can give a thread (a larger
-    unroll spills: measured on the suite, e.g. a 224-step dense nest reaches 255 registers)."""
+    unroll spills: measured on the suite, e.g. a 224-step dense nest reaches 255 registers).
+    The estimate is an upper bound that rejects many depths which compile clean; with
+    `unroll_over_budget_probability` a stage draws from every config instead."""
 
     def apply(self, ctx, plan, state, rng):
         configs = ctx.params.auto_unroll_configs
@@ -339,12 +341,19 @@ class AutoUnroll(InitRule):
             options = configs
             if i in tensor_core:
                 options = tensor_core_unroll_options(ctx, tensor_core[i], state, configs)
-            elif i in tiled:
+            elif i in tiled and not self.ignores_budget(ctx, rng):
                 regs = self.unrolled_registers(tiled[i], state)
                 budget = self.budget(ctx, tiled[i], state)
                 options = tuple(c for c in configs if regs(c) <= budget) or (0,)
             state = state.pragma(i, 0, "auto_unroll_max_step", pick(options, rng))
         return state
+
+    @staticmethod
+    def ignores_budget(ctx: InitContext, rng: random.Random) -> bool:
+        """Whether this draw skips the register estimate (no random number is drawn when the
+        probability is 0, so the defaults sample what they always sampled)."""
+        p = ctx.params.unroll_over_budget_probability
+        return p > 0 and rng.random() < p
 
     @staticmethod
     def unrolled_registers(g: TileGroup, state: State):

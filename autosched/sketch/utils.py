@@ -58,6 +58,13 @@ class SketchParams:
     # (0.6-1.2 s below), 42-91% of matmul and conv2d ones spilled, 18 ran past the 4 s timeout;
     # the 20 fastest kernels of every suite log and the top 5% of every dataset have <= 1325
     max_unrolled_statements: int = 1536
+    # the chance that AutoUnroll draws a tiled stage's unroll depth from every config instead of
+    # those whose estimated unrolled registers fit: the estimate counts the unrolled nest's whole
+    # operand tiles as live, and ptxas often keeps far fewer (on sm_90 it rejects about 2.4
+    # configs that compile without spilling for each one that spills, and most of the fastest
+    # batch_matmul and conv2d_7x7s2 kernels of the suite logs use a depth it rejects; the
+    # mutations reach those depths, fresh samples do not). 0 keeps the estimate's verdict.
+    unroll_over_budget_probability: float = 0.0
     tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
     # float32 matrix products may use TF32 Tensor Cores (the task's `allow_tf32`; off: exact
     # float32 arithmetic)
@@ -75,6 +82,16 @@ class SketchParams:
     split_k_parts: tuple[int, ...] = (4, 16)
     split_k_max_outputs: int = 16384
     split_k_min_chunk: int = 256
+
+    def __post_init__(self) -> None:
+        for name in (
+            "double_buffer_probability",
+            "shared_padding_probability",
+            "unroll_over_budget_probability",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"SketchParams: {name} must be in [0, 1], got {value}")
 
     @classmethod
     def for_task(cls, task_or_dag: Any) -> SketchParams:

@@ -1,0 +1,190 @@
+"""How well AutoUnroll's register estimate predicts spills: compile states at every unroll depth
+with ptxas, no GPU needed.
+
+    python3 benchmarks/unroll_budget.py --workloads batch_matmul conv2d_7x7s2 --count 40 \
+        [--logs LOG ...] [--fast 20] [--out FILE.md] [--json FILE.json]
+
+AutoUnroll draws a tiled stage's `auto_unroll_max_step` only from the configs whose estimated
+registers (accumulators plus the unrolled nest's operand tiles) fit the per-thread budget. For
+`count` fresh states per workload, and for the `fast` fastest distinct states of the given record
+logs, every config is set in turn, the kernel generated and compiled for sm_90 by the builder
+(NVRTC when found, else nvcc; the spill limit raised so that nothing is rejected for spilling),
+and ptxas's spill bytes compared with the estimate's verdict. Printed per workload: for fresh
+states, how many depths the estimate rejects and admits that spill or compile clean; for the
+logs' fastest states, how many measured depths the estimate would not have drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def plan_of(state, plans):
+    """The sketch plan a complete state was drawn from: the plan whose sketch's steps are the
+    state's first steps, step kind and stage alike (the init rules fill in lengths and append
+    annotations)."""
+
+    def shape(steps):
+        return [(type(s).__name__, s.stage_id) for s in steps]
+
+    for plan in plans:
+        head = shape(plan.sketch.steps)
+        if shape(state.steps[: len(head)]) == head:
+            return plan
+    return None
+
+
+def estimate_verdicts(state, plan, ctx) -> dict[int, tuple[int, int]]:
+    """config -> (estimated registers, budget) for the state's first tiled stage."""
+    from autosched.sketch.init_rules import AutoUnroll
+
+    g = plan.groups[0]
+    regs = AutoUnroll.unrolled_registers(g, state)
+    budget = AutoUnroll.budget(ctx, g, state)
+    return {c: (regs(c), budget) for c in ctx.params.auto_unroll_configs}
+
+
+def with_unroll(records, depth: int):
+    """The records with every auto_unroll pragma set to `depth`."""
+    prefix = "auto_unroll_max_step"
+    return tuple(
+        r[:-1] + (f"{prefix}${depth}",) if r[0] == "PR" and str(r[-1]).startswith(prefix) else r
+        for r in records
+    )
+
+
+def fastest_records(logs: list[str], workload_key: str, n: int) -> list[tuple[float, tuple]]:
+    """(µs, records) of the n fastest distinct correct states of one task in the logs."""
+    from autosched.records import load_records
+    from autosched.search.policy import as_records
+
+    best: dict[tuple, float] = {}
+    for path in logs:
+        for inp, res in load_records(path):
+            if inp.workload_key == workload_key and res.ok:
+                key = as_records(inp.steps)
+                best[key] = min(best.get(key, float("inf")), res.mean_cost * 1e6)
+    return sorted((t, r) for r, t in best.items())[:n]
+
+
+def rows_for(name: str, count: int, logs: list[str], n_fast: int, seed: int, builder) -> list:
+    """One dict per (state, depth) of one workload: origin, measured µs (log states), the depth
+    the state had, the estimate's verdict, registers and spill bytes."""
+    from autosched.codegen.build import build
+    from autosched.search.policy import as_records
+    from autosched.search.workers import TaskContext
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.task.search_task import suite_task
+
+    task = suite_task(name)
+    sampler = SketchSampler(generate_sketches(task), verify=False)
+    context = TaskContext(task.compute_dag)
+    states = [("fresh", None, as_records(s.key())) for s in sampler.sample(count, seed)]
+    fast = fastest_records(logs, task.workload_key, n_fast) if logs else []
+    states += [("fastest logged", t, r) for t, r in fast]
+    items, artifacts = [], []
+    for origin, us, records in states:
+        depths = [str(r[-1]).split("$")[1] for r in records if r[0] == "PR"]
+        for depth in sampler.ctx.params.auto_unroll_configs:
+            try:
+                state = context.replay(with_unroll(records, depth))
+                plan = plan_of(state, sampler.plans)
+                if plan is None or not plan.groups:
+                    continue
+                verdict = estimate_verdicts(state, plan, sampler.ctx)[depth]
+                artifacts.append(build(task.compute_dag, state).artifact(tag=name))
+            except Exception:  # a record of an older schedule space
+                continue
+            items.append(
+                {
+                    "workload": name,
+                    "origin": origin,
+                    "us": us,
+                    "own_depth": int(depths[0]) if depths else None,
+                    "depth": depth,
+                    "estimate": verdict[0],
+                    "budget": verdict[1],
+                }
+            )
+    for item, res in zip(items, builder.build(artifacts), strict=True):
+        kernels = list(res.kernels.values())
+        item["error"] = res.error_kind.name
+        item["registers"] = max((k.registers for k in kernels), default=0)
+        item["spill_bytes"] = sum(k.spill_bytes for k in kernels)
+    return items
+
+
+def summary(rows: list[dict]) -> str:
+    """Per workload: fresh depths by verdict and spill; the logs' fastest states' own depths the
+    estimate rejects, and how many of those compile clean."""
+    lines = [
+        "| workload | fresh: rejected, spill / clean | fresh: admitted, spill / clean |"
+        " fastest logged: own depth rejected (clean) / states |",
+        "|---|---|---|---|",
+    ]
+    by_workload = collections.defaultdict(list)
+    for r in rows:
+        if r["error"] == "NO_ERROR":
+            by_workload[r["workload"]].append(r)
+    for name, rs in by_workload.items():
+        count = collections.Counter()
+        for r in rs:
+            if r["origin"] == "fresh":
+                verdict = "rejected" if r["estimate"] > r["budget"] else "admitted"
+                count[verdict, r["spill_bytes"] > 0] += 1
+        own = [r for r in rs if r["origin"] != "fresh" and r["depth"] == r["own_depth"]]
+        rejected = [r for r in own if r["estimate"] > r["budget"]]
+        clean = sum(r["spill_bytes"] == 0 for r in rejected)
+        lines.append(
+            f"| {name} | {count['rejected', True]} / {count['rejected', False]} | "
+            f"{count['admitted', True]} / {count['admitted', False]} | "
+            + (f"{len(rejected)} ({clean}) / {len(own)} |" if own else "- |")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autosched.task.workloads import SUITE
+    from measure import LocalBuilder
+    from measure.hardware import HardwareParams
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", nargs="+", default=["batch_matmul", "conv2d_7x7s2"])
+    ap.add_argument("--count", type=int, default=40, help="fresh states per workload")
+    ap.add_argument("--logs", nargs="*", default=[], help="record logs for the fastest states")
+    ap.add_argument("--fast", type=int, default=20, help="fastest distinct logged states")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="write the summary table here (markdown)")
+    ap.add_argument("--json", help="write every (state, depth) row here")
+    ns = ap.parse_args(argv)
+    unknown = [w for w in ns.workloads if w not in SUITE]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; the suite is {sorted(SUITE)}")
+    hardware = HardwareParams(max_local_memory_spill_bytes=1 << 30)
+    rows: list[dict] = []
+    with LocalBuilder(
+        hardware=hardware, arch="sm_90", compiler="auto", timeout=60, n_parallel=os.cpu_count()
+    ) as builder:
+        for name in ns.workloads:
+            rows += rows_for(name, ns.count, ns.logs, ns.fast, random.Random(ns.seed), builder)
+        compiler = builder.compiler_used
+    table = summary(rows)
+    print(f"compiled with {compiler} for sm_90\n\n{table}")
+    if ns.out:
+        with open(ns.out, "w") as f:
+            f.write(f"Compiled with {compiler} for sm_90.\n\n{table}")
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(rows, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
