@@ -60,21 +60,23 @@ def with_unroll(records, depth: int):
     )
 
 
-def fastest_records(logs: list[str], workload_key: str, n: int) -> list[tuple[float, tuple]]:
-    """(µs, records) of the n fastest distinct correct states of one task in the logs."""
+def logged_times(logs: list[str]) -> dict[str, dict[tuple, float]]:
+    """workload key -> {records: fastest µs} over the correct records of the logs (each log
+    read once)."""
     from autosched.records import load_records
     from autosched.search.policy import as_records
 
-    best: dict[tuple, float] = {}
+    times: dict[str, dict[tuple, float]] = collections.defaultdict(dict)
     for path in logs:
         for inp, res in load_records(path):
-            if inp.workload_key == workload_key and res.ok:
+            if res.ok:
+                best = times[inp.workload_key]
                 key = as_records(inp.steps)
                 best[key] = min(best.get(key, float("inf")), res.mean_cost * 1e6)
-    return sorted((t, r) for r, t in best.items())[:n]
+    return times
 
 
-def rows_for(name: str, count: int, logs: list[str], n_fast: int, seed: int, builder) -> list:
+def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> list:
     """One dict per (state, depth) of one workload: origin, measured µs (log states), the depth
     the state had, the estimate's verdict, registers and spill bytes."""
     from autosched.codegen.build import build
@@ -86,8 +88,9 @@ def rows_for(name: str, count: int, logs: list[str], n_fast: int, seed: int, bui
     task = suite_task(name)
     sampler = SketchSampler(generate_sketches(task), verify=False)
     context = TaskContext(task.compute_dag)
-    states = [("fresh", None, as_records(s.key())) for s in sampler.sample(count, seed)]
-    fast = fastest_records(logs, task.workload_key, n_fast) if logs else []
+    states = [("fresh", None, as_records(s.key())) for s in sampler.sample(count, rng)]
+    times = logged.get(task.workload_key, {})
+    fast = sorted((t, r) for r, t in times.items())[:n_fast]
     states += [("fastest logged", t, r) for t, r in fast]
     items, artifacts = [], []
     for origin, us, records in states:
@@ -168,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown workloads {unknown}; the suite is {sorted(SUITE)}")
     hardware = HardwareParams(max_local_memory_spill_bytes=1 << 30)
+    logged = logged_times(ns.logs)
     rows: list[dict] = []
     with LocalBuilder(
         hardware=hardware, arch="sm_90", compiler="auto", timeout=60, n_parallel=os.cpu_count()
     ) as builder:
         for name in ns.workloads:
-            rows += rows_for(name, ns.count, ns.logs, ns.fast, random.Random(ns.seed), builder)
+            rows += rows_for(name, ns.count, logged, ns.fast, random.Random(ns.seed), builder)
         compiler = builder.compiler_used
     table = summary(rows)
     print(f"compiled with {compiler} for sm_90\n\n{table}")
