@@ -124,6 +124,74 @@ def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> 
     return items
 
 
+def over_budget(context, plans, ctx, records) -> bool | None:
+    """Whether a state's unroll depth is one the estimate rejects (None: it does not replay or
+    has no tiled stage)."""
+    try:
+        state = context.replay(records)
+    except Exception:  # a record of an older schedule space
+        return None
+    plan = plan_of(state, plans)
+    depths = [int(str(r[-1]).split("$")[1]) for r in records if r[0] == "PR"]
+    if plan is None or not plan.groups or not depths:
+        return None
+    estimate, budget = estimate_verdicts(state, plan, ctx)[depths[0]]
+    return estimate > budget
+
+
+def runs_table(names: list[str], logs: list[str], trials: int, first_round: int = 64) -> str:
+    """Per workload, over the logs of `trials` records (one search each): the share of measured
+    states whose depth the estimate rejects in the first round (fresh samples) and after (the
+    model's picks, mutations included), and the runs' best µs by whether their best state has
+    such a depth."""
+    from autosched.records import load_records
+    from autosched.search.policy import as_records
+    from autosched.search.workers import TaskContext
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.task.search_task import suite_task
+
+    lines = [
+        f"| workload | runs of {trials} | rejected depths: first round / after |"
+        " runs whose best has one: count, mean best µs | the other runs: count, mean best µs |",
+        "|---|---|---|---|---|",
+    ]
+    runs: dict[str, list] = collections.defaultdict(list)
+    for path in logs:
+        records = list(load_records(path))
+        if len(records) == trials:
+            runs[records[0][0].workload_key].append(records)
+    for name in names:
+        task = suite_task(name)
+        sampler = SketchSampler(generate_sketches(task), verify=False)
+        context = TaskContext(task.compute_dag)
+        shares = {True: [], False: []}  # first round?
+        bests = {True: [], False: []}  # best over budget?
+        for records in runs.get(task.workload_key, []):
+            best = None
+            for i, (inp, res) in enumerate(records):
+                over = over_budget(context, sampler.plans, sampler.ctx, as_records(inp.steps))
+                if over is None:
+                    continue
+                shares[i < first_round].append(over)
+                us = res.mean_cost * 1e6
+                if res.ok and (best is None or us < best[0]):
+                    best = (us, over)
+            if best is not None:
+                bests[best[1]].append(best[0])
+        if not bests[True] and not bests[False]:
+            continue
+
+        def mean(xs):
+            return f"{sum(xs) / len(xs):.2f}" if xs else "-"
+
+        lines.append(
+            f"| {name} | {len(bests[True]) + len(bests[False])} | "
+            f"{mean(shares[True])} / {mean(shares[False])} | "
+            f"{len(bests[True])}, {mean(bests[True])} | {len(bests[False])}, {mean(bests[False])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def summary(rows: list[dict]) -> str:
     """Per workload: fresh depths by verdict and spill; the logs' fastest states' own depths the
     estimate rejects, and how many of those compile clean."""
@@ -164,6 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", nargs="*", default=[], help="record logs for the fastest states")
     ap.add_argument("--fast", type=int, default=20, help="fastest distinct logged states")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--runs",
+        type=int,
+        metavar="TRIALS",
+        help="also read the logs of TRIALS records as searches: how often they measured a depth"
+        " the estimate rejects, and how their bests compare by whether the best has one",
+    )
     ap.add_argument("--out", help="write the summary table here (markdown)")
     ap.add_argument("--json", help="write every (state, depth) row here")
     ns = ap.parse_args(argv)
@@ -180,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += rows_for(name, ns.count, logged, ns.fast, random.Random(ns.seed), builder)
         compiler = builder.compiler_used
     table = summary(rows)
+    if ns.runs:
+        table += "\n" + runs_table(ns.workloads, ns.logs, ns.runs)
     print(f"compiled with {compiler} for sm_90\n\n{table}")
     if ns.out:
         with open(ns.out, "w") as f:

@@ -62,3 +62,31 @@ def test_summary_counts_verdicts_against_spills():
     ]
     line = unroll_budget.summary(rows).splitlines()[-1]
     assert line == "| w | 1 / 1 | 0 / 1 | 1 (1) / 2 |"
+
+
+def test_runs_table_splits_rounds_and_sorts_runs_by_their_best(tmp_path):
+    """A log of eight batch_matmul states (the first four in round one): the first-round share
+    and the later share of depths the estimate rejects, and the run's best classed by its own
+    depth."""
+    from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile
+    from autosched.search.workers import TaskContext
+    from autosched.task.search_task import suite_task
+
+    task = suite_task("batch_matmul")
+    sampler = SketchSampler(generate_sketches(task), verify=False)
+    context = TaskContext(task.compute_dag)
+    records = [as_records(s.key()) for s in sampler.sample(8, random.Random(2))]
+    records = [unroll_budget.with_unroll(r, 1024) for r in records]  # often over the estimate
+    over = [unroll_budget.over_budget(context, sampler.plans, sampler.ctx, r) for r in records]
+    assert True in over and False in over
+    costs = [(10 - k) * 1e-6 for k in range(8)]  # the last state is the fastest
+    dag = task.compute_dag.serialized()
+    inputs = [MeasureInput(task.workload_key, r, dag=dag) for r in records]
+    log = str(tmp_path / "batch_matmul.json")
+    RecordToFile(log)(inputs, [MeasureRecordResult((c,)) for c in costs])
+
+    row = unroll_budget.runs_table(["batch_matmul"], [log], 8, first_round=4).splitlines()[-1]
+    first, later = sum(over[:4]) / 4, sum(over[4:]) / 4
+    best = "1, 3.00 | 0, -" if over[-1] else "0, - | 1, 3.00"
+    assert row == f"| batch_matmul | 1 | {first:.2f} / {later:.2f} | {best} |"
+    assert unroll_budget.runs_table(["batch_matmul"], [log], 9).count("\n") == 2  # no run of 9
