@@ -60,10 +60,11 @@ class SketchParams:
     max_unrolled_statements: int = 1536
     # the chance that AutoUnroll draws a tiled stage's unroll depth from every config instead of
     # those whose estimated unrolled registers fit: the estimate counts the unrolled nest's whole
-    # operand tiles as live, and ptxas often keeps far fewer (on sm_90 it rejects about 2.4
-    # configs that compile without spilling for each one that spills, and most of the fastest
-    # batch_matmul and conv2d_7x7s2 kernels of the suite logs use a depth it rejects; the
-    # mutations reach those depths, fresh samples do not). 0 keeps the estimate's verdict.
+    # operand tiles as live, and ptxas often keeps far fewer. On matmul-like workloads it rejects
+    # more depths that compile clean than depths that spill, and most of the fastest matmul,
+    # batch_matmul and conv2d_7x7s2 kernels of the suite logs use a depth it rejects (the
+    # mutations reach those depths, fresh samples do not); on many-channel convolutions most of
+    # what it rejects spills (benchmarks/unroll_budget.py). 0 keeps the estimate's verdict.
     unroll_over_budget_probability: float = 0.0
     tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
     # float32 matrix products may use TF32 Tensor Cores (the task's `allow_tf32`; off: exact
