@@ -27,6 +27,7 @@ from autosched.search.cost_model import XGBModel, throughput
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
+from autosched.sketch import SketchParams
 
 
 class FeatureCache:
@@ -155,11 +156,11 @@ class SketchPolicy:
         params: SearchParams | None = None,
         init_search_callbacks: Sequence[Callable] = (),
         verbose: int = 1,
-        sketch_params=None,
+        sketch_params: SketchParams | None = None,
     ) -> None:
         """`sketch_params`: the SketchParams of sketch generation and random annotation
         (default: `SketchParams.for_task(task)`, which carries the task's TF32 option)."""
-        from autosched.sketch import SketchParams, generate_sketches
+        from autosched.sketch import generate_sketches
 
         self.task = task
         self.params = params or SearchParams()
