@@ -1,6 +1,7 @@
 """How many sampled states spill registers: compile random states with ptxas, no GPU needed.
 
     python3 benchmarks/spill_rate.py --count 40 --seed 0 [--workloads conv2d_bias_relu ...]
+        [--sketch unroll_over_budget_probability=0.5]
 
 Per suite workload, `count` states drawn by the sketch and init rules are generated as CUDA and
 compiled for sm_90 by the builder (NVRTC when found, else nvcc; `max_local_memory_spill_bytes`
@@ -18,20 +19,27 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from run import sketch_param  # noqa: E402
 
-def sampled_artifacts(name: str, count: int, seed: int):
-    """(state, artifact) of `count` states of suite workload `name`."""
+
+def sampled_artifacts(name: str, count: int, seed: int, sketch: dict | None = None):
+    """(state, artifact) of `count` states of suite workload `name`; `sketch`: SketchParams
+    fields by name over the task's own."""
+    import dataclasses
+
     from autosched.codegen.build import build
-    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.sketch import SketchParams, SketchSampler, generate_sketches
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)
-    sampler = SketchSampler(generate_sketches(task))
+    params = dataclasses.replace(SketchParams.for_task(task), **(sketch or {}))
+    hardware = task.hardware_params
+    sampler = SketchSampler(generate_sketches(task.compute_dag, hardware, params), hardware, params)
     states = sampler.sample(count, seed)
     return [(s, build(task.compute_dag, s).artifact(tag=name)) for s in states]
 
 
-def spill_rows(names, count: int, seed: int, compiler: str = "auto"):
+def spill_rows(names, count: int, seed: int, compiler: str = "auto", sketch: dict | None = None):
     """One dict per compiled state: workload, index, registers, threads, spill bytes, error."""
     from measure import LocalBuilder
     from measure.hardware import HardwareParams
@@ -42,7 +50,7 @@ def spill_rows(names, count: int, seed: int, compiler: str = "auto"):
         hardware=hardware, arch="sm_90", compiler=compiler, timeout=30, n_parallel=os.cpu_count()
     ) as builder:
         for name in names:
-            pairs = sampled_artifacts(name, count, seed)
+            pairs = sampled_artifacts(name, count, seed, sketch)
             results = builder.build([a for _, a in pairs])
             for k, ((_, artifact), res) in enumerate(zip(pairs, results, strict=True)):
                 kernels = list(res.kernels.values())
@@ -69,9 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--compiler", default="auto", choices=("auto", "nvrtc", "nvcc"))
     parser.add_argument("--json", help="write the per-state rows here")
+    parser.add_argument(
+        "--sketch",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=sketch_param,
+        help="set a SketchParams field of the sampling, as benchmarks/run.py --sketch does",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows, compiler = spill_rows(args.workloads, args.count, args.seed, args.compiler)
+    rows, compiler = spill_rows(
+        args.workloads, args.count, args.seed, args.compiler, dict(args.sketch)
+    )
     total = spilled_total = 0
     for name in args.workloads:
         mine = [r for r in rows if r["workload"] == name and r["error"] == "NO_ERROR"]
