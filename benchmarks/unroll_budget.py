@@ -51,12 +51,22 @@ def estimate_verdicts(state, plan, ctx) -> dict[int, tuple[int, int]]:
     return {c: (regs(c), budget) for c in ctx.params.auto_unroll_configs}
 
 
+AUTO_UNROLL = "auto_unroll_max_step"
+
+
+def is_unroll_pragma(record) -> bool:
+    return record[0] == "PR" and str(record[-1]).startswith(AUTO_UNROLL)
+
+
+def unroll_depths(records) -> list[int]:
+    """The depths of the records' auto_unroll pragmas, in order."""
+    return [int(str(r[-1]).split("$")[1]) for r in records if is_unroll_pragma(r)]
+
+
 def with_unroll(records, depth: int):
     """The records with every auto_unroll pragma set to `depth`."""
-    prefix = "auto_unroll_max_step"
     return tuple(
-        r[:-1] + (f"{prefix}${depth}",) if r[0] == "PR" and str(r[-1]).startswith(prefix) else r
-        for r in records
+        r[:-1] + (f"{AUTO_UNROLL}${depth}",) if is_unroll_pragma(r) else r for r in records
     )
 
 
@@ -94,7 +104,7 @@ def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> 
     states += [("fastest logged", t, r) for t, r in fast]
     items, artifacts = [], []
     for origin, us, records in states:
-        depths = [str(r[-1]).split("$")[1] for r in records if r[0] == "PR"]
+        depths = unroll_depths(records)
         for depth in sampler.ctx.params.auto_unroll_configs:
             try:
                 state = context.replay(with_unroll(records, depth))
@@ -110,7 +120,7 @@ def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> 
                     "workload": name,
                     "origin": origin,
                     "us": us,
-                    "own_depth": int(depths[0]) if depths else None,
+                    "own_depth": depths[0] if depths else None,
                     "depth": depth,
                     "estimate": verdict[0],
                     "budget": verdict[1],
@@ -132,7 +142,7 @@ def over_budget(context, plans, ctx, records) -> bool | None:
     except Exception:  # a record of an older schedule space
         return None
     plan = plan_of(state, plans)
-    depths = [int(str(r[-1]).split("$")[1]) for r in records if r[0] == "PR"]
+    depths = unroll_depths(records)
     if plan is None or not plan.groups or not depths:
         return None
     estimate, budget = estimate_verdicts(state, plan, ctx)[depths[0]]
