@@ -39,29 +39,46 @@ def sampled_artifacts(name: str, count: int, seed: int, sketch: dict | None = No
     return [(s, build(task.compute_dag, s).artifact(tag=name)) for s in states]
 
 
-def spill_rows(names, count: int, seed: int, compiler: str = "auto", sketch: dict | None = None):
-    """One dict per compiled state: workload, index, registers, threads, spill bytes, error."""
+def spill_builder(compiler: str = "auto", timeout: float = 30):
+    """A LocalBuilder for sm_90 on every core whose spill limit rejects nothing, so that a
+    spilling kernel is reported, not refused."""
     from measure import LocalBuilder
     from measure.hardware import HardwareParams
 
     hardware = HardwareParams(max_local_memory_spill_bytes=1 << 30)
+    return LocalBuilder(
+        hardware=hardware,
+        arch="sm_90",
+        compiler=compiler,
+        timeout=timeout,
+        n_parallel=os.cpu_count(),
+    )
+
+
+def compile_report(res) -> dict:
+    """A build result's error kind, most registers of its kernels and their total spill bytes."""
+    kernels = list(res.kernels.values())
+    return {
+        "error": res.error_kind.name,
+        "registers": max((k.registers for k in kernels), default=0),
+        "spill_bytes": sum(k.spill_bytes for k in kernels),
+    }
+
+
+def spill_rows(names, count: int, seed: int, compiler: str = "auto", sketch: dict | None = None):
+    """One dict per compiled state: workload, index, registers, threads, spill bytes, error."""
     rows = []
-    with LocalBuilder(
-        hardware=hardware, arch="sm_90", compiler=compiler, timeout=30, n_parallel=os.cpu_count()
-    ) as builder:
+    with spill_builder(compiler) as builder:
         for name in names:
             pairs = sampled_artifacts(name, count, seed, sketch)
             results = builder.build([a for _, a in pairs])
             for k, ((_, artifact), res) in enumerate(zip(pairs, results, strict=True)):
-                kernels = list(res.kernels.values())
                 rows.append(
                     {
                         "workload": name,
                         "index": k,
-                        "error": res.error_kind.name,
-                        "registers": max((r.registers for r in kernels), default=0),
+                        **compile_report(res),
                         "threads": max(launch.threads_per_block for launch in artifact.launches),
-                        "spill_bytes": sum(r.spill_bytes for r in kernels),
                         "compile_s": round(res.build_seconds, 3),
                     }
                 )

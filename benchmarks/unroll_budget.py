@@ -24,6 +24,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # spill_rate, beside it
 
 
 def plan_of(state, plans):
@@ -41,33 +42,43 @@ def plan_of(state, plans):
     return None
 
 
-def estimate_verdicts(state, plan, ctx) -> dict[int, tuple[int, int]]:
-    """config -> (estimated registers, budget) for the state's first tiled stage."""
+def estimate(state, plans, ctx, depth: int) -> tuple[int, int] | None:
+    """(estimated registers, budget) of the state's first tiled stage unrolled to `depth`, as
+    AutoUnroll judges it; None when the state has no tiled stage."""
     from autosched.sketch.init_rules import AutoUnroll
 
+    plan = plan_of(state, plans)
+    if plan is None or not plan.groups:
+        return None
     g = plan.groups[0]
-    regs = AutoUnroll.unrolled_registers(g, state)
-    budget = AutoUnroll.budget(ctx, g, state)
-    return {c: (regs(c), budget) for c in ctx.params.auto_unroll_configs}
-
-
-AUTO_UNROLL = "auto_unroll_max_step"
-
-
-def is_unroll_pragma(record) -> bool:
-    return record[0] == "PR" and str(record[-1]).startswith(AUTO_UNROLL)
+    return AutoUnroll.unrolled_registers(g, state)(depth), AutoUnroll.budget(ctx, g, state)
 
 
 def unroll_depths(records) -> list[int]:
     """The depths of the records' auto_unroll pragmas, in order."""
-    return [int(str(r[-1]).split("$")[1]) for r in records if is_unroll_pragma(r)]
+    from autosched.search.mutations import as_step, is_unroll_pragma
+
+    return [as_step(r).parsed()[1] for r in records if is_unroll_pragma(r)]
 
 
 def with_unroll(records, depth: int):
     """The records with every auto_unroll pragma set to `depth`."""
+    from autosched.search.mutations import AUTO_UNROLL, is_unroll_pragma
+
     return tuple(
         r[:-1] + (f"{AUTO_UNROLL}${depth}",) if is_unroll_pragma(r) else r for r in records
     )
+
+
+def suite_sampling(name: str):
+    """(task, sampler, context) of a suite workload: its sketches' plans and init context
+    (unverified sampling) and the replay of records."""
+    from autosched.search.workers import TaskContext
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.task.search_task import suite_task
+
+    task = suite_task(name)
+    return task, SketchSampler(generate_sketches(task), verify=False), TaskContext(task.compute_dag)
 
 
 def logged_times(logs: list[str]) -> dict[str, dict[tuple, float]]:
@@ -89,15 +100,12 @@ def logged_times(logs: list[str]) -> dict[str, dict[tuple, float]]:
 def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> list:
     """One dict per (state, depth) of one workload: origin, measured µs (log states), the depth
     the state had, the estimate's verdict, registers and spill bytes."""
+    from spill_rate import compile_report
+
     from autosched.codegen.build import build
     from autosched.search.policy import as_records
-    from autosched.search.workers import TaskContext
-    from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.task.search_task import suite_task
 
-    task = suite_task(name)
-    sampler = SketchSampler(generate_sketches(task), verify=False)
-    context = TaskContext(task.compute_dag)
+    task, sampler, context = suite_sampling(name)
     states = [("fresh", None, as_records(s.key())) for s in sampler.sample(count, rng)]
     times = logged.get(task.workload_key, {})
     fast = sorted((t, r) for r, t in times.items())[:n_fast]
@@ -108,10 +116,9 @@ def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> 
         for depth in sampler.ctx.params.auto_unroll_configs:
             try:
                 state = context.replay(with_unroll(records, depth))
-                plan = plan_of(state, sampler.plans)
-                if plan is None or not plan.groups:
+                verdict = estimate(state, sampler.plans, sampler.ctx, depth)
+                if verdict is None:
                     continue
-                verdict = estimate_verdicts(state, plan, sampler.ctx)[depth]
                 artifacts.append(build(task.compute_dag, state).artifact(tag=name))
             except Exception:  # a record of an older schedule space
                 continue
@@ -127,26 +134,20 @@ def rows_for(name: str, count: int, logged: dict, n_fast: int, rng, builder) -> 
                 }
             )
     for item, res in zip(items, builder.build(artifacts), strict=True):
-        kernels = list(res.kernels.values())
-        item["error"] = res.error_kind.name
-        item["registers"] = max((k.registers for k in kernels), default=0)
-        item["spill_bytes"] = sum(k.spill_bytes for k in kernels)
+        item.update(compile_report(res))
     return items
 
 
 def over_budget(context, plans, ctx, records) -> bool | None:
     """Whether a state's unroll depth is one the estimate rejects (None: it does not replay or
     has no tiled stage)."""
+    depths = unroll_depths(records)
     try:
         state = context.replay(records)
     except Exception:  # a record of an older schedule space
         return None
-    plan = plan_of(state, plans)
-    depths = unroll_depths(records)
-    if plan is None or not plan.groups or not depths:
-        return None
-    estimate, budget = estimate_verdicts(state, plan, ctx)[depths[0]]
-    return estimate > budget
+    verdict = estimate(state, plans, ctx, depths[0]) if depths else None
+    return None if verdict is None else verdict[0] > verdict[1]
 
 
 def runs_table(names: list[str], logs: list[str], trials: int, first_round: int = 64) -> str:
@@ -156,9 +157,6 @@ def runs_table(names: list[str], logs: list[str], trials: int, first_round: int 
     such a depth."""
     from autosched.records import load_records
     from autosched.search.policy import as_records
-    from autosched.search.workers import TaskContext
-    from autosched.sketch import SketchSampler, generate_sketches
-    from autosched.task.search_task import suite_task
 
     lines = [
         f"| workload | runs of {trials} | rejected depths: first round / after |"
@@ -171,9 +169,7 @@ def runs_table(names: list[str], logs: list[str], trials: int, first_round: int 
         if len(records) == trials:
             runs[records[0][0].workload_key].append(records)
     for name in names:
-        task = suite_task(name)
-        sampler = SketchSampler(generate_sketches(task), verify=False)
-        context = TaskContext(task.compute_dag)
+        task, sampler, context = suite_sampling(name)
         shares = {True: [], False: []}  # first round?
         bests = {True: [], False: []}  # best over budget?
         for records in runs.get(task.workload_key, []):
@@ -232,9 +228,9 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from spill_rate import spill_builder
+
     from autosched.task.workloads import SUITE
-    from measure import LocalBuilder
-    from measure.hardware import HardwareParams
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="+", default=["batch_matmul", "conv2d_7x7s2"])
@@ -255,12 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in ns.workloads if w not in SUITE]
     if unknown:
         ap.error(f"unknown workloads {unknown}; the suite is {sorted(SUITE)}")
-    hardware = HardwareParams(max_local_memory_spill_bytes=1 << 30)
     logged = logged_times(ns.logs)
     rows: list[dict] = []
-    with LocalBuilder(
-        hardware=hardware, arch="sm_90", compiler="auto", timeout=60, n_parallel=os.cpu_count()
-    ) as builder:
+    with spill_builder(timeout=60) as builder:
         for name in ns.workloads:
             rows += rows_for(name, ns.count, logged, ns.fast, random.Random(ns.seed), builder)
         compiler = builder.compiler_used

@@ -5,6 +5,7 @@ settings a SearchParams refuses."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 
 import pytest
@@ -111,7 +112,7 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
     # three candidates of one shape ranked first: the third goes behind the other shapes
     ranked = [a, a, a, *others]
     assert policy.capped(ranked) == [a, a, *others, a]
-    uncapped = SearchParams(**{**SMALL.__dict__, "launch_cap": 0})
+    uncapped = dataclasses.replace(SMALL, launch_cap=0)
     assert make_policy(small_task(), uncapped).capped(ranked) == ranked
 
 

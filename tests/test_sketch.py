@@ -370,7 +370,7 @@ def over_budget_unrolls(params, n: int = 60) -> tuple[int, int]:
         plan = sampler.plans[sampler.sketch_of[state.key()]]
         for g in plan.groups:
             (depth,) = [
-                int(s.pragma_type.split("$")[1])
+                s.parsed()[1]
                 for s in state.steps
                 if isinstance(s, PragmaStep) and s.stage_id == g.tiled
             ]

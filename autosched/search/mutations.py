@@ -57,16 +57,19 @@ def structure_key(records: Records) -> tuple:
 def _blank(record: tuple) -> tuple:
     if record[0] == SplitStep.TAG:
         return record[:4] + (None,) + record[5:]
-    if record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL):
+    if is_unroll_pragma(record):
         return record[:3] + (AUTO_UNROLL,)
     return record
 
 
+def is_unroll_pragma(record: tuple) -> bool:
+    """Whether a record is an auto_unroll_max_step pragma (the unroll-depth decision)."""
+    return record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL)
+
+
 def is_decision(record: tuple) -> bool:
     """Split lengths and auto-unroll pragmas are what sampling and mutation decide."""
-    return record[0] == SplitStep.TAG or (
-        record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL)
-    )
+    return record[0] == SplitStep.TAG or is_unroll_pragma(record)
 
 
 @dataclass
