@@ -3,14 +3,19 @@ of its trials, the trial that found its best, the share of failed trials by kind
 its best state is double-buffered. For comparing runs of one workload that differ by seed.
 With --shapes, how each round's batch spread over launch shapes (the tiling: grid, block,
 virtual threads, shared and local bytes), which shows whether a search settled on one tiling.
+With --threads, per workload over all the logs given: how many threads the measured states
+launch (grid times block, in powers of two), the share of first-round (fresh, random) and of
+later states at each, how many runs' bests launch that many, and the fastest state there; which
+shows how much of a search goes to launches too small (or too large) to be fast.
 
-    python3 benchmarks/log_progress.py LOG [LOG ...] [--shapes] [--out FILE.md]
+    python3 benchmarks/log_progress.py LOG [LOG ...] [--shapes] [--threads] [--out FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import sys
 
@@ -63,6 +68,57 @@ def shapes_per_round(path: str, batch: int = 64) -> list[tuple[int, int]]:
     return rounds
 
 
+def launch_threads(shape: tuple) -> int:
+    """Threads a launch shape (`launch_shape`, features scaled by log2(1 + x)) starts: grid
+    extents times block extents (each the largest over the program's kernels)."""
+    return math.prod(round(2.0**v - 1) for v in shape[:6]) if shape else 0
+
+
+def threads_rows(paths: list[str]) -> dict[str, list[tuple]]:
+    """{workload key: [(trial index, log2 of threads launched rounded, µs or None if failed,
+    run id)]} over the logs (a run is one log)."""
+    from autosched.features.extract import state_features
+    from autosched.records import load_records
+    from autosched.search.policy import launch_shape
+
+    rows: dict[str, list[tuple]] = collections.defaultdict(list)
+    for run, path in enumerate(paths):
+        for i, (inp, res) in enumerate(load_records(path)):
+            threads = launch_threads(launch_shape(state_features(inp.state)))
+            if threads:
+                us = res.mean_cost * 1e6 if res.ok else None
+                rows[inp.workload_key].append((i, round(math.log2(threads)), us, run))
+    return rows
+
+
+def threads_table(rows: list[tuple], first_round: int = 64) -> str:
+    """One workload's `threads_rows`: per power of two of threads launched, the share of
+    first-round and of later states there, the runs whose best is there, the fastest state."""
+    first = collections.Counter(b for i, b, _, _ in rows if i < first_round)
+    later = collections.Counter(b for i, b, _, _ in rows if i >= first_round)
+    fastest: dict[int, float] = {}
+    best_of_run: dict[int, tuple[float, int]] = {}
+    for _, bucket, us, run in rows:
+        if us is None:
+            continue
+        fastest[bucket] = min(fastest.get(bucket, us), us)
+        if run not in best_of_run or us < best_of_run[run][0]:
+            best_of_run[run] = (us, bucket)
+    bests = collections.Counter(b for _, b in best_of_run.values())
+    n_first, n_later = max(1, sum(first.values())), max(1, sum(later.values()))
+    lines = [
+        f"| threads launched | first {first_round} trials | later trials | runs whose best"
+        f" ({len(best_of_run)} runs) | fastest µs |",
+        "|---|---|---|---|---|",
+    ]
+    for b in sorted(set(first) | set(later)):
+        fast = f"{fastest[b]:.2f}" if b in fastest else "-"
+        lines.append(
+            f"| 2^{b} | {first[b] / n_first:.2f} | {later[b] / n_later:.2f} | {bests[b]} | {fast} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def shapes_table(paths: list[str], name_of, batch: int = 64) -> str:
     """One row per log: each round's distinct shapes / picks of its most measured shape."""
     lines = [
@@ -80,6 +136,9 @@ def main() -> int:
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--out", default=None)
     ap.add_argument("--shapes", action="store_true", help="also each round's launch shapes")
+    ap.add_argument(
+        "--threads", action="store_true", help="also the threads launched, per workload"
+    )
     ns = ap.parse_args()
     lines = [
         "| log | trials | best µs | found at trial | best after each quarter µs | failed |"
@@ -104,6 +163,9 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     if ns.shapes:
         text += "\n" + shapes_table(ns.logs, name_of)
+    if ns.threads:
+        for key, rows in sorted(threads_rows(ns.logs).items()):
+            text += f"\nThreads launched, {key}:\n\n" + threads_table(rows)
     if ns.out:
         with open(ns.out, "w") as f:
             f.write(text)

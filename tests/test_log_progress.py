@@ -5,6 +5,7 @@ distinct shapes read differently."""
 from __future__ import annotations
 
 import collections
+import math
 import os
 import sys
 
@@ -40,3 +41,40 @@ def test_shapes_per_round_counts_each_rounds_distinct_launch_shapes(tmp_path):
     assert rounds == [(len(set(shapes)), most), (1, 6)]
     table = log_progress.shapes_table([log], os.path.basename, batch=12)
     assert f"| log.json | {len(set(shapes))}/{most} 1/6 |" in table
+
+
+def test_launch_threads_inverts_the_feature_scaling():
+    shape = tuple(math.log2(1 + x) for x in (392, 1, 1, 128, 1, 1)) + (1.0, 13.0, 6.0)
+    assert log_progress.launch_threads(shape) == 392 * 128
+    assert log_progress.launch_threads(()) == 0
+
+
+def test_threads_table_splits_first_round_later_trials_and_runs_bests():
+    # (trial, log2 threads, µs or None, run): run 0's best launches 2^14, run 1's 2^15
+    rows = [
+        (0, 10, 9.0, 0),
+        (1, 14, 3.0, 0),
+        (64, 14, 2.5, 0),
+        (0, 10, None, 1),
+        (1, 10, 8.0, 1),
+        (70, 15, 2.8, 1),
+    ]
+    table = log_progress.threads_table(rows, first_round=64)
+    assert "(2 runs)" in table
+    assert "| 2^10 | 0.75 | 0.00 | 0 | 8.00 |" in table
+    assert "| 2^14 | 0.25 | 0.50 | 1 | 2.50 |" in table
+    assert "| 2^15 | 0.00 | 0.50 | 1 | 2.80 |" in table
+
+
+def test_threads_rows_reads_each_logged_state_launch(tmp_path):
+    inputs = sampled_inputs(8)
+    log = str(tmp_path / "log.json")
+    RecordToFile(log)(inputs, [MeasureRecordResult((1e-5,))] * 8)
+    rows = log_progress.threads_rows([log])
+    assert list(rows) == [inputs[0].workload_key]
+    expected = [
+        round(math.log2(log_progress.launch_threads(launch_shape(state_features(i.state)))))
+        for i in inputs
+    ]
+    assert [r[1] for r in rows[inputs[0].workload_key]] == expected
+    assert {r[2] for r in rows[inputs[0].workload_key]} == {10.0}

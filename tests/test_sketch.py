@@ -5,6 +5,7 @@ sizes, nvcc resource checks, and the sampling speed."""
 from __future__ import annotations
 
 import collections
+import math
 import random
 import shutil
 import time
@@ -399,3 +400,36 @@ def test_sketch_params_refuse_a_probability_outside_0_1():
         SketchParams(unroll_over_budget_probability=1.5)
     with pytest.raises(ValueError, match="double_buffer_probability must be in"):
         SketchParams(double_buffer_probability=-0.1)
+
+
+def launched_threads(params, n: int = 40) -> list[int]:
+    """Threads in all (outputs over a thread's accumulators) of each tiled stage of n fresh
+    full-size batch_matmul states, a small-output stage whose random tiles often launch few."""
+    from autosched.sketch.init_rules import accumulators
+
+    dag = suite_dag("batch_matmul")
+    hardware = HardwareParams()
+    sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
+    out = []
+    for state in sampler.sample(n, random.Random(5)):
+        plan = sampler.plans[sampler.sketch_of[state.key()]]
+        by_id = dict(enumerate(state.steps))
+        for g in plan.groups:
+            spatial = [by_id[k] for k in g.spatial_ids]
+            outputs = math.prod(s.extent for s in spatial)
+            out.append(outputs // accumulators([s.lengths for s in spatial]))
+    return out
+
+
+def test_min_threads_per_sm_keeps_fresh_launches_filling_the_gpu():
+    """By default random tile sizes give many launches below one warp-pair per SM; with
+    min_threads_per_sm every fresh tiled stage launches at least that many per SM."""
+    from autosched.sketch.utils import SketchParams
+
+    floor = 64 * HardwareParams().num_sms
+    default = launched_threads(SketchParams())
+    assert len(default) >= 30 and sum(t < floor for t in default) >= len(default) // 4
+    filled = launched_threads(SketchParams(min_threads_per_sm=64))
+    assert len(filled) >= 30 and min(filled) >= floor
+    with pytest.raises(ValueError, match="min_threads_per_sm must be >= 0"):
+        SketchParams(min_threads_per_sm=-1)

@@ -129,7 +129,7 @@ class FillTileSize(InitRule):
         order = list(range(len(ids)))
         rng.shuffle(order)
         vthread, threads = hw.max_vthread_extent, hw.max_threads_per_block
-        local, have = p.max_local_elems, 1
+        local, have = self.local_budget(ctx, steps, g), 1
         out: list = [None] * len(ids)
         for n, a in enumerate(order):
             step = steps[ids[a]]
@@ -151,6 +151,18 @@ class FillTileSize(InitRule):
             have *= lens[1]
             local //= lens[0] * math.prod(lens[2:])
         return out
+
+    @staticmethod
+    def local_budget(ctx: InitContext, steps: list, g: TileGroup) -> int:
+        """Accumulators one thread of the stage may hold: `max_local_elems`, and few enough
+        that the stage launches `min_threads_per_sm` threads per SM (threads in all are its
+        outputs over a thread's accumulators), but at least one."""
+        p = ctx.params
+        wanted = p.min_threads_per_sm * ctx.hardware.num_sms
+        if not wanted:
+            return p.max_local_elems
+        outputs = math.prod(steps[k].extent for k in g.spatial_ids)
+        return max(1, min(p.max_local_elems, outputs // wanted))
 
     def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> Reason | None:
         hw, params = ctx.hardware, ctx.params

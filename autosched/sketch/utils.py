@@ -52,6 +52,12 @@ class SketchParams:
     # elements of `local` buffers per thread: on the H100, 1000 random matmul states with more than
     # 128 spilled 2-5x as often (25-70%) and none was among the 10 fastest
     max_local_elems: int = 128
+    # the fewest threads per SM a fresh sample's tiled stage launches: its accumulators per thread
+    # are kept to at most the stage's outputs / (SMs x this) (at least one), since threads in all
+    # = outputs / accumulators. Random tile sizes put most samples of small-output stages in
+    # launches of a few thousand threads, where no suite log's fastest kernels lie
+    # (benchmarks/log_progress.py --threads). 0 leaves the accumulators to `max_local_elems`.
+    min_threads_per_sm: int = 0
     # statements once unrolled: on the H100, random conv2d states above 2048 spilled 69-75% of the
     # time, took up to 20 s to compile, and none was among the 10 fastest. Between 1536 and 2048
     # (78 of the 2640 cost-model dataset states, NVRTC, 15 at once): 1.8-4.1 s mean compile
@@ -94,6 +100,10 @@ class SketchParams:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"SketchParams: {name} must be in [0, 1], got {value}")
+        if self.min_threads_per_sm < 0:
+            raise ValueError(
+                f"SketchParams: min_threads_per_sm must be >= 0, got {self.min_threads_per_sm}"
+            )
 
     @classmethod
     def for_task(cls, task_or_dag: Any) -> SketchParams:
