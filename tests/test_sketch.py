@@ -402,12 +402,13 @@ def test_sketch_params_refuse_a_probability_outside_0_1():
         SketchParams(double_buffer_probability=-0.1)
 
 
-def launched_threads(params, n: int = 40) -> list[int]:
+def launched_threads(params, n: int = 40, workload: str = "batch_matmul") -> list[int]:
     """Threads in all (outputs over a thread's accumulators) of each tiled stage of n fresh
-    full-size batch_matmul states, a small-output stage whose random tiles often launch few."""
+    full-size states of a suite workload (batch_matmul: a small-output stage whose random tiles
+    often launch few)."""
     from autosched.sketch.init_rules import accumulators
 
-    dag = suite_dag("batch_matmul")
+    dag = suite_dag(workload)
     hardware = HardwareParams()
     sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
     out = []
