@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import math
 import os
 import sys
@@ -52,18 +53,23 @@ def progress(path: str) -> dict:
     }
 
 
-def shapes_per_round(path: str, batch: int = 64) -> list[tuple[int, int]]:
-    """Per round of `batch` records: distinct launch shapes, and the most records of one."""
+@functools.cache
+def logged_shapes(path: str) -> list[tuple]:
+    """(MeasureInput, result, launch shape) of each of a log's records, in order: the shapes
+    lower every state, so --shapes and --threads read them once."""
     from autosched.features.extract import state_features
     from autosched.records import load_records
     from autosched.search.policy import launch_shape
 
-    records = list(load_records(path))
+    return [(inp, res, launch_shape(state_features(inp.state))) for inp, res in load_records(path)]
+
+
+def shapes_per_round(path: str, batch: int = 64) -> list[tuple[int, int]]:
+    """Per round of `batch` records: distinct launch shapes, and the most records of one."""
+    records = logged_shapes(path)
     rounds = []
     for start in range(0, len(records), batch):
-        shapes = collections.Counter(
-            launch_shape(state_features(inp.state)) for inp, _ in records[start : start + batch]
-        )
+        shapes = collections.Counter(shape for _, _, shape in records[start : start + batch])
         rounds.append((len(shapes), max(shapes.values())))
     return rounds
 
@@ -77,14 +83,10 @@ def launch_threads(shape: tuple) -> int:
 def threads_rows(paths: list[str]) -> dict[str, list[tuple]]:
     """{workload key: [(trial index, log2 of threads launched rounded, µs or None if failed,
     run id)]} over the logs (a run is one log)."""
-    from autosched.features.extract import state_features
-    from autosched.records import load_records
-    from autosched.search.policy import launch_shape
-
     rows: dict[str, list[tuple]] = collections.defaultdict(list)
     for run, path in enumerate(paths):
-        for i, (inp, res) in enumerate(load_records(path)):
-            threads = launch_threads(launch_shape(state_features(inp.state)))
+        for i, (inp, res, shape) in enumerate(logged_shapes(path)):
+            threads = launch_threads(shape)
             if threads:
                 us = res.mean_cost * 1e6 if res.ok else None
                 rows[inp.workload_key].append((i, round(math.log2(threads)), us, run))

@@ -357,18 +357,25 @@ def test_register_estimates_count_every_virtual_thread():
     assert fp.bytes([1, 3], [(7, 1), (1, 0)]) == 9 * 4  # 7 repeats, 1 apart: 3 + 6
 
 
+def fresh_plans(params, n: int, rng: random.Random, workload: str = "batch_matmul") -> list:
+    """(state, its sketch's plan, the sampler's InitContext) of n fresh full-size states."""
+    dag = suite_dag(workload)
+    hardware = HardwareParams()
+    sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
+    return [
+        (state, sampler.plans[sampler.sketch_of[state.key()]], sampler.ctx)
+        for state in sampler.sample(n, rng)
+    ]
+
+
 def over_budget_unrolls(params, n: int = 60) -> tuple[int, int]:
     """(tiled stages sampled, those whose unroll depth the register estimate rejects) over n
     fresh states of the full-size batch_matmul, whose tiles often leave little room to unroll.
     Depth 0 is not counted: AutoUnroll falls back to it where no depth fits."""
     from autosched.sketch.init_rules import AutoUnroll
 
-    dag = suite_dag("batch_matmul")
-    hardware = HardwareParams()
-    sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
     stages = over = 0
-    for state in sampler.sample(n, random.Random(3)):
-        plan = sampler.plans[sampler.sketch_of[state.key()]]
+    for state, plan, ctx in fresh_plans(params, n, random.Random(3)):
         for g in plan.groups:
             (depth,) = [
                 s.parsed()[1]
@@ -377,7 +384,7 @@ def over_budget_unrolls(params, n: int = 60) -> tuple[int, int]:
             ]
             regs = AutoUnroll.unrolled_registers(g, state)
             stages += 1
-            over += depth > 0 and regs(depth) > AutoUnroll.budget(sampler.ctx, g, state)
+            over += depth > 0 and regs(depth) > AutoUnroll.budget(ctx, g, state)
     return stages, over
 
 
@@ -408,15 +415,10 @@ def launched_threads(params, n: int = 40, workload: str = "batch_matmul") -> lis
     often launch few)."""
     from autosched.sketch.init_rules import accumulators
 
-    dag = suite_dag(workload)
-    hardware = HardwareParams()
-    sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
     out = []
-    for state in sampler.sample(n, random.Random(5)):
-        plan = sampler.plans[sampler.sketch_of[state.key()]]
-        by_id = dict(enumerate(state.steps))
+    for state, plan, _ in fresh_plans(params, n, random.Random(5), workload):
         for g in plan.groups:
-            spatial = [by_id[k] for k in g.spatial_ids]
+            spatial = [state.steps[k] for k in g.spatial_ids]
             outputs = math.prod(s.extent for s in spatial)
             out.append(outputs // accumulators([s.lengths for s in spatial]))
     return out
