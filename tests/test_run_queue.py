@@ -119,3 +119,33 @@ def test_run_queue_runs_each_job_once_one_per_card_and_keeps_the_rest(tmp_path):
     )
     assert left == jobs[1:]
     assert run_queue.parse_jobs((cut / "pending.txt").read_text()) == jobs[1:]
+
+
+def test_launch_on_card_pins_the_search_to_its_card_and_cores(tmp_path):
+    """The real launcher, on a stand-in search: the child sees only its card, only its cores
+    and as many OpenMP threads; one that outlives its time is stopped with status 124."""
+    cores = sorted(os.sched_getaffinity(0))[:1]
+    log = tmp_path / "run.log"
+    probe = (
+        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['OMP_NUM_THREADS'],"
+        " sorted(os.sched_getaffinity(0)))"
+    )
+    rc = run_queue.launch_on_card("3", cores, [sys.executable, "-c", probe], str(log), 60)
+    assert rc == 0
+    assert log.read_text().split(None, 2) == ["3", "1", f"{cores}\n"]
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    assert run_queue.launch_on_card("0", cores, sleeper, str(log), 0.5) == 124
+
+
+def test_main_names_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("floor64 zero matmul\n")
+    monkeypatch.setattr(sys, "argv", ["run_queue.py", str(jobs), "--gpus", "1"])
+    assert run_queue.main() == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "run_queue: jobs line 1: expected NAME SEED WORKLOAD [options]: 'floor64 zero matmul'"
+    ]
+    jobs.write_text("floor64 0 matmul\n")
+    monkeypatch.setattr(sys, "argv", ["run_queue.py", str(jobs), "--gpus", "0"])
+    assert run_queue.main() == 2
+    assert "no GPU found" in capsys.readouterr().err
