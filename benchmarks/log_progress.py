@@ -6,9 +6,13 @@ virtual threads, shared and local bytes), which shows whether a search settled o
 With --threads, per workload over all the logs given: how many threads the measured states
 launch (grid times block, in powers of two), the share of first-round (fresh, random) and of
 later states at each, how many runs' bests launch that many, and the fastest state there; which
-shows how much of a search goes to launches too small (or too large) to be fast.
+shows how much of a search goes to launches too small (or too large) to be fast. With --blocks,
+the same per block shape (a block's threads along each spatial axis of the tiled stage, e.g.
+1x2x7x7), fastest first: which shows whether runs that end slower never met the shapes of the
+faster runs or met them and left them.
 
-    python3 benchmarks/log_progress.py LOG [LOG ...] [--shapes] [--threads] [--out FILE.md]
+    python3 benchmarks/log_progress.py LOG [LOG ...] [--shapes] [--threads] [--blocks]
+        [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -96,27 +100,87 @@ def threads_rows(paths: list[str]) -> dict[str, list[tuple]]:
 def threads_table(rows: list[tuple], first_round: int = 64) -> str:
     """One workload's `threads_rows`: per power of two of threads launched, the share of
     first-round and of later states there, the runs whose best is there, the fastest state."""
-    first = collections.Counter(b for i, b, _, _ in rows if i < first_round)
-    later = collections.Counter(b for i, b, _, _ in rows if i >= first_round)
-    fastest: dict[int, float] = {}
-    best_of_run: dict[int, tuple[float, int]] = {}
-    for _, bucket, us, run in rows:
+    return spread_table(rows, "threads launched", lambda b: f"2^{b}", first_round)
+
+
+def block_shape(steps) -> str:
+    """The threads of a block along each spatial axis of the state's multi-level tiled stages
+    (the thread level of each four-way spatial split, vthread x thread x inner x inner), joined
+    by x, e.g. 1x2x7x7: which axes the block spans. '' for a state without such a split."""
+    return "x".join(str(s[4][1]) for s in steps if s[0] == "SP" and len(s[4]) == 4)
+
+
+def block_rows(paths: list[str]) -> dict[str, list[tuple]]:
+    """{workload key: [(trial index, `block_shape`, µs or None if failed, run id)]} over the
+    logs (a run is one log); states without a tiled stage are left out."""
+    from autosched.records import load_records
+
+    rows: dict[str, list[tuple]] = collections.defaultdict(list)
+    for run, path in enumerate(paths):
+        for i, (inp, res) in enumerate(load_records(path)):
+            shape = block_shape(inp.steps)
+            if shape:
+                us = res.mean_cost * 1e6 if res.ok else None
+                rows[inp.workload_key].append((i, shape, us, run))
+    return rows
+
+
+def blocks_table(rows: list[tuple], first_round: int = 64, min_share: float = 0.02) -> str:
+    """One workload's `block_rows`, fastest block shape first: the shapes that hold a run's
+    best or at least `min_share` of the first-round or of the later states; the rest in one
+    row."""
+    return spread_table(rows, "threads per axis", str, first_round, min_share, by_speed=True)
+
+
+def spread_table(
+    rows: list[tuple],
+    heading: str,
+    label,
+    first_round: int = 64,
+    min_share: float = 0.0,
+    by_speed: bool = False,
+) -> str:
+    """Rows (trial index, key, µs or None, run) as a table: per key, the share of first-round
+    and of later states there, the runs whose best is there, the fastest state. Keys in their
+    own order, or fastest first (`by_speed`); keys with no run's best and less than
+    `min_share` in both columns are summed in a last row."""
+    first = collections.Counter(k for i, k, _, _ in rows if i < first_round)
+    later = collections.Counter(k for i, k, _, _ in rows if i >= first_round)
+    fastest: dict = {}
+    best_of_run: dict[int, tuple] = {}
+    for _, key, us, run in rows:
         if us is None:
             continue
-        fastest[bucket] = min(fastest.get(bucket, us), us)
+        fastest[key] = min(fastest.get(key, us), us)
         if run not in best_of_run or us < best_of_run[run][0]:
-            best_of_run[run] = (us, bucket)
-    bests = collections.Counter(b for _, b in best_of_run.values())
+            best_of_run[run] = (us, key)
+    bests = collections.Counter(k for _, k in best_of_run.values())
     n_first, n_later = max(1, sum(first.values())), max(1, sum(later.values()))
+    keys = set(first) | set(later)
+    order = (
+        sorted(keys, key=lambda k: (fastest.get(k, math.inf), str(k))) if by_speed else sorted(keys)
+    )
+    shown = [
+        k
+        for k in order
+        if bests[k] or first[k] / n_first >= min_share or later[k] / n_later >= min_share
+    ]
     lines = [
-        f"| threads launched | first {first_round} trials | later trials | runs whose best"
+        f"| {heading} | first {first_round} trials | later trials | runs whose best"
         f" ({len(best_of_run)} runs) | fastest µs |",
         "|---|---|---|---|---|",
     ]
-    for b in sorted(set(first) | set(later)):
-        fast = f"{fastest[b]:.2f}" if b in fastest else "-"
+    for k in shown:
+        fast = f"{fastest[k]:.2f}" if k in fastest else "-"
         lines.append(
-            f"| 2^{b} | {first[b] / n_first:.2f} | {later[b] / n_later:.2f} | {bests[b]} | {fast} |"
+            f"| {label(k)} | {first[k] / n_first:.2f} | {later[k] / n_later:.2f} | {bests[k]}"
+            f" | {fast} |"
+        )
+    rest = [k for k in order if k not in shown]
+    if rest:
+        lines.append(
+            f"| {len(rest)} others | {sum(first[k] for k in rest) / n_first:.2f}"
+            f" | {sum(later[k] for k in rest) / n_later:.2f} | 0 | - |"
         )
     return "\n".join(lines) + "\n"
 
@@ -140,6 +204,9 @@ def main() -> int:
     ap.add_argument("--shapes", action="store_true", help="also each round's launch shapes")
     ap.add_argument(
         "--threads", action="store_true", help="also the threads launched, per workload"
+    )
+    ap.add_argument(
+        "--blocks", action="store_true", help="also the block's threads per axis, per workload"
     )
     ns = ap.parse_args()
     lines = [
@@ -168,6 +235,9 @@ def main() -> int:
     if ns.threads:
         for key, rows in sorted(threads_rows(ns.logs).items()):
             text += f"\nThreads launched, {key}:\n\n" + threads_table(rows)
+    if ns.blocks:
+        for key, rows in sorted(block_rows(ns.logs).items()):
+            text += f"\nThreads of a block per spatial axis, {key}:\n\n" + blocks_table(rows)
     if ns.out:
         with open(ns.out, "w") as f:
             f.write(text)

@@ -78,3 +78,40 @@ def test_threads_rows_reads_each_logged_state_launch(tmp_path):
     ]
     assert [r[1] for r in rows[inputs[0].workload_key]] == expected
     assert {r[2] for r in rows[inputs[0].workload_key]} == {10.0}
+
+
+def test_block_shape_reads_the_thread_level_of_four_way_spatial_splits():
+    steps = [
+        ("CI", 5),
+        ("SP", 3, 0, 1, (1, 1, 1, 1), True),
+        ("SP", 3, 5, 512, (1, 2, 1, 2), True),
+        ("SP", 3, 10, 7, (1, 7, 1, 1), True),
+        ("SP", 3, 20, 512, (16, 4), True),  # a reduction split: not a block axis
+        ("SP", 6, 0, 64, (4,), True),  # a fetch's vector split
+    ]
+    assert log_progress.block_shape(steps) == "1x2x7"
+    assert log_progress.block_shape([("CI", 5)]) == ""
+
+
+def test_blocks_table_puts_fastest_shapes_first_and_folds_the_rare_ones():
+    # run 0 ends in 1x2x7x7, run 1 in 1x16x1x7; 1x8x1x1 is rare and holds no run's best
+    rows = [(i, "1x16x1x7", 60.0 + i, 1) for i in range(60)]
+    rows += [(0, "1x2x7x7", 140.0, 0), (1, "1x8x1x1", 300.0, 0), (70, "1x2x7x7", 46.0, 0)]
+    rows += [(0, "1x2x7x7", None, 1)]
+    table = log_progress.blocks_table(rows, first_round=64, min_share=0.05)
+    body = table.splitlines()[2:]
+    assert body[0] == "| 1x2x7x7 | 0.03 | 1.00 | 1 | 46.00 |"
+    assert body[1] == "| 1x16x1x7 | 0.95 | 0.00 | 1 | 60.00 |"
+    assert body[2] == "| 1 others | 0.02 | 0.00 | 0 | - |"
+    assert len(body) == 3
+
+
+def test_block_rows_reads_each_logged_state(tmp_path):
+    inputs = sampled_inputs(8)
+    log = str(tmp_path / "log.json")
+    RecordToFile(log)(inputs, [MeasureRecordResult((2e-5,))] * 8)
+    rows = log_progress.block_rows([log])
+    expected = [log_progress.block_shape(i.steps) for i in inputs]
+    assert all(expected)
+    assert [r[1] for r in rows[inputs[0].workload_key]] == expected
+    assert {r[2] for r in rows[inputs[0].workload_key]} == {20.0}
