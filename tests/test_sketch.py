@@ -429,14 +429,17 @@ def launched_threads(params, n: int = 40, workload: str = "batch_matmul") -> lis
 
 
 def test_min_threads_per_sm_keeps_fresh_launches_filling_the_gpu():
-    """By default random tile sizes give many launches below one warp-pair per SM; with
-    min_threads_per_sm every fresh tiled stage launches at least that many per SM."""
+    """Without the floor (0) random tile sizes give many launches below two warps per SM; with
+    min_threads_per_sm (64 by default) every fresh tiled stage launches at least that many per
+    SM, and a higher floor raises them further."""
     from autosched.sketch.utils import SketchParams
 
     floor = 64 * HardwareParams().num_sms
-    default = launched_threads(SketchParams(min_threads_per_sm=0))
-    assert len(default) >= 30 and sum(t < floor for t in default) >= len(default) // 4
-    filled = launched_threads(SketchParams(min_threads_per_sm=64))
+    unfloored = launched_threads(SketchParams(min_threads_per_sm=0))
+    assert len(unfloored) >= 30 and sum(t < floor for t in unfloored) >= len(unfloored) // 4
+    filled = launched_threads(SketchParams())
     assert len(filled) >= 30 and min(filled) >= floor
+    higher = launched_threads(SketchParams(min_threads_per_sm=128))
+    assert len(higher) >= 30 and min(higher) >= 2 * floor
     with pytest.raises(ValueError, match="min_threads_per_sm must be >= 0"):
         SketchParams(min_threads_per_sm=-1)

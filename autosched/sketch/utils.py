@@ -57,9 +57,10 @@ class SketchParams:
     # = outputs / accumulators. Random tile sizes put most samples of small-output stages in
     # launches of a few thousand threads, where no suite log's fastest kernels lie
     # (benchmarks/log_progress.py --threads). At 64, five 256-trial searches per workload on the
-    # H100 spread less on every workload it changes, the slow mode of the many-channel
-    # conv2d_bias_relu gone, means 6-20% faster except depthwise (13% slower). 0 leaves the
-    # accumulators to `max_local_elems`.
+    # H100 spread less on the four small-output workloads measured (conv2d_bias_relu,
+    # conv2d_7x7s2, batch_matmul, depthwise), the slow mode of the many-channel conv2d_bias_relu
+    # gone, means 6-20% faster except depthwise (13% slower). 0 leaves the accumulators to
+    # `max_local_elems`.
     min_threads_per_sm: int = 64
     # statements once unrolled: on the H100, random conv2d states above 2048 spilled 69-75% of the
     # time, took up to 20 s to compile, and none was among the 10 fastest. Between 1536 and 2048
