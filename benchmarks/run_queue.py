@@ -101,25 +101,28 @@ def job_folder(out: str, job: Job) -> str:
     return os.path.join(out, job.name, f"seed{job.seed}", job.workload)
 
 
-def launch_on_card(card: str, cores: list[int], argv: list[str], log: str, timeout: float) -> int:
+# Pins itself to the cores given, then becomes the command: the affinity is set in the child
+# without preexec_fn, which is unsafe when several threads start processes.
+PINNED = "import os, sys; os.sched_setaffinity(0, {cores}); os.execvp(sys.argv[1], sys.argv[1:])"
+
+
+def launch_on_card(
+    card: str, cores: list[int], argv: list[str], log: str, timeout: float | None
+) -> int:
     """Run one search on one card and its cores; its exit status (124 when stopped at the
     deadline), its output in `log`."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=card, OMP_NUM_THREADS=str(len(cores)))
+    pinned = [sys.executable, "-c", PINNED.format(cores=sorted(cores)), *argv]
     with open(log, "w") as sink:
         try:
             return subprocess.run(
-                argv,
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                preexec_fn=lambda: os.sched_setaffinity(0, cores),
+                pinned, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
             ).returncode
         except subprocess.TimeoutExpired:
             return 124
 
 
-Launcher = Callable[[str, list[int], list[str], str, float], int]
+Launcher = Callable[[str, list[int], list[str], str, float | None], int]
 
 
 def run_queue(
@@ -162,7 +165,7 @@ def run_queue(
                 cores,
                 command(job, out, cores, common),
                 os.path.join(folder, "run.log"),
-                left if left is not None else float("inf"),
+                left,
             )
             note(f"gpu {card} end rc={rc} {job.line()}")
 

@@ -110,7 +110,7 @@ def test_run_queue_runs_each_job_once_one_per_card_and_keeps_the_rest(tmp_path):
     clock2 = FakeClock()
 
     def slow(card, cores, argv, log, timeout):
-        assert timeout <= 100
+        assert timeout is not None and timeout <= 100
         clock2.spend(80)
         return 0
 
