@@ -104,10 +104,13 @@ def threads_table(rows: list[tuple], first_round: int = 64) -> str:
 
 
 def block_shape(steps) -> str:
-    """The threads of a block along each spatial axis of the state's multi-level tiled stages
-    (the thread level of each four-way spatial split, vthread x thread x inner x inner), joined
-    by x, e.g. 1x2x7x7: which axes the block spans. '' for a state without such a split."""
-    return "x".join(str(s[4][1]) for s in steps if s[0] == "SP" and len(s[4]) == 4)
+    """A state's block shape (`autosched.search.policy.block_shape`: a block's threads along
+    each spatial axis of its multi-level tiled stages) joined by x, e.g. 1x2x7x7: which axes
+    the block spans. '' for a state without a multi-level tiling."""
+    from autosched.search.policy import as_records
+    from autosched.search.policy import block_shape as threads_per_axis
+
+    return "x".join(map(str, threads_per_axis(as_records(steps))))
 
 
 def block_rows(paths: list[str]) -> dict[str, list[tuple]]:

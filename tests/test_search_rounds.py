@@ -1,6 +1,7 @@
 """What a search round measures: random picks taking the sketches in turn, the neighbours of
-the best measured states (local_share), at most launch_cap picks per launch shape, and the
-settings a SearchParams refuses."""
+the best measured states (local_share), variants of the block shapes after the fastest
+(shape_share), at most launch_cap picks per launch shape, and the settings a SearchParams
+refuses."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from autosched.search.mutations import structure_key
 from autosched.search.policy import (
     SearchParams,
     SketchPolicy,
+    block_shape,
     launch_shape,
     spread_over_sketches,
 )
@@ -88,6 +90,50 @@ def test_no_local_share_leaves_the_round_to_the_evolution(monkeypatch):
     assert len(policy.search_one_round(4)) == 4
 
 
+def test_block_shape_reads_the_thread_level_of_each_spatial_split():
+    records = (
+        ("CI", 5),
+        ("SP", 3, 0, 1, (1, 1, 1, 1), True),
+        ("SP", 3, 5, 512, (1, 2, 1, 2), True),
+        ("SP", 3, 10, 7, (4, 7, 1, 1), True),
+        ("SP", 3, 20, 512, (16, 4), True),  # a reduction split
+        ("SP", 6, 0, 64, (4,), True),  # a fetch's vector split
+    )
+    assert block_shape(records) == (1, 2, 7)
+    assert block_shape(records, n_spatial_levels=3) == (4,)  # a 3-level structure's splits
+    assert block_shape((("CI", 5),)) == ()
+
+
+def test_a_steered_round_measures_variants_of_the_runner_up_block_shapes():
+    """With shape_share 1/4, a quarter of the batch is one mutation away from the fastest state
+    of each of the shape_parents block shapes after the fastest, with that state's block
+    shape; the fastest shape's own best is no parent."""
+    params = SearchParams(**{**PARAMS.__dict__, "shape_share": 0.25, "shape_parents": 2})
+    policy, measured = steered_policy(params)
+    firsts: dict = {}  # block shape -> its fastest measured state (measured is fastest first)
+    for r in measured:
+        firsts.setdefault(block_shape(r), r)
+    assert len(firsts) >= 3, "the small matmul's samples hold several block shapes"
+    parents = list(firsts.values())[1:3]
+    assert policy.runner_up_shapes(2) == parents
+    batch = [s.key() for s in policy.search_one_round(16)]
+    variants = [[p for p in parents if _one_decision_apart(r, p)] for r in batch[:4]]
+    assert all(variants), "the first quarter are neighbours of the runner-up shapes' bests"
+    assert {p for ps in variants for p in ps} == set(parents)
+    assert all(
+        block_shape(r) == block_shape(ps[0]) for r, ps in zip(batch[:4], variants, strict=True)
+    )
+    assert not set(batch) & set(measured) and len(set(batch)) == 16
+
+
+def test_no_shape_share_leaves_the_round_to_the_evolution(monkeypatch):
+    policy = make_policy(small_task(), SMALL, autosched.XGBModel(nthread=1, few_shot_threshold=0))
+    for i, r in enumerate(policy.sample_fresh(8)):
+        policy.add_measured_records(r, 1e-6 * (i + 1))
+    monkeypatch.setattr(policy, "neighbours", lambda *a, **k: pytest.fail("called"))
+    assert len(policy.search_one_round(4)) == 4
+
+
 def test_a_launch_cap_spreads_a_steered_round_over_launch_shapes():
     """With launch_cap 1, the model's picks in a round have distinct launch shapes as long as
     the ranked candidates hold enough of them; without the cap the same round repeats shapes."""
@@ -122,6 +168,8 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
         ({"population": 0}, "population must be >= 1"),
         ({"eps_greedy": 1.5}, "eps_greedy must be in"),
         ({"local_share": -0.1}, "local_share must be in"),
+        ({"shape_share": 1.5}, "shape_share must be in"),
+        ({"shape_parents": 0}, "shape_parents must be >= 1"),
         ({"launch_cap": -1}, "launch_cap must be >= 0"),
         ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
         ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),

@@ -19,10 +19,10 @@ def check_settings(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
 
 @dataclass(frozen=True)
 class SearchParams:
-    """All knobs of the search, with Ansor's defaults where Ansor has the knob (local_share and
-    launch_cap are this search's own). The evolutionary search scores 2048 states over 4
-    generations: with a quarter of that (512 over 3) the search often missed the states its
-    model ranks best, and 256-trial runs ended slower
+    """All knobs of the search, with Ansor's defaults where Ansor has the knob (local_share,
+    shape_share and launch_cap are this search's own). The evolutionary search scores 2048
+    states over 4 generations: with a quarter of that (512 over 3) the search often missed the
+    states its model ranks best, and 256-trial runs ended slower
     (benchmarks/results/2026-11-23_8d48a45_h100/note.md compares them)."""
 
     population: int = 2048
@@ -37,6 +37,13 @@ class SearchParams:
     local_share: float = 0.0
     local_parents: int = 4
     local_tries: int = 64  # mutations tried per parent
+    # share of a model-steered round given to variants of the block shapes (a block's threads
+    # per spatial axis) that rank after the fastest: one mutation away from the fastest state
+    # of each of the shape_parents next shapes, keeping its block shape. A shape's first random
+    # states can be several times slower than its best (conv2d_bias_relu's fastest shape, met
+    # by every run's first round, was left by the runs that drew it badly); 0: off
+    shape_share: float = 0.0
+    shape_parents: int = 8
     # at most this many of a steered round's model picks share one launch shape (grid, block,
     # virtual threads, shared and local bytes: the tiling, with the finer decisions such as the
     # unroll depth and the inner reduction split left out); the rest of the batch goes to the
@@ -64,6 +71,8 @@ class SearchParams:
             (0 <= self.use_measured_ratio <= 1, f"use_measured_ratio {share}"),
             (0 <= self.local_share <= 1, f"local_share {share}"),
             (self.local_parents >= 1, "local_parents must be >= 1"),
+            (0 <= self.shape_share <= 1, f"shape_share {share}"),
+            (self.shape_parents >= 1, "shape_parents must be >= 1"),
             (self.local_tries >= 1, "local_tries must be >= 1"),
             (self.launch_cap >= 0, "launch_cap must be >= 0 (0: no cap)"),
             (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),

@@ -133,6 +133,15 @@ def in_turns(lists: Sequence[list[Records]]) -> list[Records]:
     return [r for turn in turns for r in turn if r is not None]
 
 
+def block_shape(records: Records, n_spatial_levels: int = 5) -> tuple[int, ...]:
+    """A state's block shape: the threads of a block along each spatial axis of its multi-level
+    tiled stages, read from the thread level of each spatial split (the third of the GPU
+    structure's spatial levels: block, vthread, thread, then the thread's own tile). States that
+    differ only in what a thread does inside its block (its tile, the reduction splits, unroll
+    depth, buffering) share it; () for a state without a multi-level tiling."""
+    return tuple(r[4][1] for r in records if r[0] == "SP" and len(r[4]) == n_spatial_levels - 1)
+
+
 def as_records(steps: Iterable) -> Records:
     """Steps (records in any JSON-like form: lists or tuples, numpy or Python scalars) as the
     one form the search compares, nested tuples of Python values, so that a state read from a
@@ -182,6 +191,7 @@ class SketchPolicy:
             max(sketch_params.vector_lengths),
             sketch_params.auto_unroll_configs,
         )
+        self.n_spatial_levels = sketch_params.n_spatial_levels
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
@@ -211,6 +221,17 @@ class SketchPolicy:
         """The records of the k fastest correct measured states."""
         ok = ((c, r) for r, c in self.measured.items() if math.isfinite(c))
         return [r for _, r in heapq.nsmallest(k, ok, key=lambda x: x[0])]
+
+    def runner_up_shapes(self, k: int) -> list[Records]:
+        """The fastest measured state of each of the k block shapes (`block_shape`) that follow
+        the fastest one, ranked by their fastest measured state."""
+        best_of: dict[tuple, tuple[float, Records]] = {}
+        for r, c in self.measured.items():
+            shape = block_shape(r, self.n_spatial_levels)
+            if shape and math.isfinite(c) and (shape not in best_of or c < best_of[shape][0]):
+                best_of[shape] = (c, r)
+        ranked = sorted(best_of.values(), key=lambda cr: cr[0])
+        return [r for _, r in ranked[1 : k + 1]]
 
     def best_state(self):
         """(cost, State) of the fastest measured state that replays, or None."""
@@ -320,19 +341,42 @@ class SketchPolicy:
         fastest measured states: each parent's neighbours best-scored first, the parents taking
         turns from the fastest, so that one parent whose neighbourhood the model overrates does
         not take them all."""
-        p = self.params
         if num <= 0:
             return []
+        return self.neighbours(self.best_measured(self.params.local_parents), num)
+
+    def runner_up_variants(self, num: int) -> list[Records]:
+        """Up to num unmeasured candidates one mutation away from the fastest state of each of
+        the `shape_parents` block shapes after the fastest, keeping its block shape: what each
+        thread does inside the block varies, the block does not. A shape's first random states
+        can be several times slower than its best, and a search that judges it by them leaves
+        it; this tunes the runners-up a little every round."""
+        if num <= 0:
+            return []
+        parents = self.runner_up_shapes(self.params.shape_parents)
+        return self.neighbours(parents, num, keep_block_shape=True)
+
+    def neighbours(
+        self, parents: list[Records], num: int, keep_block_shape: bool = False
+    ) -> list[Records]:
+        """Up to num unmeasured candidates one mutation (of a one-parent rule) away from the
+        parents, each parent's best-scored first, the parents taking turns; with
+        `keep_block_shape`, only children whose block shape is their parent's."""
+        p = self.params
         one_parent = [(n, w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
         names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
         children_of: list[dict[Records, None]] = []
-        for parent in self.best_measured(p.local_parents):
+        for parent in parents:
+            shape = block_shape(parent, self.n_spatial_levels)
             children: dict[Records, None] = {}
             for _ in range(p.local_tries):
                 rule = MUTATIONS[self.rng.choices(names, weights)[0]]
                 child = rule.apply(self.mutation_ctx, [parent], self.rng)
-                if child is not None and child not in self.picked:
-                    children[child] = None
+                if child is None or child in self.picked:
+                    continue
+                if keep_block_shape and block_shape(child, self.n_spatial_levels) != shape:
+                    continue
+                children[child] = None
             children_of.append(children)
         kept, scores = self.score(list(dict.fromkeys(c for cs in children_of for c in cs)))
         score_of = {r: s for r, s in zip(kept, scores, strict=True) if math.isfinite(s)}
@@ -398,6 +442,7 @@ class SketchPolicy:
                 ranked = []
             else:
                 local = self.neighbours_of_best(int(self.params.local_share * num_measure))
+                local += self.runner_up_variants(int(self.params.shape_share * num_measure))
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
                 ranked = self.capped(local + self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
