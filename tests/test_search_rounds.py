@@ -126,6 +126,17 @@ def test_a_steered_round_measures_variants_of_the_runner_up_block_shapes():
     assert not set(batch) & set(measured) and len(set(batch)) == 16
 
 
+def test_runner_up_variants_need_a_second_block_shape():
+    params = SearchParams(**{**PARAMS.__dict__, "shape_share": 0.25})
+    policy, measured = steered_policy(params)
+    only = block_shape(measured[0])
+    for r in measured:
+        if block_shape(r) != only:
+            policy.measured[r] = float("inf")  # a failed build counts for no shape
+    assert policy.runner_up_shapes(8) == [] and policy.runner_up_variants(4) == []
+    assert len(policy.search_one_round(8)) == 8
+
+
 def test_no_shape_share_leaves_the_round_to_the_evolution(monkeypatch):
     policy = make_policy(small_task(), SMALL, autosched.XGBModel(nthread=1, few_shot_threshold=0))
     for i, r in enumerate(policy.sample_fresh(8)):

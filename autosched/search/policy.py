@@ -133,13 +133,15 @@ def in_turns(lists: Sequence[list[Records]]) -> list[Records]:
     return [r for turn in turns for r in turn if r is not None]
 
 
-def block_shape(records: Records, n_spatial_levels: int = 5) -> tuple[int, ...]:
+def block_shape(records: Records, n_spatial_levels: int | None = None) -> tuple[int, ...]:
     """A state's block shape: the threads of a block along each spatial axis of its multi-level
     tiled stages, read from the thread level of each spatial split (the third of the GPU
     structure's spatial levels: block, vthread, thread, then the thread's own tile). States that
     differ only in what a thread does inside its block (its tile, the reduction splits, unroll
-    depth, buffering) share it; () for a state without a multi-level tiling."""
-    return tuple(r[4][1] for r in records if r[0] == "SP" and len(r[4]) == n_spatial_levels - 1)
+    depth, buffering) share it; () for a state without a multi-level tiling. `n_spatial_levels`:
+    the GPU structure's (default: SketchParams')."""
+    levels = n_spatial_levels or SketchParams().n_spatial_levels
+    return tuple(r[4][1] for r in records if r[0] == "SP" and len(r[4]) == levels - 1)
 
 
 def as_records(steps: Iterable) -> Records:
