@@ -84,17 +84,29 @@ def launch_threads(shape: tuple) -> int:
     return math.prod(round(2.0**v - 1) for v in shape[:6]) if shape else 0
 
 
-def threads_rows(paths: list[str]) -> dict[str, list[tuple]]:
-    """{workload key: [(trial index, log2 of threads launched rounded, µs or None if failed,
-    run id)]} over the logs (a run is one log)."""
+def keyed_rows(runs) -> dict[str, list[tuple]]:
+    """{workload key: [(trial index, key, µs or None if failed, run id)]} from each run's
+    (input, result, key) triples in trial order; records whose key is None are left out."""
     rows: dict[str, list[tuple]] = collections.defaultdict(list)
-    for run, path in enumerate(paths):
-        for i, (inp, res, shape) in enumerate(logged_shapes(path)):
-            threads = launch_threads(shape)
-            if threads:
+    for run, triples in enumerate(runs):
+        for i, (inp, res, key) in enumerate(triples):
+            if key is not None:
                 us = res.mean_cost * 1e6 if res.ok else None
-                rows[inp.workload_key].append((i, round(math.log2(threads)), us, run))
+                rows[inp.workload_key].append((i, key, us, run))
     return rows
+
+
+def threads_rows(paths: list[str]) -> dict[str, list[tuple]]:
+    """`keyed_rows` over the logs (a run is one log), keyed by log2 of the threads launched,
+    rounded."""
+
+    def bucket(shape: tuple) -> int | None:
+        threads = launch_threads(shape)
+        return round(math.log2(threads)) if threads else None
+
+    return keyed_rows(
+        [(inp, res, bucket(shape)) for inp, res, shape in logged_shapes(path)] for path in paths
+    )
 
 
 def threads_table(rows: list[tuple], first_round: int = 64) -> str:
@@ -114,18 +126,14 @@ def block_shape(steps) -> str:
 
 
 def block_rows(paths: list[str]) -> dict[str, list[tuple]]:
-    """{workload key: [(trial index, `block_shape`, µs or None if failed, run id)]} over the
-    logs (a run is one log); states without a tiled stage are left out."""
+    """`keyed_rows` over the logs (a run is one log), keyed by `block_shape`; states without a
+    tiled stage are left out."""
     from autosched.records import load_records
 
-    rows: dict[str, list[tuple]] = collections.defaultdict(list)
-    for run, path in enumerate(paths):
-        for i, (inp, res) in enumerate(load_records(path)):
-            shape = block_shape(inp.steps)
-            if shape:
-                us = res.mean_cost * 1e6 if res.ok else None
-                rows[inp.workload_key].append((i, shape, us, run))
-    return rows
+    return keyed_rows(
+        [(inp, res, block_shape(inp.steps) or None) for inp, res in load_records(path)]
+        for path in paths
+    )
 
 
 def blocks_table(rows: list[tuple], first_round: int = 64, min_share: float = 0.02) -> str:

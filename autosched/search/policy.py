@@ -23,6 +23,7 @@ import numpy as np
 
 from autosched.features import FEATURE_NAMES
 from autosched.records import load_records, seal_torn_line
+from autosched.schedule.steps import SplitStep
 from autosched.search.cost_model import XGBModel, throughput
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.params import SearchParams
@@ -141,7 +142,7 @@ def block_shape(records: Records, n_spatial_levels: int | None = None) -> tuple[
     depth, buffering) share it; () for a state without a multi-level tiling. `n_spatial_levels`:
     the GPU structure's (default: SketchParams')."""
     levels = n_spatial_levels or SketchParams().n_spatial_levels
-    return tuple(r[4][1] for r in records if r[0] == "SP" and len(r[4]) == levels - 1)
+    return tuple(r[4][1] for r in records if r[0] == SplitStep.TAG and len(r[4]) == levels - 1)
 
 
 def as_records(steps: Iterable) -> Records:
