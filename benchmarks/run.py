@@ -332,7 +332,8 @@ def sketch_param(text: str) -> tuple[str, object]:
 
 def field_setting(text: str, params_class, own_flags: set) -> tuple[str, object]:
     """NAME=VALUE for a field of a params dataclass, the value converted to the type of its
-    default; fields set by flags of their own are refused."""
+    default (a tuple of numbers is written comma-separated, e.g. `auto_unroll_configs=64,512`);
+    fields set by flags of their own are refused."""
     name, sep, value = text.partition("=")
     fields = [f.name for f in dataclasses.fields(params_class) if f.name not in own_flags]
     if not sep or name not in fields:
@@ -340,14 +341,18 @@ def field_setting(text: str, params_class, own_flags: set) -> tuple[str, object]
             f"expected NAME=VALUE with NAME one of {', '.join(fields)}, got {text!r}"
         )
     default = getattr(params_class(), name)
-    if not isinstance(default, (int, float, str)):
-        raise argparse.ArgumentTypeError(f"{name} is not a number or a string")
+    numbers = bool(default) and isinstance(default, tuple)
+    numbers = numbers and all(isinstance(x, (int, float)) for x in default)
+    if not numbers and not isinstance(default, (int, float, str)):
+        raise argparse.ArgumentTypeError(f"{name} is not a number, a string or numbers")
     try:
+        if numbers:
+            return name, tuple(type(default[0])(x) for x in value.split(","))
         return name, type(default)(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{name} takes a {type(default).__name__}, got {value!r}"
-        ) from None
+        kind = type(default[0] if numbers else default).__name__
+        kind = f"comma-separated {kind}s" if numbers else f"a {kind}"
+        raise argparse.ArgumentTypeError(f"{name} takes {kind}, got {value!r}") from None
 
 
 def spread_table(by_seed: dict[int, list[dict]], header: str) -> str:
