@@ -3,8 +3,8 @@ folders, no GPU.
 
     python3 benchmarks/seed_spread.py FOLDER [FOLDER ...] [--workloads W ...] [--within 0.10]
 
-Every `results.json` below the folders is one run (one seed of one `run.py` command); the
-folder holding a command's `seedN/` folders names its setting. Printed per workload: each
+Every `results.json` (or `.json.gz`) below the folders is one run (one seed of one `run.py`
+command); the folders above its `seedN/` name its setting (`read_runs`). Printed per workload: each
 setting's times and spread (slowest / fastest), then all runs pooled: their mean, standard
 deviation, and how often three of them, drawn with replacement, land within `--within` of each
 other (slowest / fastest - 1).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -30,20 +31,34 @@ RANGE_OF_THREE_P90 = 2.90  # 90th percentile of max - min of three standard norm
 
 
 def read_runs(folders: list[str]) -> dict[str, dict[str, list[float]]]:
-    """{workload: {setting: [µs of each run]}}; a setting is the folder above a `seedN/`, or the
-    results file's own folder when it is not in one."""
+    """{workload: {setting: [µs of each run]}} from every results.json (or results.json.gz)
+    below the folders. A setting is the folder named on the command line joined with the path
+    below it, less the `seedN` folder and a folder named after the workload: `run.py --seeds`
+    writes SETTING/seedN/results.json, `run_queue.py` SETTING/seedN/WORKLOAD/results.json."""
     runs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for folder in folders:
-        paths = sorted(glob.glob(os.path.join(folder, "**", "results.json"), recursive=True))
-        for path in paths:
-            here = os.path.dirname(path)
-            is_seed = os.path.basename(here).startswith("seed")
-            setting = os.path.relpath(os.path.dirname(here) if is_seed else here, folder)
-            setting = os.path.join(os.path.basename(os.path.normpath(folder)), setting)
-            with open(path) as f:
-                for row in json.load(f)["rows"]:
-                    runs[row["workload"]][os.path.normpath(setting)].append(float(row["ours_us"]))
+        paths = [
+            p
+            for name in ("results.json", "results.json.gz")
+            for p in glob.glob(os.path.join(folder, "**", name), recursive=True)
+        ]
+        for path in sorted(paths):
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rt") as f:
+                rows = json.load(f)["rows"]
+            below = os.path.relpath(os.path.dirname(path), folder).split(os.sep)
+            for row in rows:
+                parts = [
+                    p for p in below if not is_seed_folder(p) and p not in (".", row["workload"])
+                ]
+                setting = os.path.join(os.path.basename(os.path.normpath(folder)), *parts)
+                runs[row["workload"]][os.path.normpath(setting)].append(float(row["ours_us"]))
     return runs
+
+
+def is_seed_folder(name: str) -> bool:
+    """Whether a folder is one seed's (`seed0`, `seed12`)."""
+    return name.startswith("seed") and name[4:].isdigit()
 
 
 def spread(times: list[float]) -> float:

@@ -89,3 +89,20 @@ def test_seed_spread_reads_a_commands_seeds_as_one_setting(tmp_path):
     text = report(runs, 0.10)
     assert "| " + name + "/b | 3.00 / 4.00 / 3.50 | 1.33 |" in text
     assert "1 of the 2 three-run settings did" in text
+
+
+def test_seed_spread_reads_a_queues_gzipped_results_by_setting(tmp_path):
+    """run_queue.py writes SETTING/seedN/WORKLOAD/, and results folders keep results.json
+    gzipped: the setting is still SETTING, whatever the workload folder."""
+    import gzip
+    import json
+
+    from seed_spread import read_runs
+
+    for seed, us in enumerate([3.0, 3.3]):
+        folder = tmp_path / "deep" / f"seed{seed}" / "bmm"
+        folder.mkdir(parents=True)
+        rows = [{"workload": "bmm", "ours_us": us}]
+        with gzip.open(folder / "results.json.gz", "wt") as f:
+            json.dump({"where": "", "rows": rows}, f)
+    assert read_runs([str(tmp_path)])["bmm"] == {f"{tmp_path.name}/deep": [3.0, 3.3]}

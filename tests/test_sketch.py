@@ -411,6 +411,35 @@ def test_sketch_params_refuse_a_probability_outside_0_1():
         SketchParams(unroll_over_budget_probability=1.5)
     with pytest.raises(ValueError, match="double_buffer_probability must be in"):
         SketchParams(double_buffer_probability=-0.1)
+    with pytest.raises(ValueError, match="auto_unroll_configs must be one or more depths"):
+        SketchParams(auto_unroll_configs=())
+    with pytest.raises(ValueError, match="tensor_core_unroll_configs must be one or more"):
+        SketchParams(tensor_core_unroll_configs=(-1,))
+
+
+def sampled_unroll_depths(params, n: int = 40) -> collections.Counter:
+    """The unroll depths of n fresh full-size batch_matmul states' tiled stages."""
+    depths: collections.Counter = collections.Counter()
+    for state, plan, _ in fresh_plans(params, n, random.Random(5)):
+        tiled = {g.tiled for g in plan.groups}
+        depths.update(
+            s.parsed()[1] for s in state.steps if isinstance(s, PragmaStep) and s.stage_id in tiled
+        )
+    return depths
+
+
+def test_fresh_fp32_states_unroll_from_the_cuda_core_menu():
+    """A CUDA-core stage draws its depth from auto_unroll_configs (by default the deep ones
+    alone; 0 only where no depth fits the register estimate), not from the Tensor Core menu."""
+    from autosched.sketch.utils import SketchParams
+
+    default = sampled_unroll_depths(SketchParams())
+    assert set(default) <= {0, 64, 512, 1024} and default[512] + default[1024] >= 10
+    assert default[0] <= sum(default.values()) // 4  # the fallback, not a draw
+    wide = SketchParams(auto_unroll_configs=(16,), tensor_core_unroll_configs=(512,))
+    assert set(sampled_unroll_depths(wide)) <= {0, 16}
+    everything = SketchParams(unroll_over_budget_probability=1.0)
+    assert set(sampled_unroll_depths(everything)) == {64, 512, 1024}
 
 
 def launched_threads(params, n: int = 40, workload: str = "batch_matmul") -> list[int]:

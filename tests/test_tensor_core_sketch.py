@@ -21,7 +21,13 @@ from autosched.lower.verify import verify_program
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.stage import ROOT
 from autosched.schedule.steps import SplitStep
-from autosched.search.mutations import MutationContext, TileSizeMutation, as_step, fixed_levels
+from autosched.search.mutations import (
+    MutationContext,
+    TileSizeMutation,
+    as_step,
+    fixed_levels,
+    is_unroll_pragma,
+)
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.tensor_core import match_tensor_core
 from autosched.sketch.utils import SketchParams
@@ -312,6 +318,36 @@ def test_tile_size_mutation_keeps_the_fixed_lengths():
                 assert step.extent is None or step.extent % np.prod(step.lengths) == 0
         changed += child != records
     assert changed == 200
+
+
+def test_tensor_core_stages_unroll_from_their_own_menu():
+    """A Tensor Core state's unroll depths, drawn and mutated, come from
+    tensor_core_unroll_configs (0 only as the no-fit fallback); an fp32 state's mutations keep
+    to auto_unroll_configs."""
+    from autosched.search.mutations import AutoUnrollMutation, uses_tensor_cores
+
+    params = SketchParams(tensor_core_unroll_configs=(16, 64), auto_unroll_configs=(1024,))
+    hardware = HardwareParams()
+    sketches = generate_sketches(tc_dag("matmul_fp16", reduced=False), hardware, params)
+    sampler = SketchSampler(sketches, hardware, params, False)
+    states = [s.key() for s in sampler.sample(8, 1)]
+    assert all(uses_tensor_cores(r) for r in states)
+    depths = {as_step(r).parsed()[1] for s in states for r in s if is_unroll_pragma(r)}
+    assert depths <= {0, 16, 64} and depths & {16, 64}
+    ctx = MutationContext(64, 8, params.auto_unroll_configs, params.tensor_core_unroll_configs)
+    rng = random.Random(0)
+    children = [AutoUnrollMutation().apply(ctx, [s], rng) for s in states for _ in range(4)]
+    mutated = {as_step(r).parsed()[1] for c in children if c for r in c if is_unroll_pragma(r)}
+    assert mutated and mutated <= {0, 16, 64}
+    fp32_sketches = generate_sketches(suite_dag("matmul"), hardware, params)
+    fp32 = SketchSampler(fp32_sketches, hardware, params, False)
+    (plain,) = [s.key() for s in fp32.sample(1, 1)]
+    assert not uses_tensor_cores(plain)
+    child = AutoUnrollMutation().apply(ctx, [plain], rng)
+    assert child is None or {as_step(r).parsed()[1] for r in child if is_unroll_pragma(r)} <= {
+        0,
+        1024,
+    }
 
 
 def test_features_of_tensor_core_states():

@@ -67,6 +67,11 @@ def is_unroll_pragma(record: tuple) -> bool:
     return record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL)
 
 
+def uses_tensor_cores(records: Records) -> bool:
+    """Whether a state has tensorized (Tensor Core) stages."""
+    return any(r[0] == AnnotationStep.TAG and r[3] == TENSORIZE for r in records)
+
+
 def is_decision(record: tuple) -> bool:
     """Split lengths and auto-unroll pragmas are what sampling and mutation decide."""
     return record[0] == SplitStep.TAG or is_unroll_pragma(record)
@@ -80,6 +85,8 @@ class MutationContext:
     max_innermost_factor: int
     max_vector_length: int
     unroll_configs: tuple[int, ...]
+    # a Tensor Core state's depths (default: unroll_configs)
+    tensor_core_unroll_configs: tuple[int, ...] = ()
     # structure key -> positions of its decision records (filled on first use)
     decisions: dict = field(default_factory=dict)
     # structure key -> fixed_levels of its records (filled on first use)
@@ -222,7 +229,10 @@ class AutoUnrollMutation(Mutation):
         k = pragmas[int(rng.random() * len(pragmas))]
         step = as_step(records[k])
         current = step.parsed()[1]
-        options = [c for c in ctx.unroll_configs if c != current]
+        configs = ctx.unroll_configs
+        if ctx.tensor_core_unroll_configs and uses_tensor_cores(records):
+            configs = ctx.tensor_core_unroll_configs
+        options = [c for c in configs if c != current]
         if not options:
             return None
         value = options[int(rng.random() * len(options))]
@@ -266,5 +276,6 @@ __all__ = [
     "as_step",
     "is_decision",
     "structure_key",
+    "uses_tensor_cores",
     "with_record",
 ]

@@ -193,6 +193,7 @@ class SketchPolicy:
             sketch_params.max_innermost_split_factor,
             max(sketch_params.vector_lengths),
             sketch_params.auto_unroll_configs,
+            sketch_params.tensor_core_unroll_configs,
         )
         self.n_spatial_levels = sketch_params.n_spatial_levels
         self.features = FeatureCache(self.params.feature_cache_size)

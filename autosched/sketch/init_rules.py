@@ -334,7 +334,8 @@ class DoubleBuffer(InitRule):
 
 
 class AutoUnroll(InitRule):
-    """auto_unroll_max_step, drawn from the GPU configs, on every stage with a reduction.
+    """auto_unroll_max_step, drawn from the GPU configs (a Tensor Core stage's from its own),
+    on every stage with a reduction.
 
     For a tiled stage only the configs whose unrolled inner loops fit in the registers are
     drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
@@ -352,7 +353,8 @@ class AutoUnroll(InitRule):
                 continue
             options = configs
             if i in tensor_core:
-                options = tensor_core_unroll_options(ctx, tensor_core[i], state, configs)
+                tc_configs = ctx.params.tensor_core_unroll_configs
+                options = tensor_core_unroll_options(ctx, tensor_core[i], state, tc_configs)
             elif i in tiled and not self.ignores_budget(ctx, rng):
                 regs = self.unrolled_registers(tiled[i], state)
                 budget = self.budget(ctx, tiled[i], state)

@@ -42,7 +42,16 @@ class SketchParams:
 
     gpu_structure: str = "SSSRRSRS"
     max_innermost_split_factor: int = 64
-    auto_unroll_configs: tuple[int, ...] = (0, 16, 64, 512, 1024)
+    # auto_unroll_max_step depths of CUDA-core stages (initial draws and the unroll mutation).
+    # Ansor's GPU menu also has 0 and 16: on every fp32 suite workload the fastest logged
+    # kernels lose at most 2% when those two are left out, while random states drawn with them
+    # take 2-7x the time of deep ones, so a search that judges a tiling by its first random
+    # states misjudges it; without them, five 256-trial searches of each workload on the H100
+    # ended as fast or faster (depthwise 11% on the mean) and no further apart
+    # (benchmarks/results/2026-11-25_ac187f9_h100/note.md)
+    auto_unroll_configs: tuple[int, ...] = (64, 512, 1024)
+    # the depths of Tensor Core stages, whose fastest kernels use every depth, 0 included
+    tensor_core_unroll_configs: tuple[int, ...] = (0, 16, 64, 512, 1024)
     thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512)
     # threads of a cross-thread reduction (multiples of the warp size; the init rules use
     # those up to the first that covers the reduction and the block limit)
@@ -104,6 +113,12 @@ class SketchParams:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"SketchParams: {name} must be in [0, 1], got {value}")
+        for name in ("auto_unroll_configs", "tensor_core_unroll_configs"):
+            configs = getattr(self, name)
+            if not configs or min(configs) < 0:
+                raise ValueError(
+                    f"SketchParams: {name} must be one or more depths >= 0, got {configs}"
+                )
         if self.min_threads_per_sm < 0:
             raise ValueError(
                 f"SketchParams: min_threads_per_sm must be >= 0, got {self.min_threads_per_sm}"
