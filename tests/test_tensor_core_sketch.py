@@ -326,7 +326,7 @@ def test_tensor_core_stages_unroll_from_their_own_menu():
     to auto_unroll_configs."""
     from autosched.search.mutations import AutoUnrollMutation, uses_tensor_cores
 
-    params = SketchParams(tensor_core_unroll_configs=(16, 64), auto_unroll_configs=(1024,))
+    params = SketchParams(tensor_core_unroll_configs=(16, 64), auto_unroll_configs=(512, 1024))
     hardware = HardwareParams()
     sketches = generate_sketches(tc_dag("matmul_fp16", reduced=False), hardware, params)
     sampler = SketchSampler(sketches, hardware, params, False)
@@ -343,9 +343,11 @@ def test_tensor_core_stages_unroll_from_their_own_menu():
     fp32 = SketchSampler(fp32_sketches, hardware, params, False)
     (plain,) = [s.key() for s in fp32.sample(1, 1)]
     assert not uses_tensor_cores(plain)
-    child = AutoUnrollMutation().apply(ctx, [plain], rng)
-    assert child is None or {as_step(r).parsed()[1] for r in child if is_unroll_pragma(r)} <= {
+    children = [AutoUnrollMutation().apply(ctx, [plain], rng) for _ in range(4)]
+    assert all(children)
+    assert {as_step(r).parsed()[1] for c in children for r in c if is_unroll_pragma(r)} <= {
         0,
+        512,
         1024,
     }
 
