@@ -44,9 +44,9 @@ class SketchParams:
     max_innermost_split_factor: int = 64
     # auto_unroll_max_step depths of CUDA-core stages (fresh draws and the unroll mutation).
     # Ansor's GPU menu also has 0 and 16, which no fp32 suite workload's fastest kernels need
-    # (the deep depths come within 2% of them) and which make a random state several times
-    # slower than its tiling can be, so that a search judging a tiling by its first states
-    # leaves good ones (benchmarks/results/2026-11-25_ac187f9_h100/note.md)
+    # (the deep depths come within 2% of them) and which make a random state slower, often
+    # severalfold, than its tiling can be, so that a search judging a tiling by its first
+    # states leaves good ones (benchmarks/results/2026-11-25_ac187f9_h100/note.md)
     auto_unroll_configs: tuple[int, ...] = (64, 512, 1024)
     # the depths of Tensor Core stages, whose fastest kernels use every depth, 0 included
     tensor_core_unroll_configs: tuple[int, ...] = (0, 16, 64, 512, 1024)
