@@ -321,17 +321,17 @@ def test_tile_size_mutation_keeps_the_fixed_lengths():
 
 
 def test_tensor_core_stages_unroll_from_their_own_menu():
-    """A Tensor Core state's unroll depths, drawn and mutated, come from
+    """A tensorized stage's unroll depths, drawn and mutated, come from
     tensor_core_unroll_configs (0 only as the no-fit fallback); an fp32 state's mutations keep
     to auto_unroll_configs."""
-    from autosched.search.mutations import AutoUnrollMutation, uses_tensor_cores
+    from autosched.search.mutations import AutoUnrollMutation, tensorized_stages
 
     params = SketchParams(tensor_core_unroll_configs=(16, 64), auto_unroll_configs=(512, 1024))
     hardware = HardwareParams()
     sketches = generate_sketches(tc_dag("matmul_fp16", reduced=False), hardware, params)
     sampler = SketchSampler(sketches, hardware, params, False)
     states = [s.key() for s in sampler.sample(8, 1)]
-    assert all(uses_tensor_cores(r) for r in states)
+    assert all(tensorized_stages(r) for r in states)
     depths = {as_step(r).parsed()[1] for s in states for r in s if is_unroll_pragma(r)}
     assert depths <= {0, 16, 64} and depths & {16, 64}
     ctx = MutationContext(64, 8, params.auto_unroll_configs, params.tensor_core_unroll_configs)
@@ -342,7 +342,7 @@ def test_tensor_core_stages_unroll_from_their_own_menu():
     fp32_sketches = generate_sketches(suite_dag("matmul"), hardware, params)
     fp32 = SketchSampler(fp32_sketches, hardware, params, False)
     (plain,) = [s.key() for s in fp32.sample(1, 1)]
-    assert not uses_tensor_cores(plain)
+    assert not tensorized_stages(plain)
     children = [AutoUnrollMutation().apply(ctx, [plain], rng) for _ in range(4)]
     assert all(children)
     assert {as_step(r).parsed()[1] for c in children for r in c if is_unroll_pragma(r)} <= {

@@ -67,9 +67,10 @@ def is_unroll_pragma(record: tuple) -> bool:
     return record[0] == PragmaStep.TAG and record[3].startswith(AUTO_UNROLL)
 
 
-def uses_tensor_cores(records: Records) -> bool:
-    """Whether a state has tensorized (Tensor Core) stages."""
-    return any(r[0] == AnnotationStep.TAG and r[3] == TENSORIZE for r in records)
+def tensorized_stages(records: Records) -> set[int]:
+    """The stages (by the index their records carry) that a Tensor Core sketch tensorized;
+    empty for a CUDA-core state."""
+    return {r[1] for r in records if r[0] == AnnotationStep.TAG and r[3] == TENSORIZE}
 
 
 def is_decision(record: tuple) -> bool:
@@ -85,7 +86,7 @@ class MutationContext:
     max_innermost_factor: int
     max_vector_length: int
     unroll_configs: tuple[int, ...]
-    # a Tensor Core state's depths (default: unroll_configs)
+    # the depths of tensorized (Tensor Core) stages (default: unroll_configs)
     tensor_core_unroll_configs: tuple[int, ...] = ()
     # structure key -> positions of its decision records (filled on first use)
     decisions: dict = field(default_factory=dict)
@@ -138,7 +139,7 @@ def fixed_levels(records: Records) -> dict[int, int]:
     tile) and the whole of a split whose inner part the next step binds to threadIdx.x (the
     32 lanes: a kernel with warp statements has blockDim.x == 32). Stages are matched by the
     index their records carry (the Tensor Core sketch's caches precede its splits)."""
-    tensorized = {r[1] for r in records if r[0] == AnnotationStep.TAG and r[3] == TENSORIZE}
+    tensorized = tensorized_stages(records)
     if not tensorized:
         return {}
     out = {}
@@ -230,7 +231,7 @@ class AutoUnrollMutation(Mutation):
         step = as_step(records[k])
         current = step.parsed()[1]
         configs = ctx.unroll_configs
-        if ctx.tensor_core_unroll_configs and uses_tensor_cores(records):
+        if ctx.tensor_core_unroll_configs and step.stage_id in tensorized_stages(records):
             configs = ctx.tensor_core_unroll_configs
         options = [c for c in configs if c != current]
         if not options:
@@ -276,6 +277,6 @@ __all__ = [
     "as_step",
     "is_decision",
     "structure_key",
-    "uses_tensor_cores",
+    "tensorized_stages",
     "with_record",
 ]
