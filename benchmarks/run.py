@@ -341,6 +341,8 @@ def field_setting(text: str, params_class, own_flags: set) -> tuple[str, object]
             f"expected NAME=VALUE with NAME one of {', '.join(fields)}, got {text!r}"
         )
     default = getattr(params_class(), name)
+    if default and isinstance(default, tuple) and all(isinstance(x, tuple) for x in default):
+        return name, named_numbers(name, value, type(default[0][1]))
     numbers = bool(default) and isinstance(default, tuple)
     numbers = numbers and all(isinstance(x, (int, float)) for x in default)
     if not numbers and not isinstance(default, (int, float, str)):
@@ -353,6 +355,22 @@ def field_setting(text: str, params_class, own_flags: set) -> tuple[str, object]
         kind = type(default[0] if numbers else default).__name__
         kind = f"comma-separated {kind}s" if numbers else f"a {kind}"
         raise argparse.ArgumentTypeError(f"{name} takes {kind}, got {value!r}") from None
+
+
+def named_numbers(name: str, value: str, kind: type) -> tuple[tuple[str, object], ...]:
+    """A setting of (name, number) pairs written `a:1,b:0.5` (e.g. `mutation_weights`)."""
+    pairs = []
+    for item in value.split(","):
+        key, sep, number = item.partition(":")
+        try:
+            pairs.append((key, kind(number)))
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(
+                f"{name} takes comma-separated NAME:{kind.__name__} pairs, got {item!r}"
+            )
+    return tuple(pairs)
 
 
 def spread_table(by_seed: dict[int, list[dict]], header: str) -> str:

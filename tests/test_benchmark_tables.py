@@ -41,13 +41,19 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
     assert model_param("max_depth=3") == ("max_depth", 3)
     assert model_param("program_rows=sum_max") == ("program_rows", "sum_max")
     assert sketch_param("auto_unroll_configs=64,512") == ("auto_unroll_configs", (64, 512))
+    assert search_param("mutation_weights=tile_size:0.6,thread_layout:0.2") == (
+        "mutation_weights",
+        (("tile_size", 0.6), ("thread_layout", 0.2)),
+    )
     for bad, says in [
         (lambda: search_param("local_share=lots"), "local_share takes a float"),
         (lambda: sketch_param("auto_unroll_configs=64,x"), "takes comma-separated ints"),
         (lambda: search_param("seed=1"), "expected NAME=VALUE"),  # --seeds sets it
         (lambda: model_param("few_shot_threshold=0"), "expected NAME=VALUE"),  # --few-shot
         (lambda: model_param("max_depth"), "expected NAME=VALUE"),
-        (lambda: search_param("mutation_weights=x"), "not a number, a string or numbers"),
+        (lambda: search_param("mutation_weights=x"), "NAME:float pairs, got 'x'"),
+        (lambda: search_param("mutation_weights=tile_size:y"), "got 'tile_size:y'"),
+        (lambda: model_param("nthread=2"), "not a number, a string or numbers"),
         (lambda: sketch_param("allow_tf32=1"), "expected NAME=VALUE"),  # the task's option
     ]:
         with pytest.raises(argparse.ArgumentTypeError, match=says):
