@@ -41,9 +41,9 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
     assert model_param("max_depth=3") == ("max_depth", 3)
     assert model_param("program_rows=sum_max") == ("program_rows", "sum_max")
     assert sketch_param("auto_unroll_configs=64,512") == ("auto_unroll_configs", (64, 512))
-    assert search_param("mutation_weights=tile_size:0.6,thread_layout:0.2") == (
+    assert search_param("mutation_weights=tile_size:0.6,auto_unroll:0.3") == (
         "mutation_weights",
-        (("tile_size", 0.6), ("thread_layout", 0.2)),
+        (("tile_size", 0.6), ("auto_unroll", 0.3)),
     )
     for bad, says in [
         (lambda: search_param("local_share=lots"), "local_share takes a float"),

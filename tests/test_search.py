@@ -29,7 +29,6 @@ from autosched.search.policy import (
     as_records,
 )
 from autosched.search.workers import TaskContext, TaskSpec, Workers
-from autosched.sketch import SketchParams
 from autosched.task.workloads import SUITE
 from measure import MeasureErrorKind
 
@@ -110,60 +109,6 @@ def test_vectorised_split_keeps_a_vector_width(sampled):
         assert vec, "the sketch has cooperative fetching"
         for k in vec:
             assert as_step(child[k - 1]).lengths[-1] <= policy.mutation_ctx.max_vector_length
-
-
-def spatial_tiles(records, n_lengths: int) -> dict[int, tuple[int, ...]]:
-    """Record position -> lengths of each multi-level spatial split (n_lengths long)."""
-    return {
-        k: r[4] for k, r in enumerate(records) if r[0] == SplitStep.TAG and len(r[4]) == n_lengths
-    }
-
-
-@pytest.fixture(scope="module", params=["matmul", "conv2d_bias_relu"])
-def tiled(request):
-    """A policy of a small task whose fresh states give each thread a tile of several outputs
-    (without the launch floor, which on a small task leaves one output a thread), and 48 of
-    them."""
-    sketch = SketchParams(min_threads_per_sm=0)
-    task = small_task(request.param)
-    policy = SketchPolicy(
-        task, autosched.XGBModel(nthread=1, seed=0), PARAMS, verbose=0, sketch_params=sketch
-    )
-    return policy, policy.sample_fresh(48)
-
-
-def test_thread_layout_mutation_trades_threads_between_axes_of_one_launch(tiled):
-    policy, fresh = tiled
-    n = policy.n_spatial_levels - 1
-    children = _children(policy, fresh, "thread_layout", n=20)
-    for (parent,), child in children:
-        before, after = spatial_tiles(parent, n), spatial_tiles(child, n)
-        changed = [k for k in range(len(parent)) if parent[k] != child[k]]
-        assert len(changed) == 2 and set(changed) <= set(after)
-        assert parent[changed[0]][1] == parent[changed[1]][1]  # one stage's two axes
-        assert structure_key(child) == structure_key(parent)
-        for k in changed:  # each axis keeps its block tile
-            assert math.prod(after[k]) == math.prod(before[k])
-        assert sorted(after[k][1] > before[k][1] for k in changed) == [False, True]
-        both = (before, after)
-        threads = [math.prod(t[1] for t in tiles.values()) for tiles in both]
-        own = [math.prod(t[0] * math.prod(t[2:]) for t in tiles.values()) for tiles in both]
-        if policy.task.workload_key.startswith('["matmul'):  # powers of two: a common factor
-            assert threads[0] == threads[1] and own[0] == own[1]
-        assert 0.5 < threads[1] / threads[0] < 2
-        for k in changed:
-            assert after[k][-1] <= policy.mutation_ctx.max_innermost_factor
-    outcomes = policy.workers.evaluate([c for _, c in children])
-    valid = sum(isinstance(o, np.ndarray) for o in outcomes)
-    assert valid >= 0.85 * len(children), [o for o in outcomes if isinstance(o, str)]
-
-
-def test_thread_layout_mutation_leaves_a_one_axis_tiling_alone():
-    policy = make_policy(autosched.SearchTask("softmax", (64, 128)))
-    assert all(
-        MUTATIONS["thread_layout"].apply(policy.mutation_ctx, [r], random.Random(0)) is None
-        for r in policy.sample_fresh(8)
-    )
 
 
 def test_auto_unroll_mutation_picks_another_config(sampled):

@@ -88,9 +88,6 @@ class MutationContext:
     unroll_configs: tuple[int, ...]
     # the depths of tensorized (Tensor Core) stages (default: unroll_configs)
     tensor_core_unroll_configs: tuple[int, ...] = ()
-    # levels of a multi-level tiled stage's spatial axes (SketchParams.n_spatial_levels): its
-    # spatial splits have one length fewer, vthread and thread first, then the thread's own tile
-    n_spatial_levels: int = 5
     # structure key -> positions of its decision records (filled on first use)
     decisions: dict = field(default_factory=dict)
     # structure key -> fixed_levels of its records (filled on first use)
@@ -176,7 +173,8 @@ class TileSizeMutation(Mutation):
             n_fixed = fixed.get(k, 0)
             if levels is None or n_fixed >= len(step.lengths):
                 continue
-            limit = innermost_limit(ctx, records, k, step)
+            vector = next_annotates(records, k, step, "vectorize")
+            limit = ctx.max_vector_length if vector else ctx.max_innermost_factor
             if n_fixed:  # only the levels outside the fixed ones move; none is innermost
                 head, tail = levels[:-n_fixed], levels[-n_fixed:]
                 moved = self.move_factor(head, math.prod(levels), rng)
@@ -217,78 +215,6 @@ class TileSizeMutation(Mutation):
             out[dst] *= f
             return out
         return None
-
-
-def innermost_limit(ctx: MutationContext, records: Records, k: int, step: SplitStep) -> int:
-    """The largest innermost length split k may take: the widest vector when the next step
-    vectorises it, else max_innermost_factor."""
-    vector = next_annotates(records, k, step, "vectorize")
-    return ctx.max_vector_length if vector else ctx.max_innermost_factor
-
-
-class ThreadLayoutMutation(Mutation):
-    """Lay a block's threads out differently over the spatial axes of a tiled stage: a factor
-    of one axis's thread length moves into that axis's own levels (its virtual threads or the
-    thread's tile), and a factor of another axis's own levels becomes threads. Each axis keeps
-    its block tile; where the two factors are equal (otherwise they differ by less than
-    twofold, for axes without a common factor such as 7 and 512) the block also keeps its
-    thread count and a thread its accumulators, so the launch (grid, block, shared and register
-    footprint) stays as it was and only which outputs neighbouring threads compute changes: how
-    the block's shared-memory reads and global stores fall into banks and transactions. Logged
-    states alike in their launch and finer decisions but laid out differently are often a fifth
-    or more apart in time, and `tile_size` reaches another layout of the same launch only
-    through two moves whose midpoint changes the block's thread count. Tensor Core states keep
-    their sketch's warp layout."""
-
-    NAME = "thread_layout"
-    THREAD = 1  # the thread length's index in a spatial split's lengths (vthread comes first)
-
-    def apply(self, ctx, parents, rng):
-        records = parents[0]
-        if ctx.fixed_levels(records):
-            return None
-        n = ctx.n_spatial_levels - 1
-        by_stage: dict[int, list[int]] = {}
-        for k in ctx.decision_ids(records):
-            r = records[k]
-            if r[0] == SplitStep.TAG and len(r[4]) == n and None not in r[4]:
-                by_stage.setdefault(r[1], []).append(k)
-        pairs = [(a, b) for ks in by_stage.values() for a in ks for b in ks if a != b]
-        rng.shuffle(pairs)
-        for a, b in pairs:
-            child = self.exchange(ctx, records, a, b, rng)
-            if child is not None:
-                return child
-        return None
-
-    def exchange(self, ctx, records, a: int, b: int, rng: random.Random) -> Records | None:
-        """Threads of split a traded for per-thread tile of split b: an equal factor where one
-        divides both, else the nearest pair less than twofold apart; None if there is none (or
-        none keeps a's innermost length within its limit)."""
-        step_a, step_b = as_step(records[a]), as_step(records[b])
-        la, lb = list(step_a.lengths), list(step_b.lengths)
-        limit = innermost_limit(ctx, records, a, step_a)
-        tile = [0, *range(self.THREAD + 1, len(la))]  # a thread's own levels: vthread, tile
-        moves = [
-            (fa, fb, i, j)
-            for fa in divisors(la[self.THREAD])[1:]
-            for i in tile
-            if i < len(la) - 1 or la[i] * fa <= limit
-            for j in tile
-            for fb in divisors(lb[j])[1:]
-            if max(fa, fb) < 2 * min(fa, fb)
-        ]
-        if not moves:
-            return None
-        nearest = min(abs(math.log(fa / fb)) for fa, fb, _, _ in moves)
-        moves = [m for m in moves if abs(math.log(m[0] / m[1])) == nearest]
-        fa, fb, i, j = moves[int(rng.random() * len(moves))]
-        la[self.THREAD] //= fa
-        la[i] *= fa
-        lb[j] //= fb
-        lb[self.THREAD] *= fb
-        records = with_record(records, a, replace(step_a, lengths=tuple(la)))
-        return with_record(records, b, replace(step_b, lengths=tuple(lb)))
 
 
 class AutoUnrollMutation(Mutation):
@@ -346,7 +272,6 @@ __all__ = [
     "Mutation",
     "MutationContext",
     "Records",
-    "ThreadLayoutMutation",
     "TileSizeMutation",
     "fixed_levels",
     "as_step",

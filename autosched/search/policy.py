@@ -194,7 +194,6 @@ class SketchPolicy:
             max(sketch_params.vector_lengths),
             sketch_params.auto_unroll_configs,
             sketch_params.tensor_core_unroll_configs,
-            sketch_params.n_spatial_levels,
         )
         self.n_spatial_levels = sketch_params.n_spatial_levels
         self.features = FeatureCache(self.params.feature_cache_size)
