@@ -2,6 +2,7 @@
 
     python3 offline.py layouts WORKLOAD LOG [LOG ...]
     python3 offline.py ceiling WORKLOAD N LOG [LOG ...]
+    python3 offline.py failures LOG [LOG ...]
 
 layouts: correct states grouped by what a summary of the tiled stage says (threads per block,
 virtual threads, accumulators per thread, blocks, the reduction tile and its inner part, unroll
@@ -13,6 +14,10 @@ ceiling: for each of the first four logs in turn, an XGBModel (defaults, no few-
 trained on the first N records of every other log and picks 64 of the held-out log's correct
 states. Prints how often the picks hold the held-out run's fastest 5% (as a multiple of chance),
 the fastest pick over the run's fastest, and the Spearman correlation of scores and speed.
+
+failures: over the 256-record logs given (one workload), the Spearman correlation of a run's
+best time with its failed trials after the first round (64 records), and the failed trials of
+the fastest and slowest third of the runs.
 """
 
 from __future__ import annotations
@@ -114,10 +119,35 @@ def ceiling(workload: str, n: int, paths: list[str]) -> None:
     )
 
 
+def failures(paths: list[str]) -> None:
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from autosched.records import load_records
+
+    rows = []
+    for path in paths:
+        records = list(load_records(path))
+        if len(records) != 256:
+            continue
+        best = min(res.mean_cost for _, res in records if res.ok) * 1e6
+        rows.append((best, sum(1 for _, res in records[64:] if not res.ok)))
+    rows.sort()
+    best, failed = np.array(rows).T
+    third = len(rows) // 3
+    print(
+        f"{len(rows)} runs: Spearman(best, failed after round 1) {spearmanr(best, failed)[0]:.2f};"
+        f" failed, fastest third {failed[:third].mean():.1f}, slowest third "
+        f"{failed[-third:].mean():.1f}"
+    )
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["layouts"]:
         layouts(sys.argv[3:])
     elif sys.argv[1:2] == ["ceiling"]:
         ceiling(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+    elif sys.argv[1:2] == ["failures"]:
+        failures(sys.argv[2:])
     else:
         raise SystemExit(__doc__)
