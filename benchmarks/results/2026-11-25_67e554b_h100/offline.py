@@ -3,6 +3,7 @@
     python3 offline.py layouts WORKLOAD LOG [LOG ...]
     python3 offline.py ceiling WORKLOAD N LOG [LOG ...]
     python3 offline.py failures LOG [LOG ...]
+    python3 offline.py twins LOG [LOG ...]
 
 layouts: correct states grouped by what a summary of the tiled stage says (threads per block,
 virtual threads, accumulators per thread, blocks, the reduction tile and its inner part, unroll
@@ -18,6 +19,10 @@ the fastest pick over the run's fastest, and the Spearman correlation of scores 
 failures: over the 256-record logs given (one workload), the Spearman correlation of a run's
 best time with its failed trials after the first round (64 records), and the failed trials of
 the fastest and slowest third of the runs.
+
+twins: correct states of the logs (one workload) grouped by their feature matrix, exactly; for
+groups of two or more states (which the cost model cannot tell apart), the slowest over the
+fastest, and the records in which the most different pairs differ.
 """
 
 from __future__ import annotations
@@ -142,6 +147,41 @@ def failures(paths: list[str]) -> None:
     )
 
 
+def twins(paths: list[str]) -> None:
+    import numpy as np
+
+    from autosched.features.extract import state_features
+    from autosched.records import load_records
+    from autosched.schedule.compute_dag import ComputeDAG
+
+    groups: dict = collections.defaultdict(list)
+    dags: dict = {}
+    n = 0
+    for path in paths:
+        for inp, res in load_records(path):
+            if not res.ok:
+                continue
+            dag = dags.get(inp.workload_key)
+            if dag is None:
+                dag = dags[inp.workload_key] = ComputeDAG.from_workload_key(inp.workload_key)
+            features = np.asarray(state_features(dag.replay_steps(inp.steps)), np.float32)
+            groups[features.tobytes()].append((res.mean_cost * 1e6, inp.steps))
+            n += 1
+    twins = [sorted(g, key=lambda t: t[0]) for g in groups.values() if len(g) > 1]
+    print(f"{n} correct states, {len(groups)} distinct feature matrices, {len(twins)} shared")
+    if not twins:
+        return
+    ratios = sorted(g[-1][0] / g[0][0] for g in twins)
+    q = [ratios[int(p * (len(ratios) - 1))] for p in (0.5, 0.9)]
+    print(
+        f"slowest / fastest of one matrix: median {q[0]:.3f}, 90th {q[1]:.3f}, max {ratios[-1]:.3f}"
+    )
+    for g in sorted(twins, key=lambda g: g[0][0] / g[-1][0])[:3]:
+        (fast, a), (slow, b) = g[0], g[-1]
+        differ = [(x, y) for x, y in zip(a, b, strict=False) if x != y]
+        print(f"  {fast:.1f} vs {slow:.1f} µs: {differ}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["layouts"]:
         layouts(sys.argv[3:])
@@ -149,5 +189,7 @@ if __name__ == "__main__":
         ceiling(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
     elif sys.argv[1:2] == ["failures"]:
         failures(sys.argv[2:])
+    elif sys.argv[1:2] == ["twins"]:
+        twins(sys.argv[2:])
     else:
         raise SystemExit(__doc__)
