@@ -237,7 +237,8 @@ def main() -> int:
         default=[],
         metavar="NAME=VALUE",
         type=search_param,
-        help="set any SearchParams field, e.g. --param local_share=0.25 (repeatable)",
+        help="set any SearchParams field, e.g. --param local_share=0.25 or --param "
+        "mutation_weights=tile_size:0.7,auto_unroll:0.2,crossover:0.1 (repeatable)",
     )
     ap.add_argument(
         "--model",
@@ -361,15 +362,15 @@ def named_numbers(name: str, value: str, kind: type) -> tuple[tuple[str, object]
     """A setting of (name, number) pairs written `a:1,b:0.5` (e.g. `mutation_weights`)."""
     pairs = []
     for item in value.split(","):
-        key, sep, number = item.partition(":")
+        key, _, number = item.partition(":")
         try:
+            if not key:
+                raise ValueError(item)
             pairs.append((key, kind(number)))
         except ValueError:
-            sep = ""
-        if not sep or not key:
             raise argparse.ArgumentTypeError(
                 f"{name} takes comma-separated NAME:{kind.__name__} pairs, got {item!r}"
-            )
+            ) from None
     return tuple(pairs)
 
 
