@@ -371,14 +371,14 @@ class SketchPolicy:
         names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
         children_of: list[dict[Records, None]] = []
         for parent in parents:
-            shape = block_shape(parent, self.n_spatial_levels)
+            shape = block_shape(parent, self.n_spatial_levels) if keep_block_shape else None
             children: dict[Records, None] = {}
             for _ in range(p.local_tries):
                 rule = MUTATIONS[self.rng.choices(names, weights)[0]]
                 child = rule.apply(self.mutation_ctx, [parent], self.rng)
                 if child is None or child in self.picked:
                     continue
-                if keep_block_shape and block_shape(child, self.n_spatial_levels) != shape:
+                if shape is not None and block_shape(child, self.n_spatial_levels) != shape:
                     continue
                 children[child] = None
             children_of.append(children)
