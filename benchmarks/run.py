@@ -50,13 +50,16 @@ def tune(
     generations: int | None = None,
     pretrain: tuple = (),
     few_shot: int | None = None,
+    prior: tuple = (),
     search_params: dict | None = None,
     model_params: dict | None = None,
     sketch_params: dict | None = None,
 ):
     """Tune one suite workload; returns (task, TuningResult, wall seconds). `pretrain`: Datasets
     (`cost_model.load_dataset`) whose programs of other tasks train the model before the first
-    round (transfer learning; the task's own programs in them are left out). `few_shot`: the
+    round (transfer learning; the task's own programs in them are left out). `prior`: Datasets
+    whose programs of other tasks join the model's training from its first update on
+    (`XGBModel.add_prior`: the first round stays random). `few_shot`: the
     model's `few_shot_threshold` (None: XGBParams' default). `search_params`: more SearchParams
     fields by name; `model_params`: XGBParams fields by name; `sketch_params`: SketchParams
     fields by name (over the task's own)."""
@@ -84,6 +87,9 @@ def tune(
     if others:  # one training run on all of them (each update retrains from scratch)
         features, throughputs, task_ids = zip(*others, strict=True)
         model.update(list(features), list(throughputs), task_ids=list(task_ids))
+    for data in prior:
+        data = data.without_tasks([task.workload_key])
+        model.add_prior(data.features, data.throughputs, task_ids=data.task_ids)
     sketch = dataclasses.replace(SketchParams.for_task(task), **(sketch_params or {}))
     policy = SketchPolicy(task, model, params, sketch_params=sketch)
     res = autosched.auto_schedule(
@@ -232,6 +238,13 @@ def main() -> int:
         help="record logs whose programs of other workloads train the cost model first",
     )
     ap.add_argument(
+        "--prior",
+        nargs="+",
+        default=[],
+        help="record logs or saved datasets (benchmarks/prior_dataset.py) whose programs of other"
+        " workloads join the cost model's training after the first (random) round",
+    )
+    ap.add_argument(
         "--param",
         action="append",
         default=[],
@@ -273,9 +286,10 @@ def main() -> int:
     ns = ap.parse_args()
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
-    from autosched.search.cost_model import load_dataset
+    from autosched.search.cost_model import load_dataset, read_dataset
 
     pretrain = tuple(load_dataset(path, ns.n_jobs) for path in ns.pretrain)
+    prior = tuple(read_dataset(path, ns.n_jobs) for path in ns.prior)
     by_seed: dict[int, list[dict]] = {}
     for seed in ns.seeds:
         out = ns.out if len(ns.seeds) == 1 else os.path.join(ns.out, f"seed{seed}")
@@ -293,6 +307,7 @@ def main() -> int:
                 ns.generations,
                 pretrain,
                 ns.few_shot,
+                prior,
                 dict(ns.param),
                 dict(ns.model),
                 dict(ns.sketch),

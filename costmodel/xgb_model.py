@@ -114,6 +114,7 @@ class XGBModel(CostModel):
         self._rng = np.random.default_rng(seed)  # draws the few-shot random scores only
         self._chunks: list[_Chunk] = []
         self._n_unkept = 0  # programs seen by a saved model whose data was not saved
+        self._n_prior = 0  # programs given by add_prior (kept, not counted as the task's own)
         self._n_features: int | None = None
         self._booster: xgb.Booster | None = None
         self._n_at_last_train = 0
@@ -131,10 +132,16 @@ class XGBModel(CostModel):
         return self._booster is not None
 
     @property
+    def n_prior(self) -> int:
+        """Programs given by ``add_prior`` (part of ``n_programs``)."""
+        return self._n_prior
+
+    @property
     def uses_random_fallback(self) -> bool:
         """True while ``predict`` ranks at random (untrained, or fewer programs than the
-        threshold)."""
-        return self._booster is None or self.n_programs < self.params.few_shot_threshold
+        threshold, not counting those given by ``add_prior``)."""
+        own = self.n_programs - self._n_prior
+        return self._booster is None or own < self.params.few_shot_threshold
 
     # ----- training -----
 
@@ -147,6 +154,7 @@ class XGBModel(CostModel):
         """Forget all data seen so far, then train on these programs."""
         self._chunks = []
         self._n_unkept = 0
+        self._n_prior = 0
         self._n_features = None
         self._booster = None
         self._add(features, throughputs, task_ids)
@@ -172,6 +180,23 @@ class XGBModel(CostModel):
         ):
             return
         self._train()
+
+    def add_prior(
+        self,
+        features: Sequence[FeatureMatrix],
+        throughputs: Sequence[float] | np.ndarray,
+        task_ids: Sequence[Any] | np.ndarray | None = None,
+    ) -> int:
+        """Keep these programs (measured for other tasks, typically) as training data from the
+        next ``update`` on, without training now and without counting them towards
+        ``few_shot_threshold``. Transfer learning that does not steer a search before it has
+        data of its own: the search's first round stays what the few-shot rule makes it
+        (random), and from its first update on the model learns from these programs and the
+        search's together (give distinct task ids: throughputs are normalised per task).
+        Returns the number of programs kept."""
+        n = self._add(features, throughputs, task_ids)
+        self._n_prior += n
+        return n
 
     def _add(self, features, throughputs, task_ids) -> int:
         packed = pack_features(features, self._n_features)
@@ -388,6 +413,7 @@ class XGBModel(CostModel):
             "n_features": self._n_features,
             "n_unkept": self.n_programs if not include_data else self._n_unkept,
             "n_at_last_train": self._n_at_last_train,
+            "n_prior": self._n_prior,
             "rng_state": rng_state_to_json(self._rng),
             "last_fit": dataclasses.asdict(self.last_fit) if self.last_fit else None,
         }
@@ -413,6 +439,7 @@ class XGBModel(CostModel):
         model._n_features = meta["n_features"]
         model._n_unkept = int(meta["n_unkept"])
         model._n_at_last_train = int(meta["n_at_last_train"])
+        model._n_prior = int(meta.get("n_prior", 0))
         model._rng = rng_from_json(meta["rng_state"])
         if meta["last_fit"] is not None:
             model.last_fit = FitReport(**meta["last_fit"])

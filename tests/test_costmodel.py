@@ -463,3 +463,20 @@ def test_empty_and_all_invalid_batches():
     model.update([np.ones((2, 4)), 2 * np.ones((3, 4))], [1.0, 2.0])
     assert model.is_trained and model.n_programs == 4
     assert np.isneginf(model.predict([None])[0])
+
+
+def test_prior_programs_train_from_the_first_update_but_leave_the_few_shot_rounds(tmp_path):
+    features, throughputs = synthetic_programs(200, seed=8)
+    model = quick_model(few_shot_threshold=32)
+    assert model.add_prior(features[:150], throughputs[:150], task_ids=["other"] * 150) == 150
+    assert model.n_prior == 150 and model.n_programs == 150
+    assert not model.is_trained and model.uses_random_fallback  # nothing trains yet
+    model.update(features[150:170], throughputs[150:170], task_ids=["own"] * 20)
+    assert model.is_trained and model.last_fit.n_programs == 170  # trained on both
+    assert model.uses_random_fallback  # 20 programs of its own, fewer than 32
+    model.save(tmp_path / "m.npz", include_data=False)
+    assert XGBModel.load(tmp_path / "m.npz").uses_random_fallback  # the priors still don't count
+    model.update(features[170:], throughputs[170:], task_ids=["own"] * 30)
+    assert not model.uses_random_fallback and model.last_fit.n_programs == 200
+    model.fit(features[:10], throughputs[:10])  # fit forgets the priors too
+    assert model.n_prior == 0

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 from costmodel_cache import cached_dataset
 
+from autosched.errors import AutoschedError
+from autosched.features import FEATURE_NAMES
 from autosched.records import load_records
 from autosched.search.cost_model import (
     Dataset,
@@ -27,6 +29,7 @@ from autosched.search.cost_model import (
     XGBModel,
     holdout_ranking,
     load_dataset,
+    read_dataset,
 )
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "costmodel")
@@ -126,3 +129,29 @@ def test_training_on_1000_measured_programs_takes_under_2_s_on_one_core(dataset)
     seconds = time.process_time() - start
     print(f"\nXGBModel.fit on 1000 measured {task} programs, 1 thread: {seconds:.2f} s CPU")
     assert len(part) == 1000 and seconds <= 2.0
+
+
+def test_saved_dataset_round_trips_and_drops_tasks(tmp_path):
+    rng = np.random.default_rng(0)
+    n = len(FEATURE_NAMES)
+    data = Dataset(
+        [rng.random((3, n), dtype=np.float32), np.zeros((0, n), np.float32), rng.random((1, n))],
+        np.array([2.0, 0.0, 1.5]),
+        ["a", "b", "a"],
+    )
+    data.save(str(tmp_path / "d.npz"))
+    back = read_dataset(str(tmp_path / "d.npz"))
+    assert back.task_ids == data.task_ids and np.array_equal(back.throughputs, data.throughputs)
+    assert all(np.array_equal(x, y) for x, y in zip(back.features, data.features, strict=True))
+    assert back.without_tasks(["a"]).task_ids == ["b"]
+
+
+def test_saved_dataset_of_another_feature_layout_is_refused_in_one_line(tmp_path):
+    path = str(tmp_path / "d.npz")
+    Dataset([np.ones((1, 3), np.float32)], np.array([1.0]), ["a"]).save(path)
+    with np.load(path) as f:
+        arrays = dict(f)
+    arrays["signature"] = np.array("0123456789ab")
+    np.savez(path, **arrays)
+    with pytest.raises(AutoschedError, match="another feature layout"):
+        Dataset.load(path)

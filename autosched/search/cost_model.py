@@ -5,13 +5,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 import costmodel
+from autosched.errors import AutoschedError
 from autosched.records import load_records
 from autosched.search.workers import features_for_states
 
@@ -40,6 +42,59 @@ class Dataset:
             self.throughputs[list(index)],
             [self.task_ids[i] for i in index],
         )
+
+    def without_tasks(self, task_ids: Iterable[str]) -> Dataset:
+        """The programs of every other task."""
+        drop = set(task_ids)
+        return self.subset([i for i, t in enumerate(self.task_ids) if t not in drop])
+
+    def save(self, path: str) -> None:
+        """Write the programs to one compressed `.npz` file, tagged with the feature layout
+        that made them, so that extracting a large log's features is done once."""
+        lengths = np.array([len(f) for f in self.features], dtype=np.int64)
+        rows = [f for f in self.features if len(f)]
+        width = rows[0].shape[1] if rows else len(_feature_names())
+        np.savez_compressed(
+            path,
+            rows=np.concatenate(rows) if rows else np.zeros((0, width), np.float32),
+            lengths=lengths,
+            throughputs=self.throughputs,
+            task_ids=np.array(self.task_ids, dtype=str),
+            signature=np.array(feature_signature()),
+        )
+
+    @classmethod
+    def load(cls, path: str) -> Dataset:
+        """Read a file written by `save`; one clear error when another feature layout made
+        it (its programs would be read as the wrong features)."""
+        with np.load(path, allow_pickle=False) as f:
+            if str(f["signature"]) != feature_signature():
+                raise AutoschedError(
+                    f"{path} holds features of another feature layout "
+                    f"({f['signature']} here {feature_signature()}): extract it again from "
+                    "its record logs"
+                )
+            ends = np.cumsum(f["lengths"])
+            rows = f["rows"]
+            features = [rows[e - n : e] for e, n in zip(ends, f["lengths"], strict=True)]
+            return cls(features, f["throughputs"], [str(t) for t in f["task_ids"]])
+
+
+def _feature_names() -> list[str]:
+    from autosched.features import FEATURE_NAMES
+
+    return FEATURE_NAMES
+
+
+def feature_signature() -> str:
+    """A short hash of the feature layout (the names, in order)."""
+    return hashlib.sha1("\n".join(_feature_names()).encode()).hexdigest()[:12]
+
+
+def read_dataset(path: str, n_jobs: int = 1) -> Dataset:
+    """The programs of a saved dataset (`.npz`, `Dataset.save`) or of a record log (replayed
+    and featurised here)."""
+    return Dataset.load(path) if path.endswith(".npz") else load_dataset(path, n_jobs)
 
 
 def load_dataset(path: str, n_jobs: int = 1) -> Dataset:
@@ -108,7 +163,20 @@ class _FromFileMixin:
 
 
 class XGBModel(_FromFileMixin, costmodel.XGBModel):
-    """costmodel.XGBModel plus `update_from_file(log)`."""
+    """costmodel.XGBModel plus `update_from_file(log)` and `add_prior_from_files`."""
+
+    def add_prior_from_files(
+        self, paths: Sequence[str], n_jobs: int = 1, exclude_tasks: Iterable[str] = ()
+    ) -> int:
+        """`add_prior` with the programs of record logs or saved datasets, those of
+        `exclude_tasks` left out. Returns the number kept."""
+        exclude = list(exclude_tasks)
+        n = 0
+        for path in paths:
+            data = read_dataset(path, n_jobs).without_tasks(exclude)
+            if len(data):
+                n += self.add_prior(data.features, data.throughputs, task_ids=data.task_ids)
+        return n
 
 
 class RandomModel(_FromFileMixin, costmodel.RandomModel):

@@ -1,0 +1,41 @@
+"""Extract the cost-model features of record logs once and save them as one dataset (`.npz`),
+for `benchmarks/run.py --prior` and `autosched tune --prior` (the feature layout is checked on
+load).
+
+    python3 benchmarks/prior_dataset.py LOG [LOG ...] --out prior.npz [--n-jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def main() -> int:
+    from autosched.search.cost_model import Dataset, load_dataset
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
+    ns = ap.parse_args()
+    parts = [load_dataset(path, ns.n_jobs) for path in ns.logs]
+    data = Dataset(
+        [f for d in parts for f in d.features],
+        __import__("numpy").concatenate([d.throughputs for d in parts]),
+        [t for d in parts for t in d.task_ids],
+    )
+    data.save(ns.out)
+    per_task = collections.Counter(data.task_ids)
+    print(f"{ns.out}: {len(data)} programs of {len(per_task)} tasks from {len(ns.logs)} logs")
+    for task, n in sorted(per_task.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:6d}  {task}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
