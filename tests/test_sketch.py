@@ -472,3 +472,30 @@ def test_min_threads_per_sm_keeps_fresh_launches_filling_the_gpu():
     assert len(higher) >= 30 and min(higher) >= 2 * floor
     with pytest.raises(ValueError, match="min_threads_per_sm must be >= 0"):
         SketchParams(min_threads_per_sm=-1)
+
+
+def test_spread_accumulators_draws_per_thread_tiles_below_the_budget():
+    """Uniform factorisations crowd fresh samples at the accumulator budget; with
+    spread_accumulators a cap from the budget's top four octaves (none below 8) is drawn first,
+    and a budget under 16 leaves the draws as they were (no random number is taken)."""
+    from autosched.sketch.init_rules import FillTileSize, accumulators
+    from autosched.sketch.utils import SketchParams
+
+    rng = random.Random(0)
+    assert {FillTileSize.drawn_cap(128, rng) for _ in range(200)} == {16, 32, 64, 128}
+    assert {FillTileSize.drawn_cap(95, rng) for _ in range(200)} == {11, 23, 47, 95}
+    before = rng.getstate()
+    assert FillTileSize.drawn_cap(2, rng) == 2 and FillTileSize.drawn_cap(8, rng) == 8
+    assert rng.getstate() == before
+
+    def per_thread(params) -> list[int]:
+        plans = fresh_plans(params, 40, random.Random(5), "conv2d_7x7s2")
+        return [
+            accumulators([state.steps[k].lengths for k in g.spatial_ids])
+            for state, plan, _ in plans
+            for g in plan.groups
+        ]
+
+    crowded, spread = per_thread(SketchParams()), per_thread(SketchParams(spread_accumulators=True))
+    assert len(crowded) >= 30 and len(spread) >= 30
+    assert sum(a <= 16 for a in spread) >= 2 * max(1, sum(a <= 16 for a in crowded))

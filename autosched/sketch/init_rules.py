@@ -130,6 +130,8 @@ class FillTileSize(InitRule):
         rng.shuffle(order)
         vthread, threads = hw.max_vthread_extent, hw.max_threads_per_block
         local, have = self.local_budget(ctx, steps, g), 1
+        if p.spread_accumulators:
+            local = self.drawn_cap(local, rng)
         out: list = [None] * len(ids)
         for n, a in enumerate(order):
             step = steps[ids[a]]
@@ -163,6 +165,14 @@ class FillTileSize(InitRule):
             return p.max_local_elems
         outputs = math.prod(steps[k].extent for k in g.spatial_ids)
         return max(1, min(p.max_local_elems, outputs // wanted))
+
+    @staticmethod
+    def drawn_cap(budget: int, rng: random.Random) -> int:
+        """A cap on a thread's accumulators, drawn uniformly from the budget and its half,
+        quarter and eighth (none below 8 unless the budget is), so that fresh samples spread
+        over per-thread tile sizes instead of crowding at the budget."""
+        caps = sorted({budget >> k for k in range(4) if budget >> k >= min(budget, 8)})
+        return caps[rng.randrange(len(caps))] if len(caps) > 1 else budget
 
     def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> Reason | None:
         hw, params = ctx.hardware, ctx.params

@@ -69,6 +69,12 @@ class SketchParams:
     # gone, means 6-20% faster except depthwise (13% slower). 0 leaves the accumulators to
     # `max_local_elems`.
     min_threads_per_sm: int = 64
+    # whether a tiled stage's accumulators per thread are first capped at the budget above or
+    # its half, quarter or eighth (not below 8), drawn uniformly, before the axes are drawn
+    # under that cap: uniform factorisations of each axis put most fresh samples at the budget
+    # (conv2d_7x7s2: 58% at 64), far from where the fastest kernels of some workloads lie
+    # (conv2d_7x7s2's at 8-16)
+    spread_accumulators: bool = False
     # statements once unrolled: on the H100, random conv2d states above 2048 spilled 69-75% of the
     # time, took up to 20 s to compile, and none was among the 10 fastest. Between 1536 and 2048
     # (78 of the 2640 cost-model dataset states, NVRTC, 15 at once): 1.8-4.1 s mean compile
