@@ -1,6 +1,5 @@
 """Extract the cost-model features of record logs once and save them as one dataset (`.npz`),
-for `benchmarks/run.py --prior` and `autosched tune --prior` (the feature layout is checked on
-load).
+for `benchmarks/run.py --prior` (`cost_model.read_dataset` checks the feature layout on load).
 
     python3 benchmarks/prior_dataset.py LOG [LOG ...] --out prior.npz [--n-jobs N]
 """
@@ -23,12 +22,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ns = ap.parse_args()
-    parts = [load_dataset(path, ns.n_jobs) for path in ns.logs]
-    data = Dataset(
-        [f for d in parts for f in d.features],
-        __import__("numpy").concatenate([d.throughputs for d in parts]),
-        [t for d in parts for t in d.task_ids],
-    )
+    data = Dataset.joined([load_dataset(path, ns.n_jobs) for path in ns.logs])
     data.save(ns.out)
     per_task = collections.Counter(data.task_ids)
     print(f"{ns.out}: {len(data)} programs of {len(per_task)} tasks from {len(ns.logs)} logs")

@@ -46,11 +46,7 @@ def parts() -> dict[str, Dataset]:
 
 @pytest.fixture(scope="module")
 def dataset(parts) -> Dataset:
-    return Dataset(
-        [f for p in parts.values() for f in p.features],
-        np.concatenate([p.throughputs for p in parts.values()]),
-        [t for p in parts.values() for t in p.task_ids],
-    )
+    return Dataset.joined(list(parts.values()))
 
 
 def test_fixture_has_1000_measured_programs_per_workload():
@@ -144,6 +140,8 @@ def test_saved_dataset_round_trips_and_drops_tasks(tmp_path):
     assert back.task_ids == data.task_ids and np.array_equal(back.throughputs, data.throughputs)
     assert all(np.array_equal(x, y) for x, y in zip(back.features, data.features, strict=True))
     assert back.without_tasks(["a"]).task_ids == ["b"]
+    both = Dataset.joined([data, back.without_tasks(["b"])])
+    assert both.task_ids == ["a", "b", "a", "a", "a"] and len(both.throughputs) == 5
 
 
 def test_saved_dataset_of_another_feature_layout_is_refused_in_one_line(tmp_path):

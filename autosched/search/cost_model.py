@@ -43,6 +43,15 @@ class Dataset:
             [self.task_ids[i] for i in index],
         )
 
+    @classmethod
+    def joined(cls, parts: Sequence[Dataset]) -> Dataset:
+        """The programs of every part, in order."""
+        return cls(
+            [f for d in parts for f in d.features],
+            np.concatenate([d.throughputs for d in parts]) if parts else np.zeros(0),
+            [t for d in parts for t in d.task_ids],
+        )
+
     def without_tasks(self, task_ids: Iterable[str]) -> Dataset:
         """The programs of every other task."""
         drop = set(task_ids)
@@ -163,20 +172,7 @@ class _FromFileMixin:
 
 
 class XGBModel(_FromFileMixin, costmodel.XGBModel):
-    """costmodel.XGBModel plus `update_from_file(log)` and `add_prior_from_files`."""
-
-    def add_prior_from_files(
-        self, paths: Sequence[str], n_jobs: int = 1, exclude_tasks: Iterable[str] = ()
-    ) -> int:
-        """`add_prior` with the programs of record logs or saved datasets, those of
-        `exclude_tasks` left out. Returns the number kept."""
-        exclude = list(exclude_tasks)
-        n = 0
-        for path in paths:
-            data = read_dataset(path, n_jobs).without_tasks(exclude)
-            if len(data):
-                n += self.add_prior(data.features, data.throughputs, task_ids=data.task_ids)
-        return n
+    """costmodel.XGBModel plus `update_from_file(log)`."""
 
 
 class RandomModel(_FromFileMixin, costmodel.RandomModel):
