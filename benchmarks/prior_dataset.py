@@ -22,6 +22,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ns = ap.parse_args()
+    if not ns.out.endswith(".npz"):
+        ap.error(f"--out {ns.out}: a dataset file must end in .npz (read_dataset tells by it)")
     data = Dataset.joined([load_dataset(path, ns.n_jobs) for path in ns.logs])
     data.save(ns.out)
     per_task = collections.Counter(data.task_ids)
