@@ -64,6 +64,7 @@ def tune(
     fields by name; `model_params`: XGBParams fields by name; `sketch_params`: SketchParams
     fields by name (over the task's own)."""
     import autosched
+    from autosched.search.cost_model import Dataset
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.sketch import SketchParams
     from autosched.task.search_task import suite_task
@@ -78,18 +79,13 @@ def tune(
         model_settings["few_shot_threshold"] = few_shot
     model = autosched.XGBModel(**model_settings)
     t0 = time.perf_counter()
-    others = [
-        (d.features[i], d.throughputs[i], t)
-        for d in pretrain
-        for i, t in enumerate(d.task_ids)
-        if t != task.workload_key
-    ]
-    if others:  # one training run on all of them (each update retrains from scratch)
-        features, throughputs, task_ids = zip(*others, strict=True)
-        model.update(list(features), list(throughputs), task_ids=list(task_ids))
-    for data in prior:
-        data = data.without_tasks([task.workload_key])
-        model.add_prior(data.features, data.throughputs, task_ids=data.task_ids)
+    own = [task.workload_key]
+    others = Dataset.joined([d.without_tasks(own) for d in pretrain])
+    if len(others):  # one training run on all of them (each update retrains from scratch)
+        model.update(others.features, others.throughputs, task_ids=others.task_ids)
+    priors = Dataset.joined([d.without_tasks(own) for d in prior])
+    if len(priors):
+        model.add_prior(priors.features, priors.throughputs, task_ids=priors.task_ids)
     sketch = dataclasses.replace(SketchParams.for_task(task), **(sketch_params or {}))
     policy = SketchPolicy(task, model, params, sketch_params=sketch)
     res = autosched.auto_schedule(

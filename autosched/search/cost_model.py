@@ -14,6 +14,7 @@ import numpy as np
 
 import costmodel
 from autosched.errors import AutoschedError
+from autosched.features import FEATURE_NAMES
 from autosched.records import load_records
 from autosched.search.workers import features_for_states
 
@@ -62,7 +63,7 @@ class Dataset:
         that made them, so that extracting a large log's features is done once."""
         lengths = np.array([len(f) for f in self.features], dtype=np.int64)
         rows = [f for f in self.features if len(f)]
-        width = rows[0].shape[1] if rows else len(_feature_names())
+        width = rows[0].shape[1] if rows else len(FEATURE_NAMES)
         np.savez_compressed(
             path,
             rows=np.concatenate(rows) if rows else np.zeros((0, width), np.float32),
@@ -83,21 +84,15 @@ class Dataset:
                     f"({f['signature']} here {feature_signature()}): extract it again from "
                     "its record logs"
                 )
-            ends = np.cumsum(f["lengths"])
-            rows = f["rows"]
-            features = [rows[e - n : e] for e, n in zip(ends, f["lengths"], strict=True)]
+            lengths, rows = f["lengths"], f["rows"]  # each access reads the array again
+            ends = np.cumsum(lengths)
+            features = [rows[e - n : e] for e, n in zip(ends, lengths, strict=True)]
             return cls(features, f["throughputs"], [str(t) for t in f["task_ids"]])
-
-
-def _feature_names() -> list[str]:
-    from autosched.features import FEATURE_NAMES
-
-    return FEATURE_NAMES
 
 
 def feature_signature() -> str:
     """A short hash of the feature layout (the names, in order)."""
-    return hashlib.sha1("\n".join(_feature_names()).encode()).hexdigest()[:12]
+    return hashlib.sha1("\n".join(FEATURE_NAMES).encode()).hexdigest()[:12]
 
 
 def read_dataset(path: str, n_jobs: int = 1) -> Dataset:
