@@ -4,12 +4,17 @@ sampled states lower to two kernels and compute the DAG on the CPU interpreter."
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 from interpreter_check import lower_and_compare
 from workloads_for_tests import matmul_dag
 
 from autosched.schedule.steps import RfactorStep, print_python_schedule
+from autosched.search.program_measurer import task_reference
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.utils import SketchParams
+from measure import ArgSpec
 
 
 def split_parts(sketch) -> int | None:
@@ -47,3 +52,30 @@ def test_split_states_compute_the_matmul_in_two_kernels():
         lower_and_compare(dag, state, rtol=1e-3)
     text = print_python_schedule(states[0])
     assert "s.rfactor(" in text and any(isinstance(s, RfactorStep) for s in states[0].steps)
+
+
+def kernel_args(program) -> list[ArgSpec]:
+    """The kernel arguments of a lowered program, as `autosched.build` declares them."""
+    outputs = {id(b) for b in program.outputs}
+    return [ArgSpec(b.name, tuple(b.shape), b.dtype, id(b) in outputs) for b in program.params]
+
+
+def test_the_reference_is_the_same_for_every_number_of_parts():
+    # The measurer makes one reference per task from the first candidate it builds. A split
+    # candidate's partial sums (C_rf, P x 16 x 16) are scratch, not an input: with them in the
+    # reference, every candidate of the other P failed as an instantiation error.
+    dag = matmul_dag(16, 16, 4096)
+    args = {}
+    for sketch in generate_sketches(dag):
+        if split_parts(sketch):
+            sampler = SketchSampler([sketch])
+            state = sampler.sample(1, 0)[0]
+            args[split_parts(sketch)] = kernel_args(sampler.programs[state.key()])
+    temps = {p: [a.shape for a in got if a.name == "C_rf"] for p, got in args.items()}
+    assert temps == {4: [(4, 16, 16)], 16: [(16, 16, 16)]}
+    task = SimpleNamespace(compute_dag=dag)
+    refs = {p: task_reference(task, got) for p, got in args.items()}
+    assert set(refs[4].inputs) == set(refs[16].inputs) == {"A", "B"}
+    for name in ("A", "B"):
+        np.testing.assert_array_equal(refs[4].inputs[name], refs[16].inputs[name])
+    np.testing.assert_array_equal(refs[4].outputs["C"], refs[16].outputs["C"])

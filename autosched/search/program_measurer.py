@@ -34,8 +34,15 @@ TF32_TOLERANCE_DTYPE = "tf32"
 
 def task_reference(task, args, seed: int = 0):
     """Seeded random inputs and the naive evaluator's outputs for a task's kernel arguments;
-    tolerances by the outputs' dtypes, loosened to TF32's for a task that allows it."""
+    tolerances by the outputs' dtypes, loosened to TF32's for a task that allows it.
+
+    Only the arguments that are the DAG's tensors enter the reference. A multi-kernel
+    program's global temporaries (a split-K sketch's partial sums, shaped by its number of
+    parts) are scratch that the runner poisons: were they reference inputs, one sketch's
+    temporary would fix a shape that every other sketch's candidates then fail on."""
     dag = task.compute_dag
+    tensors = {t.name for t in dag.tensors}
+    args = [a for a in args if a.name in tensors]
     out_names = {a.name for a in args if a.is_output}
 
     def fn(**inputs):
