@@ -1,7 +1,7 @@
 """What a search round measures: random picks taking the sketches in turn, the neighbours of
 the best measured states (local_share), variants of the block shapes after the fastest
-(shape_share), at most launch_cap picks per launch shape, and the settings a SearchParams
-refuses."""
+(shape_share), at most launch_cap picks per launch shape, at least sketch_floor per sketch, and
+the settings a SearchParams refuses."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from test_search import PARAMS, SMALL, make_policy, small_task
 
 import autosched
-from autosched.search.mutations import structure_key
+from autosched.search.mutations import MUTATIONS, structure_key
 from autosched.search.policy import (
     SearchParams,
     SketchPolicy,
@@ -59,6 +59,41 @@ def test_a_round_the_model_cannot_steer_is_drawn_evenly_over_the_sketches():
     assert max(drawn.values()) > 2 * min(drawn.values())  # what the sampler's dedupe leaves
     picked = collections.Counter(policy.fresh_sketch[s.key()] for s in batch)
     assert sorted(picked.values()) == [4, 4, 4]
+
+
+def test_the_sketch_index_names_the_sketch_of_fresh_and_mutated_candidates():
+    policy = make_policy(small_task("dense_bias"), SMALL)
+    fresh = policy.sample_fresh(30)
+    assert {policy.sketch_of(r) for r in fresh} == {0, 1, 2}
+    assert all(policy.sketch_of(r) == policy.fresh_sketch[r] for r in fresh)
+    rng = random.Random(0)
+    for r in fresh:
+        child = MUTATIONS["tile_size"].apply(policy.mutation_ctx, [r], rng)
+        if child is not None:
+            assert policy.sketch_of(child) == policy.fresh_sketch[r]
+    assert policy.sketch_of(()) == -1
+
+
+def test_a_sketch_floor_puts_each_sketchs_best_scored_in_front():
+    """The model ranks only sketch 0's candidates: with sketch_floor 2, the two best-scored
+    candidates of each other sketch go in front of the ranked ones; without it nothing moves."""
+    params = dataclasses.replace(SMALL, sketch_floor=2)
+    policy = make_policy(small_task("dense_bias"), params)
+    fresh = policy.sample_fresh(30)
+    sketch = {r: policy.sketch_of(r) for r in fresh}
+    ranked = [r for r in fresh if sketch[r] == 0]
+    policy.scores = {r: 1.0 if sketch[r] == 0 else -float(i) for i, r in enumerate(fresh)}
+    floored = policy.floored(ranked, 6)
+    for k in (1, 2):
+        best = sorted((r for r in fresh if sketch[r] == k), key=lambda r: -policy.scores[r])
+        assert set(best[:2]) <= set(floored[:4])
+    assert [sketch[r] for r in floored[:4]].count(0) == 0
+    assert floored[4:] == ranked
+    policy.picked.update(floored[:4])  # picked ones are not offered again
+    assert all(r not in policy.picked for r in policy.floored(ranked, 6)[:4])
+    unfloored = make_policy(small_task("dense_bias"), SMALL)
+    unfloored.scores = policy.scores
+    assert unfloored.floored(ranked, 6) == ranked
 
 
 def _one_decision_apart(a, b) -> bool:
@@ -182,6 +217,7 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
         ({"shape_share": 1.5}, "shape_share must be in"),
         ({"shape_parents": 0}, "shape_parents must be >= 1"),
         ({"launch_cap": -1}, "launch_cap must be >= 0"),
+        ({"sketch_floor": -1}, "sketch_floor must be >= 0"),
         ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
         ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),
         ({"mutation_weights": (("tile_size", 0.0),)}, "positive sum"),

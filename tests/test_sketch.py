@@ -19,7 +19,12 @@ from autosched.schedule.stage import ATTACHED, INLINED, ROOT
 from autosched.schedule.steps import PragmaStep, SplitStep, print_python_schedule
 from autosched.sketch import SketchSampler, generate_sketches, sample_initial_population
 from autosched.sketch import rules as R
-from autosched.sketch.utils import divisors, factorization_schemes, has_cross_thread_reduction
+from autosched.sketch.utils import (
+    SketchParams,
+    divisors,
+    factorization_schemes,
+    has_cross_thread_reduction,
+)
 from autosched.sketch.validity import check_program
 from autosched.task.workloads import SUITE
 from measure.hardware import HardwareParams
@@ -83,7 +88,8 @@ def test_suite_sketches_golden(name, golden):
 @pytest.mark.parametrize("name", list(SUITE))
 def test_sketches_do_not_depend_on_sizes(name):
     """The rules see structure, not sizes: the reduced DAG has the same sketches (same steps
-    up to the recorded extents)."""
+    up to the recorded extents). Split-K is the one rule that asks how many outputs and how
+    long a reduction there are (tests/test_split_k.py): it is left out here."""
 
     def shape(sketches):
         return [
@@ -94,7 +100,9 @@ def test_sketches_do_not_depend_on_sizes(name):
             for s in sketches
         ]
 
-    full, reduced = generate_sketches(suite_dag(name)), generate_sketches(suite_dag(name, True))
+    unsplit = SketchParams(split_k_max_outputs=0)
+    full = generate_sketches(suite_dag(name), params=unsplit)
+    reduced = generate_sketches(suite_dag(name, True), params=unsplit)
     assert shape(full) == shape(reduced)
 
 
@@ -102,8 +110,10 @@ def test_sketch_counts():
     counts = {name: len(generate_sketches(suite_dag(name))) for name in SUITE}
     # dense with batch 1: two cross-thread sketches (threads sharing the block's outputs, or
     # one output per block) and the tiled one; softmax: each of its two reductions cross-thread
-    # or not (Ansor's rule lets the other rules run too)
-    assert counts == {name: {"dense_bias": 3, "softmax": 4}.get(name, 1) for name in SUITE}
+    # or not (Ansor's rule lets the other rules run too); conv2d_bias_relu (25,088 outputs of
+    # 4,608-long sums): unsplit, and its reduction split in 4 and in 16 (split-K)
+    extra = {"dense_bias": 3, "softmax": 4, "conv2d_bias_relu": 3}
+    assert counts == {name: extra.get(name, 1) for name in SUITE}
 
 
 def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
@@ -111,7 +121,8 @@ def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
     python schedule") once the random decisions are the seed's."""
     dag = conv2d_bias_relu_dag()
     seed = seed_conv_state(dag)
-    (sketch,) = generate_sketches(dag)
+    sketch, *split_k = generate_sketches(dag)  # the unsplit one first
+    assert [len(s.steps) for s in split_k] == [24, 24]  # split in 4 and in 16
     n = len(sketch.steps)
     assert n == 20
     for ours, theirs in zip(sketch.steps, seed.steps[:n], strict=True):

@@ -33,7 +33,8 @@ def test_small_outputs_with_long_reductions_get_split_sketches():
 
 
 def test_large_outputs_and_short_reductions_are_not_split():
-    assert not any(map(split_parts, generate_sketches(matmul_dag(256, 128, 4096))))
+    assert not any(map(split_parts, generate_sketches(matmul_dag(512, 128, 4096))))
+    assert any(map(split_parts, generate_sketches(matmul_dag(256, 128, 4096))))
     assert not any(map(split_parts, generate_sketches(matmul_dag(16, 16, 512))))
     # parts that would leave chunks under the minimum (256) are not sketched
     few = generate_sketches(matmul_dag(16, 16, 2048))

@@ -20,9 +20,9 @@ def check_settings(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
 @dataclass(frozen=True)
 class SearchParams:
     """All knobs of the search, with Ansor's defaults where Ansor has the knob (local_share,
-    shape_share and launch_cap are this search's own). The evolutionary search scores 2048
-    states over 4 generations: with a quarter of that (512 over 3) the search often missed the
-    states its model ranks best, and 256-trial runs ended slower
+    shape_share, launch_cap and sketch_floor are this search's own). The evolutionary search
+    scores 2048 states over 4 generations: with a quarter of that (512 over 3) the search often
+    missed the states its model ranks best, and 256-trial runs ended slower
     (benchmarks/results/2026-11-23_8d48a45_h100/note.md compares them)."""
 
     population: int = 2048
@@ -52,6 +52,11 @@ class SearchParams:
     # many times over, and a long search settles on one tiling and misses a faster one a few
     # mutations away (benchmarks/results/2026-11-25_e30b405_h100/note.md). 0: no cap
     launch_cap: int = 4
+    # at least this many of a steered round's model picks come from each sketch (its
+    # best-scored candidates of the round), so that a sketch whose first random states were
+    # slow keeps being tried: conv2d_bias_relu's split-in-16 sketch, the fastest by twice, was
+    # left after round one by the runs whose first 21 states of it were all slow. 0: off
+    sketch_floor: int = 0
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
@@ -75,6 +80,7 @@ class SearchParams:
             (self.shape_parents >= 1, "shape_parents must be >= 1"),
             (self.local_tries >= 1, "local_tries must be >= 1"),
             (self.launch_cap >= 0, "launch_cap must be >= 0 (0: no cap)"),
+            (self.sketch_floor >= 0, "sketch_floor must be >= 0 (0: off)"),
             (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),
             (self.feature_cache_size >= 1, "feature_cache_size must be >= 1"),
             (self.n_jobs is None or self.n_jobs >= 1, "n_jobs must be None or >= 1"),

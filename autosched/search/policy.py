@@ -11,6 +11,7 @@ state when the model is updated) is never lowered twice.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -25,7 +26,7 @@ from autosched.features import FEATURE_NAMES
 from autosched.records import load_records, seal_torn_line
 from autosched.schedule.steps import SplitStep
 from autosched.search.cost_model import XGBModel, throughput
-from autosched.search.mutations import MUTATIONS, MutationContext, Records
+from autosched.search.mutations import MUTATIONS, MutationContext, Records, structure_key
 from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
 from autosched.sketch import SketchParams
@@ -128,6 +129,30 @@ def spread_over_sketches(
     return in_turns(lists)
 
 
+class SketchIndex:
+    """Which sketch a candidate comes from (its index in the policy's sketches, -1 for none).
+    Sampling fills in a sketch's decisions and adds annotation steps after its steps, and
+    mutation rewrites decisions only, so a candidate's first records are its sketch's with the
+    decisions filled in: they are matched by structure key, longest sketch first, once per
+    candidate structure."""
+
+    def __init__(self, sketches: Sequence) -> None:
+        self.prefixes: dict[tuple, int] = {}
+        for k, sketch in enumerate(sketches):
+            records = tuple(step.to_record() for step in sketch.steps)
+            self.prefixes.setdefault((len(records), structure_key(records)), k)
+        self.lengths = sorted({n for n, _ in self.prefixes}, reverse=True)
+        self.cache: dict[tuple, int] = {}
+
+    def __call__(self, records: Records) -> int:
+        key = structure_key(records)
+        found = self.cache.get(key)
+        if found is None:
+            matches = (self.prefixes.get((n, key[:n])) for n in self.lengths)
+            found = self.cache[key] = next((k for k in matches if k is not None), -1)
+        return found
+
+
 def in_turns(lists: Sequence[list[Records]]) -> list[Records]:
     """The lists' items taken one from each list in turn (a list that runs out drops out)."""
     turns = itertools.zip_longest(*lists)
@@ -196,6 +221,7 @@ class SketchPolicy:
             sketch_params.tensor_core_unroll_configs,
         )
         self.n_spatial_levels = sketch_params.n_spatial_levels
+        self.sketch_of = SketchIndex(self.sketches)
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
@@ -404,6 +430,29 @@ class SketchPolicy:
             (within if count[shape] <= cap else beyond).append(r)
         return within + beyond
 
+    def floored(self, ranked: list[Records], num: int) -> list[Records]:
+        """`ranked` with, in front, the best-scored unpicked candidates of this round of each
+        sketch that has fewer than `sketch_floor` among the first num unpicked ones (as many
+        as it lacks, as far as the round scored them); unchanged without a floor or with one
+        sketch. A sketch whose first random states happen to be slow is otherwise scored low
+        from then on and no longer measured, however fast its best states are."""
+        floor = self.params.sketch_floor
+        if not floor or len(self.sketches) < 2:
+            return ranked
+        head = [r for r in ranked if r not in self.picked][:num]
+        have = collections.Counter(self.sketch_of(r) for r in head)
+        taken = set(head)
+        by_sketch: dict[int, list[tuple[float, Records]]] = collections.defaultdict(list)
+        for r, s in self.scores.items():
+            if r not in self.picked and r not in taken and math.isfinite(s):
+                by_sketch[self.sketch_of(r)].append((s, r))
+        extra = []
+        for k in range(len(self.sketches)):
+            if have[k] < floor:
+                best = heapq.nlargest(floor - have[k], by_sketch[k], key=lambda sr: sr[0])
+                extra += [r for _, r in best]
+        return list(dict.fromkeys(extra + ranked))
+
     @property
     def model_guesses(self) -> bool:
         """Whether the cost model ranks at random for now (XGBModel before few_shot_threshold
@@ -449,6 +498,7 @@ class SketchPolicy:
                 local += self.runner_up_variants(int(self.params.shape_share * num_measure))
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
                 ranked = self.capped(local + self.evolutionary_search(init, wanted))
+                ranked = self.floored(ranked, num_measure)
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
