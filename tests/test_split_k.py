@@ -14,6 +14,8 @@ from autosched.schedule.steps import RfactorStep, print_python_schedule
 from autosched.search.program_measurer import task_reference
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.utils import SketchParams
+from autosched.task.search_task import SearchTask
+from autosched.task.workloads import SUITE
 from measure import ArgSpec
 
 
@@ -53,6 +55,24 @@ def test_split_states_compute_the_matmul_in_two_kernels():
         lower_and_compare(dag, state, rtol=1e-3)
     text = print_python_schedule(states[0])
     assert "s.rfactor(" in text and any(isinstance(s, RfactorStep) for s in states[0].steps)
+
+
+def test_split_conv2d_bias_relu_states_compute_the_layer():
+    """The seed's layer shape, smaller: three reduction axes fused and cut in parts, the
+    partial sums added by a second kernel and bias + relu applied by a third."""
+    workload, _, _ = SUITE["conv2d_bias_relu"]
+    dag = SearchTask(workload, (1, 7, 7, 64, 32, 3, 3, 1, 1)).compute_dag
+    params = SketchParams(split_k_min_chunk=64)
+    split = [s for s in generate_sketches(dag, params=params) if split_parts(s)]
+    assert sorted(map(split_parts, split)) == [4]  # 576 products: 16 parts would hold 36
+    sampler = SketchSampler(split, params=params)
+    states = sampler.sample(3, 0)
+    assert states
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert len(program.kernels) == 3
+        assert [b.name for b in program.temps] == ["conv2d_nchw_rf", "conv2d_nchw"]
+        lower_and_compare(dag, state, rtol=1e-3)
 
 
 def kernel_args(program) -> list[ArgSpec]:
