@@ -58,8 +58,8 @@ def test_split_states_compute_the_matmul_in_two_kernels():
 
 
 def test_split_conv2d_bias_relu_states_compute_the_layer():
-    """The seed's layer shape, smaller: three reduction axes fused and cut in parts, the
-    partial sums added by a second kernel and bias + relu applied by a third."""
+    """The seed's layer shape, smaller (32 input channels): three reduction axes fused and cut
+    in parts, the partial sums added by a second kernel and bias + relu applied by a third."""
     workload, _, _ = SUITE["conv2d_bias_relu"]
     dag = SearchTask(workload, (1, 7, 7, 64, 32, 3, 3, 1, 1)).compute_dag
     params = SketchParams(split_k_min_chunk=64)
@@ -73,6 +73,37 @@ def test_split_conv2d_bias_relu_states_compute_the_layer():
         assert len(program.kernels) == 3
         assert [b.name for b in program.temps] == ["conv2d_nchw_rf", "conv2d_nchw"]
         lower_and_compare(dag, state, rtol=1e-3)
+
+
+def rf_reduce_axes(sketch) -> list[str]:
+    """The reduction axes of the stage that computes the partial sums (after the sketch's cache
+    write, its local stage)."""
+    (rf,) = [st for st in sketch.stages if ".rf" in st.op.name and st.op.reduce_axis]
+    return [ax.name for ax in rf.op.reduce_axis]
+
+
+def test_cutting_the_outer_axis_keeps_the_window_axes():
+    """With split_k_outer_axis, the input channels alone are cut (where the parts divide
+    them): the partial sums reduce over the rest of the channels and the whole window, and
+    compute the layer; where the parts do not divide them, the axes are fused as before."""
+    workload, _, _ = SUITE["conv2d_bias_relu"]
+    dag = SearchTask(workload, (1, 7, 7, 64, 32, 3, 3, 1, 1)).compute_dag
+    outer = SketchParams(split_k_min_chunk=8, split_k_outer_axis=True)
+    split = {split_parts(s): s for s in generate_sketches(dag, params=outer) if split_parts(s)}
+    assert sorted(split) == [4, 16]
+    # a part: 2 of the 32 input channels (rc_i) by the whole 3 x 3 window
+    assert sorted(rf_reduce_axes(split[16])) == ["rc_i", "rx", "ry"]
+    fused = SketchParams(split_k_min_chunk=8)
+    (fused_16,) = [s for s in generate_sketches(dag, params=fused) if split_parts(s) == 16]
+    assert len(rf_reduce_axes(fused_16)) == 1
+    sampler = SketchSampler([split[16]], params=outer)
+    for state in sampler.sample(3, 0):
+        lower_and_compare(dag, state, rtol=1e-3)
+    # 24 input channels: 16 parts do not divide them, so that sketch fuses the axes
+    odd = SearchTask(workload, (1, 7, 7, 64, 24, 3, 3, 1, 1)).compute_dag
+    by_parts = {split_parts(s): s for s in generate_sketches(odd, params=outer) if split_parts(s)}
+    assert sorted(rf_reduce_axes(by_parts[4])) == ["rc_i", "rx", "ry"]
+    assert len(rf_reduce_axes(by_parts[16])) == 1
 
 
 def kernel_args(program) -> list[ArgSpec]:

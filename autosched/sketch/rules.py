@@ -251,7 +251,11 @@ class SplitKReduction(SketchRule):
     kernel, tiled by the rules that follow like any reduction, computes the P partial sums
     of every output element in a global buffer, with P times the parallelism; a second sums
     them. One sketch per P in `SketchParams.split_k_parts` that leaves every part at least
-    `split_k_min_chunk` long. APPLY: the unsplit sketches are made as well."""
+    `split_k_min_chunk` long. With `SketchParams.split_k_outer_axis`, the outermost reduction
+    axis alone is cut where P divides it (a convolution's input channels): the partial-sum
+    stage keeps the other reduction axes (the window), so its tiles stay aligned with them and
+    its indices free of the divisions by the window a fused axis needs. APPLY: the unsplit
+    sketches are made as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -275,15 +279,25 @@ class SplitKReduction(SketchRule):
 
     def apply(self, ctx, state, i):
         parts = self.parts(ctx, state.stages[i])
-        reduce_iters = [it.name for it in state.stages[i].iters if it.kind == REDUCE]
-        if len(reduce_iters) > 1:
-            state = state.fuse(i, reduce_iters)
-        fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
+        reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
+        outer = reduce_iters[0]
         out = []
         for p in parts:
-            split = state.split(i, fused, [p], inner_to_outer=False)
-            out.append((split.rfactor(i, f"{fused}_o", 0), i))  # stage i is now the rf stage
+            if ctx.params.split_k_outer_axis and outer.extent % p == 0:
+                cut, name = state, outer.name
+            else:
+                cut, name = self.fused(state, i, [it.name for it in reduce_iters])
+            split = cut.split(i, name, [p], inner_to_outer=False)
+            out.append((split.rfactor(i, f"{name}_o", 0), i))  # stage i is now the rf stage
         return out
+
+    @staticmethod
+    def fused(state, i, names: list[str]) -> tuple[State, str]:
+        """The stage's reduction iterators fused into one (unchanged when there is one), and
+        the fused iterator's name."""
+        if len(names) > 1:
+            state = state.fuse(i, names)
+        return state, next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
 
 
 class MultiLevelTilingTensorCore(SketchRule):

@@ -110,6 +110,9 @@ class SketchParams:
     split_k_parts: tuple[int, ...] = (4, 16)
     split_k_max_outputs: int = 65536
     split_k_min_chunk: int = 256
+    # cut only the outermost reduction axis (where the parts divide it) instead of all of them
+    # fused: the partial sums of a convolution then keep its window axes (off: not yet timed)
+    split_k_outer_axis: bool = False
 
     def __post_init__(self) -> None:
         for name in (
