@@ -53,9 +53,9 @@ class SearchParams:
     # mutations away (benchmarks/results/2026-11-25_e30b405_h100/note.md). 0: no cap
     launch_cap: int = 4
     # at least this many of a steered round's model picks come from each sketch (its
-    # best-scored candidates of the round), so that a sketch whose first random states were
-    # slow keeps being tried: conv2d_bias_relu's split-in-16 sketch, the fastest by twice, was
-    # left after round one by the runs whose first 21 states of it were all slow. 0: off
+    # best-scored candidates of the round): a sketch whose first random states were slow is
+    # otherwise scored low and left for good, as conv2d_bias_relu's 16-part split sketch, its
+    # fastest, was in a third of the runs (benchmarks/results/2026-11-26_8810daf_h200x2). 0: off
     sketch_floor: int = 0
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure

@@ -105,8 +105,8 @@ class SketchParams:
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel. 65536 outputs at one or two
     # accumulators a thread hold under a quarter of the threads an H100 or H200 keeps resident
-    # (132 SMs x 2048): the seed's conv2d+bias+relu (25,088 outputs, 4,608-long reductions)
-    # runs about twice as fast split in 16 as its fastest unsplit kernel
+    # (132 SMs x 2048): too few to fill it, as the seed's conv2d+bias+relu (25,088 outputs of
+    # 4,608-long sums), whose 16-part split runs about twice as fast as its unsplit kernels
     split_k_parts: tuple[int, ...] = (4, 16)
     split_k_max_outputs: int = 65536
     split_k_min_chunk: int = 256
