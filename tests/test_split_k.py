@@ -10,13 +10,13 @@ import numpy as np
 from interpreter_check import lower_and_compare
 from workloads_for_tests import matmul_dag
 
+import autosched
 from autosched.schedule.steps import RfactorStep, print_python_schedule
 from autosched.search.program_measurer import task_reference
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.utils import SketchParams
 from autosched.task.search_task import SearchTask
 from autosched.task.workloads import SUITE
-from measure import ArgSpec
 
 
 def split_parts(sketch) -> int | None:
@@ -106,12 +106,6 @@ def test_cutting_the_outer_axis_keeps_the_window_axes():
     assert len(rf_reduce_axes(by_parts[16])) == 1
 
 
-def kernel_args(program) -> list[ArgSpec]:
-    """The kernel arguments of a lowered program, as `autosched.build` declares them."""
-    outputs = {id(b) for b in program.outputs}
-    return [ArgSpec(b.name, tuple(b.shape), b.dtype, id(b) in outputs) for b in program.params]
-
-
 def test_the_reference_is_the_same_for_every_number_of_parts():
     # The measurer makes one reference per task from the first candidate it builds. A split
     # candidate's partial sums (C_rf, P x 16 x 16) are scratch, not an input: with them in the
@@ -120,9 +114,8 @@ def test_the_reference_is_the_same_for_every_number_of_parts():
     args = {}
     for sketch in generate_sketches(dag):
         if split_parts(sketch):
-            sampler = SketchSampler([sketch])
-            state = sampler.sample(1, 0)[0]
-            args[split_parts(sketch)] = kernel_args(sampler.programs[state.key()])
+            state = SketchSampler([sketch]).sample(1, 0)[0]
+            args[split_parts(sketch)] = autosched.build(dag, state).args
     temps = {p: [a.shape for a in got if a.name == "C_rf"] for p, got in args.items()}
     assert temps == {4: [(4, 16, 16)], 16: [(16, 16, 16)]}
     task = SimpleNamespace(compute_dag=dag)

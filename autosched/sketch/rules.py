@@ -281,12 +281,11 @@ class SplitKReduction(SketchRule):
         parts = self.parts(ctx, state.stages[i])
         reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
         outer = reduce_iters[0]
+        whole = self.fused(state, i, [it.name for it in reduce_iters])
         out = []
         for p in parts:
-            if ctx.params.split_k_outer_axis and outer.extent % p == 0:
-                cut, name = state, outer.name
-            else:
-                cut, name = self.fused(state, i, [it.name for it in reduce_iters])
+            outer_only = ctx.params.split_k_outer_axis and outer.extent % p == 0
+            cut, name = (state, outer.name) if outer_only else whole
             split = cut.split(i, name, [p], inner_to_outer=False)
             out.append((split.rfactor(i, f"{name}_o", 0), i))  # stage i is now the rf stage
         return out
