@@ -62,7 +62,7 @@ def test_split_conv2d_bias_relu_states_compute_the_layer():
     in parts, the partial sums added by a second kernel and bias + relu applied by a third."""
     workload, _, _ = SUITE["conv2d_bias_relu"]
     dag = SearchTask(workload, (1, 7, 7, 64, 32, 3, 3, 1, 1)).compute_dag
-    params = SketchParams(split_k_min_chunk=64)
+    params = SketchParams(split_k_min_chunk=64, split_k_outer_axis=False)
     split = [s for s in generate_sketches(dag, params=params) if split_parts(s)]
     assert sorted(map(split_parts, split)) == [4]  # 576 products: 16 parts would hold 36
     sampler = SketchSampler(split, params=params)
@@ -83,17 +83,17 @@ def rf_reduce_axes(sketch) -> list[str]:
 
 
 def test_cutting_the_outer_axis_keeps_the_window_axes():
-    """With split_k_outer_axis, the input channels alone are cut (where the parts divide
+    """With split_k_outer_axis (the default), the input channels alone are cut (where the parts divide
     them): the partial sums reduce over the rest of the channels and the whole window, and
     compute the layer; where the parts do not divide them, the axes are fused as before."""
     workload, _, _ = SUITE["conv2d_bias_relu"]
     dag = SearchTask(workload, (1, 7, 7, 64, 32, 3, 3, 1, 1)).compute_dag
-    outer = SketchParams(split_k_min_chunk=8, split_k_outer_axis=True)
+    outer = SketchParams(split_k_min_chunk=8)  # split_k_outer_axis is the default
     split = {split_parts(s): s for s in generate_sketches(dag, params=outer) if split_parts(s)}
     assert sorted(split) == [4, 16]
     # a part: 2 of the 32 input channels (rc_i) by the whole 3 x 3 window
     assert sorted(rf_reduce_axes(split[16])) == ["rc_i", "rx", "ry"]
-    fused = SketchParams(split_k_min_chunk=8)
+    fused = SketchParams(split_k_min_chunk=8, split_k_outer_axis=False)
     (fused_16,) = [s for s in generate_sketches(dag, params=fused) if split_parts(s) == 16]
     assert len(rf_reduce_axes(fused_16)) == 1
     sampler = SketchSampler([split[16]], params=outer)

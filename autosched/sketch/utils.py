@@ -111,8 +111,10 @@ class SketchParams:
     split_k_max_outputs: int = 65536
     split_k_min_chunk: int = 256
     # cut only the outermost reduction axis (where the parts divide it) instead of all of them
-    # fused: the partial sums of a convolution then keep its window axes (off: not yet timed)
-    split_k_outer_axis: bool = False
+    # fused: the partial sums of a convolution then keep its window axes, so their tiles stay
+    # aligned with the window and their indices free of divisions by it (the seed's layer:
+    # 17-22 µs in 256 trials on an H200 against 24-54 fused, and builds 5x faster)
+    split_k_outer_axis: bool = True
 
     def __post_init__(self) -> None:
         for name in (
