@@ -122,8 +122,9 @@ def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
     dag = conv2d_bias_relu_dag()
     seed = seed_conv_state(dag)
     sketch, *split_k = generate_sketches(dag)  # the unsplit one first
-    # split in 4 and in 16, the input channels alone (the window axes tiled as in the unsplit one)
-    assert [len(s.steps) for s in split_k] == [25, 25]
+    # split in 4 and in 16, the input channels alone (the window axes tiled as in the unsplit
+    # one), the parts summed inside the bias + relu stage
+    assert [len(s.steps) for s in split_k] == [26, 26]
     n = len(sketch.steps)
     assert n == 20
     for ours, theirs in zip(sketch.steps, seed.steps[:n], strict=True):

@@ -254,8 +254,11 @@ class SplitKReduction(SketchRule):
     `split_k_min_chunk` long. With `SketchParams.split_k_outer_axis`, the outermost reduction
     axis alone is cut where P divides it (a convolution's input channels): the partial-sum
     stage keeps the other reduction axes (the window), so its tiles stay aligned with them and
-    its indices free of the divisions by the window a fused axis needs. APPLY: the unsplit
-    sketches are made as well."""
+    its indices free of the divisions by the window a fused axis needs. Where the reduction
+    has an element-wise consumer (a conv's bias and relu), the sum of the parts is computed
+    inside the consumer's loop, one output element at a time in a register, so the second
+    kernel also applies the epilogue and no third kernel or buffer is needed. APPLY: the
+    unsplit sketches are made as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -287,8 +290,19 @@ class SplitKReduction(SketchRule):
             outer_only = ctx.params.split_k_outer_axis and outer.extent % p == 0
             cut, name = (state, outer.name) if outer_only else whole
             split = cut.split(i, name, [p], inner_to_outer=False)
-            out.append((split.rfactor(i, f"{name}_o", 0), i))  # stage i is now the rf stage
+            factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
+            out.append((self.sum_in_consumer(factored, i + 1), i))
         return out
+
+    @staticmethod
+    def sum_in_consumer(state: State, final: int) -> State:
+        """The stage adding the parts computed at the innermost loop of its element-wise
+        consumer, when it has one that is computed at root (the thread binding fuses and splits
+        that loop later; the attach point follows it)."""
+        j = elementwise_matched_consumer(state, final)
+        if j is None or state.stages[j].compute_at != ROOT or is_tiled(state.stages[j]):
+            return state
+        return state.compute_at(final, j, state.stages[j].iters[-1].name)
 
     @staticmethod
     def fused(state, i, names: list[str]) -> tuple[State, str]:
