@@ -1,0 +1,112 @@
+"""When does a kernel's time step from the record's to the benchmark's? A timeline (GPU).
+
+    python3 benchmarks/results/2026-11-26_d75e5ce_h200x2/module_age.py OUT.jsonl LOG
+
+`clock_test.py` and `retime_gap.py` saw a freshly loaded module's first readings at the record's
+time (the seed-1 split-K best: 23.2-23.3 µs) and later ones about 1 µs slower (24.4), once the
+benchmark's launchers had run the same code, even for modules loaded afresh after that. This
+reads the same kernel, in one fresh process, as a timeline of runner-worker readings (about
+20 ms of GPU work each): 40 readings with a new module each (the runner's way), 40 with one
+module kept, then 2 s of the benchmark's launchers running the code, then 20 more of each.
+Each row: phase, reading number, seconds since start, µs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "benchmarks"))
+sys.path.insert(0, HERE)
+
+
+class KeptModuleDriver:
+    """pycuda's driver module, but `module_from_buffer` returns one module per cubin, kept."""
+
+    def __init__(self, drv) -> None:
+        self._drv = drv
+        self._modules: dict[bytes, object] = {}
+
+    def module_from_buffer(self, cubin):
+        key = bytes(cubin)
+        if key not in self._modules:
+            self._modules[key] = self._drv.module_from_buffer(cubin)
+        return self._modules[key]
+
+    def __getattr__(self, name):
+        return getattr(self._drv, name)
+
+
+def main(out_path: str, log: str) -> None:
+    import pycuda.driver as drv
+    import torch
+    from retime_gap import torch_sets
+    from torch_timing import kernel_rotation_copies, shared_stream
+
+    import autosched
+    from autosched.records import load_best
+    from autosched.schedule.compute_dag import ComputeDAG
+    from measure import compile_kernel, device_arch
+    from measure._worker import Worker
+    from measure.cuda_graph import load_graph_driver
+    from measure.rotation import ROTATION_BYTES
+
+    torch.zeros(1, device="cuda")
+    inp, res = load_best(log)
+    dag = ComputeDAG.from_workload_key(inp.workload_key)
+    kernel = autosched.build(dag, dag.replay_steps(inp.steps))
+    _, msg, cubin, _ = compile_kernel(kernel.source, device_arch() or "sm_90")
+    assert cubin is not None, msg
+    req = {
+        "op": "run",
+        "cubin": cubin,
+        "launches": [x.to_dict() for x in kernel.launches],
+        "args": [a.to_dict() for a in kernel.args],
+        "ref_id": None,
+        "check": False,
+        "number": 3,
+        "repeat": 3,
+        "min_repeat_ms": 5.0,
+        "seed": 0,
+        "rotate_bytes": ROTATION_BYTES,
+    }
+    device = drv.Context.get_device()
+    fresh = Worker(drv, device, load_graph_driver())
+    kept = Worker(KeptModuleDriver(drv), device, load_graph_driver())
+    start = time.time()
+    rows = []
+
+    def read(phase: str, worker, count: int) -> None:
+        for k in range(count):
+            reply = worker.handle(req)
+            assert reply["costs"] and reply["timing"] == "graph", reply
+            us = statistics.mean(reply["costs"]) * 1e6
+            rows.append({"phase": phase, "k": k, "t": time.time() - start, "us": us})
+
+    read("fresh_module", fresh, 40)
+    read("kept_module", kept, 40)
+    sets = torch_sets(torch, kernel, kernel_rotation_copies(kernel))
+    launchers = [kernel.launcher(*s) for s in sets]
+    ours, _ = shared_stream()
+    end = time.time() + 2.0
+    while time.time() < end:
+        for k in range(200):
+            launchers[k % len(launchers)](ours)
+        ours.synchronize()
+    read("fresh_after_launcher", fresh, 20)
+    read("kept_after_launcher", kept, 20)
+    with open(out_path, "w") as out:
+        for row in rows:
+            out.write(json.dumps({"log": log, "record_us": res.mean_cost * 1e6, **row}) + "\n")
+    for phase in dict.fromkeys(r["phase"] for r in rows):
+        got = [round(r["us"], 2) for r in rows if r["phase"] == phase]
+        print(f"{phase}: {got}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
