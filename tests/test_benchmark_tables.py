@@ -112,3 +112,37 @@ def test_seed_spread_reads_a_queues_gzipped_results_by_setting(tmp_path):
         with gzip.open(folder / "results.json.gz", "wt") as f:
             json.dump({"where": "", "rows": rows}, f)
     assert read_runs([str(tmp_path)])["bmm"] == {f"{tmp_path.name}/deep": [3.0, 3.3]}
+
+
+def test_results_table_shows_the_searchs_record_beside_the_benchmarks_time():
+    from run import COLUMNS, markdown
+
+    row = {
+        "workload": "conv2d_bias_relu",
+        "flop": 0.231e9,
+        "ours_us": 17.41,
+        "record_us": 16.69,
+        "torch_fp32_us": 167.2,
+        "torch_tf32_us": 37.3,
+        "ours_eager_us": 19.6,
+        "torch_fp32_eager_us": 170.3,
+        "torch_tf32_eager_us": 42.7,
+        "ratio_vs_fp32": 0.10,
+        "gflops": 13284.0,
+        "pct_fp32_peak": 19.8,
+        "trials": 256,
+        "matches_torch": True,
+        "search_s": 41.0,
+        "measure_s": 15.0,
+        "model_s": 3.0,
+    }
+    lines = markdown([row], "where").splitlines()
+    header = [c.strip() for c in lines[4].strip("|").split("|")]
+    cells = [c.strip() for c in lines[6].strip("|").split("|")]
+    assert header == COLUMNS and len(cells) == len(COLUMNS)
+    by_column = dict(zip(header, cells, strict=True))
+    assert by_column["autosched µs"] == "17.4"
+    assert by_column["search's record µs"] == "16.7"
+    # rows written before the column existed still make a table
+    old = {k: v for k, v in row.items() if k != "record_us"}
+    assert [c.strip() for c in markdown([old], "w").splitlines()[6].strip("|").split("|")][3] == ""

@@ -84,9 +84,9 @@ def rf_reduce_axes(sketch) -> list[str]:
 
 
 def test_cutting_the_outer_axis_keeps_the_window_axes():
-    """With split_k_outer_axis (the default), the input channels alone are cut (where the parts divide
-    them): the partial sums reduce over the rest of the channels and the whole window, and
-    compute the layer; where the parts do not divide them, the axes are fused as before."""
+    """With split_k_outer_axis (the default), the input channels alone are cut (where the
+    parts divide them): the partial sums reduce over the rest of the channels and the whole
+    window, and compute the layer; where the parts do not divide them, the axes are fused."""
     workload, _, _ = SUITE["conv2d_bias_relu"]
     dag = SearchTask(workload, (1, 7, 7, 64, 32, 3, 3, 1, 1)).compute_dag
     outer = SketchParams(split_k_min_chunk=8)  # split_k_outer_axis is the default
