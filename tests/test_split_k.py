@@ -1,6 +1,7 @@
 """Split-K (sketch/rules.py `SplitKReduction`): a reduction with a small output and a long
 reduction is also sketched as partial sums over P parts (rfactor) plus a kernel that adds them;
-sampled states lower to two kernels and compute the DAG on the CPU interpreter."""
+sampled states lower to two kernels (the sum of the parts inside an element-wise
+consumer where there is one) and compute the DAG on the CPU interpreter."""
 
 from __future__ import annotations
 
@@ -125,3 +126,42 @@ def test_the_reference_is_the_same_for_every_number_of_parts():
     for name in ("A", "B"):
         np.testing.assert_array_equal(refs[4].inputs[name], refs[16].inputs[name])
     np.testing.assert_array_equal(refs[4].outputs["C"], refs[16].outputs["C"])
+
+
+def split_programs(dag, params, count=3, seed=0):
+    """(state, program) of `count` sampled states of `dag`'s split-K sketches."""
+    split = [s for s in generate_sketches(dag, params=params) if split_parts(s)]
+    assert split
+    sampler = SketchSampler(split, params=params)
+    states = sampler.sample(count, seed)
+    assert states
+    return [(state, sampler.programs[state.key()]) for state in states]
+
+
+def test_a_dense_layers_bias_is_added_where_the_parts_are_summed():
+    """dense + bias, 8 x 1024 -> 16: the parts are added inside the bias stage's loop, so the
+    program is the partial-sum kernel and one kernel that sums and adds the bias."""
+    workload, _, _ = SUITE["dense_bias"]
+    dag = SearchTask(workload, (8, 1024, 16)).compute_dag
+    for state, program in split_programs(dag, SketchParams(split_k_min_chunk=64)):
+        assert len(program.kernels) == 2
+        assert [b.name for b in program.temps] == ["T_dense_rf"]
+        lower_and_compare(dag, state, rtol=1e-3)
+
+
+def test_a_consumer_that_reads_across_elements_keeps_its_own_kernel():
+    """A transpose of the split product is not element-wise matched: the parts are summed by
+    a kernel of their own, and the transpose reads the sums from global memory."""
+    from autosched import te
+    from autosched.schedule.compute_dag import ComputeDAG
+
+    a = te.placeholder((8, 1024), name="A")
+    b = te.placeholder((1024, 16), name="B")
+    rk = te.reduce_axis((0, 1024), name="k")
+    c = te.compute((8, 16), lambda i, j: te.sum(a[i, rk] * b[rk, j], axis=[rk]), name="C")
+    t = te.compute((16, 8), lambda j, i: c[i, j], name="T")
+    dag = ComputeDAG([a, b, t])
+    for state, program in split_programs(dag, SketchParams(split_k_min_chunk=64), count=2):
+        assert len(program.kernels) == 3
+        assert [buf.name for buf in program.temps] == ["C_rf", "C"]
+        lower_and_compare(dag, state, rtol=1e-3)
