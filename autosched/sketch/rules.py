@@ -296,9 +296,10 @@ class SplitKReduction(SketchRule):
 
     @staticmethod
     def sum_in_consumer(state: State, final: int) -> State:
-        """The stage adding the parts computed at the innermost loop of its element-wise
-        consumer, when it has one that is computed at root (the thread binding fuses and splits
-        that loop later; the attach point follows it)."""
+        """`state` with stage `final` (the one adding the parts) computed at the innermost loop
+        of its element-wise consumer, when it has one computed at root and not tiled; else
+        `state` unchanged. The thread binding fuses and splits that loop later, and the attach
+        point follows it to the thread's own element."""
         j = elementwise_matched_consumer(state, final)
         if j is None or state.stages[j].compute_at != ROOT or is_tiled(state.stages[j]):
             return state
