@@ -7,7 +7,9 @@ time (the seed-1 split-K best: 23.2-23.3 µs) and later ones about 1 µs slower 
 benchmark's launchers had run the same code, even for modules loaded afresh after that. This
 reads the same kernel, in one fresh process, as a timeline of runner-worker readings (about
 20 ms of GPU work each): 40 readings with a new module each (the runner's way), 40 with one
-module kept, then 2 s of the benchmark's launchers running the code, then 20 more of each.
+module kept, then 2 s of the benchmark's launchers running the code, then 20 more of each, then
+20 with a new module each once every other module of the code is released (does the driver
+share identical modules' code, and with it whatever slows them?).
 Each row: phase, reading number, seconds since start, µs.
 """
 
@@ -100,6 +102,16 @@ def main(out_path: str, log: str) -> None:
         ours.synchronize()
     read("fresh_after_launcher", fresh, 20)
     read("kept_after_launcher", kept, 20)
+    # Release every other module of this code (the launchers' cached one, the kept one): if
+    # the driver shares the code of identical modules, the worker's next loads are fresh again.
+    import gc
+
+    from autosched.codegen import gpu_call
+
+    del launchers, kept
+    gpu_call._module.cache_clear()
+    gc.collect()
+    read("fresh_after_release", fresh, 20)
     with open(out_path, "w") as out:
         for row in rows:
             out.write(json.dumps({"log": log, "record_us": res.mean_cost * 1e6, **row}) + "\n")
