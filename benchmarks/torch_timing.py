@@ -135,13 +135,15 @@ def time_graph(
     repeat: int = 20,
     warmup: int = 3,
     stream=None,
+    capture_error_mode: str = "global",
 ) -> float:
     """Median seconds per call of GPU time: `number` calls (at least one per call in `calls`),
     cycling through `calls`, captured in one CUDA graph on `stream` (a torch.cuda.Stream;
     default a new one), then `repeat` replays, each between CUDA events. Each call must enqueue
     its work on `stream`: PyTorch ops do (it is the current stream while capturing); our
     launchers must be bound to it (`shared_stream`). Warm-up runs on `stream` first, as
-    torch.cuda.graphs documents."""
+    torch.cuda.graphs documents. `capture_error_mode`: torch.cuda.graph's (which CUDA calls
+    of other threads the capture refuses; the captured work is the same)."""
     import torch
 
     number = max(number, len(calls))  # every copy used: fewer would leave the rest L2-warm
@@ -153,7 +155,7 @@ def time_graph(
             calls[k % len(calls)]()
     stream.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode=capture_error_mode):
         for k in range(number):
             calls[k % len(calls)]()
     events = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]

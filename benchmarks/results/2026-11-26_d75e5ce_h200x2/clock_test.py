@@ -88,35 +88,14 @@ def worker_timer(kernel):
     """A function timing the kernel once by the runner's worker in this process (built and
     loaded once, so that nothing but the timing runs between the load and the reading)."""
     import pycuda.driver as drv
+    from retime_gap import worker_reading, worker_request
 
-    from measure import compile_kernel, device_arch
     from measure._worker import Worker
     from measure.cuda_graph import load_graph_driver
-    from measure.rotation import ROTATION_BYTES
 
-    _, msg, cubin, _ = compile_kernel(kernel.source, device_arch() or "sm_90")
-    assert cubin is not None, msg
+    req = worker_request(kernel)
     worker = Worker(drv, drv.Context.get_device(), load_graph_driver())
-    req = {
-        "op": "run",
-        "cubin": cubin,
-        "launches": [x.to_dict() for x in kernel.launches],
-        "args": [a.to_dict() for a in kernel.args],
-        "ref_id": None,
-        "check": False,
-        "number": 3,
-        "repeat": 3,
-        "min_repeat_ms": 5.0,
-        "seed": 0,
-        "rotate_bytes": ROTATION_BYTES,
-    }
-
-    def timed() -> list[float]:
-        reply = worker.handle(req)
-        assert reply["costs"] and reply["timing"] == "graph", reply
-        return [statistics.mean(reply["costs"]) * 1e6]
-
-    return timed
+    return lambda: [worker_reading(worker, req)]
 
 
 def bench_short(launchers) -> list[float]:

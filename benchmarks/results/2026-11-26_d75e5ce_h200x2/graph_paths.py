@@ -28,28 +28,11 @@ sys.path.insert(0, HERE)
 FLAGS = {"flags0": 0, "auto_free": 1, "node_priority": 8}
 
 
-def torch_graph(torch, calls, stream, mode: str, number=100, repeat=20) -> float:
-    """time_graph's method with a chosen capture_error_mode."""
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for k in range(3):
-            calls[k % len(calls)]()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream, capture_error_mode=mode):
-        for k in range(number):
-            calls[k % len(calls)]()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
-    with torch.cuda.stream(stream):
-        graph.replay()
-        events[0].record()
-        for event in events[1:]:
-            graph.replay()
-            event.record()
-    events[-1].synchronize()
-    return statistics.median(
-        a.elapsed_time(b) * 1e3 / number for a, b in zip(events, events[1:], strict=False)
-    )
+def torch_graph(calls, stream, mode: str) -> float:
+    """µs per call by `torch_timing.time_graph`, captured in capture mode `mode`."""
+    from torch_timing import time_graph
+
+    return time_graph(calls, stream=stream, capture_error_mode=mode) * 1e6
 
 
 def driver_graph(torch, calls, stream, flags: int, number=100, repeat=20) -> float:
@@ -112,9 +95,7 @@ def main(out_path: str, logs: list[str]) -> None:
             row = {"log": log, "record_us": res.mean_cost * 1e6, "kernels": len(kernel.launches)}
             for _ in range(2):
                 for mode in ("global", "thread_local", "relaxed"):
-                    row.setdefault(f"torch_{mode}", []).append(
-                        torch_graph(torch, calls, stream, mode)
-                    )
+                    row.setdefault(f"torch_{mode}", []).append(torch_graph(calls, stream, mode))
                 for name, flags in FLAGS.items():
                     row.setdefault(f"driver_{name}", []).append(
                         driver_graph(torch, calls, stream, flags)
@@ -123,7 +104,7 @@ def main(out_path: str, logs: list[str]) -> None:
             fn = TORCH_EQUIVALENTS[name](tuple(args))
             n_in = len([a for a in kernel.args if not a.is_output]) - len(kernel.program.temps)
             pt_calls = [lambda s=s, fn=fn, n=n_in: fn(*s[:n]) for s in sets]
-            row["pytorch_torch_graph"] = [torch_graph(torch, pt_calls, stream, "global")]
+            row["pytorch_torch_graph"] = [torch_graph(pt_calls, stream, "global")]
             try:
                 row["pytorch_driver_graph"] = [driver_graph(torch, pt_calls, stream, 0)]
             except Exception as exc:  # PyTorch may refuse a capture it did not start

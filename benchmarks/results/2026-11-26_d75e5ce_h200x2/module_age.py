@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -47,36 +46,20 @@ class KeptModuleDriver:
 def main(out_path: str, log: str) -> None:
     import pycuda.driver as drv
     import torch
-    from retime_gap import torch_sets
+    from retime_gap import torch_sets, worker_reading, worker_request
     from torch_timing import kernel_rotation_copies, shared_stream
 
     import autosched
     from autosched.records import load_best
     from autosched.schedule.compute_dag import ComputeDAG
-    from measure import compile_kernel, device_arch
     from measure._worker import Worker
     from measure.cuda_graph import load_graph_driver
-    from measure.rotation import ROTATION_BYTES
 
     torch.zeros(1, device="cuda")
     inp, res = load_best(log)
     dag = ComputeDAG.from_workload_key(inp.workload_key)
     kernel = autosched.build(dag, dag.replay_steps(inp.steps))
-    _, msg, cubin, _ = compile_kernel(kernel.source, device_arch() or "sm_90")
-    assert cubin is not None, msg
-    req = {
-        "op": "run",
-        "cubin": cubin,
-        "launches": [x.to_dict() for x in kernel.launches],
-        "args": [a.to_dict() for a in kernel.args],
-        "ref_id": None,
-        "check": False,
-        "number": 3,
-        "repeat": 3,
-        "min_repeat_ms": 5.0,
-        "seed": 0,
-        "rotate_bytes": ROTATION_BYTES,
-    }
+    req = worker_request(kernel)
     device = drv.Context.get_device()
     fresh = Worker(drv, device, load_graph_driver())
     kept = Worker(KeptModuleDriver(drv), device, load_graph_driver())
@@ -85,9 +68,7 @@ def main(out_path: str, log: str) -> None:
 
     def read(phase: str, worker, count: int) -> None:
         for k in range(count):
-            reply = worker.handle(req)
-            assert reply["costs"] and reply["timing"] == "graph", reply
-            us = statistics.mean(reply["costs"]) * 1e6
+            us = worker_reading(worker, req)
             rows.append({"phase": phase, "k": k, "t": time.time() - start, "us": us})
 
     read("fresh_module", fresh, 40)

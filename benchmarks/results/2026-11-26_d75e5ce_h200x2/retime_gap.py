@@ -54,18 +54,15 @@ def runner_times(task, kernel, count: int = 3) -> list[float]:
     return [statistics.mean(r.costs) * 1e6 for r in results if r.costs]
 
 
-def worker_times(kernel, count: int = 3) -> list[float]:
-    import pycuda.driver as drv
-
+def worker_request(kernel) -> dict:
+    """The run request the search's runner sends for `kernel` (no reference check), its cubin
+    compiled as the builder compiles it."""
     from measure import compile_kernel, device_arch
-    from measure._worker import Worker
-    from measure.cuda_graph import load_graph_driver
     from measure.rotation import ROTATION_BYTES
 
     _, msg, cubin, _ = compile_kernel(kernel.source, device_arch() or "sm_90")
     assert cubin is not None, msg
-    worker = Worker(drv, drv.Context.get_device(), load_graph_driver())
-    req = {
+    return {
         "op": "run",
         "cubin": cubin,
         "launches": [x.to_dict() for x in kernel.launches],
@@ -82,13 +79,26 @@ def worker_times(kernel, count: int = 3) -> list[float]:
         "graphs": True,
         "rotate_bytes": ROTATION_BYTES,
     }
-    out = []
-    for _ in range(count):
-        reply = worker.handle(req)
-        assert reply["costs"], reply
-        assert reply["timing"] == "graph", reply
-        out.append(statistics.mean(reply["costs"]) * 1e6)
-    return out
+
+
+def worker_reading(worker, req: dict) -> float:
+    """µs per run of one request served by `worker` (a `measure._worker.Worker`), timed by
+    graph replay: the mean of its repeats, as the runner records it."""
+    reply = worker.handle(req)
+    assert reply["costs"], reply
+    assert reply["timing"] == "graph", reply
+    return statistics.mean(reply["costs"]) * 1e6
+
+
+def worker_times(kernel, count: int = 3) -> list[float]:
+    import pycuda.driver as drv
+
+    from measure._worker import Worker
+    from measure.cuda_graph import load_graph_driver
+
+    req = worker_request(kernel)
+    worker = Worker(drv, drv.Context.get_device(), load_graph_driver())
+    return [worker_reading(worker, req) for _ in range(count)]
 
 
 def torch_sets(torch, kernel, copies):
