@@ -16,6 +16,7 @@ and returns the output, so the two are checked against each other on the same da
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 
@@ -100,6 +101,7 @@ def time_calls(
     after `warmup` calls."""
     import torch
 
+    settle_launch_state()
     number = max(number, len(calls))  # every copy used: fewer would leave the rest L2-warm
 
     for k in range(warmup):
@@ -129,6 +131,26 @@ def shared_stream():
     return stream, torch.cuda.ExternalStream(stream_handle(stream))
 
 
+@functools.cache
+def settle_launch_state() -> None:
+    """Put this process's CUDA context in the state the runner's worker times in: kernels
+    launched on a side stream (measure.launch_state says why it matters: each kernel of a
+    replayed graph takes about a third of a microsecond more once a context's side streams have
+    run a few kernels). Without it a benchmark's own warm-up calls decide the state, and they
+    are too few for a one-kernel program. Once per process."""
+    import torch
+
+    from measure.launch_state import SETTLE_LAUNCHES
+
+    side = torch.cuda.Stream()
+    x = torch.zeros(1, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(SETTLE_LAUNCHES):
+            x.add_(1.0)
+    side.synchronize()
+
+
 def time_graph(
     calls: list[Callable[[], object]],
     number: int = 100,
@@ -146,6 +168,7 @@ def time_graph(
     of other threads the capture refuses; the captured work is the same)."""
     import torch
 
+    settle_launch_state()
     number = max(number, len(calls))  # every copy used: fewer would leave the rest L2-warm
 
     stream = stream if stream is not None else torch.cuda.Stream()

@@ -28,6 +28,7 @@ from measure.bfloat16 import storage_dtype
 from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver, stream_handle
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
+from measure.launch_state import settle_launch_state
 from measure.reference import Reference, compare_outputs, random_array
 from measure.rotation import copy_sets, rotation_copies, set_pointers
 
@@ -231,6 +232,9 @@ class Worker:
         assert self.graphs is not None
         if self.stream is None:
             self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
+            unsettled = settle_launch_state(self.drv, self.device, self.stream)
+            if unsettled:
+                print(f"measure worker: timing in an unsettled context: {unsettled}", flush=True)
         timer = _GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run)
         try:
             number, min_ms = max(run.sets, int(req["number"])), float(req["min_repeat_ms"])

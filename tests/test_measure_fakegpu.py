@@ -41,6 +41,7 @@ _memory = {}  # allocation base address -> its bytes
 _pending = []
 _N = 4096  # floats per kernel argument (the tests' ARGS)
 launched = []  # the first buffer of every kernel launch, in order
+prepared = []  # (module data, stream, kernels launched before) of every prepared call
 
 def init(): pass
 
@@ -81,7 +82,8 @@ def memcpy_dtoh(dst, src):
     dst.view(np.uint8).ravel()[:] = np.frombuffer(_at(src, dst.nbytes), np.uint8)
 
 class Stream:
-    def __init__(self, flags=0): self.handle_int = id(self)
+    def __init__(self, flags=0): self.handle_int = id(self); self.flags = flags
+    def synchronize(self): Context.synchronize()
 
 class Event:
     def record(self, stream=None):
@@ -93,6 +95,10 @@ class _Function:
     def __init__(self, behaviour): self.behaviour = behaviour
     def get_attribute(self, a): return 1024 if a == "threads" else 0
     def set_attribute(self, a, v): pass
+    def prepare(self, arg_types): self.arg_types = arg_types
+    def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
+        # only the worker's empty settling kernel is launched this way
+        prepared.append((self.behaviour, stream, len(launched)))
     def _launch_kernel(self, grid, block, params, shared, stream):
         ptrs = np.frombuffer(params, np.uint64).tolist()
         launched.append(ptrs[0])
@@ -380,3 +386,30 @@ def test_copy_sets_fills_every_set_with_the_buffers_contents():
             assert ptr % SET_ALIGN == 0
             assert drv.bytes[ptr : ptr + n] == drv.bytes[buf : buf + n]
     assert sets[-1][-1] + sizes[-1] <= drv.next  # inside the allocation
+
+
+def test_worker_settles_its_graph_stream_once_before_timing(fake_pycuda):
+    """Before its first graph timing the worker launches the empty settling kernel
+    SETTLE_LAUNCHES times on its own non-blocking stream (after the candidate's checked run,
+    before any timed run), so that it times in the state the benchmark and a graph-capturing
+    user run in; a second candidate finds it settled."""
+    import pycuda.driver as drv
+
+    from measure import _worker
+    from measure.launch_state import SETTLE_LAUNCHES
+
+    worker = _worker.Worker(drv, drv.Device(0), FakeGraphs(drv))
+    art, build = candidate("add")
+    with LocalRunner(number=2, repeat=2, min_repeat_ms=0.0, rotate_inputs=False) as runner:
+        request = runner._request(art, build.cubin, add_reference())
+    assert worker.handle(request)["error_kind"] == 0
+    assert len(drv.prepared) == SETTLE_LAUNCHES
+    assert {(data.split(b"\n")[0], stream) for data, stream, _ in drv.prepared} == {
+        (b".version 7.8", worker.stream)
+    }
+    assert worker.stream.flags == 1  # non-blocking, like PyTorch's side streams
+    assert {before for *_, before in drv.prepared} == {1}  # after the checked run only
+    assert len(drv.launched) > 1
+    request.pop("ref", None)
+    assert worker.handle(request)["error_kind"] == 0
+    assert len(drv.prepared) == SETTLE_LAUNCHES

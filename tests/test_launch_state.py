@@ -1,0 +1,53 @@
+"""The empty settling kernel's PTX (measure.launch_state): a target the device runs, in a PTX
+ISA version that knows it, accepted by ptxas where the CUDA toolkit is installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from measure.launch_state import PTX_ISA_OF_TARGET, empty_kernel_ptx, settle_launch_state
+
+
+@pytest.mark.parametrize(
+    "capability, target, version",
+    [((9, 0), 90, "7.8"), ((8, 6), 86, "7.1"), ((8, 7), 86, "7.1"), ((12, 1), 120, "8.7")],
+)
+def test_ptx_names_the_newest_target_not_above_the_device(capability, target, version):
+    ptx = empty_kernel_ptx(capability)
+    assert f".target sm_{target}\n" in ptx and f".version {version}\n" in ptx
+    assert ".entry settle()" in ptx
+
+
+def test_a_device_older_than_every_target_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"no PTX target known for compute capability \(6, 1\)"):
+        empty_kernel_ptx((6, 1))
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas (CUDA toolkit) on PATH")
+@pytest.mark.parametrize("target", [t for t in PTX_ISA_OF_TARGET if t >= 75])
+def test_ptxas_accepts_the_ptx(tmp_path, target):
+    path = tmp_path / "settle.ptx"
+    path.write_text(empty_kernel_ptx((target // 10, target % 10)))
+    done = subprocess.run(
+        ["ptxas", f"-arch=sm_{target}", str(path), "-o", str(tmp_path / "settle.cubin")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_driver_that_cannot_load_it_is_reported_not_raised():
+    class Refusing:
+        @staticmethod
+        def module_from_buffer(data):
+            raise RuntimeError("cuModuleLoadDataEx failed: PTX JIT compiler library not found")
+
+    class Device:
+        def compute_capability(self):
+            return (9, 0)
+
+    why = settle_launch_state(Refusing, Device(), stream=None)
+    assert why == "RuntimeError: cuModuleLoadDataEx failed: PTX JIT compiler library not found"
