@@ -9,7 +9,7 @@ reads the same kernel, in one fresh process, as a timeline of runner-worker read
 20 ms of GPU work each): 40 readings with a new module each (the runner's way), 40 with one
 module kept, then 2 s of the benchmark's launchers running the code, then 20 more of each, then
 20 with a new module each once every other module of the code is released (does the driver
-share identical modules' code, and with it whatever slows them?).
+share identical modules' code, and with it whatever slows them?), then 20 more after a 10 s rest.
 Each row: phase, reading number, seconds since start, µs.
 """
 
@@ -50,12 +50,14 @@ def main(out_path: str, log: str) -> None:
     from torch_timing import kernel_rotation_copies, shared_stream
 
     import autosched
+    from autosched.codegen.gpu_call import _context
     from autosched.records import load_best
     from autosched.schedule.compute_dag import ComputeDAG
     from measure._worker import Worker
     from measure.cuda_graph import load_graph_driver
 
     torch.zeros(1, device="cuda")
+    _context()
     inp, res = load_best(log)
     dag = ComputeDAG.from_workload_key(inp.workload_key)
     kernel = autosched.build(dag, dag.replay_steps(inp.steps))
@@ -93,6 +95,8 @@ def main(out_path: str, log: str) -> None:
     gpu_call._module.cache_clear()
     gc.collect()
     read("fresh_after_release", fresh, 20)
+    time.sleep(10.0)
+    read("fresh_after_rest", fresh, 20)
     with open(out_path, "w") as out:
         for row in rows:
             out.write(json.dumps({"log": log, "record_us": res.mean_cost * 1e6, **row}) + "\n")
