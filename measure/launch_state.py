@@ -1,7 +1,7 @@
 """Put a CUDA context in the state a user's process runs kernels in, before timing any.
 
 A context whose non-default streams have never launched a kernel replays a CUDA graph's kernel
-nodes faster than one whose have: once a handful of kernels (empty ones too) have run on any
+nodes faster than one whose streams have: once a handful of kernels (empty ones too) have run on any
 non-default stream, every kernel of a replayed graph takes about a third of a microsecond more
 (H200), for the life of the context. Every process that captures graphs has launched on a side
 stream (capture needs one, and warm-up runs go there), as has the benchmark that re-times a
@@ -13,7 +13,7 @@ from then on it times what the benchmark and a graph-capturing user get.
 
 from __future__ import annotations
 
-SETTLE_LAUNCHES = 64  # empty launches; eight already changed the state where it was measured
+SETTLE_LAUNCHES = 64  # empty launches: eight were enough on an H200, the rest is margin
 
 # The PTX ISA version that first knows each target (the empty kernel's PTX names the newest
 # target not above the device's, and the driver compiles it for the device).
