@@ -31,8 +31,8 @@ AGREEMENT = 0.03  # relative difference allowed between the record and the bench
 # ... or this much, whichever is larger: kernels of 1-2 µs (dense_bias at batch 1) are resolved
 # to a few tens of nanoseconds by graph replay, where 3% is under the timing's own jitter
 RESOLUTION_S = 0.1e-6
-# The mean benchmark-minus-record offset allowed over a few two-kernel programs: half of the
-# 0.7 µs by which the two launch states differ for them (measure.launch_state).
+# The mean benchmark-minus-record offset allowed over a few two-kernel programs (plus 0.5% for
+# timing noise): half of the 0.7 µs by which the two launch states differ for them.
 SPLIT_OFFSET_S = 0.35e-6
 
 
@@ -155,10 +155,11 @@ def test_benchmark_graph_time_agrees_with_the_search_record(name, tmp_path):
 
 
 def test_benchmark_agrees_with_the_runner_on_split_k_programs():
-    """Programs of two kernels (conv2d_bias_relu's split-K states: partial sums, then the sum
-    of the parts with bias and relu), timed by the runner as the search times them and re-timed
-    the benchmarks' way in this process, agree: the case where the two used to time in
-    different launch states (measure.launch_state), 0.7 µs apart."""
+    """Programs of two kernels (the four fastest of sixteen sampled split-K states of
+    conv2d_bias_relu: partial sums, then the sum of the parts with bias and relu), timed by the
+    runner as the search times them and re-timed the benchmarks' way in this process, agree:
+    the case where the two used to time in different launch states (measure.launch_state),
+    0.7 µs apart."""
     torch = _torch()
     from autosched.sketch import SketchSampler, generate_sketches
     from autosched.sketch.utils import SketchParams
@@ -171,7 +172,7 @@ def test_benchmark_agrees_with_the_runner_on_split_k_programs():
         if any(st.op.name.endswith(".rf") for st in s.stages)
     ]
     assert split, "conv2d_bias_relu has no split-K sketch"
-    states = SketchSampler(split, params=params).sample(4, 0)
+    states = SketchSampler(split, params=params).sample(16, 0)
     kernels = [autosched.build(task.compute_dag, s) for s in states]
     assert all(len(k.launches) == 2 for k in kernels), [len(k.launches) for k in kernels]
     ref = task_reference(task, kernels[0].args)
@@ -179,19 +180,22 @@ def test_benchmark_agrees_with_the_runner_on_split_k_programs():
     runner = LocalRunner()
     with LocalMeasureContext(LocalBuilder(timeout=60.0), runner) as ctx:
         results = ctx.measure_batch(artifacts, {"ref": ref})
-    timed = [
-        (k, r) for k, r in zip(kernels, results, strict=True) if r.error_kind.name == "NO_ERROR"
-    ]
+    timed = sorted(
+        (statistics.mean(r.costs), i)
+        for i, r in enumerate(results)
+        if r.error_kind.name == "NO_ERROR"
+    )[:4]  # the fastest: where a fixed offset is the largest share of the time
     assert timed, [r.error_msg for r in results]
     assert runner.back_to_back_timings == 0, "the runner did not time by graph replay"
     offsets = []
-    for i, (kernel, result) in enumerate(timed):
-        recorded = statistics.mean(result.costs)
-        seconds = _assert_benchmark_agrees(torch, f"split-K state {i}", kernel, recorded)
+    for recorded, i in timed:
+        seconds = _assert_benchmark_agrees(torch, f"split-K state {i}", kernels[i], recorded)
         offsets.append(seconds - recorded)
     # the launch-state offset is systematic (the same sign and size for every two-kernel
-    # program), so it shows in the mean even where 3% of a slow state would hide it
-    assert abs(statistics.mean(offsets)) <= SPLIT_OFFSET_S, [round(o * 1e6, 2) for o in offsets]
+    # program), so it shows in the mean even where 3% of a slower state would hide it; the
+    # relative term is the two processes' timing noise
+    allowed = SPLIT_OFFSET_S + 0.005 * statistics.mean(r for r, _ in timed)
+    assert abs(statistics.mean(offsets)) <= allowed, [round(o * 1e6, 2) for o in offsets]
 
 
 def _assert_benchmark_agrees(torch, name: str, kernel, recorded: float) -> float:
