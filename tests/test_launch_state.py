@@ -1,14 +1,16 @@
 """The empty settling kernel's PTX (measure.launch_state): a target the device runs, in a PTX
-ISA version that knows it, accepted by ptxas where the CUDA toolkit is installed."""
+ISA version that knows it, accepted by ptxas where the CUDA toolkit is installed (CI has it)."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 
 import pytest
 
+from measure.errors import NvccNotFoundError
 from measure.launch_state import PTX_ISA_OF_TARGET, empty_kernel_ptx, settle_launch_state
+from measure.ptxas import find_nvcc
 
 
 @pytest.mark.parametrize(
@@ -26,13 +28,22 @@ def test_a_device_older_than_every_target_is_refused_in_one_line():
         empty_kernel_ptx((6, 1))
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas (CUDA toolkit) on PATH")
+def _ptxas() -> str | None:
+    """ptxas beside the nvcc measure finds (PATH, $CUDA_HOME, /usr/local/cuda), or None."""
+    try:
+        path = os.path.join(os.path.dirname(find_nvcc()), "ptxas")
+    except NvccNotFoundError:
+        return None
+    return path if os.access(path, os.X_OK) else None
+
+
+@pytest.mark.skipif(_ptxas() is None, reason="no CUDA toolkit (ptxas)")
 @pytest.mark.parametrize("target", [t for t in PTX_ISA_OF_TARGET if t >= 75])
 def test_ptxas_accepts_the_ptx(tmp_path, target):
     path = tmp_path / "settle.ptx"
     path.write_text(empty_kernel_ptx((target // 10, target % 10)))
     done = subprocess.run(
-        ["ptxas", f"-arch=sm_{target}", str(path), "-o", str(tmp_path / "settle.cubin")],
+        [str(_ptxas()), f"-arch=sm_{target}", str(path), "-o", str(tmp_path / "settle.cubin")],
         capture_output=True,
         text=True,
     )
