@@ -60,21 +60,16 @@ class AllocationLog:
 def main(mode: str, out_path: str, log: str) -> None:
     import pycuda.driver as drv
     import torch
-    from retime_gap import torch_sets, worker_reading, worker_request
+    from retime_gap import best_kernel, keep_busy, torch_sets, worker_reading, worker_request
     from torch_timing import kernel_rotation_copies, shared_stream
 
-    import autosched
     from autosched.codegen.gpu_call import GPULauncher, _context
-    from autosched.records import load_best
-    from autosched.schedule.compute_dag import ComputeDAG
     from measure._worker import Worker
     from measure.cuda_graph import load_graph_driver
 
     torch.zeros(1, device="cuda")
     _context()
-    inp, res = load_best(log)
-    dag = ComputeDAG.from_workload_key(inp.workload_key)
-    kernel = autosched.build(dag, dag.replay_steps(inp.steps))
+    kernel, res = best_kernel(log)
     req = worker_request(kernel)
     logged = AllocationLog(drv)
     worker = Worker(logged, drv.Context.get_device(), load_graph_driver())
@@ -91,12 +86,7 @@ def main(mode: str, out_path: str, log: str) -> None:
         print(f"{mode} {step}: {got}", flush=True)
 
     def run_for(launchers, seconds: float) -> None:
-        ours, _ = shared_stream()
-        end = time.time() + seconds
-        while time.time() < end:
-            for k in range(200):
-                launchers[k % len(launchers)](ours)
-            ours.synchronize()
+        keep_busy(launchers, shared_stream()[0], seconds)  # a new stream each time
 
     copies = kernel_rotation_copies(kernel)
     read("first", 10)

@@ -27,12 +27,8 @@ sys.path.insert(0, HERE)
 
 def main(out_path: str, log: str) -> None:
     import torch
-    from retime_gap import bench, torch_sets
+    from retime_gap import bench, best_kernel, keep_busy, torch_sets
     from torch_timing import kernel_rotation_copies, shared_stream
-
-    import autosched
-    from autosched.records import load_best
-    from autosched.schedule.compute_dag import ComputeDAG
 
     smi = subprocess.Popen(
         [
@@ -45,19 +41,13 @@ def main(out_path: str, log: str) -> None:
         stdout=open(out_path + ".smi.csv", "w"),
     )
     torch.zeros(1, device="cuda")
-    inp, res = load_best(log)
-    dag = ComputeDAG.from_workload_key(inp.workload_key)
-    kernel = autosched.build(dag, dag.replay_steps(inp.steps))
+    kernel, res = best_kernel(log)
     sets = torch_sets(torch, kernel, kernel_rotation_copies(kernel))
     launchers = [kernel.launcher(*s) for s in sets]
     ours, _ = shared_stream()
 
     def load(seconds: float) -> None:
-        end = time.time() + seconds
-        while time.time() < end:
-            for k in range(200):
-                launchers[k % len(launchers)](ours)
-            ours.synchronize()
+        keep_busy(launchers, ours, seconds)
 
     rows = []
     for rep in range(3):

@@ -46,21 +46,16 @@ class KeptModuleDriver:
 def main(out_path: str, log: str) -> None:
     import pycuda.driver as drv
     import torch
-    from retime_gap import torch_sets, worker_reading, worker_request
+    from retime_gap import best_kernel, keep_busy, torch_sets, worker_reading, worker_request
     from torch_timing import kernel_rotation_copies, shared_stream
 
-    import autosched
     from autosched.codegen.gpu_call import _context
-    from autosched.records import load_best
-    from autosched.schedule.compute_dag import ComputeDAG
     from measure._worker import Worker
     from measure.cuda_graph import load_graph_driver
 
     torch.zeros(1, device="cuda")
     _context()
-    inp, res = load_best(log)
-    dag = ComputeDAG.from_workload_key(inp.workload_key)
-    kernel = autosched.build(dag, dag.replay_steps(inp.steps))
+    kernel, res = best_kernel(log)
     req = worker_request(kernel)
     device = drv.Context.get_device()
     fresh = Worker(drv, device, load_graph_driver())
@@ -77,12 +72,7 @@ def main(out_path: str, log: str) -> None:
     read("kept_module", kept, 40)
     sets = torch_sets(torch, kernel, kernel_rotation_copies(kernel))
     launchers = [kernel.launcher(*s) for s in sets]
-    ours, _ = shared_stream()
-    end = time.time() + 2.0
-    while time.time() < end:
-        for k in range(200):
-            launchers[k % len(launchers)](ours)
-        ours.synchronize()
+    keep_busy(launchers, shared_stream()[0], 2.0)
     read("fresh_after_launcher", fresh, 20)
     read("kept_after_launcher", kept, 20)
     # Release every other module of this code (the launchers' cached one, the kept one): if

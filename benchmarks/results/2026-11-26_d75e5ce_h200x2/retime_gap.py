@@ -25,6 +25,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..", "..")
@@ -79,6 +80,27 @@ def worker_request(kernel) -> dict:
         "graphs": True,
         "rotate_bytes": ROTATION_BYTES,
     }
+
+
+def best_kernel(log: str):
+    """(BuiltKernel, result) of a record log's best record, rebuilt as the benchmark builds it."""
+    import autosched
+    from autosched.records import load_best
+    from autosched.schedule.compute_dag import ComputeDAG
+
+    inp, res = load_best(log)
+    dag = ComputeDAG.from_workload_key(inp.workload_key)
+    return autosched.build(dag, dag.replay_steps(inp.steps)), res
+
+
+def keep_busy(launchers, stream, seconds: float) -> None:
+    """Run `launchers` in turn on `stream` (a pycuda Stream) for `seconds`: 200 calls at a
+    time, then a wait for them."""
+    end = time.time() + seconds
+    while time.time() < end:
+        for k in range(200):
+            launchers[k % len(launchers)](stream)
+        stream.synchronize()
 
 
 def worker_reading(worker, req: dict, timing: str = "graph") -> float:
