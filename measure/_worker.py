@@ -56,6 +56,7 @@ class Worker:
         self.device = device
         self.graphs = graphs
         self.stream = None  # the stream graphs are captured and replayed on, made on first use
+        self.side_stream = None  # kept so that the context keeps the launch state it settled in
         self.graph_failures = 0
         self.back_to_back = False  # whether the last candidate was timed back-to-back
         self.references: dict[str, Reference] = {}
@@ -232,7 +233,10 @@ class Worker:
         assert self.graphs is not None
         if self.stream is None:
             self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
-            unsettled = settle_launch_state(self.drv, self.device, self.stream)
+            self.side_stream = self.drv.Stream(_STREAM_NON_BLOCKING)
+            unsettled = settle_launch_state(
+                self.drv, self.device, [None, self.side_stream, self.stream]
+            )
             if unsettled:
                 print(f"measure worker: timing in an unsettled context: {unsettled}", flush=True)
         timer = _GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run)

@@ -1,14 +1,18 @@
 """Put a CUDA context in the state a user's process runs kernels in, before timing any.
 
-A context whose non-default streams have never launched a kernel replays a CUDA graph's kernel
-nodes faster than one whose streams have: once a handful of kernels (empty ones too) have run on any
-non-default stream, every kernel of a replayed graph takes about a third of a microsecond more
-(H200), for the life of the context. Every process that captures graphs has launched on a side
-stream (capture needs one, and warm-up runs go there), as has the benchmark that re-times a
-search's best. The runner's worker, which only replays graphs on its stream, would otherwise
-time every candidate in the faster state and favour programs of several kernels by that much a
-kernel. So before its first timing it launches an empty kernel on its stream a few dozen times:
-from then on it times what the benchmark and a graph-capturing user get.
+How fast a replayed CUDA graph runs its kernel nodes depends on where else the context has
+launched kernels: once a few have run on a non-blocking side stream other than the one the graph
+replays on, each kernel node takes about a third of a microsecond more (H100, H200), for the life
+of the context. Launches on the legacy default stream or on the graph's own stream do not do it.
+Every PyTorch process that captures graphs is in that state (capture and its warm-up run on side
+streams), and so is the benchmark that re-times a search's best. The runner's worker, which
+replays on one stream only, would otherwise time every candidate in the faster state: its records
+would be a third of a microsecond a kernel below what the benchmark and a user measure, and favour
+programs of several kernels. So before its first timing the worker launches an empty kernel a few
+dozen times on each kind of stream such a process launches on: its legacy default stream, a side
+stream it keeps, and the stream its graphs replay on. What the driver or the GPU changes is not
+visible from here; launching where a PyTorch process launches puts the context where that
+process's is.
 """
 
 from __future__ import annotations
@@ -44,18 +48,19 @@ def empty_kernel_ptx(compute_capability: tuple[int, int]) -> str:
     )
 
 
-def settle_launch_state(drv, device, stream, launches: int = SETTLE_LAUNCHES) -> str | None:
-    """Launch an empty kernel `launches` times on `stream` (a pycuda Stream of the current
-    context, not the legacy default one) and wait for them. Returns None, or why it could not
-    (the timing goes on without it; the caller says so once)."""
+def settle_launch_state(drv, device, streams, launches: int = SETTLE_LAUNCHES) -> str | None:
+    """Launch an empty kernel `launches` times on each of `streams` (pycuda Streams of the
+    current context; None for the legacy default stream) and wait for them. Returns None, or why
+    it could not (the timing goes on without it; the caller says so once)."""
     try:
         ptx = empty_kernel_ptx(device.compute_capability()).encode() + b"\0"
         module = drv.module_from_buffer(ptx)
         settle = module.get_function("settle")
         settle.prepare("")
-        for _ in range(launches):
-            settle.prepared_async_call((1, 1), (32, 1, 1), stream)
-        stream.synchronize()
+        for stream in streams:
+            for _ in range(launches):
+                settle.prepared_async_call((1, 1), (32, 1, 1), stream)
+        drv.Context.synchronize()
     except Exception as exc:  # a driver that cannot load the PTX: time unsettled, say so
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -60,5 +60,5 @@ def test_a_driver_that_cannot_load_it_is_reported_not_raised():
         def compute_capability(self):
             return (9, 0)
 
-    why = settle_launch_state(Refusing, Device(), stream=None)
+    why = settle_launch_state(Refusing, Device(), streams=[None])
     assert why == "RuntimeError: cuModuleLoadDataEx failed: PTX JIT compiler library not found"

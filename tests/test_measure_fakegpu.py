@@ -388,11 +388,12 @@ def test_copy_sets_fills_every_set_with_the_buffers_contents():
     assert sets[-1][-1] + sizes[-1] <= drv.next  # inside the allocation
 
 
-def test_worker_settles_its_graph_stream_once_before_timing(fake_pycuda):
+def test_worker_settles_its_streams_once_before_timing(fake_pycuda):
     """Before its first graph timing the worker launches the empty settling kernel
-    SETTLE_LAUNCHES times on its own non-blocking stream (after the candidate's checked run,
-    before any timed run), so that it times in the state the benchmark and a graph-capturing
-    user run in; a second candidate finds it settled."""
+    SETTLE_LAUNCHES times on each stream a graph-capturing PyTorch process launches on: the
+    legacy default stream, a side stream it keeps and its own graph stream (both non-blocking),
+    after the candidate's checked run and before any timed run, so that it times in the state
+    the benchmark and such a user run in; a second candidate finds it settled."""
     import pycuda.driver as drv
 
     from measure import _worker
@@ -403,13 +404,16 @@ def test_worker_settles_its_graph_stream_once_before_timing(fake_pycuda):
     with LocalRunner(number=2, repeat=2, min_repeat_ms=0.0, rotate_inputs=False) as runner:
         request = runner._request(art, build.cubin, add_reference())
     assert worker.handle(request)["error_kind"] == 0
-    assert len(drv.prepared) == SETTLE_LAUNCHES
-    assert {(data.split(b"\n")[0], stream) for data, stream, _ in drv.prepared} == {
-        (b".version 7.8", worker.stream)
-    }
-    assert worker.stream.flags == 1  # non-blocking, like PyTorch's side streams
+    assert len(drv.prepared) == 3 * SETTLE_LAUNCHES
+    streams = [stream for _, stream, _ in drv.prepared]
+    assert [streams.count(s) for s in (None, worker.side_stream, worker.stream)] == [
+        SETTLE_LAUNCHES
+    ] * 3
+    assert worker.side_stream is not worker.stream
+    assert {data.split(b"\n")[0] for data, _, _ in drv.prepared} == {b".version 7.8"}
+    assert worker.stream.flags == worker.side_stream.flags == 1  # non-blocking, like PyTorch's
     assert {before for *_, before in drv.prepared} == {1}  # after the checked run only
     assert len(drv.launched) > 1
     request.pop("ref", None)
     assert worker.handle(request)["error_kind"] == 0
-    assert len(drv.prepared) == SETTLE_LAUNCHES
+    assert len(drv.prepared) == 3 * SETTLE_LAUNCHES
