@@ -132,23 +132,33 @@ def shared_stream():
 
 
 @functools.cache
-def settle_launch_state() -> None:
-    """Put this process's CUDA context in the state the runner's worker times in: kernels
-    launched on a side stream (measure.launch_state says why it matters: each kernel of a
-    replayed graph takes about a third of a microsecond more once a context's side streams have
-    run a few kernels). Without it a benchmark's own warm-up calls decide the state, and they
-    are too few for a one-kernel program. Once per process."""
+def _settling_side_stream():
+    """The side stream `settle_launch_state` launches on, kept for the process."""
+    import torch
+
+    return torch.cuda.Stream()
+
+
+def settle_launch_state(stream=None) -> None:
+    """Put this process's CUDA context in the state the runner's worker times in
+    (measure.launch_state says why it matters: each kernel of a replayed graph takes about a
+    third of a microsecond more once a context's side streams have run a few kernels): a few
+    dozen tiny PyTorch kernels on the current stream, on a side stream kept for the process, and
+    on `stream` (the stream about to capture and replay), before every timing, as the worker
+    settles before every candidate's."""
     import torch
 
     from measure.launch_state import SETTLE_LAUNCHES
 
-    side = torch.cuda.Stream()
     x = torch.zeros(1, device="cuda")
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(SETTLE_LAUNCHES):
-            x.add_(1.0)
-    side.synchronize()
+    for target in (torch.cuda.current_stream(), _settling_side_stream(), stream):
+        if target is None:
+            continue
+        target.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(target):
+            for _ in range(SETTLE_LAUNCHES):
+                x.add_(1.0)
+        target.synchronize()
 
 
 def time_graph(
@@ -168,10 +178,10 @@ def time_graph(
     of other threads the capture refuses; the captured work is the same)."""
     import torch
 
-    settle_launch_state()
     number = max(number, len(calls))  # every copy used: fewer would leave the rest L2-warm
 
     stream = stream if stream is not None else torch.cuda.Stream()
+    settle_launch_state(stream)
     stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
     with torch.cuda.stream(stream):
         for k in range(warmup):

@@ -28,7 +28,7 @@ from measure.bfloat16 import storage_dtype
 from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver, stream_handle
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
-from measure.launch_state import settle_launch_state
+from measure.launch_state import LaunchSettler
 from measure.reference import Reference, compare_outputs, random_array
 from measure.rotation import copy_sets, rotation_copies, set_pointers
 
@@ -57,6 +57,8 @@ class Worker:
         self.graphs = graphs
         self.stream = None  # the stream graphs are captured and replayed on, made on first use
         self.side_stream = None  # kept so that the context keeps the launch state it settled in
+        self.settler: LaunchSettler | None = None  # made with the streams
+        self.unsettled_said = False  # whether a failed settling was reported (once)
         self.graph_failures = 0
         self.back_to_back = False  # whether the last candidate was timed back-to-back
         self.references: dict[str, Reference] = {}
@@ -234,11 +236,12 @@ class Worker:
         if self.stream is None:
             self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
             self.side_stream = self.drv.Stream(_STREAM_NON_BLOCKING)
-            unsettled = settle_launch_state(
-                self.drv, self.device, [None, self.side_stream, self.stream]
-            )
-            if unsettled:
-                print(f"measure worker: timing in an unsettled context: {unsettled}", flush=True)
+            self.settler = LaunchSettler(self.drv, self.device)
+        assert self.settler is not None
+        unsettled = self.settler.settle([None, self.side_stream, self.stream])
+        if unsettled and not self.unsettled_said:
+            print(f"measure worker: timing in an unsettled context: {unsettled}", flush=True)
+            self.unsettled_said = True
         timer = _GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run)
         try:
             number, min_ms = max(run.sets, int(req["number"])), float(req["min_repeat_ms"])

@@ -48,19 +48,34 @@ def empty_kernel_ptx(compute_capability: tuple[int, int]) -> str:
     )
 
 
-def settle_launch_state(drv, device, streams, launches: int = SETTLE_LAUNCHES) -> str | None:
-    """Launch an empty kernel `launches` times on each of `streams` (pycuda Streams of the
-    current context; None for the legacy default stream) and wait for them. Returns None, or why
-    it could not (the timing goes on without it; the caller says so once)."""
-    try:
-        ptx = empty_kernel_ptx(device.compute_capability()).encode() + b"\0"
-        module = drv.module_from_buffer(ptx)
-        settle = module.get_function("settle")
-        settle.prepare("")
-        for stream in streams:
-            for _ in range(launches):
-                settle.prepared_async_call((1, 1), (32, 1, 1), stream)
-        drv.Context.synchronize()
-    except Exception as exc:  # a driver that cannot load the PTX: time unsettled, say so
-        return f"{type(exc).__name__}: {exc}"
-    return None
+class LaunchSettler:
+    """The empty kernel, loaded once in the current context, launched `launches` times on each
+    of a list of streams before a timing. Settling before every timing, not once, keeps the
+    state whatever the context did in between: workers settled once, at their start, recorded
+    some of a 256-trial search's bests in the faster state."""
+
+    def __init__(self, drv, device, launches: int = SETTLE_LAUNCHES) -> None:
+        self.drv, self.launches = drv, launches
+        self.function = None
+        self.error: str | None = None
+        try:
+            ptx = empty_kernel_ptx(device.compute_capability()).encode() + b"\0"
+            self.function = drv.module_from_buffer(ptx).get_function("settle")
+            self.function.prepare("")
+        except Exception as exc:  # a driver that cannot load the PTX: time unsettled, say so
+            self.function, self.error = None, f"{type(exc).__name__}: {exc}"
+
+    def settle(self, streams) -> str | None:
+        """Launch on each of `streams` (pycuda Streams of the current context; None for the
+        legacy default stream) and wait for them. Returns None, or why it could not (the
+        timing goes on without it; the caller says so once)."""
+        if self.function is None:
+            return self.error
+        try:
+            for stream in streams:
+                for _ in range(self.launches):
+                    self.function.prepared_async_call((1, 1), (32, 1, 1), stream)
+            self.drv.Context.synchronize()
+        except self.drv.Error as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None

@@ -79,7 +79,7 @@ def test_graph_time_of_a_small_kernel_is_at_most_its_back_to_back_time():
 
 
 def test_worker_time_does_not_move_once_the_process_launches_on_side_streams():
-    """The runner's worker settles its context before its first timing (measure.launch_state),
+    """The runner's worker settles its context before every timing (measure.launch_state),
     so a small kernel's graph time, read by a worker in this process, is the same before and
     after this process has launched kernels on a side stream; unsettled, each kernel of a replay
     takes about a third of a microsecond more after them. Placed before the benchmark tests of

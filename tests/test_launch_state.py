@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from measure.errors import NvccNotFoundError
-from measure.launch_state import PTX_ISA_OF_TARGET, empty_kernel_ptx, settle_launch_state
+from measure.launch_state import PTX_ISA_OF_TARGET, LaunchSettler, empty_kernel_ptx
 from measure.ptxas import find_nvcc
 
 
@@ -60,5 +60,5 @@ def test_a_driver_that_cannot_load_it_is_reported_not_raised():
         def compute_capability(self):
             return (9, 0)
 
-    why = settle_launch_state(Refusing, Device(), streams=[None])
+    why = LaunchSettler(Refusing, Device()).settle([None])
     assert why == "RuntimeError: cuModuleLoadDataEx failed: PTX JIT compiler library not found"

@@ -76,7 +76,7 @@ def main(mode: str, out_path: str, log: str) -> None:
         rows.append({"mode": mode, "step": step, "us": us})
 
     if mode == "unsettled":
-        torch_timing.settle_launch_state = lambda: None
+        torch_timing.settle_launch_state = lambda *_: None
     if mode == "side500":
         adds(torch.cuda.Stream(), 500)
     for _ in range(3):
