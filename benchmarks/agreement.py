@@ -158,9 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --logs or --workloads")
     with tempfile.TemporaryDirectory() as folder:
         logs = list(ns.logs)
-        for name in ns.workloads:
-            logs.append(short_search(name, ns.trials, folder))
-        rows = agreement_rows(logs, ns.hold_context)
+        try:
+            for name in ns.workloads:
+                logs.append(short_search(name, ns.trials, folder))
+            rows = agreement_rows(logs, ns.hold_context)
+        except (OSError, ValueError, KeyError) as err:
+            print(f"agreement: {err}", file=sys.stderr)
+            return 2
     for row in rows:
         line = json.dumps(row)
         print(line, flush=True)
