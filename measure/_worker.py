@@ -56,7 +56,7 @@ class Worker:
         self.device = device
         self.graphs = graphs
         self.stream = None  # the stream graphs are captured and replayed on, made on first use
-        self.side_stream = None  # kept so that the context keeps the launch state it settled in
+        self.side_stream = None  # where settling launches besides the graph stream, made with it
         self.settler: LaunchSettler | None = None  # made with the streams
         self.unsettled_said = False  # whether a failed settling was reported (once)
         self.graph_failures = 0

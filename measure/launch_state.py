@@ -2,17 +2,18 @@
 
 How fast a replayed CUDA graph runs its kernel nodes depends on where else the context has
 launched kernels: once a few have run on a non-blocking side stream other than the one the graph
-replays on, each kernel node takes about a third of a microsecond more (H100, H200), for the life
-of the context. Launches on the legacy default stream or on the graph's own stream do not do it.
-Every PyTorch process that captures graphs is in that state (capture and its warm-up run on side
-streams), and so is the benchmark that re-times a search's best. The runner's worker, which
-replays on one stream only, would otherwise time every candidate in the faster state: its records
-would be a third of a microsecond a kernel below what the benchmark and a user measure, and favour
-programs of several kernels. So before its first timing the worker launches an empty kernel a few
-dozen times on each kind of stream such a process launches on: its legacy default stream, a side
-stream it keeps, and the stream its graphs replay on. What the driver or the GPU changes is not
-visible from here; launching where a PyTorch process launches puts the context where that
-process's is.
+replays on, each kernel node takes about a third of a microsecond more (H100, H200). Launches on
+the legacy default stream or on the graph's own stream do not do it. Every PyTorch process that
+captures graphs is in that state (capture and its warm-up run on side streams), and so is the
+benchmark that re-times a search's best. The runner's worker, which replays on one stream only,
+would otherwise time candidates in the faster state: its records would be a third of a
+microsecond a kernel below what the benchmark and a user measure, and favour programs of several
+kernels. Nor does a settled state last: workers that settled once, at their start, recorded
+some bests of long searches in the faster state again. So before every timing the worker
+launches an empty kernel a few dozen times on each kind of stream such a process launches on:
+its legacy default stream, a side stream it keeps, and the stream its graphs replay on (the
+benchmark does the same with PyTorch kernels). What the driver or the GPU changes is not visible
+from here; launching where a PyTorch process launches puts the context where that process's is.
 """
 
 from __future__ import annotations
@@ -50,9 +51,7 @@ def empty_kernel_ptx(compute_capability: tuple[int, int]) -> str:
 
 class LaunchSettler:
     """The empty kernel, loaded once in the current context, launched `launches` times on each
-    of a list of streams before a timing. Settling before every timing, not once, keeps the
-    state whatever the context did in between: workers settled once, at their start, recorded
-    some of a 256-trial search's bests in the faster state."""
+    of a list of streams before a timing."""
 
     def __init__(self, drv, device, launches: int = SETTLE_LAUNCHES) -> None:
         self.drv, self.launches = drv, launches
@@ -76,6 +75,7 @@ class LaunchSettler:
                 for _ in range(self.launches):
                     self.function.prepared_async_call((1, 1), (32, 1, 1), stream)
             self.drv.Context.synchronize()
-        except self.drv.Error as exc:
+        # A failed launch: time unsettled and say so; a broken context fails the timing itself.
+        except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return None

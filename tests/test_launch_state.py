@@ -62,3 +62,32 @@ def test_a_driver_that_cannot_load_it_is_reported_not_raised():
 
     why = LaunchSettler(Refusing, Device()).settle([None])
     assert why == "RuntimeError: cuModuleLoadDataEx failed: PTX JIT compiler library not found"
+
+
+def test_a_failed_launch_is_reported_not_raised():
+    class Function:
+        def prepare(self, types):
+            pass
+
+        def prepared_async_call(self, grid, block, stream):
+            raise RuntimeError("cuLaunchKernel failed: too many resources requested")
+
+    class Module:
+        def get_function(self, name):
+            assert name == "settle"
+            return Function()
+
+    class Driver:
+        @staticmethod
+        def module_from_buffer(data):
+            assert b".entry settle" in data
+            return Module()
+
+    class Device:
+        def compute_capability(self):
+            return (9, 0)
+
+    settler = LaunchSettler(Driver, Device())
+    assert settler.error is None
+    why = settler.settle([None])
+    assert why == "RuntimeError: cuLaunchKernel failed: too many resources requested"
