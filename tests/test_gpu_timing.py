@@ -16,8 +16,6 @@ import sys
 import pytest
 
 import autosched
-from autosched.records import load_best
-from autosched.schedule.compute_dag import ComputeDAG
 from autosched.search.policy import SearchParams, SketchPolicy
 from autosched.search.program_measurer import task_reference
 from autosched.task.search_task import suite_task
@@ -128,33 +126,12 @@ def test_benchmark_graph_time_agrees_with_the_search_record(name, tmp_path):
     """A short search's best record, rebuilt and re-timed in this process the way the
     benchmarks time it (torch_timing.time_graph over launchers of rotated buffer sets, as many
     as the runner cycles through), agrees with the cost the runner recorded."""
-    torch = _torch()
-    task = suite_task(name)
-    log = str(tmp_path / f"{name}.json")
-    runner = LocalRunner()
-    policy = SketchPolicy(task, autosched.RandomModel(), _params(), verbose=0)
-    options = autosched.TuningOptions(
-        num_measure_trials=TRIALS,
-        num_measures_per_round=TRIALS,
-        builder=LocalBuilder(timeout=60.0),
-        runner=runner,
-        measure_callbacks=[autosched.RecordToFile(log)],
-        verbose=0,
-    )
-    try:
-        autosched.auto_schedule(task, policy, options)
-    finally:
-        runner.close()
-    assert runner.back_to_back_timings == 0, "the runner did not time by graph replay"
-    best = load_best(log)
-    assert best is not None, f"no correct record in {TRIALS} trials"
-    inp, res = best
-    dag = ComputeDAG.from_workload_key(inp.workload_key)
-    kernel = autosched.build(dag, dag.replay_steps(inp.steps))
-    from agreement import runner_reading  # benchmarks/, on the path since _torch()
+    _torch()
+    from agreement import best_of, runner_reading, short_search
 
+    task, kernel, recorded = best_of(short_search(name, TRIALS, str(tmp_path)))
     again = runner_reading(task, kernel)  # says which side moved, should the two disagree
-    _assert_benchmark_agrees(torch, name, kernel, res.mean_cost, again)
+    _assert_benchmark_agrees(name, kernel, recorded, again)
 
 
 def test_benchmark_agrees_with_the_runner_on_split_k_programs():
@@ -163,7 +140,7 @@ def test_benchmark_agrees_with_the_runner_on_split_k_programs():
     runner as the search times them and re-timed the benchmarks' way in this process, agree:
     the case where the two used to time in different launch states (measure.launch_state),
     0.7 µs apart."""
-    torch = _torch()
+    _torch()
     from autosched.sketch import SketchSampler, generate_sketches
     from autosched.sketch.utils import SketchParams
 
@@ -192,7 +169,7 @@ def test_benchmark_agrees_with_the_runner_on_split_k_programs():
     assert runner.back_to_back_timings == 0, "the runner did not time by graph replay"
     offsets = []
     for recorded, i in timed:
-        seconds = _assert_benchmark_agrees(torch, f"split-K state {i}", kernels[i], recorded)
+        seconds = _assert_benchmark_agrees(f"split-K state {i}", kernels[i], recorded)
         offsets.append(seconds - recorded)
     # the launch-state offset is systematic (the same sign and size for every two-kernel
     # program), so it shows in the mean even where 3% of a slower state would hide it; the
@@ -202,33 +179,18 @@ def test_benchmark_agrees_with_the_runner_on_split_k_programs():
 
 
 def _assert_benchmark_agrees(
-    torch, name: str, kernel, recorded: float, again: float | None = None
+    name: str, kernel, recorded: float, again: float | None = None
 ) -> float:
-    """`kernel` timed as the benchmarks time it (torch_timing.time_graph over launchers of
-    rotated buffer sets, as many as the runner cycles through) is within AGREEMENT (or
-    RESOLUTION_S) of `recorded`, the runner's seconds for it; returns that time. `again`, a
-    fresh runner's second reading, is only reported."""
-    from torch_timing import kernel_rotation_copies, shared_stream, time_graph
+    """`kernel` timed as the benchmarks time it (agreement.bench_reading: torch_timing.time_graph
+    over launchers of rotated buffer sets, as many as the runner cycles through) is within
+    AGREEMENT (or RESOLUTION_S) of `recorded`, the runner's seconds for it; returns that time.
+    `again`, a fresh runner's second reading, is only reported."""
+    from agreement import bench_reading
+    from torch_timing import kernel_rotation_copies
 
-    temps = {b.name for b in kernel.program.temps}
-
-    def buffer_set():
-        return [
-            (torch.rand if not a.is_output else torch.empty)(
-                a.shape, dtype=getattr(torch, a.dtype), device="cuda"
-            )
-            for a in kernel.args
-            if a.name not in temps
-        ]
-
-    copies = kernel_rotation_copies(kernel)
-    launchers = [kernel.launcher(*buffer_set()) for _ in range(copies)]
-    ours, stream = shared_stream()
-    seconds = time_graph(
-        [lambda launch=launch: launch(ours) for launch in launchers], stream=stream
-    )
+    seconds = bench_reading(kernel)
     read_again = "" if again is None else f", runner again {again * 1e6:.2f} us"
     line = f"{name}: benchmark {seconds * 1e6:.2f} us, record {recorded * 1e6:.2f} us{read_again}"
-    print(f"{line}, {copies} sets")
+    print(f"{line}, {kernel_rotation_copies(kernel)} sets")
     assert abs(seconds - recorded) <= max(AGREEMENT * recorded, RESOLUTION_S), line
     return seconds
