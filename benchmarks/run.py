@@ -291,7 +291,9 @@ def main() -> int:
         help="set a SketchParams field (sketch rules and random annotation), e.g. --sketch"
         " unroll_over_budget_probability=0.5",
     )
-    ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--n-jobs", type=int, default=None, help="default: the cores this process may use"
+    )
     ap.add_argument("--out", default="bench_out")
     ap.add_argument(
         "--commit", default=None, help="commit to name in the table (default: git HEAD)"
@@ -308,6 +310,9 @@ def main() -> int:
     os.makedirs(ns.out, exist_ok=True)
     header = where_and_when(ns.commit)
     from autosched.search.cost_model import load_dataset, read_dataset
+    from autosched.search.workers import resolve_n_jobs
+
+    ns.n_jobs = resolve_n_jobs(ns.n_jobs)
 
     pretrain = tuple(load_dataset(path, ns.n_jobs) for path in ns.pretrain)
     prior = tuple(read_dataset(path, ns.n_jobs) for path in ns.prior)

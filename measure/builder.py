@@ -57,6 +57,16 @@ class BuildResult:
         )
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on: its affinity (taskset, a cgroup cpuset, one search a
+    card of `benchmarks/run_queue.py`) where the OS tells it, else every core. Counting every
+    core of a machine while pinned to a share of it starts that many compilations on the share
+    and leaves the timeout unstretched: a quarter of a search's trials timed out that way."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 class LocalBuilder:
     """Builds artifacts to cubins, `n_parallel` compilations at a time (default: one fewer than
     the CPU count), and checks ptxas's resource report against the hardware.
@@ -92,7 +102,7 @@ class LocalBuilder:
         self._compilers_lock = threading.Lock()
         self._starting: threading.Thread | None = None
         # One core is left to the runner's launch loop and the search when none is named.
-        self.n_parallel = max(1, n_parallel or (os.cpu_count() or 2) - 1)
+        self.n_parallel = max(1, n_parallel or available_cores() - 1)
         self.timeout = timeout
         self.hardware = hardware or HardwareParams()
         self.arch = arch or device_arch() or self.hardware.arch
@@ -177,9 +187,10 @@ class LocalBuilder:
 
     @property
     def compile_timeout(self) -> float:
-        """`timeout` stretched by how far `n_parallel` oversubscribes the CPUs: the limit is on a
-        kernel's own compile cost, and 16 compilations on 2 cores each take ~8x longer."""
-        return self.timeout * max(1.0, self.n_parallel / (os.cpu_count() or 1))
+        """`timeout` stretched by how far `n_parallel` oversubscribes the cores this process may
+        use: the limit is on a kernel's own compile cost, and 16 compilations on 2 cores each
+        take ~8x longer."""
+        return self.timeout * max(1.0, self.n_parallel / available_cores())
 
     def start_workers(self) -> None:
         """Start the NVRTC workers a full batch needs (`n_parallel`) in the background, now:

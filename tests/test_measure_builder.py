@@ -35,6 +35,7 @@ from measure import (
     parse_ptxas,
     unpack,
 )
+from measure.builder import available_cores
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
 
 NVRTC = find_nvrtc()
@@ -168,9 +169,23 @@ def test_compile_timeout_then_the_next_build_works(compiler):
 
 @needs_nvcc
 def test_timeout_stretches_when_compilations_oversubscribe_the_cpus():
-    cpus = os.cpu_count() or 1
+    cpus = available_cores()
     assert LocalBuilder(n_parallel=cpus, timeout=4.0, compiler="nvcc").compile_timeout == 4.0
     assert LocalBuilder(n_parallel=4 * cpus, timeout=4.0, compiler="nvcc").compile_timeout == 16.0
+
+
+@needs_nvcc
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this OS")
+def test_a_process_pinned_to_a_share_of_the_cores_compiles_on_that_share(monkeypatch):
+    """One search a card of a 64-core, four-GPU machine runs on 16 cores: its builder starts 15
+    compilations, not 63, and stretches the timeout by what it oversubscribes of its 16."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16, 32)))
+    assert available_cores() == 16
+    assert LocalBuilder(compiler="nvcc").n_parallel == 15
+    assert (
+        LocalBuilder(n_parallel=63, timeout=3.0, compiler="nvcc").compile_timeout == 3.0 * 63 / 16
+    )
 
 
 @needs_nvcc

@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import random
 import time
 import warnings
@@ -43,6 +42,7 @@ from autosched.search.mutations import Records, as_step
 from autosched.search.process_pool import get_pool, shutdown_pools
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.validity import check_candidate, reason_for
+from measure.builder import available_cores
 from measure.hardware import HardwareParams
 
 log = logging.getLogger(__name__)
@@ -283,12 +283,7 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
 
 def resolve_n_jobs(n_jobs: int | None) -> int:
     """None -> the CPU cores this process may use; otherwise at least 1."""
-    if n_jobs is None:
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except AttributeError:  # not on Linux
-            return max(1, os.cpu_count() or 1)
-    return max(1, n_jobs)
+    return available_cores() if n_jobs is None else max(1, n_jobs)
 
 
 def _timed(context: TaskContext, method: str, chunk: tuple) -> tuple[Any, float]:
