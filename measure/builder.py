@@ -60,8 +60,9 @@ class BuildResult:
 def available_cores() -> int:
     """CPU cores this process may run on: its affinity (taskset, a cgroup cpuset, one search a
     card of `benchmarks/run_queue.py`) where the OS tells it, else every core. Counting every
-    core of a machine while pinned to a share of it starts that many compilations on the share
-    and leaves the timeout unstretched: a quarter of a search's trials timed out that way."""
+    core of a machine while pinned to a share of it would start that many compilations on the
+    share and leave the timeout unstretched: kernels would time out for the crowd, not for their
+    own cost."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
