@@ -33,7 +33,6 @@ def best_of(log: str):
     """(task, BuiltKernel, recorded seconds) of a record log's best record."""
     import autosched
     from autosched.records import load_best
-    from autosched.schedule.compute_dag import ComputeDAG
     from autosched.task.search_task import suite_task
     from autosched.task.workloads import SUITE
 
@@ -45,7 +44,7 @@ def best_of(log: str):
     if inp.workload_key not in by_key:
         raise ValueError(f"{log}: its best is not a suite workload")
     task = suite_task(by_key[inp.workload_key])
-    dag = ComputeDAG.from_workload_key(inp.workload_key)
+    dag = task.compute_dag
     return task, autosched.build(dag, dag.replay_steps(inp.steps)), res.mean_cost
 
 
