@@ -6,7 +6,7 @@
 For each record log's best (or the best of a short random search of each suite workload, logged
 to a temporary folder), in this process: the search's runner reads it again (`runner_us`, the
 mean of its repeats, as a record is kept; its own worker process and context, as in a search),
-then the benchmarks' method times it (`bench_us`: torch_timing.time_graph over launchers of
+then the benchmarks' method times it (`bench_us`: timing.time_graph over launchers of
 rotated torch buffer sets, as many as the runner cycles through). One JSON line each, with the
 log's `record_us` and the kernel count.
 
@@ -23,10 +23,6 @@ import os
 import statistics
 import sys
 import tempfile
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, HERE)
 
 
 def best_of(log: str):
@@ -93,9 +89,10 @@ def runner_reading(task, kernel) -> float:
 
 
 def bench_reading(kernel) -> float:
-    """Seconds per run of `kernel` timed as the benchmarks time ours (torch_timing)."""
+    """Seconds per run of `kernel` timed as the benchmarks time ours (timing)."""
     import torch
-    from torch_timing import kernel_rotation_copies, shared_stream, time_graph
+
+    from benchmarks.timing import kernel_rotation_copies, shared_stream, time_graph
 
     temps = {b.name for b in kernel.program.temps}
 
@@ -116,7 +113,8 @@ def bench_reading(kernel) -> float:
 def hold_context() -> None:
     """Make this process's PyTorch context and launch on a side stream in it."""
     import torch
-    from torch_timing import settle_launch_state
+
+    from benchmarks.timing import settle_launch_state
 
     torch.zeros(1, device="cuda")
     settle_launch_state()

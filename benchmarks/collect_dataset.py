@@ -24,10 +24,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _sample_chunk(job: tuple[str, int, int]) -> list[list]:

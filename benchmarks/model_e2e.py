@@ -5,7 +5,7 @@
 Per model: extract its tasks (`autosched.torch`), tune them over one log with the task scheduler,
 compile the model with the log, check its output against eager PyTorch, then time the forward
 pass of ours, eager PyTorch and `torch.compile` (default inductor) by the same method: GPU time of
-100 calls captured in one CUDA graph and replayed, median of 20 (`torch_timing.time_graph`),
+100 calls captured in one CUDA graph and replayed, median of 20 (`timing.time_graph`),
 plus eager back-to-back calls as a second figure. Writes `<model>.json` and `results.md`.
 """
 
@@ -16,8 +16,6 @@ import json
 import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 
 def mlp(batch: int):
@@ -33,7 +31,8 @@ def resnet18_b1():
     """ResNet-18 (torchvision's BasicBlock layout, written here without torchvision), batch 1,
     224x224: conv7x7/2 + BN + ReLU, maxpool 3x3/2, 4 stages of 2 BasicBlocks, avgpool, fc."""
     import torch
-    from model_zoo import resnet18
+
+    from benchmarks.model_zoo import resnet18
 
     return resnet18().eval(), (torch.randn(1, 3, 224, 224),)
 
@@ -41,7 +40,8 @@ def resnet18_b1():
 def bert_layer_b1():
     """One BERT-base encoder layer in plain torch: batch 1, sequence 128, hidden 768, 12 heads."""
     import torch
-    from model_zoo import BertLayer
+
+    from benchmarks.model_zoo import BertLayer
 
     return BertLayer(768, 12, 3072).eval(), (torch.randn(1, 128, 768),)
 
@@ -56,11 +56,11 @@ MODELS = {
 
 def run_model(name: str, trials: int, per_round: int, out: str, strategy: str) -> dict:
     import torch
-    from torch_timing import time_calls, time_graph
 
     import autosched.torch as at
     from autosched.search.policy import SearchParams
     from autosched.search.tune_tasks import tune_tasks
+    from benchmarks.timing import time_calls, time_graph
 
     model, inputs = MODELS[name]()
     tasks = at.extract_tasks(model, inputs)

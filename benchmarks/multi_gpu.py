@@ -36,10 +36,6 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
 WORKLOAD = "conv2d_bias_relu"
 
 
@@ -158,9 +154,8 @@ def agreement(kernels, devices: list[int], most: int = 8) -> dict:
 
 
 def dask_throughput(states, devices: list[int], batch: int) -> dict:
-    from local_dask import gpu_cluster
-
     from autosched.search.distributed import DaskMeasureContext
+    from benchmarks.local_dask import gpu_cluster
 
     share = max(1, ((os.cpu_count() or 2) - 1) // len(devices))
     with gpu_cluster(devices) as address:
@@ -174,11 +169,10 @@ def dask_throughput(states, devices: list[int], batch: int) -> dict:
 
 
 def model_tuning(model: str, trials: int, per_round: int, devices, out: str, label: str) -> dict:
-    from model_e2e import MODELS
-
     import autosched.torch as at
     from autosched.search.policy import SearchParams
     from autosched.search.tune_tasks import tune_tasks
+    from benchmarks.model_e2e import MODELS
 
     net, inputs = MODELS[model]()
     tasks = at.extract_tasks(net, inputs)
@@ -274,8 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     devices = report["info"].get("devices") or [0]
     if len(devices) < 2:
         print(f"only {len(devices)} GPU visible: the all-GPU figures equal the one-GPU ones")
-    from collect_dataset import sample_states
-
+    from benchmarks.collect_dataset import sample_states
     from measure import LocalRunner, local_runner
 
     states = sample_states(WORKLOAD, ns.count + ns.batch, min(8, os.cpu_count() or 1))

@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def main() -> int:

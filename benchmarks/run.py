@@ -3,7 +3,7 @@
     python3 benchmarks/run.py --workloads conv2d_bias_relu matmul --trials 256 --out results/
     python3 benchmarks/run.py --workloads matmul --trials 256 --seeds 0 1 2 --out spread/
 Per workload: tune, then time the best kernel and PyTorch (fp32 with TF32 off, and TF32) in this
-process with the same methods (torch_timing.py, inputs rotated past the L2 cache, median of
+process with the same methods (timing.py, inputs rotated past the L2 cache, median of
 repeats): GPU time from CUDA graph replays of 100 calls (the headline columns, no host launch
 cost) and eager back-to-back calls between CUDA events (a second column: for small operators,
 host dispatch), after checking our output against PyTorch's on the same inputs. Writes
@@ -20,8 +20,6 @@ import json
 import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 FP32_PEAK_TFLOPS = 67.0  # H100/H200 FFMA datasheet figure (ANCHORS.md)
 COLUMNS = [
@@ -106,8 +104,8 @@ def row(name: str, task, res, wall: float) -> dict:
     """Time the best kernel beside PyTorch (same process, same inputs, same method), after a
     fresh runner has read it again as the search did (`reread_us`: a record that the re-read
     and the benchmark both miss was taken in another launch state, measure.launch_state)."""
-    from agreement import runner_reading
-    from torch_timing import compare_with_torch
+    from benchmarks.agreement import runner_reading
+    from benchmarks.timing import compare_with_torch
 
     wl, args = _name_args(task)
     try:

@@ -29,7 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 
-RUN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run.py")
+# `python -m benchmarks.run` imports the package from here, whatever the caller's directory
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +81,11 @@ def count_gpus() -> int:
 
 
 def command(job: Job, out: str, cores: list[int], common: list[str]) -> list[str]:
-    """The run.py command line of one job on a share of `cores`."""
+    """The `benchmarks.run` command line of one job on a share of `cores`."""
     return [
         sys.executable,
-        RUN_PY,
+        "-m",
+        "benchmarks.run",
         "--workloads",
         job.workload,
         "--seeds",
@@ -116,7 +118,12 @@ def launch_on_card(
     with open(log, "w") as sink:
         try:
             return subprocess.run(
-                pinned, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
+                pinned,
+                env=env,
+                cwd=REPO_ROOT,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
             ).returncode
         except subprocess.TimeoutExpired:
             return 124

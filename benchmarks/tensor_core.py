@@ -8,7 +8,7 @@ process.
 Per workload: tune through `auto_schedule` (no hand-written schedule), check that the best kernel
 is tensorized, run it and PyTorch on the same random inputs (ours checked against PyTorch's
 output), then time both by GPU time: 100 calls captured in one CUDA graph on one stream, replayed
-20 times, median (benchmarks/torch_timing.py, the suite's method); inputs rotated past the L2
+20 times, median (benchmarks/timing.py, the suite's method); inputs rotated past the L2
 cache (the headline), and the same inputs every call (as the search's runner times, beside the
 search's own record). Writes results.json and results.md, updated after each workload.
 """
@@ -21,10 +21,8 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from run import where_and_when, write_results  # noqa: E402
-from torch_timing import TORCH_EQUIVALENTS  # noqa: E402
+from benchmarks.run import where_and_when, write_results
+from benchmarks.timing import TORCH_EQUIVALENTS
 
 
 def _conv2d_nhwc(args):
@@ -158,7 +156,8 @@ def tune(name: str, ns) -> tuple:
 def compare(name: str, kernel, seed: int = 0) -> dict:
     """Our kernel and PyTorch's on the same inputs: the check, then GPU time of both."""
     import torch
-    from torch_timing import kernel_rotation_copies, shared_stream, time_graph
+
+    from benchmarks.timing import kernel_rotation_copies, shared_stream, time_graph
 
     _, args, torch_fn = WORKLOADS[name]
     fn = torch_fn(args)

@@ -4,13 +4,10 @@ kernel the runner and the benchmark then time), and bad input is one clear line.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-
-import agreement  # noqa: E402
+from benchmarks import agreement
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results")
 LOG = os.path.join(

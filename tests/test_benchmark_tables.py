@@ -3,16 +3,11 @@ no torch."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
 
 def test_spread_table_gives_each_seed_the_spread_and_the_seeds_ahead():
-    from run import spread_table
+    from benchmarks.run import spread_table
 
     def rows(matmul_us: float, softmax_us: float) -> list[dict]:
         return [
@@ -30,7 +25,7 @@ def test_spread_table_gives_each_seed_the_spread_and_the_seeds_ahead():
 def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_ones_named():
     import argparse
 
-    from run import model_param, search_param, sketch_param
+    from benchmarks.run import model_param, search_param, sketch_param
 
     assert search_param("local_share=0.25") == ("local_share", 0.25)
     assert sketch_param("unroll_over_budget_probability=0.5") == (
@@ -60,62 +55,8 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
             bad()
 
 
-def test_chance_three_within_counts_the_triples_a_brute_force_counts():
-    import itertools
-    import random
-
-    from seed_spread import chance_three_within
-
-    assert chance_three_within([1.0, 1.0, 1.2], 0.10) == 9 / 27  # 1,1,1 (8 ways) and 1.2 x3
-    rng = random.Random(0)
-    for _ in range(20):
-        times = [round(rng.uniform(3.0, 4.0), 1) for _ in range(rng.randint(1, 7))]
-        brute = (
-            sum(max(t) <= min(t) * 1.1 for t in itertools.product(times, repeat=3))
-            / len(times) ** 3
-        )
-        assert chance_three_within(times, 0.10) == pytest.approx(brute)
-
-
-def test_seed_spread_reads_a_commands_seeds_as_one_setting(tmp_path):
-    import json
-
-    from seed_spread import pooled, read_runs, report
-
-    for setting, times in {"a": [3.0, 3.1, 3.2], "b": [3.0, 4.0, 3.5]}.items():
-        for seed, us in enumerate(times):
-            folder = tmp_path / setting / f"seed{seed}"
-            folder.mkdir(parents=True)
-            rows = [{"workload": "bmm", "ours_us": us}, {"workload": "mm", "ours_us": 60.0}]
-            (folder / "results.json").write_text(json.dumps({"where": "", "rows": rows}))
-    runs = read_runs([str(tmp_path)])
-    name = tmp_path.name
-    assert runs["bmm"] == {f"{name}/a": [3.0, 3.1, 3.2], f"{name}/b": [3.0, 4.0, 3.5]}
-    assert pooled(runs["mm"][f"{name}/a"] * 2, 0.10)["three_within"] == 1.0
-    text = report(runs, 0.10)
-    assert "| " + name + "/b | 3.00 / 4.00 / 3.50 | 1.33 |" in text
-    assert "1 of the 2 three-run settings did" in text
-
-
-def test_seed_spread_reads_a_queues_gzipped_results_by_setting(tmp_path):
-    """run_queue.py writes SETTING/seedN/WORKLOAD/, and results folders keep results.json
-    gzipped: the setting is still SETTING, whatever the workload folder."""
-    import gzip
-    import json
-
-    from seed_spread import read_runs
-
-    for seed, us in enumerate([3.0, 3.3]):
-        folder = tmp_path / "deep" / f"seed{seed}" / "bmm"
-        folder.mkdir(parents=True)
-        rows = [{"workload": "bmm", "ours_us": us}]
-        with gzip.open(folder / "results.json.gz", "wt") as f:
-            json.dump({"where": "", "rows": rows}, f)
-    assert read_runs([str(tmp_path)])["bmm"] == {f"{tmp_path.name}/deep": [3.0, 3.3]}
-
-
 def test_results_table_shows_the_searchs_record_beside_the_benchmarks_time():
-    from run import COLUMNS, markdown
+    from benchmarks.run import COLUMNS, markdown
 
     row = {
         "workload": "conv2d_bias_relu",

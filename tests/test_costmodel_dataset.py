@@ -96,10 +96,7 @@ def test_xgb_ranks_held_out_programs_and_beats_random(dataset):
 def test_collect_dataset_replays_the_recorded_states(tmp_path):
     """benchmarks/collect_dataset.py --replay measures a dataset's states again (e.g. after a
     lowering change): the first `count` states of the log, in the file's order."""
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    from collect_dataset import replayed_states
+    from benchmarks.collect_dataset import replayed_states
 
     with gzip.open(os.path.join(DATA, "matmul.jsonl.gz"), "rt") as f:
         head = [next(f) for _ in range(5)]

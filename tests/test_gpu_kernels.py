@@ -20,9 +20,7 @@ file imports and skips cleanly on a machine without one. Run them with
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 
 import numpy as np
 import pytest
@@ -220,16 +218,10 @@ def test_non_dividing_splits(shape, tiles):
 # ---- timings: (a) and (b) beside PyTorch's conv2d ------------------------------------------------
 
 
-def _benchmarks_on_path() -> None:
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-
 def _measure_with_runner(task, kernels: dict) -> dict:
     """Median seconds per run of each BuiltKernel by measure's runner (a worker process: the
     output checked against the task's numpy reference, then CUDA events around `number`
-    back-to-back runs, `repeat` repeats), as benchmarks/gpu_check.py does."""
+    back-to-back runs, `repeat` repeats), as a benchmark does."""
     from autosched.search.program_measurer import task_reference
     from measure import LocalBuilder, LocalMeasureContext, LocalRunner
 
@@ -248,7 +240,7 @@ def _measure_with_runner(task, kernels: dict) -> dict:
 def test_conv2d_timings_beside_torch(capsys):
     """Times (a) and (b) at full size: measure's runner (events, median of 20 repeats of 100
     runs, output checked first); then, when torch with CUDA is importable, ours and PyTorch's
-    conv2d in one process with one method (benchmarks/torch_timing.compare_with_torch: events
+    conv2d in one process with one method (benchmarks.timing.compare_with_torch: events
     around back-to-back calls, inputs rotated past L2, median), ours checked against PyTorch."""
     from autosched.task.search_task import SearchTask
 
@@ -279,8 +271,7 @@ def test_conv2d_timings_beside_torch(capsys):
         for name, kernel in kernels.items():
             row = {"workload": workload, "schedule": name, "runner_us": runner_s[name] * 1e6}
             if torch_reason is None:
-                _benchmarks_on_path()
-                from torch_timing import compare_with_torch
+                from benchmarks.timing import compare_with_torch
 
                 row.update(compare_with_torch(workload, RESNET_LAST, kernel))
                 assert row["matches_torch"], row

@@ -1,5 +1,5 @@
 """GPU time without host launch cost, on the GPU: the search's runner (measure/_worker.py) and the
-benchmarks' method (benchmarks/torch_timing.time_graph) both replay CUDA graphs, and agree.
+benchmarks' method (benchmarks.timing.time_graph) both replay CUDA graphs, and agree.
 
 Every test is marked `gpu` (tests/conftest.py skips them where pycuda sees no device); the
 agreement tests also need PyTorch with CUDA. Run them with
@@ -9,9 +9,7 @@ agreement tests also need PyTorch with CUDA. Run them with
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 
 import pytest
 
@@ -44,9 +42,6 @@ def _torch():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
-    if path not in sys.path:
-        sys.path.insert(0, path)
     return torch
 
 
@@ -81,7 +76,7 @@ def test_worker_time_does_not_move_once_the_process_launches_on_side_streams():
     so a small kernel's graph time, read by a worker in this process, is the same before and
     after this process has launched kernels on a side stream; unsettled, each kernel of a replay
     takes about a third of a microsecond more after them. Placed before the benchmark tests of
-    this file, which settle this process themselves (torch_timing.settle_launch_state)."""
+    this file, which settle this process themselves (timing.settle_launch_state)."""
     torch = _torch()
     import pycuda.driver as drv
 
@@ -124,10 +119,10 @@ def test_worker_time_does_not_move_once_the_process_launches_on_side_streams():
 @pytest.mark.parametrize("name", list(SUITE))
 def test_benchmark_graph_time_agrees_with_the_search_record(name, tmp_path):
     """A short search's best record, rebuilt and re-timed in this process the way the
-    benchmarks time it (torch_timing.time_graph over launchers of rotated buffer sets, as many
+    benchmarks time it (timing.time_graph over launchers of rotated buffer sets, as many
     as the runner cycles through), agrees with the cost the runner recorded."""
     _torch()
-    from agreement import best_of, runner_reading, short_search
+    from benchmarks.agreement import best_of, runner_reading, short_search
 
     task, kernel, recorded = best_of(short_search(name, TRIALS, str(tmp_path)))
     again = runner_reading(task, kernel)  # says which side moved, should the two disagree
@@ -181,12 +176,12 @@ def test_benchmark_agrees_with_the_runner_on_split_k_programs():
 def _assert_benchmark_agrees(
     name: str, kernel, recorded: float, again: float | None = None
 ) -> float:
-    """`kernel` timed as the benchmarks time it (agreement.bench_reading: torch_timing.time_graph
+    """`kernel` timed as the benchmarks time it (agreement.bench_reading: timing.time_graph
     over launchers of rotated buffer sets, as many as the runner cycles through) is within
     AGREEMENT (or RESOLUTION_S) of `recorded`, the runner's seconds for it; returns that time.
     `again`, a fresh runner's second reading, is only reported."""
-    from agreement import bench_reading
-    from torch_timing import kernel_rotation_copies
+    from benchmarks.agreement import bench_reading
+    from benchmarks.timing import kernel_rotation_copies
 
     seconds = bench_reading(kernel)
     read_again = "" if again is None else f", runner again {again * 1e6:.2f} us"

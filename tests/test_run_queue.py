@@ -10,10 +10,8 @@ import threading
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-
-import run_queue  # noqa: E402
-from run_queue import Job  # noqa: E402
+from benchmarks import run_queue
+from benchmarks.run_queue import Job
 
 QUEUE = """
 # setting seed workload options
@@ -51,8 +49,8 @@ def test_core_shares_split_evenly_and_refuse_too_few():
 def test_command_places_each_search_in_its_own_folder(tmp_path):
     job = Job("floor64", 3, "matmul", ("--sketch", "min_threads_per_sm=64"))
     argv = run_queue.command(job, str(tmp_path), [4, 5, 6, 7], ["--trials", "256"])
-    assert argv[1].endswith("run.py")
-    assert argv[2:] == [
+    assert argv[1:3] == ["-m", "benchmarks.run"]
+    assert argv[3:] == [
         "--workloads",
         "matmul",
         "--seeds",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import sys
 
 import numpy as np
 import pytest
@@ -18,9 +16,7 @@ import autosched  # noqa: E402
 import autosched.torch as at  # noqa: E402
 from autosched.frontend.extract import extract  # noqa: E402
 from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from model_zoo import BertLayer, ResNet  # noqa: E402
+from benchmarks.model_zoo import BertLayer, ResNet  # noqa: E402
 
 
 def _small_resnet() -> nn.Module:
