@@ -1,12 +1,13 @@
 """Tune a PyTorch model end to end and compare its forward pass with PyTorch, on the GPU.
 
-    python3 benchmarks/model_e2e.py --models mlp_b1 mlp_b64 --trials 256 --out results/
+    python -m benchmarks.model_e2e --models mlp_b1 mlp_b64 --trials 256 --out runs/ [--publish]
 
 Per model: extract its tasks (`autosched.torch`), tune them over one log with the task scheduler,
 compile the model with the log, check its output against eager PyTorch, then time the forward
 pass of ours, eager PyTorch and `torch.compile` (default inductor) by the same method: GPU time of
 100 calls captured in one CUDA graph and replayed, median of 20 (`timing.time_graph`),
-plus eager back-to-back calls as a second figure. Writes `<model>.json` and `results.md`.
+plus eager back-to-back calls as a second figure. Writes `<model>.json` and the tables
+(OUT/models/results.json and .md; with `--publish`, benchmarks/results/models/).
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ import json
 import os
 import sys
 import time
+
+from benchmarks import report
+from benchmarks.report import (
+    Column,
+    Results,
+    Table,
+    command_line,
+    git_commit,
+    machine,
+    write_results,
+)
 
 
 def mlp(batch: int):
@@ -107,31 +119,81 @@ def run_model(name: str, trials: int, per_round: int, out: str, strategy: str) -
     return row
 
 
+COLUMNS = [
+    Column("model"),
+    Column("tasks"),
+    Column("ours µs", "{:.1f}"),
+    Column("eager PyTorch µs", "{:.1f}"),
+    Column("torch.compile µs", "{:.1f}"),
+    Column("eager calls µs: ours / eager / compile"),
+    Column("estimated µs", "{:.1f}"),
+    Column("matches eager"),
+    Column("tuning s", "{:.0f}"),
+]
+NOTE = (
+    "Forward pass, fp32. ours: the model compiled with its tuned log (`autosched.torch.compile`),"
+    " our kernels on PyTorch's stream; torch.compile: the default inductor backend; eager calls:"
+    " CUDA events around 100 back-to-back calls (host cost included); estimated: the task"
+    " scheduler's sum of its tasks' best times, weighted."
+)
+
+
+def model_results(runs: list[dict]) -> Results:
+    """The models folder's document: one table per machine, commit and trial budget."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["machine"], r["commit"], r["trials"], r["command"]), []).append(r)
+    tables = []
+    for (where, commit, trials, command), group in groups.items():
+        rows = [
+            [
+                r["model"],
+                len(r["tasks"]),
+                r["ours_us"],
+                r["eager_us"],
+                r["inductor_us"],
+                f"{r['ours_eager_us']:.1f} / {r['eager_eager_us']:.1f}"
+                f" / {r['inductor_eager_us']:.1f}",
+                r["estimated_latency_us"],
+                r["matches_eager"],
+                r["tuning_s"],
+            ]
+            for r in group
+        ]
+        title = f"{trials} trials per model, all tasks"
+        tables.append(Table(title, where, commit, command, COLUMNS, rows, NOTE))
+    return Results("models", "Whole models against PyTorch", tables, runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--trials", type=int, default=256, help="trials per model, all tasks")
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
-    ap.add_argument("--out", default="model_out")
+    ap.add_argument("--out", default="model_out", help="logs; the tables go to OUT/models/")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the tables to benchmarks/results/models/ and docs/PERFORMANCE.md",
+    )
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
-    lines = [
-        "| model | ours µs | eager µs | torch.compile µs | eager calls µs: ours / eager / "
-        "compile | matches | tuning s |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    where = {
+        "machine": machine(),
+        "commit": git_commit(),
+        "trials": ns.trials,
+        "command": command_line("benchmarks.model_e2e", sys.argv[1:] if argv is None else argv),
+    }
+    runs = []
     for name in ns.models:
-        r = run_model(name, ns.trials, ns.per_round, ns.out, ns.strategy)
-        lines.append(
-            f"| {name} | {r['ours_us']:.1f} | {r['eager_us']:.1f} | {r['inductor_us']:.1f} | "
-            f"{r['ours_eager_us']:.1f} / {r['eager_eager_us']:.1f} / "
-            f"{r['inductor_eager_us']:.1f} | {'yes' if r['matches_eager'] else 'NO'} | "
-            f"{r['tuning_s']:.0f} |"
-        )
-        with open(os.path.join(ns.out, "results.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("\n".join(lines), flush=True)
+        runs.append({**run_model(name, ns.trials, ns.per_round, ns.out, ns.strategy), **where})
+        write_results(model_results(runs), root=ns.out)  # a run cut short keeps what it measured
+    results = model_results(runs)
+    if ns.publish:
+        write_results(results)
+        report.main([])
+    print(results.markdown(), flush=True)
     return 0
 
 

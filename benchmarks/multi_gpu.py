@@ -1,16 +1,16 @@
 """Measuring on every GPU of a host against one GPU: throughput, agreement, whole-model tuning.
 
-    python3 benchmarks/multi_gpu.py --out results/multi_gpu [--dask] [--count 320]
+    python -m benchmarks.multi_gpu --out runs/ [--dask] [--count 320] [--publish]
 
 On a GPU machine that cannot download, first stage the `distributed` extra here
 (`bash benchmarks/stage_distributed.sh`), carry `.gpu`, and there:
 
     source .gpu/env.sh && python3 -m pip install -q --no-index --no-deps --upgrade \
         --target /tmp/site .gpu/wheels-distributed/*.whl && \
-        python3 benchmarks/multi_gpu.py --out "$OUT/multi_gpu" --dask
+        python3 -m benchmarks.multi_gpu --out "$OUT" --dask
 
-Sections (each one's figures, or its error, go to `<out>/multi_gpu.json` as soon as it ends;
-a summary to `<out>/multi_gpu.md`):
+Sections (each one's figures, or its error, go to OUT/multi_gpu/results.json and its table to
+results.md as soon as it ends; with `--publish`, to benchmarks/results/multi_gpu/ as well):
 - `throughput_1gpu` / `throughput_all`: `count` distinct random conv2d_bias_relu states (the
   suite's conv2d) measured by the ProgramMeasurer in batches of `batch`, on device 0 alone and
   then on every visible device (one runner per GPU, the builder shared), after one warm-up
@@ -29,12 +29,22 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import statistics
 import sys
 import time
 import traceback
+
+from benchmarks import report
+from benchmarks.report import (
+    Column,
+    Results,
+    Table,
+    command_line,
+    git_commit,
+    machine,
+    write_results,
+)
 
 WORKLOAD = "conv2d_bias_relu"
 
@@ -201,45 +211,69 @@ def model_tuning(model: str, trials: int, per_round: int, devices, out: str, lab
     }
 
 
-def summary(report: dict) -> str:
-    lines = [f"# multi-GPU measurement: {report['info'].get('names')}", ""]
-    one, every = report.get("throughput_1gpu", {}), report.get("throughput_all", {})
+COLUMNS = [
+    Column("measurement"),
+    Column("one GPU", "{:.1f}"),
+    Column("all GPUs", "{:.1f}"),
+    Column("all / one", "{:.2f}"),
+]
+
+
+def multi_gpu_results(figures: dict, where: dict) -> Results:
+    """The multi_gpu folder's document: one GPU against all, from the sections' figures (a
+    section that failed leaves its rows out and says so in the note)."""
+    rows: list[list] = []
+
+    def pair(label: str, one: float | None, every: float | None) -> None:
+        ratio = every / one if one and every is not None else None
+        rows.append([label, one, every, ratio])
+
+    one, every = figures.get("throughput_1gpu", {}), figures.get("throughput_all", {})
     if "per_s" in one and "per_s" in every:
-        lines.append(
-            f"- {WORKLOAD}, batches of {report['batch']}: {one['per_s']:.1f} candidates/s on one "
-            f"GPU, {every['per_s']:.1f} on all ({every['per_s'] / one['per_s']:.2f}x); build + "
-            f"run only {one['build_run_per_s']:.1f} vs {every['build_run_per_s']:.1f}"
-        )
-    if "speedup" in report.get("run_only", {}):
-        ro = report["run_only"]
-        lines.append(
-            f"- run only (built once): {ro['1gpu_per_s']:.1f} vs {ro['all_per_s']:.1f} "
-            f"kernels/s ({ro['speedup']:.2f}x)"
-        )
-    if "max_rel_diff" in report.get("agreement", {}):
-        ag = report["agreement"]
-        lines.append(
-            f"- same kernels on each GPU: at most {(ag['max_rel_diff'] or 0) * 100:.2f}% apart "
-            f"({'within' if ag['within_3pct'] else 'NOT within'} 3%)"
-        )
-    if "per_s" in report.get("dask", {}):
-        lines.append(f"- through Dask (one worker per GPU): {report['dask']['per_s']:.1f} /s")
-    m1, ma = report.get("model_1gpu", {}), report.get("model_all", {})
+        batch = figures["batch"]
+        pair(f"{WORKLOAD}, candidates/s (batches of {batch})", one["per_s"], every["per_s"])
+        pair("the same, build + run only", one["build_run_per_s"], every["build_run_per_s"])
+    if "speedup" in figures.get("run_only", {}):
+        ro = figures["run_only"]
+        pair("kernels built once, run only: kernels/s", ro["1gpu_per_s"], ro["all_per_s"])
+    if "per_s" in figures.get("dask", {}):
+        pair("through Dask, one worker per GPU: candidates/s", None, figures["dask"]["per_s"])
+    if "max_rel_diff" in figures.get("agreement", {}):
+        diff = (figures["agreement"]["max_rel_diff"] or 0) * 100
+        pair("same kernels on each GPU: most apart, %", None, diff)
+    m1, ma = figures.get("model_1gpu", {}), figures.get("model_all", {})
     if "tuning_s" in m1 and "tuning_s" in ma:
-        lines.append(
-            f"- {m1['model']} ({m1['tasks']} tasks, {sum(m1['trials'])} trials): "
-            f"{m1['tuning_s']:.0f} s on one GPU ({m1['estimated_latency_us']:.1f} us est.), "
-            f"{ma['tuning_s']:.0f} s on all ({ma['estimated_latency_us']:.1f} us est.)"
-        )
-    for key, value in report.items():
-        if isinstance(value, dict) and "error" in value:
-            lines.append(f"- {key} FAILED: {value['error']}")
-    return "\n".join(lines) + "\n"
+        name = f"{m1['model']} ({m1['tasks']} tasks, {sum(m1['trials'])} trials)"
+        pair(f"{name}: tuning s", m1["tuning_s"], ma["tuning_s"])
+        pair(f"{name}: estimated µs", m1["estimated_latency_us"], ma["estimated_latency_us"])
+    failed = [
+        f"{key} failed: {value['error']}"
+        for key, value in figures.items()
+        if isinstance(value, dict) and "error" in value
+    ]
+    note = "One runner process per GPU; the builder (the host's compiler workers) is shared."
+    if failed:
+        note += " " + "; ".join(failed) + "."
+    table = Table(
+        "Measuring on one GPU against all of the host's",
+        where["machine"],
+        where["commit"],
+        where["command"],
+        COLUMNS,
+        rows,
+        note,
+    )
+    return Results("multi_gpu", "Several GPUs", [table], [figures])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="directory for multi_gpu.json / .md and logs")
+    ap.add_argument("--out", required=True, help="logs; the table goes to OUT/multi_gpu/")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the table to benchmarks/results/multi_gpu/ and docs/PERFORMANCE.md",
+    )
     ap.add_argument("--count", type=int, default=320, help="states measured per configuration")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dask", action="store_true", help="also measure through a Dask cluster")
@@ -248,24 +282,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-per-round", type=int, default=16)
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
-    report: dict = {"batch": ns.batch, "count": ns.count}
+    figures: dict = {"batch": ns.batch, "count": ns.count}
+    where = {
+        "machine": machine(),
+        "commit": git_commit(),
+        "command": command_line("benchmarks.multi_gpu", sys.argv[1:] if argv is None else argv),
+    }
 
     def section(name: str, fn, *args) -> None:
         print(f"== {name}", flush=True)
         t0 = time.perf_counter()
         try:
-            report[name] = fn(*args)
+            figures[name] = fn(*args)
         except Exception as exc:
             traceback.print_exc()
-            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        report[name]["section_s"] = round(time.perf_counter() - t0, 1)
-        with open(os.path.join(ns.out, "multi_gpu.json"), "w") as f:
-            json.dump(report, f, indent=1, default=str)
-        with open(os.path.join(ns.out, "multi_gpu.md"), "w") as f:
-            f.write(summary(report))
+            figures[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        figures[name]["section_s"] = round(time.perf_counter() - t0, 1)
+        # rewritten after each section, so that a run cut short keeps what it measured
+        write_results(multi_gpu_results(figures, where), root=ns.out)
 
     section("info", devices_info)
-    devices = report["info"].get("devices") or [0]
+    devices = figures["info"].get("devices") or [0]
     if len(devices) < 2:
         print(f"only {len(devices)} GPU visible: the all-GPU figures equal the one-GPU ones")
     from benchmarks.collect_dataset import sample_states
@@ -290,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         args = (ns.model, ns.model_trials, ns.model_per_round)
         section("model_1gpu", model_tuning, *args, devices[:1], ns.out, "1gpu")
         section("model_all", model_tuning, *args, devices, ns.out, "all")
-    print(summary(report), flush=True)
+    results = multi_gpu_results(figures, where)
+    if ns.publish:
+        write_results(results)
+        report.main([])
+    print(results.markdown(), flush=True)
     return 0
 
 

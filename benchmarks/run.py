@@ -1,15 +1,18 @@
 """Tune suite workloads and compare the best kernels with PyTorch on the GPU, in one run.
 
-    python3 benchmarks/run.py --workloads conv2d_bias_relu matmul --trials 256 --out results/
-    python3 benchmarks/run.py --workloads matmul --trials 256 --seeds 0 1 2 --out spread/
+    python -m benchmarks.run --workloads conv2d_bias_relu matmul --trials 256 --out runs/
+    python -m benchmarks.run --workloads matmul --trials 256 --seeds 0 1 2 --out spread/
+    python -m benchmarks.run --trials 1000 --publish          # the published operator table
+    python -m benchmarks.run --merge queue_out/ --publish     # searches run by run_queue
+
 Per workload: tune, then time the best kernel and PyTorch (fp32 with TF32 off, and TF32) in this
-process with the same methods (timing.py, inputs rotated past the L2 cache, median of
+process by the same methods (`benchmarks.timing`, inputs rotated past the L2 cache, median of
 repeats): GPU time from CUDA graph replays of 100 calls (the headline columns, no host launch
 cost) and eager back-to-back calls between CUDA events (a second column: for small operators,
-host dispatch), after checking our output against PyTorch's on the same inputs. Writes
-results.json and results.md (workload, FLOPs, autosched µs, the search's record of the same
-kernel, torch fp32 / TF32 µs, eager µs, ratio, GFLOP/s, % of fp32 peak, trials, check, search
-time split), updated after each workload.
+host dispatch), after checking our output against PyTorch's on the same inputs. Record logs and
+kernels go to OUT; the tables (`benchmarks.suite_tables`) to OUT/operators/results.json and
+results.md, rewritten after each workload, and with `--publish` to
+benchmarks/results/operators/ and docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations
@@ -21,22 +24,11 @@ import os
 import sys
 import time
 
+from benchmarks import report
+from benchmarks.report import Results, command_line, git_commit, machine, write_results
+from benchmarks.suite_tables import operator_results, runs_below
+
 FP32_PEAK_TFLOPS = 67.0  # H100/H200 FFMA datasheet figure (ANCHORS.md)
-COLUMNS = [
-    "workload",
-    "GFLOP",
-    "autosched µs",
-    "search's record / runner again µs",
-    "torch fp32 µs",
-    "torch TF32 µs",
-    "eager µs: ours / fp32 / TF32",
-    "ours/fp32",
-    "GFLOP/s",
-    "% fp32 peak",
-    "trials",
-    "matches torch",
-    "search / measure / model s",
-]
 
 
 def tune(
@@ -130,8 +122,6 @@ def row(name: str, task, res, wall: float) -> dict:
         "search_s": sum(r["search_s"] for r in h),
         "measure_s": sum(r["measure_s"] for r in h),
         "model_s": sum(r["model_s"] for r in h),
-        "history": h,
-        "schedule": task.compute_dag.print_python_schedule(res.state),
     }
 
 
@@ -140,88 +130,7 @@ def _name_args(task):
     return key[0], tuple(key[1:])
 
 
-def _record_cell(r: dict) -> str:
-    """The search's record and the runner's second reading of it, µs (rows from before either
-    existed leave it blank or show the record alone)."""
-    if "record_us" not in r:
-        return ""
-    if r.get("reread_us") is None:
-        return f"{r['record_us']:.2f}"
-    return f"{r['record_us']:.2f} / {r['reread_us']:.2f}"
-
-
-def markdown(rows: list[dict], header: str) -> str:
-    """The results table (and a header line saying where and when it was measured)."""
-    lines = [
-        header,
-        "",
-        "Times: GPU time, CUDA graph replays of 100 calls (no host launch cost); eager: CUDA"
-        " events around 100 back-to-back calls. Median of 20, inputs rotated past the L2 cache."
-        " The search's record: the same kernel as the search's runner timed it; runner again:"
-        " a fresh runner's reading of it just before the benchmark's.",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    for r in rows:
-        cells = [
-            r["workload"],
-            f"{r['flop'] / 1e9:.3f}",
-            f"{r['ours_us']:.1f}",
-            _record_cell(r),
-            f"{r['torch_fp32_us']:.1f}",
-            f"{r['torch_tf32_us']:.1f}",
-            f"{r['ours_eager_us']:.1f} / {r['torch_fp32_eager_us']:.1f}"
-            f" / {r['torch_tf32_eager_us']:.1f}",
-            f"{r['ratio_vs_fp32']:.2f}",
-            f"{r['gflops']:.0f}",
-            f"{r['pct_fp32_peak']:.1f}",
-            str(r["trials"]),
-            "yes" if r["matches_torch"] else "NO",
-            f"{r['search_s']:.0f} / {r['measure_s']:.0f} / {r['model_s']:.0f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def where_and_when(commit: str | None = None) -> str:
-    """'<date>, <GPU>, commit <sha>' for the table's header (`commit` when given: a copy of the
-    tree on the GPU machine may carry a stale .git)."""
-    import torch
-
-    sha = commit or _git_head()
-    return f"Measured {time.strftime('%Y-%m-%d')} on {torch.cuda.get_device_name(0)}, commit {sha}"
-
-
-def write_results(out: str, header: str, rows: list[dict], table: str) -> None:
-    """results.json (the rows, where and when) and results.md (the table) in `out`, rewritten
-    after each workload so that a run cut short keeps what it measured; the table is printed."""
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({"where": header, "rows": rows}, f, indent=1)
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(table)
-    print(table, flush=True)
-
-
-def _git_head() -> str:
-    import subprocess
-
-    try:
-        sha = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-                cwd=os.path.dirname(__file__),
-            ).stdout.strip()
-            or "unknown"
-        )
-    except OSError:
-        sha = "unknown"
-    return sha
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     from autosched.search.policy import SearchParams
     from autosched.task.workloads import SUITE
 
@@ -292,7 +201,24 @@ def main() -> int:
     ap.add_argument(
         "--n-jobs", type=int, default=None, help="default: the cores this process may use"
     )
-    ap.add_argument("--out", default="bench_out")
+    ap.add_argument(
+        "--out",
+        default="bench_out",
+        help="record logs and kernels; the tables go to OUT/operators/results.{json,md}",
+    )
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the tables to benchmarks/results/operators/ and docs/PERFORMANCE.md",
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="FOLDER",
+        help="tune nothing: gather the runs of every operators/results.json below FOLDERs (a"
+        " queue of searches, benchmarks.run_queue) into one document",
+    )
     ap.add_argument(
         "--commit", default=None, help="commit to name in the table (default: git HEAD)"
     )
@@ -302,23 +228,25 @@ def main() -> int:
         nargs="+",
         default=[0],
         help="the search's seeds (runs differ by seed: compare several); with more than one,"
-        " each seed's results go to OUT/seedS/ and the spread per workload to OUT/seeds.md",
+        " each seed's logs go to OUT/seedS/ and the table shows the spread per workload",
     )
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
-    header = where_and_when(ns.commit)
+    if ns.merge is not None:
+        publish(operator_results(runs_below(ns.merge)), ns.out, ns.publish)
+        return 0
+
     from autosched.search.cost_model import load_dataset, read_dataset
     from autosched.search.workers import resolve_n_jobs
 
     ns.n_jobs = resolve_n_jobs(ns.n_jobs)
-
+    where = {"machine": machine(), "commit": ns.commit or git_commit()}
     pretrain = tuple(load_dataset(path, ns.n_jobs) for path in ns.pretrain)
     prior = tuple(read_dataset(path, ns.n_jobs) for path in ns.prior)
-    by_seed: dict[int, list[dict]] = {}
+    runs: list[dict] = []
     for seed in ns.seeds:
         out = ns.out if len(ns.seeds) == 1 else os.path.join(ns.out, f"seed{seed}")
         os.makedirs(out, exist_ok=True)
-        rows = by_seed[seed] = []
         for name in ns.workloads:
             task, res, wall = tune(
                 name,
@@ -336,16 +264,27 @@ def main() -> int:
                 dict(ns.model),
                 dict(ns.sketch),
             )
-            rows.append(row(name, task, res, wall))
+            run = row(name, task, res, wall)
+            command = command_line("benchmarks.run", sys.argv[1:] if argv is None else argv)
+            run.update(seed=seed, planned_trials=ns.trials, command=command, **where)
+            runs.append(run)
             with open(os.path.join(out, f"{name}.cu"), "w") as f:
                 f.write(res.kernel.source)
-            write_results(out, header, rows, markdown(rows, header))
-    if len(ns.seeds) > 1:
-        table = spread_table(by_seed, header)
-        with open(os.path.join(ns.out, "seeds.md"), "w") as f:
-            f.write(table)
-        print(table)
+            # rewritten after each workload, so that a run cut short keeps what it measured
+            publish(operator_results(runs), ns.out, publish_too=False)
+    if ns.publish:
+        publish(operator_results(runs), ns.out, publish_too=True)
     return 0
+
+
+def publish(results: Results, out: str, publish_too: bool) -> None:
+    """Write the document to OUT/operators/ (and with `publish_too` to the repository's
+    results folder and docs/PERFORMANCE.md); print its Markdown."""
+    write_results(results, root=out)
+    if publish_too:
+        write_results(results)
+        report.main([])
+    print(results.markdown(), flush=True)
 
 
 def search_param(text: str) -> tuple[str, object]:
@@ -411,37 +350,6 @@ def named_numbers(name: str, value: str, kind: type) -> tuple[tuple[str, object]
                 f"{name} takes comma-separated NAME:{kind.__name__} pairs, got {item!r}"
             ) from None
     return tuple(pairs)
-
-
-def spread_table(by_seed: dict[int, list[dict]], header: str) -> str:
-    """Per workload: each seed's GPU time, the spread (slowest / fastest), PyTorch fp32's time
-    (the median over the seeds' runs) and how many seeds are ahead of it."""
-    import statistics
-
-    seeds = sorted(by_seed)
-    names = [r["workload"] for r in by_seed[seeds[0]]]
-    lines = [
-        header,
-        "",
-        "GPU time: CUDA graph replays of 100 calls, median of 20, inputs rotated past the L2"
-        " cache; PyTorch fp32 timed in the same process.",
-        "",
-        "| workload | " + " | ".join(f"seed {s} µs" for s in seeds) + " | spread (slowest /"
-        " fastest) | torch fp32 µs (median) | seeds ahead of torch fp32 |",
-        "|---|" + "---|" * (len(seeds) + 3),
-    ]
-    for name in names:
-        rows = [next(r for r in by_seed[s] if r["workload"] == name) for s in seeds]
-        ours = [r["ours_us"] for r in rows]
-        torch_us = statistics.median(r["torch_fp32_us"] for r in rows)
-        ahead = sum(r["ours_us"] < r["torch_fp32_us"] for r in rows)
-        lines.append(
-            f"| {name} | "
-            + " | ".join(f"{x:.1f}" for x in ours)
-            + f" | {max(ours) / min(ours):.2f}"
-            f" | {torch_us:.1f} | {ahead} of {len(rows)} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

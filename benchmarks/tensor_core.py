@@ -2,15 +2,16 @@
 compare with PyTorch's half-precision (or TF32) kernels (cuBLAS / cuDNN on Tensor Cores) in one
 process.
 
-    python3 benchmarks/tensor_core.py --trials 1000 --out results/ [--workloads NAME ...]
-        [--resume FOLDER_OF_EARLIER_LOGS]
+    python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME ...]
+        [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
 
 Per workload: tune through `auto_schedule` (no hand-written schedule), check that the best kernel
 is tensorized, run it and PyTorch on the same random inputs (ours checked against PyTorch's
 output), then time both by GPU time: 100 calls captured in one CUDA graph on one stream, replayed
 20 times, median (benchmarks/timing.py, the suite's method); inputs rotated past the L2
 cache (the headline), and the same inputs every call (as the search's runner times, beside the
-search's own record). Writes results.json and results.md, updated after each workload.
+search's own record). Writes the tables to OUT/tensor_cores/results.json and .md, updated after
+each workload (with `--publish`, to benchmarks/results/tensor_cores/ and docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ import shutil
 import sys
 import time
 
-from benchmarks.run import where_and_when, write_results
+from benchmarks import report
+from benchmarks.report import (
+    Column,
+    Results,
+    Table,
+    command_line,
+    git_commit,
+    machine,
+    write_results,
+)
 from benchmarks.timing import TORCH_EQUIVALENTS
 
 
@@ -208,46 +218,79 @@ def tensorized(kernel) -> bool:
     )
 
 
-def markdown(rows: list[dict], header: str) -> str:
-    lines = [
-        header,
-        "",
-        "GPU time: CUDA graph replays of 100 calls, median of 20, inputs rotated past the L2"
-        " cache; PyTorch with its own half-precision kernels (Tensor Cores), TF32 for the"
-        " tf32 rows.",
-        "",
-        "| workload | GFLOP | autosched µs | torch µs | torch/ours speed | TFLOP/s"
-        " | same inputs µs: ours / torch | search record µs | tensorized | trials"
-        " | matches torch | search s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['flop'] / 1e9:.2f} | {r['ours_us']:.1f} | {r['torch_us']:.1f}"
-            f" | {r['torch_us'] / r['ours_us']:.2f} | {r['flop'] / r['ours_us'] / 1e6:.0f}"
-            f" | {r['ours_same_inputs_us']:.1f} / {r['torch_same_inputs_us']:.1f}"
-            f" | {r['record_us']:.1f} | {'yes' if r['tensorized'] else 'NO'} | {r['trials']}"
-            f" | {'yes' if r['matches_torch'] else 'NO'} | {r['wall_s']:.0f} |"
-        )
-    return "\n".join(lines) + "\n"
+COLUMNS = [
+    Column("workload"),
+    Column("GFLOP", "{:.2f}"),
+    Column("autosched µs", "{:.1f}"),
+    Column("torch µs", "{:.1f}"),
+    Column("torch/ours speed", "{:.2f}"),
+    Column("TFLOP/s", "{:.0f}"),
+    Column("same inputs µs: ours / torch"),
+    Column("search record µs", "{:.1f}"),
+    Column("tensorized"),
+    Column("trials"),
+    Column("matches torch"),
+]
+NOTE = (
+    "PyTorch runs its own half-precision kernels (cuBLAS / cuDNN on Tensor Cores), TF32 for the"
+    " tf32 row. Same inputs: both timed without rotating the inputs (L2-warm, as the search's"
+    " runner times candidates)."
+)
 
 
-def main() -> int:
+def tensor_core_results(runs: list[dict]) -> Results:
+    """The tensor_cores folder's document: one table per machine and commit."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["machine"], r["commit"], r["command"]), []).append(r)
+    tables = []
+    for (where, commit, command), group in groups.items():
+        rows = [
+            [
+                r["name"],
+                r["flop"] / 1e9,
+                r["ours_us"],
+                r["torch_us"],
+                r["torch_us"] / r["ours_us"],
+                r["flop"] / r["ours_us"] / 1e6,
+                f"{r['ours_same_inputs_us']:.1f} / {r['torch_same_inputs_us']:.1f}",
+                r["record_us"],
+                r["tensorized"],
+                r["trials"],
+                r["matches_torch"],
+            ]
+            for r in group
+        ]
+        title = "fp16 / bf16 on Tensor Cores, and fp32 with TF32 allowed"
+        tables.append(Table(title, where, commit, command, COLUMNS, rows, NOTE))
+    return Results("tensor_cores", "Tensor Cores against PyTorch", tables, runs)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="bench_out")
-    ap.add_argument("--commit", default=None)
+    ap.add_argument("--out", default="bench_out", help="logs; the tables go to OUT/tensor_cores/")
+    ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
     ap.add_argument(
         "--resume", default=None, help="folder of earlier logs (<name>.json) to continue from"
     )
-    ns = ap.parse_args()
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the tables to benchmarks/results/tensor_cores/ and docs/PERFORMANCE.md",
+    )
+    ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
-    header = where_and_when(ns.commit)
-    rows = []
+    where = {
+        "machine": machine(),
+        "commit": ns.commit or git_commit(),
+        "command": command_line("benchmarks.tensor_core", sys.argv[1:] if argv is None else argv),
+    }
+    runs = []
     for name in ns.workloads:
         import autosched
 
@@ -260,18 +303,23 @@ def main() -> int:
         except Exception as exc:  # the search's records are kept; say why this row is missing
             print(f"{name}: comparison with PyTorch failed: {exc!r}", flush=True)
             continue
-        row = {
+        run = {
             "name": name,
             "flop": task.compute_dag.flop_count,
             "trials": trials,
             "wall_s": wall,
             "record_us": recorded * 1e6,
             "tensorized": tensorized(kernel),
-            "schedule": task.compute_dag.print_python_schedule(state),
             **timed,
+            **where,
         }
-        rows.append(row)
-        write_results(ns.out, header, rows, markdown(rows, header))
+        runs.append(run)
+        write_results(tensor_core_results(runs), root=ns.out)  # kept if the run is cut short
+    results = tensor_core_results(runs)
+    if ns.publish:
+        write_results(results)
+        report.main([])
+    print(results.markdown(), flush=True)
     return 0
 
 

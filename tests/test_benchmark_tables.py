@@ -1,25 +1,89 @@
-"""The benchmark scripts' tables and settings (benchmarks/run.py), from made-up rows: no GPU,
-no torch."""
+"""The operator suite's tables (benchmarks/suite_tables.py) and run.py's settings, from made-up
+runs: no GPU, no torch."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from benchmarks.suite_tables import (
+    SINGLE_COLUMNS,
+    operator_results,
+    runs_below,
+    seeds_table,
+    single_table,
+)
 
-def test_spread_table_gives_each_seed_the_spread_and_the_seeds_ahead():
-    from benchmarks.run import spread_table
 
-    def rows(matmul_us: float, softmax_us: float) -> list[dict]:
-        return [
-            {"workload": "matmul", "ours_us": matmul_us, "torch_fp32_us": 59.0},
-            {"workload": "softmax", "ours_us": softmax_us, "torch_fp32_us": 5.0},
-        ]
+def _run(workload: str, ours_us: float, seed: int = 0, trials: int = 256, **more) -> dict:
+    """One run as benchmarks.run records it (only the fields the tables read)."""
+    return {
+        "workload": workload,
+        "seed": seed,
+        "planned_trials": trials,
+        "machine": "NVIDIA H100 80GB HBM3",
+        "commit": "abc1234",
+        "command": f"python -m benchmarks.run --workloads {workload} --seeds {seed}",
+        "flop": 0.231e9,
+        "ours_us": ours_us,
+        "record_us": 16.69,
+        "torch_fp32_us": 167.2 if workload == "conv2d_bias_relu" else 59.0,
+        "torch_tf32_us": 37.3,
+        "ours_eager_us": 19.6,
+        "torch_fp32_eager_us": 170.3,
+        "torch_tf32_eager_us": 42.7,
+        "ratio_vs_fp32": 0.10,
+        "gflops": 13284.0,
+        "pct_fp32_peak": 19.8,
+        "trials": trials,
+        "matches_torch": True,
+        **more,
+    }
 
-    table = spread_table({2: rows(66.0, 5.5), 0: rows(60.0, 5.0), 1: rows(55.0, 5.5)}, "where")
-    lines = table.splitlines()
-    assert "| seed 0 µs | seed 1 µs | seed 2 µs |" in lines[4]
-    assert lines[6] == "| matmul | 60.0 | 55.0 | 66.0 | 1.20 | 59.0 | 1 of 3 |"
-    assert lines[7] == "| softmax | 5.0 | 5.5 | 5.5 | 1.10 | 5.0 | 0 of 3 |"
+
+def _cells(markdown: str, row: int) -> list[str]:
+    """The cells of a table's `row`-th line after its heading separator."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|---"))
+    return [c.strip() for c in lines[start + row].strip("|").split("|")]
+
+
+def test_seeds_table_gives_each_seed_the_spread_and_the_seeds_ahead():
+    runs = [_run("matmul", us, seed) for seed, us in ((2, 66.0), (0, 60.0), (1, 55.0))] + [
+        _run("softmax", 5.0, 0, torch_fp32_us=5.0),
+        _run("softmax", 5.5, 1, torch_fp32_us=5.0),
+    ]
+    table = seeds_table(runs, 256, "cmd").markdown()
+    assert "| workload | seed 0 µs | seed 1 µs | seed 2 µs | spread |" in table
+    assert _cells(table, 1) == ["matmul", "60.0", "55.0", "66.0", "1.20", "59.0", "1 of 3"]
+    # a workload without seed 2 leaves its cell blank
+    assert _cells(table, 2) == ["softmax", "5.0", "5.5", "", "1.10", "5.0", "0 of 2"]
+
+
+def test_operator_results_make_one_table_per_trial_count_and_name_machine_and_commit():
+    runs = [_run("conv2d_bias_relu", 17.7, trials=1000)]
+    runs += [_run("matmul", us, seed) for seed, us in enumerate((60.0, 61.0))]
+    results = operator_results(runs)
+    assert [t.title for t in results.tables] == [
+        "1000 trials, one search per workload",
+        "256 trials, seeds 0, 1",
+    ]
+    assert (
+        results.tables[1].command == "python -m benchmarks.run --workloads W --seeds S --trials 256"
+    )
+    assert "Measured on NVIDIA H100 80GB HBM3 at commit `abc1234`" in results.markdown()
+
+
+def test_runs_below_gathers_a_queues_folders(tmp_path):
+    from benchmarks.report import write_results
+
+    for seed in (0, 1):
+        folder = tmp_path / "default" / f"seed{seed}" / "matmul"
+        write_results(operator_results([_run("matmul", 60.0 + seed, seed)]), root=str(folder))
+    runs = runs_below([str(tmp_path)])
+    assert [r["seed"] for r in runs] == [0, 1]
+    assert json.loads(json.dumps(runs)) == runs
 
 
 def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_ones_named():
@@ -55,37 +119,14 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
             bad()
 
 
-def test_results_table_shows_the_searchs_record_beside_the_benchmarks_time():
-    from benchmarks.run import COLUMNS, markdown
-
-    row = {
-        "workload": "conv2d_bias_relu",
-        "flop": 0.231e9,
-        "ours_us": 17.41,
-        "record_us": 16.69,
-        "torch_fp32_us": 167.2,
-        "torch_tf32_us": 37.3,
-        "ours_eager_us": 19.6,
-        "torch_fp32_eager_us": 170.3,
-        "torch_tf32_eager_us": 42.7,
-        "ratio_vs_fp32": 0.10,
-        "gflops": 13284.0,
-        "pct_fp32_peak": 19.8,
-        "trials": 256,
-        "matches_torch": True,
-        "search_s": 41.0,
-        "measure_s": 15.0,
-        "model_s": 3.0,
-    }
-    lines = markdown([row], "where").splitlines()
-    header = [c.strip() for c in lines[4].strip("|").split("|")]
-    cells = [c.strip() for c in lines[6].strip("|").split("|")]
-    assert header == COLUMNS and len(cells) == len(COLUMNS)
-    by_column = dict(zip(header, cells, strict=True))
+def test_single_table_shows_the_searchs_record_beside_the_benchmarks_time():
+    run = _run("conv2d_bias_relu", 17.41, trials=256)
+    table = single_table([run], 256, "cmd").markdown()
+    header = [c.strip() for c in table.splitlines()[6].strip("|").split("|")]
+    assert header == [c.name for c in SINGLE_COLUMNS]
+    by_column = dict(zip(header, _cells(table, 1), strict=True))
     assert by_column["autosched µs"] == "17.4"
     assert by_column["search's record / runner again µs"] == "16.69"
-    again = markdown([{**row, "reread_us": 17.38}], "where").splitlines()[6]
-    assert [c.strip() for c in again.strip("|").split("|")][3] == "16.69 / 17.38"
-    # rows written before the columns existed still make a table
-    old = {k: v for k, v in row.items() if k != "record_us"}
-    assert [c.strip() for c in markdown([old], "w").splitlines()[6].strip("|").split("|")][3] == ""
+    assert by_column["matches torch"] == "yes"
+    again = single_table([{**run, "reread_us": 17.38}], 256, "cmd").markdown()
+    assert _cells(again, 1)[3] == "16.69 / 17.38"

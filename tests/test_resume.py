@@ -83,9 +83,8 @@ def test_tune_then_resume_measures_nothing_twice_after_training_on_the_log(tmp_p
     assert best[1].mean_cost == pytest.approx(res2.best_cost)
 
 
+# run with tests/ on PYTHONPATH (for sim_measurer) and the repository root as its directory
 SCRIPT = """
-import sys
-sys.path.insert(0, {tests!r})
 import autosched
 from autosched.search.policy import SearchParams, SketchPolicy
 from sim_measurer import SimulatedMeasurer
@@ -103,8 +102,9 @@ autosched.auto_schedule(task, policy, opts)
 def run_until_killed(log, min_records: int, timeout: float = 300.0) -> None:
     """Start a long tuning run in a subprocess; SIGKILL it once the log holds min_records lines."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT.format(tests=TESTS, log=str(log))],
+        [sys.executable, "-c", SCRIPT.format(log=str(log))],
         cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": TESTS},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
