@@ -1,7 +1,7 @@
 """Does re-timing a log's best the benchmarks' way give the time the search recorded? (GPU)
 
-    python3 benchmarks/agreement.py --logs LOG [LOG ...] [--out rows.jsonl] [--hold-context]
-    python3 benchmarks/agreement.py --workloads W [W ...] --trials 16 [--out rows.jsonl]
+    python -m benchmarks.agreement --logs LOG [LOG ...] [--out rows.jsonl] [--hold-context]
+    python -m benchmarks.agreement --workloads W [W ...] --trials 16 [--out rows.jsonl]
 
 For each record log's best (or the best of a short random search of each suite workload, logged
 to a temporary folder), in this process: the search's runner reads it again (`runner_us`, the

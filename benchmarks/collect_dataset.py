@@ -1,6 +1,6 @@
 """Measure random annotated states of suite workloads on the GPU: the cost model's dataset.
 
-    python3 benchmarks/collect_dataset.py --workloads matmul conv2d_bias_relu depthwise \
+    python -m benchmarks.collect_dataset --workloads matmul conv2d_bias_relu depthwise \
         --count 1000 --out dataset/
 
 Per workload: `count` distinct states drawn by the sketch rules and init rules (sampled in parallel
@@ -13,7 +13,7 @@ or `nvrtc` picks the builder's compiler (default: NVRTC when found), e.g. to com
 `--replay DIR` measures again the states of `DIR/<workload>.jsonl[.gz]` (in order, the first
 `count`) instead of sampling new ones: a dataset re-measured under the current lowering, e.g.
 
-    python3 benchmarks/collect_dataset.py --replay tests/data/costmodel --out remeasured/
+    python -m benchmarks.collect_dataset --replay tests/data/costmodel --out remeasured/
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "--prior",
         nargs="+",
         default=[],
-        help="record logs or saved datasets (benchmarks/prior_dataset.py) whose programs of other"
+        help="record logs (or .npz datasets, cost_model.read_dataset) whose programs of other"
         " workloads join the cost model's training after the first (random) round",
     )
     ap.add_argument(

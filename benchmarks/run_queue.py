@@ -1,10 +1,12 @@
 """Run a queue of benchmark searches over every GPU of the machine, one at a time per card.
 
-    python3 benchmarks/run_queue.py jobs.txt --out study/ --deadline 540 -- --trials 256
+    python -m benchmarks.run_queue jobs.txt --out queue_out/ --deadline 540 -- --trials 256
+    python -m benchmarks.run --merge queue_out/ --publish      # then: one table of all runs
+
 jobs.txt holds one search per line, `NAME SEED WORKLOAD [run.py options]` (# starts a comment):
     floor64 0 conv2d_bias_relu --sketch min_threads_per_sm=64
     default 0 conv2d_bias_relu
-Each line becomes `run.py --workloads WORKLOAD --seeds SEED --n-jobs CORES --out
+Each line becomes `python -m benchmarks.run --workloads WORKLOAD --seeds SEED --n-jobs CORES --out
 OUT/NAME/seedSEED/WORKLOAD` with the line's options and those after `--`. One worker per card
 takes the next line whenever its card is free; a worker runs on its own share of the cores
 (affinity, OMP_NUM_THREADS and --n-jobs), so that two searches never fight over the CPU (the cost
