@@ -22,8 +22,7 @@ class SearchParams:
     """All knobs of the search, with Ansor's defaults where Ansor has the knob (local_share,
     shape_share, launch_cap and sketch_floor are this search's own). The evolutionary search
     scores 2048 states over 4 generations: with a quarter of that (512 over 3) the search often
-    missed the states its model ranks best, and 256-trial runs ended slower
-    (benchmarks/results/2026-11-23_8d48a45_h100/note.md compares them)."""
+    missed the states its model ranks best, and 256-trial runs ended slower."""
 
     population: int = 2048
     generations: int = 4
