@@ -10,7 +10,7 @@ then the benchmarks' method times it (`bench_us`: timing.time_graph over launche
 rotated torch buffer sets, as many as the runner cycles through). One JSON line each, with the
 log's `record_us` and the kernel count.
 
-This process touches CUDA only after the runner's reading, as `benchmarks/run.py` does with one
+This process touches CUDA only after the runner's reading, as `benchmarks.run` does with one
 workload; `--hold-context` makes it hold a PyTorch context (with side-stream launches) while the
 runner reads, as a process that tunes beside its model does.
 """

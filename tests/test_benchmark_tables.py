@@ -130,3 +130,34 @@ def test_single_table_shows_the_searchs_record_beside_the_benchmarks_time():
     assert by_column["matches torch"] == "yes"
     again = single_table([{**run, "reread_us": 17.38}], 256, "cmd").markdown()
     assert _cells(again, 1)[3] == "16.69 / 17.38"
+
+
+def test_run_merge_gathers_queued_searches_into_one_document(tmp_path):
+    """`python -m benchmarks.run --merge QUEUE_OUT` tunes nothing (no GPU): it writes one
+    operators document of every run below the folder."""
+    from benchmarks.report import read_results, write_results
+    from benchmarks.run import main
+
+    for seed in (0, 1):
+        folder = tmp_path / "queue" / "default" / f"seed{seed}" / "matmul"
+        write_results(operator_results([_run("matmul", 60.0 + seed, seed)]), root=str(folder))
+    assert main(["--merge", str(tmp_path / "queue"), "--out", str(tmp_path / "merged")]) == 0
+    merged = read_results(str(tmp_path / "merged" / "operators" / "results.json"))
+    assert [t.title for t in merged.tables] == ["256 trials, seeds 0, 1"]
+    assert _cells(merged.tables[0].markdown(), 1)[:3] == ["matmul", "60.0", "61.0"]
+
+
+def test_multi_gpu_table_pairs_one_gpu_with_all_and_names_failed_sections():
+    from benchmarks.multi_gpu import multi_gpu_results
+
+    figures = {
+        "batch": 64,
+        "throughput_1gpu": {"per_s": 20.0, "build_run_per_s": 25.0},
+        "throughput_all": {"per_s": 30.0, "build_run_per_s": 40.0},
+        "dask": {"error": "ModuleNotFoundError: distributed"},
+    }
+    where = {"machine": "2x NVIDIA H200", "commit": "abc1234", "command": "cmd"}
+    (table,) = multi_gpu_results(figures, where).tables
+    assert table.rows[0] == ["conv2d_bias_relu, candidates/s (batches of 64)", 20.0, 30.0, 1.5]
+    assert "dask failed: ModuleNotFoundError: distributed" in table.note
+    assert "| 20.0 | 30.0 | 1.50 |" in table.markdown()
