@@ -31,8 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
-# `python -m benchmarks.run` imports the package from here, whatever the caller's directory
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.report import REPO_ROOT  # where `python -m benchmarks.run` finds the package
 
 
 @dataclasses.dataclass(frozen=True)

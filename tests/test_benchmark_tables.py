@@ -161,3 +161,55 @@ def test_multi_gpu_table_pairs_one_gpu_with_all_and_names_failed_sections():
     assert table.rows[0] == ["conv2d_bias_relu, candidates/s (batches of 64)", 20.0, 30.0, 1.5]
     assert "dask failed: ModuleNotFoundError: distributed" in table.note
     assert "| 20.0 | 30.0 | 1.50 |" in table.markdown()
+
+
+def test_model_and_tensor_core_tables_group_runs_by_machine_and_commit():
+    from benchmarks.model_e2e import model_results
+    from benchmarks.tensor_core import tensor_core_results
+
+    model = {
+        "model": "mlp_b64",
+        "tasks": [{"name": "dense+relu"}, {"name": "dense"}],
+        "ours_us": 10.5,
+        "eager_us": 26.5,
+        "inductor_us": 23.9,
+        "ours_eager_us": 171.6,
+        "eager_eager_us": 107.8,
+        "inductor_eager_us": 145.1,
+        "estimated_latency_us": 9.9,
+        "matches_eager": True,
+        "tuning_s": 20.0,
+        "machine": "m",
+        "trials": 192,
+        "command": "cmd",
+    }
+    tables = model_results([{**model, "commit": "a"}, {**model, "commit": "b"}]).tables
+    assert [(t.commit, t.title) for t in tables] == [
+        ("a", "192 trials per model, all tasks"),
+        ("b", "192 trials per model, all tasks"),
+    ]
+    assert _cells(tables[0].markdown(), 1)[:3] == ["mlp_b64", "2", "10.5"]
+    tc = {
+        "name": "matmul_fp16_1024",
+        "flop": 2147483648.0,
+        "ours_us": 15.5,
+        "torch_us": 6.2,
+        "ours_same_inputs_us": 12.2,
+        "torch_same_inputs_us": 5.6,
+        "record_us": 11.7,
+        "tensorized": True,
+        "trials": 1000,
+        "matches_torch": True,
+        "machine": "m",
+        "commit": "a",
+        "command": "cmd",
+    }
+    (table,) = tensor_core_results([tc]).tables
+    assert _cells(table.markdown(), 1)[:6] == [
+        "matmul_fp16_1024",
+        "2.15",
+        "15.5",
+        "6.2",
+        "0.40",
+        "139",
+    ]
