@@ -98,7 +98,11 @@ class XGBModel(CostModel):
     Few-shot fallback: until ``params.few_shot_threshold`` programs (default 64) have been given to
     ``fit``/``update``, ``predict`` returns uniform random scores drawn from a generator seeded with
     ``seed`` (so a run is reproducible), even though ``fit`` does train on whatever data it has.
-    Set ``few_shot_threshold=0`` to always use the trees once trained.
+    Set ``few_shot_threshold=0`` to always use the trees once trained. With a ``pretrained``
+    model (``costmodel/pretrained.py``), that model ranks instead of the random scores until
+    then: a new task's first round is steered by what other workloads taught it, and from the
+    threshold on the model's own trees, retrained from scratch on the task's measurements (and
+    any ``add_prior`` data) at every update, take over.
 
     Inputs: features are one 2-D float array ``(n_statements, n_features)`` per program, or None /
     an empty array for an invalid program; throughputs are >= 0, higher = better, 0 for a failed
@@ -106,10 +110,18 @@ class XGBModel(CostModel):
     all programs belong to one task).
     """
 
-    def __init__(self, params: XGBParams | None = None, seed: int = 0, **overrides: Any) -> None:
+    def __init__(
+        self,
+        params: XGBParams | None = None,
+        seed: int = 0,
+        pretrained: CostModel | None = None,
+        **overrides: Any,
+    ) -> None:
         params = params or XGBParams()
         self.params = dataclasses.replace(params, **overrides) if overrides else params
         self.seed = seed
+        self.pretrained = pretrained
+        self.extra_meta: dict = {}  # what `save(extra_meta=...)` stored beside the model
         self.last_fit: FitReport | None = None
         self._rng = np.random.default_rng(seed)  # draws the few-shot random scores only
         self._chunks: list[_Chunk] = []
@@ -137,11 +149,28 @@ class XGBModel(CostModel):
         return self._n_prior
 
     @property
-    def uses_random_fallback(self) -> bool:
-        """True while ``predict`` ranks at random (untrained, or fewer programs than the
-        threshold, not counting those given by ``add_prior``)."""
+    def before_own_trees(self) -> bool:
+        """True while ``predict`` does not use this model's own trees (untrained, or fewer
+        programs than the threshold, not counting those given by ``add_prior``)."""
         own = self.n_programs - self._n_prior
         return self._booster is None or own < self.params.few_shot_threshold
+
+    @property
+    def uses_random_fallback(self) -> bool:
+        """True while ``predict`` ranks at random (before its own trees, without a pretrained
+        model)."""
+        return self.before_own_trees and self.pretrained is None
+
+    @property
+    def uses_pretrained(self) -> bool:
+        """True while ``predict`` ranks with the pretrained model."""
+        return self.before_own_trees and self.pretrained is not None
+
+    def set_threads(self, nthread: int) -> None:
+        """Train and predict with `nthread` CPU threads from now on."""
+        self.params = dataclasses.replace(self.params, nthread=nthread)
+        if self._booster is not None:
+            self._booster.set_param({"nthread": nthread})
 
     # ----- training -----
 
@@ -354,7 +383,8 @@ class XGBModel(CostModel):
     def predict(self, features: Sequence[FeatureMatrix]) -> np.ndarray:
         """One score per program, higher = predicted faster; ``-inf`` for None/empty matrices.
 
-        Random in [0, 1) while ``uses_random_fallback``; otherwise the trees' prediction for the
+        Random in [0, 1) while ``uses_random_fallback``; the pretrained model's scores while
+        ``uses_pretrained``; otherwise the trees' prediction for the
         program's reduced row, or with ``program_rows="statements"`` the sum over its statements
         of the trees' per-statement predictions. The scale is the training target's (``label``).
 
@@ -364,6 +394,8 @@ class XGBModel(CostModel):
         packed = pack_features(features, self._n_features)
         reductions = self.params.reductions
         booster = self._booster
+        if self.uses_pretrained and self.pretrained is not None:
+            return np.asarray(self.pretrained.predict(features), dtype=np.float64)
         if self.uses_random_fallback or booster is None:
             scores = self._rng.uniform(0.0, 1.0, packed.n_programs)
         elif len(packed.rows) == 0:
@@ -399,12 +431,16 @@ class XGBModel(CostModel):
 
     # ----- persistence -----
 
-    def save(self, path: str | os.PathLike, include_data: bool = True) -> None:
+    def save(
+        self, path: str | os.PathLike, include_data: bool = True, extra_meta: dict | None = None
+    ) -> None:
         """Write params, booster, random state and (by default) the training data to one file.
 
         With ``include_data=False`` the file is much smaller, and a loaded model predicts the same,
         but its next ``update`` retrains on the new data only (it still counts the old programs
-        towards ``few_shot_threshold``).
+        towards ``few_shot_threshold``). ``extra_meta``: JSON-able facts stored beside the model
+        (what it was trained on), back as ``extra_meta`` of the loaded model. The ``pretrained``
+        model is not saved.
         """
         meta = {
             "kind": "xgb",
@@ -416,6 +452,7 @@ class XGBModel(CostModel):
             "n_prior": self._n_prior,
             "rng_state": rng_state_to_json(self._rng),
             "last_fit": dataclasses.asdict(self.last_fit) if self.last_fit else None,
+            "extra": extra_meta if extra_meta is not None else self.extra_meta,
         }
         arrays: dict[str, np.ndarray] = {}
         if self._booster is not None:
@@ -441,6 +478,7 @@ class XGBModel(CostModel):
         model._n_at_last_train = int(meta["n_at_last_train"])
         model._n_prior = int(meta.get("n_prior", 0))
         model._rng = rng_from_json(meta["rng_state"])
+        model.extra_meta = meta.get("extra") or {}
         if meta["last_fit"] is not None:
             model.last_fit = FitReport(**meta["last_fit"])
         if "booster" in arrays:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 import costmodel
 from autosched.errors import AutoschedError
 from autosched.features import FEATURE_NAMES
-from autosched.records import load_records
+from autosched.records import Record, load_records
 from autosched.search.workers import features_for_states
 
 
@@ -104,11 +104,17 @@ def read_dataset(path: str, n_jobs: int = 1) -> Dataset:
 def load_dataset(path: str, n_jobs: int = 1) -> Dataset:
     """Replay every record of a log and extract its features (records whose steps no longer
     replay, or whose state no longer lowers, are left out)."""
+    return records_dataset(load_records(path), n_jobs)
+
+
+def records_dataset(records: Iterable[Record], n_jobs: int = 1) -> Dataset:
+    """Replay (input, result) records and extract their features (records whose steps no
+    longer replay, or whose state no longer lowers, are left out)."""
     from autosched.schedule.compute_dag import ComputeDAG
 
     dags: dict[str, ComputeDAG] = {}
     states, thr, tasks = [], [], []
-    for inp, res in load_records(path):
+    for inp, res in records:
         dag = dags.get(inp.workload_key)
         if dag is None:
             dag = dags[inp.workload_key] = ComputeDAG.from_workload_key(inp.workload_key)
@@ -153,6 +159,34 @@ def holdout_ranking(
             "test_correct": len(ok),
             "pairwise_accuracy": costmodel.pairwise_accuracy(pred, held.throughputs),
             "top5_in_top10_recall": costmodel.topk_recall(pred, held.throughputs, 0.05, 0.10),
+        }
+    return report
+
+
+def leave_one_out_ranking(
+    make_model, data: Dataset, evaluate: Sequence[str], same_workload: Callable[[str], str]
+) -> dict[str, dict]:
+    """How well a model ranks a workload it has never seen: for each task key of `evaluate`,
+    train `make_model()` on the programs of every other workload (every task whose
+    `same_workload(key)` differs from this one's: a model task of the same computation under
+    another key is left out too), then score this task's correct programs, before any of its
+    measurements. Returns {task key: pairwise accuracy, top-5%-in-top-10% recall, counts}."""
+    report = {}
+    workload_of = {t: same_workload(t) for t in set(data.task_ids)}
+    for key in evaluate:
+        held = {t for t, w in workload_of.items() if w == workload_of[key]}
+        train = data.without_tasks(held)
+        test = data.subset(
+            [i for i, t in enumerate(data.task_ids) if t == key and data.throughputs[i] > 0]
+        )
+        model = make_model()
+        model.fit(train.features, train.throughputs, task_ids=train.task_ids)
+        pred = model.predict(test.features)
+        report[key] = {
+            "train": len(train),
+            "test_correct": len(test),
+            "pairwise_accuracy": costmodel.pairwise_accuracy(pred, test.throughputs),
+            "top5_in_top10_recall": costmodel.topk_recall(pred, test.throughputs, 0.05, 0.10),
         }
     return report
 
