@@ -8,7 +8,7 @@ and rebuild these values; `loop_state.State` holds a tuple of them and the steps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from autosched.errors import ScheduleError
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp
@@ -144,3 +144,12 @@ def _root_iters(op: Operation) -> tuple[Iterator, ...]:
 def stage_from_op(op: Operation, **kw: Any) -> Stage:
     roots = _root_iters(op)
     return Stage(op=op, produces=kw.pop("produces", op), iters=roots, root_iters=roots, **kw)
+
+
+class HasStages(Protocol):
+    """Anything holding a loop state's stages (a `loop_state.State`): what the dataflow queries
+    and the state printer read, typed here so that those modules need not import loop_state,
+    which imports them."""
+
+    @property
+    def stages(self) -> tuple[Stage, ...]: ...
