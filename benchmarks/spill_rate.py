@@ -1,7 +1,7 @@
 """How many sampled states spill registers: compile random states with ptxas, no GPU needed.
 
     python3 benchmarks/spill_rate.py --count 40 --seed 0 [--workloads conv2d_bias_relu ...]
-        [--sketch unroll_over_budget_probability=0.5]
+        [--sketch max_local_elems=64]
 
 Per suite workload, `count` states drawn by the sketch and init rules are generated as CUDA and
 compiled for sm_90 by the builder (NVRTC when found, else nvcc; `max_local_memory_spill_bytes`

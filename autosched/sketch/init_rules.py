@@ -30,6 +30,7 @@ import random
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
@@ -38,14 +39,7 @@ from autosched.sketch.tensor_core_init import (
     reserved_stages,
     tensor_core_unroll_options,
 )
-from autosched.sketch.utils import (
-    factorization_schemes,
-    has_cross_thread_reduction,
-    has_reduce_iter,
-    is_inlined,
-    pick,
-    tiling_extents,
-)
+from autosched.sketch.utils import has_cross_thread_reduction, has_reduce_iter, is_inlined
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 
@@ -130,8 +124,6 @@ class FillTileSize(InitRule):
         rng.shuffle(order)
         vthread, threads = hw.max_vthread_extent, hw.max_threads_per_block
         local, have = self.local_budget(ctx, steps, g), 1
-        if p.spread_accumulators:
-            local = self.drawn_cap(local, rng)
         out: list = [None] * len(ids)
         for n, a in enumerate(order):
             step = steps[ids[a]]
@@ -165,14 +157,6 @@ class FillTileSize(InitRule):
             return p.max_local_elems
         outputs = math.prod(steps[k].extent for k in g.spatial_ids)
         return max(1, min(p.max_local_elems, outputs // wanted))
-
-    @staticmethod
-    def drawn_cap(budget: int, rng: random.Random) -> int:
-        """A cap on a thread's accumulators, drawn uniformly from the budget and its half,
-        quarter and eighth (none below 8 unless the budget is), so that fresh samples spread
-        over per-thread tile sizes instead of crowding at the budget."""
-        caps = sorted({budget >> k for k in range(4) if budget >> k >= min(budget, 8)})
-        return caps[rng.randrange(len(caps))] if len(caps) > 1 else budget
 
     def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> Reason | None:
         hw, params = ctx.hardware, ctx.params
@@ -351,8 +335,7 @@ class AutoUnroll(InitRule):
     drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
     plus the operand tiles of that nest must fit in what ptxas can give a thread (a larger
     unroll spills: measured on the suite, e.g. a 224-step dense nest reaches 255 registers).
-    The estimate is an upper bound that rejects many depths which compile clean; with
-    `unroll_over_budget_probability` a stage draws from every config instead."""
+    The estimate is an upper bound that rejects some depths which compile clean."""
 
     def apply(self, ctx, plan, state, rng):
         configs = ctx.params.auto_unroll_configs
@@ -365,19 +348,12 @@ class AutoUnroll(InitRule):
             if i in tensor_core:
                 tc_configs = ctx.params.tensor_core_unroll_configs
                 options = tensor_core_unroll_options(ctx, tensor_core[i], state, tc_configs)
-            elif i in tiled and not self.ignores_budget(ctx, rng):
+            elif i in tiled:
                 regs = self.unrolled_registers(tiled[i], state)
                 budget = self.budget(ctx, tiled[i], state)
                 options = tuple(c for c in configs if regs(c) <= budget) or (0,)
             state = state.pragma(i, 0, "auto_unroll_max_step", pick(options, rng))
         return state
-
-    @staticmethod
-    def ignores_budget(ctx: InitContext, rng: random.Random) -> bool:
-        """Whether this draw skips the register estimate (no random number is drawn when the
-        probability is 0, so the defaults sample what they always sampled)."""
-        p = ctx.params.unroll_over_budget_probability
-        return p > 0 and rng.random() < p
 
     @staticmethod
     def unrolled_registers(g: TileGroup, state: State):

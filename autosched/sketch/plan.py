@@ -3,7 +3,7 @@
 `make_plan` finds a sketch's unknown splits, its multi-level tiled stages (`TileGroup`: their
 splits and the smallest thread count they may use) and, per tiled stage, how each shared-memory
 cache's tile grows with the tile sizes (`Footprint`), and its Tensor Core stages
-(tensor_core_init.py), so that the init rules can check a draw of
+(tensor_core_plan.py), so that the init rules can check a draw of
 tile sizes against the GPU's limits without lowering.
 """
 
@@ -15,15 +15,11 @@ from dataclasses import dataclass, field
 from autosched.lower.arith import to_affine
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
-from autosched.schedule.steps import SplitStep
-from autosched.sketch.tensor_core_init import TensorCoreGroup, tensor_core_groups
-from autosched.sketch.utils import (
-    SketchParams,
-    cross_thread_splits,
-    is_inlined,
-    needs_multi_level_tiling,
-    split_step_ids,
-)
+from autosched.schedule.steps import FollowSplitStep, SplitStep
+from autosched.sketch.params import SketchParams
+from autosched.sketch.stage_steps import split_step_ids, splitting_steps
+from autosched.sketch.tensor_core_plan import TensorCoreGroup, tensor_core_groups
+from autosched.sketch.utils import is_inlined, needs_multi_level_tiling
 from autosched.te.dtype import BYTES
 from autosched.te.expr import IterVar, Load
 from autosched.te.tensor import Tensor
@@ -118,6 +114,26 @@ def _footprint(state: State, t: int, cache: int) -> Footprint | None:
     return Footprint(cache, tuple(body.buffer.shape), BYTES.get(cached.op.dtype, 4), reads)
 
 
+def cross_thread_splits(state: State) -> dict[int, int]:
+    """SplitStep id -> reduction length, for each split that sets the thread count of a
+    cross-thread reduction: the split of a reduction iterator whose inner part is bound to
+    threadIdx.x, or the split such a reduction follows (its consumer's)."""
+    out: dict[int, int] = {}
+    for i, stage in enumerate(state.stages):
+        bound = {
+            it.name for it in stage.iters if it.kind == REDUCE and it.annotation == "threadIdx.x"
+        }
+        for k, rel in splitting_steps(state, i):
+            if rel.children[-1] not in bound:
+                continue
+            step = state.steps[k]
+            src = step.src_step_id if isinstance(step, FollowSplitStep) else k
+            if isinstance(state.steps[src], SplitStep):
+                reduction = math.prod(it.extent for it in stage.root_iters if it.kind == REDUCE)
+                out[src] = max(out.get(src, 0), reduction)
+    return out
+
+
 def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> SketchPlan:
     """Analyse a sketch once: its unknown splits and tiled stages."""
     groups: list[TileGroup] = []
@@ -150,4 +166,4 @@ def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> 
     return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch), tensor_core)
 
 
-__all__ = ["Footprint", "SketchPlan", "TileGroup", "make_plan"]
+__all__ = ["Footprint", "SketchPlan", "TileGroup", "cross_thread_splits", "make_plan"]

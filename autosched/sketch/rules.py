@@ -20,9 +20,10 @@ from typing import ClassVar
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
+from autosched.sketch.params import SketchParams
+from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
 from autosched.sketch.utils import (
-    SketchParams,
     common_outer_iters,
     consumers,
     direct_producers,
@@ -32,11 +33,9 @@ from autosched.sketch.utils import (
     is_inlined,
     is_output,
     is_tiled,
-    level_names,
     needs_multi_level_tiling,
     single_consumer_root,
     spatial_and_reduce_length,
-    split_step_ids,
 )
 from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams

@@ -43,10 +43,10 @@ import random
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.steps import StorageAlignStep, replay
+from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import Footprint, SketchPlan, TileGroup
-from autosched.sketch.tensor_core_init import fetch_vector
-from autosched.sketch.utils import pick
+from autosched.sketch.stage_steps import fetch_vector
 
 # bytes added to each shared row -> weight of the draw (see the module docstring): 16 bytes keep
 # every vector and wide shared load aligned, so they are the likelier; storage_align's factor

@@ -33,13 +33,8 @@ from dataclasses import dataclass, replace
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT
-from autosched.sketch.utils import (
-    elementwise_matched_consumer,
-    is_inlined,
-    is_output,
-    is_tiled,
-    level_names,
-)
+from autosched.sketch.stage_steps import level_names
+from autosched.sketch.utils import elementwise_matched_consumer, is_inlined, is_output, is_tiled
 from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import BinOp, Cast, IterVar, Load, Reduce
 from autosched.te.reduce import sum_reducer

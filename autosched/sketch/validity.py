@@ -19,7 +19,7 @@ from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
 from autosched.lower.lowering import lower
 from autosched.schedule.loop_state import State
-from autosched.sketch.utils import SketchParams
+from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
