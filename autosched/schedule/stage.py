@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autosched.errors import ScheduleError
+from autosched.te.expr import IterVar
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp
 
 SPATIAL, REDUCE, MIXED, SPECIAL = "spatial", "reduce", "mixed", "special"
@@ -97,6 +98,19 @@ class Stage:
     @property
     def is_placeholder(self) -> bool:
         return isinstance(self.op, PlaceholderOp)
+
+    @property
+    def compute_op(self) -> ComputeOp:
+        """The op of a stage that computes one (every stage but a placeholder's); a
+        ScheduleError for a placeholder."""
+        if not isinstance(self.op, ComputeOp):
+            raise ScheduleError(f"stage {self.name!r} is a placeholder, not a computation")
+        return self.op
+
+    @property
+    def axes(self) -> tuple[IterVar, ...]:
+        """The spatial axes of the stage's op (none for a placeholder)."""
+        return self.op.axis if isinstance(self.op, ComputeOp) else ()
 
     def iter_index(self, it: int | str | Iterator) -> int:
         """Position of an iterator given by index, name or Iterator, with a clear error."""

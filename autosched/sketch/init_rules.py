@@ -34,6 +34,7 @@ from autosched.sketch.factorization import factorization_schemes, pick, tiling_e
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
+from autosched.sketch.stage_steps import split_at
 from autosched.sketch.tensor_core_init import (
     FillTensorCore,
     reserved_stages,
@@ -184,21 +185,22 @@ class FillTileSize(InitRule):
     def fill(self, ctx: InitContext, plan: SketchPlan, rng: random.Random) -> list:
         steps = list(plan.sketch.steps)
         for g in plan.groups:
-            rd_opts = [self.options(ctx, steps[k], False) for k in g.reduce_ids]
-            reason = None
+            rd_opts = [self.options(ctx, split_at(steps, k), False) for k in g.reduce_ids]
+            reason = Reason.NO_OPTION
             for _ in range(ctx.params.tile_retries):
                 sp = self.draw_spatial(ctx, steps, g, rng)
                 rd = [pick(o, rng) for o in rd_opts]
-                reason = self.check_group(ctx, g, sp, rd) if sp is not None else Reason.NO_OPTION
-                if reason is None:
+                broken = self.check_group(ctx, g, sp, rd) if sp is not None else Reason.NO_OPTION
+                if broken is None:
                     break
+                reason = broken
             else:
                 raise Rejected(tile_sizes(reason))
             for k, lens in zip(g.spatial_ids + g.reduce_ids, sp + rd, strict=True):
-                s = steps[k]
+                s = split_at(steps, k)
                 steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lens, s.inner_to_outer)
         for k in plan.unknown:
-            s = steps[k]
+            s = split_at(steps, k)
             if k in plan.cross_thread:
                 hw = ctx.hardware
                 lengths = (
@@ -366,8 +368,8 @@ class AutoUnroll(InitRule):
         thread inside the unrolled loops, so the registers are all virtual threads': every
         accumulator, and the operand tiles of every copy (axis a's tile repeated vthread_a
         times, thread_a x S3_a x S4_a apart)."""
-        sp = [state.steps[k].lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
-        rd = [state.steps[k].lengths for k in g.reduce_ids]  # (R1, R2)
+        sp = [split_at(state.steps, k).lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
+        rd = [split_at(state.steps, k).lengths for k in g.reduce_ids]  # (R1, R2)
         local = math.prod(lens[2] * lens[3] for lens in sp)  # one virtual thread's
         r1, r2 = math.prod(lens[0] for lens in rd), math.prod(lens[1] for lens in rd)
         chunks = [(lens[0], lens[1] * lens[2] * lens[3]) for lens in sp] + [(1, 0) for _ in rd]
@@ -397,7 +399,7 @@ class AutoUnroll(InitRule):
 
     @staticmethod
     def budget(ctx, g: TileGroup, state: State) -> int:
-        threads = math.prod(state.steps[k].lengths[1] for k in g.spatial_ids)
+        threads = math.prod(split_at(state.steps, k).lengths[1] for k in g.spatial_ids)
         return ctx.hardware.registers_per_thread_limit(threads)
 
 

@@ -18,6 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
@@ -327,6 +328,8 @@ class MultiLevelTilingTensorCore(SketchRule):
 
     def apply(self, ctx, state, i):
         found = match_tensor_core(state, i, ctx.params.allow_tf32)
+        if found is None:
+            raise ScheduleError(f"stage {state.stages[i].name!r} is not a Tensor Core product")
         return [build_tensor_core_sketch(state, i, found)]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import SplitRel
 from autosched.schedule.steps import (
@@ -20,6 +21,7 @@ from autosched.schedule.steps import (
     FollowSplitStep,
     RfactorStep,
     SplitStep,
+    Step,
 )
 
 
@@ -86,6 +88,24 @@ def fetch_vector(state: State, c: int) -> int:
     return 1
 
 
+def split_at(steps: Sequence[Step], k: int) -> SplitStep:
+    """Step k of `steps`, which the caller knows for a SplitStep (a split id of a plan or of
+    `split_step_ids`); a ScheduleError if it is not."""
+    step = steps[k]
+    if not isinstance(step, SplitStep):
+        raise ScheduleError(f"step {k} is {step.to_record()}, not a split")
+    return step
+
+
+def split_extent(steps: Sequence[Step], k: int) -> int:
+    """The extent SplitStep k splits: known for every split a sketch makes of a root iterator
+    (a ScheduleError for a split of an unknown extent)."""
+    extent = split_at(steps, k).extent
+    if extent is None:
+        raise ScheduleError(f"step {k} splits an iterator of unknown extent")
+    return extent
+
+
 SPLITTING_STEPS = (SplitStep, FollowSplitStep, FollowFusedSplitStep)
 
 
@@ -114,6 +134,8 @@ def split_step_ids(state: State, i: int, kind: str | None = None) -> list[int]:
 __all__ = [
     "SPLITTING_STEPS",
     "fetch_vector",
+    "split_at",
+    "split_extent",
     "level_names",
     "next_annotates",
     "split_step_ids",

@@ -36,7 +36,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.factorization import divisors, pick
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.stage_steps import fetch_vector
+from autosched.sketch.stage_steps import fetch_vector, split_at
 from autosched.sketch.tensor_core import MMA
 from autosched.sketch.tensor_core_plan import (
     MATRIX_AXES,
@@ -180,7 +180,7 @@ class FillTensorCore(InitRule):
         a multiple of 2 * pad elements (16-wide tiles of halves)."""
         if not pad:
             return state
-        return state.storage_align(c, len(state.stages[c].op.axis) - 2, 2 * pad, pad)
+        return state.storage_align(c, len(state.stages[c].axes) - 2, 2 * pad, pad)
 
     def fetch(self, ctx, state: State, g: TensorCoreGroup, c: int, vector_ok: bool, rng) -> State:
         """All threads copy shared stage c: fused, split into vectors, a warp's lanes (threadIdx.x)
@@ -223,7 +223,7 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     fragments, plus, where the
     cooperative fetch loop unrolls (its trips at most max_step), one register per loaded
     vector word: nvcc hoists the unrolled global loads into registers."""
-    (wm, rm, _), (wn, rn, _), (chunk, _) = (state.steps[k].lengths for k in g.split_ids)
+    (wm, rm, _), (wn, rn, _), (chunk, _) = (split_at(state.steps, k).lengths for k in g.split_ids)
     threads = wm * wn * ctx.hardware.warp_size
     budget = fragment_register_budget(ctx.hardware, threads)
     fixed = fragment_registers(rm, rn)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
-from autosched.sketch.stage_steps import split_step_ids
+from autosched.schedule.stage import REDUCE, SPATIAL
+from autosched.sketch.stage_steps import split_at, split_extent, split_step_ids
 from autosched.sketch.tensor_core import MMA
+from autosched.sketch.utils import attach_target
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
 
@@ -55,7 +56,7 @@ class TensorCoreGroup:
 
 
 def _unknown_splits(sketch: State, i: int, kind: str) -> list[int]:
-    return [k for k in split_step_ids(sketch, i, kind) if None in sketch.steps[k].lengths]
+    return [k for k in split_step_ids(sketch, i, kind) if None in split_at(sketch.steps, k).lengths]
 
 
 def _fragment_of(sketch: State, shared: int):
@@ -76,7 +77,7 @@ def _row_axis(sketch: State, shared: int) -> str | None:
     if frag is None or frag.scope not in MATRIX_AXES:
         return None
     dims = [it.name.removesuffix("_i") for it in frag.iters[-2:]]
-    last = f"ax{len(sketch.stages[shared].op.axis) - 1}"
+    last = f"ax{len(sketch.stages[shared].axes) - 1}"
     return dict(zip(dims, MATRIX_AXES[frag.scope], strict=True)).get(last)
 
 
@@ -95,8 +96,7 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
         if stage.scope != ir.ACCUMULATOR_SCOPE or stage.attach is None:
             continue
         store = stage.attach[0]
-        st = sketch.stages[store]
-        root = st.attach[0] if st.compute_at == ATTACHED else store
+        root = attach_target(sketch, store)
         sp, rd = _unknown_splits(sketch, store, SPATIAL), _unknown_splits(sketch, acc, REDUCE)
         if len(sp) != 2 or len(rd) != 1:
             continue
@@ -117,11 +117,15 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 shared=shared,
                 roles=tuple(_fragment_of(sketch, c).scope for c in shared),
                 row_axes=tuple(_row_axis(sketch, c) for c in shared),
-                tiles=tuple(padded_tiles(steps[k].extent) for k in (*sp, rd[0])),
+                tiles=(
+                    padded_tiles(split_extent(steps, sp[0])),
+                    padded_tiles(split_extent(steps, sp[1])),
+                    padded_tiles(split_extent(steps, rd[0])),
+                ),
                 operand_bytes=max((BYTES[sketch.stages[c].op.dtype] for c in shared), default=2),
                 epilogue=root != store,
-                k_tile=steps[rd[0]].lengths[-1],
-                held=tuple(-(-steps[k].extent // MMA) for k in sp),
+                k_tile=split_at(steps, rd[0]).lengths[-1],
+                held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
             )
         )
     return out

@@ -12,7 +12,7 @@ import math
 from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SPATIAL, SplitRel, Stage
+from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SplitRel, Stage
 
 # Names that moved to the modules of their ideas (settings, factorisations, the steps of a
 # stage), importable from here as before.
@@ -92,10 +92,18 @@ def is_tiled(stage: Stage) -> bool:
 
 
 def spatial_and_reduce_length(stage: Stage) -> tuple[int, int]:
-    """Products of the root spatial and reduction extents."""
-    sp = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
-    rd = math.prod(it.extent for it in stage.root_iters if it.kind == REDUCE)
+    """Products of the root spatial and reduction extents (those of the op's axes)."""
+    if not isinstance(stage.op, ComputeOp):
+        return 1, 1
+    sp = math.prod(a.extent for a in stage.op.axis)
+    rd = math.prod(a.extent for a in stage.op.reduce_axis)
     return sp, rd
+
+
+def attach_target(state: State, i: int) -> int:
+    """The stage whose loop stage i is computed at, or i itself when it is not attached."""
+    attach = state.stages[i].attach
+    return attach[0] if state.stages[i].compute_at == ATTACHED and attach is not None else i
 
 
 def has_cache_write_stage(state: State, i: int) -> bool:
@@ -126,10 +134,7 @@ def direct_producers(state: State, i: int) -> set[int]:
 def single_consumer_root(state: State, i: int) -> int | None:
     """Stage i's single consumer, or the one stage all its consumers are computed at or are
     (Ansor's GetSingleConsumerId); None when there is no such stage."""
-    roots = {
-        c if state.stages[c].compute_at != ATTACHED else state.stages[c].attach[0]
-        for c in consumers(state, i)
-    }
+    roots = {attach_target(state, c) for c in consumers(state, i)}
     return roots.pop() if len(roots) == 1 else None
 
 
@@ -138,15 +143,15 @@ def _leading_axes_read(state: State, producer: int, consumer: int) -> int:
     indexes with the consumer's own axis of the same position and extent."""
     prod, cons = state.stages[producer], state.stages[consumer]
     redirect = {id(a): b for a, b in cons.redirects}
-    axes = cons.op.axis
-    best = len(prod.op.axis)
-    for node in walk(cons.op.body):
+    axes = cons.axes
+    best = len(prod.axes)
+    for node in walk(cons.compute_op.body):
         if not (isinstance(node, Load) and isinstance(node.buffer, Tensor)):
             continue
         if redirect.get(id(node.buffer.op), node.buffer.op) is not prod.produces:
             continue
         n = 0
-        for idx, a, p in zip(node.indices, axes, prod.op.axis, strict=False):
+        for idx, a, p in zip(node.indices, axes, prod.axes, strict=False):
             if idx is not a or a.extent != p.extent:
                 break
             n += 1
@@ -166,7 +171,7 @@ def common_outer_iters(state: State, i: int, target: int) -> int:
         for c in consumers_of(state, k):
             visit(c, min(n, _leading_axes_read(state, k, c)))
 
-    visit(i, len(state.stages[i].op.axis))
+    visit(i, len(state.stages[i].axes))
     return min(found) if found else 0
 
 
@@ -178,7 +183,8 @@ def has_cross_thread_reduction(state: State, i: int) -> bool:
         return any(it.kind == REDUCE and it.annotation == "threadIdx.x" for it in stage.iters)
 
     return binds(state.stages[i]) or any(
-        s.compute_at == ATTACHED and s.attach[0] == i and binds(s) for s in state.stages
+        s.compute_at == ATTACHED and s.attach is not None and s.attach[0] == i and binds(s)
+        for s in state.stages
     )
 
 
@@ -191,7 +197,7 @@ def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
     def visit(k: int, mapping: dict) -> None:
         stage = state.stages[k]
         redirect = {id(a): b for a, b in stage.redirects}
-        for node in walk(stage.op.body):
+        for node in walk(stage.compute_op.body):
             if not (isinstance(node, Load) and isinstance(node.buffer, Tensor)):
                 continue
             op = redirect.get(id(node.buffer.op), node.buffer.op)
@@ -200,8 +206,9 @@ def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
                 found.append(idx)
                 continue
             p = state.stage_of_producer(op)
-            if is_inlined(state.stages[p]) and isinstance(state.stages[p].op, ComputeOp):
-                visit(p, dict(zip(state.stages[p].op.axis, idx, strict=False)))
+            producer = state.stages[p]
+            if is_inlined(producer) and isinstance(producer.op, ComputeOp):
+                visit(p, dict(zip(producer.op.axis, idx, strict=False)))
 
     visit(j, {})
     return found
@@ -220,7 +227,7 @@ def elementwise_matched_consumer(state: State, i: int) -> int | None:
         return None
     if consumer.compute_at != ROOT and consumer.compute_at != ATTACHED:
         return None
-    shape = tuple(a.extent for a in stage.op.axis)
+    shape = tuple(a.extent for a in stage.axes)
     if tuple(a.extent for a in consumer.op.axis) != shape:
         return None
     reads = loads_through_inlined(state, j, i)
@@ -238,6 +245,7 @@ __all__ = [
     "PAD_MULTIPLE",
     "SPLITTING_STEPS",
     "SketchParams",
+    "attach_target",
     "common_outer_iters",
     "consumers",
     "direct_producers",

@@ -26,8 +26,8 @@ from measure.hardware import HardwareParams
 log = logging.getLogger(__name__)
 
 
-class Reason(enum.StrEnum):
-    """Why a candidate is invalid."""
+class Reason(str, enum.Enum):
+    """Why a candidate is invalid. A string: it prints, formats and counts as its value."""
 
     SCHEDULE_ERROR = "schedule_error"  # a step does not apply (replay, an init rule)
     LOWERING_ERROR = "lowering_error"  # the state does not lower to a loop nest
@@ -43,6 +43,12 @@ class Reason(enum.StrEnum):
     NO_SPATIAL_LOOP = "no_spatial_loop"  # a root stage with nothing to bind to threads
     DUPLICATE = "duplicate"  # a state the sampler drew before
     INTERNAL_ERROR = "internal_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 def tile_sizes(reason: Reason) -> str:

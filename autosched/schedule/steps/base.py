@@ -70,6 +70,7 @@ class Step:
     """Base class. Subclasses are frozen dataclasses with `TAG` set; fields are record fields."""
 
     TAG: ClassVar[str] = ""
+    stage_id: int  # every step acts on one stage, named by its index (a field of each step)
     # set by @dataclass on every subclass; declared so that the checker knows steps for
     # dataclasses (`fields`)
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
