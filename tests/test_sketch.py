@@ -479,3 +479,23 @@ def test_min_threads_per_sm_keeps_fresh_launches_filling_the_gpu():
     assert len(higher) >= 30 and min(higher) >= 2 * floor
     with pytest.raises(ValueError, match="min_threads_per_sm must be >= 0"):
         SketchParams(min_threads_per_sm=-1)
+
+
+def test_split_ids_read_as_split_steps_and_stages_name_where_they_are_computed():
+    """split_at reads a plan's split id as its SplitStep (a ScheduleError for another step);
+    attach_target names the stage a stage is computed at, or the stage itself."""
+    from autosched.errors import ScheduleError
+    from autosched.sketch.stage_steps import split_at, split_extent
+    from autosched.sketch.utils import attach_target
+
+    sketch = generate_sketches(suite_dag("matmul"))[0]
+    k = next(k for k, s in enumerate(sketch.steps) if isinstance(s, SplitStep))
+    assert split_at(sketch.steps, k) is sketch.steps[k]
+    assert split_extent(sketch.steps, k) == sketch.steps[k].extent == 1024
+    other = next(j for j, s in enumerate(sketch.steps) if not isinstance(s, SplitStep))
+    with pytest.raises(ScheduleError, match=f"step {other} is .* not a split"):
+        split_at(sketch.steps, other)
+    targets = [attach_target(sketch, i) for i in range(len(sketch.stages))]
+    for i, stage in enumerate(sketch.stages):
+        assert targets[i] == (stage.attach[0] if stage.compute_at == ATTACHED else i)
+    assert any(t != i for i, t in enumerate(targets))  # the shared caches are attached

@@ -336,7 +336,7 @@ class AutoUnroll(InitRule):
     For a tiled stage only the configs whose unrolled inner loops fit in the registers are
     drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
     plus the operand tiles of that nest must fit in what ptxas can give a thread (a larger
-    unroll spills: measured on the suite, e.g. a 224-step dense nest reaches 255 registers).
+    unroll spills).
     The estimate is an upper bound that rejects some depths which compile clean."""
 
     def apply(self, ctx, plan, state, rng):

@@ -103,8 +103,7 @@ def vector_bytes(s: ir.Stmt) -> int:
 
 # what a store to global memory counts for in `unrolled_statements`: an unrolled loop of them
 # (a reduction accumulating in global memory, softmax's sums) compiles far slower than one of
-# register updates, and such builds were what passed the compile limit (the measurements are
-# in benchmarks/results/2026-11-23_56f1a10_h100/note.md)
+# register updates, and such builds were what passed the compile limit
 GLOBAL_STORE_STATEMENTS = 2
 
 
