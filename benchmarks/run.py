@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         type=sketch_param,
         help="set a SketchParams field (sketch rules and random annotation), e.g. --sketch"
-        " unroll_over_budget_probability=0.5",
+        " shared_padding_probability=0.25",
     )
     ap.add_argument(
         "--n-jobs", type=int, default=None, help="default: the cores this process may use"

@@ -92,10 +92,7 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
     from benchmarks.run import model_param, search_param, sketch_param
 
     assert search_param("local_share=0.25") == ("local_share", 0.25)
-    assert sketch_param("unroll_over_budget_probability=0.5") == (
-        "unroll_over_budget_probability",
-        0.5,
-    )
+    assert sketch_param("shared_padding_probability=0.25") == ("shared_padding_probability", 0.25)
     assert search_param("local_parents=3") == ("local_parents", 3)
     assert model_param("max_depth=3") == ("max_depth", 3)
     assert model_param("program_rows=sum_max") == ("program_rows", "sum_max")
