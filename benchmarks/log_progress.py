@@ -116,11 +116,11 @@ def threads_table(rows: list[tuple], first_round: int = 64) -> str:
 
 
 def block_shape(steps) -> str:
-    """A state's block shape (`autosched.search.policy.block_shape`: a block's threads along
+    """A state's block shape (`autosched.search.candidates.block_shape`: a block's threads along
     each spatial axis of its multi-level tiled stages) joined by x, e.g. 1x2x7x7: which axes
     the block spans. '' for a state without a multi-level tiling."""
+    from autosched.search.candidates import block_shape as threads_per_axis
     from autosched.search.policy import as_records
-    from autosched.search.policy import block_shape as threads_per_axis
 
     return "x".join(map(str, threads_per_axis(as_records(steps))))
 

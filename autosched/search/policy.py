@@ -11,7 +11,6 @@ state when the model is updated) is never lowered twice.
 
 from __future__ import annotations
 
-import collections
 import heapq
 import math
 import os
@@ -22,14 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from autosched.records import load_records, seal_torn_line
-from autosched.search.candidates import (
-    SketchIndex,
-    as_records,
-    block_shape,
-    in_turns,
-    launch_shape,
-    spread_over_sketches,
-)
+from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
 from autosched.search.cost_model import XGBModel, throughput
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.params import SearchParams
@@ -134,8 +126,6 @@ class SketchPolicy:
             sketch_params.auto_unroll_configs,
             sketch_params.tensor_core_unroll_configs,
         )
-        self.n_spatial_levels = sketch_params.n_spatial_levels
-        self.sketch_of = SketchIndex(self.sketches)
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
@@ -165,17 +155,6 @@ class SketchPolicy:
         """The records of the k fastest correct measured states."""
         ok = ((c, r) for r, c in self.measured.items() if math.isfinite(c))
         return [r for _, r in heapq.nsmallest(k, ok, key=lambda x: x[0])]
-
-    def runner_up_shapes(self, k: int) -> list[Records]:
-        """The fastest measured state of each of the k block shapes (`block_shape`) that follow
-        the fastest one, ranked by their fastest measured state."""
-        best_of: dict[tuple, tuple[float, Records]] = {}
-        for r, c in self.measured.items():
-            shape = block_shape(r, self.n_spatial_levels)
-            if shape and math.isfinite(c) and (shape not in best_of or c < best_of[shape][0]):
-                best_of[shape] = (c, r)
-        ranked = sorted(best_of.values(), key=lambda cr: cr[0])
-        return [r for _, r in ranked[1 : k + 1]]
 
     def best_state(self):
         """(cost, State) of the fastest measured state that replays, or None."""
@@ -280,56 +259,6 @@ class SketchPolicy:
                 out.append(child)
         return out
 
-    def neighbours_of_best(self, num: int) -> list[Records]:
-        """Up to num unmeasured candidates one mutation (of a one-parent rule) away from the
-        fastest measured states: each parent's neighbours best-scored first, the parents taking
-        turns from the fastest, so that one parent whose neighbourhood the model overrates does
-        not take them all."""
-        if num <= 0:
-            return []
-        return self.neighbours(self.best_measured(self.params.local_parents), num)
-
-    def runner_up_variants(self, num: int) -> list[Records]:
-        """Up to num unmeasured candidates one mutation away from the fastest state of each of
-        the `shape_parents` block shapes after the fastest, keeping its block shape: what each
-        thread does inside the block varies, the block does not. A shape's first random states
-        can be several times slower than its best, and a search that judges it by them leaves
-        it; this tunes the runners-up a little every round."""
-        if num <= 0:
-            return []
-        parents = self.runner_up_shapes(self.params.shape_parents)
-        return self.neighbours(parents, num, keep_block_shape=True)
-
-    def neighbours(
-        self, parents: list[Records], num: int, keep_block_shape: bool = False
-    ) -> list[Records]:
-        """Up to num unmeasured candidates one mutation (of a one-parent rule) away from the
-        parents, each parent's best-scored first, the parents taking turns; with
-        `keep_block_shape`, only children whose block shape is their parent's."""
-        p = self.params
-        one_parent = [(n, w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
-        names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
-        children_of: list[dict[Records, None]] = []
-        for parent in parents:
-            shape = block_shape(parent, self.n_spatial_levels) if keep_block_shape else None
-            children: dict[Records, None] = {}
-            for _ in range(p.local_tries):
-                rule = MUTATIONS[self.rng.choices(names, weights)[0]]
-                child = rule.apply(self.mutation_ctx, [parent], self.rng)
-                if child is None or child in self.picked:
-                    continue
-                if shape is not None and block_shape(child, self.n_spatial_levels) != shape:
-                    continue
-                children[child] = None
-            children_of.append(children)
-        kept, scores = self.score(list(dict.fromkeys(c for cs in children_of for c in cs)))
-        score_of = {r: s for r, s in zip(kept, scores, strict=True) if math.isfinite(s)}
-        per_parent = [
-            sorted((c for c in children if c in score_of), key=lambda c: -score_of[c])
-            for children in children_of
-        ]
-        return list(dict.fromkeys(in_turns(per_parent)))[:num]
-
     def capped(self, ranked: list[Records]) -> list[Records]:
         """`ranked` with the candidates beyond `launch_cap` of one launch shape moved behind the
         others (each part keeps its order); unchanged without a cap."""
@@ -343,29 +272,6 @@ class SketchPolicy:
             count[shape] = count.get(shape, 0) + 1
             (within if count[shape] <= cap else beyond).append(r)
         return within + beyond
-
-    def floored(self, ranked: list[Records], num: int) -> list[Records]:
-        """`ranked` with, in front, the best-scored unpicked candidates of this round of each
-        sketch that has fewer than `sketch_floor` among the first num unpicked ones (as many
-        as it lacks, as far as the round scored them); unchanged without a floor or with one
-        sketch. A sketch whose first random states happen to be slow is otherwise scored low
-        from then on and no longer measured, however fast its best states are."""
-        floor = self.params.sketch_floor
-        if not floor or len(self.sketches) < 2:
-            return ranked
-        head = [r for r in ranked if r not in self.picked][:num]
-        have = collections.Counter(self.sketch_of(r) for r in head)
-        taken = set(head)
-        by_sketch: dict[int, list[tuple[float, Records]]] = collections.defaultdict(list)
-        for r, s in self.scores.items():
-            if r not in self.picked and r not in taken and math.isfinite(s):
-                by_sketch[self.sketch_of(r)].append((s, r))
-        extra = []
-        for k in range(len(self.sketches)):
-            if have[k] < floor:
-                best = heapq.nlargest(floor - have[k], by_sketch[k], key=lambda sr: sr[0])
-                extra += [r for _, r in best]
-        return list(dict.fromkeys(extra + ranked))
 
     @property
     def model_guesses(self) -> bool:
@@ -408,11 +314,8 @@ class SketchPolicy:
             if self.model_guesses:
                 ranked = []
             else:
-                local = self.neighbours_of_best(int(self.params.local_share * num_measure))
-                local += self.runner_up_variants(int(self.params.shape_share * num_measure))
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
-                ranked = self.capped(local + self.evolutionary_search(init, wanted))
-                ranked = self.floored(ranked, num_measure)
+                ranked = self.capped(self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
