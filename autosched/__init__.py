@@ -27,7 +27,7 @@ from autosched.search.auto_schedule import TuningOptions, TuningResult, auto_sch
 from autosched.search.cost_model import RandomModel, XGBModel
 from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
 from autosched.search.task_scheduler import TaskScheduler
-from autosched.search.tune_tasks import tune_tasks
+from autosched.search.tune_model import tune_tasks
 from autosched.sketch import (
     SketchParams,
     SketchSampler,
@@ -37,7 +37,7 @@ from autosched.sketch import (
 from autosched.spaces.history import apply_history_best
 from autosched.spaces.stochastic import Schedule
 from autosched.spaces.template import TemplateTask, template
-from autosched.spaces.tune import tune
+from autosched.spaces.tune_space import tune_space
 from autosched.task.evaluate import evaluate
 from autosched.task.search_task import SearchTask
 from autosched.task.workload_registry import register_workload
@@ -85,5 +85,5 @@ __all__ = [
     "TemplateTask",
     "apply_history_best",
     "Schedule",
-    "tune",
+    "tune_space",
 ]

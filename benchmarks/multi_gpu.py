@@ -178,7 +178,7 @@ def model_tuning(model: str, trials: int, per_round: int, devices, out: str, lab
 
     import autosched.torch as at
     from autosched.search.policy import SearchParams
-    from autosched.search.tune_tasks import tune_tasks
+    from autosched.search.tune_model import tune_tasks
 
     net, inputs = MODELS[model]()
     tasks = at.extract_tasks(net, inputs)

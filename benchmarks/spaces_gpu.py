@@ -45,14 +45,16 @@ def stochastic_matmul(trials: int, out: str) -> dict:
     from autosched import te, topi
     from autosched.schedule.compute_dag import ComputeDAG
     from autosched.spaces.stochastic_matmul import stochastic_matmul as schedule
-    from autosched.spaces.tune import tune
+    from autosched.spaces.tune_space import tune_space
+    from autosched.task.search_task import SearchTask
 
     a = te.placeholder((MATMUL[0], MATMUL[2]), name="A")
     b = te.placeholder((MATMUL[2], MATMUL[1]), name="B")
     dag = ComputeDAG([a, b, topi.matmul(a, b)])
     log = os.path.join(out, "matmul_stochastic.log.json")
     t0 = time.perf_counter()
-    res = tune(dag, schedule, num_trials=trials, log=log, per_round=64, verbose=1)
+    task = SearchTask(dag=dag)
+    res = tune_space(task, schedule, num_trials=trials, log=log, per_round=64, verbose=1)
     return {
         "space": "stochastic",
         "workload": "matmul",
@@ -63,11 +65,19 @@ def stochastic_matmul(trials: int, out: str) -> dict:
 
 
 def sketch_search(dag, name: str, trials: int, out: str) -> dict:
-    from autosched.spaces.tune import tune
+    from autosched.records import RecordToFile
+    from autosched.search.auto_schedule import TuningOptions, auto_schedule
+    from autosched.task.search_task import SearchTask
 
     t0 = time.perf_counter()
     log = os.path.join(out, f"{name}_sketch.log.json")
-    res = tune(dag, "auto", num_trials=trials, log=log, per_round=64, verbose=1)
+    opts = TuningOptions(
+        num_measure_trials=trials,
+        num_measures_per_round=64,
+        measure_callbacks=[RecordToFile(log)],
+        verbose=1,
+    )
+    res = auto_schedule(SearchTask(dag=dag), tuning_options=opts)
     return {
         "space": "sketch",
         "workload": name,

@@ -17,16 +17,25 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autosched.records import load_records, seal_torn_line
 from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
-from autosched.search.cost_model import XGBModel, throughput
+from autosched.search.cost_model import XGBModel, train_on_measured
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
 from autosched.sketch import SketchParams
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
+    from autosched.task.search_task import SearchTask
+    from costmodel import CostModel
+
+# An init-search callback: run once on the new policy (resuming, skipping a log's states).
+InitCallback = Callable[["SketchPolicy"], None]
 
 
 class FeatureCache:
@@ -51,30 +60,31 @@ class FeatureCache:
         self.entries[records] = outcome
 
 
-class PreloadMeasuredStates:
+class LogCallback:
+    """An init-search callback that reads the record log at `path`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+class PreloadMeasuredStates(LogCallback):
     """Init-search callback (resuming): mark a log's states of this task measured (never
     measured again; the best seed the initial population). A torn last line (a tuner killed
     mid-write) is skipped with a warning and closed with a newline, so that the records this
     search appends to the same log start on lines of their own."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
 
     def __call__(self, policy: SketchPolicy) -> None:
         for inp, res in logged_records(self.path, policy.task.workload_key):
             policy.add_measured_records(inp.steps, res.mean_cost)
 
 
-class SkipLoggedStates:
+class SkipLoggedStates(LogCallback):
     """Init-search callback (a new search appending to a log that holds earlier ones): the
     log's states of this task are never handed out again, but neither seed the search nor count
     as its results. Without it, a second search into the same log measures again the states
     both searches converge to: independent searches of one task meet some of the same states,
     and the log would hold them twice. A missing log is an empty one; a torn last line is
     closed as PreloadMeasuredStates does."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
 
     def __call__(self, policy: SketchPolicy) -> None:
         if os.path.exists(self.path):
@@ -90,14 +100,14 @@ def logged_records(path: str, workload_key: str) -> Iterator:
 
 
 class SketchPolicy:
-    """Ansor's search policy for one task."""
+    """Ansor's search policy for one task (a `protocols.SearchPolicy`)."""
 
     def __init__(
         self,
-        task,
-        cost_model=None,
+        task: SearchTask,
+        cost_model: CostModel | None = None,
         params: SearchParams | None = None,
-        init_search_callbacks: Sequence[Callable] = (),
+        init_search_callbacks: Sequence[InitCallback] = (),
         verbose: int = 1,
         sketch_params: SketchParams | None = None,
     ) -> None:
@@ -107,9 +117,7 @@ class SketchPolicy:
 
         self.task = task
         self.params = params or SearchParams()
-        if cost_model is None:
-            cost_model = XGBModel(seed=self.params.seed, nthread=1)
-        self.cost_model = cost_model
+        self.cost_model: CostModel = cost_model or XGBModel(seed=self.params.seed, nthread=1)
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
@@ -134,13 +142,13 @@ class SketchPolicy:
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
         # per mutation rule: [children made, failures]
         self.mutation_stats = {name: [0, 0] for name, _ in self.params.mutation_weights}
-        self.last_round: dict = {}  # what the last search_one_round did: times and counts
+        self.last_round: dict[str, float] = {}  # what the last round did: times and counts
         self.n_sampled = 0
         for cb in init_search_callbacks:
             cb(self)
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    def add_measured(self, state, cost: float) -> None:
+    def add_measured(self, state: State, cost: float) -> None:
         """Record a measured state's mean cost (inf for a failure)."""
         self.add_measured_records(state.key(), cost)
 
@@ -156,7 +164,7 @@ class SketchPolicy:
         ok = ((c, r) for r, c in self.measured.items() if math.isfinite(c))
         return [r for _, r in heapq.nsmallest(k, ok, key=lambda x: x[0])]
 
-    def best_state(self):
+    def best_state(self) -> tuple[float, State] | None:
         """(cost, State) of the fastest measured state that replays, or None."""
         ok = sorted((c, r) for r, c in self.measured.items() if math.isfinite(c))
         for cost, records in ok:
@@ -266,7 +274,8 @@ class SketchPolicy:
         if not cap:
             return ranked
         count: dict[tuple, int] = {}
-        within, beyond = [], []
+        within: list[Records] = []
+        beyond: list[Records] = []
         for r in ranked:
             shape = launch_shape(self.features.get(r))
             count[shape] = count.get(shape, 0) + 1
@@ -280,7 +289,7 @@ class SketchPolicy:
         random only reshuffles them, and it favours the sketches with the most distinct states,
         which starves a sketch with a small space (a cross-thread reduction beside a
         multi-level tiling) even where that sketch holds the fastest states."""
-        return bool(getattr(self.cost_model, "uses_random_fallback", False))
+        return self.cost_model.uses_random_fallback
 
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
         """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
@@ -302,7 +311,7 @@ class SketchPolicy:
                 out.append(r)
         return out
 
-    def search_one_round(self, num_measure: int) -> list:
+    def search_one_round(self, num_measure: int) -> list[State]:
         """The next batch (up to num_measure States) never measured or handed out before; it
         searches again, up to empty_round_retries times, when a round finds nothing new."""
         t0 = time.perf_counter()
@@ -334,7 +343,7 @@ class SketchPolicy:
             )
         return states
 
-    def _counters(self) -> dict:
+    def _counters(self) -> dict[str, float]:
         """Running totals whose per-round differences describe a round (last_round)."""
         return {
             "sample_s": self.time["sample"],
@@ -346,17 +355,12 @@ class SketchPolicy:
             "cache_hits": self.features.hits,
         }
 
-    def update_model(self, states: list, costs: list[float]) -> None:
+    def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
         """Train the cost model on a measured batch (features from the cache)."""
         t0 = time.perf_counter()
-        records = [s.key() for s in states]
-        outcomes = self.outcomes(records)
+        outcomes = self.outcomes([s.key() for s in states])
         keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
-        flop = self.task.compute_dag.flop_count
-        if keep:
-            self.cost_model.update(
-                [outcomes[i] for i in keep],
-                np.array([throughput(flop, costs[i]) for i in keep]),
-                task_ids=[self.task.workload_key] * len(keep),
-            )
+        train_on_measured(
+            self.cost_model, self.task, [outcomes[i] for i in keep], [costs[i] for i in keep]
+        )
         self.time["model"] += time.perf_counter() - t0

@@ -6,8 +6,8 @@ one warm-up round over every task, each round gives `num_measures_per_round` tri
 whose tuning is expected to lower the objective the most: the largest estimated gradient of the
 objective with respect to that task's trials, with an epsilon-greedy share of random picks.
 
-The scheduler knows tasks only through *tuners* (`autosched.search.task_tuner`): an object per
-task with `tune(n) -> (trials measured, best cost so far)`, `best_cost`, `curve` (the best cost
+The scheduler knows tasks only through *tuners* (`tune_model.PolicyTuner`): an object per task
+with `tune(n) -> (trials measured, best cost so far)`, `best_cost`, `curve` (the best cost
 after each trial already in the log when resuming) and `best()`. Real tuners run the tuning loop
 with the task's own SketchPolicy; tests plug in simulated latency curves.
 """

@@ -184,7 +184,7 @@ class GATuner(Tuner):
             self.scores[index] = 1.0 / res.mean_cost if res.ok else 0.0
 
     def next_batch(self, n: int) -> list[int]:
-        ranked = sorted(self.scores, key=self.scores.get, reverse=True)[: self.pop_size]
+        ranked = sorted(self.scores, key=self.scores.__getitem__, reverse=True)[: self.pop_size]
         parents = [i for i in ranked if self.scores[i] > 0][: max(self.elite_num, 2)]
         out: list[int] = []
         for _ in range(64 * n):
