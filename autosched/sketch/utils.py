@@ -11,7 +11,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
@@ -29,6 +29,9 @@ from autosched.schedule.steps import (
 from autosched.te.expr import Load, Reduce
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import substitute, walk
+
+if TYPE_CHECKING:
+    from autosched.task.search_task import SearchTask
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,9 @@ class SketchParams:
             )
 
     @classmethod
-    def for_task(cls, task_or_dag: Any) -> SketchParams:
-        """The defaults, with a task's options that reach the sketch rules (its `allow_tf32`;
-        a bare DAG has none)."""
-        return cls(allow_tf32=getattr(task_or_dag, "allow_tf32", False))
+    def for_task(cls, task: SearchTask) -> SketchParams:
+        """The defaults, with a task's options that reach the sketch rules (its `allow_tf32`)."""
+        return cls(allow_tf32=task.allow_tf32)
 
     @property
     def n_spatial_levels(self) -> int:
