@@ -1,7 +1,8 @@
 """The contracts of the tuning loop's seams (`autosched.search.protocols`), one test per
 contract, parametrised over every implementation: the sketch, trace and template searches are
-`SearchPolicy`s, and the GPU measurer (over a fake measure context) and the tests' simulated one
-are `Measurer`s. All on the CPU, with small spaces."""
+`SearchPolicy`s (and the tuning loop drives each), `PolicyTuner` over either kind of policy is the
+task scheduler's `TaskTuner`, and the GPU measurer (over a fake measure context) and the tests'
+simulated one are `Measurer`s. All on the CPU, with small spaces."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from autosched.search.auto_schedule import BestSoFar, TuningOptions, run_trials
 from autosched.search.params import SearchParams
 from autosched.search.policy import SketchPolicy
 from autosched.search.program_measurer import ProgramMeasurer
-from autosched.search.protocols import Measurer, SearchPolicy
+from autosched.search.protocols import Measurer, SearchPolicy, TaskTuner
+from autosched.search.tune_model import PolicyTuner
 from autosched.spaces.model_tuner import XGBTuner
 from autosched.spaces.stochastic_matmul import stochastic_matmul
 from autosched.spaces.template import TemplateTask
@@ -115,6 +117,30 @@ def test_the_tuning_loop_drives_every_search_policy(make):
     assert measurer.count == 8 and len(set(measurer.fingerprints)) == 8
     assert best.state is not None and math.isfinite(best.cost)
     assert policy.best_state() is not None and policy.best_state()[0] == best.cost
+
+
+# ---- task tuners ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [sketch_search, trace_search], ids=["sketch", "trace"])
+def test_a_task_tuner_measures_what_it_is_asked_and_reports_its_best(make):
+    task, policy = make()
+    made: list[SimulatedMeasurer] = []
+
+    def make_measurer() -> SimulatedMeasurer:
+        made.append(SimulatedMeasurer(task))
+        return made[-1]
+
+    tuner = PolicyTuner(task, policy, make_measurer)
+    assert isinstance(tuner, TaskTuner)
+    assert tuner.curve == [] and tuner.best() is None and not made  # no measurer until asked
+    bests = []
+    for _ in range(2):
+        measured, best_cost = tuner.tune(4)
+        assert measured == 4 and tuner.best() is not None and tuner.best()[0] == best_cost
+        bests.append(best_cost)
+    assert len(made) == 1 and made[0].count == 8 and bests[1] <= bests[0]
+    tuner.close()
 
 
 # ---- measurers --------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ measured by the GPU measurer (`ProgramMeasurer`) or by a test's simulated one. T
 interface is `costmodel.CostModel` (it lives there because costmodel never imports autosched);
 the interface of where kernels are built and run is `measure.MeasureContext`.
 
-Both are `typing.Protocol`s: a class implements one by having its methods, without inheriting,
-and `isinstance(x, SearchPolicy)` checks that the methods are there.
+`TaskTuner` is what the task scheduler tunes each task of a model through. All are
+`typing.Protocol`s: a class implements one by having its methods, without inheriting, and
+`isinstance(x, SearchPolicy)` checks that the methods are there.
 """
 
 from __future__ import annotations
@@ -70,4 +71,22 @@ class Measurer(Protocol):
     def close(self) -> None:
         """Release what measuring holds (build and run processes); measuring again after it
         is not supported."""
+        ...
+
+
+@runtime_checkable
+class TaskTuner(Protocol):
+    """The task scheduler's handle on one task of a model (`tune_model.PolicyTuner`, which runs
+    the tuning loop on the task's own policy; tests plug in simulated latency curves)."""
+
+    # the best cost so far after each of the task's trials already logged (resuming); may be []
+    curve: list[float]
+
+    def tune(self, n: int) -> tuple[int, float]:
+        """Measure up to n more states; (states measured, best cost so far). Fewer than n
+        measured means the task's space is exhausted."""
+        ...
+
+    def best(self) -> tuple[float, State] | None:
+        """(cost, State) of the best correct state found or preloaded, or None."""
         ...

@@ -20,9 +20,14 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError
+from autosched.search.protocols import TaskTuner
 from autosched.search.task_similarity import similarity_groups
+
+if TYPE_CHECKING:
+    from autosched.task.search_task import SearchTask
 
 STRATEGIES = ("gradient", "round-robin")
 # stands in for the cost of a task with no correct kernel yet, so the gradient stays finite
@@ -77,9 +82,9 @@ class TaskScheduler:
 
     def __init__(
         self,
-        tasks: Sequence,
+        tasks: Sequence[SearchTask],
         task_weights: Sequence[float] | None,
-        tuners: Sequence,
+        tuners: Sequence[TaskTuner],
         objective: Callable[[Sequence[float]], float] | None = None,
         strategy: str = "gradient",
         num_measures_per_round: int = 64,
@@ -118,7 +123,7 @@ class TaskScheduler:
         self.history: list[dict] = []
         self.next_rr = 0  # round-robin position
         for i, tuner in enumerate(self.tuners):
-            self._preload(i, list(getattr(tuner, "curve", ())))
+            self._preload(i, list(tuner.curve))
 
     # ---- state -------------------------------------------------------------------------------
     def _preload(self, i: int, curve: list[float]) -> None:
