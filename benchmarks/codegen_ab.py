@@ -73,7 +73,8 @@ def best_states(path: str, top: int):
 
 def random_states(name: str, count: int, seed: int):
     """(workload_key, steps) of `count` states of suite workload `name` sampled with `seed`."""
-    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.compat import generate_sketches
+    from autosched.sketch import SketchSampler
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)

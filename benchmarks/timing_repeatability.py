@@ -35,8 +35,9 @@ def kendall_tau(a, b) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     from autosched.codegen.build import build
+    from autosched.compat import generate_sketches
     from autosched.search.program_measurer import task_reference
-    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.sketch import SketchSampler
     from autosched.task.search_task import suite_task
     from autosched.task.workloads import SUITE
     from measure import LocalBuilder, LocalRunner

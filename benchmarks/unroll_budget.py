@@ -73,8 +73,9 @@ def with_unroll(records, depth: int):
 def suite_sampling(name: str):
     """(task, sampler, context) of a suite workload: its sketches' plans and init context
     (unverified sampling) and the replay of records."""
+    from autosched.compat import generate_sketches
     from autosched.search.workers import TaskContext
-    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.sketch import SketchSampler
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)

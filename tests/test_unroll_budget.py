@@ -73,7 +73,7 @@ def test_runs_table_splits_rounds_and_sorts_runs_by_their_best(tmp_path):
     from autosched.task.search_task import suite_task
 
     task = suite_task("batch_matmul")
-    sampler = SketchSampler(generate_sketches(task), verify=False)
+    sampler = SketchSampler(generate_sketches(task.compute_dag, task.hardware_params), verify=False)
     context = TaskContext(task.compute_dag)
     records = [as_records(s.key()) for s in sampler.sample(8, random.Random(2))]
     records = [unroll_budget.with_unroll(r, 1024) for r in records]  # often over the estimate
