@@ -35,6 +35,11 @@ from measure import MeasureErrorKind, MeasureResult
 SMALL = SearchParams(population=16, generations=1, sample_init_min_population=8, n_jobs=1, seed=1)
 
 
+def quick_model() -> autosched.XGBModel:
+    """A cost model that trains in a few boosting rounds (what it ranks does not matter here)."""
+    return autosched.XGBModel(nthread=1, seed=0, num_boost_round=5)
+
+
 def matmul_task() -> SearchTask:
     a = te.placeholder((32, 16), name="A")
     b = te.placeholder((16, 32), name="B")
@@ -43,13 +48,13 @@ def matmul_task() -> SearchTask:
 
 def sketch_search():
     task = autosched.SearchTask("matmul", (32, 32, 16))
-    return task, SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), SMALL, verbose=0)
+    return task, SketchPolicy(task, quick_model(), SMALL, verbose=0)
 
 
 def trace_search():
     task = matmul_task()
     params = TraceSearchParams(population=8, generations=1, seed=0)
-    return task, TraceSearchPolicy(task, stochastic_matmul, params)
+    return task, TraceSearchPolicy(task, stochastic_matmul, params, quick_model())
 
 
 def template_search(make):
@@ -66,7 +71,7 @@ POLICIES = {
     "template-random": template_search(RandomTuner),
     "template-grid": template_search(GridSearchTuner),
     "template-ga": template_search(lambda t: GATuner(t, pop_size=4, elite_num=2)),
-    "template-xgb": template_search(lambda t: XGBTuner(t, pool_size=12)),
+    "template-xgb": template_search(lambda t: XGBTuner(t, quick_model(), pool_size=12)),
 }
 
 
