@@ -149,11 +149,12 @@ def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
             assert ours == theirs
 
 
-def test_generate_sketches_takes_a_task():
+def test_the_tvm_form_of_generate_sketches_takes_a_task():
+    from autosched import compat
     from autosched.task.search_task import SearchTask
 
     task = SearchTask(dag=suite_dag("matmul", True))
-    assert generate_sketches(task) == generate_sketches(task.compute_dag)
+    assert compat.generate_sketches(task) == generate_sketches(task.compute_dag)
 
 
 # ---- sampling ---------------------------------------------------------------------------------

@@ -4,7 +4,14 @@ with defaults (no environment variables)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
+
+
+class TaskOptions(Protocol):
+    """What of a search task reaches the sketch rules (a SearchTask is one)."""
+
+    @property
+    def allow_tf32(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -84,10 +91,9 @@ class SketchParams:
             )
 
     @classmethod
-    def for_task(cls, task_or_dag: Any) -> SketchParams:
-        """The defaults, with a task's options that reach the sketch rules (its `allow_tf32`;
-        a bare DAG has none)."""
-        return cls(allow_tf32=getattr(task_or_dag, "allow_tf32", False))
+    def for_task(cls, task: TaskOptions) -> SketchParams:
+        """The defaults, with a task's options that reach the sketch rules (its `allow_tf32`)."""
+        return cls(allow_tf32=task.allow_tf32)
 
     @property
     def n_spatial_levels(self) -> int:
