@@ -10,9 +10,9 @@ against `evaluate`, the numpy reference.
 """
 
 from autosched import te, topi
-from autosched.codegen.build import BuiltKernel, build
+from autosched.codegen.build import BuiltKernel
 from autosched.codegen.timing import ProfileResult
-from autosched.compat import LocalRPCMeasureContext, create_task
+from autosched.compat import LocalRPCMeasureContext, build, create_task, generate_sketches
 from autosched.records import (
     MeasureInput,
     MeasureRecordResult,
@@ -27,17 +27,12 @@ from autosched.search.auto_schedule import TuningOptions, TuningResult, auto_sch
 from autosched.search.cost_model import RandomModel, XGBModel
 from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
 from autosched.search.task_scheduler import TaskScheduler
-from autosched.search.tune_tasks import tune_tasks
-from autosched.sketch import (
-    SketchParams,
-    SketchSampler,
-    generate_sketches,
-    sample_initial_population,
-)
+from autosched.search.tune_model import tune_tasks
+from autosched.sketch import SketchParams, SketchSampler, sample_initial_population
 from autosched.spaces.history import apply_history_best
 from autosched.spaces.stochastic import Schedule
 from autosched.spaces.template import TemplateTask, template
-from autosched.spaces.tune import tune
+from autosched.spaces.tune_space import tune_space
 from autosched.task.evaluate import evaluate
 from autosched.task.search_task import SearchTask
 from autosched.task.workload_registry import register_workload
@@ -85,5 +80,5 @@ __all__ = [
     "TemplateTask",
     "apply_history_best",
     "Schedule",
-    "tune",
+    "tune_space",
 ]

@@ -30,7 +30,8 @@ import time
 def _sample_chunk(job: tuple[str, int, int]) -> list[list]:
     """Step records of `n` states of `workload` sampled with `seed` (runs in a worker process)."""
     name, n, seed = job
-    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.compat import generate_sketches
+    from autosched.sketch import SketchSampler
     from autosched.task.search_task import suite_task
 
     task = suite_task(name)

@@ -71,7 +71,7 @@ def run_model(name: str, trials: int, per_round: int, out: str, strategy: str) -
 
     import autosched.torch as at
     from autosched.search.policy import SearchParams
-    from autosched.search.tune_tasks import tune_tasks
+    from autosched.search.tune_model import tune_tasks
     from benchmarks.timing import time_calls, time_graph
 
     model, inputs = MODELS[name]()

@@ -181,7 +181,7 @@ def dask_throughput(states, devices: list[int], batch: int) -> dict:
 def model_tuning(model: str, trials: int, per_round: int, devices, out: str, label: str) -> dict:
     import autosched.torch as at
     from autosched.search.policy import SearchParams
-    from autosched.search.tune_tasks import tune_tasks
+    from autosched.search.tune_model import tune_tasks
     from benchmarks.model_e2e import MODELS
 
     net, inputs = MODELS[model]()

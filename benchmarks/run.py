@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="NAME=VALUE",
         type=search_param,
-        help="set any SearchParams field, e.g. --param local_share=0.25 or --param "
+        help="set any SearchParams field, e.g. --param eps_greedy=0.1 or --param "
         "mutation_weights=tile_size:0.7,auto_unroll:0.2,crossover:0.1 (repeatable)",
     )
     ap.add_argument(
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         type=sketch_param,
         help="set a SketchParams field (sketch rules and random annotation), e.g. --sketch"
-        " unroll_over_budget_probability=0.5",
+        " shared_padding_probability=0.25",
     )
     ap.add_argument(
         "--n-jobs", type=int, default=None, help="default: the cores this process may use"

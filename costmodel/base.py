@@ -229,6 +229,13 @@ class CostModel(abc.ABC):
     def load(cls, path: str | os.PathLike) -> CostModel:
         """Read a model written by ``save``."""
 
+    @property
+    def uses_random_fallback(self) -> bool:
+        """Whether ``predict`` ranks at random for now, for want of training data (a search
+        then draws its round from fresh samples alone). False by default: a model that always
+        ranks by what it was given, as a deliberately random baseline does."""
+        return False
+
 
 def rng_state_to_json(rng: np.random.Generator) -> dict:
     """The state of a numpy Generator as plain JSON data (big ints survive JSON in Python)."""

@@ -6,9 +6,7 @@ programs a regression spends its trees on the scale of the throughputs. XGBoost'
 pairwise loss fits the order alone: each program's relevance grade is its normalised throughput
 in ``RANK_GRADES`` steps (the task's best program gets the top grade), and pairs are formed within
 a task only. Failed programs (throughput 0) are left out, as the regression's zero weights leave
-them out. Trained on the logs of earlier searches, this ranking picks another run's fastest
-states more often than the regression does (``benchmarks/pick_quality.py --setting
-objective=pairwise``).
+them out.
 """
 
 from __future__ import annotations

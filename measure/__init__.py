@@ -20,6 +20,7 @@ from measure.errors import (
 )
 from measure.framing import pack, unpack
 from measure.hardware import HardwareParams, device_arch
+from measure.protocols import MeasureContext
 from measure.ptxas import KernelResources, find_nvcc, parse_ptxas
 from measure.reference import (
     DEFAULT_TOLERANCES,
@@ -46,6 +47,7 @@ __all__ = [
     "LocalBuilder",
     "LocalMeasureContext",
     "LocalRunner",
+    "MeasureContext",
     "MeasureError",
     "MeasureErrorKind",
     "MeasureResult",

@@ -192,6 +192,10 @@ class LocalMeasureContext:
         self.timeline = timeline
         return results
 
+    def gpu_count(self) -> int:
+        """The runners of a pool, 1 for a plain runner (it runs one candidate at a time)."""
+        return len(self.runner.runners) if isinstance(self.runner, RunnerPool) else 1
+
     def close(self) -> None:
         """Stop the runner's worker and the builder's compiler workers."""
         self.runner.close()

@@ -1,7 +1,7 @@
 """Input rotation: how many copies of a kernel's buffers a timing cycles through so that each
 call finds its operands outside the L2 cache, as they are when the operator runs inside a
 model, and (for the runner's worker) where the copies live. The search's runner and the
-benchmarks (benchmarks/torch_timing.py) rotate alike, so that a search's record and a
+benchmarks (benchmarks/timing.py) rotate alike, so that a search's record and a
 benchmark's re-time of it measure the same thing.
 """
 

@@ -101,13 +101,13 @@ class LocalRunner:
     then time the GPU: `number` runs of the sequence are captured in a CUDA graph and its replay
     timed between CUDA events (cost = elapsed / number), `number` raised until a repeat lasts
     `min_repeat_ms`, `repeat` repeats in all. Graph replay carries no host launch cost, so a
-    kernel of a few microseconds is timed as the GPU runs it, as benchmarks/torch_timing.py
+    kernel of a few microseconds is timed as the GPU runs it, as benchmarks/timing.py
     times PyTorch's. Where the driver refuses graphs the worker times `number` back-to-back
     launches instead, bounded below by the host's launch rate (a few microseconds per launch);
     `graphs=False` asks for that method always; `back_to_back_timings` counts the candidates
     timed so. The defaults (3, 3, 5 ms) are tuned for search speed: two passes over the same
     random candidates rank them almost identically (repeat differences of a few tenths of a
-    percent; `benchmarks/timing_repeatability.py` measures this), while a longer
+    percent), while a longer
     `min_repeat_ms` costs proportionally more time per candidate. Raise them for final numbers.
     With `rotate_inputs` (the default) consecutive runs cycle through copies of the candidate's
     buffers spanning 128 MB (measure.rotation), so that every run reads its operands from

@@ -48,6 +48,9 @@ class SimulatedMeasurer:
             cb(inputs, results)
         return results
 
+    def close(self) -> None:
+        """Nothing to release: the interpreter runs in this process."""
+
     def measure_one(self, state):
         """Lower (timed as build), interpret and check (timed as run), cost the program."""
         t0 = time.perf_counter()

@@ -91,12 +91,9 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
 
     from benchmarks.run import model_param, search_param, sketch_param
 
-    assert search_param("local_share=0.25") == ("local_share", 0.25)
-    assert sketch_param("unroll_over_budget_probability=0.5") == (
-        "unroll_over_budget_probability",
-        0.5,
-    )
-    assert search_param("local_parents=3") == ("local_parents", 3)
+    assert search_param("eps_greedy=0.25") == ("eps_greedy", 0.25)
+    assert sketch_param("shared_padding_probability=0.25") == ("shared_padding_probability", 0.25)
+    assert search_param("launch_cap=3") == ("launch_cap", 3)
     assert model_param("max_depth=3") == ("max_depth", 3)
     assert model_param("program_rows=sum_max") == ("program_rows", "sum_max")
     assert sketch_param("auto_unroll_configs=64,512") == ("auto_unroll_configs", (64, 512))
@@ -105,7 +102,7 @@ def test_param_model_and_sketch_settings_are_typed_by_their_defaults_and_bad_one
         (("tile_size", 0.6), ("auto_unroll", 0.3)),
     )
     for bad, says in [
-        (lambda: search_param("local_share=lots"), "local_share takes a float"),
+        (lambda: search_param("eps_greedy=lots"), "eps_greedy takes a float"),
         (lambda: sketch_param("auto_unroll_configs=64,x"), "takes comma-separated ints"),
         (lambda: search_param("seed=1"), "expected NAME=VALUE"),  # --seeds sets it
         (lambda: model_param("few_shot_threshold=0"), "expected NAME=VALUE"),  # --few-shot

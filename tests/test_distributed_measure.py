@@ -22,8 +22,7 @@ from autosched.search.distributed import (  # noqa: E402
 )
 from autosched.search.policy import SearchParams  # noqa: E402
 from autosched.search.program_measurer import ProgramMeasurer  # noqa: E402
-from autosched.search.task_tuner import PolicyTuner  # noqa: E402
-from autosched.search.tune_tasks import tune_tasks  # noqa: E402
+from autosched.search.tune_model import PolicyTuner, tune_tasks  # noqa: E402
 from measure import (  # noqa: E402
     GPUUnavailableError,
     KernelArtifact,

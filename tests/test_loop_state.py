@@ -22,6 +22,7 @@ from workloads_for_tests import (
     summary_json,
 )
 
+from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
 from autosched.schedule.steps import Step, replay
@@ -129,6 +130,16 @@ def test_matmul_state_structure(mm):
     # C.local reads the shared copies, not A and B.
     assert [(a.name, b.name) for a, b in local.redirects] == [("A", "A.shared"), ("B", "B.shared")]
     assert state.is_complete
+
+
+def test_a_stage_gives_its_compute_op_and_axes_a_placeholder_none(mm):
+    _, state = mm
+    out = state["C"]
+    assert out.compute_op is out.op and out.axes == out.op.axis and len(out.axes) == 2
+    placeholder = state["A"]
+    assert placeholder.axes == ()
+    with pytest.raises(ScheduleError, match="'A' is a placeholder"):
+        placeholder.compute_op  # noqa: B018 (the property raises)
 
 
 def test_matmul_state_replays_through_json(mm):

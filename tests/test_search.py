@@ -456,7 +456,7 @@ def test_a_policy_samples_with_the_sketch_params_it_is_given():
     from autosched.sketch import SketchParams
 
     task = small_task()
-    given = SketchParams(unroll_over_budget_probability=1.0)
+    given = SketchParams(shared_padding_probability=1.0)
     policy = SketchPolicy(task, autosched.XGBModel(nthread=1, seed=0), SMALL, sketch_params=given)
     assert policy.sampler.params is given and policy.workers.spec.sketch_params is given
     default = make_policy(task, SMALL)

@@ -110,6 +110,13 @@ def test_measure_context_configures_the_runner(tmp_path):
     del measure_ctx
 
 
+def test_tuning_options_take_tvms_local_and_refuse_other_names():
+    options = auto_scheduler.TuningOptions(builder="local", runner="local")
+    assert options.builder == options.runner == "local"
+    with pytest.raises(ValueError, match="runner is an object or \"local\", not 'rpc'"):
+        auto_scheduler.TuningOptions(runner="rpc")
+
+
 def test_the_record_flow_replays_builds_and_runs_on_the_cpu(tmp_path):
     task = auto_scheduler.create_task(conv2d_layer, SMALL, "cuda")
     log_file = str(tmp_path / "conv2d.json")

@@ -149,11 +149,12 @@ def test_conv2d_bias_relu_sketch_is_the_seeds_structure():
             assert ours == theirs
 
 
-def test_generate_sketches_takes_a_task():
+def test_the_tvm_form_of_generate_sketches_takes_a_task():
+    from autosched import compat
     from autosched.task.search_task import SearchTask
 
     task = SearchTask(dag=suite_dag("matmul", True))
-    assert generate_sketches(task) == generate_sketches(task.compute_dag)
+    assert compat.generate_sketches(task) == generate_sketches(task.compute_dag)
 
 
 # ---- sampling ---------------------------------------------------------------------------------
@@ -405,23 +406,19 @@ def over_budget_unrolls(params, n: int = 60) -> tuple[int, int]:
     return stages, over
 
 
-def test_unroll_depths_over_the_register_estimate_only_when_asked():
-    """AutoUnroll keeps a tiled stage's unroll depth within the register estimate by default;
-    with unroll_over_budget_probability 1 it draws from every config, so some of the depths it
-    draws are ones the estimate rejects (ptxas often compiles them clean)."""
+def test_unroll_depths_stay_within_the_register_estimate():
+    """AutoUnroll keeps a tiled stage's unroll depth within the register estimate."""
     from autosched.sketch.utils import SketchParams
 
     stages, over = over_budget_unrolls(SketchParams())
     assert stages >= 30 and over == 0
-    stages, over = over_budget_unrolls(SketchParams(unroll_over_budget_probability=1.0))
-    assert stages >= 30 and over >= 5
 
 
 def test_sketch_params_refuse_a_probability_outside_0_1():
     from autosched.sketch.utils import SketchParams
 
-    with pytest.raises(ValueError, match="unroll_over_budget_probability must be in"):
-        SketchParams(unroll_over_budget_probability=1.5)
+    with pytest.raises(ValueError, match="shared_padding_probability must be in"):
+        SketchParams(shared_padding_probability=1.5)
     with pytest.raises(ValueError, match="double_buffer_probability must be in"):
         SketchParams(double_buffer_probability=-0.1)
     with pytest.raises(ValueError, match="auto_unroll_configs must be one or more depths"):
@@ -451,8 +448,6 @@ def test_fresh_fp32_states_unroll_from_the_cuda_core_menu():
     assert default[0] <= sum(default.values()) // 4  # the fallback, not a draw
     wide = SketchParams(auto_unroll_configs=(16,), tensor_core_unroll_configs=(512,))
     assert set(sampled_unroll_depths(wide)) <= {0, 16}
-    everything = SketchParams(unroll_over_budget_probability=1.0)
-    assert set(sampled_unroll_depths(everything)) == {64, 512, 1024}
 
 
 def launched_threads(params, n: int = 40, workload: str = "batch_matmul") -> list[int]:
@@ -487,28 +482,21 @@ def test_min_threads_per_sm_keeps_fresh_launches_filling_the_gpu():
         SketchParams(min_threads_per_sm=-1)
 
 
-def test_spread_accumulators_draws_per_thread_tiles_below_the_budget():
-    """Uniform factorisations crowd fresh samples at the accumulator budget; with
-    spread_accumulators a cap from the budget's top four octaves (none below 8) is drawn first,
-    and a budget under 16 leaves the draws as they were (no random number is taken)."""
-    from autosched.sketch.init_rules import FillTileSize, accumulators
-    from autosched.sketch.utils import SketchParams
+def test_split_ids_read_as_split_steps_and_stages_name_where_they_are_computed():
+    """split_at reads a plan's split id as its SplitStep (a ScheduleError for another step);
+    attach_target names the stage a stage is computed at, or the stage itself."""
+    from autosched.errors import ScheduleError
+    from autosched.sketch.stage_steps import split_at, split_extent
+    from autosched.sketch.utils import attach_target
 
-    rng = random.Random(0)
-    assert {FillTileSize.drawn_cap(128, rng) for _ in range(200)} == {16, 32, 64, 128}
-    assert {FillTileSize.drawn_cap(95, rng) for _ in range(200)} == {11, 23, 47, 95}
-    before = rng.getstate()
-    assert FillTileSize.drawn_cap(2, rng) == 2 and FillTileSize.drawn_cap(8, rng) == 8
-    assert rng.getstate() == before
-
-    def per_thread(params) -> list[int]:
-        plans = fresh_plans(params, 40, random.Random(5), "conv2d_7x7s2")
-        return [
-            accumulators([state.steps[k].lengths for k in g.spatial_ids])
-            for state, plan, _ in plans
-            for g in plan.groups
-        ]
-
-    crowded, spread = per_thread(SketchParams()), per_thread(SketchParams(spread_accumulators=True))
-    assert len(crowded) >= 30 and len(spread) >= 30
-    assert sum(a <= 16 for a in spread) >= 2 * max(1, sum(a <= 16 for a in crowded))
+    sketch = generate_sketches(suite_dag("matmul"))[0]
+    k = next(k for k, s in enumerate(sketch.steps) if isinstance(s, SplitStep))
+    assert split_at(sketch.steps, k) is sketch.steps[k]
+    assert split_extent(sketch.steps, k) == sketch.steps[k].extent == 1024
+    other = next(j for j, s in enumerate(sketch.steps) if not isinstance(s, SplitStep))
+    with pytest.raises(ScheduleError, match=f"step {other} is .* not a split"):
+        split_at(sketch.steps, other)
+    targets = [attach_target(sketch, i) for i in range(len(sketch.stages))]
+    for i, stage in enumerate(sketch.stages):
+        assert targets[i] == (stage.attach[0] if stage.compute_at == ATTACHED else i)
+    assert any(t != i for i, t in enumerate(targets))  # the shared caches are attached

@@ -19,7 +19,7 @@ from autosched.spaces.stochastic import replay, trace_of
 from autosched.spaces.stochastic_matmul import stochastic_matmul
 from autosched.spaces.trace import Trace
 from autosched.spaces.trace_search import TraceSearchParams, TraceSearchPolicy
-from autosched.spaces.tune import tune
+from autosched.spaces.tune_space import tune_space
 from autosched.task.search_task import SearchTask
 
 
@@ -125,7 +125,7 @@ def test_search_writes_records_that_load_and_replay(dag, tmp_path, evolutionary)
     task = SearchTask(dag=dag)
     log = str(tmp_path / "log.json")
     params = TraceSearchParams(population=8, generations=1, evolutionary=evolutionary, seed=0)
-    result = tune(
+    result = tune_space(
         task,
         stochastic_matmul,
         num_trials=8,
@@ -156,7 +156,7 @@ def test_trace_json_round_trips_and_replays(dag):
 def _search(task, log, trials, resume_from=None):
     measurer = SimulatedMeasurer(task)
     params = TraceSearchParams(population=8, generations=1, seed=len(resume_from or ""))
-    result = tune(task, stochastic_matmul, num_trials=trials, log=log, per_round=4,
+    result = tune_space(task, stochastic_matmul, num_trials=trials, log=log, per_round=4,
                   params=params, measurer=measurer, resume_from=resume_from)  # fmt: skip
     return result, measurer
 

@@ -17,7 +17,7 @@ from autosched.search.policy import SearchParams
 from autosched.search.task_list import read_task_list, task_list_path
 from autosched.search.task_scheduler import SchedulerParams, TaskScheduler, weighted_sum
 from autosched.search.task_similarity import similarity_groups
-from autosched.search.tune_tasks import tune_tasks
+from autosched.search.tune_model import tune_tasks
 
 US = 1e-6
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from compilers import needs_nvcc
 
+from autosched.compat import generate_sketches
 from autosched.features.extract import extract_features
 from autosched.lower import ir
 from autosched.lower.interpreter import run_program
 from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile, best_records
-from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch import SketchSampler
 from autosched.sketch.utils import SketchParams
 from autosched.task.search_task import SearchTask
 from autosched.te.dtype import round_tf32

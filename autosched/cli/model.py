@@ -86,7 +86,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_tune(ns: argparse.Namespace) -> int:
-    from autosched.search.tune_tasks import tune_tasks
+    from autosched.search.tune_model import tune_tasks
 
     at, tasks = extracted_tasks(ns.factory)
     if not tasks:

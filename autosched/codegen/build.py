@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from autosched.errors import AutoschedError
 from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
@@ -130,43 +129,11 @@ class BuiltKernel:
         return TimeEvaluator(self, number, repeat, min_repeat_ms, cooldown_interval_ms)
 
 
-def _state_of(dag_or_state: Any, state_or_args: Any) -> State:
-    """The State in `build`'s two call forms, checking the tensor list of the second."""
-    if isinstance(dag_or_state, ComputeDAG):
-        if not isinstance(state_or_args, State):
-            raise TypeError(f"build(dag, state) needs a State, got {type(state_or_args).__name__}")
-        return state_or_args
-    if not isinstance(dag_or_state, State):
-        raise TypeError(
-            f"build takes (dag, state) or (state, args), got {type(dag_or_state).__name__}"
-        )
-    state = dag_or_state
-    if state_or_args is None or isinstance(state_or_args, BuiltKernel):
-        return state
-    names = [getattr(t, "name", t) for t in state_or_args]
-    expected = [t.name for t in state.dag.tensors]
-    if names != expected:
-        raise AutoschedError(
-            f"build(state, args): args must be the state's DAG tensors {expected} "
-            f"(from `dag.apply_steps_from_state`), got {names}"
-        )
-    return state
-
-
-def build(
-    dag_or_state: Any, state_or_args: Any = None, target: Any = "cuda", fast_math: bool = False
-) -> BuiltKernel:
-    """Lower a State, run the device passes and print the CUDA source.
-
-    Call forms: `build(dag, state)` (a State of `dag`), or TVM's `build(sch, args[, target])`
-    with `sch, args = dag.apply_steps_from_state(state)` (args: the DAG's tensors, checked), or
-    with `sch, args = auto_schedule(...)` (the state and its kernel, rebuilt), or `build(state)`.
-    `target` must name CUDA (compat.cuda_target).
-    """
-    from autosched.compat import cuda_target
-
-    cuda_target(target)
-    state = _state_of(dag_or_state, state_or_args)
+def build(dag: ComputeDAG, state: State, fast_math: bool = False) -> BuiltKernel:
+    """Lower a State of `dag`, run the device passes and print the CUDA source. TVM's call
+    forms (`build(sch, args, target)`, `build(state)`) are `autosched.build`
+    (`compat.build`)."""
+    del dag  # the state carries its DAG; the pair is the call form every caller has at hand
     return build_program(device_program(lower(state)), fast_math=fast_math)
 
 

@@ -65,7 +65,7 @@ class GPULauncher:
 
     `launcher()` launches on the legacy default stream (PyTorch's default stream too);
     `launcher(stream)` on a pycuda Stream, such as `new_stream()`'s, asynchronously, so that
-    the launches can be captured in a graph on that stream (benchmarks/torch_timing.py).
+    the launches can be captured in a graph on that stream (benchmarks/timing.py).
     """
 
     def __init__(self, kernel, arrays: tuple[Any, ...]) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autosched.errors import ScheduleError
+from autosched.schedule.op_info import OpInfo
 from autosched.schedule.stage import TENSORIZE, Stage, stage_from_op
 from autosched.schedule.state_printer import state_str
 from autosched.schedule.steps import (
@@ -38,8 +39,30 @@ from autosched.schedule.steps import (
 )
 from autosched.te.tensor import Operation, Tensor
 
-if TYPE_CHECKING:
-    from autosched.schedule.compute_dag import ComputeDAG
+
+class ScheduledDAG(Protocol):
+    """What a State and its users read of its compute DAG: a `compute_dag.ComputeDAG`, named by
+    this protocol because compute_dag imports this module (the DAG makes initial states)."""
+
+    @property
+    def ops(self) -> Sequence[Operation]: ...
+
+    @property
+    def outputs(self) -> Sequence[Operation]: ...
+
+    @property
+    def tensors(self) -> Sequence[Tensor]: ...
+
+    @property
+    def info(self) -> Mapping[int, OpInfo]: ...
+
+    @property
+    def workload_key(self) -> str: ...
+
+    @property
+    def flop_count(self) -> float: ...
+
+    def get_init_state(self) -> State: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -47,13 +70,14 @@ class State:
     """A DAG's loop structure after `steps`. Compare with `==`; hash with `hash` or
     `fingerprint()`."""
 
-    dag: ComputeDAG
+    dag: ScheduledDAG
     stages: tuple[Stage, ...]
     steps: tuple[Step, ...] = ()
     _key: Any = field(default=None, compare=False)
 
     @staticmethod
-    def from_dag(dag: ComputeDAG) -> State:
+    def from_dag(dag: ScheduledDAG) -> State:
+        """The DAG's state before any step: one stage per op, loops over its axes."""
         # States are values, so every replay can start from the same initial state.
         state = _INIT_STATES.get(dag)
         if state is None:
@@ -235,4 +259,4 @@ class State:
     __repr__ = __str__
 
 
-_INIT_STATES: weakref.WeakKeyDictionary[ComputeDAG, State] = weakref.WeakKeyDictionary()
+_INIT_STATES: weakref.WeakKeyDictionary[ScheduledDAG, State] = weakref.WeakKeyDictionary()

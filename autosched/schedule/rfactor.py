@@ -15,6 +15,7 @@ stages fresh iterators).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autosched.errors import ScheduleError
@@ -49,8 +50,9 @@ class IteratorTree:
 
     def _add_split(self, rel: SplitRel) -> None:
         parent = self.extent[rel.parent]
-        known = parent is not None and None not in rel.lengths
-        rest = -(-parent // math.prod(rel.lengths)) if known else None
+        rest = None
+        if parent is not None and None not in rel.lengths:
+            rest = -(-parent // math.prod(rel.lengths))
         extents = [rest, *rel.lengths] if rel.inner_to_outer else [*rel.lengths, rest]
         for child, extent in zip(rel.children, extents, strict=True):
             self.extent[child] = extent
@@ -59,7 +61,8 @@ class IteratorTree:
 
     def _add_fuse(self, rel: FuseRel) -> None:
         extents = [self.extent[c] for c in rel.children]
-        self.extent[rel.fused] = None if None in extents else math.prod(extents)
+        known = [e for e in extents if e is not None]
+        self.extent[rel.fused] = math.prod(known) if len(known) == len(extents) else None
         kinds = {self.kind[c] for c in rel.children}
         self.kind[rel.fused] = kinds.pop() if len(kinds) == 1 else MIXED
         for child in rel.children:
@@ -79,34 +82,51 @@ class IteratorTree:
                     todo.append(other)
         return seen
 
+    def known_extents(self, names: set[str]) -> dict[str, int]:
+        """The extents of `names`, each of which must be known (a ScheduleError names the first
+        that is not: a sketch's unknown split length)."""
+        out = {}
+        for name in sorted(names):
+            extent = self.extent[name]
+            if extent is None:
+                raise ScheduleError(
+                    f"the extent of {name!r} is unknown (a sketch); fill the split lengths first"
+                )
+            out[name] = extent
+        return out
+
     def compose(
         self, leaf_values: dict[str, Expr], touched: set[str]
     ) -> tuple[dict[str, Expr], list[Expr]]:
         """Values of all touched iterators from the touched leaves' values, walking the relations
-        backwards, and the bound checks of the splits that do not divide their parent."""
+        backwards, and the bound checks of the splits that do not divide their parent. The
+        touched iterators' extents must be known."""
         value = dict(leaf_values)
+        extent = self.known_extents(touched)
         checks: list[Expr] = []
         for rel in reversed(self.relations):
             if isinstance(rel, SplitRel) and rel.parent in touched:
-                value[rel.parent] = _compose_split(rel, value, self.extent)
-                if math.prod(self.extent[c] for c in rel.children) > self.extent[rel.parent]:
-                    checks.append(value[rel.parent] < self.extent[rel.parent])
+                value[rel.parent] = _compose_split(rel, value, extent)
+                if math.prod(extent[c] for c in rel.children) > extent[rel.parent]:
+                    checks.append(value[rel.parent] < extent[rel.parent])
             elif isinstance(rel, FuseRel) and rel.fused in touched:
-                value.update(_decompose_fuse(rel, value[rel.fused], self.extent))
+                value.update(_decompose_fuse(rel, value[rel.fused], extent))
         return value, checks
 
 
-def _compose_split(rel: SplitRel, value: dict[str, Expr], extent: dict[str, int]) -> Expr:
+def _compose_split(rel: SplitRel, value: dict[str, Expr], extent: Mapping[str, int]) -> Expr:
     """parent = sum of child * (product of the extents of the children inside it)."""
-    total, stride = None, 1
+    total: Expr | None = None
+    stride = 1
     for child in reversed(rel.children):
         term = value[child] if stride == 1 else value[child] * stride
         total = term if total is None else term + total
         stride *= extent[child]
+    assert total is not None, "a split has at least one child"
     return total
 
 
-def _decompose_fuse(rel: FuseRel, fused: Expr, extent: dict[str, int]) -> dict[str, Expr]:
+def _decompose_fuse(rel: FuseRel, fused: Expr, extent: Mapping[str, int]) -> dict[str, Expr]:
     """child k = fused // (product of the inner children's extents) % extent of child k."""
     out, stride = {}, 1
     for k in range(len(rel.children) - 1, -1, -1):
@@ -123,7 +143,8 @@ def rfactor_ops(stage: Stage, iter_index: int, factor_axis: int) -> RfactorOps:
     op, it = stage.op, stage.iters[iter_index]
     where = f"rfactor of {stage.name}.{it.name}"
     body = op.body if isinstance(op, ComputeOp) else None
-    _require(isinstance(body, Reduce), f"{where}: stage {stage.name!r} is not a reduction")
+    if not isinstance(op, ComputeOp) or not isinstance(body, Reduce):
+        raise ScheduleError(f"{where}: stage {stage.name!r} is not a reduction")
     _require(
         it.kind == REDUCE, f"{where}: {it.name!r} is a {it.kind} iterator, not a reduce iterator"
     )
@@ -140,23 +161,23 @@ def rfactor_ops(stage: Stage, iter_index: int, factor_axis: int) -> RfactorOps:
             f"{where}: {it.name!r} is linked through splits/fuses "
             f"to {name!r}, a {tree.kind[name]} iterator; only reduce axes can be factored",
         )
-        _require(
-            tree.extent[name] is not None,
-            f"{where}: the extent of {name!r} is unknown (a sketch); fill the split lengths first",
-        )
     final_name = f"{it.name}_v"
     _require(
         final_name not in {a.name for a in op.axis},
         f"{where}: the final reduce axis name {final_name!r} is taken by a spatial axis",
     )
 
+    try:
+        extent = tree.known_extents(touched)
+    except ScheduleError as e:
+        raise ScheduleError(f"{where}: {e}") from None
     spatial = [IterVar(a.name, a.lo, a.extent, IterVar.SPATIAL) for a in op.axis]
-    factored = IterVar(it.name, 0, it.extent, IterVar.SPATIAL)
+    factored = IterVar(it.name, 0, extent[it.name], IterVar.SPATIAL)
     rf_axis = tuple(spatial[:factor_axis] + [factored] + spatial[factor_axis:])
     kept = [a for a in op.reduce_axis if a.name not in touched]
     kept_new = [IterVar(a.name, a.lo, a.extent, IterVar.REDUCE) for a in kept]
     touched_leaves = [x for x in stage.iters if x.name in touched and x.name != it.name]
-    leaf_new = [IterVar(x.name, 0, x.extent, IterVar.REDUCE) for x in touched_leaves]
+    leaf_new = [IterVar(x.name, 0, extent[x.name], IterVar.REDUCE) for x in touched_leaves]
     value, checks = tree.compose(
         {it.name: factored, **{x.name: v for x, v in zip(touched_leaves, leaf_new, strict=True)}},
         touched,
@@ -181,7 +202,7 @@ def rfactor_ops(stage: Stage, iter_index: int, factor_axis: int) -> RfactorOps:
     rf_op = ComputeOp(f"{op.name}.rf", op.tag, rf_axis, rf_body, dict(op.attrs))
 
     out_axis = [IterVar(a.name, a.lo, a.extent, IterVar.SPATIAL) for a in op.axis]
-    final_axis = IterVar(final_name, 0, it.extent, IterVar.REDUCE)
+    final_axis = IterVar(final_name, 0, extent[it.name], IterVar.REDUCE)
     index = out_axis[:factor_axis] + [final_axis] + out_axis[factor_axis:]
     final_body = Reduce(body.reducer, rf_op.output(0)[tuple(index)], (final_axis,), None)
     final_op = ComputeOp(op.name, op.tag, tuple(out_axis), final_body, dict(op.attrs))

@@ -8,9 +8,10 @@ and rebuild these values; `loop_state.State` holds a tuple of them and the steps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from autosched.errors import ScheduleError
+from autosched.te.expr import IterVar
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp
 
 SPATIAL, REDUCE, MIXED, SPECIAL = "spatial", "reduce", "mixed", "special"
@@ -98,6 +99,19 @@ class Stage:
     def is_placeholder(self) -> bool:
         return isinstance(self.op, PlaceholderOp)
 
+    @property
+    def compute_op(self) -> ComputeOp:
+        """The op of a stage that computes one (every stage but a placeholder's); a
+        ScheduleError for a placeholder."""
+        if not isinstance(self.op, ComputeOp):
+            raise ScheduleError(f"stage {self.name!r} is a placeholder, not a computation")
+        return self.op
+
+    @property
+    def axes(self) -> tuple[IterVar, ...]:
+        """The spatial axes of the stage's op (none for a placeholder)."""
+        return self.op.axis if isinstance(self.op, ComputeOp) else ()
+
     def iter_index(self, it: int | str | Iterator) -> int:
         """Position of an iterator given by index, name or Iterator, with a clear error."""
         if isinstance(it, Iterator):
@@ -144,3 +158,12 @@ def _root_iters(op: Operation) -> tuple[Iterator, ...]:
 def stage_from_op(op: Operation, **kw: Any) -> Stage:
     roots = _root_iters(op)
     return Stage(op=op, produces=kw.pop("produces", op), iters=roots, root_iters=roots, **kw)
+
+
+class HasStages(Protocol):
+    """Anything holding a loop state's stages (a `loop_state.State`): what the dataflow queries
+    and the state printer read, typed here so that those modules need not import loop_state,
+    which imports them."""
+
+    @property
+    def stages(self) -> tuple[Stage, ...]: ...

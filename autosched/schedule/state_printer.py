@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from autosched.schedule.stage import ATTACHED, INLINED
-
-if TYPE_CHECKING:
-    from autosched.schedule.loop_state import State
-
+from autosched.schedule.stage import ATTACHED, INLINED, HasStages
 
 ANNOT_TEXT = {
     "none": "for",
@@ -19,7 +13,8 @@ ANNOT_TEXT = {
 }
 
 
-def state_str(state: State) -> str:
+def state_str(state: HasStages) -> str:
+    """The stages' loop nests, one line per loop, attached stages inside their loop."""
     lines: list[str] = []
     attached: dict[tuple[int, str], list[int]] = {}
     for i, s in enumerate(state.stages):

@@ -1,4 +1,5 @@
-"""`auto_schedule(task, search_policy, tuning_options)`: the tuning loop users call.
+"""`auto_schedule(task, search_policy, tuning_options)`: tune one task, and the tuning loop
+(`run_trials`) that every search policy runs in (`protocols.SearchPolicy`).
 
 It unpacks into two values as TVM's does, `state, kernel = auto_schedule(...)`, but they are the
 best State and its BuiltKernel, not TVM's schedule and tensors (`autosched.build(state, kernel)`
@@ -9,10 +10,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError
+from autosched.search.protocols import MeasureCallback, Measurer, SearchPolicy
+
+if TYPE_CHECKING:
+    from autosched.codegen.build import BuiltKernel
+    from autosched.records import MeasureRecordResult
+    from autosched.schedule.loop_state import State
+    from autosched.task.search_task import SearchTask
+    from measure import LocalBuilder, LocalRunner, RunnerPool
 
 
 @dataclass
@@ -24,11 +34,17 @@ class TuningOptions:
     num_measure_trials: int = 64
     num_measures_per_round: int = 64
     early_stopping: int | None = None
-    builder: object | None = None
-    runner: object | None = None
-    measure_callbacks: Sequence[Callable] | None = ()
+    builder: LocalBuilder | str | None = None
+    runner: LocalRunner | RunnerPool | str | None = None
+    measure_callbacks: Sequence[MeasureCallback] | None = ()
     verbose: int = 1
-    measurer: object | None = None  # a custom measurer (tests use a simulated one)
+    measurer: Measurer | None = None  # a custom measurer (tests use a simulated one)
+
+    def __post_init__(self) -> None:
+        for name in ("builder", "runner"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value != "local":
+                raise ValueError(f'TuningOptions: {name} is an object or "local", not {value!r}')
 
 
 @dataclass
@@ -37,12 +53,12 @@ class TuningResult:
     seconds, and the round history (one dict per round: trials, best, and the wall-clock split
     search / build / run / model). Unpacks as `state, kernel = result`."""
 
-    state: object
-    kernel: object
+    state: State
+    kernel: BuiltKernel
     best_cost: float
-    history: list = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
 
-    def __iter__(self):  # `state, kernel = auto_schedule(...)`
+    def __iter__(self) -> Iterator[State | BuiltKernel]:  # `state, kernel = auto_schedule(...)`
         return iter((self.state, self.kernel))
 
 
@@ -51,21 +67,24 @@ class BestSoFar:
     """The fastest state seen so far, its mean cost (seconds) and the round it was found in."""
 
     cost: float = math.inf
-    state: object = None
+    state: State | None = None
     round: int = 0
 
-    def offer(self, cost: float, state, rnd: int) -> None:
+    def offer(self, cost: float, state: State, rnd: int) -> None:
+        """Keep `state` when it is faster than the best so far."""
         if cost < self.cost:
             self.cost, self.state, self.round = cost, state, rnd
 
 
-def _measure(measurer, batch) -> tuple[list, dict[str, float]]:
+def _measure(
+    measurer: Measurer, batch: Sequence[State]
+) -> tuple[list[MeasureRecordResult], dict[str, float]]:
     """Results and the build / run split of their wall-clock time (all of it counts as build
-    for a measurer that does not report `last_times`)."""
+    for a measurer whose `last_times` is empty)."""
     t0 = time.perf_counter()
     results = measurer.measure(batch)
     wall = time.perf_counter() - t0
-    split = getattr(measurer, "last_times", None)
+    split = measurer.last_times
     if not split:
         return results, {"build": wall, "run": 0.0}
     run = min(split.get("run", 0.0), wall)
@@ -102,13 +121,10 @@ def _print_round(rec: dict, batch_size: int) -> None:
     )
 
 
-def _local_default(component):
-    """None (the default builder / runner) for TVM's "local"."""
-    return None if component == "local" else component
-
-
 def auto_schedule(
-    task, search_policy=None, tuning_options: TuningOptions | None = None
+    task: SearchTask,
+    search_policy: SearchPolicy | None = None,
+    tuning_options: TuningOptions | None = None,
 ) -> TuningResult:
     """Search for a fast schedule of `task` with `search_policy` (default: a SketchPolicy).
     Returns a TuningResult, which unpacks as `state, kernel` (the best State and its
@@ -119,11 +135,14 @@ def auto_schedule(
     from autosched.search.program_measurer import ProgramMeasurer
 
     opts = tuning_options or TuningOptions()
-    policy = search_policy or SketchPolicy(task, verbose=opts.verbose)
-    measurer = opts.measurer or ProgramMeasurer(
+    policy: SearchPolicy = search_policy or SketchPolicy(task, verbose=opts.verbose)
+    # TVM's "local" is the default builder / runner
+    builder = None if isinstance(opts.builder, str) else opts.builder
+    runner = None if isinstance(opts.runner, str) else opts.runner
+    measurer: Measurer = opts.measurer or ProgramMeasurer(
         task,
-        _local_default(opts.builder),
-        _local_default(opts.runner),
+        builder,
+        runner,
         opts.measure_callbacks or (),
         workers=getattr(policy, "workers", None),
     )
@@ -141,7 +160,12 @@ def auto_schedule(
 
 
 def run_trials(
-    task, policy, measurer, opts: TuningOptions, best: BestSoFar, start_round: int = 0
+    task: SearchTask,
+    policy: SearchPolicy,
+    measurer: Measurer,
+    opts: TuningOptions,
+    best: BestSoFar,
+    start_round: int = 0,
 ) -> list[dict]:
     """The rounds of the tuning loop: search `opts.num_measures_per_round` states with `policy`,
     measure them with `measurer`, tell the policy and update its model, until
@@ -172,7 +196,7 @@ def run_trials(
         times["model"] = time.perf_counter() - t2
         done += len(batch)
         history.append(_round_record(rnd, done, costs, best, flop, times))
-        history[-1]["search_detail"] = dict(getattr(policy, "last_round", {}))
+        history[-1]["search_detail"] = dict(policy.last_round)
         if opts.verbose:
             _print_round(history[-1], len(batch))
         if opts.early_stopping and rnd - best.round >= opts.early_stopping:

@@ -1,7 +1,7 @@
 """What the search policy keys and orders candidates by. A candidate is its tuple of step
 records (`as_records` gives any step list that form); candidates are grouped by their launch
 shape (from their features), their block shape (from their split records) or the sketch they
-come from (`SketchIndex`), and groups are taken in turns (`in_turns`, `spread_over_sketches`)."""
+come from, and groups are taken in turns (`in_turns`, `spread_over_sketches`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from autosched.features import FEATURE_NAMES
 from autosched.schedule.steps import SplitStep
-from autosched.search.mutations import Records, structure_key
+from autosched.search.mutations import Records
 from autosched.sketch import SketchParams
 
 _LAUNCH_COLUMNS = [
@@ -53,30 +53,6 @@ def spread_over_sketches(
     return in_turns(lists)
 
 
-class SketchIndex:
-    """Which sketch a candidate comes from (its index in the policy's sketches, -1 for none).
-    Sampling fills in a sketch's decisions and adds annotation steps after its steps, and
-    mutation rewrites decisions only, so a candidate's first records are its sketch's with the
-    decisions filled in: they are matched by structure key, longest sketch first, once per
-    candidate structure."""
-
-    def __init__(self, sketches: Sequence) -> None:
-        self.prefixes: dict[tuple, int] = {}
-        for k, sketch in enumerate(sketches):
-            records = tuple(step.to_record() for step in sketch.steps)
-            self.prefixes.setdefault((len(records), structure_key(records)), k)
-        self.lengths = sorted({n for n, _ in self.prefixes}, reverse=True)
-        self.cache: dict[tuple, int] = {}
-
-    def __call__(self, records: Records) -> int:
-        key = structure_key(records)
-        found = self.cache.get(key)
-        if found is None:
-            matches = (self.prefixes.get((n, key[:n])) for n in self.lengths)
-            found = self.cache[key] = next((k for k in matches if k is not None), -1)
-        return found
-
-
 def in_turns(lists: Sequence[list[Records]]) -> list[Records]:
     """The lists' items taken one from each list in turn (a list that runs out drops out)."""
     turns = itertools.zip_longest(*lists)
@@ -108,7 +84,6 @@ def _plain(v):
 
 
 __all__ = [
-    "SketchIndex",
     "as_records",
     "block_shape",
     "in_turns",

@@ -9,6 +9,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from autosched.errors import AutoschedError
 from autosched.features import FEATURE_NAMES
 from autosched.records import Record, load_records
 from autosched.search.workers import features_for_states
+
+if TYPE_CHECKING:
+    from autosched.task.search_task import SearchTask
 
 
 def throughput(flop: float, cost: float) -> float:
@@ -125,9 +129,10 @@ def records_dataset(records: Iterable[Record], n_jobs: int = 1) -> Dataset:
         thr.append(throughput(dag.flop_count, res.mean_cost))
         tasks.append(inp.workload_key)
     feats = features_for_states(states, n_jobs) if states else []
-    keep = [i for i, f in enumerate(feats) if f is not None]
+    kept = [(i, f) for i, f in enumerate(feats) if f is not None]
+    keep = [i for i, _ in kept]
     return Dataset(
-        [feats[i] for i in keep],
+        [f for _, f in kept],
         np.array([thr[i] for i in keep], dtype=np.float64),
         [tasks[i] for i in keep],
     )
@@ -140,7 +145,8 @@ def holdout_ranking(
     then score the held-out correct programs per workload: pairwise ranking accuracy and the
     recall of the true top-5% in the predicted top-10%. Returns {workload key: figures}."""
     rng = np.random.default_rng(seed)
-    train, test = [], {}
+    train: list[int] = []
+    test: dict[str, np.ndarray] = {}
     for task in sorted(set(data.task_ids)):
         index = rng.permutation([i for i, t in enumerate(data.task_ids) if t == task])
         cut = int(round(len(index) * holdout))
@@ -155,7 +161,7 @@ def holdout_ranking(
         held = data.subset(ok)
         pred = model.predict(held.features)
         report[task] = {
-            "train": int(sum(1 for i in train if data.task_ids[i] == task)),
+            "train": sum(data.task_ids[i] == task for i in train),
             "test_correct": len(ok),
             "pairwise_accuracy": costmodel.pairwise_accuracy(pred, held.throughputs),
             "top5_in_top10_recall": costmodel.topk_recall(pred, held.throughputs, 0.05, 0.10),
@@ -191,13 +197,38 @@ def leave_one_out_ranking(
     return report
 
 
-class _FromFileMixin:
+def train_on_measured(
+    model: costmodel.CostModel,
+    task: SearchTask,
+    features: Sequence[np.ndarray],
+    costs: Sequence[float],
+) -> None:
+    """Train `model` on measured programs of one task: their feature matrices and mean costs
+    in seconds (inf for a failure), as throughputs labelled with the task's workload key."""
+    if not features:
+        return
+    flop = task.compute_dag.flop_count
+    model.update(
+        list(features),
+        np.array([throughput(flop, c) for c in costs]),
+        task_ids=[task.workload_key] * len(features),
+    )
+
+
+def train_on_log(model: costmodel.CostModel, path: str, n_jobs: int = 1) -> int:
+    """Train `model` on every record of a log (resuming a search). Returns the number used."""
+    data = load_dataset(path, n_jobs)
+    if len(data):
+        model.update(data.features, data.throughputs, task_ids=data.task_ids)
+    return len(data)
+
+
+class _FromFileMixin(costmodel.CostModel):
+    """`update_from_file(log)` on a cost model (abstract: mixed into a concrete model)."""
+
     def update_from_file(self, path: str, n_jobs: int = 1) -> int:
         """Train on every record in a log (the seed's resume). Returns the number used."""
-        data = load_dataset(path, n_jobs)
-        if len(data):
-            self.update(data.features, data.throughputs, task_ids=data.task_ids)
-        return len(data)
+        return train_on_log(self, path, n_jobs)
 
 
 class XGBModel(_FromFileMixin, costmodel.XGBModel):

@@ -29,8 +29,16 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from measure import GPUUnavailableError, KernelArtifact, MeasureErrorKind, MeasureResult, Reference
+from measure import (
+    GPUUnavailableError,
+    KernelArtifact,
+    MeasureContext,
+    MeasureErrorKind,
+    MeasureResult,
+    Reference,
+)
 
 RESOURCE = "GPU"
 
@@ -41,11 +49,11 @@ class WorkerSetup:
     or `context_factory()` making the whole context (tests pass a fake; it must be importable
     by the workers)."""
 
-    builder_options: tuple[tuple[str, object], ...] = ()
-    runner_options: tuple[tuple[str, object], ...] = ()
-    context_factory: Callable[[], object] | None = None
+    builder_options: tuple[tuple[str, Any], ...] = ()
+    runner_options: tuple[tuple[str, Any], ...] = ()
+    context_factory: Callable[[], MeasureContext] | None = None
 
-    def make_context(self):
+    def make_context(self) -> MeasureContext:
         """The worker's measure context."""
         if self.context_factory is not None:
             return self.context_factory()
@@ -58,7 +66,7 @@ class WorkerSetup:
 
 # Per worker (keyed by its address, as workers of an in-process cluster share this module):
 # its context and a lock, so that a worker with several threads measures one chunk at a time.
-_CONTEXTS: dict[tuple[str, WorkerSetup], tuple[object, threading.Lock]] = {}
+_CONTEXTS: dict[tuple[str, WorkerSetup], tuple[MeasureContext, threading.Lock]] = {}
 _CONTEXTS_LOCK = threading.Lock()
 
 
@@ -83,7 +91,7 @@ def measure_chunk(
             _CONTEXTS[key] = (setup.make_context(), threading.Lock())
         context, lock = _CONTEXTS[key]
     with lock:
-        return context.measure_batch(artifacts, references)  # type: ignore[attr-defined]
+        return context.measure_batch(artifacts, references)
 
 
 def close_worker_contexts() -> int:
@@ -123,7 +131,7 @@ class DaskMeasureContext:
         wait_for_workers: float = 60.0,
         builder_options: Mapping[str, object] | None = None,
         runner_options: Mapping[str, object] | None = None,
-        context_factory: Callable[[], object] | None = None,
+        context_factory: Callable[[], MeasureContext] | None = None,
     ) -> None:
         try:
             import distributed
@@ -153,6 +161,10 @@ class DaskMeasureContext:
         workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
         return sum(1 for w in workers if w.get("resources", {}).get(RESOURCE, 0) >= 1)
 
+    def gpu_count(self) -> int:
+        """The cluster's GPU workers now, at least 1 (the measure context's parallelism)."""
+        return max(1, self.gpu_workers())
+
     def _require_workers(self) -> int:
         deadline = time.monotonic() + self.wait_for_workers
         while True:
@@ -162,7 +174,8 @@ class DaskMeasureContext:
             time.sleep(0.2)
         if not n:
             raise GPUUnavailableError(
-                f"the Dask cluster at {self.client.scheduler.address} has no worker with the "
+                f"the Dask cluster at {getattr(self.client.scheduler, 'address', '?')} has no "
+                f"worker with the "
                 f"resource {RESOURCE} (start one per GPU: CUDA_VISIBLE_DEVICES=i dask worker "
                 f"ADDRESS --nthreads 1 --resources {RESOURCE}=1)"
             )
@@ -251,8 +264,8 @@ class DaskMeasureContext:
                     return
                 why = f"{len(measured)} results for {len(chunk)} candidates"
         elif future.status == "error":
-            exc = future.exception()
-            why = f"{type(exc).__name__}: {exc}"
+            error = future.exception()
+            why = f"{type(error).__name__}: {error}"
         self.lost_chunks += 1
         for i in chunk:
             results[i] = _failed(MeasureErrorKind.RUNTIME_ERROR, f"lost on the cluster: {why}")

@@ -44,6 +44,20 @@ def as_step(record: tuple) -> Step:
     return STEP_REGISTRY[record[0]](*record[1:])
 
 
+def as_split(record: tuple) -> SplitStep:
+    """`as_step` of a split's record ("SP"), typed as the SplitStep it is."""
+    step = as_step(record)
+    assert isinstance(step, SplitStep), f"not a split record: {record[0]}"
+    return step
+
+
+def as_pragma(record: tuple) -> PragmaStep:
+    """`as_step` of a pragma's record ("PR"), typed as the PragmaStep it is."""
+    step = as_step(record)
+    assert isinstance(step, PragmaStep), f"not a pragma record: {record[0]}"
+    return step
+
+
 def with_record(records: Records, k: int, step: Step) -> Records:
     """`records` with record k replaced by `step`'s."""
     return records[:k] + (step.to_record(),) + records[k + 1 :]
@@ -146,7 +160,7 @@ def fixed_levels(records: Records) -> dict[int, int]:
     for k, r in enumerate(records):
         if r[0] != SplitStep.TAG:
             continue
-        step = as_step(r)
+        step = as_split(r)
         if step.stage_id in tensorized:
             out[k] = 1
         elif next_annotates(records, k, step, "threadIdx.x"):
@@ -168,7 +182,7 @@ class TileSizeMutation(Mutation):
         fixed = ctx.fixed_levels(records)
         rng.shuffle(splits)
         for k in splits:
-            step = as_step(records[k])
+            step = as_split(records[k])
             levels = self.levels(step)
             n_fixed = fixed.get(k, 0)
             if levels is None or n_fixed >= len(step.lengths):
@@ -228,7 +242,7 @@ class AutoUnrollMutation(Mutation):
         if not pragmas:
             return None
         k = pragmas[int(rng.random() * len(pragmas))]
-        step = as_step(records[k])
+        step = as_pragma(records[k])
         current = step.parsed()[1]
         configs = ctx.unroll_configs
         if ctx.tensor_core_unroll_configs and step.stage_id in tensorized_stages(records):

@@ -11,30 +11,31 @@ state when the model is updated) is never lowered twice.
 
 from __future__ import annotations
 
-import collections
 import heapq
 import math
 import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autosched.records import load_records, seal_torn_line
-from autosched.search.candidates import (
-    SketchIndex,
-    as_records,
-    block_shape,
-    in_turns,
-    launch_shape,
-    spread_over_sketches,
-)
-from autosched.search.cost_model import XGBModel, throughput
+from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
+from autosched.search.cost_model import XGBModel, train_on_measured
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
 from autosched.sketch import SketchParams
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
+    from autosched.task.search_task import SearchTask
+    from costmodel import CostModel
+
+# An init-search callback: run once on the new policy (resuming, skipping a log's states).
+InitCallback = Callable[["SketchPolicy"], None]
 
 
 class FeatureCache:
@@ -59,30 +60,31 @@ class FeatureCache:
         self.entries[records] = outcome
 
 
-class PreloadMeasuredStates:
+class LogCallback:
+    """An init-search callback that reads the record log at `path`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+class PreloadMeasuredStates(LogCallback):
     """Init-search callback (resuming): mark a log's states of this task measured (never
     measured again; the best seed the initial population). A torn last line (a tuner killed
     mid-write) is skipped with a warning and closed with a newline, so that the records this
     search appends to the same log start on lines of their own."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
 
     def __call__(self, policy: SketchPolicy) -> None:
         for inp, res in logged_records(self.path, policy.task.workload_key):
             policy.add_measured_records(inp.steps, res.mean_cost)
 
 
-class SkipLoggedStates:
+class SkipLoggedStates(LogCallback):
     """Init-search callback (a new search appending to a log that holds earlier ones): the
     log's states of this task are never handed out again, but neither seed the search nor count
     as its results. Without it, a second search into the same log measures again the states
     both searches converge to: independent searches of one task meet some of the same states,
     and the log would hold them twice. A missing log is an empty one; a torn last line is
     closed as PreloadMeasuredStates does."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
 
     def __call__(self, policy: SketchPolicy) -> None:
         if os.path.exists(self.path):
@@ -98,14 +100,14 @@ def logged_records(path: str, workload_key: str) -> Iterator:
 
 
 class SketchPolicy:
-    """Ansor's search policy for one task."""
+    """Ansor's search policy for one task (a `protocols.SearchPolicy`)."""
 
     def __init__(
         self,
-        task,
-        cost_model=None,
+        task: SearchTask,
+        cost_model: CostModel | None = None,
         params: SearchParams | None = None,
-        init_search_callbacks: Sequence[Callable] = (),
+        init_search_callbacks: Sequence[InitCallback] = (),
         verbose: int = 1,
         sketch_params: SketchParams | None = None,
     ) -> None:
@@ -115,9 +117,7 @@ class SketchPolicy:
 
         self.task = task
         self.params = params or SearchParams()
-        if cost_model is None:
-            cost_model = XGBModel(seed=self.params.seed, nthread=1)
-        self.cost_model = cost_model
+        self.cost_model: CostModel = cost_model or XGBModel(seed=self.params.seed, nthread=1)
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
@@ -134,8 +134,6 @@ class SketchPolicy:
             sketch_params.auto_unroll_configs,
             sketch_params.tensor_core_unroll_configs,
         )
-        self.n_spatial_levels = sketch_params.n_spatial_levels
-        self.sketch_of = SketchIndex(self.sketches)
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
@@ -144,13 +142,13 @@ class SketchPolicy:
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
         # per mutation rule: [children made, failures]
         self.mutation_stats = {name: [0, 0] for name, _ in self.params.mutation_weights}
-        self.last_round: dict = {}  # what the last search_one_round did: times and counts
+        self.last_round: dict[str, float] = {}  # what the last round did: times and counts
         self.n_sampled = 0
         for cb in init_search_callbacks:
             cb(self)
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    def add_measured(self, state, cost: float) -> None:
+    def add_measured(self, state: State, cost: float) -> None:
         """Record a measured state's mean cost (inf for a failure)."""
         self.add_measured_records(state.key(), cost)
 
@@ -166,18 +164,7 @@ class SketchPolicy:
         ok = ((c, r) for r, c in self.measured.items() if math.isfinite(c))
         return [r for _, r in heapq.nsmallest(k, ok, key=lambda x: x[0])]
 
-    def runner_up_shapes(self, k: int) -> list[Records]:
-        """The fastest measured state of each of the k block shapes (`block_shape`) that follow
-        the fastest one, ranked by their fastest measured state."""
-        best_of: dict[tuple, tuple[float, Records]] = {}
-        for r, c in self.measured.items():
-            shape = block_shape(r, self.n_spatial_levels)
-            if shape and math.isfinite(c) and (shape not in best_of or c < best_of[shape][0]):
-                best_of[shape] = (c, r)
-        ranked = sorted(best_of.values(), key=lambda cr: cr[0])
-        return [r for _, r in ranked[1 : k + 1]]
-
-    def best_state(self):
+    def best_state(self) -> tuple[float, State] | None:
         """(cost, State) of the fastest measured state that replays, or None."""
         ok = sorted((c, r) for r, c in self.measured.items() if math.isfinite(c))
         for cost, records in ok:
@@ -280,56 +267,6 @@ class SketchPolicy:
                 out.append(child)
         return out
 
-    def neighbours_of_best(self, num: int) -> list[Records]:
-        """Up to num unmeasured candidates one mutation (of a one-parent rule) away from the
-        fastest measured states: each parent's neighbours best-scored first, the parents taking
-        turns from the fastest, so that one parent whose neighbourhood the model overrates does
-        not take them all."""
-        if num <= 0:
-            return []
-        return self.neighbours(self.best_measured(self.params.local_parents), num)
-
-    def runner_up_variants(self, num: int) -> list[Records]:
-        """Up to num unmeasured candidates one mutation away from the fastest state of each of
-        the `shape_parents` block shapes after the fastest, keeping its block shape: what each
-        thread does inside the block varies, the block does not. A shape's first random states
-        can be several times slower than its best, and a search that judges it by them leaves
-        it; this tunes the runners-up a little every round."""
-        if num <= 0:
-            return []
-        parents = self.runner_up_shapes(self.params.shape_parents)
-        return self.neighbours(parents, num, keep_block_shape=True)
-
-    def neighbours(
-        self, parents: list[Records], num: int, keep_block_shape: bool = False
-    ) -> list[Records]:
-        """Up to num unmeasured candidates one mutation (of a one-parent rule) away from the
-        parents, each parent's best-scored first, the parents taking turns; with
-        `keep_block_shape`, only children whose block shape is their parent's."""
-        p = self.params
-        one_parent = [(n, w) for n, w in p.mutation_weights if MUTATIONS[n].N_PARENTS == 1]
-        names, weights = [n for n, _ in one_parent], [w for _, w in one_parent]
-        children_of: list[dict[Records, None]] = []
-        for parent in parents:
-            shape = block_shape(parent, self.n_spatial_levels) if keep_block_shape else None
-            children: dict[Records, None] = {}
-            for _ in range(p.local_tries):
-                rule = MUTATIONS[self.rng.choices(names, weights)[0]]
-                child = rule.apply(self.mutation_ctx, [parent], self.rng)
-                if child is None or child in self.picked:
-                    continue
-                if shape is not None and block_shape(child, self.n_spatial_levels) != shape:
-                    continue
-                children[child] = None
-            children_of.append(children)
-        kept, scores = self.score(list(dict.fromkeys(c for cs in children_of for c in cs)))
-        score_of = {r: s for r, s in zip(kept, scores, strict=True) if math.isfinite(s)}
-        per_parent = [
-            sorted((c for c in children if c in score_of), key=lambda c: -score_of[c])
-            for children in children_of
-        ]
-        return list(dict.fromkeys(in_turns(per_parent)))[:num]
-
     def capped(self, ranked: list[Records]) -> list[Records]:
         """`ranked` with the candidates beyond `launch_cap` of one launch shape moved behind the
         others (each part keeps its order); unchanged without a cap."""
@@ -337,35 +274,13 @@ class SketchPolicy:
         if not cap:
             return ranked
         count: dict[tuple, int] = {}
-        within, beyond = [], []
+        within: list[Records] = []
+        beyond: list[Records] = []
         for r in ranked:
             shape = launch_shape(self.features.get(r))
             count[shape] = count.get(shape, 0) + 1
             (within if count[shape] <= cap else beyond).append(r)
         return within + beyond
-
-    def floored(self, ranked: list[Records], num: int) -> list[Records]:
-        """`ranked` with, in front, the best-scored unpicked candidates of this round of each
-        sketch that has fewer than `sketch_floor` among the first num unpicked ones (as many
-        as it lacks, as far as the round scored them); unchanged without a floor or with one
-        sketch. A sketch whose first random states happen to be slow is otherwise scored low
-        from then on and no longer measured, however fast its best states are."""
-        floor = self.params.sketch_floor
-        if not floor or len(self.sketches) < 2:
-            return ranked
-        head = [r for r in ranked if r not in self.picked][:num]
-        have = collections.Counter(self.sketch_of(r) for r in head)
-        taken = set(head)
-        by_sketch: dict[int, list[tuple[float, Records]]] = collections.defaultdict(list)
-        for r, s in self.scores.items():
-            if r not in self.picked and r not in taken and math.isfinite(s):
-                by_sketch[self.sketch_of(r)].append((s, r))
-        extra = []
-        for k in range(len(self.sketches)):
-            if have[k] < floor:
-                best = heapq.nlargest(floor - have[k], by_sketch[k], key=lambda sr: sr[0])
-                extra += [r for _, r in best]
-        return list(dict.fromkeys(extra + ranked))
 
     @property
     def model_guesses(self) -> bool:
@@ -374,7 +289,7 @@ class SketchPolicy:
         random only reshuffles them, and it favours the sketches with the most distinct states,
         which starves a sketch with a small space (a cross-thread reduction beside a
         multi-level tiling) even where that sketch holds the fastest states."""
-        return bool(getattr(self.cost_model, "uses_random_fallback", False))
+        return self.cost_model.uses_random_fallback
 
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
         """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
@@ -396,7 +311,7 @@ class SketchPolicy:
                 out.append(r)
         return out
 
-    def search_one_round(self, num_measure: int) -> list:
+    def search_one_round(self, num_measure: int) -> list[State]:
         """The next batch (up to num_measure States) never measured or handed out before; it
         searches again, up to empty_round_retries times, when a round finds nothing new."""
         t0 = time.perf_counter()
@@ -408,11 +323,8 @@ class SketchPolicy:
             if self.model_guesses:
                 ranked = []
             else:
-                local = self.neighbours_of_best(int(self.params.local_share * num_measure))
-                local += self.runner_up_variants(int(self.params.shape_share * num_measure))
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
-                ranked = self.capped(local + self.evolutionary_search(init, wanted))
-                ranked = self.floored(ranked, num_measure)
+                ranked = self.capped(self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
@@ -431,7 +343,7 @@ class SketchPolicy:
             )
         return states
 
-    def _counters(self) -> dict:
+    def _counters(self) -> dict[str, float]:
         """Running totals whose per-round differences describe a round (last_round)."""
         return {
             "sample_s": self.time["sample"],
@@ -443,17 +355,12 @@ class SketchPolicy:
             "cache_hits": self.features.hits,
         }
 
-    def update_model(self, states: list, costs: list[float]) -> None:
+    def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
         """Train the cost model on a measured batch (features from the cache)."""
         t0 = time.perf_counter()
-        records = [s.key() for s in states]
-        outcomes = self.outcomes(records)
+        outcomes = self.outcomes([s.key() for s in states])
         keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
-        flop = self.task.compute_dag.flop_count
-        if keep:
-            self.cost_model.update(
-                [outcomes[i] for i in keep],
-                np.array([throughput(flop, costs[i]) for i in keep]),
-                task_ids=[self.task.workload_key] * len(keep),
-            )
+        train_on_measured(
+            self.cost_model, self.task, [outcomes[i] for i in keep], [costs[i] for i in keep]
+        )
         self.time["model"] += time.perf_counter() - t0

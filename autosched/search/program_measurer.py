@@ -1,9 +1,9 @@
 """Measuring states: lower + codegen here (or in the search's worker processes), build + run in
 measure/, results as records.
 
-A measurer is anything with `measure(states) -> [MeasureRecordResult]`; one that also sets
-`last_times = {"build": s, "run": s}` after each call lets auto_schedule split the round's
-measuring time (ProgramMeasurer does; the two add up to the call's wall-clock time).
+`ProgramMeasurer` is the GPU's `protocols.Measurer`: `measure(states) -> [MeasureRecordResult]`,
+and after each call `last_times = {"build": s, "run": s}` (adding up to the call's wall-clock
+time), with which auto_schedule splits the round's measuring time.
 
 Where kernels are built and run is the measure context's business: `measure.LocalMeasureContext`
 (this host, every visible GPU by default) or `autosched.search.distributed.DaskMeasureContext`
@@ -14,7 +14,8 @@ the same results, so the records and callbacks stay here, on the tuner's host.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autosched.records import MeasureInput, MeasureRecordResult, now
 from autosched.task.evaluate import evaluate
@@ -27,6 +28,13 @@ from measure import (
     default_tolerance,
     make_reference,
 )
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
+    from autosched.search.protocols import MeasureCallback
+    from autosched.search.workers import Workers
+    from autosched.task.search_task import SearchTask
+    from measure import MeasureContext, Reference
 
 # the tolerance dtype of each task option that loosens a kernel's arithmetic
 TF32_TOLERANCE_DTYPE = "tf32"
@@ -78,25 +86,27 @@ class ProgramMeasurer:
 
     def __init__(
         self,
-        task,
+        task: SearchTask,
         builder: LocalBuilder | None = None,
         runner: LocalRunner | RunnerPool | None = None,
-        callbacks: Sequence[Callable] = (),
-        workers=None,
+        callbacks: Sequence[MeasureCallback] = (),
+        workers: Workers | None = None,
         *,
         devices: Sequence[int] | None = None,
-        context=None,
+        context: MeasureContext | None = None,
     ) -> None:
         self.task = task
         self.owns_context = context is None
-        self.context = context or LocalMeasureContext(builder, runner, devices=devices)
+        self.context: MeasureContext = context or LocalMeasureContext(
+            builder, runner, devices=devices
+        )
         self.callbacks = list(callbacks)
         self.workers = workers
-        self.reference = None
+        self.reference: Reference | None = None
         self.time = {"codegen": 0.0, "build": 0.0, "run": 0.0}  # totals, wall-clock
         self.last_times = {"build": 0.0, "run": 0.0}
 
-    def measure(self, states: Sequence) -> list[MeasureRecordResult]:
+    def measure(self, states: Sequence[State]) -> list[MeasureRecordResult]:
         """Build and run every state; one result per state, in order (never raises for one)."""
         t0 = time.perf_counter()
         if self.workers is None:
@@ -117,7 +127,7 @@ class ProgramMeasurer:
             slots.append(i)
         codegen = time.perf_counter() - t0
         run = 0.0
-        if artifacts:
+        if artifacts and self.reference is not None:  # made from the first built artifact
             measured = self.context.measure_batch(
                 artifacts, {self.task.workload_key: self.reference}
             )
@@ -137,11 +147,13 @@ class ProgramMeasurer:
         self.time["codegen"] += codegen
         self.time["build"] += wall - run
         self.time["run"] += run
+        finished = [r for r in results if r is not None]
+        assert len(finished) == len(states), "every state is either refused or measured"
         dag = self.task.compute_dag.serialized()
         inputs = [MeasureInput(self.task.workload_key, s.key(), dag=dag) for s in states]
         for cb in self.callbacks:
-            cb(inputs, results)
-        return results
+            cb(inputs, finished)
+        return finished
 
     def close(self) -> None:
         """Close the measure context, unless it was given (a shared one)."""

@@ -1,16 +1,19 @@
 """What the tasks of a model share when they are tuned at once: one measure context, and
 thread-safe handles on the cost model and the record log.
 
-`tune_tasks` tunes several tasks at once when there are several GPUs (or a cluster's workers):
-each task keeps its own policy and measurer, but all measure through one context (one builder,
-one runner per GPU), learn in one cost model and append to one log. The context is
-thread-safe; the model and the log writer are wrapped in `Locked`, which runs one call at a
-time.
+`tune_model.tune_tasks` tunes several tasks at once when there are several GPUs (or a
+cluster's workers): each task keeps its own policy and measurer, but all measure through one
+context (one builder, one runner per GPU), learn in one cost model and append to one log. The
+context is thread-safe; the model and the log writer are wrapped in `Locked`, which runs one
+call at a time.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import TypeVar, cast
+
+T = TypeVar("T")
 
 
 class Locked:
@@ -38,11 +41,6 @@ class Locked:
             return self._target(*args, **kwargs)
 
 
-def gpu_count(context) -> int:
-    """How many GPUs measure: a cluster context's GPU workers, a local context's runners (one
-    plain runner: 1, as it runs one candidate at a time)."""
-    workers = getattr(context, "gpu_workers", None)
-    if workers is not None:
-        return max(1, workers())
-    runner = getattr(context, "runner", None)
-    return len(getattr(runner, "runners", [runner]))
+def locked(target: T) -> T:
+    """`target` behind a `Locked` proxy, typed as the target (the proxy has all its methods)."""
+    return cast(T, Locked(target))

@@ -6,8 +6,8 @@ one warm-up round over every task, each round gives `num_measures_per_round` tri
 whose tuning is expected to lower the objective the most: the largest estimated gradient of the
 objective with respect to that task's trials, with an epsilon-greedy share of random picks.
 
-The scheduler knows tasks only through *tuners* (`autosched.search.task_tuner`): an object per
-task with `tune(n) -> (trials measured, best cost so far)`, `best_cost`, `curve` (the best cost
+The scheduler knows tasks only through *tuners* (`tune_model.PolicyTuner`): an object per task
+with `tune(n) -> (trials measured, best cost so far)`, `best_cost`, `curve` (the best cost
 after each trial already in the log when resuming) and `best()`. Real tuners run the tuning loop
 with the task's own SketchPolicy; tests plug in simulated latency curves.
 """
@@ -20,9 +20,14 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError
+from autosched.search.protocols import TaskTuner
 from autosched.search.task_similarity import similarity_groups
+
+if TYPE_CHECKING:
+    from autosched.task.search_task import SearchTask
 
 STRATEGIES = ("gradient", "round-robin")
 # stands in for the cost of a task with no correct kernel yet, so the gradient stays finite
@@ -77,9 +82,9 @@ class TaskScheduler:
 
     def __init__(
         self,
-        tasks: Sequence,
+        tasks: Sequence[SearchTask],
         task_weights: Sequence[float] | None,
-        tuners: Sequence,
+        tuners: Sequence[TaskTuner],
         objective: Callable[[Sequence[float]], float] | None = None,
         strategy: str = "gradient",
         num_measures_per_round: int = 64,
@@ -118,7 +123,7 @@ class TaskScheduler:
         self.history: list[dict] = []
         self.next_rr = 0  # round-robin position
         for i, tuner in enumerate(self.tuners):
-            self._preload(i, list(getattr(tuner, "curve", ())))
+            self._preload(i, list(tuner.curve))
 
     # ---- state -------------------------------------------------------------------------------
     def _preload(self, i: int, curve: list[float]) -> None:

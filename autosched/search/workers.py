@@ -250,6 +250,7 @@ class Workers:
         return out
 
     def _map_pool(self, method: str, chunks: list[tuple]) -> list:
+        assert self.spec is not None, "a pool is used only with a spec (use_pool)"
         pool = get_pool(self.n_jobs)
         futures = [pool.submit(_work, self.spec, method, chunk) for chunk in chunks]
         out = []

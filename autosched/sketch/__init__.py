@@ -19,19 +19,6 @@ from autosched.sketch.utils import SketchParams
 from measure.hardware import HardwareParams
 
 
-def _dag_and_hardware(dag_or_task: Any, hardware: Any) -> tuple[ComputeDAG, Any]:
-    if isinstance(dag_or_task, ComputeDAG):
-        return dag_or_task, hardware
-    dag = getattr(dag_or_task, "compute_dag", None) or getattr(dag_or_task, "dag", None)
-    if not isinstance(dag, ComputeDAG):
-        raise TypeError(
-            f"generate_sketches needs a ComputeDAG or a task with one, got {dag_or_task!r}"
-        )
-    if hardware is None:
-        hardware = getattr(dag_or_task, "hardware_params", None)
-    return dag, hardware
-
-
 def sketch_context(
     hardware: HardwareParams | None = None, params: SketchParams | None = None
 ) -> SketchContext:
@@ -40,14 +27,12 @@ def sketch_context(
 
 
 def generate_sketches(
-    dag_or_task: Any, hardware: Any = None, params: SketchParams | None = None
+    dag: ComputeDAG, hardware: HardwareParams | None = None, params: SketchParams | None = None
 ) -> list[State]:
-    """The sketches of a DAG (or of a task's DAG) for a GPU: States whose split lengths are
-    None. Deterministic: the same DAG gives the same sketches in the same order. Given a task
-    and no `params`, the task's `allow_tf32` option is kept."""
-    if params is None:
-        params = SketchParams.for_task(dag_or_task)
-    dag, hardware = _dag_and_hardware(dag_or_task, hardware)
+    """The sketches of a DAG for a GPU: States whose split lengths are None. Deterministic: the
+    same DAG gives the same sketches in the same order. A task's sketches, with its options:
+    `generate_sketches(task.compute_dag, task.hardware_params, SketchParams.for_task(task))`,
+    which `autosched.generate_sketches(task)` (`compat.generate_sketches`) spells shorter."""
     return generate(dag.get_init_state(), sketch_context(hardware, params), GPU_RULES)
 
 

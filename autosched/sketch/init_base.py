@@ -1,19 +1,16 @@
 """The interface of the init rules (random annotation): `InitRule` and the `InitContext` it
-reads. A module of its own so that init_rules.py and tensor_core_init.py (which init_rules.py
-imports) both subclass it."""
+reads. A module of its own so that init_rules.py, tensor_core_init.py and shared_padding.py
+(which init_rules.py imports) all subclass it."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from autosched.schedule.loop_state import State
-from autosched.sketch.utils import SketchParams
+from autosched.sketch.params import SketchParams
+from autosched.sketch.plan import SketchPlan
 from measure.hardware import HardwareParams
-
-if TYPE_CHECKING:  # plan.py imports tensor_core_init.py, which imports this module
-    from autosched.sketch.plan import SketchPlan
 
 
 @dataclass
@@ -29,6 +26,8 @@ class InitRule:
     """One random-annotation rule: state in, state out (or `Rejected`)."""
 
     def apply(self, ctx: InitContext, plan: SketchPlan, state: State, rng: random.Random) -> State:
+        """The state with this rule's random decisions made; raises `Rejected` (validity.py)
+        when the rule cannot make a valid one."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -30,22 +30,17 @@ import random
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
+from autosched.sketch.stage_steps import split_at
 from autosched.sketch.tensor_core_init import (
     FillTensorCore,
     reserved_stages,
     tensor_core_unroll_options,
 )
-from autosched.sketch.utils import (
-    factorization_schemes,
-    has_cross_thread_reduction,
-    has_reduce_iter,
-    is_inlined,
-    pick,
-    tiling_extents,
-)
+from autosched.sketch.utils import has_cross_thread_reduction, has_reduce_iter, is_inlined
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 
@@ -130,8 +125,6 @@ class FillTileSize(InitRule):
         rng.shuffle(order)
         vthread, threads = hw.max_vthread_extent, hw.max_threads_per_block
         local, have = self.local_budget(ctx, steps, g), 1
-        if p.spread_accumulators:
-            local = self.drawn_cap(local, rng)
         out: list = [None] * len(ids)
         for n, a in enumerate(order):
             step = steps[ids[a]]
@@ -166,14 +159,6 @@ class FillTileSize(InitRule):
         outputs = math.prod(steps[k].extent for k in g.spatial_ids)
         return max(1, min(p.max_local_elems, outputs // wanted))
 
-    @staticmethod
-    def drawn_cap(budget: int, rng: random.Random) -> int:
-        """A cap on a thread's accumulators, drawn uniformly from the budget and its half,
-        quarter and eighth (none below 8 unless the budget is), so that fresh samples spread
-        over per-thread tile sizes instead of crowding at the budget."""
-        caps = sorted({budget >> k for k in range(4) if budget >> k >= min(budget, 8)})
-        return caps[rng.randrange(len(caps))] if len(caps) > 1 else budget
-
     def check_group(self, ctx: InitContext, g: TileGroup, sp: list, rd: list) -> Reason | None:
         hw, params = ctx.hardware, ctx.params
         vthread = math.prod(lens[0] for lens in sp)
@@ -200,21 +185,22 @@ class FillTileSize(InitRule):
     def fill(self, ctx: InitContext, plan: SketchPlan, rng: random.Random) -> list:
         steps = list(plan.sketch.steps)
         for g in plan.groups:
-            rd_opts = [self.options(ctx, steps[k], False) for k in g.reduce_ids]
-            reason = None
+            rd_opts = [self.options(ctx, split_at(steps, k), False) for k in g.reduce_ids]
+            reason = Reason.NO_OPTION
             for _ in range(ctx.params.tile_retries):
                 sp = self.draw_spatial(ctx, steps, g, rng)
                 rd = [pick(o, rng) for o in rd_opts]
-                reason = self.check_group(ctx, g, sp, rd) if sp is not None else Reason.NO_OPTION
-                if reason is None:
+                broken = self.check_group(ctx, g, sp, rd) if sp is not None else Reason.NO_OPTION
+                if broken is None:
                     break
+                reason = broken
             else:
                 raise Rejected(tile_sizes(reason))
             for k, lens in zip(g.spatial_ids + g.reduce_ids, sp + rd, strict=True):
-                s = steps[k]
+                s = split_at(steps, k)
                 steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lens, s.inner_to_outer)
         for k in plan.unknown:
-            s = steps[k]
+            s = split_at(steps, k)
             if k in plan.cross_thread:
                 hw = ctx.hardware
                 lengths = (
@@ -350,9 +336,8 @@ class AutoUnroll(InitRule):
     For a tiled stage only the configs whose unrolled inner loops fit in the registers are
     drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
     plus the operand tiles of that nest must fit in what ptxas can give a thread (a larger
-    unroll spills: measured on the suite, e.g. a 224-step dense nest reaches 255 registers).
-    The estimate is an upper bound that rejects many depths which compile clean; with
-    `unroll_over_budget_probability` a stage draws from every config instead."""
+    unroll spills).
+    The estimate is an upper bound that rejects some depths which compile clean."""
 
     def apply(self, ctx, plan, state, rng):
         configs = ctx.params.auto_unroll_configs
@@ -365,19 +350,12 @@ class AutoUnroll(InitRule):
             if i in tensor_core:
                 tc_configs = ctx.params.tensor_core_unroll_configs
                 options = tensor_core_unroll_options(ctx, tensor_core[i], state, tc_configs)
-            elif i in tiled and not self.ignores_budget(ctx, rng):
+            elif i in tiled:
                 regs = self.unrolled_registers(tiled[i], state)
                 budget = self.budget(ctx, tiled[i], state)
                 options = tuple(c for c in configs if regs(c) <= budget) or (0,)
             state = state.pragma(i, 0, "auto_unroll_max_step", pick(options, rng))
         return state
-
-    @staticmethod
-    def ignores_budget(ctx: InitContext, rng: random.Random) -> bool:
-        """Whether this draw skips the register estimate (no random number is drawn when the
-        probability is 0, so the defaults sample what they always sampled)."""
-        p = ctx.params.unroll_over_budget_probability
-        return p > 0 and rng.random() < p
 
     @staticmethod
     def unrolled_registers(g: TileGroup, state: State):
@@ -390,8 +368,8 @@ class AutoUnroll(InitRule):
         thread inside the unrolled loops, so the registers are all virtual threads': every
         accumulator, and the operand tiles of every copy (axis a's tile repeated vthread_a
         times, thread_a x S3_a x S4_a apart)."""
-        sp = [state.steps[k].lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
-        rd = [state.steps[k].lengths for k in g.reduce_ids]  # (R1, R2)
+        sp = [split_at(state.steps, k).lengths for k in g.spatial_ids]  # (vthread, thread, S3, S4)
+        rd = [split_at(state.steps, k).lengths for k in g.reduce_ids]  # (R1, R2)
         local = math.prod(lens[2] * lens[3] for lens in sp)  # one virtual thread's
         r1, r2 = math.prod(lens[0] for lens in rd), math.prod(lens[1] for lens in rd)
         chunks = [(lens[0], lens[1] * lens[2] * lens[3]) for lens in sp] + [(1, 0) for _ in rd]
@@ -421,7 +399,7 @@ class AutoUnroll(InitRule):
 
     @staticmethod
     def budget(ctx, g: TileGroup, state: State) -> int:
-        threads = math.prod(state.steps[k].lengths[1] for k in g.spatial_ids)
+        threads = math.prod(split_at(state.steps, k).lengths[1] for k in g.spatial_ids)
         return ctx.hardware.registers_per_thread_limit(threads)
 
 

@@ -3,7 +3,7 @@
 `make_plan` finds a sketch's unknown splits, its multi-level tiled stages (`TileGroup`: their
 splits and the smallest thread count they may use) and, per tiled stage, how each shared-memory
 cache's tile grows with the tile sizes (`Footprint`), and its Tensor Core stages
-(tensor_core_init.py), so that the init rules can check a draw of
+(tensor_core_plan.py), so that the init rules can check a draw of
 tile sizes against the GPU's limits without lowering.
 """
 
@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 
 from autosched.lower.arith import to_affine
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
-from autosched.schedule.steps import SplitStep
-from autosched.sketch.tensor_core_init import TensorCoreGroup, tensor_core_groups
+from autosched.schedule.stage import REDUCE, SPATIAL
+from autosched.schedule.steps import FollowSplitStep, SplitStep
+from autosched.sketch.params import SketchParams
+from autosched.sketch.stage_steps import split_at, split_step_ids, splitting_steps
+from autosched.sketch.tensor_core_plan import TensorCoreGroup, tensor_core_groups
 from autosched.sketch.utils import (
-    SketchParams,
-    cross_thread_splits,
+    attach_target,
     is_inlined,
     needs_multi_level_tiling,
-    split_step_ids,
+    spatial_and_reduce_length,
 )
 from autosched.te.dtype import BYTES
 from autosched.te.expr import IterVar, Load
@@ -52,9 +53,10 @@ class Footprint:
             best = 1
             for read in self.reads:
                 span = sum(abs(c) * (tile[p] - 1) for c, p in read[d]) + 1
-                for c, p in read[d] if chunks else ():
-                    count, gap = chunks[p]
-                    span += (count - 1) * min(abs(c) * gap, span)
+                if chunks:
+                    for c, p in read[d]:
+                        count, gap = chunks[p]
+                        span += (count - 1) * min(abs(c) * gap, span)
                 best = max(best, span)
             out.append(min(best, extent))
         return out
@@ -95,14 +97,15 @@ class SketchPlan:
 
 def _footprint(state: State, t: int, cache: int) -> Footprint | None:
     tiled, cached = state.stages[t], state.stages[cache]
-    body = cached.op.body
+    body = cached.compute_op.body
     if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
         return None
     src = body.buffer.op
-    axes = list(tiled.op.axis) + list(tiled.op.reduce_axis)
+    op = tiled.compute_op
+    axes = list(op.axis) + list(op.reduce_axis)
     pos = {id(a): p for p, a in enumerate(axes)}
     reads = []
-    for node in walk(tiled.op.body):
+    for node in walk(op.body):
         if isinstance(node, Load) and isinstance(node.buffer, Tensor) and node.buffer.op is src:
             dims = []
             for idx in node.indices:
@@ -118,6 +121,25 @@ def _footprint(state: State, t: int, cache: int) -> Footprint | None:
     return Footprint(cache, tuple(body.buffer.shape), BYTES.get(cached.op.dtype, 4), reads)
 
 
+def cross_thread_splits(state: State) -> dict[int, int]:
+    """SplitStep id -> reduction length, for each split that sets the thread count of a
+    cross-thread reduction: the split of a reduction iterator whose inner part is bound to
+    threadIdx.x, or the split such a reduction follows (its consumer's)."""
+    out: dict[int, int] = {}
+    for i, stage in enumerate(state.stages):
+        bound = {
+            it.name for it in stage.iters if it.kind == REDUCE and it.annotation == "threadIdx.x"
+        }
+        for k, rel in splitting_steps(state, i):
+            if rel.children[-1] not in bound:
+                continue
+            step = state.steps[k]
+            src = step.src_step_id if isinstance(step, FollowSplitStep) else k
+            if isinstance(state.steps[src], SplitStep):
+                out[src] = max(out.get(src, 0), spatial_and_reduce_length(stage)[1])
+    return out
+
+
 def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> SketchPlan:
     """Analyse a sketch once: its unknown splits and tiled stages."""
     groups: list[TileGroup] = []
@@ -127,11 +149,10 @@ def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> 
             continue
         sp = split_step_ids(sketch, t, SPATIAL)
         rd = split_step_ids(sketch, t, REDUCE)
-        if not sp or len(sketch.steps[sp[0]].lengths) != params.n_spatial_levels - 1:
+        if not sp or len(split_at(sketch.steps, sp[0]).lengths) != params.n_spatial_levels - 1:
             continue  # not multi-level tiled (e.g. a cross-thread reduction)
-        root = stage.attach[0] if stage.compute_at == ATTACHED else t
-        total = math.prod(it.extent for it in stage.root_iters if it.kind == SPATIAL)
-        group = TileGroup(t, root, sp, rd, min(hardware.warp_size, total))
+        total = spatial_and_reduce_length(stage)[0]
+        group = TileGroup(t, attach_target(sketch, t), sp, rd, min(hardware.warp_size, total))
         for c, other in enumerate(sketch.stages):
             if other.scope == "shared" and other.attach is not None and other.attach[0] == t:
                 fp = _footprint(sketch, t, c)
@@ -150,4 +171,4 @@ def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> 
     return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch), tensor_core)
 
 
-__all__ = ["Footprint", "SketchPlan", "TileGroup", "make_plan"]
+__all__ = ["Footprint", "SketchPlan", "TileGroup", "cross_thread_splits", "make_plan"]

@@ -18,11 +18,13 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
+from autosched.sketch.params import SketchParams
+from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
 from autosched.sketch.utils import (
-    SketchParams,
     common_outer_iters,
     consumers,
     direct_producers,
@@ -32,11 +34,9 @@ from autosched.sketch.utils import (
     is_inlined,
     is_output,
     is_tiled,
-    level_names,
     needs_multi_level_tiling,
     single_consumer_root,
     spatial_and_reduce_length,
-    split_step_ids,
 )
 from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams
@@ -328,6 +328,8 @@ class MultiLevelTilingTensorCore(SketchRule):
 
     def apply(self, ctx, state, i):
         found = match_tensor_core(state, i, ctx.params.allow_tf32)
+        if found is None:
+            raise ScheduleError(f"stage {state.stages[i].name!r} is not a Tensor Core product")
         return [build_tensor_core_sketch(state, i, found)]
 
 

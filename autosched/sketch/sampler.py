@@ -20,8 +20,8 @@ import numpy as np
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
 from autosched.sketch.init_rules import GPU_INIT_RULES, InitContext, InitRule
+from autosched.sketch.params import SketchParams
 from autosched.sketch.plan import make_plan
-from autosched.sketch.utils import SketchParams
 from autosched.sketch.validity import (
     Reason,
     Rejected,

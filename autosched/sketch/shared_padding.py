@@ -43,10 +43,10 @@ import random
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.steps import StorageAlignStep, replay
+from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.plan import Footprint, SketchPlan, TileGroup
-from autosched.sketch.tensor_core_init import fetch_vector
-from autosched.sketch.utils import pick
+from autosched.sketch.stage_steps import fetch_vector, split_at
 
 # bytes added to each shared row -> weight of the draw (see the module docstring): 16 bytes keep
 # every vector and wide shared load aligned, so they are the likelier; storage_align's factor
@@ -58,7 +58,7 @@ def block_tile(state: State, g: TileGroup) -> list[int]:
     """The tiled stage's tile per root axis (spatial, then reduction) in the loop its shared
     caches are computed at, as `Footprint` indexes them: the block's spatial tiles and the
     inner reduction tile."""
-    return [math.prod(state.steps[k].lengths) for k in g.spatial_ids + g.reduce_ids]
+    return [math.prod(split_at(state.steps, k).lengths) for k in g.spatial_ids + g.reduce_ids]
 
 
 def row_length(fp: Footprint, tile: list[int]) -> int:
@@ -97,7 +97,7 @@ class SharedPadding(InitRule):
         pad fits its rows, its fetch's vectors and `room` (bytes left), or not drawn."""
         c = fp.cache
         stage = state.stages[c]
-        axes = [a.name for a in stage.op.axis]
+        axes = [a.name for a in stage.axes]
         names = [it.name for it in plan.sketch.stages[c].iters]
         if len(axes) < 2 or stage.storage_align is not None or axes[-2] not in names:
             return None

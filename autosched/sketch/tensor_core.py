@@ -33,13 +33,8 @@ from dataclasses import dataclass, replace
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT
-from autosched.sketch.utils import (
-    elementwise_matched_consumer,
-    is_inlined,
-    is_output,
-    is_tiled,
-    level_names,
-)
+from autosched.sketch.stage_steps import level_names
+from autosched.sketch.utils import elementwise_matched_consumer, is_inlined, is_output, is_tiled
 from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import BinOp, Cast, IterVar, Load, Reduce
 from autosched.te.reduce import sum_reducer
@@ -144,9 +139,17 @@ def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorC
     )
     if m is None or n is None or k is None:
         return None
+    a_m, a_k, b_k, b_n = (
+        _direct_dim(la, m),
+        _direct_dim(la, k),
+        _direct_dim(lb, k),
+        _direct_dim(lb, n),
+    )
+    if a_m is None or a_k is None or b_k is None or b_n is None:  # the predicates found them
+        return None
     kt = ir.operand_k(la.buffer.dtype)
-    a = Operand(la.buffer.op, (_direct_dim(la, m), _direct_dim(la, k)), len(la.indices), (MMA, kt))
-    b = Operand(lb.buffer.op, (_direct_dim(lb, k), _direct_dim(lb, n)), len(lb.indices), (kt, MMA))
+    a = Operand(la.buffer.op, (a_m, a_k), len(la.indices), (MMA, kt))
+    b = Operand(lb.buffer.op, (b_k, b_n), len(lb.indices), (kt, MMA))
     return TensorCoreMatch(m.name, n.name, k.name, a, b, kt)
 
 
@@ -235,7 +238,7 @@ def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[Stat
 def _padded_output(state: State, i: int, mt: TensorCoreMatch) -> bool:
     """Whether stage i's M or N extent is not a multiple of 16: its whole output tiles run past
     the tensor's edge, so they cannot be stored to it by the warp (`_stage_output`)."""
-    return any(a.extent % MMA for a in state.stages[i].op.axis if a.name in (mt.m, mt.n))
+    return any(a.extent % MMA for a in state.stages[i].axes if a.name in (mt.m, mt.n))
 
 
 def _stage_output(state: State, c: str, acc: str, mt: TensorCoreMatch):
@@ -243,7 +246,7 @@ def _stage_output(state: State, c: str, acc: str, mt: TensorCoreMatch):
     `c`, the copy-out, reads: `c` then stores element by element, guarded at the tensor's edge,
     like an epilogue. Returns (state, the shared copy's name, the match in its axis names)."""
     state = state.cache_read(acc, "shared", [c])
-    dims = {a.name: f"ax{d}" for d, a in enumerate(state[c].op.axis)}
+    dims = {a.name: f"ax{d}" for d, a in enumerate(state[c].axes)}
     return state, f"{acc}.shared", replace(mt, m=dims[mt.m], n=dims[mt.n])
 
 

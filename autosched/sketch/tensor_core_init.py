@@ -1,10 +1,8 @@
 """Random annotation of Tensor Core sketches (tensor_core.py): an init rule (`InitRule`,
 init_base.py), run after FillTileSize and before ThreadBind.
 
-`tensor_core_groups(sketch)` finds, once per sketch, each Tensor Core stage's unknown splits:
-the copy-out stage's M and N splits [warps, repeats, 16] and the accumulator's K split
-[chunk, 16]. `make_plan` keeps them from FillTileSize and ThreadBind leaves the kernel's root
-alone. `FillTensorCore` then draws, per group:
+The plan's Tensor Core groups (tensor_core_plan.py) hold each Tensor Core stage's unknown
+splits; `FillTensorCore` draws, per group:
 
   warps      the block's warps, 2, 4 or 8 (4 and 8 twice as likely: fewer warps leave the
              SM's Tensor Cores idle), split between M and N; 1 only where no other count fits
@@ -34,16 +32,20 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from autosched.lower import ir
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.factorization import divisors, pick
 from autosched.sketch.init_base import InitRule
+from autosched.sketch.stage_steps import fetch_vector, split_at
 from autosched.sketch.tensor_core import MMA
-from autosched.sketch.utils import divisors, next_annotates, pick, split_step_ids
+from autosched.sketch.tensor_core_plan import (
+    MATRIX_AXES,
+    TensorCoreGroup,
+    padded_tiles,
+    tensor_core_groups,
+)
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
-from autosched.te.expr import Load
 from measure.hardware import HardwareParams
 
 # the block's warps -> weight of the draw (see the module docstring); 1 is the fallback
@@ -64,112 +66,6 @@ MAX_CHUNK = 8  # 16-wide K steps per shared tile
 VECTOR_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 4}
 # bytes added to each shared row -> weight of the draw; storage_align's factor is twice it
 PAD_WEIGHTS = {0: 1, 16: 3}
-# the matrix axes of a fragment's (row, col) dimensions, by its scope
-MATRIX_AXES = {"wmma.matrix_a": ("m", "k"), "wmma.matrix_b": ("k", "n")}
-
-
-@dataclass(frozen=True)
-class TensorCoreGroup:
-    """One Tensor Core stage of a sketch: its stages, its unknown splits and what the draws
-    must fit (extents in 16-wide tiles, operand element bytes)."""
-
-    root: int  # the kernel's root stage (the epilogue, or the copy-out stage)
-    store: int  # the copy-out stage (tensorized store)
-    acc: int  # the accumulator stage
-    m_split: int  # step ids
-    n_split: int
-    k_split: int
-    shared: tuple[int, ...]  # the shared operand stages, fetched cooperatively
-    roles: tuple[str, ...]  # per shared stage: the scope of the fragment it feeds
-    row_axes: tuple[str | None, ...]  # per shared stage: the matrix axis of its last dimension
-    tiles: tuple[int, int, int]  # M / 16, N / 16, K / 16 (`padded_tiles`)
-    operand_bytes: int
-    epilogue: bool  # the accumulators reach the output through shared memory
-    k_tile: int = MMA  # the wmma shape's K (8 for TF32): the inner length of the K split
-    held: tuple[int, int] = (0, 0)  # M, N tiles that hold elements: extent / 16 rounded up
-
-    @property
-    def split_ids(self) -> tuple[int, int, int]:
-        return (self.m_split, self.n_split, self.k_split)
-
-    @property
-    def vector_ok(self) -> tuple[bool, ...]:
-        """Per shared stage: its rows are contiguous runs of 16 (a 16-tiled last dimension),
-        which vectors and row padding fit."""
-        return tuple(a is not None for a in self.row_axes)
-
-
-def _unknown_splits(sketch: State, i: int, kind: str) -> list[int]:
-    return [k for k in split_step_ids(sketch, i, kind) if None in sketch.steps[k].lengths]
-
-
-def _fragment_of(sketch: State, shared: int):
-    """The fragment stage that reads shared stage `shared`."""
-    op = sketch.stages[shared].op
-    for s in sketch.stages:
-        body = getattr(s.op, "body", None)
-        if isinstance(body, Load) and getattr(body.buffer, "op", None) is op:
-            return s
-    return None
-
-
-def _row_axis(sketch: State, shared: int) -> str | None:
-    """The matrix axis ("m", "n" or "k") held by shared stage `shared`'s last dimension, from
-    the fragment stage reading it (its two innermost iterators are the 16s of its row and
-    column dimensions); None when the last dimension is not one of them."""
-    frag = _fragment_of(sketch, shared)
-    if frag is None or frag.scope not in MATRIX_AXES:
-        return None
-    dims = [it.name.removesuffix("_i") for it in frag.iters[-2:]]
-    last = f"ax{len(sketch.stages[shared].op.axis) - 1}"
-    return dict(zip(dims, MATRIX_AXES[frag.scope], strict=True)).get(last)
-
-
-def padded_tiles(extent: int) -> int:
-    """The 16-wide tiles an axis is drawn for: extent / 16, or for an extent that is not a
-    multiple of 16 (a padded axis: whole tiles past its edge) its next even number of tiles,
-    so that 2, 4 or 8 warps and repeats still divide it (1000 -> 64, not the 63 of 1008)."""
-    tiles = -(-extent // MMA)
-    return tiles if extent % MMA == 0 else tiles + tiles % 2
-
-
-def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
-    """The Tensor Core stages of a sketch (empty for every other sketch)."""
-    out = []
-    for acc, stage in enumerate(sketch.stages):
-        if stage.scope != ir.ACCUMULATOR_SCOPE or stage.attach is None:
-            continue
-        store = stage.attach[0]
-        st = sketch.stages[store]
-        root = st.attach[0] if st.compute_at == ATTACHED else store
-        sp, rd = _unknown_splits(sketch, store, SPATIAL), _unknown_splits(sketch, acc, REDUCE)
-        if len(sp) != 2 or len(rd) != 1:
-            continue
-        shared = tuple(
-            c
-            for c, s in enumerate(sketch.stages)
-            if s.scope == "shared" and s.attach is not None and s.attach[0] == acc
-        )
-        steps = sketch.steps
-        out.append(
-            TensorCoreGroup(
-                root=root,
-                store=store,
-                acc=acc,
-                m_split=sp[0],
-                n_split=sp[1],
-                k_split=rd[0],
-                shared=shared,
-                roles=tuple(_fragment_of(sketch, c).scope for c in shared),
-                row_axes=tuple(_row_axis(sketch, c) for c in shared),
-                tiles=tuple(padded_tiles(steps[k].extent) for k in (*sp, rd[0])),
-                operand_bytes=max((BYTES[sketch.stages[c].op.dtype] for c in shared), default=2),
-                epilogue=root != store,
-                k_tile=steps[rd[0]].lengths[-1],
-                held=tuple(-(-steps[k].extent // MMA) for k in sp),
-            )
-        )
-    return out
 
 
 def fragment_registers(rm: int, rn: int) -> int:
@@ -284,7 +180,7 @@ class FillTensorCore(InitRule):
         a multiple of 2 * pad elements (16-wide tiles of halves)."""
         if not pad:
             return state
-        return state.storage_align(c, len(state.stages[c].op.axis) - 2, 2 * pad, pad)
+        return state.storage_align(c, len(state.stages[c].axes) - 2, 2 * pad, pad)
 
     def fetch(self, ctx, state: State, g: TensorCoreGroup, c: int, vector_ok: bool, rng) -> State:
         """All threads copy shared stage c: fused, split into vectors, a warp's lanes (threadIdx.x)
@@ -321,26 +217,13 @@ class FillTensorCore(InitRule):
         return state
 
 
-def fetch_vector(state: State, c: int) -> int:
-    """The vector width of shared stage c's cooperative fetch (1 before there is one)."""
-    steps = state.steps
-    for k, s in enumerate(steps):
-        if (
-            isinstance(s, SplitStep)
-            and s.stage_id == c
-            and next_annotates(steps, k, s, "vectorize")
-        ):
-            return s.lengths[0]
-    return 1
-
-
 def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -> tuple:
     """The auto_unroll_max_step configs for a Tensor Core accumulator whose unrolled loops
     fit in the fragments' share of a thread's registers: its accumulator and operand
     fragments, plus, where the
     cooperative fetch loop unrolls (its trips at most max_step), one register per loaded
     vector word: nvcc hoists the unrolled global loads into registers."""
-    (wm, rm, _), (wn, rn, _), (chunk, _) = (state.steps[k].lengths for k in g.split_ids)
+    (wm, rm, _), (wn, rn, _), (chunk, _) = (split_at(state.steps, k).lengths for k in g.split_ids)
     threads = wm * wn * ctx.hardware.warp_size
     budget = fragment_register_budget(ctx.hardware, threads)
     fixed = fragment_registers(rm, rn)
@@ -364,12 +247,15 @@ def reserved_stages(groups: list[TensorCoreGroup]) -> frozenset[int]:
 
 
 __all__ = [
+    # the plan's groups (tensor_core_plan.py), kept importable from here
+    "MATRIX_AXES",
+    "TensorCoreGroup",
+    "padded_tiles",
+    "tensor_core_groups",
+    "fetch_vector",  # stage_steps.py
     "FillTensorCore",
-    "fetch_vector",
     "fragment_registers",
     "TensorCoreDraw",
-    "TensorCoreGroup",
     "reserved_stages",
     "tensor_core_unroll_options",
-    "tensor_core_groups",
 ]

@@ -19,15 +19,15 @@ from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
 from autosched.lower.lowering import lower
 from autosched.schedule.loop_state import State
-from autosched.sketch.utils import SketchParams
+from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
 log = logging.getLogger(__name__)
 
 
-class Reason(enum.StrEnum):
-    """Why a candidate is invalid."""
+class Reason(str, enum.Enum):
+    """Why a candidate is invalid. A string: it prints, formats and counts as its value."""
 
     SCHEDULE_ERROR = "schedule_error"  # a step does not apply (replay, an init rule)
     LOWERING_ERROR = "lowering_error"  # the state does not lower to a loop nest
@@ -43,6 +43,12 @@ class Reason(enum.StrEnum):
     NO_SPATIAL_LOOP = "no_spatial_loop"  # a root stage with nothing to bind to threads
     DUPLICATE = "duplicate"  # a state the sampler drew before
     INTERNAL_ERROR = "internal_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 def tile_sizes(reason: Reason) -> str:
@@ -97,8 +103,7 @@ def vector_bytes(s: ir.Stmt) -> int:
 
 # what a store to global memory counts for in `unrolled_statements`: an unrolled loop of them
 # (a reduction accumulating in global memory, softmax's sums) compiles far slower than one of
-# register updates, and such builds were what passed the compile limit (the measurements are
-# in benchmarks/results/2026-11-23_56f1a10_h100/note.md)
+# register updates, and such builds were what passed the compile limit
 GLOBAL_STORE_STATEMENTS = 2
 
 

@@ -75,11 +75,12 @@ def _get_loops(sch, *, block):
 def _split(sch, *, loop, factors):
     stage, (pos,) = _positions(sch, [loop])
     values = [None if f is None else sch.value(f) for f in factors]
-    if None in values[1:]:
+    inner = [v for v in values[1:] if v is not None]
+    if len(inner) < len(values) - 1:
         raise ScheduleError("split: only the outermost factor may be None (inferred)")
     extent = sch.state[stage].iters[pos].extent
     product = 1
-    for v in values[1:]:
+    for v in inner:
         product *= v
     if values[0] is not None and product * values[0] != extent:
         raise ScheduleError(f"split: factors {values} do not multiply to the extent {extent}")

@@ -7,6 +7,7 @@ batch stays random, so that the model keeps seeing configs it would not pick.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -78,11 +79,11 @@ class XGBTuner(Tuner):
         out += self.rng.sample(rest, min(n_random, len(rest)))
         return out
 
-    def update(self, indices, results) -> None:
+    def update(self, indices: Sequence[int], costs: Sequence[float]) -> None:
         feats, tps = [], []
-        for index, res in zip(indices, results, strict=True):
-            cost = res.mean_cost if res.ok else float("inf")
+        for index, cost in zip(indices, costs, strict=True):
+            ok = math.isfinite(cost)
             self.costs[index] = cost
-            feats.append(self._features(index) if res.ok else None)
-            tps.append(self.flop / cost / 1e9 if res.ok and cost > 0 else 0.0)
+            feats.append(self._features(index) if ok else None)
+            tps.append(self.flop / cost / 1e9 if ok and cost > 0 else 0.0)
         self.model.update(feats, np.asarray(tps, dtype=np.float64))

@@ -25,7 +25,7 @@ def perfect_tilings(extent: int, n: int, max_innermost: int) -> tuple[tuple[int,
     innermost factor is at most `max_innermost` (0: no limit)."""
     if n == 1:
         return ((extent,),) if not max_innermost or extent <= max_innermost else ()
-    out = []
+    out: list[tuple[int, ...]] = []
     for d in range(1, extent + 1):
         if extent % d == 0:
             out.extend((d,) + rest for rest in perfect_tilings(extent // d, n - 1, max_innermost))
@@ -72,6 +72,7 @@ def other_decision(rng: random.Random, kind: str, decision, attrs: dict, context
     """A different decision for the same sampler, or None when it has no other choice.
     `context` is what the sampler saw: the loop extent (perfect tile) or the number of
     candidates (categorical, compute location)."""
+    others: list[list[int]] | list[int]
     if kind == "sample_perfect_tile":
         options = perfect_tilings(context, attrs["n"], attrs["max_innermost_factor"])
         others = [list(t) for t in options if list(t) != list(decision)]

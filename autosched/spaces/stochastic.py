@@ -21,7 +21,7 @@ so a trace replays with changed decisions. Every call runs a registered instruct
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autosched.errors import ScheduleError
@@ -169,6 +169,10 @@ class Schedule:
 
     def _as_block(self, block: BlockRV | str) -> BlockRV:
         return self.get_block(block) if isinstance(block, str) else block
+
+
+# A user's stochastic schedule function: it samples its decisions and transforms `sch` in place.
+ScheduleFunction = Callable[[Schedule], object]
 
 
 def _remap(value: Any, rvs: dict[int, Any]) -> Any:

@@ -1,12 +1,11 @@
 """Searching a user's stochastic schedule function `fn(sch)`: random search, and an evolutionary
 search that mutates one sampler's decision at a time, ranked by the cost model.
 
-TraceSearchPolicy has the policy interface the tuning loop (search.auto_schedule.run_trials)
-drives: `search_one_round(n)` hands out new States, `add_measured`, `update_model`,
-`best_state`. So measuring, the record log (RecordToFile callbacks) and the best-kernel build
-are the same as for the sketch search; `tune(task, space=fn)` wires it up, and
-`tune(task, space="auto")` runs the sketch search itself. `WithTraces` makes the records carry
-the trace of each state, and `PreloadMeasuredTraces` resumes a search from such a log.
+TraceSearchPolicy is a `search.protocols.SearchPolicy`, driven by the tuning loop of
+search.auto_schedule, so measuring, the record log (RecordToFile callbacks) and the best-kernel
+build are the same as for the sketch search; `tune_space(task, fn)` wires it up. `WithTraces`
+makes the records carry the trace of each state, and `PreloadMeasuredTraces` resumes a search
+from such a log.
 """
 
 from __future__ import annotations
@@ -15,17 +14,24 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.features import state_features
-from autosched.search.cost_model import XGBModel, throughput
+from autosched.search.cost_model import XGBModel, train_on_measured
 from autosched.search.params import check_settings
-from autosched.search.policy import PreloadMeasuredStates, as_records, logged_records
+from autosched.search.policy import LogCallback, as_records, logged_records
+from autosched.search.protocols import MeasureCallback
 from autosched.spaces.samplers import other_decision
-from autosched.spaces.stochastic import Schedule, replay
+from autosched.spaces.stochastic import Schedule, ScheduleFunction, replay
 from autosched.spaces.trace import Trace
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
+    from autosched.task.search_task import SearchTask
+    from costmodel import CostModel
 
 
 @dataclass(frozen=True)
@@ -52,34 +58,35 @@ class TraceSearchParams:
 
 
 class TraceSearchPolicy:
-    """Searches the States that `fn` makes; dedupes by State key, never hands one out twice.
-    `init_search_callbacks(policy)` run once at the start (e.g. PreloadMeasuredTraces)."""
+    """Searches the States that `fn` makes (a `protocols.SearchPolicy`); dedupes by State key,
+    never hands one out twice. `init_search_callbacks(policy)` run once at the start (e.g.
+    PreloadMeasuredTraces)."""
 
     def __init__(
         self,
-        task,
-        fn,
+        task: SearchTask,
+        fn: ScheduleFunction,
         params: TraceSearchParams | None = None,
-        model=None,
-        init_search_callbacks: Sequence[Callable] = (),
+        model: CostModel | None = None,
+        init_search_callbacks: Sequence[Callable[[TraceSearchPolicy], None]] = (),
     ) -> None:
         self.task = task
         self.fn = fn
         self.params = params or TraceSearchParams()
         self.rng = random.Random(self.params.seed)
-        self.cost_model = model if model is not None else XGBModel(nthread=1, seed=0)
+        self.cost_model: CostModel = model if model is not None else XGBModel(nthread=1, seed=0)
         self.measured: dict[tuple, float] = {}
         self.schedules: dict[tuple, Schedule] = {}  # state key -> a schedule that makes it
         self.picked: set[tuple] = set()
         self._features: dict[tuple, np.ndarray | None] = {}
         self.failures = 0  # fn runs or replays that raised
+        self.last_round: dict[str, float] = {}  # kept empty: a round here is not broken down
         for cb in init_search_callbacks:
             cb(self)
 
     # ---- making schedules --------------------------------------------------------------------
-    def _keep(self, sch: Schedule | None) -> Schedule | None:
-        if sch is None:
-            return None
+    def _keep(self, sch: Schedule) -> Schedule:
+        """The schedule kept for `sch`'s State (the first that made it)."""
         return self.schedules.setdefault(sch.state.key(), sch)
 
     def sample(self, n: int) -> list[Schedule]:
@@ -143,7 +150,7 @@ class TraceSearchPolicy:
         return [k for k in self.rank(list(pool)) if k not in self.picked][:n]
 
     # ---- the policy interface ----------------------------------------------------------------
-    def search_one_round(self, n: int) -> list:
+    def search_one_round(self, n: int) -> list[State]:
         """n new States to measure (fewer when the space runs dry)."""
         n_random = n if not self.params.evolutionary or not self.measured else 0
         n_random = max(n_random, round(n * self.params.eps_random))
@@ -154,7 +161,8 @@ class TraceSearchPolicy:
         self.picked.update(keys)
         return [self.schedules[k].state for k in keys]
 
-    def add_measured(self, state, cost: float) -> None:
+    def add_measured(self, state: State, cost: float) -> None:
+        """Record a measured State's mean cost (inf for a failure)."""
         self.measured[state.key()] = cost
         self.picked.add(state.key())
 
@@ -185,24 +193,18 @@ class TraceSearchPolicy:
         ok = sorted((c, key) for key, c in self.measured.items() if math.isfinite(c))
         return [key for _, key in ok[:k] if key in self.schedules]
 
-    def best_state(self):
+    def best_state(self) -> tuple[float, State] | None:
         """(cost, State) of the fastest measured state, or None."""
         best = self.best_measured(1)
         return (self.measured[best[0]], self.schedules[best[0]].state) if best else None
 
-    def update_model(self, states: list, costs: list[float]) -> None:
+    def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
         """Train the cost model on a measured batch (lowerable states only)."""
-        flop = self.task.compute_dag.flop_count
-        pairs = [(self.features(s.key()), c) for s, c in zip(states, costs, strict=True)]
-        pairs = [(f, c) for f, c in pairs if f is not None]
-        if pairs:
-            self.cost_model.update(
-                [f for f, _ in pairs],
-                np.array([throughput(flop, c) for _, c in pairs]),
-                task_ids=[self.task.workload_key] * len(pairs),
-            )
+        features = [self.features(s.key()) for s in states]
+        kept = [(f, c) for f, c in zip(features, costs, strict=True) if f is not None]
+        train_on_measured(self.cost_model, self.task, [f for f, _ in kept], [c for _, c in kept])
 
-    def schedule_of(self, state) -> Schedule | None:
+    def schedule_of(self, state: State) -> Schedule | None:
         """The schedule (and so the trace) that made a handed-out state."""
         return self.schedules.get(state.key())
 
@@ -211,7 +213,7 @@ class WithTraces:
     """Measure-callback wrapper: hands `callback` the inputs with the trace of the schedule
     that made each state (`MeasureInput.trace`), so that the log shows and resumes the trace."""
 
-    def __init__(self, policy: TraceSearchPolicy, callback: Callable) -> None:
+    def __init__(self, policy: TraceSearchPolicy, callback: MeasureCallback) -> None:
         self.policy = policy
         self.callback = callback
 
@@ -220,7 +222,7 @@ class WithTraces:
         self.callback(inputs, results)
 
 
-class PreloadMeasuredTraces(PreloadMeasuredStates):
+class PreloadMeasuredTraces(LogCallback):
     """Init-search callback (resuming a trace search): a log's states of this task are never
     measured again; those whose record carries a trace that replays seed the evolution (the
     best first) and train the cost model. A torn last line is closed as for the sketch search."""

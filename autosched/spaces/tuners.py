@@ -1,7 +1,12 @@
 """Tuners over a template task's config space (AutoTVM's shape): a tuner proposes config
 indices in batches, `tune` instantiates their States, measures them with any measurer (by
 default the sketch search's ProgramMeasurer), and hands (MeasureInput, MeasureRecordResult)
-pairs to the callbacks, e.g. `RecordToFile` — the inputs carry the config and the DAG.
+pairs to the callbacks, e.g. `RecordToFile` — the inputs carry the config and the DAG, and a
+config that cannot be instantiated is a trial with an instantiation error.
+
+A tuner is also a `search.protocols.SearchPolicy`, so the tuning loop of the other searches
+(`search.auto_schedule.run_trials`) can drive it; there a config that cannot be instantiated is
+skipped, and the records are the measurer's (without the config).
 
 Here: random, grid (index order) and genetic; the model-guided one is in model_tuner.py.
 `load_history(log)` resumes any of them from a log: its configs are never proposed again.
@@ -9,24 +14,31 @@ Here: random, grid (index order) and genetic; the model-guided one is in model_t
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError
 from autosched.records import MeasureInput, MeasureRecordResult, load_records, now
+from autosched.search.protocols import MeasureCallback, Measurer
 from measure import MeasureErrorKind
 
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
+    from autosched.spaces.template import TemplateTask
 
-def _default_measurer(task):
+
+def _default_measurer(task: TemplateTask) -> Measurer:
     from autosched.search.program_measurer import ProgramMeasurer
 
-    return ProgramMeasurer(task)
+    return ProgramMeasurer(task)  # type: ignore[arg-type]  # a template task has what it reads
 
 
 class Tuner:
-    """Subclasses give `next_batch(n)`; `update(indices, results)` lets them learn."""
+    """Subclasses give `next_batch(n)`; `update(indices, costs)` lets them learn."""
 
-    def __init__(self, task, seed: int = 0) -> None:
+    def __init__(self, task: TemplateTask, seed: int = 0) -> None:
         self.task = task
         self.space = task.config_space
         self.rng = random.Random(seed)
@@ -35,6 +47,8 @@ class Tuner:
         self.best_cost = float("inf")
         self.best_result: MeasureRecordResult | None = None
         self.trials = 0
+        self.last_round: dict[str, float] = {}  # kept empty: a round here is not broken down
+        self._index_of: dict[tuple, int] = {}  # a handed-out State's key -> its config index
 
     # ---- what a tuner decides ----
 
@@ -42,8 +56,9 @@ class Tuner:
         """Up to n config indices not measured yet."""
         raise NotImplementedError
 
-    def update(self, indices: Sequence[int], results: Sequence[MeasureRecordResult]) -> None:
-        """Learn from a measured batch (nothing, by default)."""
+    def update(self, indices: Sequence[int], costs: Sequence[float]) -> None:
+        """Learn from a measured batch: the configs' mean costs in seconds, inf for a failure
+        (nothing, by default)."""
 
     def load_history(self, log: str) -> int:
         """Resume from a record log: its configs of this task count as visited (never proposed
@@ -62,15 +77,16 @@ class Tuner:
             self.visited.add(index)
             indices.append(index)
             results.append(res)
-            self._offer(index, res)
+            self._offer(index, res.mean_cost, res)
         if indices:
-            self.update(indices, results)
+            self.update(indices, [r.mean_cost for r in results])
         return len(indices)
 
-    def _offer(self, index: int, res: MeasureRecordResult) -> bool:
-        """Keep `res` as the best when it is; True when it was."""
-        if res.ok and res.mean_cost < self.best_cost:
-            self.best_cost, self.best_index, self.best_result = res.mean_cost, index, res
+    def _offer(self, index: int, cost: float, res: MeasureRecordResult | None = None) -> bool:
+        """Keep config `index` (its mean cost, inf for a failure, and its result when there is
+        one) as the best when it is; True when it was."""
+        if math.isfinite(cost) and cost < self.best_cost:
+            self.best_cost, self.best_index, self.best_result = cost, index, res
             return True
         return False
 
@@ -82,8 +98,8 @@ class Tuner:
     def tune(
         self,
         n_trial: int,
-        measurer=None,
-        callbacks: Sequence[Callable] = (),
+        measurer: Measurer | None = None,
+        callbacks: Sequence[MeasureCallback] = (),
         early_stopping: int | None = None,
         batch_size: int = 8,
     ) -> MeasureRecordResult | None:
@@ -102,16 +118,18 @@ class Tuner:
             inputs, results = self._measure(indices, measurer, dag)
             for cb in callbacks:
                 cb(inputs, results)
-            self.update(indices, results)
+            self.update(indices, [r.mean_cost for r in results])
             for index, res in zip(indices, results, strict=True):
                 self.trials += 1
-                if self._offer(index, res):
+                if self._offer(index, res.mean_cost, res):
                     best_trial = self.trials
             if early_stopping is not None and self.trials - best_trial >= early_stopping:
                 break
         return self.best_result
 
-    def _measure(self, indices, measurer, dag):
+    def _measure(
+        self, indices: list[int], measurer: Measurer, dag: dict
+    ) -> tuple[list[MeasureInput], list[MeasureRecordResult]]:
         """States of the configs (an illegal one is an instantiation error, not measured)."""
         results: list[MeasureRecordResult | None] = [None] * len(indices)
         inputs, states, slots = [], [], []
@@ -132,7 +150,46 @@ class Tuner:
         if states:
             for i, res in zip(slots, measurer.measure(states), strict=True):
                 results[i] = res
-        return inputs, results
+        return inputs, [r for r in results if r is not None]
+
+    # ---- the search policy interface (protocols.SearchPolicy) ----
+
+    def search_one_round(self, num_measure: int) -> list[State]:
+        """States of up to `num_measure` configs not visited yet; a config that cannot be
+        instantiated, or whose State an earlier config made (knobs that do not change the
+        program, such as an unroll of a loop of one), counts as visited and is left out."""
+        states: list[State] = []
+        while not states and self.has_next():
+            batch = self.next_batch(num_measure)
+            indices = [i for i in dict.fromkeys(batch) if i not in self.visited]
+            if not indices:
+                break
+            self.visited.update(indices)
+            for index in indices:
+                try:
+                    state = self.task.instantiate(self.space.get(index))
+                except AutoschedError:
+                    continue
+                if state.key() in self._index_of:
+                    continue
+                self._index_of[state.key()] = index
+                states.append(state)
+        return states
+
+    def add_measured(self, state: State, cost: float) -> None:
+        """Count a measured State of this tuner's configs; keep it when it is the best."""
+        self.trials += 1
+        self._offer(self._index_of[state.key()], cost)
+
+    def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
+        """`update` with the configs of a measured batch."""
+        self.update([self._index_of[s.key()] for s in states], costs)
+
+    def best_state(self) -> tuple[float, State] | None:
+        """(cost, State) of the best config measured or loaded, or None."""
+        if self.best_index is None:
+            return None
+        return self.best_cost, self.task.instantiate(self.space.get(self.best_index))
 
     @property
     def best_config(self):
@@ -179,12 +236,12 @@ class GATuner(Tuner):
         self.scores: dict[int, float] = {}
         self.lengths = [len(s) for s in self.space.space_map.values()]
 
-    def update(self, indices, results) -> None:
-        for index, res in zip(indices, results, strict=True):
-            self.scores[index] = 1.0 / res.mean_cost if res.ok else 0.0
+    def update(self, indices: Sequence[int], costs: Sequence[float]) -> None:
+        for index, cost in zip(indices, costs, strict=True):
+            self.scores[index] = 1.0 / cost if math.isfinite(cost) else 0.0
 
     def next_batch(self, n: int) -> list[int]:
-        ranked = sorted(self.scores, key=self.scores.get, reverse=True)[: self.pop_size]
+        ranked = sorted(self.scores, key=self.scores.__getitem__, reverse=True)[: self.pop_size]
         parents = [i for i in ranked if self.scores[i] > 0][: max(self.elite_num, 2)]
         out: list[int] = []
         for _ in range(64 * n):

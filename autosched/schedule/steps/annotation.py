@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.stage import ANNOTATIONS, TENSORIZE, THREAD_ANNOTATIONS, Iterator
-from autosched.schedule.steps.base import Step, check, pyiter, pyname, replace
+from autosched.schedule.steps.base import StateT, Step, StepTarget, check, pyiter, pyname, replace
 
 # The Tensor Core intrinsic a tensorized stage becomes, by the stage's scope; any other stage
 # (the copy-out of an accumulator) stores.
@@ -36,7 +36,7 @@ class AnnotationStep(Step):
     iter_id: int
     annotation: str
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         ii = stage.iter_index(self.iter_id)
         it = stage.iters[ii]
@@ -66,7 +66,7 @@ class AnnotationStep(Step):
         iters = stage.iters[:ii] + (new_it,) + stage.iters[ii + 1 :]
         return state.replace_stage(self.stage_id, replace(stage, iters=iters))
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         it = pyiter(stage, stage.iters[self.iter_id].name)
         S = pyname(stage)
@@ -100,7 +100,7 @@ class PragmaStep(Step):
         )
         return name, int(value)
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         stage.iter_index(self.iter_id)
         name, value = self.parsed()
@@ -110,7 +110,7 @@ class PragmaStep(Step):
             new = replace(stage, unroll_explicit=bool(value))
         return state.replace_stage(self.stage_id, new)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         it = pyiter(stage, stage.iters[self.iter_id].name)
         name, value = self.parsed()
@@ -136,7 +136,7 @@ class StorageAlignStep(Step):
     factor: int
     offset: int
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         check(
             self.factor > 0 and 0 <= self.offset < self.factor,
@@ -151,7 +151,7 @@ class StorageAlignStep(Step):
         align = (axes.index(name), self.factor, self.offset)
         return state.replace_stage(self.stage_id, replace(stage, storage_align=align))
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         it = pyiter(stage, stage.iters[self.iter_id].name)
         return [f"s[{pyname(stage)}].storage_align({it}, {self.factor}, {self.offset})"]
@@ -167,7 +167,7 @@ class DoubleBufferStep(Step):
     TAG: ClassVar[str] = "DB"
     stage_id: int
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         check(
             stage.scope == "shared",
@@ -178,5 +178,5 @@ class DoubleBufferStep(Step):
         )
         return state.replace_stage(self.stage_id, replace(stage, double_buffer=True))
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].double_buffer()"]

@@ -8,15 +8,13 @@ named by index, which makes steps replayable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import fields
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import Field, fields
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from autosched.errors import ScheduleError
-from autosched.schedule.stage import Stage
-
-if TYPE_CHECKING:
-    from autosched.schedule.loop_state import State
+from autosched.schedule.op_info import OpInfo
+from autosched.schedule.stage import HasStages, Stage
 
 STEP_REGISTRY: dict[str, type[Step]] = {}
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # record field names per step class
@@ -42,10 +40,40 @@ def check(cond: bool, msg: str | Callable[[], str]) -> None:
         raise ScheduleError(msg if isinstance(msg, str) else msg())
 
 
+class OpAnalyses(Protocol):
+    """What steps read of a state's compute DAG: the analysis of each of its ops, by id(op)."""
+
+    @property
+    def info(self) -> Mapping[int, OpInfo]: ...
+
+
+# a step returns the kind of state it is given (a State for a State)
+StateT = TypeVar("StateT", bound="StepTarget")
+
+
+class StepTarget(HasStages, Protocol):
+    """What a step reads of a state, and builds the next one with: a `loop_state.State`, typed
+    by what the steps use of it, since loop_state imports the steps."""
+
+    @property
+    def dag(self) -> OpAnalyses: ...
+
+    @property
+    def steps(self) -> tuple[Step, ...]: ...
+
+    def replace_stage(self: StateT, index: int, stage: Stage) -> StateT: ...
+
+    def with_stages(self: StateT, stages: Sequence[Stage]) -> StateT: ...
+
+
 class Step:
     """Base class. Subclasses are frozen dataclasses with `TAG` set; fields are record fields."""
 
     TAG: ClassVar[str] = ""
+    stage_id: int  # every step acts on one stage, named by its index (a field of each step)
+    # set by @dataclass on every subclass; declared so that the checker knows steps for
+    # dataclasses (`fields`)
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -53,10 +81,12 @@ class Step:
             # dataclass(slots=True) re-creates the class: the last definition is the real one.
             STEP_REGISTRY[cls.TAG] = cls
 
-    def apply(self, state: State) -> State:
+    def apply(self, state: StateT) -> StateT:
+        """The state after this step (without the step recorded: `State.apply` records it)."""
         raise NotImplementedError
 
-    def to_python(self, before: State, after: State) -> list[str]:
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        """This step's lines of the equivalent TVM-style Python schedule."""
         raise NotImplementedError
 
     def to_record(self) -> tuple:
@@ -70,7 +100,7 @@ class Step:
     def from_record(cls, record) -> Step:
         """The step a record (from `to_record`, or its JSON lists) describes."""
         check(
-            isinstance(record, (list, tuple)) and record and record[0] in STEP_REGISTRY,
+            isinstance(record, (list, tuple)) and bool(record) and record[0] in STEP_REGISTRY,
             f"unknown step record {record!r}",
         )
         sub = STEP_REGISTRY[record[0]]

@@ -11,7 +11,16 @@ from autosched.errors import ScheduleError
 from autosched.schedule.dataflow import reads_of
 from autosched.schedule.rfactor import rfactor_ops
 from autosched.schedule.stage import INLINED, Stage, stage_from_op
-from autosched.schedule.steps.base import Step, axes_line, check, pyiter, pyname, replace
+from autosched.schedule.steps.base import (
+    StateT,
+    Step,
+    StepTarget,
+    axes_line,
+    check,
+    pyiter,
+    pyname,
+    replace,
+)
 from autosched.te.expr import IterVar, Load, Reduce
 from autosched.te.tensor import ComputeOp
 from autosched.te.visitor import substitute
@@ -39,7 +48,7 @@ class CacheReadStep(Step):
     scope_name: str
     reader_stage_ids: tuple
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         check(
             self.scope_name in CACHE_READ_SCOPES,
             lambda: (
@@ -68,7 +77,7 @@ class CacheReadStep(Step):
         )
         return state.with_stages(stages)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         src = before.stages[self.stage_id]
         new = after.stages[self.stage_id + 1]
         readers = ", ".join(pyname(before.stages[r]) for r in self.reader_stage_ids)
@@ -87,7 +96,7 @@ class CacheWriteStep(Step):
     stage_id: int
     scope_name: str
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         check(
             self.scope_name in CACHE_WRITE_SCOPES,
             lambda: (
@@ -96,7 +105,8 @@ class CacheWriteStep(Step):
         )
         stage = state.stages[self.stage_id]
         op = stage.op
-        check(isinstance(op, ComputeOp), lambda: f"cache_write: {stage.name!r} is not a compute")
+        if not isinstance(op, ComputeOp):
+            raise ScheduleError(f"cache_write: {stage.name!r} is not a compute")
         check(stage.compute_at != INLINED, lambda: f"cache_write: {stage.name!r} is inlined")
         check(
             stage.iters == stage.root_iters,
@@ -136,7 +146,7 @@ class CacheWriteStep(Step):
         _insert_stage(stages, self.stage_id, local)
         return state.with_stages(stages)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         local, new = after.stages[self.stage_id], after.stages[self.stage_id + 1]
         return [
@@ -158,7 +168,7 @@ class RfactorStep(Step):
     iter_id: int
     factor_iter_id: int
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         check(not stage.is_placeholder, lambda: f"rfactor: {stage.name!r} is a placeholder")
         it = stage.iters[stage.iter_index(self.iter_id)]
@@ -194,7 +204,7 @@ class RfactorStep(Step):
         _insert_stage(stages, self.stage_id, rf)
         return state.with_stages(stages)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         rf, final = after.stages[self.stage_id], after.stages[self.stage_id + 1]
         it = pyiter(stage, stage.iters[self.iter_id].name)

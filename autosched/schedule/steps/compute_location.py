@@ -8,8 +8,9 @@ from typing import ClassVar
 
 from autosched.schedule.dataflow import transitive_consumers
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
-from autosched.schedule.steps.base import Step, check, pyiter, pyname, replace
+from autosched.schedule.steps.base import StateT, Step, StepTarget, check, pyiter, pyname, replace
 from autosched.te.expr import Reduce
+from autosched.te.tensor import ComputeOp
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,7 @@ class ComputeAtStep(Step):
     target_stage_id: int
     target_iter_id: int
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         target = state.stages[self.target_stage_id]
         it = target.iters[target.iter_index(self.target_iter_id)]
@@ -57,7 +58,7 @@ class ComputeAtStep(Step):
         new = replace(stage, compute_at=ATTACHED, attach=(self.target_stage_id, it.name))
         return state.replace_stage(self.stage_id, new)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage, target = before.stages[self.stage_id], before.stages[self.target_stage_id]
         it = target.iters[self.target_iter_id].name
         return [f"s[{pyname(stage)}].compute_at(s[{pyname(target)}], {pyiter(target, it)})"]
@@ -70,12 +71,12 @@ class ComputeRootStep(Step):
     TAG: ClassVar[str] = "CR"
     stage_id: int
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         check(not stage.is_placeholder, lambda: f"compute_root: {stage.name!r} is a placeholder")
         return state.replace_stage(self.stage_id, replace(stage, compute_at=ROOT, attach=None))
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].compute_root()"]
 
 
@@ -86,12 +87,12 @@ class ComputeInlineStep(Step):
     TAG: ClassVar[str] = "CI"
     stage_id: int
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         info = state.dag.info.get(id(stage.produces))
         check(not stage.is_placeholder, lambda: f"compute_inline: {stage.name!r} is a placeholder")
         check(
-            not isinstance(stage.op.body, Reduce),
+            not (isinstance(stage.op, ComputeOp) and isinstance(stage.op.body, Reduce)),
             lambda: f"compute_inline: {stage.name!r} is a reduction and cannot be inlined",
         )
         check(
@@ -104,5 +105,5 @@ class ComputeInlineStep(Step):
         )
         return state.replace_stage(self.stage_id, replace(stage, compute_at=INLINED, attach=None))
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].compute_inline()"]

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.stage import MIXED, FuseRel, Iterator, SplitRel, Stage
-from autosched.schedule.steps.base import Step, check, pyiter, pyname, replace
-
-if TYPE_CHECKING:
-    from autosched.schedule.loop_state import State
+from autosched.schedule.steps.base import StateT, Step, StepTarget, check, pyiter, pyname, replace
 
 
 def _retarget_attach(stages: list[Stage], target: int, rename: dict[str, str]) -> None:
@@ -38,7 +35,7 @@ def _split_names(name: str, n: int, inner_to_outer: bool) -> list[str]:
     return [name + "_i" * k + "_o" for k in range(n)] + [name + "_i" * n]
 
 
-def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer: bool) -> State:
+def _apply_split(state: StateT, si: int, ii: int, lengths: tuple, inner_to_outer: bool) -> StateT:
     stage = state.stages[si]
     it = stage.iters[stage.iter_index(ii)]
     _check_unannotated(stage, [it], "split")
@@ -52,8 +49,9 @@ def _apply_split(state: State, si: int, ii: int, lengths: tuple, inner_to_outer:
                 f"got {lengths}"
             ),
         )
-    known = None not in lengths and it.extent is not None
-    rest = -(-it.extent // math.prod(lengths)) if known else None
+    rest = None
+    if it.extent is not None and None not in lengths:
+        rest = -(-it.extent // math.prod(lengths))
     extents = [rest, *lengths] if inner_to_outer else [*lengths, rest]
     names = _split_names(it.name, len(lengths), inner_to_outer)
     existing = {x.name for x in stage.iters}
@@ -110,7 +108,7 @@ class SplitStep(Step):
     lengths: tuple
     inner_to_outer: bool = True
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         return _apply_split(
             state,
             self.stage_id,
@@ -119,17 +117,18 @@ class SplitStep(Step):
             self.inner_to_outer,
         )
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         return _split_python(
             stage, stage.iters[self.iter_id].name, self.lengths, self.inner_to_outer
         )
 
 
-def _follow_lengths(state: State, src_step_id: int, n_split: int) -> tuple:
+def _follow_lengths(state: StepTarget, src_step_id: int, n_split: int) -> tuple:
     check(0 <= src_step_id < len(state.steps), lambda: f"follow_split: no step {src_step_id}")
     src = state.steps[src_step_id]
-    check(isinstance(src, SplitStep), lambda: f"follow_split: step {src_step_id} is not a split")
+    if not isinstance(src, SplitStep):
+        raise ScheduleError(f"follow_split: step {src_step_id} is not a split")
     check(
         1 <= n_split <= len(src.lengths) + 1, lambda: f"follow_split: n_split {n_split} too large"
     )
@@ -149,13 +148,13 @@ class FollowSplitStep(Step):
     src_step_id: int
     n_split: int
 
-    def lengths(self, state: State) -> tuple:
+    def lengths(self, state: StepTarget) -> tuple:
         return _follow_lengths(state, self.src_step_id, self.n_split)
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         return _apply_split(state, self.stage_id, self.iter_id, self.lengths(state), True)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         return _split_python(stage, stage.iters[self.iter_id].name, self.lengths(before), True)
 
@@ -171,12 +170,13 @@ class FollowFusedSplitStep(Step):
     level: int
     factor_or_nparts: bool
 
-    def length(self, state: State):
+    def length(self, state: StepTarget) -> int | None:
         total = 1
         for sid in self.src_step_ids:
-            if not (0 <= sid < len(state.steps) and isinstance(state.steps[sid], SplitStep)):
+            src = state.steps[sid] if 0 <= sid < len(state.steps) else None
+            if not isinstance(src, SplitStep):
                 raise ScheduleError(f"follow_fused_split: step {sid} is not a split")
-            lengths = state.steps[sid].lengths
+            lengths = src.lengths
             check(
                 self.level < len(lengths),
                 lambda: f"follow_fused_split: level {self.level} too deep",
@@ -186,12 +186,12 @@ class FollowFusedSplitStep(Step):
             total *= lengths[self.level]
         return total
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         return _apply_split(
             state, self.stage_id, self.iter_id, (self.length(state),), self.factor_or_nparts
         )
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         return _split_python(
             stage, stage.iters[self.iter_id].name, (self.length(before),), self.factor_or_nparts
@@ -206,7 +206,7 @@ class FuseStep(Step):
     stage_id: int
     fused_ids: tuple
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         ids = list(self.fused_ids)
         check(len(ids) >= 1, lambda: f"fuse on stage {stage.name!r} needs at least one iterator")
@@ -239,7 +239,7 @@ class FuseStep(Step):
         _retarget_attach(stages, self.stage_id, {it.name: name for it in its})
         return state.with_stages(stages)
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         its = [stage.iters[i].name for i in self.fused_ids]
         if len(its) == 1:
@@ -269,7 +269,7 @@ class ReorderStep(Step):
     stage_id: int
     after_ids: tuple
 
-    def apply(self, state):
+    def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
         ids = list(self.after_ids)
         check(sorted(ids) == list(range(len(stage.iters))), lambda: _reorder_error(stage, ids))
@@ -277,7 +277,7 @@ class ReorderStep(Step):
             self.stage_id, replace(stage, iters=tuple(stage.iters[i] for i in ids))
         )
 
-    def to_python(self, before, after):
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
         names = ", ".join(pyiter(stage, stage.iters[i].name) for i in self.after_ids)
         return [f"s[{pyname(stage)}].reorder({names})"]

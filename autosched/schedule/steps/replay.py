@@ -1,18 +1,45 @@
-"""Replaying steps on a DAG's initial state, and printing a state as a Python schedule."""
+"""Replaying steps on a DAG's initial state, and printing a state as a Python schedule.
+
+Both take the DAG and the state by what they use of them (protocols): compute_dag and loop_state
+import this package.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from autosched.errors import ScheduleError
-from autosched.schedule.steps.base import Step, axes_line
+from autosched.schedule.steps.base import OpAnalyses, Step, StepTarget, axes_line
 
-if TYPE_CHECKING:
-    from autosched.schedule.compute_dag import ComputeDAG
-    from autosched.schedule.loop_state import State
+_State = TypeVar("_State", bound="Replayable")
+_State_co = TypeVar("_State_co", bound="Replayable", covariant=True)
 
 
-def replay(dag: ComputeDAG, steps) -> State:
+class Replayable(StepTarget, Protocol):
+    """A state that records and applies steps (`loop_state.State`)."""
+
+    def apply(self: _State, step: Step) -> _State: ...
+
+
+class HasInitState(Protocol[_State_co]):
+    """A compute DAG (`compute_dag.ComputeDAG`): where every replay starts."""
+
+    def get_init_state(self) -> _State_co: ...
+
+
+class PrintableState(Replayable, Protocol):
+    """A state whose DAG gives the initial state its steps are printed from."""
+
+    @property
+    def dag(self) -> PrintableDAG: ...
+
+
+class PrintableDAG(HasInitState[Replayable], OpAnalyses, Protocol):
+    """The DAG of a `PrintableState`."""
+
+
+def replay(dag: HasInitState[_State], steps: Iterable[Step | Sequence]) -> _State:
     """Apply `steps` (Step objects or records) to the DAG's initial state."""
     state = dag.get_init_state()
     for step in steps:
@@ -28,7 +55,7 @@ def replay(dag: ComputeDAG, steps) -> State:
     return state
 
 
-def print_python_schedule(state: State) -> str:
+def print_python_schedule(state: PrintableState) -> str:
     """The equivalent TVM-style Python schedule of a state, one line per statement."""
     init = state.dag.get_init_state()
     lines = [axes_line(s, with_reduce=True) for s in init.stages if not s.is_placeholder]

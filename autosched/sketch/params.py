@@ -1,0 +1,107 @@
+"""The settings of sketch generation and random annotation: `SketchParams`, one frozen dataclass
+with defaults (no environment variables)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class TaskOptions(Protocol):
+    """What of a search task reaches the sketch rules (a SearchTask is one)."""
+
+    @property
+    def allow_tf32(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SketchParams:
+    """Knobs of sketch generation and random annotation.
+
+    `gpu_structure`: the multi-level tiling structure; `S` levels split spatial iterators, `R`
+    levels reduction iterators (Ansor's GPU default `SSSRRSRS`). The first three `S` levels are
+    bound to blockIdx.x, vthread and threadIdx.x by the init rules.
+    """
+
+    gpu_structure: str = "SSSRRSRS"
+    max_innermost_split_factor: int = 64
+    # auto_unroll_max_step depths of CUDA-core stages (fresh draws and the unroll mutation).
+    # Ansor's GPU menu also has 0 and 16: the float32 workloads' fastest kernels do not need
+    # them, and they make a random state much slower than its tiling can be, so that a search
+    # judging a tiling by its first states would leave good ones
+    auto_unroll_configs: tuple[int, ...] = (64, 512, 1024)
+    # the depths of Tensor Core stages, whose fastest kernels use every depth, 0 included
+    tensor_core_unroll_configs: tuple[int, ...] = (0, 16, 64, 512, 1024)
+    thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512)
+    # threads of a cross-thread reduction (multiples of the warp size; the init rules use
+    # those up to the first that covers the reduction and the block limit)
+    cross_thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
+    vector_lengths: tuple[int, ...] = (1, 2, 4)
+    max_vector_bytes: int = 16
+    # elements of `local` buffers per thread: states with more spill registers far more often,
+    # and none is among the fastest
+    max_local_elems: int = 128
+    # the fewest threads per SM a fresh sample's tiled stage launches: its accumulators per thread
+    # are kept to at most the stage's outputs / (SMs x this) (at least one), since threads in all
+    # = outputs / accumulators. Random tile sizes would put most samples of small-output stages
+    # in launches of a few thousand threads, where the fastest kernels never lie. 0 leaves the
+    # accumulators to `max_local_elems`.
+    min_threads_per_sm: int = 64
+    # statements once unrolled: larger kernels mostly spill, take many seconds to compile, and
+    # none is among the fastest
+    max_unrolled_statements: int = 1536
+    tile_retries: int = 64  # resamples of one stage's tile sizes before the state is dropped
+    # float32 matrix products may use TF32 Tensor Cores (the task's `allow_tf32`; off: exact
+    # float32 arithmetic)
+    allow_tf32: bool = False
+    # the chance that the shared caches of one attach loop are double-buffered (fetched one
+    # iteration ahead, asynchronously where the GPU can)
+    double_buffer_probability: float = 0.5
+    # the chance that a shared cache of a multi-level tiled (non-Tensor-Core) sketch whose rows
+    # line up on the same banks gets its rows padded (SharedPadding): even odds, as whether the
+    # conflicts cost more than the padding's shared memory depends on how the warp walks the tile
+    shared_padding_probability: float = 0.5
+    # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
+    # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
+    # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two
+    # accumulators a thread, keep too few threads resident to fill an H100 or H200
+    split_k_parts: tuple[int, ...] = (4, 16)
+    split_k_max_outputs: int = 65536
+    split_k_min_chunk: int = 256
+    # cut only the outermost reduction axis (where the parts divide it) instead of all of them
+    # fused: the partial sums of a convolution then keep its window axes, so their tiles stay
+    # aligned with the window and their indices free of divisions by it (faster kernels, built
+    # faster)
+    split_k_outer_axis: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("double_buffer_probability", "shared_padding_probability"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"SketchParams: {name} must be in [0, 1], got {value}")
+        for name in ("auto_unroll_configs", "tensor_core_unroll_configs"):
+            configs = getattr(self, name)
+            if not configs or min(configs) < 0:
+                raise ValueError(
+                    f"SketchParams: {name} must be one or more depths >= 0, got {configs}"
+                )
+        if self.min_threads_per_sm < 0:
+            raise ValueError(
+                f"SketchParams: min_threads_per_sm must be >= 0, got {self.min_threads_per_sm}"
+            )
+
+    @classmethod
+    def for_task(cls, task: TaskOptions) -> SketchParams:
+        """The defaults, with a task's options that reach the sketch rules (its `allow_tf32`)."""
+        return cls(allow_tf32=task.allow_tf32)
+
+    @property
+    def n_spatial_levels(self) -> int:
+        return self.gpu_structure.count("S")
+
+    @property
+    def n_reduce_levels(self) -> int:
+        return self.gpu_structure.count("R")
+
+
+__all__ = ["SketchParams"]

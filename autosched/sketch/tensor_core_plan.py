@@ -1,0 +1,134 @@
+"""The Tensor Core stages of a sketch (tensor_core.py), found once per sketch for its plan.
+
+`tensor_core_groups(sketch)` finds each Tensor Core stage's unknown splits: the copy-out stage's
+M and N splits [warps, repeats, 16] and the accumulator's K split [chunk, 16], with what the
+init rule `FillTensorCore` (tensor_core_init.py) must fit its draws to: the extents in 16-wide
+tiles (`padded_tiles`), the shared operand stages and the matrix axis of their rows.
+`make_plan` keeps these splits from FillTileSize, and ThreadBind leaves the kernel's root alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.lower import ir
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import REDUCE, SPATIAL
+from autosched.sketch.stage_steps import split_at, split_extent, split_step_ids
+from autosched.sketch.tensor_core import MMA
+from autosched.sketch.utils import attach_target
+from autosched.te.dtype import BYTES
+from autosched.te.expr import Load
+
+# the matrix axes of a fragment's (row, col) dimensions, by its scope
+MATRIX_AXES = {"wmma.matrix_a": ("m", "k"), "wmma.matrix_b": ("k", "n")}
+
+
+@dataclass(frozen=True)
+class TensorCoreGroup:
+    """One Tensor Core stage of a sketch: its stages, its unknown splits and what the draws
+    must fit (extents in 16-wide tiles, operand element bytes)."""
+
+    root: int  # the kernel's root stage (the epilogue, or the copy-out stage)
+    store: int  # the copy-out stage (tensorized store)
+    acc: int  # the accumulator stage
+    m_split: int  # step ids
+    n_split: int
+    k_split: int
+    shared: tuple[int, ...]  # the shared operand stages, fetched cooperatively
+    roles: tuple[str, ...]  # per shared stage: the scope of the fragment it feeds
+    row_axes: tuple[str | None, ...]  # per shared stage: the matrix axis of its last dimension
+    tiles: tuple[int, int, int]  # M / 16, N / 16, K / 16 (`padded_tiles`)
+    operand_bytes: int
+    epilogue: bool  # the accumulators reach the output through shared memory
+    k_tile: int = MMA  # the wmma shape's K (8 for TF32): the inner length of the K split
+    held: tuple[int, int] = (0, 0)  # M, N tiles that hold elements: extent / 16 rounded up
+
+    @property
+    def split_ids(self) -> tuple[int, int, int]:
+        return (self.m_split, self.n_split, self.k_split)
+
+    @property
+    def vector_ok(self) -> tuple[bool, ...]:
+        """Per shared stage: its rows are contiguous runs of 16 (a 16-tiled last dimension),
+        which vectors and row padding fit."""
+        return tuple(a is not None for a in self.row_axes)
+
+
+def _unknown_splits(sketch: State, i: int, kind: str) -> list[int]:
+    return [k for k in split_step_ids(sketch, i, kind) if None in split_at(sketch.steps, k).lengths]
+
+
+def _fragment_of(sketch: State, shared: int):
+    """The fragment stage that reads shared stage `shared`."""
+    op = sketch.stages[shared].op
+    for s in sketch.stages:
+        body = getattr(s.op, "body", None)
+        if isinstance(body, Load) and getattr(body.buffer, "op", None) is op:
+            return s
+    return None
+
+
+def _row_axis(sketch: State, shared: int) -> str | None:
+    """The matrix axis ("m", "n" or "k") held by shared stage `shared`'s last dimension, from
+    the fragment stage reading it (its two innermost iterators are the 16s of its row and
+    column dimensions); None when the last dimension is not one of them."""
+    frag = _fragment_of(sketch, shared)
+    if frag is None or frag.scope not in MATRIX_AXES:
+        return None
+    dims = [it.name.removesuffix("_i") for it in frag.iters[-2:]]
+    last = f"ax{len(sketch.stages[shared].axes) - 1}"
+    return dict(zip(dims, MATRIX_AXES[frag.scope], strict=True)).get(last)
+
+
+def padded_tiles(extent: int) -> int:
+    """The 16-wide tiles an axis is drawn for: extent / 16, or for an extent that is not a
+    multiple of 16 (a padded axis: whole tiles past its edge) its next even number of tiles,
+    so that 2, 4 or 8 warps and repeats still divide it (1000 -> 64, not the 63 of 1008)."""
+    tiles = -(-extent // MMA)
+    return tiles if extent % MMA == 0 else tiles + tiles % 2
+
+
+def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
+    """The Tensor Core stages of a sketch (empty for every other sketch)."""
+    out = []
+    for acc, stage in enumerate(sketch.stages):
+        if stage.scope != ir.ACCUMULATOR_SCOPE or stage.attach is None:
+            continue
+        store = stage.attach[0]
+        root = attach_target(sketch, store)
+        sp, rd = _unknown_splits(sketch, store, SPATIAL), _unknown_splits(sketch, acc, REDUCE)
+        if len(sp) != 2 or len(rd) != 1:
+            continue
+        shared = tuple(
+            c
+            for c, s in enumerate(sketch.stages)
+            if s.scope == "shared" and s.attach is not None and s.attach[0] == acc
+        )
+        steps = sketch.steps
+        out.append(
+            TensorCoreGroup(
+                root=root,
+                store=store,
+                acc=acc,
+                m_split=sp[0],
+                n_split=sp[1],
+                k_split=rd[0],
+                shared=shared,
+                roles=tuple(_fragment_of(sketch, c).scope for c in shared),
+                row_axes=tuple(_row_axis(sketch, c) for c in shared),
+                tiles=(
+                    padded_tiles(split_extent(steps, sp[0])),
+                    padded_tiles(split_extent(steps, sp[1])),
+                    padded_tiles(split_extent(steps, rd[0])),
+                ),
+                operand_bytes=max((BYTES[sketch.stages[c].op.dtype] for c in shared), default=2),
+                epilogue=root != store,
+                k_tile=split_at(steps, rd[0]).lengths[-1],
+                held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
+            )
+        )
+    return out
+
+
+__all__ = ["MATRIX_AXES", "TensorCoreGroup", "padded_tiles", "tensor_core_groups"]
