@@ -28,6 +28,7 @@ from autosched.search.cost_model import (
     RandomModel,
     XGBModel,
     holdout_ranking,
+    leave_one_out_ranking,
     load_dataset,
     read_dataset,
 )
@@ -150,3 +151,34 @@ def test_saved_dataset_of_another_feature_layout_is_refused_in_one_line(tmp_path
     np.savez(path, **arrays)
     with pytest.raises(AutoschedError, match="another feature layout"):
         Dataset.load(path)
+
+
+def test_leave_one_out_ranking_keeps_every_key_of_the_workload_out_of_training():
+    """Workloads a and b: faster with a larger first feature, in [0, 1]; workload c, also under
+    the key c-alias: faster with a smaller one, in [2, 3]. Left out, c is ranked only by what a
+    and b taught (flat beyond their range: every pair tied), and a by b's rule (right)."""
+    rng = np.random.default_rng(0)
+
+    def programs(key: str, low: float, sign: float, n: int = 30) -> Dataset:
+        x = rng.uniform(low, low + 1, n)
+        features = [np.array([[v, 1.0]], dtype=np.float32) for v in x]
+        return Dataset(features, np.exp(sign * x), [key] * n)
+
+    data = Dataset.joined(
+        [
+            programs("a", 0, 1),
+            programs("b", 0, 1),
+            programs("c", 2, -1),
+            programs("c-alias", 2, -1),
+        ]
+    )
+    workload = {"a": "a", "b": "b", "c": "c", "c-alias": "c"}
+
+    def make_model():
+        return XGBModel(nthread=1, seed=0, few_shot_threshold=0, num_boost_round=20)
+
+    report = leave_one_out_ranking(make_model, data, ["a", "c"], workload.__getitem__)
+    assert report["a"]["train"] == 90 and report["c"]["train"] == 60
+    assert report["a"]["test_correct"] == 30
+    assert report["a"]["pairwise_accuracy"] > 0.95
+    assert report["c"]["pairwise_accuracy"] == 0.5  # c-alias would have taught it the order

@@ -7,11 +7,14 @@ import collections
 import dataclasses
 import random
 
+import numpy as np
 import pytest
 from test_search import PARAMS, SMALL, make_policy, small_task
 
 import autosched
+import costmodel
 from autosched.search.candidates import block_shape
+from autosched.search.cost_model import shipped_model
 from autosched.search.policy import (
     SearchParams,
     SketchPolicy,
@@ -114,3 +117,52 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
 def test_search_params_name_a_bad_setting(setting, message):
     with pytest.raises(ValueError, match=message):
         SearchParams(**setting)
+
+
+# ---- the first round: ranked by the pre-trained model, or random --------------------------------
+
+
+class FirstFeature(costmodel.CostModel):
+    """A stand-in for the pre-trained model: a program's score is its rows' largest first
+    feature (a fixed ranking the search's own model never learns)."""
+
+    def fit(self, features, throughputs, task_ids=None):
+        raise NotImplementedError
+
+    update = fit
+
+    def predict(self, features):
+        return np.array([f[:, 0].max() if f is not None and len(f) else -np.inf for f in features])
+
+    def save(self, path):
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, path):
+        raise NotImplementedError
+
+
+def test_the_first_round_is_the_pretrained_models_best():
+    params = dataclasses.replace(SMALL, eps_greedy=0.0, launch_cap=0)
+    model = autosched.XGBModel(nthread=1, seed=0, pretrained=FirstFeature())
+    policy = make_policy(small_task(), params, model)
+    assert not policy.model_guesses
+    batch = policy.search_one_round(6)
+    picked = sorted((policy.scores[s.key()] for s in batch), reverse=True)
+    assert len(batch) == 6 and len(policy.scores) > 6
+    assert picked == sorted(policy.scores.values(), reverse=True)[:6]
+
+
+def test_the_default_model_ranks_the_first_round_with_the_shipped_one():
+    policy = SketchPolicy(small_task(), params=SMALL, verbose=0)
+    assert policy.cost_model.uses_pretrained and not policy.model_guesses
+    assert policy.cost_model.pretrained is shipped_model() is not None
+
+
+def test_without_the_pretrained_model_the_first_round_is_random_fresh_samples():
+    policy = SketchPolicy(
+        small_task(), params=dataclasses.replace(SMALL, pretrained=False), verbose=0
+    )
+    assert policy.cost_model.pretrained is None and policy.model_guesses
+    batch = policy.search_one_round(6)
+    assert {s.key() for s in batch} <= set(policy.fresh_sketch) and not policy.scores

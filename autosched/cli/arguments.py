@@ -66,6 +66,12 @@ def add_search_arguments(parser: argparse.ArgumentParser, trials: int) -> None:
     parser.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the search's random choices"
     )
+    parser.add_argument(
+        "--no-pretrained",
+        action="store_true",
+        help="a random first round (default: ranked by the cost model shipped in the package, "
+        "pre-trained on other workloads)",
+    )
 
 
 def add_tf32_argument(parser: argparse.ArgumentParser) -> None:
@@ -83,4 +89,4 @@ def search_params(ns: argparse.Namespace):
     """The SearchParams the search options ask for."""
     from autosched.search.policy import SearchParams
 
-    return SearchParams(n_jobs=ns.n_jobs, seed=ns.seed)
+    return SearchParams(n_jobs=ns.n_jobs, seed=ns.seed, pretrained=not ns.no_pretrained)

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     from autosched.records import RecordToFile
     from autosched.search.auto_schedule import TuningOptions, auto_schedule
-    from autosched.search.cost_model import XGBModel
+    from autosched.search.cost_model import default_cost_model
     from autosched.search.policy import PreloadMeasuredStates, SketchPolicy
     from autosched.search.workers import resolve_n_jobs
     from autosched.task.search_task import SearchTask
@@ -26,7 +26,7 @@ def run(ns: argparse.Namespace) -> int:
     keys = list(dict.fromkeys(inp.workload_key for inp, _ in read_log(ns.log)))
     task = SearchTask(workload_key=keys[-1])
     check_gpu_tools()
-    model = XGBModel(seed=ns.seed, nthread=1)
+    model = default_cost_model(ns.seed, not ns.no_pretrained)
     n = model.update_from_file(ns.log, n_jobs=resolve_n_jobs(ns.n_jobs))  # before the first round
     print(f"resuming {task.workload_key}: model trained on {n} records, seed {ns.seed}")
     policy = SketchPolicy(

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -221,6 +222,23 @@ def train_on_log(model: costmodel.CostModel, path: str, n_jobs: int = 1) -> int:
     if len(data):
         model.update(data.features, data.throughputs, task_ids=data.task_ids)
     return len(data)
+
+
+def default_cost_model(seed: int, pretrained: bool = True) -> XGBModel:
+    """The search's cost model when the caller gives none: an XGBModel on one thread which, with
+    `pretrained`, ranks with the package's pre-trained model (loaded once a process) until it has
+    `few_shot_threshold` programs of its own, then with its own trees retrained on the task's
+    measurements; without, or when the shipped model does not fit today's feature table, the
+    first round is random."""
+    return XGBModel(seed=seed, nthread=1, pretrained=shipped_model() if pretrained else None)
+
+
+@functools.cache
+def shipped_model() -> costmodel.XGBModel | None:
+    """The package's pre-trained model for today's feature table, or None (with one warning)."""
+    from costmodel.pretrained import load_pretrained
+
+    return load_pretrained(FEATURE_NAMES)
 
 
 class _FromFileMixin(costmodel.CostModel):

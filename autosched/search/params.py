@@ -45,6 +45,10 @@ class SearchParams:
     # None = one per CPU core, 1 = all in this process
     n_jobs: int | None = None
     seed: int = 0
+    # the search's default cost model ranks with the model shipped in the package, pre-trained
+    # on other workloads' measurements, until it has trained on enough of the task's own
+    # (costmodel/pretrained.py): the first round is steered instead of random. False: random
+    pretrained: bool = True
 
     def __post_init__(self) -> None:
         share = "must be in [0, 1]"

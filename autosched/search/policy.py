@@ -23,7 +23,7 @@ import numpy as np
 
 from autosched.records import load_records, seal_torn_line
 from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
-from autosched.search.cost_model import XGBModel, train_on_measured
+from autosched.search.cost_model import default_cost_model, train_on_measured
 from autosched.search.mutations import MUTATIONS, MutationContext, Records
 from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
@@ -117,7 +117,9 @@ class SketchPolicy:
 
         self.task = task
         self.params = params or SearchParams()
-        self.cost_model: CostModel = cost_model or XGBModel(seed=self.params.seed, nthread=1)
+        self.cost_model: CostModel = cost_model or default_cost_model(
+            self.params.seed, self.params.pretrained
+        )
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
@@ -285,10 +287,11 @@ class SketchPolicy:
     @property
     def model_guesses(self) -> bool:
         """Whether the cost model ranks at random for now (XGBModel before few_shot_threshold
-        programs). Such a round is drawn from the fresh samples alone: an evolution scored at
-        random only reshuffles them, and it favours the sketches with the most distinct states,
-        which starves a sketch with a small space (a cross-thread reduction beside a
-        multi-level tiling) even where that sketch holds the fastest states."""
+        programs, without a pre-trained model to rank with). Such a round is drawn from the
+        fresh samples alone: an evolution scored at random only reshuffles them, and it favours
+        the sketches with the most distinct states, which starves a sketch with a small space (a
+        cross-thread reduction beside a multi-level tiling) even where that sketch holds the
+        fastest states."""
         return self.cost_model.uses_random_fallback
 
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:

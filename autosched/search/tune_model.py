@@ -129,7 +129,7 @@ def tune_tasks(
     result: best cost and State per task and the estimated end-to-end latency. Ctrl-C ends it
     early with the result so far; calling it again on the same log goes on from there."""
     from autosched.records import RecordToFile
-    from autosched.search.cost_model import XGBModel, train_on_log
+    from autosched.search.cost_model import default_cost_model, train_on_log
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
     from autosched.search.program_measurer import ProgramMeasurer
     from autosched.search.shared_measure import locked
@@ -139,7 +139,7 @@ def tune_tasks(
 
     weights = [1.0] * len(tasks) if weights is None else list(weights)
     params = search_params or SearchParams()
-    model: CostModel = cost_model or XGBModel(seed=params.seed, nthread=1)
+    model: CostModel = cost_model or default_cost_model(params.seed, params.pretrained)
     resuming = os.path.exists(log)
     if resuming:
         n = train_on_log(model, log, n_jobs=resolve_n_jobs(n_jobs))
