@@ -290,3 +290,14 @@ def test_help_seed_and_show_launch_configuration(tmp_path, seed_records):
 
     ns = build_parser().parse_args(["tune", "matmul", "--seed", "7", "--n-jobs", "2"])
     assert search_params(ns).seed == 7 and search_params(ns).n_jobs == 2
+
+
+def test_no_pretrained_gives_a_random_first_round():
+    from autosched.cli.app import build_parser
+    from autosched.cli.arguments import search_params
+
+    parser = build_parser()
+    assert search_params(parser.parse_args(["tune", "matmul"])).pretrained
+    for command in (["tune", "matmul"], ["resume", "log.json"], ["tune-model", "mod:mlp"]):
+        ns = parser.parse_args([*command, "--no-pretrained"])
+        assert not search_params(ns).pretrained
