@@ -338,7 +338,8 @@ WARP_STMTS = (FragmentFill, FragmentLoad, FragmentStore, FragmentMma)
 class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
     virtual threads per thread that were injected into the body (product of nested vthread
-    extents; 1 when none)."""
+    extents; 1 when none). `unit_vars`: loop variables of iterators that run once, which
+    emission gives no loop; each is 0 (the simplification pass folds them)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -346,6 +347,7 @@ class Kernel:
     allocs: list[Buffer]
     body: Stmt
     vthread: int = 1
+    unit_vars: tuple[Var, ...] = ()
 
     @property
     def threads_per_block(self) -> int:
