@@ -10,8 +10,8 @@ takes the K of the multiply-accumulates that use it. The statements print as `fi
 pointer types, `half*`, `__nv_bfloat16*`, `float*`, are what wmma takes); a load into a TF32
 fragment is followed by the loop converting each element with `__float_to_tf32`. Shared
 buffers that warp statements access are declared 32-byte aligned (wmma's pointer alignment; in
-a kernel whose shared memory is dynamic, `autosched.codegen.cuda` places them at 32-byte offsets
-instead), and `#include <mma.h>` is added only to sources with warp statements.
+a kernel whose shared memory is dynamic, `autosched.codegen.shared_memory` places them at
+32-byte offsets instead), and `#include <mma.h>` is added only to sources with warp statements.
 
 `KernelPrinter` (autosched.codegen.cuda) makes a `WarpPrinter` per kernel (its `table()` joins
 the printer's statement table, `alloc_line(b)` declares fragments and wmma-accessed shared
@@ -22,13 +22,10 @@ buffers) and calls `written_buffer` (parameter const-ness); `codegen_program` ca
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from autosched.codegen.context import PrintContext
 from autosched.errors import LoweringError
 from autosched.lower import ir
-
-if TYPE_CHECKING:
-    from autosched.codegen.cuda import KernelPrinter
 
 WMMA = "nvcuda::wmma"
 HEADER = "#include <mma.h>"
@@ -97,7 +94,7 @@ def _accumulator_k(kernel: ir.Kernel) -> dict[int, int]:
 class WarpPrinter:
     """Allocation lines and statements of one kernel's warp statements."""
 
-    def __init__(self, printer: KernelPrinter) -> None:
+    def __init__(self, printer: PrintContext) -> None:
         self.p = printer
         self.layouts, self.memory = _fragment_layouts(printer.k), warp_memory(printer.k)
         self.acc_k = _accumulator_k(printer.k)
