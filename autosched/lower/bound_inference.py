@@ -12,9 +12,11 @@ The functions take the `LoweringPlan` whose per-stage `info` they fill.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.arith import Bounds
 from autosched.lower.intervals import interval, union
 from autosched.lower.ir import I32, int32
 from autosched.lower.plan import LoweringPlan
@@ -46,8 +48,8 @@ def infer_bounds(plan: LoweringPlan) -> None:
         if st.compute_at == ATTACHED:
             inf.base, inf.region = attached_region(plan, i)
         else:
-            inf.base = [int32(0) for _ in st.op.axis]
-            inf.region = [a.extent for a in st.op.axis]
+            inf.base = [int32(0) for _ in plan.compute_op(i).axis]
+            inf.region = [a.extent for a in plan.compute_op(i).axis]
         derive_extents(plan, i)
 
 
@@ -74,9 +76,9 @@ def derive_extents(plan: LoweringPlan, i: int) -> None:
     """Stage i's iterator extents, root values in leaf variables and reduce-split limits."""
     inf, st = plan.info[i], plan.stages[i]
     ext: dict[str, int] = {}
-    for a, r in zip(st.op.axis, inf.region, strict=True):
+    for a, r in zip(plan.compute_op(i).axis, inf.region, strict=True):
         ext[a.name] = r
-    for a in st.op.reduce_axis:
+    for a in plan.compute_op(i).reduce_axis:
         ext[a.name] = a.extent
     for rel in st.relations:
         if isinstance(rel, SplitRel):
@@ -88,7 +90,7 @@ def derive_extents(plan: LoweringPlan, i: int) -> None:
     inf.value = {r.name: val[r.name] for r in st.root_iters}
     # A reduce iterator split again by a length that does not divide it: its recomposed
     # value can pass its extent and reach the next outer iteration's range (counted twice).
-    reduce_names = {a.name for a in st.op.reduce_axis}
+    reduce_names = {a.name for a in plan.compute_op(i).reduce_axis}
     for rel in st.relations:
         if isinstance(rel, SplitRel) and rel.parent in reduce_names:
             reduce_names.update(rel.children)
@@ -137,13 +139,14 @@ def leaf_values(plan: LoweringPlan, i: int, ext: dict[str, int]) -> dict[str, Ex
                     stride *= rel.lengths[k - 1] if k > 0 else 1
                 else:
                     stride *= ext[c]
+            assert total is not None  # a split has two or more children
             val[rel.parent] = total
     return val
 
 
-def loop_bounds(plan: LoweringPlan, keys) -> dict[int, tuple[int, int]]:
+def loop_bounds(plan: LoweringPlan, keys: Iterable[tuple[int, str]]) -> Bounds:
     """Bounds of the variables of the given loops (0 .. extent-1)."""
-    out = {}
+    out: Bounds = {}
     for j, name in keys:
         v = plan.var_of(j, name)
         e = plan.info[j].ext[name]
@@ -164,7 +167,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
     if not consumers:
         raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
     tensor_op = st.produces
-    per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in st.op.axis]
+    per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in plan.compute_op(i).axis]
     for j in consumers:
         cinf = plan.info[j]
         loops = cinf.context + [(j, it.name) for it in plan.stages[j].iters]
@@ -174,7 +177,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
                 f"stage {st.name!r} is computed inside {plan.stages[ctx[-1][0]].name!r} but "
                 f"{plan.stages[j].name!r} reads it outside that loop"
             )
-        relaxed = {}
+        relaxed: Bounds = {}
         for k in loops:
             v = plan.var_of(*k)
             if id(v) not in fixed_vars:
@@ -182,14 +185,15 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
                 _, hi = relaxed.get(id(v), (0, 0))
                 relaxed[id(v)] = (0, max(hi, e - 1))
         root_map = root_value_map(plan, j)
-        for node in tensor_loads(cinf.body):
+        for node in tensor_loads(plan.body(j)):
             if node.buffer.op is not tensor_op:
                 continue
             for d, idx in enumerate(node.indices):
                 per_dim[d].append(interval(substitute(idx, root_map), relaxed))
-    base, region = [], []
+    base: list[Expr] = []
+    region: list[int] = []
     tiled = tile_dims(plan, i)
-    for d, axis in enumerate(st.op.axis):
+    for d, axis in enumerate(plan.compute_op(i).axis):
         got = union(per_dim[d])
         if got is None or got[1] + 1 >= axis.extent:
             base.append(int32(0))
@@ -214,13 +218,14 @@ def tile_dims(plan: LoweringPlan, i: int) -> dict[int, int]:
         parent = {
             c: rel.parent for rel in st.relations if isinstance(rel, SplitRel) for c in rel.children
         }
-        roots = {}
+        roots: dict[str, int] = {}
         for it in st.iters[pos:]:
             name = it.name
             while name in parent:
                 name = parent[name]
+            assert it.extent is not None  # a complete state's tensorized nest has its extents
             roots[name] = it.extent
-        return {d: roots[a.name] for d, a in enumerate(st.op.axis) if a.name in roots}
+        return {d: roots[a.name] for d, a in enumerate(plan.compute_op(i).axis) if a.name in roots}
     reader = operand_fragment_reader(plan, i) if plan.info[i].scope == "shared" else None
     return tile_dims(plan, reader) if reader is not None else {}
 
@@ -235,11 +240,11 @@ def operand_fragment_reader(plan: LoweringPlan, i: int) -> int | None:
 
 def root_value_map(plan: LoweringPlan, j: int) -> dict[Var, Expr]:
     """Root axis var -> global index expression (base + offset) for stage j."""
-    inf, st = plan.info[j], plan.stages[j]
+    inf = plan.info[j]
     out: dict[Var, Expr] = {}
-    for d, a in enumerate(st.op.axis):
+    for d, a in enumerate(plan.compute_op(j).axis):
         out[a] = BinOp("+", inf.base[d], inf.value[a.name], I32)
-    for a in st.op.reduce_axis:
+    for a in plan.compute_op(j).reduce_axis:
         v = inf.value[a.name]
         out[a] = BinOp("+", v, int32(a.lo), I32) if a.lo else v
     return out

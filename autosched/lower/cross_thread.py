@@ -47,7 +47,7 @@ def cross_thread_tag(plan: LoweringPlan, i: int) -> str | None:
         raise LoweringError(f"stage {st.name!r} cannot be a cross-thread reduction: {why}")
     tag = tags.pop()
     tv = id(ir.THREAD_VARS[tag])
-    for d, a in enumerate(st.op.axis):
+    for d, a in enumerate(plan.compute_op(i).axis):
         if depends_on(BinOp("+", plan.info[i].base[d], plan.info[i].value[a.name], I32), {tv}):
             raise LoweringError(
                 f"stage {st.name!r} reduces across {tag} but its element {a.name} depends on "
@@ -73,8 +73,8 @@ def partial_of(plan: LoweringPlan, i: int) -> tuple[ir.Buffer, Expr]:
     if i not in plan.extra_allocs:
         size = math.prod(inf.ext[n] for n in names)
         plan.extra_allocs[i] = [
-            ir.Buffer(plan.unique_name(f"{name}_part"), (size,), inf.buffer.dtype, "local"),
-            ir.Buffer(plan.unique_name(f"{name}_red"), (1,), inf.buffer.dtype, "local"),
+            ir.Buffer(plan.unique_name(f"{name}_part"), (size,), inf.buf.dtype, "local"),
+            ir.Buffer(plan.unique_name(f"{name}_red"), (1,), inf.buf.dtype, "local"),
         ]
     idx: Expr = int32(0)
     for n in names:
@@ -93,17 +93,17 @@ def emit_cross_thread(
     inf, st = plan.info[i], plan.stages[i]
     part, pidx = partial_of(plan, i)
     red = plan.extra_allocs[i][1]
-    body = inf.body
+    body = plan.reduction(i)
     init: ir.Stmt = ir.Store(part, pidx, body.identity)
     value = Load(part, (pidx,))
     finish: list[ir.Stmt] = [
         ir.AllReduce(body.reducer.name, value, None, red, int32(0), tag, plan.block_extent[tag])
     ]
     conds = guards(plan, i, spatial_only=True, skip_tag=tag)
-    if inf.buffer.scope != "local":
+    if inf.buf.scope != "local":
         conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
-    idx = plan.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False)
-    finish.append(ir.guarded(ir.Store(inf.buffer, idx, Load(red, (int32(0),))), conds))
+    idx = plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False)
+    finish.append(ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds))
     tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
     init_nest, finish_nest = init, ir.seq(finish)
     for it in reversed(tile):

@@ -103,7 +103,7 @@ def emit_double_buffered(
     """The loop `for loop_var < extent` (of `kind`) whose double-buffered stages `fetched`
     (emitted as `fetch`) are fetched one iteration ahead, around the other attached stages
     `rest` and the loop's `body`."""
-    size = {id(plan.info[j].buffer): plan.info[j].buffer.size // SLOTS for j in fetched}
+    size = {id(plan.info[j].buf): plan.info[j].buf.size // SLOTS for j in fetched}
 
     def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
         return _shift_accesses(s, {k: _slot_offset(iteration, n) for k, n in size.items()})

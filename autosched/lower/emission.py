@@ -53,7 +53,7 @@ def store_stmt(
     root_map = root_value_map(plan, i)
     buffer, idx = into or (
         inf.buf,
-        plan.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False),
+        plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False),
     )
     body = inf.body
     assert body is not None, f"stage {st.name!r} is emitted but computes nothing"

@@ -26,7 +26,7 @@ def guards(
     conds: list[Expr] = []
     edge = conds if edges is None else edges
     bounds = loop_bounds(plan, inf.context + [(i, it.name) for it in st.iters])
-    for d, a in enumerate(st.op.axis):
+    for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
         _, hi = expr_bounds(off, bounds)
         if hi >= inf.region[d]:
@@ -41,7 +41,7 @@ def guards(
     # parents (unless `spatial_only`), then the fused parts
     limits = inf.fused_limits
     if not spatial_only:
-        reduce_axes = [(inf.value[a.name], a.extent) for a in st.op.reduce_axis]
+        reduce_axes = [(inf.value[a.name], a.extent) for a in plan.compute_op(i).reduce_axis]
         limits = reduce_axes + inf.inner_limits + limits
     for value, extent in limits:
         if expr_bounds(value, bounds)[1] >= extent:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from autosched.te.expr import BinOp, Const, Expr, Var
 
@@ -165,6 +166,7 @@ class MatrixTile:
     layout: str
 
 
+@dataclass(eq=False)
 class WarpStmt(Stmt):
     """A warp-collective Tensor Core operation (wmma): the 32 threads of a warp execute it
     together, all active, with the same arguments. Fragment operands are a fragment-scope
@@ -177,9 +179,9 @@ class WarpStmt(Stmt):
     `MEMORY_TILE`, the field of its `MatrixTile` ("src": read, "dst": written; None: none);
     `ACCUMULATES`, whether it also reads the fragment it writes; `macs()`, its multiply-adds."""
 
-    FRAGMENTS: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    MEMORY_TILE: str | None = None
-    ACCUMULATES = False
+    FRAGMENTS: ClassVar[tuple[tuple[str, str, tuple[str, ...]], ...]] = ()
+    MEMORY_TILE: ClassVar[str | None] = None
+    ACCUMULATES: ClassVar[bool] = False
 
     def macs(self) -> int:
         """Multiply-adds of one execution (per warp)."""
@@ -208,8 +210,9 @@ class WarpStmt(Stmt):
 
     def written(self) -> Buffer:
         """The buffer the statement writes."""
-        if self.writes_memory():
-            return self.memory_tile().buffer
+        tile = self.memory_tile()
+        if tile is not None and self.writes_memory():
+            return tile.buffer
         return getattr(self, self.FRAGMENTS[0][0])
 
     def read_fragments(self) -> list[tuple[Buffer, Expr, tuple[str, ...]]]:
@@ -220,8 +223,9 @@ class WarpStmt(Stmt):
     def reads(self) -> list[Buffer]:
         """The buffers the statement reads: fragments, then a memory tile's buffer."""
         out = [b for b, _, _ in self.read_fragments()]
-        if self.MEMORY_TILE is not None and not self.writes_memory():
-            out.append(self.memory_tile().buffer)
+        tile = self.memory_tile()
+        if tile is not None and not self.writes_memory():
+            out.append(tile.buffer)
         return out
 
     def describe(self, detail: str | None = None) -> str:

@@ -40,6 +40,8 @@ def simplify_kernel(kernel: ir.Kernel) -> ir.Kernel:
     """Every expression simplified under the kernel's variable ranges (unit variables fold to
     0), settled guards and empty statements dropped (`stmt_simplify`)."""
     body = simplify_stmt(kernel.body, kernel_bounds(kernel))
+    if body is None:  # nothing left to run
+        body = ir.Seq([])
     return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=body)
 
 

@@ -20,7 +20,8 @@ from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.mma_plan import MmaPlan
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import INLINED, Stage
-from autosched.te.expr import BinOp, Expr, Var
+from autosched.te.expr import BinOp, Expr, Reduce, Var
+from autosched.te.tensor import ComputeOp
 
 
 @dataclass
@@ -57,7 +58,7 @@ class LoweringPlan:
     """Everything lowering derives from one State before and while it emits kernels."""
 
     state: State
-    stages: list[Stage]
+    stages: tuple[Stage, ...]
     info: list[StageInfo]
     producer_stage: dict[int, int]  # id(stage.produces) -> stage index
     loop_vars: dict[tuple[int, str], Var] = field(default_factory=dict)
@@ -85,10 +86,35 @@ class LoweringPlan:
         )
 
     # ---- queries on the stages ---------------------------------------------------------------
+    def compute_op(self, i: int) -> ComputeOp:
+        """Stage i's op, a ComputeOp: lowering asks only for the op of a stage that computes
+        something (a placeholder computes nothing)."""
+        op = self.stages[i].op
+        assert isinstance(op, ComputeOp), f"stage {op.name!r} computes nothing"
+        return op
+
+    def body(self, i: int) -> Expr:
+        """Stage i's resolved body (`planning.resolve_bodies`), which every computed stage has."""
+        body = self.info[i].body
+        assert body is not None, f"stage {self.stages[i].name!r} has no body"
+        return body
+
     def annotation(self, key: tuple[int, str]) -> str:
         """The annotation of iterator `key` = (stage, iterator name)."""
         st = self.stages[key[0]]
         return st.iters[st.iter_index(key[1])].annotation
+
+    def reduction(self, i: int) -> Reduce:
+        """Stage i's body, a reduction (asked only of stages known to reduce)."""
+        body = self.body(i)
+        assert isinstance(body, Reduce), f"stage {self.stages[i].name!r} is no reduction"
+        return body
+
+    def attach_point(self, i: int) -> tuple[int, str]:
+        """The loop an attached stage i is computed at: (stage, iterator name)."""
+        attach = self.stages[i].attach
+        assert attach is not None, f"stage {self.stages[i].name!r} is not attached"
+        return attach
 
     def topo_order(self) -> list[int]:
         """The stages that are not inlined, producers before their consumers."""

@@ -58,11 +58,11 @@ def resolve_bodies(plan: LoweringPlan) -> None:
                 src = stages[j]
                 if src.compute_at == INLINED:
                     inner = body(j)
-                    return substitute(inner, dict(zip(src.op.axis, idx, strict=True)))
+                    return substitute(inner, dict(zip(plan.compute_op(j).axis, idx, strict=True)))
                 return Load(src.produces.output(0), idx)
             return None
 
-        memo[i] = rewrite(st.op.body, fix)
+        memo[i] = rewrite(plan.compute_op(i).body, fix)
         return memo[i]
 
     for i, st in enumerate(stages):
@@ -79,7 +79,7 @@ def build_attach_tree(plan: LoweringPlan) -> None:
     stages = plan.stages
     for i, st in enumerate(stages):
         if st.compute_at == ATTACHED:
-            t, name = st.attach
+            t, name = plan.attach_point(i)
             if stages[t].compute_at == INLINED:
                 raise LoweringError(
                     f"stage {st.name!r} is computed at inlined stage {stages[t].name!r}"
@@ -97,7 +97,7 @@ def context_of(plan: LoweringPlan, i: int, depth: int = 0) -> list[tuple[int, st
         return []
     if depth > len(plan.stages):
         raise LoweringError("compute_at chain forms a cycle")
-    t, name = st.attach
+    t, name = plan.attach_point(i)
     target = plan.stages[t]
     pos = target.iter_index(name)
     return context_of(plan, t, depth + 1) + [(t, it.name) for it in target.iters[: pos + 1]]
@@ -156,7 +156,10 @@ def make_buffers(plan: LoweringPlan) -> None:
             continue
         if inf.scope == "global":
             b = ir.Buffer(
-                unique(st.name), tuple(a.extent for a in st.op.axis), st.op.dtype, "global"
+                unique(st.name),
+                tuple(a.extent for a in plan.compute_op(i).axis),
+                st.op.dtype,
+                "global",
             )
             plan.temps.append(b)
             if st.compute_at != ROOT:

@@ -23,9 +23,9 @@ OPERAND_DTYPES = tuple(d for d in DTYPES if d in ir.WMMA_K)
 
 def own_access(plan: LoweringPlan, i: int) -> Access:
     """The element stage i writes."""
-    inf, st = plan.info[i], plan.stages[i]
-    dims = [inf.value[a.name] for a in st.op.axis]
-    return Access(inf.buffer, dims, plan.flat_index(i, dims, relative=False), i)
+    inf = plan.info[i]
+    dims = [inf.value[a.name] for a in plan.compute_op(i).axis]
+    return Access(inf.buf, dims, plan.flat_index(i, dims, relative=False), i)
 
 
 def load_access(plan: LoweringPlan, i: int, node: Load) -> Access:
@@ -37,7 +37,7 @@ def load_access(plan: LoweringPlan, i: int, node: Load) -> Access:
     dims = idx
     if relative and plan.info[j].base:
         dims = [BinOp("-", x, b, I32) for x, b in zip(idx, plan.info[j].base, strict=True)]
-    return Access(plan.info[j].buffer, dims, plan.flat_index(j, idx, relative), j)
+    return Access(plan.info[j].buf, dims, plan.flat_index(j, idx, relative), j)
 
 
 def coefficients(e: Expr, tvars: list[Var], bounds, what: str) -> list[int]:

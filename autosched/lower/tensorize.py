@@ -103,7 +103,7 @@ def copy_nest_extents(plan: LoweringPlan, i: int, role: str) -> tuple[tuple[int,
     sorted, no reduce ones). A load's are its fragment's tile shape, a store's 16, 16 (a
     multiply-accumulate's are `analyse_mma`'s: 16, 16 and the K of its operands' dtype)."""
     if role == "load":
-        return tuple(sorted(fragment_shape(plan.info[i].buffer))), ()
+        return tuple(sorted(fragment_shape(plan.info[i].buf))), ()
     return (T, T), ()
 
 
@@ -169,7 +169,7 @@ def whole_tile_guard(
 
 
 def guarded_warp(
-    stmt: ir.Stmt,
+    stmt: ir.WarpStmt,
     conds: list[Expr],
     tvars: list[Var],
     exts: dict[int, int],
@@ -224,7 +224,7 @@ def mma_operands(plan: LoweringPlan, i: int) -> tuple[Load, Load]:
 def analyse_mma(plan: LoweringPlan, i: int, pos: int) -> MmaPlan:
     a_load, b_load = mma_operands(plan, i)
     a, b = load_access(plan, i, a_load), load_access(plan, i, b_load)
-    for acc, dtypes in ((a, OPERAND_DTYPES), (b, OPERAND_DTYPES), (plan.info[i].buffer, None)):
+    for acc, dtypes in ((a, OPERAND_DTYPES), (b, OPERAND_DTYPES), (plan.info[i].buf, None)):
         buf = acc.buffer if isinstance(acc, Access) else acc
         ok = buf.dtype in dtypes if dtypes else buf.dtype == "float32"
         if not ok:
@@ -264,6 +264,7 @@ def plan_fragments(plan: LoweringPlan) -> None:
         if plan.info[i].body is None or plan.info[i].scope != ir.ACCUMULATOR_SCOPE:
             continue
         pos = tensorize_position(plan, i)
+        assert pos is not None  # an accumulator without a tensorized nest raised above
         mma = plan.mma_plans[i] = analyse_mma(plan, i, pos)
         bounds = nest_bounds(plan, i)
         name = plan.stages[i].name
@@ -306,7 +307,7 @@ def emit_fill(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     what = f"{st.name} (fill)"
     _, _, dims = _row_col(plan, own, spatial, bounds, what)
     tile = fragment_tile(own, dims, spatial, bounds, what)
-    stmt = ir.FragmentFill(own.buffer, tile, plan.info[i].body.identity)
+    stmt = ir.FragmentFill(own.buffer, tile, plan.reduction(i).identity)
     exts = var_extents(plan, i, pos)
     conds = guards(plan, i, spatial_only=True)
     return guarded_warp(stmt, conds, spatial, exts, bounds, what, padded=True)
@@ -332,15 +333,17 @@ def emit_tensorized(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     bounds = nest_bounds(plan, i)
     name = st.name
     exts = var_extents(plan, i, pos)
+    assert role is not None  # tensorize_position refused a tensorized stage without one
+    stmt: ir.WarpStmt
     if role == "mma":
         mma = plan.mma_plans[i]
         tvars = [mma.m, mma.n, mma.k]
-        dims = plan.fragment_dims  # checked against the accesses by plan_fragments
+        planned = plan.fragment_dims  # checked against the accesses by plan_fragments
 
         def tile(access: Access) -> Expr:
-            return fragment_tile(access, dims[access.stage], tvars, bounds, name)
+            return fragment_tile(access, planned[access.stage], tvars, bounds, name)
 
-        stmt: ir.Stmt = ir.FragmentMma(
+        stmt = ir.FragmentMma(
             mma.acc.buffer,
             tile(mma.acc),
             mma.a.buffer,
