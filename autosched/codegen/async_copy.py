@@ -88,10 +88,11 @@ def async_copy_text(
     load, cond = source
     dst, src = store.index, load.indices[0]
     if lane is not None:
-        dst, src = vector_base(dst, lane, width), vector_base(src, lane, width)
+        dst_base, src_base = vector_base(dst, lane, width), vector_base(src, lane, width)
         cond = None if cond is None else lane_free_guard(cond, lane, width)
-        if dst is None or src is None or (source[1] is not None and cond is None):
+        if dst_base is None or src_base is None or (source[1] is not None and cond is None):
             return None
+        dst, src = dst_base, src_base
     ex = p.ex
     ex.helpers.add(HELPER)
     copy = "true" if cond is None else ex(cond)

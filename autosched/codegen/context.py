@@ -13,6 +13,10 @@ import re
 from autosched.codegen.expr_printer import ExprPrinter
 from autosched.codegen.target import CUDATarget
 from autosched.lower import ir
+from autosched.lower.dispatch import TypeTable
+
+# statement type -> printer(statement, depth)
+StmtTable = TypeTable[ir.Stmt, [int], None]
 
 
 class PrintContext:

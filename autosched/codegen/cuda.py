@@ -20,15 +20,12 @@ The printer prints the program it is given and rewrites nothing: the device prog
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from autosched.codegen.allreduce import emit_allreduce
 from autosched.codegen.async_copy import HELPER as ASYNC_HELPER
 from autosched.codegen.async_copy import HELPERS as ASYNC_HELPERS
 from autosched.codegen.async_copy import WAIT as ASYNC_WAIT
 from autosched.codegen.async_copy import async_copy_text, uses_async_copy
-from autosched.codegen.context import PrintContext
+from autosched.codegen.context import PrintContext, StmtTable
 from autosched.codegen.expr_printer import FLOOR_HELPERS, is_nonneg, literal
 from autosched.codegen.lanes import aligned_unit_stride, linear_form
 from autosched.codegen.shared_memory import (
@@ -43,6 +40,7 @@ from autosched.codegen.wmma import HEADER as WMMA_HEADER
 from autosched.codegen.wmma import WarpPrinter, uses_wmma, written_buffer
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.dispatch import TypeTable
 
 
 class KernelPrinter(PrintContext):
@@ -51,22 +49,25 @@ class KernelPrinter(PrintContext):
 
     def __init__(self, kernel: ir.Kernel, params: list[ir.Buffer], target: CUDATarget, fast: bool):
         super().__init__(kernel, params, target, fast)
-        self.table: dict[type, Callable[[Any, int], object]] = {
-            ir.Seq: lambda s, d: [self.stmt(c, d) for c in s.stmts],
-            ir.Store: self._store,
-            ir.For: self._for,
-            ir.IfThenElse: self._if,
-            ir.Barrier: self._barrier,
-            ir.AllReduce: lambda s, d: emit_allreduce(self, s, d),
-        }
+        self.table: StmtTable = TypeTable()
+        self.table.register(ir.Seq, self._seq)
+        self.table.register(ir.Store, self._store)
+        self.table.register(ir.For, self._for)
+        self.table.register(ir.IfThenElse, self._if)
+        self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AllReduce, lambda s, d: emit_allreduce(self, s, d))
         self.warp = WarpPrinter(self)
-        self.table.update(self.warp.table())
+        self.warp.register(self.table)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
-        fn = self.table.get(type(s))
+        fn = self.table.handler(s)
         if fn is None:
             raise LoweringError(f"the CUDA printer cannot print a {type(s).__name__} statement")
         fn(s, depth)
+
+    def _seq(self, s: ir.Seq, d: int) -> None:
+        for c in s.stmts:
+            self.stmt(c, d)
 
     def print(self) -> str:
         k, t = self.k, self.t

@@ -9,12 +9,12 @@ math functions go through float, and literals and casts through float32.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
 from autosched.codegen.target import HALF_ARITH, HALF_CONVERT, INFINITY_BITS, CUDATarget
 from autosched.errors import LoweringError
+from autosched.lower.dispatch import TypeTable
 from autosched.te.dtype import is_float, is_half
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
 
@@ -84,23 +84,22 @@ class ExprPrinter:
         self.fast_math = fast_math
         self.names: dict[int, str] = {}
         self.helpers: set[str] = set()
-        self.table: dict[type, Callable[[Expr], str]] = {
-            Const: literal,
-            Var: self._unbound,
-            IterVar: self._unbound,
-            BinOp: self._binop,
-            Not: lambda e: f"(!{self(e.a)})",
-            Select: lambda e: f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})",
-            Cast: self._cast,
-            Call: self._call,
-            Load: self._load,
-        }
+        self.table: TypeTable[Expr, [], str] = TypeTable()
+        self.table.register(Const, literal)
+        self.table.register(Var, self._unbound)
+        self.table.register(IterVar, self._unbound)
+        self.table.register(BinOp, self._binop)
+        self.table.register(Not, lambda e: f"(!{self(e.a)})")
+        self.table.register(Select, lambda e: f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})")
+        self.table.register(Cast, self._cast)
+        self.table.register(Call, self._call)
+        self.table.register(Load, self._load)
 
     def __call__(self, e: Expr) -> str:
         name = self.names.get(id(e))
         if name is not None:
             return name
-        fn = self.table.get(type(e))
+        fn = self.table.handler(e)
         if fn is None:
             raise LoweringError(f"the CUDA printer cannot print a {type(e).__name__}: {e!r}")
         return fn(e)

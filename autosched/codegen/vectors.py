@@ -20,7 +20,7 @@ from autosched.codegen.context import PrintContext
 from autosched.codegen.lanes import guarded_loads, lane_free_guard, vector_base
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
-from autosched.te.expr import Const, Select
+from autosched.te.expr import Const, Load, Select
 
 # dtypes whose loads under a Select (a padded input) are read as vectors: the half types, whose
 # Tensor Core fetches would otherwise read 2 bytes at a time; float32 keeps its scalar reads
@@ -40,7 +40,8 @@ def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
     """Print an aligned unit-stride `vectorize` loop as one vector store; False if it isn't."""
     body, guard, width = s.body, None, s.extent
     if isinstance(body, ir.IfThenElse) and body.else_case is None:
-        body, guard = body.then_case, lane_free_guard(body.cond, s.var, width)
+        guard = lane_free_guard(body.cond, s.var, width)
+        body = body.then_case
         if guard is None:
             return False
     if not isinstance(body, ir.Store) or body.buffer.scope == "local":
@@ -147,7 +148,10 @@ def _whole_vector(
     if isinstance(value, Select) and _is_plus_zero(value.f):
         value, sel = value.t, value
     entry = vloads.get(id(value))
-    if entry is None or entry[2] is not sel or value.buffer.dtype != store.buffer.dtype:
+    if entry is None or entry[2] is not sel:
+        return None
+    assert isinstance(value, Load)  # vloads holds loads only
+    if value.buffer.dtype != store.buffer.dtype:
         return None
     vec = temps[(value._key, id(sel))]
     if sel is None:
@@ -161,14 +165,16 @@ def _is_plus_zero(e) -> bool:
     return isinstance(e, Const) and e.value == 0 and math.copysign(1.0, e.value) > 0
 
 
-def _emit_preds(p: PrintContext, d: int, s: ir.For, selects: list) -> dict[int, str]:
+def _emit_preds(p: PrintContext, d: int, s: ir.For, selects: list[Select]) -> dict[int, str]:
     """One `bool pred = cond;` per guarding Select (its condition without the lane); the
     Select's condition prints as that name in every lane. id(Select) -> name."""
     preds: dict[int, str] = {}
     for sel in selects:
         if id(sel) not in preds:
             preds[id(sel)] = name = p.fresh("pred")
-            p.emit(d, f"bool {name} = {p.ex(lane_free_guard(sel.cond, s.var, s.extent))};")
+            guard = lane_free_guard(sel.cond, s.var, s.extent)
+            assert guard is not None  # lanes.guarded_loads keeps only such Selects
+            p.emit(d, f"bool {name} = {p.ex(guard)};")
             p.ex.names[id(sel.cond)] = name
     return preds
 
