@@ -7,7 +7,7 @@ indexing produces). `bounds` maps id(var) -> (lo, hi), inclusive.
 
 `fold_digits(e)` folds the digits of one value back together (`(f // 9)*9 + f % 9 -> f`,
 `((f // 3) % 3)*3 + f % 3 -> f % 9`: cache fetches decompose a fused index per axis and
-recombine it into a contiguous buffer). The device pass `device_passes.fold_index_digits`
+recombine it into a contiguous buffer). The device pass `index_folding.fold_index_digits`
 applies it to every index of the program that is printed and run, which saves the divisions
 (faster kernels, fewer spills, quicker builds); the analysis program `lower` returns keeps the
 digits, from which the features read per-dimension accesses.

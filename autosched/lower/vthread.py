@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
 from autosched.te.visitor import children, rebuild, rewrite, walk
 
@@ -222,17 +221,18 @@ class _Pusher:
         self.var, self.n, self.touched = var, n, touched
         self.memo: dict[int, bool] = {}
         self.has_var: dict[int, bool] = {}  # expression node id -> whether it uses var
-        self.table: dict[type, Callable[[Any], ir.Stmt]] = {
-            ir.Seq: self._seq,
-            ir.For: self._for,
-            ir.IfThenElse: self._if,
-        }
+        # statement type -> push(statement); statements of other types are replicated
+        self.table: TypeTable[ir.Stmt, [], ir.Stmt] = TypeTable()
+        self.table.register(ir.Seq, self._seq)
+        self.table.register(ir.For, self._for)
+        self.table.register(ir.IfThenElse, self._if)
 
     def push(self, s: ir.Stmt) -> ir.Stmt:
         """`s` as it runs for all virtual threads."""
         if not self.depends(s):
             return s
-        return self.table.get(type(s), self.replicate)(s)
+        push = self.table.handler(s)
+        return self.replicate(s) if push is None else push(s)
 
     def depends(self, s: ir.Stmt) -> bool:
         """Whether `s` uses the variable, reads or writes a touched buffer (memoised)."""
