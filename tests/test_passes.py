@@ -23,6 +23,8 @@ from autosched.lower.lowering import lower
 from autosched.lower.passes import DEVICE_PASSES, LOWERING_PASSES, KernelPass
 from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
+from autosched.te.expr import Expr
+from autosched.te.visitor import free_vars
 
 ALL_PASSES: tuple[KernelPass, ...] = LOWERING_PASSES + DEVICE_PASSES
 
@@ -99,3 +101,26 @@ def test_lower_is_emission_then_the_lowering_passes():
     state = matmul_vthread_state()
     _, analysis = programs_around(state, LOWERING_PASSES[-1].name)
     assert ir.program_text(lower(state)) == ir.program_text(analysis)
+
+
+def free_var_ids(program: ir.Program) -> set[int]:
+    """The ids of the variables the program's expressions use."""
+    found: set[int] = set()
+
+    def collect(e: Expr) -> Expr:
+        found.update(id(v) for v in free_vars(e))
+        return e
+
+    for kernel in program.kernels:
+        ir.map_exprs(kernel.body, collect)
+    return found
+
+
+def test_simplify_folds_the_unit_variables_away():
+    """Emission lists the variables of the loops it did not emit; simplification folds them to
+    0 and the kernel it returns lists none."""
+    before, after = programs_around(matmul_vthread_state(), "simplify")
+    unit = {id(v) for k in before.kernels for v in k.unit_vars}
+    assert unit & free_var_ids(before)
+    assert not unit & free_var_ids(after)
+    assert all(not k.unit_vars for k in after.kernels)

@@ -343,7 +343,7 @@ class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
     virtual threads per thread that were injected into the body (product of nested vthread
     extents; 1 when none). `unit_vars`: loop variables of iterators that run once, which
-    emission gives no loop; each is 0 (the simplification pass folds them)."""
+    emission gives no loop; each is 0 (the simplification pass folds them and empties it)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -500,6 +500,8 @@ def program_text(p: Program) -> str:
 
     for k in p.kernels:
         out.append(f"kernel {k.name} grid={k.grid} block={k.block}")
+        if k.unit_vars:
+            out.append(f"  unit vars {', '.join(v.name for v in k.unit_vars)}")
         for b in k.allocs:
             out.append(f"  alloc {b.scope} {b.dtype} {b.name}[{b.size}]")
         emit(k.body, 1)

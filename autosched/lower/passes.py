@@ -37,12 +37,13 @@ class KernelPass:
 
 
 def simplify_kernel(kernel: ir.Kernel) -> ir.Kernel:
-    """Every expression simplified under the kernel's variable ranges (unit variables fold to
-    0), settled guards and empty statements dropped (`stmt_simplify`)."""
+    """Every expression simplified under the kernel's variable ranges, settled guards and empty
+    statements dropped (`stmt_simplify`). The unit variables fold to 0, so the result has
+    none."""
     body = simplify_stmt(kernel.body, kernel_bounds(kernel))
     if body is None:  # nothing left to run
         body = ir.Seq([])
-    return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=body)
+    return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=body, unit_vars=())
 
 
 def fold_virtual_thread_copies(kernel: ir.Kernel) -> ir.Kernel:
