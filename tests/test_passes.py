@@ -1,8 +1,10 @@
-"""The program passes (autosched/lower/passes.py): each pass's program before and after it, on a
-small workload where it changes something, as tests/golden/pass_<name>.txt holds them.
+"""Lowering's steps in a row: the plan of two small workloads (tests/golden/plan_<name>.txt,
+what planning.PLAN_STEPS derive), and each program pass (autosched/lower/passes.py) with its
+program before and after it, on a workload where it changes something
+(tests/golden/pass_<name>.txt).
 
-After a change to a pass (or to planning or emission, which make the programs the passes see):
-`pytest --update-golden tests/test_passes.py`, then review the diff of tests/golden/.
+After a change to planning, emission or a pass: `pytest --update-golden tests/test_passes.py`,
+then review the diff of tests/golden/.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from autosched.lower import ir
 from autosched.lower.emission import emit_program
 from autosched.lower.lowering import lower
 from autosched.lower.passes import DEVICE_PASSES, LOWERING_PASSES, KernelPass
-from autosched.lower.planning import make_plan
+from autosched.lower.plan import plan_text
+from autosched.lower.planning import PLAN_STEPS, make_plan
 from autosched.schedule.loop_state import State
 from autosched.te.expr import Expr
 from autosched.te.visitor import free_vars
@@ -69,6 +72,29 @@ def programs_around(state: State, name: str) -> tuple[ir.Program, ir.Program]:
             return program, program_pass(program)
         program = program_pass(program)
     raise AssertionError(f"no pass is named {name!r}")
+
+
+PLAN_WORKLOADS: dict[str, Callable[[], State]] = {
+    "matmul_vthread": matmul_vthread_state,
+    "conv_fetch": conv_fetch_state,
+}
+
+
+def test_the_planning_steps_run_in_this_order():
+    assert [step.__name__ for step in PLAN_STEPS] == [
+        "resolve_bodies",
+        "build_attach_tree",
+        "order_attached",
+        "infer_bounds",
+        "make_buffers",
+        "plan_fragments",
+    ]
+
+
+@pytest.mark.parametrize("name", list(PLAN_WORKLOADS))
+def test_plan_golden(name, golden):
+    """Every computed stage's scope, attach point, region, extents and buffer."""
+    golden(f"plan_{name}.txt", plan_text(make_plan(PLAN_WORKLOADS[name]())) + "\n")
 
 
 def test_the_passes_run_in_this_order():

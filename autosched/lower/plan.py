@@ -186,3 +186,31 @@ class LoweringPlan:
             # pass gives it the range [0, 0] and folds it to 0 everywhere.
             return body
         return ir.For(self.var_of(i, name), ext, self.loop_kind(i, name), body)
+
+
+def plan_text(plan: LoweringPlan) -> str:
+    """A readable dump of what planning derived for every stage that is computed (for tests
+    and debugging, as `ir.program_text` is for programs): its scope and loop context, the
+    stages it reads, its region, its iterator extents and its buffer."""
+    out: list[str] = []
+    for i in plan.topo_order():
+        st, inf = plan.stages[i], plan.info[i]
+        if st.is_placeholder:
+            continue
+        where = "root"
+        if inf.context:
+            j, name = inf.context[-1]
+            where = f"{plan.stages[j].name}.{name}"
+        reads = ", ".join(plan.stages[j].name for j in sorted(inf.reads))
+        out.append(f"stage {st.name} ({inf.scope}) at {where}; reads {reads or 'nothing'}")
+        if inf.context:
+            base = ", ".join(repr(b) for b in inf.base)
+            out.append(f"  region {inf.region} from [{base}]")
+        out.append("  extents " + ", ".join(f"{it.name}={inf.ext[it.name]}" for it in st.iters))
+        if inf.buffer is not None:
+            b = inf.buffer
+            slots = " (async copy)" if b.async_copy else ""
+            out.append(f"  buffer {b.name}{list(b.shape)} {b.dtype}{slots}")
+        if i in plan.fragment_dims:
+            out.append(f"  fragment tiled over dimensions {plan.fragment_dims[i]}")
+    return "\n".join(out)
