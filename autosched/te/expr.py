@@ -8,7 +8,7 @@ expressions work as dict keys and in `in` tests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autosched.errors import DTypeError, TEError
@@ -28,7 +28,17 @@ class Expr:
     def __init__(self, dtype: str, key: tuple) -> None:
         self.dtype = dtype
         self._key = key
-        self._hash = None
+        self._hash: int | None = None
+
+    # ---- tree structure (what `te.visitor` walks and rewrites) ----------------------------
+    def children(self) -> tuple[Expr, ...]:
+        """The direct sub-expressions, in a fixed order (a leaf has none)."""
+        return ()
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        """This node with its children replaced by `kids` (as many, in `children()` order);
+        the constructors re-check dtypes, nothing more. A leaf returns itself."""
+        return self
 
     # ---- structural identity -------------------------------------------------------------
     def same_as(self, other: Expr) -> bool:
@@ -100,7 +110,7 @@ class Expr:
     def __ge__(self, o):
         return binary(">=", self, o)
 
-    def __eq__(self, o):  # type: ignore[override]
+    def __eq__(self, o):
         if not isinstance(o, (Expr, int, float, bool)):
             return NotImplemented
         try:
@@ -108,7 +118,7 @@ class Expr:
         except DTypeError:
             return False
 
-    def __ne__(self, o):  # type: ignore[override]
+    def __ne__(self, o):
         if not isinstance(o, (Expr, int, float, bool)):
             return NotImplemented
         try:
@@ -200,6 +210,13 @@ class BinOp(Expr):
         self.a = a
         self.b = b
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        a, b = kids
+        return BinOp(self.op, a, b, "bool" if self.dtype == "bool" else a.dtype)
+
     def __bool__(self) -> bool:
         if self.op == "==":
             return self.a.same_as(self.b)
@@ -218,6 +235,12 @@ class Not(Expr):
         super().__init__("bool", ("!", a._key))
         self.a = a
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a,)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Not(kids[0])
+
 
 class Select(Expr):
     """`cond ? t : f`. `style` only changes printing: 'if_then_else' or 'select'."""
@@ -232,6 +255,13 @@ class Select(Expr):
         super().__init__(t.dtype, ("s", cond._key, t._key, f._key))
         self.cond, self.t, self.f, self.style = cond, t, f, style
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.cond, self.t, self.f)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        cond, t, f = kids
+        return Select(cond, t, f, style=self.style)
+
 
 class Cast(Expr):
     __slots__ = ("value",)
@@ -241,6 +271,12 @@ class Cast(Expr):
         value = as_expr(value, dtype)
         super().__init__(dtype, ("cast", dtype, value._key))
         self.value = value
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.value,)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Cast(self.dtype, kids[0])
 
 
 class Call(Expr):
@@ -254,6 +290,12 @@ class Call(Expr):
         self.func = func
         self.args = args
 
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Call(self.func, kids, kids[0].dtype if kids else self.dtype)
+
 
 class Load(Expr):
     """Reading `buffer[indices]`; the buffer is a te.Tensor or a lowered IR buffer."""
@@ -265,6 +307,12 @@ class Load(Expr):
         super().__init__(buffer.dtype, ("ld", id(buffer), tuple(i._key for i in indices)))
         self.buffer = buffer
         self.indices = indices
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.indices
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Load(self.buffer, kids)
 
 
 class Reduce(Expr):
@@ -281,6 +329,13 @@ class Reduce(Expr):
         self.source = source
         self.axes = axes
         self.condition = condition
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.source,) if self.condition is None else (self.source, self.condition)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        cond = kids[1] if len(kids) > 1 else None
+        return Reduce(self.reducer, kids[0], self.axes, cond)
 
     @property
     def identity(self) -> Expr:
@@ -404,7 +459,8 @@ def _reduce(e: Reduce) -> str:
     return f"reduce({e.reducer.name}, {expr_str(e.source)}, axis=[{axes}]{cond})"
 
 
-PRINTERS = {
+# node type -> its text; each printer takes a node of the type it is listed under
+PRINTERS: dict[type[Expr], Callable[[Any], str]] = {
     Const: const_str,
     BinOp: _binop,
     Not: lambda e: f"!{expr_str(e.a)}",

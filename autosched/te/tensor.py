@@ -35,6 +35,7 @@ class Operation:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    _output: Tensor
 
     def output(self, index: int = 0) -> Tensor:
         if index != 0:
