@@ -98,7 +98,7 @@ def conv2d_nchw_fp16(N, CI, H, W, CO, KH, KW, stride, padding):
 
 @register_workload(name="conv2d_nhwcnc_fp16")
 def conv2d_nhwcnc_fp16(N, H, W, CO, CI, KH, KW, padding):
-    """The conv2d of TVM's Tensor Core tutorial (seeds/004), as written there: data in the
+    """The conv2d of TVM's Tensor Core tutorial, as written there: data in the
     NHWCnc layout (N/16, H, W, CI/16, 16 n, 16 ci), kernel (KH, KW, CI/16, CO/16, 16 ci, 16 co),
     stride 1, fp32 output (N/16, H, W, CO/16, 16 n, 16 co)."""
     bs = 16
@@ -130,8 +130,8 @@ def conv2d_nhwcnc_fp16(N, H, W, CO, CI, KH, KW, padding):
 
 
 # The Tensor Core workloads, as SUITE lists workloads (kept apart: SUITE's golden sketches and
-# limits are fp32 ones). The full sizes: a square matmul, the done-when batch_matmul and the
-# conv2d of TVM's Tensor Core tutorial (seeds/004).
+# limits are fp32 ones). The full sizes: a square matmul, a bf16 batch_matmul and the
+# conv2d of TVM's Tensor Core tutorial.
 TENSOR_CORE_SUITE = {
     "matmul_fp16": ("matmul_fp16", (1024, 1024, 1024), (32, 48, 32)),
     "batch_matmul_bf16": ("batch_matmul_bf16", (16, 512, 512, 64), (2, 32, 16, 32)),

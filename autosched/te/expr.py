@@ -338,7 +338,7 @@ class Reduce(Expr):
         return Reduce(self.reducer, kids[0], self.axes, cond)
 
     @property
-    def identity(self) -> Expr:
+    def identity(self) -> Const:
         return self.reducer.identity(self.dtype)
 
 
