@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from autosched.te.dtype import (
     numpy_dtype,
     to_storage,
 )
-from autosched.te.expr import BinOp, Cast, Load, Reduce, Var
+from autosched.te.expr import BinOp, Cast, Expr, IterVar, Load, Reduce, Var
 from autosched.te.npeval import eval_expr, gather
 from autosched.te.reduce import max_reducer, min_reducer, sum_reducer
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, topological_ops
@@ -168,7 +168,7 @@ def _eval_block(op: ComputeOp, s_ranges: list, r_ranges: list, load: Callable) -
     return np.asarray(reduce(src, tuple(range(nd, nd + nr))))
 
 
-def _product_loads(e) -> list[Load] | None:
+def _product_loads(e: Expr) -> list[Load] | None:
     """The loads of a product of loads (float casts around them allowed), else None."""
     if isinstance(e, Cast) and is_float(e.dtype):
         return _product_loads(e.value)
@@ -180,7 +180,9 @@ def _product_loads(e) -> list[Load] | None:
     return None
 
 
-def _strided_view(arr: np.ndarray, indices, axes: list) -> tuple[np.ndarray, list[int]] | None:
+def _strided_view(
+    arr: np.ndarray, indices: Sequence[Expr], axes: list[IterVar]
+) -> tuple[np.ndarray, list[int]] | None:
     """A view of `arr` with one dimension per axis the indices use (in `axes` order) such that
     view[t...] == arr[indices at axis values lo + t], and those axes' positions; None when an
     index is not affine in the axes or leaves the array."""

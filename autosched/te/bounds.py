@@ -203,7 +203,7 @@ class _Refiner:
             self.facts[key] = (_tighter(max, old_lo, lo), _tighter(min, old_hi, hi))
 
 
-def _tighter(pick: Callable[[int, int], int], old: int | None, new: int | None):
+def _tighter(pick: Callable[[int, int], int], old: int | None, new: int | None) -> int | None:
     if old is None:
         return new
     return old if new is None else pick(old, new)

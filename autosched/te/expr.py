@@ -9,10 +9,13 @@ expressions work as dict keys and in `in` tests.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosched.errors import DTypeError, TEError
 from autosched.te.dtype import check_dtype, is_float, is_int
+
+if TYPE_CHECKING:  # reduce.py builds Reduce nodes, so it imports this module
+    from autosched.te.reduce import Reducer
 
 ARITH_OPS = ("+", "-", "*", "/", "floordiv", "floormod", "min", "max")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -58,59 +61,61 @@ class Expr:
         )
 
     # ---- arithmetic ------------------------------------------------------------------------
-    def __add__(self, o):
+    def __add__(self, o: Any) -> Expr:
         return binary("+", self, o)
 
-    def __radd__(self, o):
+    def __radd__(self, o: Any) -> Expr:
         return binary("+", o, self)
 
-    def __sub__(self, o):
+    def __sub__(self, o: Any) -> Expr:
         return binary("-", self, o)
 
-    def __rsub__(self, o):
+    def __rsub__(self, o: Any) -> Expr:
         return binary("-", o, self)
 
-    def __mul__(self, o):
+    def __mul__(self, o: Any) -> Expr:
         return binary("*", self, o)
 
-    def __rmul__(self, o):
+    def __rmul__(self, o: Any) -> Expr:
         return binary("*", o, self)
 
-    def __truediv__(self, o):
+    def __truediv__(self, o: Any) -> Expr:
         return binary("/", self, o)
 
-    def __rtruediv__(self, o):
+    def __rtruediv__(self, o: Any) -> Expr:
         return binary("/", o, self)
 
-    def __floordiv__(self, o):
+    def __floordiv__(self, o: Any) -> Expr:
         return binary("floordiv", self, o)
 
-    def __rfloordiv__(self, o):
+    def __rfloordiv__(self, o: Any) -> Expr:
         return binary("floordiv", o, self)
 
-    def __mod__(self, o):
+    def __mod__(self, o: Any) -> Expr:
         return binary("floormod", self, o)
 
-    def __rmod__(self, o):
+    def __rmod__(self, o: Any) -> Expr:
         return binary("floormod", o, self)
 
-    def __neg__(self):
+    def __neg__(self) -> Expr:
         return binary("-", const(0, self.dtype), self)
 
     # ---- comparisons and logic -------------------------------------------------------------
-    def __lt__(self, o):
+    def __lt__(self, o: Any) -> Expr:
         return binary("<", self, o)
 
-    def __le__(self, o):
+    def __le__(self, o: Any) -> Expr:
         return binary("<=", self, o)
 
-    def __gt__(self, o):
+    def __gt__(self, o: Any) -> Expr:
         return binary(">", self, o)
 
-    def __ge__(self, o):
+    def __ge__(self, o: Any) -> Expr:
         return binary(">=", self, o)
 
-    def __eq__(self, o):
+    # `==` and `!=` build comparison nodes (Expr), or answer a plain bool for mismatched
+    # dtypes, hence the Any result.
+    def __eq__(self, o: object) -> Any:
         if not isinstance(o, (Expr, int, float, bool)):
             return NotImplemented
         try:
@@ -118,7 +123,7 @@ class Expr:
         except DTypeError:
             return False
 
-    def __ne__(self, o):
+    def __ne__(self, o: object) -> Any:
         if not isinstance(o, (Expr, int, float, bool)):
             return NotImplemented
         try:
@@ -126,19 +131,19 @@ class Expr:
         except DTypeError:
             return True
 
-    def __and__(self, o):
+    def __and__(self, o: Any) -> Expr:
         return binary("&&", self, o)
 
-    def __rand__(self, o):
+    def __rand__(self, o: Any) -> Expr:
         return binary("&&", o, self)
 
-    def __or__(self, o):
+    def __or__(self, o: Any) -> Expr:
         return binary("||", self, o)
 
-    def __ror__(self, o):
+    def __ror__(self, o: Any) -> Expr:
         return binary("||", o, self)
 
-    def __invert__(self):
+    def __invert__(self) -> Expr:
         return Not(self)
 
     def astype(self, dtype: str) -> Expr:
@@ -320,7 +325,9 @@ class Reduce(Expr):
 
     __slots__ = ("reducer", "source", "axes", "condition")
 
-    def __init__(self, reducer, source: Expr, axes: Sequence[IterVar], condition: Expr | None):
+    def __init__(
+        self, reducer: Reducer, source: Expr, axes: Sequence[IterVar], condition: Expr | None
+    ) -> None:
         axes = tuple(axes)
         cond_key = condition._key if condition is not None else None
         key = ("red", reducer.name, id(reducer), source._key, tuple(id(a) for a in axes), cond_key)
