@@ -137,7 +137,7 @@ class ProgramWalker:
         roots = (s.value,) if s.cond is None else (s.value, s.cond)
         self.store(s.buffer, s.index, roots, guards, s)
 
-    def warp(self, s: ir.WarpStmt, guards: Guards) -> None:
+    def visit_warp(self, s: ir.WarpStmt, guards: Guards) -> None:
         """A warp statement: a store in a pseudo loop over each lane's elements of the tile."""
         rec = warp_record(s, self.lane_view)
         counts = [0] * len(OP_KINDS)
@@ -315,7 +315,7 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
     ir.IfThenElse: ProgramWalker.visit_if,
     ir.Store: ProgramWalker.visit_store,
     ir.AllReduce: ProgramWalker.visit_allreduce,
-    **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.warp),
+    **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
 }
 
 
