@@ -4,7 +4,7 @@ its float32 matrix products may use TF32 Tensor Cores (`allow_tf32`, off by defa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosched.errors import AutoschedError
 from autosched.schedule.compute_dag import ComputeDAG
@@ -15,6 +15,9 @@ from autosched.task.workload_registry import (
 )
 from autosched.task.workloads import SUITE
 from measure.hardware import HardwareParams
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
 
 
 class SearchTask:
@@ -54,7 +57,7 @@ class SearchTask:
         self.hardware_params = hardware_params or HardwareParams()
         self.desc = desc or self.workload_key
 
-    def apply_best(self, log_file: str):
+    def apply_best(self, log_file: str) -> State | None:
         """The best measured state of this task in a record log (None when there is none)."""
         from autosched.records import load_best
 
@@ -65,7 +68,7 @@ class SearchTask:
         return f"SearchTask({self.workload_key})"
 
 
-def suite_task(name: str, reduced: bool = False, allow_tf32: bool = False):
+def suite_task(name: str, reduced: bool = False, allow_tf32: bool = False) -> SearchTask:
     """The SearchTask of suite workload `name`, at full size or at its reduced size."""
     workload, full, small = SUITE[name]
     return SearchTask(workload, small if reduced else full, allow_tf32=allow_tf32)
