@@ -327,6 +327,7 @@ def best_records(
     """The fastest correct record of each workload key (only records whose input `where`
     accepts, when given) whose steps replay; records skipped on the way are counted in one
     MalformedRecordWarning."""
+    path = str(path)
     skipped: list[Skipped] = []
     checker = RecordChecker()
     candidates: dict[str, list[tuple[float, int, Record]]] = {}

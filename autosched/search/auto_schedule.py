@@ -30,6 +30,13 @@ class TuningOptions:
     verbose: int = 1
     measurer: object | None = None  # a custom measurer (tests use a simulated one)
 
+    def __post_init__(self) -> None:
+        from autosched.checks import integer, optional_integer
+
+        integer("num_measure_trials", self.num_measure_trials, 0)
+        integer("num_measures_per_round", self.num_measures_per_round, 1)
+        optional_integer("early_stopping", self.early_stopping, 1)
+
 
 @dataclass
 class TuningResult:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from autosched.errors import OptionError
 from autosched.search.task_scheduler import SchedulerParams, SchedulerResult, TaskScheduler
 from autosched.search.task_tuner import PolicyTuner, logged_curve
 
@@ -47,6 +48,7 @@ def tune_tasks(
     1 with a factory, else one task per GPU) tasks are tuned at once. Returns the scheduler's
     result: best cost and State per task and the estimated end-to-end latency. Ctrl-C ends it
     early with the result so far; calling it again on the same log goes on from there."""
+    from autosched.checks import integer
     from autosched.records import RecordToFile
     from autosched.search.cost_model import XGBModel
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
@@ -56,7 +58,14 @@ def tune_tasks(
     from autosched.search.workers import resolve_n_jobs
     from measure import LocalMeasureContext
 
+    integer("total_trials", total_trials, 0)
+    integer("num_measures_per_round", num_measures_per_round, 1)
     weights = [1.0] * len(tasks) if weights is None else list(weights)
+    if len(weights) != len(tasks):
+        raise OptionError(
+            f"tune_tasks got {len(tasks)} tasks and {len(weights)} weights: give one weight per "
+            "task (or weights=None for 1 each)"
+        )
     params = search_params or SearchParams()
     model = cost_model or XGBModel(seed=params.seed, nthread=1)
     resuming = os.path.exists(log)
