@@ -60,7 +60,7 @@ class TunedCall(nn.Module):
         # every kernel argument in order: an input (by its index in `order`), the output, or a
         # global temporary of a multi-kernel program (allocated per call)
         output = kernel.outputs[0].name
-        self.arg_kinds = [
+        self.arg_kinds: list[tuple[str, Any]] = [
             ("input", self.order.index(a.name))
             if a.name in self.order
             else ("output", None)
@@ -98,7 +98,10 @@ class TunedCall(nn.Module):
                 for kind, ref in self.arg_kinds
             ]
             stream = torch.cuda.current_stream(device).cuda_stream
-            self.launcher.launch([t.data_ptr() for t in tensors], stream)
+            launcher = self.launcher
+            if launcher is None:  # built for the interpreter
+                raise RuntimeError("this TunedCall was built to run on the CPU interpreter")
+            launcher.launch([t.data_ptr() for t in tensors], stream)
         return result.reshape(self.out_shape)
 
 
@@ -175,8 +178,9 @@ def compile_model(
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
-    gm.autosched_tasks = ex.tasks
-    gm.autosched_replaced = len(calls)
+    # plain attributes for the caller (nn.Module's typing admits only tensors and modules)
+    gm.autosched_tasks = ex.tasks  # type: ignore[assignment]
+    gm.autosched_replaced = len(calls)  # type: ignore[assignment]
     return gm
 
 
