@@ -106,6 +106,32 @@ def check_build_tools(environ: Mapping[str, str] = os.environ) -> None:
         )
 
 
+# pycuda's build settings files (read by its aksetup helper, as is a siteconf.py)
+AKSETUP_FILES = ("~/.aksetup-defaults.py", "/etc/aksetup-defaults.py")
+_CURAND_OFF = re.compile(r"^\s*CUDA_ENABLE_CURAND\s*=\s*False\b", re.M)
+
+
+def check_curand(toolkit: Toolkit, environ: Mapping[str, str] = os.environ) -> None:
+    """InstallError when pycuda's build would include curand.h and the toolkit has none (a
+    minimal toolkit install): autosched does not use cuRAND, and pycuda builds without it
+    when its settings say so."""
+    if os.path.isfile(os.path.join(toolkit.root, "include", "curand.h")):
+        return
+    for name in AKSETUP_FILES:
+        path = name.replace("~", environ.get("HOME", "~"), 1)
+        try:
+            with open(path) as f:
+                if _CURAND_OFF.search(f.read()):
+                    return
+        except OSError:
+            continue
+    raise InstallError(
+        f"the CUDA toolkit {toolkit.root} has no include/curand.h, which pycuda's build "
+        "includes: install the toolkit's cuRAND headers, or build pycuda without cuRAND "
+        "(autosched does not use it): echo 'CUDA_ENABLE_CURAND = False' >> ~/.aksetup-defaults.py"
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     """The pip command to run, its environment, and what to tell the user first."""
@@ -125,6 +151,7 @@ def plan(extras: Sequence[str], environ: Mapping[str, str] = os.environ) -> Plan
     note = f"installing {target}"
     if "cuda" in extras:
         toolkit = find_toolkit(environ)
+        check_curand(toolkit, environ)
         check_build_tools(environ)
         env["PATH"] = os.pathsep.join([os.path.join(toolkit.root, "bin"), env.get("PATH", "")])
         env["CUDA_HOME"] = env["CUDA_ROOT"] = toolkit.root

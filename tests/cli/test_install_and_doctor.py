@@ -52,6 +52,19 @@ def test_the_plan_puts_the_toolkits_nvcc_first_for_pycudas_build(tmp_path):
     assert install.plan([], {"PATH": ""}).command[-1] == install.ROOT  # no toolkit needed
 
 
+def test_a_toolkit_without_curand_is_named_unless_pycuda_is_told(tmp_path):
+    root = fake_toolkit(tmp_path / "cuda")
+    (root / "include" / "curand.h").unlink()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"CUDA_HOME": str(root), "HOME": str(home), "PATH": os.environ["PATH"], "CXX": "g++"}
+    with pytest.raises(install.InstallError, match="has no include/curand.h") as err:
+        install.plan(["cuda"], env)
+    assert "CUDA_ENABLE_CURAND = False" in str(err.value)
+    (home / ".aksetup-defaults.py").write_text("CUDA_ENABLE_CURAND = False\n")
+    assert install.plan(["cuda"], env).env["CUDA_ROOT"] == str(root)
+
+
 def test_without_a_toolkit_the_install_fails_in_one_line_before_pip(monkeypatch, capsys):
     monkeypatch.setattr(install, "toolkit_candidates", lambda env: [("/nowhere", "$CUDA_HOME")])
     monkeypatch.setattr(install.subprocess, "call", pytest.fail)  # pip must not start
