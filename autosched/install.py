@@ -1,6 +1,7 @@
 """`python -m autosched.install [EXTRA ...]`: install this checkout (`pip install -e .[EXTRAS]`,
 default extra `cuda`) so that pycuda's build finds the CUDA toolkit, or fail in one line saying
-what is missing, before pip starts.
+what is missing, before pip starts. With the `torch` extra on a machine without an NVIDIA
+driver, PyTorch's CPU build is installed first (PyPI's is the multi-GB CUDA build).
 
 pycuda has no Linux wheels: pip compiles it, and its build takes the toolkit from the first
 `nvcc` on PATH, as `dirname(nvcc)/..`, without resolving links (its `CUDA_ROOT` setting is
@@ -16,7 +17,9 @@ Standard library only: it runs before autosched's dependencies are installed.
 
 from __future__ import annotations
 
+import ctypes
 import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_NAME = "autosched-install.log"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 USAGE_ERROR = 2
 # pip output lines that say why a build failed (compiler errors, pip's own summary)
 _ERROR_LINE = re.compile(r"(fatal error|error:|No such file or directory|^ERROR:)", re.I)
@@ -134,9 +138,9 @@ def check_curand(toolkit: Toolkit, environ: Mapping[str, str] = os.environ) -> N
 
 @dataclass(frozen=True)
 class Plan:
-    """The pip command to run, its environment, and what to tell the user first."""
+    """The pip commands to run in order, their environment, and what to tell the user first."""
 
-    command: list[str]
+    commands: list[list[str]]
     env: dict[str, str]
     note: str
 
@@ -146,9 +150,15 @@ def plan(extras: Sequence[str], environ: Mapping[str, str] = os.environ) -> Plan
     if not os.path.isfile(os.path.join(ROOT, "pyproject.toml")):
         raise InstallError(f"{ROOT} is not an autosched checkout (no pyproject.toml)")
     target = f"{ROOT}[{','.join(extras)}]" if extras else ROOT
-    command = [sys.executable, "-m", "pip", "install", "-e", target]
+    pip = [sys.executable, "-m", "pip", "install"]
+    commands = [[*pip, "-e", target]]
     env = dict(environ)
     note = f"installing {target}"
+    if "torch" in extras and not _has_nvidia_driver() and not _importable("torch"):
+        # PyPI's torch for Linux is the CUDA build (gigabytes of CUDA libraries); without a GPU
+        # the CPU build comes first from PyTorch's own index, and the extra finds it installed
+        commands.insert(0, [*pip, "torch", "--index-url", TORCH_CPU_INDEX])
+        note += " (no NVIDIA driver here: PyTorch's CPU build first)"
     if "cuda" in extras:
         toolkit = find_toolkit(environ)
         check_curand(toolkit, environ)
@@ -159,7 +169,19 @@ def plan(extras: Sequence[str], environ: Mapping[str, str] = os.environ) -> Plan
             f" with the CUDA toolkit {toolkit.root} (found by {toolkit.found_by}); pycuda is "
             "compiled, which takes a few minutes"
         )
-    return Plan(command, env, note)
+    return Plan(commands, env, note)
+
+
+def _has_nvidia_driver() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def error_lines(log_text: str, most: int = 6) -> list[str]:
@@ -183,8 +205,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     log = os.path.abspath(LOG_NAME)
     print(f"{how.note} (pip's output: {log})", flush=True)
+    status = 0
     with open(log, "w") as out:
-        status = subprocess.call(how.command, env=how.env, stdout=out, stderr=subprocess.STDOUT)
+        for command in how.commands:
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            status = subprocess.call(command, env=how.env, stdout=out, stderr=subprocess.STDOUT)
+            if status:
+                break
     if status == 0:
         print("installed; `autosched doctor` says what this machine can do")
         return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from autosched.cli.arguments import Command
 
 INSTALL_CUDA = "python -m autosched.install cuda"
-TORCH_CPU = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+INSTALL_TORCH = "python -m autosched.install torch (PyTorch's CPU build where no GPU is)"
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def torch() -> Finding:
     try:
         torch = importlib.import_module("torch")
     except ImportError:
-        return Finding(False, "not installed: no model front end", TORCH_CPU + " (CPU build)")
+        return Finding(False, "not installed: no model front end", INSTALL_TORCH)
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
     usable = ", sees the GPU" if torch.cuda.is_available() else ""
     return Finding(True, f"{torch.__version__} ({build}{usable})")

@@ -4,6 +4,7 @@ fails in one line before pip starts; `autosched doctor` says in a few lines what
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -46,10 +47,22 @@ def test_the_plan_puts_the_toolkits_nvcc_first_for_pycudas_build(tmp_path):
     root = fake_toolkit(tmp_path / "cuda")
     env = {"CUDA_HOME": str(root), "PATH": os.environ["PATH"], "CXX": "g++"}
     plan = install.plan(["cuda"], env)
-    assert plan.command[-2:] == ["-e", f"{install.ROOT}[cuda]"]
+    assert plan.commands[-1][-2:] == ["-e", f"{install.ROOT}[cuda]"]
     assert plan.env["PATH"].split(os.pathsep)[0] == str(root / "bin")
     assert plan.env["CUDA_ROOT"] == str(root) and str(root) in plan.note
-    assert install.plan([], {"PATH": ""}).command[-1] == install.ROOT  # no toolkit needed
+    assert install.plan([], {"PATH": ""}).commands == [  # no toolkit needed
+        [sys.executable, "-m", "pip", "install", "-e", install.ROOT]
+    ]
+
+
+def test_torch_without_a_gpu_comes_from_pytorchs_cpu_index_first(monkeypatch):
+    monkeypatch.setattr(install, "_has_nvidia_driver", lambda: False)
+    monkeypatch.setattr(install, "_importable", lambda module: False)
+    first, then = install.plan(["torch"], {"PATH": ""}).commands
+    assert first[-4:] == ["install", "torch", "--index-url", install.TORCH_CPU_INDEX]
+    assert then[-1] == f"{install.ROOT}[torch]"
+    monkeypatch.setattr(install, "_has_nvidia_driver", lambda: True)
+    assert len(install.plan(["torch"], {"PATH": ""}).commands) == 1
 
 
 def test_a_toolkit_without_curand_is_named_unless_pycuda_is_told(tmp_path):
