@@ -149,6 +149,10 @@ def plan(extras: Sequence[str], environ: Mapping[str, str] = os.environ) -> Plan
     """How to install this checkout with `extras`; InstallError when something is missing."""
     if not os.path.isfile(os.path.join(ROOT, "pyproject.toml")):
         raise InstallError(f"{ROOT} is not an autosched checkout (no pyproject.toml)")
+    known = known_extras()
+    unknown = [extra for extra in extras if extra not in known]
+    if unknown:  # pip would only warn, and install without them
+        raise InstallError(f"unknown extra {unknown[0]!r}; the extras are {', '.join(known)}")
     target = f"{ROOT}[{','.join(extras)}]" if extras else ROOT
     pip = [sys.executable, "-m", "pip", "install"]
     commands = [[*pip, "-e", target]]
@@ -170,6 +174,14 @@ def plan(extras: Sequence[str], environ: Mapping[str, str] = os.environ) -> Plan
             "compiled, which takes a few minutes"
         )
     return Plan(commands, env, note)
+
+
+def known_extras() -> list[str]:
+    """The optional-dependency groups pyproject.toml declares."""
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    section = text.split("[project.optional-dependencies]", 1)[-1].split("\n[", 1)[0]
+    return re.findall(r"^([A-Za-z0-9_-]+)\s*=", section, re.M)
 
 
 def _has_nvidia_driver() -> bool:
@@ -205,14 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     log = os.path.abspath(LOG_NAME)
     print(f"{how.note} (pip's output: {log})", flush=True)
-    status = 0
-    with open(log, "w") as out:
-        for command in how.commands:
-            out.write(f"$ {' '.join(command)}\n")
-            out.flush()
-            status = subprocess.call(command, env=how.env, stdout=out, stderr=subprocess.STDOUT)
-            if status:
-                break
+    try:
+        status = _run(how, log)
+    except KeyboardInterrupt:
+        print(f"autosched install: interrupted (pip's output so far: {log})", file=sys.stderr)
+        return 128 + 2
     if status == 0:
         print("installed; `autosched doctor` says what this machine can do")
         return 0
@@ -222,6 +231,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in why:
         print(f"  {line}", file=sys.stderr)
     return status
+
+
+def _run(how: Plan, log: str) -> int:
+    """Run the plan's commands in order, their output to `log`; the first failing status."""
+    with open(log, "w") as out:
+        for command in how.commands:
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            status = subprocess.call(command, env=how.env, stdout=out, stderr=subprocess.STDOUT)
+            if status:
+                return status
+    return 0
 
 
 if __name__ == "__main__":

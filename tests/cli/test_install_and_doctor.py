@@ -78,6 +78,12 @@ def test_a_toolkit_without_curand_is_named_unless_pycuda_is_told(tmp_path):
     assert install.plan(["cuda"], env).env["CUDA_ROOT"] == str(root)
 
 
+def test_an_unknown_extra_is_refused_before_pip():
+    assert {"cuda", "torch", "test", "plot"} <= set(install.known_extras())
+    with pytest.raises(install.InstallError, match="unknown extra 'cdua'; the extras are cuda"):
+        install.plan(["cdua"], {"PATH": ""})
+
+
 def test_without_a_toolkit_the_install_fails_in_one_line_before_pip(monkeypatch, capsys):
     monkeypatch.setattr(install, "toolkit_candidates", lambda env: [("/nowhere", "$CUDA_HOME")])
     monkeypatch.setattr(install.subprocess, "call", pytest.fail)  # pip must not start
