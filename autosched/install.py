@@ -136,6 +136,32 @@ def check_curand(toolkit: Toolkit, environ: Mapping[str, str] = os.environ) -> N
     )
 
 
+# where the linker finds libcuda.so besides the toolkit (pycuda links -lcuda)
+SYSTEM_LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib/x86_64-linux-gnu",
+)
+
+
+def check_libcuda(toolkit: Toolkit, environ: Mapping[str, str] = os.environ) -> None:
+    """InstallError when pycuda's link step would find no libcuda.so: the toolkit's stub
+    (lib64/stubs), the driver's development link, or one on $LIBRARY_PATH."""
+    folders = [
+        os.path.join(toolkit.root, sub) for sub in ("lib64/stubs", "lib/stubs", "lib64", "lib")
+    ]
+    folders += [p for p in environ.get("LIBRARY_PATH", "").split(os.pathsep) if p]
+    folders += SYSTEM_LIBRARY_DIRS
+    if any(os.path.exists(os.path.join(folder, "libcuda.so")) for folder in folders):
+        return
+    raise InstallError(
+        f"pycuda links against libcuda.so and there is none to link (not in {toolkit.root}'s "
+        "lib64/stubs, not beside the driver's libcuda.so.1, not on $LIBRARY_PATH): install the "
+        "toolkit's driver stubs, or the NVIDIA driver's development files"
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     """The pip commands to run in order, their environment, and what to tell the user first."""
@@ -166,6 +192,7 @@ def plan(extras: Sequence[str], environ: Mapping[str, str] = os.environ) -> Plan
     if "cuda" in extras:
         toolkit = find_toolkit(environ)
         check_curand(toolkit, environ)
+        check_libcuda(toolkit, environ)
         check_build_tools(environ)
         env["PATH"] = os.pathsep.join([os.path.join(toolkit.root, "bin"), env.get("PATH", "")])
         env["CUDA_HOME"] = env["CUDA_ROOT"] = toolkit.root

@@ -22,6 +22,8 @@ def fake_toolkit(root, with_headers: bool = True):
     if with_headers:
         (root / "include" / "cuda.h").write_text("")
         (root / "include" / "curand.h").write_text("")
+    (root / "lib64" / "stubs").mkdir(parents=True)
+    (root / "lib64" / "stubs" / "libcuda.so").write_text("")
     return root
 
 
@@ -76,6 +78,18 @@ def test_a_toolkit_without_curand_is_named_unless_pycuda_is_told(tmp_path):
     assert "CUDA_ENABLE_CURAND = False" in str(err.value)
     (home / ".aksetup-defaults.py").write_text("CUDA_ENABLE_CURAND = False\n")
     assert install.plan(["cuda"], env).env["CUDA_ROOT"] == str(root)
+
+
+def test_a_toolkit_without_libcuda_to_link_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(install, "SYSTEM_LIBRARY_DIRS", ())
+    root = fake_toolkit(tmp_path / "cuda")
+    (root / "lib64" / "stubs" / "libcuda.so").unlink()
+    env = {"CUDA_HOME": str(root), "PATH": os.environ["PATH"], "CXX": "g++"}
+    with pytest.raises(install.InstallError, match="there is none to link"):
+        install.plan(["cuda"], env)
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "driver" / "libcuda.so").write_text("")
+    assert install.plan(["cuda"], {**env, "LIBRARY_PATH": str(tmp_path / "driver")}).commands
 
 
 def test_an_unknown_extra_is_refused_before_pip():
