@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autosched.errors import AutoschedError
+from autosched.checks import boolean
+from autosched.errors import AutoschedError, OptionError
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.task.workload_registry import (
     make_workload_key,
@@ -40,6 +41,12 @@ class SearchTask:
         desc: str = "",
         allow_tf32: bool = False,
     ) -> None:
+        if dag is not None and not isinstance(dag, ComputeDAG):
+            raise OptionError(
+                f"SearchTask's dag must be a ComputeDAG, got {type(dag).__name__} {dag!r:.60}"
+                " (for a registered workload give func= and args=, or workload_key=)"
+            )
+        allow_tf32 = boolean("allow_tf32", allow_tf32)
         if target != "cuda":
             raise AutoschedError(f"unsupported target {target!r}; autosched generates CUDA only")
         if dag is None:
