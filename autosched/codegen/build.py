@@ -12,8 +12,7 @@ from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
 from autosched.lower.unrolling import compiled_statements
-from autosched.schedule.compute_dag import ComputeDAG
-from autosched.schedule.loop_state import State
+from autosched.schedule.loop_state import ScheduledDAG, State
 from measure import ArgSpec, KernelArtifact, Launch
 
 
@@ -142,7 +141,7 @@ class BuiltKernel:
         return TimeEvaluator(self, number, repeat, min_repeat_ms, cooldown_interval_ms)
 
 
-def build(dag: ComputeDAG, state: State, fast_math: bool = False) -> BuiltKernel:
+def build(dag: ScheduledDAG, state: State, fast_math: bool = False) -> BuiltKernel:
     """Lower a State of `dag`, run the device passes and print the CUDA source. TVM's call
     forms (`build(sch, args, target)`, `build(state)`) are `autosched.build`
     (`compat.build`)."""

@@ -9,13 +9,22 @@ expressions work as dict keys and in `in` tests.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autosched.errors import DTypeError, TEError
 from autosched.te.dtype import check_dtype, is_float, is_int
 
-if TYPE_CHECKING:  # reduce.py builds Reduce nodes, so it imports this module
-    from autosched.te.reduce import Reducer
+
+class Combiner(Protocol):
+    """What a Reduce node needs of its reducer (`te.reduce.Reducer` is one; it builds Reduce
+    nodes, so this module names it by the protocol instead of importing it)."""
+
+    name: str
+
+    def combine(self, a: Expr, b: Expr) -> Expr: ...
+
+    def identity(self, dtype: str) -> Const: ...
+
 
 ARITH_OPS = ("+", "-", "*", "/", "floordiv", "floormod", "min", "max")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -326,7 +335,7 @@ class Reduce(Expr):
     __slots__ = ("reducer", "source", "axes", "condition")
 
     def __init__(
-        self, reducer: Reducer, source: Expr, axes: Sequence[IterVar], condition: Expr | None
+        self, reducer: Combiner, source: Expr, axes: Sequence[IterVar], condition: Expr | None
     ) -> None:
         axes = tuple(axes)
         cond_key = condition._key if condition is not None else None

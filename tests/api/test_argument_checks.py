@@ -54,7 +54,7 @@ def test_search_task_checks_its_dag_and_its_tf32_flag():
 
 
 def test_run_cpu_never_zero_fills_a_missing_input():
-    (state,) = sample_initial_population(generate_sketches(TASK), 1, 0)
+    (state,) = sample_initial_population(generate_sketches(TASK.compute_dag), 1, 0)
     kernel = autosched.build(TASK.compute_dag, state)
     a = np.random.rand(8, 8).astype(np.float32)
     with pytest.raises(OptionError, match=r"run_cpu takes the 2 inputs \(A, B\).* got 1 array$"):

@@ -17,7 +17,7 @@ TASK = autosched.SearchTask("matmul", (8, 8, 8))
 
 
 def steps(seed: int) -> tuple:
-    (state,) = sample_initial_population(generate_sketches(TASK), 1, seed)
+    (state,) = sample_initial_population(generate_sketches(TASK.compute_dag), 1, seed)
     return tuple(s.to_record() for s in state.steps)
 
 

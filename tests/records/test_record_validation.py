@@ -29,7 +29,7 @@ KEY = TASK.workload_key
 
 
 def sampled_steps(seed: int = 0) -> tuple:
-    (state,) = sample_initial_population(generate_sketches(TASK), 1, seed)
+    (state,) = sample_initial_population(generate_sketches(TASK.compute_dag), 1, seed)
     return tuple(s.to_record() for s in state.steps)
 
 
