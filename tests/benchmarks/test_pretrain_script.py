@@ -11,6 +11,8 @@ from autosched.records import MeasureErrorKind, MeasureInput, MeasureRecordResul
 from benchmarks import pretrain
 from benchmarks.report import read_results, write_results
 
+K, J = '["matmul", 32, 32, 16]', '["matmul", 16, 16, 16]'  # keys a log is read back with
+
 
 def write_log(path, rows) -> None:
     """rows: (workload key, step records, cost or None for a failure)."""
@@ -34,12 +36,12 @@ def test_record_logs_leave_the_result_tables_out(tmp_path):
 
 def test_one_record_per_state_at_its_median_of_positive_finite_costs(tmp_path):
     s1, s2, s3 = (("SP", 0, 1),), (("SP", 0, 2),), (("SP", 0, 4),)
-    write_log(tmp_path / "one.json", [("k", s1, 1.0), ("k", s1, 3.0), ("k", s2, None)])
-    write_log(tmp_path / "two.json", [("k", s1, 2.0), ("k", s3, 0.0), ("j", s1, math.inf)])
+    write_log(tmp_path / "one.json", [(K, s1, 1.0), (K, s1, 3.0), (K, s2, None)])
+    write_log(tmp_path / "two.json", [(K, s1, 2.0), (K, s3, 0.0), (J, s1, math.inf)])
     costs = pretrain.measured_states(pretrain.record_logs(str(tmp_path)))
-    assert costs == {"k": {s1: [1.0, 3.0, 2.0]}}
+    assert costs == {K: {s1: [1.0, 3.0, 2.0]}}
     records = pretrain.sampled_records(costs, per_workload=10, seed=0)
-    assert [(i.workload_key, i.steps, r.mean_cost) for i, r in records] == [("k", s1, 2.0)]
+    assert [(i.workload_key, i.steps, r.mean_cost) for i, r in records] == [(K, s1, 2.0)]
 
 
 def test_a_workloads_draw_is_capped_and_repeatable():

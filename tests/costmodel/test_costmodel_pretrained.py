@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import pytest
-from costmodel_cache import cached_dataset
 
 from autosched.features import FEATURE_NAMES
 from costmodel import XGBModel, pairwise_accuracy
@@ -18,8 +17,9 @@ from costmodel.pretrained import (
     load_pretrained,
     save_pretrained,
 )
+from tests.costmodel_cache import cached_dataset
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "costmodel")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data", "costmodel")
 NAMES = ("a", "b", "c")
 
 
