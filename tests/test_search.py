@@ -380,7 +380,9 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     for rec in res.history:
         detail = rec["search_detail"]
         assert detail["sample_s"] + detail["evaluate_s"] + detail["predict_s"] <= rec["search_s"]
-    assert time_split(res.history).startswith("2 rounds: search ")
+    summary = time_split(res.history)
+    assert summary.startswith("2 rounds: search ")
+    assert "trials/s, GPU busy" in summary.splitlines()[1]
     out = capsys.readouterr().out
     assert out.count("search ") == 2 and "build " in out and "run " in out and "model " in out
 
