@@ -137,11 +137,11 @@ def run_trials(
 
     With `opts.pipeline` the next batch is searched while this one is measured (in a
     background thread), so the GPU does not wait for the search: the batch measured in round k+1
-    was then chosen by the model of round k-1. A search is only started for trials this call
-    still has to measure, so no searched state is left unmeasured at the end (but for the batch
-    searched when early stopping ends the loop). Ctrl-C waits for
-    the batch being measured (its records are written) before it stops the loop; a second one
-    stops at once."""
+    was then chosen by the model of round k-1. The first batch of a call is measured alone, so
+    that the second is chosen by a model trained on it. A search is only started for trials this
+    call still has to measure, so no searched state is left unmeasured at the end (but for the
+    batch searched when early stopping ends the loop). Ctrl-C waits for the batch being measured
+    (its records are written) before it stops the loop; a second one stops at once."""
     flop = task.compute_dag.flop_count
     total = opts.num_measure_trials
     done, rnd, history = 0, start_round, []
@@ -152,7 +152,8 @@ def run_trials(
         rnd += 1
         batch, upcoming = pending.batch, None
         left = total - done - len(batch)
-        if opts.pipeline and left > 0:
+        # the first batch is measured alone: the second is then chosen by a trained model
+        if opts.pipeline and left > 0 and rnd > start_round + 1:
             measuring = Background(functools.partial(_measure, measurer, batch), "measure")
             try:
                 upcoming = _search(policy, min(opts.num_measures_per_round, left))
