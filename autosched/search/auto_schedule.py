@@ -140,8 +140,9 @@ def run_trials(
     was then chosen by the model of round k-1. The first batch of a call is measured alone, so
     that the second is chosen by a model trained on it. A search is only started for trials this
     call still has to measure, so no searched state is left unmeasured at the end (but for the
-    batch searched when early stopping ends the loop). Ctrl-C waits for the batch being measured
-    (its records are written) before it stops the loop; a second one stops at once."""
+    batch searched when early stopping ends the loop). Pipelined or not, Ctrl-C waits for the
+    batch being measured (its records are written) before it stops the loop; a second one stops
+    at once."""
     flop = task.compute_dag.flop_count
     total = opts.num_measure_trials
     done, rnd, history = 0, start_round, []
@@ -152,18 +153,18 @@ def run_trials(
         rnd += 1
         batch, upcoming = pending.batch, None
         left = total - done - len(batch)
-        # the first batch is measured alone: the second is then chosen by a trained model
-        if opts.pipeline and left > 0 and rnd > start_round + 1:
-            measuring = Background(functools.partial(_measure, measurer, batch), "measure")
-            try:
+        # in a thread, so that Ctrl-C can wait for the batch; the first batch is measured alone
+        # (no search beside it), so that the second is chosen by a trained model
+        measuring = Background(functools.partial(_measure, measurer, batch), "measure")
+        try:
+            measuring.start()
+            if opts.pipeline and left > 0 and rnd > start_round + 1:
                 upcoming = _search(policy, min(opts.num_measures_per_round, left))
                 searches.append(upcoming.span)
-                results, measure_span, split = measuring.result()
-            except BaseException:  # Ctrl-C, or a failed search: keep the batch's records
-                _finish_after_interrupt(measuring, opts.verbose)
-                raise
-        else:
-            results, measure_span, split = _measure(measurer, batch)
+            results, measure_span, split = measuring.result()
+        except BaseException:  # Ctrl-C, or a failed search: keep the batch's records
+            _finish_after_interrupt(measuring, opts.verbose)
+            raise
         costs = [r.mean_cost for r in results]
         for s, c in zip(batch, costs, strict=True):
             policy.add_measured(s, c)

@@ -11,15 +11,20 @@ T = TypeVar("T")
 
 
 class Background(Generic[T]):
-    """Starts `fn()` in a daemon thread at once; `result()` waits for it and returns its value
-    or raises its exception. A daemon, so that a measurement that hangs never keeps the
-    interpreter from exiting once the user gave up on it (a second Ctrl-C)."""
+    """Runs `fn()` in a daemon thread from `start()`; `result()` waits for it and returns its
+    value or raises its exception. A daemon, so that a measurement that hangs never keeps the
+    interpreter from exiting once the user gave up on it (a second Ctrl-C). Made and started in
+    two steps, so that a caller can start it where it handles Ctrl-C: an interrupt that comes
+    while the thread starts still finds the object to wait for."""
 
     def __init__(self, fn: Callable[[], T], name: str = "background") -> None:
         self._fn = fn
         self._value: T | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start `fn()` in the thread."""
         self._thread.start()
 
     def _run(self) -> None:
@@ -29,7 +34,7 @@ class Background(Generic[T]):
             self._error = exc
 
     def done(self) -> bool:
-        """True once `fn` returned or raised."""
+        """True once `fn` returned or raised, or when it was never started."""
         return not self._thread.is_alive()
 
     def result(self) -> T:
