@@ -273,6 +273,19 @@ def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from
     assert times["build"] + times["run"] == pytest.approx(wall, abs=0.01)
 
 
+def test_program_measurer_counts_run_seconds_per_gpu(sampled, monkeypatch):
+    """Candidates run side by side on several GPUs: the run share of the wall time is their
+    runners' seconds per GPU, so that it stays within the wall time."""
+    from autosched.search.program_measurer import ProgramMeasurer
+
+    policy, fresh = sampled
+    states = [policy.workers.context.replay(r) for r in fresh[:4]]
+    measurer = ProgramMeasurer(policy.task, FakeBuilder(), FakeRunner(), workers=policy.workers)
+    monkeypatch.setattr(measurer.context, "gpu_count", lambda: 2)
+    measurer.measure(states)
+    assert measurer.last_times["run"] == pytest.approx(4 * 0.02 / 2)
+
+
 def test_workers_rebuild_a_workload_registered_only_in_this_process_from_its_dag():
     """Spawned workers cannot import a workload registered only here (a script's `__main__`,
     say); they rebuild it from the serialised DAG of the TaskSpec, with the same results."""
