@@ -240,13 +240,10 @@ class LocalBuilder:
             return compiler
 
     def _compile_cached(self, source: str) -> CompileOutcome:
-        """`_compile`'s outcome, from `kernel_cache` when this source was compiled before."""
+        """`_compile`'s outcome, from `kernel_cache` when this source was compiled before (or is
+        being compiled by another build thread)."""
         key = cache_key(source, self.arch, self._compiler_identity, self.extra_flags)
-        outcome = self.kernel_cache.get(key)
-        if outcome is None:
-            outcome = self._compile(source)
-            self.kernel_cache.put(key, outcome)
-        return outcome
+        return self.kernel_cache.get_or_compile(key, lambda: self._compile(source))
 
     def _compile(self, source: str) -> CompileOutcome:
         if self.compiler_used == "nvcc":

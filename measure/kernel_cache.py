@@ -20,7 +20,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgpack
@@ -109,6 +109,7 @@ class KernelCache:
         self._entries: OrderedDict[str, Outcome] = OrderedDict()
         self._held = 0
         self._writes = 0
+        self._compiling: dict[str, threading.Event] = {}  # keys being compiled now
         self._lock = threading.Lock()
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -129,6 +130,28 @@ class KernelCache:
             self.hits += 1
             self._remember(key, outcome)
         return outcome
+
+    def get_or_compile(self, key: str, compile_source: Callable[[], Outcome]) -> Outcome:
+        """The stored outcome, else `compile_source()`'s (stored when it is a cubin). Threads
+        asking for one key at once compile it once: the others wait for that outcome (and
+        compile themselves only when it failed)."""
+        outcome = self.get(key)
+        if outcome is not None:
+            return outcome
+        with self._lock:
+            running = self._compiling.get(key)
+            if running is None:
+                self._compiling[key] = threading.Event()
+        if running is not None:
+            running.wait()
+            return self.get(key) or compile_source()
+        try:
+            outcome = compile_source()
+            self.put(key, outcome)
+            return outcome
+        finally:
+            with self._lock:
+                self._compiling.pop(key).set()
 
     def put(self, key: str, outcome: Outcome) -> None:
         """Keep `outcome` when it is a cubin (a failure is never kept)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -53,6 +54,20 @@ def test_a_repeated_source_returns_the_same_cubin_without_compiling(compiler):
     assert again[1].kernels == first[0].kernels
     assert len(compiler.calls) == 2
     assert builder.kernel_cache.hits == 2
+
+
+def test_one_source_twice_in_a_batch_is_compiled_once(compiler, monkeypatch):
+    slow = compiler.__call__
+
+    def compile_slowly(builder, source):
+        time.sleep(0.05)  # the other build thread asks for the same source meanwhile
+        return slow(source)
+
+    monkeypatch.setattr(LocalBuilder, "_compile", compile_slowly)
+    builder = LocalBuilder(n_parallel=4, compiler="nvcc", arch="sm_90")
+    results = builder.build([artifact(SOURCE)] * 4)
+    assert all(r.ok and r.cubin == SOURCE.encode() for r in results)
+    assert len(compiler.calls) == 1
 
 
 def test_a_failed_compilation_is_tried_again(compiler):
