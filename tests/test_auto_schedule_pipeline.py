@@ -243,3 +243,10 @@ def test_the_progress_line_is_printed_each_round(capsys):
     run_trials(TASK, CountingPolicy(log), SleepingMeasurer(log), opts, BestSoFar())  # type: ignore[arg-type]
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all("trials/s  GPU busy" in line for line in lines)
+
+
+def test_no_trials_asked_for_searches_nothing():
+    log = Log()
+    policy = CountingPolicy(log)
+    assert tune(policy, SleepingMeasurer(log), trials=0, per_round=8, pipeline=True) == []
+    assert policy.searches == 0

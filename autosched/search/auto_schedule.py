@@ -146,6 +146,8 @@ def run_trials(
     flop = task.compute_dag.flop_count
     total = opts.num_measure_trials
     done, rnd, history = 0, start_round, []
+    if total <= 0:
+        return history
     window_start = time.perf_counter()
     pending = _search(policy, min(opts.num_measures_per_round, total))
     searches = [pending.span]  # the searches run in this round's window
@@ -240,10 +242,8 @@ def _finish_after_interrupt(measuring: Background, verbose: int) -> None:
     if measuring.done():
         return
     if verbose:
-        print("interrupted: waiting for the batch being measured (Ctrl-C again to stop now)")
+        print("stopping: waiting for the batch being measured (Ctrl-C again to stop now)")
     try:
         measuring.result()
-    except KeyboardInterrupt:
-        pass
-    except Exception:  # the interrupt is what the caller hears about
+    except (KeyboardInterrupt, Exception):  # what stopped the loop is what the caller hears of
         pass
