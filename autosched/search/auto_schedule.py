@@ -145,7 +145,8 @@ def run_trials(
     at once."""
     flop = task.compute_dag.flop_count
     total = opts.num_measure_trials
-    done, rnd, history = 0, start_round, []
+    done, rnd = 0, start_round
+    history: list[dict] = []
     if total <= 0:
         return history
     window_start = time.perf_counter()
