@@ -1,4 +1,4 @@
-"""The device passes (autosched/lower/device_passes.py): the device program folds index digits
+"""The device passes (autosched/lower/passes.py): the device program folds index digits
 the analysis program keeps, is what `build` prints and what `run_cpu` interprets, and still
 computes the DAG."""
 
@@ -46,7 +46,8 @@ def divisions(e) -> int:
 
 
 def test_the_passes_are_one_named_sequence():
-    assert DEVICE_PASSES == (fold_index_digits,)
+    assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits"]
+    assert DEVICE_PASSES[0].rewrite is fold_index_digits
 
 
 def test_device_program_folds_fetch_indices_the_analysis_program_keeps(seed_conv_state):

@@ -3,17 +3,13 @@ memory where the reduced threads are not contiguous lanes of a warp."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from autosched.codegen.context import PrintContext
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.te.reduce import BUILTIN_REDUCERS
 
-if TYPE_CHECKING:
-    from autosched.codegen.cuda import KernelPrinter
 
-
-def emit_allreduce(p: KernelPrinter, s: ir.AllReduce, d: int) -> None:
+def emit_allreduce(p: PrintContext, s: ir.AllReduce, d: int) -> None:
     """A block reduction over `s.thread_tag`; every thread ends up holding the result.
 
     Threads whose tag index is the innermost (stride 1) dimension of the linear thread id form

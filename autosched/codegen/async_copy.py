@@ -14,15 +14,12 @@ stores in order, computes what the GPU computes. Below sm_80 the helpers copy sy
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from autosched.codegen.context import PrintContext
 from autosched.codegen.lanes import lane_free_guard, vector_base
 from autosched.lower import ir
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Const, Expr, Load, Select, Var
-
-if TYPE_CHECKING:  # the printer passes itself in; no import of cuda.py at run time
-    from autosched.codegen.cuda import KernelPrinter
 
 HELPER = "cp_async"
 # the copy sizes cp.async takes; 16-byte copies bypass L1 (.cg), smaller ones cannot (.ca)
@@ -80,7 +77,7 @@ def _is_plus_zero(e: Expr) -> bool:
 
 
 def async_copy_text(
-    p: KernelPrinter, store: ir.Store, lane: Var | None = None, width: int = 1
+    p: PrintContext, store: ir.Store, lane: Var | None = None, width: int = 1
 ) -> str | None:
     """`store` (the body of a `width`-wide vectorize loop over `lane`, or a scalar store with
     no lane) printed as one `cp.async` call; None when it is not such a copy."""
@@ -91,10 +88,11 @@ def async_copy_text(
     load, cond = source
     dst, src = store.index, load.indices[0]
     if lane is not None:
-        dst, src = vector_base(dst, lane, width), vector_base(src, lane, width)
+        dst_base, src_base = vector_base(dst, lane, width), vector_base(src, lane, width)
         cond = None if cond is None else lane_free_guard(cond, lane, width)
-        if dst is None or src is None or (source[1] is not None and cond is None):
+        if dst_base is None or src_base is None or (source[1] is not None and cond is None):
             return None
+        dst, src = dst_base, src_base
     ex = p.ex
     ex.helpers.add(HELPER)
     copy = "true" if cond is None else ex(cond)

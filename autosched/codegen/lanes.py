@@ -48,9 +48,9 @@ def linear_form(e: Expr) -> tuple[int, dict[tuple, tuple[int, Expr]]]:
     if isinstance(e, BinOp) and e.op == "*":
         for lit, other in ((e.a, e.b), (e.b, e.a)):
             if isinstance(lit, Const):
-                c, terms = linear_form(other)
-                k = int(lit.value)
-                return c * k, {key: (v[0] * k, v[1]) for key, v in terms.items() if v[0] * k}
+                const, inner = linear_form(other)
+                f = int(lit.value)
+                return const * f, {key: (v[0] * f, v[1]) for key, v in inner.items() if v[0] * f}
     return 0, {e._key: (1, e)}
 
 
@@ -112,6 +112,7 @@ def _product(e: BinOp, a: LaneSplit, b: LaneSplit) -> LaneSplit | None:
 
 def _divmod(e: BinOp, a: LaneSplit, width: int) -> LaneSplit | None:
     """floordiv/floormod of `a` by the positive literal c = e.b."""
+    assert isinstance(e.b, Const)  # split_lane divides by literals only
     c = int(e.b.value)
     h = math.gcd(a.multiple, c)  # base % c is a multiple of h, so at most c - h
     base = BinOp(e.op, a.base, e.b, e.dtype)

@@ -14,24 +14,20 @@ instead (`autosched.codegen.async_copy`).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from autosched.codegen.async_copy import async_copy_text
+from autosched.codegen.context import PrintContext
 from autosched.codegen.lanes import guarded_loads, lane_free_guard, vector_base
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
-from autosched.te.expr import Const, Select
-
-if TYPE_CHECKING:  # the printer passes itself in; no import of cuda.py at run time
-    from autosched.codegen.cuda import KernelPrinter
-
+from autosched.te.expr import Const, Load, Select
 
 # dtypes whose loads under a Select (a padded input) are read as vectors: the half types, whose
 # Tensor Core fetches would otherwise read 2 bytes at a time; float32 keeps its scalar reads
 GUARDED_VECTOR_DTYPES = HALF_DTYPES
 
 
-def lane_of(p: KernelPrinter, dtype: str, lanes: int, tmp: str, lane: int) -> str:
+def lane_of(p: PrintContext, dtype: str, lanes: int, tmp: str, lane: int) -> str:
     """Lane `lane` of the vector temporary `tmp`: a component name, or (a packed vector with
     no components, e.g. 8 halves in a uint4) an element read through a pointer cast."""
     components = p.t.vector_types[(dtype, lanes)][2]
@@ -40,11 +36,12 @@ def lane_of(p: KernelPrinter, dtype: str, lanes: int, tmp: str, lane: int) -> st
     return f"reinterpret_cast<const {p.t.types[dtype]}*>(&{tmp})[{lane}]"
 
 
-def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
+def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
     """Print an aligned unit-stride `vectorize` loop as one vector store; False if it isn't."""
     body, guard, width = s.body, None, s.extent
     if isinstance(body, ir.IfThenElse) and body.else_case is None:
-        body, guard = body.then_case, lane_free_guard(body.cond, s.var, width)
+        guard = lane_free_guard(body.cond, s.var, width)
+        body = body.then_case
         if guard is None:
             return False
     if not isinstance(body, ir.Store) or body.buffer.scope == "local":
@@ -66,7 +63,7 @@ def emit_vector_loop(p: KernelPrinter, s: ir.For, d: int) -> bool:
     return True
 
 
-def _emit_vector_store(p: KernelPrinter, d: int, s: ir.For, body: ir.Store, vt, store_base) -> None:
+def _emit_vector_store(p: PrintContext, d: int, s: ir.For, body: ir.Store, vt, store_base) -> None:
     """The vectorize loop `s` storing `body` printed as one store of vector type `vt` at
     `store_base`: its loads read as vectors where they can, the lanes packed otherwise."""
     width = s.extent
@@ -95,7 +92,7 @@ def _emit_vector_store(p: KernelPrinter, d: int, s: ir.For, body: ir.Store, vt, 
             ex.names.pop(id(sel.cond), None)
 
 
-def _vector_loads(p: KernelPrinter, value, s: ir.For) -> dict:
+def _vector_loads(p: PrintContext, value, s: ir.For) -> dict:
     """The loads of `value` read as vectors: id(load) -> (load, base index, guarding Select or
     None)."""
     out: dict = {}
@@ -110,7 +107,7 @@ def _vector_loads(p: KernelPrinter, value, s: ir.For) -> dict:
     return out
 
 
-def _emit_loads(p: KernelPrinter, d: int, width: int, vloads: dict, preds: dict) -> dict:
+def _emit_loads(p: PrintContext, d: int, width: int, vloads: dict, preds: dict) -> dict:
     """One vector temporary per distinct (load, guard): `(load key, id(Select)) -> name`."""
     temps: dict[tuple, str] = {}
     for ld, base, sel in vloads.values():
@@ -142,7 +139,7 @@ ZERO_VECTOR = {
 
 
 def _whole_vector(
-    p: KernelPrinter, store: ir.Store, width: int, vloads: dict, temps: dict, preds: dict
+    p: PrintContext, store: ir.Store, width: int, vloads: dict, temps: dict, preds: dict
 ) -> str | None:
     """The stored value as one vector expression when it is a vector-loaded copy (`vec`) or a
     padded copy `cond ? load : 0` whose load is read under `pred` (`pred ? vec : zero`); None
@@ -151,7 +148,10 @@ def _whole_vector(
     if isinstance(value, Select) and _is_plus_zero(value.f):
         value, sel = value.t, value
     entry = vloads.get(id(value))
-    if entry is None or entry[2] is not sel or value.buffer.dtype != store.buffer.dtype:
+    if entry is None or entry[2] is not sel:
+        return None
+    assert isinstance(value, Load)  # vloads holds loads only
+    if value.buffer.dtype != store.buffer.dtype:
         return None
     vec = temps[(value._key, id(sel))]
     if sel is None:
@@ -165,19 +165,21 @@ def _is_plus_zero(e) -> bool:
     return isinstance(e, Const) and e.value == 0 and math.copysign(1.0, e.value) > 0
 
 
-def _emit_preds(p: KernelPrinter, d: int, s: ir.For, selects: list) -> dict[int, str]:
+def _emit_preds(p: PrintContext, d: int, s: ir.For, selects: list[Select]) -> dict[int, str]:
     """One `bool pred = cond;` per guarding Select (its condition without the lane); the
     Select's condition prints as that name in every lane. id(Select) -> name."""
     preds: dict[int, str] = {}
     for sel in selects:
         if id(sel) not in preds:
             preds[id(sel)] = name = p.fresh("pred")
-            p.emit(d, f"bool {name} = {p.ex(lane_free_guard(sel.cond, s.var, s.extent))};")
+            guard = lane_free_guard(sel.cond, s.var, s.extent)
+            assert guard is not None  # lanes.guarded_loads keeps only such Selects
+            p.emit(d, f"bool {name} = {p.ex(guard)};")
             p.ex.names[id(sel.cond)] = name
     return preds
 
 
-def _emit_pack(p: KernelPrinter, d: int, dtype: str, width: int, target: str, lanes: list[str]):
+def _emit_pack(p: PrintContext, d: int, dtype: str, width: int, target: str, lanes: list[str]):
     """`target = vector(lanes)`: through the constructor, or (a packed vector) a temporary
     written lane by lane through a pointer cast."""
     vtype, ctor, _ = p.t.vector_types[(dtype, width)]

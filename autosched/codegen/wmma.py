@@ -10,25 +10,20 @@ takes the K of the multiply-accumulates that use it. The statements print as `fi
 pointer types, `half*`, `__nv_bfloat16*`, `float*`, are what wmma takes); a load into a TF32
 fragment is followed by the loop converting each element with `__float_to_tf32`. Shared
 buffers that warp statements access are declared 32-byte aligned (wmma's pointer alignment; in
-a kernel whose shared memory is dynamic, `autosched.codegen.cuda` places them at 32-byte offsets
-instead), and `#include <mma.h>` is added only to sources with warp statements.
+a kernel whose shared memory is dynamic, `autosched.codegen.shared_memory` places them at
+32-byte offsets instead), and `#include <mma.h>` is added only to sources with warp statements.
 
-`KernelPrinter` (autosched.codegen.cuda) makes a `WarpPrinter` per kernel (its `table()` joins
-the printer's statement table, `alloc_line(b)` declares fragments and wmma-accessed shared
+`KernelPrinter` (autosched.codegen.cuda) makes a `WarpPrinter` per kernel (its `register(table)`
+adds to the printer's statement table, `alloc_line(b)` declares fragments and wmma-accessed shared
 buffers) and calls `written_buffer` (parameter const-ness); `codegen_program` calls
 `uses_wmma` for the header. The statements' rules are checked by the verifier (lower/verify.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
+from autosched.codegen.context import PrintContext, StmtTable
 from autosched.errors import LoweringError
 from autosched.lower import ir
-
-if TYPE_CHECKING:
-    from autosched.codegen.cuda import KernelPrinter
 
 WMMA = "nvcuda::wmma"
 HEADER = "#include <mma.h>"
@@ -71,7 +66,9 @@ def _fragment_layouts(kernel: ir.Kernel) -> dict[int, str]:
     """The layout of each matrix fragment (by id; one per buffer, else LoweringError)."""
     layouts: dict[int, str] = {}
     for s in ir.iter_stmts(kernel.body):
-        m = s.memory_tile() if isinstance(s, ir.WarpStmt) else None
+        if not isinstance(s, ir.WarpStmt):
+            continue
+        m = s.memory_tile()
         if m is None or s.writes_memory():  # only a load gives its fragment the tile's layout
             continue
         frag = s.written()
@@ -97,7 +94,7 @@ def _accumulator_k(kernel: ir.Kernel) -> dict[int, int]:
 class WarpPrinter:
     """Allocation lines and statements of one kernel's warp statements."""
 
-    def __init__(self, printer: KernelPrinter) -> None:
+    def __init__(self, printer: PrintContext) -> None:
         self.p = printer
         self.layouts, self.memory = _fragment_layouts(printer.k), warp_memory(printer.k)
         self.acc_k = _accumulator_k(printer.k)
@@ -160,14 +157,12 @@ class WarpPrinter:
         a, b = self.frag(s.a, s.a_tile), self.frag(s.b, s.b_tile)
         self.p.emit(d, f"{WMMA}::mma_sync({acc}, {a}, {b}, {acc});")
 
-    def table(self) -> dict[type, Callable]:
-        """Statement type -> printer(statement, depth), for the KernelPrinter's table."""
-        return {
-            ir.FragmentFill: self.fill,
-            ir.FragmentLoad: self.load,
-            ir.FragmentStore: self.store,
-            ir.FragmentMma: self.mma,
-        }
+    def register(self, table: StmtTable) -> None:
+        """Register the warp statements' printers in the KernelPrinter's statement table."""
+        table.register(ir.FragmentFill, self.fill)
+        table.register(ir.FragmentLoad, self.load)
+        table.register(ir.FragmentStore, self.store)
+        table.register(ir.FragmentMma, self.mma)
 
 
 __all__ = ["HEADER", "SHARED_ALIGN", "WarpPrinter", "uses_wmma", "warp_memory", "written_buffer"]

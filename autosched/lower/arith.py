@@ -7,7 +7,7 @@ indexing produces). `bounds` maps id(var) -> (lo, hi), inclusive.
 
 `fold_digits(e)` folds the digits of one value back together (`(f // 9)*9 + f % 9 -> f`,
 `((f // 3) % 3)*3 + f % 3 -> f % 9`: cache fetches decompose a fused index per axis and
-recombine it into a contiguous buffer). The device pass `device_passes.fold_index_digits`
+recombine it into a contiguous buffer). The device pass `index_folding.fold_index_digits`
 applies it to every index of the program that is printed and run, which saves the divisions
 (faster kernels, fewer spills, quicker builds); the analysis program `lower` returns keeps the
 digits, from which the features read per-dimension accesses.
@@ -137,7 +137,8 @@ def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
         return Affine({}, aff.const // c if op == "floordiv" else aff.const % c)
     # Split into a part divisible by c and a remainder r; if r's range sits in one period,
     # the division is exact on the divisible part.
-    div_terms, rem_terms = {}, {}
+    div_terms: dict[tuple, list] = {}
+    rem_terms: dict[tuple, list] = {}
     for k, (coef, a) in aff.terms.items():
         (div_terms if coef % c == 0 else rem_terms)[k] = [coef, a]
     q_const, r_const = divmod(aff.const, c)
@@ -277,9 +278,9 @@ def to_affine(e: Expr, bounds: Bounds) -> Affine:
     if isinstance(e, Const):
         return Affine({}, int(e.value))
     if isinstance(e, Var):
-        b = bounds.get(id(e))
-        if b is not None and b[0] == b[1]:
-            return Affine({}, int(b[0]))
+        rng = bounds.get(id(e))
+        if rng is not None and rng[0] == rng[1]:
+            return Affine({}, int(rng[0]))
         return Affine.atom(e)
     if isinstance(e, BinOp):
         op = e.op
@@ -348,8 +349,8 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
     bounds = bounds or {}
     if isinstance(e, Var):
-        b = bounds.get(id(e))
-        return Const(int(b[0]), e.dtype) if b is not None and b[0] == b[1] else e
+        rng = bounds.get(id(e))
+        return Const(int(rng[0]), e.dtype) if rng is not None and rng[0] == rng[1] else e
     if isinstance(e, Const):
         return e
     if (
@@ -392,12 +393,9 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     if not kids:
         return e
     new = tuple(simplify(k, bounds) for k in kids)
-    if (
-        isinstance(e, BinOp)
-        and all(isinstance(k, Const) for k in new)
-        and e.op in ("+", "-", "*", "min", "max")
-    ):
-        a, b = new[0].value, new[1].value
+    consts = [k for k in new if isinstance(k, Const)]
+    if isinstance(e, BinOp) and len(consts) == len(new) and e.op in ("+", "-", "*", "min", "max"):
+        a, b = consts[0].value, consts[1].value
         val = {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
         return Const(val, e.dtype)
     if isinstance(e, Cast) and isinstance(new[0], Const):

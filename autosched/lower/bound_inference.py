@@ -6,25 +6,24 @@ inside the attach point (and the thread loops a shared or global stage serves) r
 extents. Then each stage's iterator extents are re-derived from its region through its split
 and fuse relations, and each root axis is written as an expression of the leaf loop variables.
 
-The functions take the `Lowerer` whose per-stage `info` they fill.
+The functions take the `LoweringPlan` whose per-stage `info` they fill.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.arith import Bounds
 from autosched.lower.intervals import interval, union
 from autosched.lower.ir import I32, int32
+from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import substitute, walk
-
-if TYPE_CHECKING:
-    from autosched.lower.lowering import Lowerer
 
 # loops a stage computed at them is shared across, by the scope of its buffer
 RELAXED_TAGS = {
@@ -39,19 +38,19 @@ def tensor_loads(e: Expr) -> list[Load]:
     return [n for n in walk(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
 
 
-def infer_bounds(lw: Lowerer) -> None:
+def infer_bounds(plan: LoweringPlan) -> None:
     """Every non-placeholder stage's base and region, then its extents and root values."""
-    for i in reversed(lw.topo_order()):
-        inf = lw.info[i]
-        st = lw.stages[i]
+    for i in reversed(plan.topo_order()):
+        inf = plan.info[i]
+        st = plan.stages[i]
         if st.is_placeholder:
             continue
         if st.compute_at == ATTACHED:
-            inf.base, inf.region = attached_region(lw, i)
+            inf.base, inf.region = attached_region(plan, i)
         else:
-            inf.base = [int32(0) for _ in st.op.axis]
-            inf.region = [a.extent for a in st.op.axis]
-        derive_extents(lw, i)
+            inf.base = [int32(0) for _ in plan.compute_op(i).axis]
+            inf.region = [a.extent for a in plan.compute_op(i).axis]
+        derive_extents(plan, i)
 
 
 def _split_extents(rel: SplitRel, ext: dict[str, int]) -> None:
@@ -73,13 +72,13 @@ def _split_extents(rel: SplitRel, ext: dict[str, int]) -> None:
         ext[rel.children[n]] = rem
 
 
-def derive_extents(lw: Lowerer, i: int) -> None:
+def derive_extents(plan: LoweringPlan, i: int) -> None:
     """Stage i's iterator extents, root values in leaf variables and reduce-split limits."""
-    inf, st = lw.info[i], lw.stages[i]
+    inf, st = plan.info[i], plan.stages[i]
     ext: dict[str, int] = {}
-    for a, r in zip(st.op.axis, inf.region, strict=True):
+    for a, r in zip(plan.compute_op(i).axis, inf.region, strict=True):
         ext[a.name] = r
-    for a in st.op.reduce_axis:
+    for a in plan.compute_op(i).reduce_axis:
         ext[a.name] = a.extent
     for rel in st.relations:
         if isinstance(rel, SplitRel):
@@ -87,11 +86,11 @@ def derive_extents(lw: Lowerer, i: int) -> None:
         else:
             ext[rel.fused] = math.prod(ext[c] for c in rel.children)
     inf.ext = ext
-    val = leaf_values(lw, i, ext)
+    val = leaf_values(plan, i, ext)
     inf.value = {r.name: val[r.name] for r in st.root_iters}
     # A reduce iterator split again by a length that does not divide it: its recomposed
     # value can pass its extent and reach the next outer iteration's range (counted twice).
-    reduce_names = {a.name for a in st.op.reduce_axis}
+    reduce_names = {a.name for a in plan.compute_op(i).reduce_axis}
     for rel in st.relations:
         if isinstance(rel, SplitRel) and rel.parent in reduce_names:
             reduce_names.update(rel.children)
@@ -113,11 +112,11 @@ def derive_extents(lw: Lowerer, i: int) -> None:
     ]
 
 
-def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
+def leaf_values(plan: LoweringPlan, i: int, ext: dict[str, int]) -> dict[str, Expr]:
     """Every iterator of stage i (roots, leaves and between) as an expression of the leaf loop
     variables: the split and fuse relations walked backwards."""
-    st = lw.stages[i]
-    val: dict[str, Expr] = {it.name: lw.var_of(i, it.name) for it in st.iters}
+    st = plan.stages[i]
+    val: dict[str, Expr] = {it.name: plan.var_of(i, it.name) for it in st.iters}
     for rel in reversed(st.relations):
         if isinstance(rel, FuseRel):
             f = val[rel.fused]
@@ -140,59 +139,61 @@ def leaf_values(lw: Lowerer, i: int, ext: dict[str, int]) -> dict[str, Expr]:
                     stride *= rel.lengths[k - 1] if k > 0 else 1
                 else:
                     stride *= ext[c]
+            assert total is not None  # a split has two or more children
             val[rel.parent] = total
     return val
 
 
-def loop_bounds(lw: Lowerer, keys) -> dict[int, tuple[int, int]]:
+def loop_bounds(plan: LoweringPlan, keys: Iterable[tuple[int, str]]) -> Bounds:
     """Bounds of the variables of the given loops (0 .. extent-1)."""
-    out = {}
+    out: Bounds = {}
     for j, name in keys:
-        v = lw.var_of(j, name)
-        e = lw.info[j].ext[name]
+        v = plan.var_of(j, name)
+        e = plan.info[j].ext[name]
         _, hi = out.get(id(v), (0, 0))
         out[id(v)] = (0, max(hi, e - 1))
     return out
 
 
-def attached_region(lw: Lowerer, i: int) -> tuple[list[Expr], list[int]]:
+def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
     """Stage i's base (per axis, an expression of its fixed context loops) and region extents:
     what every consumer reads of it per iteration of its attach loop."""
-    inf, st = lw.info[i], lw.stages[i]
+    inf, st = plan.info[i], plan.stages[i]
     ctx = inf.context
     relax_tags = RELAXED_TAGS.get(inf.scope, frozenset())
-    fixed = {k for k in ctx if lw.annotation(k) not in relax_tags}
-    fixed_vars = {id(lw.var_of(*k)) for k in fixed}
-    consumers = [j for j, other in enumerate(lw.info) if i in other.reads]
+    fixed = {k for k in ctx if plan.annotation(k) not in relax_tags}
+    fixed_vars = {id(plan.var_of(*k)) for k in fixed}
+    consumers = [j for j, other in enumerate(plan.info) if i in other.reads]
     if not consumers:
         raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
     tensor_op = st.produces
-    per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in st.op.axis]
+    per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in plan.compute_op(i).axis]
     for j in consumers:
-        cinf = lw.info[j]
-        loops = cinf.context + [(j, it.name) for it in lw.stages[j].iters]
+        cinf = plan.info[j]
+        loops = cinf.context + [(j, it.name) for it in plan.stages[j].iters]
         missing = [k for k in fixed if k not in loops]
         if missing:
             raise LoweringError(
-                f"stage {st.name!r} is computed inside {lw.stages[ctx[-1][0]].name!r} but "
-                f"{lw.stages[j].name!r} reads it outside that loop"
+                f"stage {st.name!r} is computed inside {plan.stages[ctx[-1][0]].name!r} but "
+                f"{plan.stages[j].name!r} reads it outside that loop"
             )
-        relaxed = {}
+        relaxed: Bounds = {}
         for k in loops:
-            v = lw.var_of(*k)
+            v = plan.var_of(*k)
             if id(v) not in fixed_vars:
-                e = lw.info[k[0]].ext[k[1]]
+                e = plan.info[k[0]].ext[k[1]]
                 _, hi = relaxed.get(id(v), (0, 0))
                 relaxed[id(v)] = (0, max(hi, e - 1))
-        root_map = root_value_map(lw, j)
-        for node in tensor_loads(cinf.body):
+        root_map = root_value_map(plan, j)
+        for node in tensor_loads(plan.body(j)):
             if node.buffer.op is not tensor_op:
                 continue
             for d, idx in enumerate(node.indices):
                 per_dim[d].append(interval(substitute(idx, root_map), relaxed))
-    base, region = [], []
-    tiled = tile_dims(lw, i)
-    for d, axis in enumerate(st.op.axis):
+    base: list[Expr] = []
+    region: list[int] = []
+    tiled = tile_dims(plan, i)
+    for d, axis in enumerate(plan.compute_op(i).axis):
         got = union(per_dim[d])
         if got is None or got[1] + 1 >= axis.extent:
             base.append(int32(0))
@@ -205,44 +206,45 @@ def attached_region(lw: Lowerer, i: int) -> tuple[list[Expr], list[int]]:
     return base, region
 
 
-def tile_dims(lw: Lowerer, i: int) -> dict[int, int]:
+def tile_dims(plan: LoweringPlan, i: int) -> dict[int, int]:
     """The dimensions of stage i that Tensor Core statements walk in tiles, with the tile's
     extent in each (16, or the K of a TF32 operand tile, 8): the root axes of its tensorized
     nest, or, for a shared stage a matrix fragment reads (a cache_read, which indexes it
     dimension for dimension), the fragment's. Their regions are rounded up to whole tiles, so
     a padded extent (1000, 77) still gives every tile its memory."""
-    st = lw.stages[i]
+    st = plan.stages[i]
     pos = next((k for k, it in enumerate(st.iters) if it.annotation == TENSORIZE), None)
     if pos is not None:
         parent = {
             c: rel.parent for rel in st.relations if isinstance(rel, SplitRel) for c in rel.children
         }
-        roots = {}
+        roots: dict[str, int] = {}
         for it in st.iters[pos:]:
             name = it.name
             while name in parent:
                 name = parent[name]
+            assert it.extent is not None  # a complete state's tensorized nest has its extents
             roots[name] = it.extent
-        return {d: roots[a.name] for d, a in enumerate(st.op.axis) if a.name in roots}
-    reader = operand_fragment_reader(lw, i) if lw.info[i].scope == "shared" else None
-    return tile_dims(lw, reader) if reader is not None else {}
+        return {d: roots[a.name] for d, a in enumerate(plan.compute_op(i).axis) if a.name in roots}
+    reader = operand_fragment_reader(plan, i) if plan.info[i].scope == "shared" else None
+    return tile_dims(plan, reader) if reader is not None else {}
 
 
-def operand_fragment_reader(lw: Lowerer, i: int) -> int | None:
+def operand_fragment_reader(plan: LoweringPlan, i: int) -> int | None:
     """The stage of a matrix_a / matrix_b fragment that reads stage i (a Tensor Core operand's
     shared copy), or None."""
     return next(
-        (j for j, o in enumerate(lw.info) if i in o.reads and o.scope in ir.OPERAND_SCOPES), None
+        (j for j, o in enumerate(plan.info) if i in o.reads and o.scope in ir.OPERAND_SCOPES), None
     )
 
 
-def root_value_map(lw: Lowerer, j: int) -> dict[Var, Expr]:
+def root_value_map(plan: LoweringPlan, j: int) -> dict[Var, Expr]:
     """Root axis var -> global index expression (base + offset) for stage j."""
-    inf, st = lw.info[j], lw.stages[j]
+    inf = plan.info[j]
     out: dict[Var, Expr] = {}
-    for d, a in enumerate(st.op.axis):
+    for d, a in enumerate(plan.compute_op(j).axis):
         out[a] = BinOp("+", inf.base[d], inf.value[a.name], I32)
-    for a in st.op.reduce_axis:
+    for a in plan.compute_op(j).reduce_axis:
         v = inf.value[a.name]
         out[a] = BinOp("+", v, int32(a.lo), I32) if a.lo else v
     return out

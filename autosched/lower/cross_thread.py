@@ -4,32 +4,29 @@ Each thread reduces its share of the reduction into a per-thread accumulator til
 buffer), then per element of the tile an `ir.AllReduce` over the tag combines the threads'
 parts and one thread (or every thread, for a per-thread buffer) stores the result.
 
-The functions take the `Lowerer` emitting the stage; `partial_of` records the temporaries it
-makes in `Lowerer.extra_allocs`.
+The functions take the `LoweringPlan` of the stage; `partial_of` records the temporaries it
+makes in `LoweringPlan.extra_allocs`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
 from autosched.lower.ir import I32, int32
+from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import SPATIAL
 from autosched.te.expr import BinOp, Expr, Load, Reduce
 from autosched.te.reduce import BUILTIN_REDUCERS
 
-if TYPE_CHECKING:
-    from autosched.lower.lowering import Lowerer
 
-
-def cross_thread_tag(lw: Lowerer, i: int) -> str | None:
+def cross_thread_tag(plan: LoweringPlan, i: int) -> str | None:
     """The threadIdx tag stage i binds a reduction iterator to (a cross-thread reduction:
     each thread reduces its part, an AllReduce combines the parts), or None."""
-    st, body = lw.stages[i], lw.info[i].body
+    st, body = plan.stages[i], plan.info[i].body
     bound = [it for it in st.iters if it.kind != SPATIAL and it.annotation in ir.LAUNCH_TAGS]
     if not bound:
         return None
@@ -50,8 +47,8 @@ def cross_thread_tag(lw: Lowerer, i: int) -> str | None:
         raise LoweringError(f"stage {st.name!r} cannot be a cross-thread reduction: {why}")
     tag = tags.pop()
     tv = id(ir.THREAD_VARS[tag])
-    for d, a in enumerate(st.op.axis):
-        if depends_on(BinOp("+", lw.info[i].base[d], lw.info[i].value[a.name], I32), {tv}):
+    for d, a in enumerate(plan.compute_op(i).axis):
+        if depends_on(BinOp("+", plan.info[i].base[d], plan.info[i].value[a.name], I32), {tv}):
             raise LoweringError(
                 f"stage {st.name!r} reduces across {tag} but its element {a.name} depends on "
                 f"{tag} too (compute it at a loop outside the consumer's {tag})"
@@ -59,55 +56,57 @@ def cross_thread_tag(lw: Lowerer, i: int) -> str | None:
     return tag
 
 
-def inner_spatial(lw: Lowerer, i: int) -> list[str]:
+def inner_spatial(plan: LoweringPlan, i: int) -> list[str]:
     """Stage i's spatial loops inside its first reduction iterator (the accumulator tile)."""
-    its = lw.stages[i].iters
+    its = plan.stages[i].iters
     first = next(k for k, it in enumerate(its) if it.kind != SPATIAL)
     return [
         it.name for it in its[first:] if it.kind == SPATIAL and it.annotation not in ir.LAUNCH_TAGS
     ]
 
 
-def partial_of(lw: Lowerer, i: int) -> tuple[ir.Buffer, Expr]:
+def partial_of(plan: LoweringPlan, i: int) -> tuple[ir.Buffer, Expr]:
     """Stage i's per-thread accumulator tile (a local buffer) and the index of the current
     element in it; made on first use, with a one-element buffer for the AllReduce result."""
-    inf, name = lw.info[i], lw.stages[i].name
-    names = inner_spatial(lw, i)
-    if i not in lw.extra_allocs:
+    inf, name = plan.info[i], plan.stages[i].name
+    names = inner_spatial(plan, i)
+    if i not in plan.extra_allocs:
         size = math.prod(inf.ext[n] for n in names)
-        lw.extra_allocs[i] = [
-            ir.Buffer(lw.unique_name(f"{name}_part"), (size,), inf.buffer.dtype, "local"),
-            ir.Buffer(lw.unique_name(f"{name}_red"), (1,), inf.buffer.dtype, "local"),
+        plan.extra_allocs[i] = [
+            ir.Buffer(plan.unique_name(f"{name}_part"), (size,), inf.buf.dtype, "local"),
+            ir.Buffer(plan.unique_name(f"{name}_red"), (1,), inf.buf.dtype, "local"),
         ]
     idx: Expr = int32(0)
     for n in names:
-        idx = BinOp("+", BinOp("*", idx, int32(inf.ext[n]), I32), lw.var_of(i, n), I32)
-    return lw.extra_allocs[i][0], idx
+        idx = BinOp("+", BinOp("*", idx, int32(inf.ext[n]), I32), plan.var_of(i, n), I32)
+    return plan.extra_allocs[i][0], idx
 
 
-def emit_cross_thread(lw: Lowerer, i: int, k: int, tag: str, reduce_nest: ir.Stmt) -> ir.Stmt:
+def emit_cross_thread(
+    plan: LoweringPlan, i: int, k: int, tag: str, reduce_nest: ir.Stmt
+) -> ir.Stmt:
     """What replaces a reduction's init + loops at its first reduction iterator `k` when a
     reduction iterator is bound to `tag`: every thread sets its accumulator tile to the
     identity (out-of-range threads keep it: their part is neutral), runs the loops, then
     per element an AllReduce over `tag` combines the parts and the result is stored (by
     the thread whose `tag` index is 0 unless the buffer is per thread)."""
-    inf, st = lw.info[i], lw.stages[i]
-    part, pidx = partial_of(lw, i)
-    red = lw.extra_allocs[i][1]
-    body = inf.body
+    inf, st = plan.info[i], plan.stages[i]
+    part, pidx = partial_of(plan, i)
+    red = plan.extra_allocs[i][1]
+    body = plan.reduction(i)
     init: ir.Stmt = ir.Store(part, pidx, body.identity)
     value = Load(part, (pidx,))
     finish: list[ir.Stmt] = [
-        ir.AllReduce(body.reducer.name, value, None, red, int32(0), tag, lw.block_extent[tag])
+        ir.AllReduce(body.reducer.name, value, None, red, int32(0), tag, plan.block_extent[tag])
     ]
-    conds = guards(lw, i, spatial_only=True, skip_tag=tag)
-    if inf.buffer.scope != "local":
+    conds = guards(plan, i, spatial_only=True, skip_tag=tag)
+    if inf.buf.scope != "local":
         conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
-    idx = lw.flat_index(i, [inf.value[a.name] for a in st.op.axis], relative=False)
-    finish.append(ir.guarded(ir.Store(inf.buffer, idx, Load(red, (int32(0),))), conds))
+    idx = plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False)
+    finish.append(ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds))
     tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
     init_nest, finish_nest = init, ir.seq(finish)
     for it in reversed(tile):
-        init_nest = lw.loop(i, it.name, init_nest)
-        finish_nest = lw.loop(i, it.name, finish_nest)
+        init_nest = plan.loop(i, it.name, init_nest)
+        finish_nest = plan.loop(i, it.name, finish_nest)
     return ir.seq([init_nest, reduce_nest, finish_nest])

@@ -26,33 +26,29 @@ keep their own barriers inside the computation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from autosched.lower import ir
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
+from autosched.lower.plan import LoweringPlan
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import rewrite, substitute
-
-if TYPE_CHECKING:
-    from autosched.lower.lowering import Lowerer
 
 SLOTS = 2
 
 
-def is_double_buffered(lw: Lowerer, j: int) -> bool:
+def is_double_buffered(plan: LoweringPlan, j: int) -> bool:
     """Whether stage j is emitted double-buffered: marked, shared, attached at a serial loop
     that runs more than once (after bound inference, which gives the loop's extent)."""
-    st = lw.stages[j]
-    if not st.double_buffer or lw.info[j].scope != "shared" or st.attach is None:
+    st = plan.stages[j]
+    if not st.double_buffer or plan.info[j].scope != "shared" or st.attach is None:
         return False
     target, name = st.attach
-    return lw.annotation((target, name)) not in LAUNCH_TAGS and lw.info[target].ext[name] > 1
+    return plan.annotation((target, name)) not in LAUNCH_TAGS and plan.info[target].ext[name] > 1
 
 
-def slot_shape(lw: Lowerer, j: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+def slot_shape(plan: LoweringPlan, j: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The allocation of stage j: `shape`, with a leading dimension of two slots when the stage
     is double-buffered."""
-    return (SLOTS, *shape) if is_double_buffered(lw, j) else shape
+    return (SLOTS, *shape) if is_double_buffered(plan, j) else shape
 
 
 def _slot_offset(v: Expr, size: int) -> Expr:
@@ -95,19 +91,19 @@ def _at_iteration(s: ir.Stmt, v: Var, value: Expr) -> ir.Stmt:
 
 
 def emit_double_buffered(
-    lw: Lowerer,
+    plan: LoweringPlan,
     loop_var: Var,
     extent: int,
     kind: str,
     fetched: list[int],
+    fetch: ir.Stmt,
     rest: list[ir.Stmt],
     body: ir.Stmt,
 ) -> ir.Stmt:
-    """The loop `for loop_var < extent` (of `kind`) whose double-buffered stages `fetched` are
-    fetched one iteration ahead, around the other attached stages `rest` and the loop's
-    `body`."""
-    fetch = ir.seq([lw.emit(j) for j in fetched])
-    size = {id(lw.info[j].buffer): lw.info[j].buffer.size // SLOTS for j in fetched}
+    """The loop `for loop_var < extent` (of `kind`) whose double-buffered stages `fetched`
+    (emitted as `fetch`) are fetched one iteration ahead, around the other attached stages
+    `rest` and the loop's `body`."""
+    size = {id(plan.info[j].buf): plan.info[j].buf.size // SLOTS for j in fetched}
 
     def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
         return _shift_accesses(s, {k: _slot_offset(iteration, n) for k, n in size.items()})

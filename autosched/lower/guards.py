@@ -3,30 +3,30 @@ stages store 0 past their tensor's edge instead of skipping it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds
 from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
+from autosched.lower.plan import LoweringPlan
 from autosched.te.expr import BinOp, Expr, Reduce
-
-if TYPE_CHECKING:
-    from autosched.lower.lowering import Lowerer
 
 
 def guards(
-    lw: Lowerer, i: int, spatial_only: bool, skip_tag: str | None = None, edges: list | None = None
+    plan: LoweringPlan,
+    i: int,
+    spatial_only: bool,
+    skip_tag: str | None = None,
+    edges: list | None = None,
 ) -> list[Expr]:
     """Conditions under which stage i's innermost statement is in range: its root values
     inside the region and the tensor (reductions too unless `spatial_only`), and its
     thread indices inside their iterators' extents (but `skip_tag`'s). Given `edges`, the
     spatial tests against the tensor's extent go there instead (a zero-filled stage)."""
-    inf, st = lw.info[i], lw.stages[i]
+    inf, st = plan.info[i], plan.stages[i]
     conds: list[Expr] = []
     edge = conds if edges is None else edges
-    bounds = loop_bounds(lw, inf.context + [(i, it.name) for it in st.iters])
-    for d, a in enumerate(st.op.axis):
+    bounds = loop_bounds(plan, inf.context + [(i, it.name) for it in st.iters])
+    for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
         _, hi = expr_bounds(off, bounds)
         if hi >= inf.region[d]:
@@ -41,7 +41,7 @@ def guards(
     # parents (unless `spatial_only`), then the fused parts
     limits = inf.fused_limits
     if not spatial_only:
-        reduce_axes = [(inf.value[a.name], a.extent) for a in st.op.reduce_axis]
+        reduce_axes = [(inf.value[a.name], a.extent) for a in plan.compute_op(i).reduce_axis]
         limits = reduce_axes + inf.inner_limits + limits
     for value, extent in limits:
         if expr_bounds(value, bounds)[1] >= extent:
@@ -53,27 +53,27 @@ def guards(
         # loop covers: when the loop is shorter than the block (a tile that overhangs its
         # extent), the threads past it must not compute (their indices map elsewhere).
         bound += [
-            (lw.annotation(key), lw.info[key[0]].ext[key[1]])
+            (plan.annotation(key), plan.info[key[0]].ext[key[1]])
             for key in inf.context
-            if lw.annotation(key) not in own
+            if plan.annotation(key) not in own
         ]
     for tag, extent in bound:
         if tag == skip_tag or tag not in THREAD_TAGS:
             continue
-        if extent < lw.block_extent[tag]:  # repeats are dropped by ir.guarded
+        if extent < plan.block_extent[tag]:  # repeats are dropped by ir.guarded
             conds.append(BinOp("<", ir.THREAD_VARS[tag], int32(extent), "bool"))
     return conds
 
 
-def zero_fills(lw: Lowerer, i: int) -> bool:
+def zero_fills(plan: LoweringPlan, i: int) -> bool:
     """Whether stage i stores 0 where its element is past its tensor's edge, rather than
     skipping it: a shared copy that a Tensor Core matrix fragment reads. Its padded tiles
     (rounded up to whole 16x16 tiles, bound_inference.tile_dims) are multiplied whole, so
     an element past the K extent must be 0 where it meets valid outputs; the global read
     past the edge is not made (the Select's untaken side)."""
-    if lw.info[i].scope != "shared" or isinstance(lw.info[i].body, Reduce):
+    if plan.info[i].scope != "shared" or isinstance(plan.info[i].body, Reduce):
         return False
-    return operand_fragment_reader(lw, i) is not None
+    return operand_fragment_reader(plan, i) is not None
 
 
 __all__ = ["guards", "zero_fills"]

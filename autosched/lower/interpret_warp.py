@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from autosched.lower import ir
+from autosched.lower.dispatch import TypeTable
 from autosched.te.dtype import BYTES, from_storage, round_tf32
 
 
@@ -115,9 +116,10 @@ class WarpContext:
         buf, arr = self.run.bufs_of(m.buffer)
         if buf.scope not in ir.MEMORY_TILE_SCOPES:
             self.fail(f"{buf.name} has scope {buf.scope}; tiles are in global or shared memory")
-        steps = layout_steps(ir.tile_shape(self.s.fragments()[0][0])).get(m.layout)
-        if steps is None:
+        layouts = layout_steps(ir.tile_shape(self.s.fragments()[0][0]))
+        if m.layout not in layouts:
             self.fail(f"unknown layout {m.layout!r} (expected one of {ir.MATRIX_LAYOUTS})")
+        steps = layouts[m.layout]
         eb = BYTES[buf.dtype]
         if m.ldm * eb % ir.LDM_ALIGN_BYTES:
             self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {ir.LDM_ALIGN_BYTES} bytes")
@@ -145,7 +147,7 @@ def _fill(run: Any, s: ir.FragmentFill, mask: Any) -> None:
 def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
     ((arr, tiles),) = ctx.tiles()
-    buf, mem, idx = ctx.memory(s.memory_tile(), "read")
+    buf, mem, idx = ctx.memory(s.src, "read")
     if buf.dtype != s.frag.dtype:
         ctx.fail(f"loads {buf.dtype} {buf.name} into a {s.frag.dtype} fragment")
     if buf.scope == "global":
@@ -176,7 +178,7 @@ def _track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarra
 def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
     ((arr, tiles),) = ctx.tiles()
-    buf, mem, idx = ctx.memory(s.memory_tile(), "write")
+    buf, mem, idx = ctx.memory(s.dst, "write")
     if buf.dtype != "float32":
         ctx.fail(f"stores a float32 accumulator into {buf.dtype} {buf.name}")
     vals = arr[ctx.warps, tiles]
@@ -200,12 +202,13 @@ def _mma(run: Any, s: ir.FragmentMma, mask: Any) -> None:
     acc[w, acc_tiles] = (product + acc[w, acc_tiles]).astype(np.float32)
 
 
-# statement type -> handler(run, statement, mask), registered in the interpreter's table
-WARP_HANDLERS = {
-    ir.FragmentFill: _fill,
-    ir.FragmentLoad: _load,
-    ir.FragmentStore: _store,
-    ir.FragmentMma: _mma,
-}
+def register_warp_handlers(table: TypeTable[ir.Stmt, [Any], None], run: Any) -> None:
+    """Register the warp statements' handlers, bound to the kernel run `run`, in its
+    statement table (statement, lane mask)."""
+    table.register(ir.FragmentFill, functools.partial(_fill, run))
+    table.register(ir.FragmentLoad, functools.partial(_load, run))
+    table.register(ir.FragmentStore, functools.partial(_store, run))
+    table.register(ir.FragmentMma, functools.partial(_mma, run))
 
-__all__ = ["WARP_HANDLERS", "fragment_storage"]
+
+__all__ = ["fragment_storage", "register_warp_handlers"]

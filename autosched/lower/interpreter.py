@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +29,8 @@ import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.lower import ir
-from autosched.lower.interpret_warp import WARP_HANDLERS, fragment_storage
+from autosched.lower.dispatch import TypeTable
+from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
 from autosched.te.dtype import compute_dtype, numpy_dtype, to_storage
 from autosched.te.expr import Expr, Load, Var
 from autosched.te.npeval import eval_expr
@@ -121,22 +121,31 @@ class _Hoister:
         self.level: dict[int, int] = {id(v): 0 for v in ir.THREAD_VARS.values()}
         self.levels: dict[int, int | None] = {}  # id(expr) -> deepest loop level; None: a load
         self.scopes: list[tuple[list[ir.Stmt], dict]] = []  # per open loop level: lets, memo
-        self.table: dict[type, Callable[[Any, int], ir.Stmt]] = {
-            ir.Seq: lambda s, d: ir.Seq([self.stmt(c, d) for c in s.stmts]),
-            ir.For: self._for,
-            ir.IfThenElse: lambda s, d: ir.IfThenElse(
+        # statement type -> rewrite(statement, loop depth); other statements stay as they are
+        self.table: TypeTable[ir.Stmt, [int], ir.Stmt] = TypeTable()
+        self.table.register(ir.Seq, lambda s, d: ir.Seq([self.stmt(c, d) for c in s.stmts]))
+        self.table.register(ir.For, self._for)
+        self.table.register(
+            ir.IfThenElse,
+            lambda s, d: ir.IfThenElse(
                 self.expr(s.cond, d),
                 self.stmt(s.then_case, d),
                 None if s.else_case is None else self.stmt(s.else_case, d),
             ),
-            ir.Store: lambda s, d: ir.Store(s.buffer, self.expr(s.index, d), self.expr(s.value, d)),
-            ir.AllReduce: lambda s, d: dataclasses.replace(
+        )
+        self.table.register(
+            ir.Store,
+            lambda s, d: ir.Store(s.buffer, self.expr(s.index, d), self.expr(s.value, d)),
+        )
+        self.table.register(
+            ir.AllReduce,
+            lambda s, d: dataclasses.replace(
                 s,
                 value=self.expr(s.value, d),
                 index=self.expr(s.index, d),
                 cond=None if s.cond is None else self.expr(s.cond, d),
             ),
-        }
+        )
 
     def scoped(self, s: ir.Stmt, depth: int) -> ir.Stmt:
         """`s` (a kernel or loop body at `depth`) preceded by the lets hoisted to its level."""
@@ -146,7 +155,7 @@ class _Hoister:
         return ir.seq([*lets, body])
 
     def stmt(self, s: ir.Stmt, d: int) -> ir.Stmt:
-        fn = self.table.get(type(s))
+        fn = self.table.handler(s)
         return s if fn is None else fn(s, d)
 
     def _for(self, s: ir.For, d: int) -> ir.Stmt:
@@ -163,7 +172,8 @@ class _Hoister:
                 got = self.level.get(id(e))
             else:
                 kids = [self._level(k) for k in children(e)]
-                got = None if None in kids else max(kids, default=0)
+                known = [k for k in kids if k is not None]
+                got = None if len(known) < len(kids) else max(known, default=0)
             self.levels[id(e)] = got
         return got
 
@@ -201,17 +211,16 @@ class _KernelRun:
             self.bufs[id(b)] = (b, np.full((rows, b.size), _poison(b.dtype), numpy_dtype(b.dtype)))
             if b.scope == "shared":
                 self.trackers[id(b)] = _SharedTracker(rows * b.size)
-        self.table: dict[type, Callable[[Any, Any], None]] = {
-            ir.Seq: self._seq,
-            ir.Store: self._store,
-            ir.For: self._for,
-            ir.IfThenElse: self._if,
-            ir.Barrier: self._barrier,
-            ir.AllReduce: self._allreduce,
-            _Let: self._let,
-        }
-        for stmt_type, handler in WARP_HANDLERS.items():
-            self.table[stmt_type] = functools.partial(handler, self)
+        # statement type -> handler(statement, lane mask)
+        self.table: TypeTable[ir.Stmt, [Any], None] = TypeTable()
+        self.table.register(ir.Seq, self._seq)
+        self.table.register(ir.Store, self._store)
+        self.table.register(ir.For, self._for)
+        self.table.register(ir.IfThenElse, self._if)
+        self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AllReduce, self._allreduce)
+        self.table.register(_Let, self._let)
+        register_warp_handlers(self.table, self)
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -314,7 +323,7 @@ class _KernelRun:
         self.env[id(s.var)] = self.eval(s.value, None)
 
     def stmt(self, s: ir.Stmt, mask: Any) -> None:
-        fn = self.table.get(type(s))
+        fn = self.table.handler(s)
         if fn is None:
             raise InterpreterError(f"cannot interpret a {type(s).__name__} statement")
         fn(s, mask)

@@ -58,11 +58,12 @@ def interval(e: Expr, relaxed: dict[int, tuple[int, int]]) -> Interval | None:
 def union(items: list[Interval | None]) -> Interval | None:
     """The smallest interval holding all `items`; None when any is unbounded or two lower ends
     differ by a non-constant amount."""
-    if not items or any(x is None for x in items):
+    bounded = [x for x in items if x is not None]
+    if not items or len(bounded) < len(items):
         return None
-    lo0, span0 = items[0]
+    lo0, span0 = bounded[0]
     lo_off, hi_off = 0, span0
-    for lo, span in items[1:]:
+    for lo, span in bounded[1:]:
         d = simplify(BinOp("-", lo, lo0, I32))
         if not isinstance(d, Const):
             return None

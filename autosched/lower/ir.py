@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from autosched.te.expr import BinOp, Const, Expr, Var
 
@@ -165,6 +166,7 @@ class MatrixTile:
     layout: str
 
 
+@dataclass(eq=False)
 class WarpStmt(Stmt):
     """A warp-collective Tensor Core operation (wmma): the 32 threads of a warp execute it
     together, all active, with the same arguments. Fragment operands are a fragment-scope
@@ -177,9 +179,9 @@ class WarpStmt(Stmt):
     `MEMORY_TILE`, the field of its `MatrixTile` ("src": read, "dst": written; None: none);
     `ACCUMULATES`, whether it also reads the fragment it writes; `macs()`, its multiply-adds."""
 
-    FRAGMENTS: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    MEMORY_TILE: str | None = None
-    ACCUMULATES = False
+    FRAGMENTS: ClassVar[tuple[tuple[str, str, tuple[str, ...]], ...]] = ()
+    MEMORY_TILE: ClassVar[str | None] = None
+    ACCUMULATES: ClassVar[bool] = False
 
     def macs(self) -> int:
         """Multiply-adds of one execution (per warp)."""
@@ -208,8 +210,9 @@ class WarpStmt(Stmt):
 
     def written(self) -> Buffer:
         """The buffer the statement writes."""
-        if self.writes_memory():
-            return self.memory_tile().buffer
+        tile = self.memory_tile()
+        if tile is not None and self.writes_memory():
+            return tile.buffer
         return getattr(self, self.FRAGMENTS[0][0])
 
     def read_fragments(self) -> list[tuple[Buffer, Expr, tuple[str, ...]]]:
@@ -220,8 +223,9 @@ class WarpStmt(Stmt):
     def reads(self) -> list[Buffer]:
         """The buffers the statement reads: fragments, then a memory tile's buffer."""
         out = [b for b, _, _ in self.read_fragments()]
-        if self.MEMORY_TILE is not None and not self.writes_memory():
-            out.append(self.memory_tile().buffer)
+        tile = self.memory_tile()
+        if tile is not None and not self.writes_memory():
+            out.append(tile.buffer)
         return out
 
     def describe(self, detail: str | None = None) -> str:
@@ -338,7 +342,8 @@ WARP_STMTS = (FragmentFill, FragmentLoad, FragmentStore, FragmentMma)
 class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
     virtual threads per thread that were injected into the body (product of nested vthread
-    extents; 1 when none)."""
+    extents; 1 when none). `unit_vars`: loop variables of iterators that run once, which
+    emission gives no loop; each is 0 (the simplification pass folds them and empties it)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -346,6 +351,7 @@ class Kernel:
     allocs: list[Buffer]
     body: Stmt
     vthread: int = 1
+    unit_vars: tuple[Var, ...] = ()
 
     @property
     def threads_per_block(self) -> int:
@@ -494,6 +500,8 @@ def program_text(p: Program) -> str:
 
     for k in p.kernels:
         out.append(f"kernel {k.name} grid={k.grid} block={k.block}")
+        if k.unit_vars:
+            out.append(f"  unit vars {', '.join(v.name for v in k.unit_vars)}")
         for b in k.allocs:
             out.append(f"  alloc {b.scope} {b.dtype} {b.name}[{b.size}]")
         emit(k.body, 1)

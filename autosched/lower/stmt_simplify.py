@@ -13,8 +13,8 @@ def simplify_stmt(s: ir.Stmt, bounds: Bounds) -> ir.Stmt | None:
     """`s` simplified under `bounds` (id(Var) -> (lo, hi)); None when nothing is left."""
     if isinstance(s, ir.Seq):
         kids: list[ir.Stmt] = []
-        for c in s.stmts:
-            k = simplify_stmt(c, bounds)
+        for child in s.stmts:
+            k = simplify_stmt(child, bounds)
             if k is None or (
                 isinstance(k, ir.Barrier) and kids and isinstance(kids[-1], ir.Barrier)
             ):
@@ -31,7 +31,9 @@ def simplify_stmt(s: ir.Stmt, bounds: Bounds) -> ir.Stmt | None:
             return simplify_stmt(branch, bounds) if branch is not None else None
         then = simplify_stmt(s.then_case, bounds)
         els = simplify_stmt(s.else_case, bounds) if s.else_case is not None else None
-        return ir.IfThenElse(c, then, els) if then is not None or els is not None else None
+        if then is None and els is None:
+            return None
+        return ir.IfThenElse(c, then if then is not None else ir.Seq([]), els)
     return ir.map_exprs(s, lambda e: simplify(e, bounds))
 
 

@@ -6,53 +6,38 @@ a whole, aligned tile."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import is_multiple, to_affine
 from autosched.lower.bound_inference import root_value_map
 from autosched.lower.ir import I32, int32
+from autosched.lower.mma_plan import Access
+from autosched.lower.plan import LoweringPlan
 from autosched.te.dtype import DTYPES
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import free_vars, substitute
-
-if TYPE_CHECKING:
-    from autosched.lower.lowering import Lowerer
 
 # ("float16", "bfloat16", "float32"): float32 operand fragments hold TF32 values
 OPERAND_DTYPES = tuple(d for d in DTYPES if d in ir.WMMA_K)
 
 
-@dataclass
-class Access:
-    """One access of a stage: the buffer, its per-dimension indices (relative to the buffer)
-    and its flat index."""
-
-    buffer: ir.Buffer
-    dims: list[Expr]
-    flat: Expr
-    stage: int
-
-
-def own_access(lw: Lowerer, i: int) -> Access:
+def own_access(plan: LoweringPlan, i: int) -> Access:
     """The element stage i writes."""
-    inf, st = lw.info[i], lw.stages[i]
-    dims = [inf.value[a.name] for a in st.op.axis]
-    return Access(inf.buffer, dims, lw.flat_index(i, dims, relative=False), i)
+    inf = plan.info[i]
+    dims = [inf.value[a.name] for a in plan.compute_op(i).axis]
+    return Access(inf.buf, dims, plan.flat_index(i, dims, relative=False), i)
 
 
-def load_access(lw: Lowerer, i: int, node: Load) -> Access:
+def load_access(plan: LoweringPlan, i: int, node: Load) -> Access:
     """The element a tensor load of stage i's body reads."""
-    root_map = root_value_map(lw, i)
-    j = lw.producer_stage[id(node.buffer.op)]
+    root_map = root_value_map(plan, i)
+    j = plan.producer_stage[id(node.buffer.op)]
     idx = [substitute(x, root_map) for x in node.indices]
-    relative = not lw.stages[j].is_placeholder
+    relative = not plan.stages[j].is_placeholder
     dims = idx
-    if relative and lw.info[j].base:
-        dims = [BinOp("-", x, b, I32) for x, b in zip(idx, lw.info[j].base, strict=True)]
-    return Access(lw.info[j].buffer, dims, lw.flat_index(j, idx, relative), j)
+    if relative and plan.info[j].base:
+        dims = [BinOp("-", x, b, I32) for x, b in zip(idx, plan.info[j].base, strict=True)]
+    return Access(plan.info[j].buf, dims, plan.flat_index(j, idx, relative), j)
 
 
 def coefficients(e: Expr, tvars: list[Var], bounds, what: str) -> list[int]:

@@ -2,9 +2,9 @@
 
 A stage's Tensor Core role comes from its scope and body (`stage_role`): a matrix_a / matrix_b
 cache stage loads, an accumulator stage with a sum fills (its init) and multiplies-accumulates
-(its update), a stage whose body reads an accumulator stage stores. Where `Lowerer.emit` reaches
-the iterator annotated "tensorize" it emits ONE warp statement instead of the loops of that
-iterator and the ones inside it (`emit_tensorized`, `emit_fill`).
+(its update), a stage whose body reads an accumulator stage stores. Where emission
+(`emission.py`) reaches the iterator annotated "tensorize" it emits ONE warp statement instead
+of the loops of that iterator and the ones inside it (`emit_tensorized`, `emit_fill`).
 
 Every access is read per dimension: the tensorized loop variables set to 0 give its origin, their
 coefficients its strides. A fragment buffer is a grid of tiles over two of its dimensions (its
@@ -15,20 +15,19 @@ matrix_a / matrix_b, K by the operand dtype: 16 for float16 / bfloat16, 8 for TF
 shared tile is a `MatrixTile`: its row stride or its column stride must be 1 (col_major /
 row_major), the other one is `ldm`. That reading of one access lives in `tensor_access.py`.
 
-The functions take the `Lowerer`; they raise LoweringError for a nest that is not a whole tile,
+The functions take the `LoweringPlan`; they raise LoweringError for a nest that is not a whole tile,
 since no state with such a nest is a valid Tensor Core program.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import is_multiple
 from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.guards import guards
+from autosched.lower.mma_plan import MmaPlan
+from autosched.lower.plan import LoweringPlan
 from autosched.lower.tensor_access import (
     OPERAND_DTYPES,
     Access,
@@ -46,37 +45,34 @@ from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import free_vars
 
-if TYPE_CHECKING:
-    from autosched.lower.lowering import Lowerer
-
 T = ir.WMMA_TILE
 
 
-def stage_role(lw: Lowerer, i: int) -> str | None:
+def stage_role(plan: LoweringPlan, i: int) -> str | None:
     """The Tensor Core role of a stage ("load", "mma" or "store"); None for other stages."""
-    scope = lw.info[i].scope
+    scope = plan.info[i].scope
     if scope in ir.OPERAND_SCOPES:
         return "load"
     if scope == ir.ACCUMULATOR_SCOPE:
         return "mma"
-    body = lw.info[i].body
+    body = plan.info[i].body
     if isinstance(body, Load) and isinstance(body.buffer, Tensor):
-        j = lw.producer_stage[id(body.buffer.op)]
-        if lw.info[j].scope == ir.ACCUMULATOR_SCOPE:
+        j = plan.producer_stage[id(body.buffer.op)]
+        if plan.info[j].scope == ir.ACCUMULATOR_SCOPE:
             return "store"
     return None
 
 
-def tensorize_position(lw: Lowerer, i: int) -> int | None:
+def tensorize_position(plan: LoweringPlan, i: int) -> int | None:
     """Index of stage i's iterator annotated "tensorize" (None when it has none), after checking
     that a stage that needs one has one and that nothing is computed inside the nest."""
-    st = lw.stages[i]
+    st = plan.stages[i]
     pos = next((k for k, it in enumerate(st.iters) if it.annotation == TENSORIZE), None)
-    role = stage_role(lw, i)
+    role = stage_role(plan, i)
     if pos is None:
         if role is not None:
             raise LoweringError(
-                f"stage {st.name!r} ({lw.info[i].scope}) reads or writes a Tensor Core fragment "
+                f"stage {st.name!r} ({plan.info[i].scope}) reads or writes a Tensor Core fragment "
                 "but has no tensorized nest; fragments cannot be indexed element-wise "
                 "(State.tensorize)"
             )
@@ -87,7 +83,7 @@ def tensorize_position(lw: Lowerer, i: int) -> int | None:
             "or store (its scope and body say what it is)"
         )
     for it in st.iters[pos:]:
-        if lw.attached.get((i, it.name)):
+        if plan.attached.get((i, it.name)):
             raise LoweringError(
                 f"tensorize: stages are computed at {st.name}.{it.name}, inside the tensorized nest"
             )
@@ -102,27 +98,27 @@ def tensorize_position(lw: Lowerer, i: int) -> int | None:
 # ---- the nests ---------------------------------------------------------------------------------
 
 
-def copy_nest_extents(lw: Lowerer, i: int, role: str) -> tuple[tuple[int, ...], tuple[()]]:
+def copy_nest_extents(plan: LoweringPlan, i: int, role: str) -> tuple[tuple[int, ...], tuple[()]]:
     """The extents the tensorized nest of a load or store stage i must have: (spatial ones
     sorted, no reduce ones). A load's are its fragment's tile shape, a store's 16, 16 (a
     multiply-accumulate's are `analyse_mma`'s: 16, 16 and the K of its operands' dtype)."""
     if role == "load":
-        return tuple(sorted(fragment_shape(lw.info[i].buffer))), ()
+        return tuple(sorted(fragment_shape(plan.info[i].buf))), ()
     return (T, T), ()
 
 
-def var_extents(lw: Lowerer, i: int, pos: int) -> dict[int, int]:
+def var_extents(plan: LoweringPlan, i: int, pos: int) -> dict[int, int]:
     """id(loop variable) -> extent, over stage i's tensorized nest."""
-    st, inf = lw.stages[i], lw.info[i]
-    return {id(lw.var_of(i, it.name)): inf.ext[it.name] for it in st.iters[pos:]}
+    st, inf = plan.stages[i], plan.info[i]
+    return {id(plan.var_of(i, it.name)): inf.ext[it.name] for it in st.iters[pos:]}
 
 
 def nest_vars(
-    lw: Lowerer, i: int, pos: int, want: tuple[tuple[int, ...], tuple[int, ...]]
+    plan: LoweringPlan, i: int, pos: int, want: tuple[tuple[int, ...], tuple[int, ...]]
 ) -> tuple[list[Var], list[Var]]:
     """The (spatial, reduce) loop variables of stage i's tensorized nest, checked to have the
     extents `want` (spatial ones sorted, reduce ones)."""
-    st, inf = lw.stages[i], lw.info[i]
+    st, inf = plan.stages[i], plan.info[i]
     iters = st.iters[pos:]
     want_sp, want_red = want
     spatial = [it for it in iters if it.kind == "spatial"]
@@ -139,14 +135,14 @@ def nest_vars(
             f"{extent}; it is {list(zip([it.name for it in iters], exts, strict=True))}"
         )
     return (
-        [lw.var_of(i, it.name) for it in spatial],
-        [lw.var_of(i, it.name) for it in reduce],
+        [plan.var_of(i, it.name) for it in spatial],
+        [plan.var_of(i, it.name) for it in reduce],
     )
 
 
-def nest_bounds(lw: Lowerer, i: int):
-    st = lw.stages[i]
-    return loop_bounds(lw, lw.info[i].context + [(i, it.name) for it in st.iters])
+def nest_bounds(plan: LoweringPlan, i: int):
+    st = plan.stages[i]
+    return loop_bounds(plan, plan.info[i].context + [(i, it.name) for it in st.iters])
 
 
 def whole_tile_guard(
@@ -173,7 +169,7 @@ def whole_tile_guard(
 
 
 def guarded_warp(
-    stmt: ir.Stmt,
+    stmt: ir.WarpStmt,
     conds: list[Expr],
     tvars: list[Var],
     exts: dict[int, int],
@@ -199,10 +195,10 @@ def guarded_warp(
     return ir.guarded(stmt, out)
 
 
-def mma_operands(lw: Lowerer, i: int) -> tuple[Load, Load]:
+def mma_operands(plan: LoweringPlan, i: int) -> tuple[Load, Load]:
     """The (matrix_a, matrix_b) fragment loads of an accumulator stage's
     `acc + cast?(a) * cast?(b)` (either order), checked."""
-    st, body = lw.stages[i], lw.info[i].body
+    st, body = plan.stages[i], plan.info[i].body
     bad = LoweringError(
         f"tensorize: {st.name!r} must be sum(cast?(A_frag[..]) * cast?(B_frag[..])) over "
         "matrix_a and matrix_b fragments"
@@ -218,30 +214,17 @@ def mma_operands(lw: Lowerer, i: int) -> tuple[Load, Load]:
             e = e.value
         if not (isinstance(e, Load) and isinstance(e.buffer, Tensor)):
             raise bad
-        j = lw.producer_stage[id(e.buffer.op)]
-        by_scope[lw.info[j].scope] = e
+        j = plan.producer_stage[id(e.buffer.op)]
+        by_scope[plan.info[j].scope] = e
     if set(by_scope) != set(ir.OPERAND_SCOPES):
         raise bad
     return by_scope["wmma.matrix_a"], by_scope["wmma.matrix_b"]
 
 
-@dataclass
-class MmaPlan:
-    """The analysed multiply-accumulate of one accumulator stage: its loop variables by role
-    and its three accesses."""
-
-    m: Var
-    n: Var
-    k: Var
-    acc: Access
-    a: Access
-    b: Access
-
-
-def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
-    a_load, b_load = mma_operands(lw, i)
-    a, b = load_access(lw, i, a_load), load_access(lw, i, b_load)
-    for acc, dtypes in ((a, OPERAND_DTYPES), (b, OPERAND_DTYPES), (lw.info[i].buffer, None)):
+def analyse_mma(plan: LoweringPlan, i: int, pos: int) -> MmaPlan:
+    a_load, b_load = mma_operands(plan, i)
+    a, b = load_access(plan, i, a_load), load_access(plan, i, b_load)
+    for acc, dtypes in ((a, OPERAND_DTYPES), (b, OPERAND_DTYPES), (plan.info[i].buf, None)):
         buf = acc.buffer if isinstance(acc, Access) else acc
         ok = buf.dtype in dtypes if dtypes else buf.dtype == "float32"
         if not ok:
@@ -255,9 +238,9 @@ def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
             f"{b.buffer.dtype}; one wmma shape takes one operand dtype"
         )
     # the operands' dtypes are checked above: their K is the reduce loop's extent
-    spatial, (k,) = nest_vars(lw, i, pos, ((T, T), (ir.operand_k(a.buffer.dtype),)))
-    bounds = nest_bounds(lw, i)
-    name = lw.stages[i].name
+    spatial, (k,) = nest_vars(plan, i, pos, ((T, T), (ir.operand_k(a.buffer.dtype),)))
+    bounds = nest_bounds(plan, i)
+    name = plan.stages[i].name
 
     def uses(access: Access, v: Var) -> bool:
         return any(any(coefficients(e, [v], bounds, name)) for e in access.dims)
@@ -269,25 +252,26 @@ def analyse_mma(lw: Lowerer, i: int, pos: int) -> MmaPlan:
             f"tensorize: in {name!r} the matrix_a operand must be indexed by one tensorized "
             "spatial loop (M) and the reduce loop (K), matrix_b by the other (N) and K"
         )
-    return MmaPlan(ms[0], ns[0], k, own_access(lw, i), a, b)
+    return MmaPlan(ms[0], ns[0], k, own_access(plan, i), a, b)
 
 
-def plan_fragments(lw: Lowerer) -> None:
-    """Fill `lw.fragment_dims` (per fragment stage, its (row, column) dimensions: M x K for
-    matrix_a, K x N for matrix_b, M x N for accumulators) and `lw.mma_plans` from the
+def plan_fragments(plan: LoweringPlan) -> None:
+    """Fill `plan.fragment_dims` (per fragment stage, its (row, column) dimensions: M x K for
+    matrix_a, K x N for matrix_b, M x N for accumulators) and `plan.mma_plans` from the
     tensorized multiply-accumulates, before emission."""
-    out = lw.fragment_dims
-    for i in range(len(lw.stages)):
-        if lw.info[i].body is None or lw.info[i].scope != ir.ACCUMULATOR_SCOPE:
+    out = plan.fragment_dims
+    for i in range(len(plan.stages)):
+        if plan.info[i].body is None or plan.info[i].scope != ir.ACCUMULATOR_SCOPE:
             continue
-        pos = tensorize_position(lw, i)
-        plan = lw.mma_plans[i] = analyse_mma(lw, i, pos)
-        bounds = nest_bounds(lw, i)
-        name = lw.stages[i].name
+        pos = tensorize_position(plan, i)
+        assert pos is not None  # an accumulator without a tensorized nest raised above
+        mma = plan.mma_plans[i] = analyse_mma(plan, i, pos)
+        bounds = nest_bounds(plan, i)
+        name = plan.stages[i].name
         for access, row, col in (
-            (plan.acc, plan.m, plan.n),
-            (plan.a, plan.m, plan.k),
-            (plan.b, plan.k, plan.n),
+            (mma.acc, mma.m, mma.n),
+            (mma.a, mma.m, mma.k),
+            (mma.b, mma.k, mma.n),
         ):
             dims = (var_dim(access, row, bounds, name), var_dim(access, col, bounds, name))
             if out.setdefault(access.stage, dims) != dims:
@@ -297,10 +281,10 @@ def plan_fragments(lw: Lowerer) -> None:
                 )
 
 
-def _row_col(lw, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var, tuple]:
+def _row_col(plan, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var, tuple]:
     """Which of a load / store / fill's two tile loops walks the rows of fragment `frag` and
     which its columns, and the fragment's planned (row, column) dimensions they index."""
-    planned = lw.fragment_dims.get(frag.stage)
+    planned = plan.fragment_dims.get(frag.stage)
     if planned is None:
         raise LoweringError(
             f"tensorize: fragment {frag.buffer.name} is read by no tensorized multiply-accumulate"
@@ -314,18 +298,18 @@ def _row_col(lw, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var
     return by_dim[planned[0]], by_dim[planned[1]], planned
 
 
-def emit_fill(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
+def emit_fill(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     """The init of an accumulator stage's tensorized nest: fill the tile with the identity."""
-    st = lw.stages[i]
-    spatial = [lw.var_of(i, it.name) for it in st.iters[pos:] if it.kind == "spatial"]
-    bounds = nest_bounds(lw, i)
-    own = own_access(lw, i)
+    st = plan.stages[i]
+    spatial = [plan.var_of(i, it.name) for it in st.iters[pos:] if it.kind == "spatial"]
+    bounds = nest_bounds(plan, i)
+    own = own_access(plan, i)
     what = f"{st.name} (fill)"
-    _, _, dims = _row_col(lw, own, spatial, bounds, what)
+    _, _, dims = _row_col(plan, own, spatial, bounds, what)
     tile = fragment_tile(own, dims, spatial, bounds, what)
-    stmt = ir.FragmentFill(own.buffer, tile, lw.info[i].body.identity)
-    exts = var_extents(lw, i, pos)
-    conds = guards(lw, i, spatial_only=True)
+    stmt = ir.FragmentFill(own.buffer, tile, plan.reduction(i).identity)
+    exts = var_extents(plan, i, pos)
+    conds = guards(plan, i, spatial_only=True)
     return guarded_warp(stmt, conds, spatial, exts, bounds, what, padded=True)
 
 
@@ -341,40 +325,42 @@ def check_orientation(frag: ir.Buffer, row: Var, col: Var, exts: dict[int, int],
         )
 
 
-def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
+def emit_tensorized(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     """The warp statement replacing stage i's loops from iterator `pos` inward (the update of
     a reduction; its fill comes from `emit_fill`)."""
-    st = lw.stages[i]
-    role = stage_role(lw, i)
-    bounds = nest_bounds(lw, i)
+    st = plan.stages[i]
+    role = stage_role(plan, i)
+    bounds = nest_bounds(plan, i)
     name = st.name
-    exts = var_extents(lw, i, pos)
+    exts = var_extents(plan, i, pos)
+    assert role is not None  # tensorize_position refused a tensorized stage without one
+    stmt: ir.WarpStmt
     if role == "mma":
-        plan = lw.mma_plans[i]
-        tvars = [plan.m, plan.n, plan.k]
-        dims = lw.fragment_dims  # checked against the accesses by plan_fragments
+        mma = plan.mma_plans[i]
+        tvars = [mma.m, mma.n, mma.k]
+        planned = plan.fragment_dims  # checked against the accesses by plan_fragments
 
         def tile(access: Access) -> Expr:
-            return fragment_tile(access, dims[access.stage], tvars, bounds, name)
+            return fragment_tile(access, planned[access.stage], tvars, bounds, name)
 
-        stmt: ir.Stmt = ir.FragmentMma(
-            plan.acc.buffer,
-            tile(plan.acc),
-            plan.a.buffer,
-            tile(plan.a),
-            plan.b.buffer,
-            tile(plan.b),
+        stmt = ir.FragmentMma(
+            mma.acc.buffer,
+            tile(mma.acc),
+            mma.a.buffer,
+            tile(mma.a),
+            mma.b.buffer,
+            tile(mma.b),
         )
-        conds = guards(lw, i, spatial_only=False)
+        conds = guards(plan, i, spatial_only=False)
         return guarded_warp(stmt, conds, tvars, exts, bounds, name, padded=True)
-    tvars, _ = nest_vars(lw, i, pos, copy_nest_extents(lw, i, role))
-    own = own_access(lw, i)
-    body = lw.info[i].body
+    tvars, _ = nest_vars(plan, i, pos, copy_nest_extents(plan, i, role))
+    own = own_access(plan, i)
+    body = plan.info[i].body
     if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
         raise LoweringError(f"tensorize: {name!r} must copy one tensor to load or store a tile")
-    src = load_access(lw, i, body)
+    src = load_access(plan, i, body)
     if role == "load":
-        row, col, dims = _row_col(lw, own, tvars, bounds, name)
+        row, col, dims = _row_col(plan, own, tvars, bounds, name)
         check_orientation(own.buffer, row, col, exts, name)
         stmt = ir.FragmentLoad(
             own.buffer,
@@ -382,7 +368,7 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
             matrix_tile(src, row, col, bounds, name),
         )
     else:
-        row, col, dims = _row_col(lw, src, tvars, bounds, name)
+        row, col, dims = _row_col(plan, src, tvars, bounds, name)
         stmt = ir.FragmentStore(
             matrix_tile(own, row, col, bounds, name),
             src.buffer,
@@ -390,5 +376,5 @@ def emit_tensorized(lw: Lowerer, i: int, pos: int) -> ir.Stmt:
         )
     # a tile of global memory never runs past the tensor's edge; shared ones are whole tiles
     padded = getattr(stmt, stmt.MEMORY_TILE).buffer.scope != "global"
-    conds = guards(lw, i, spatial_only=True)
+    conds = guards(plan, i, spatial_only=True)
     return guarded_warp(stmt, conds, tvars, exts, bounds, name, padded=padded)

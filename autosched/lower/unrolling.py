@@ -69,13 +69,12 @@ def _register_index_pass(s: ir.Stmt) -> tuple[ir.Stmt, set[int]]:
             used |= used_else
         _local_index_vars([s.cond], used)
         return ir.IfThenElse(s.cond, then, els), used
-    used: set[int] = set()
+    used = set()
     if isinstance(s, (ir.Store, ir.AllReduce)):
         if s.buffer.scope == "local":
             used.update(id(v) for v in free_vars(s.index))
-        _local_index_vars(
-            [s.value, s.index] + ([s.cond] if getattr(s, "cond", None) is not None else []), used
-        )
+        cond = s.cond if isinstance(s, ir.AllReduce) else None
+        _local_index_vars([s.value, s.index] + ([cond] if cond is not None else []), used)
     elif isinstance(s, ir.WarpStmt):  # fragment arrays are registers too: tile numbers
         for _, tile, _ in s.fragments():
             used.update(id(v) for v in free_vars(tile))

@@ -15,11 +15,12 @@ return, without the launch limits (the tests turn it on for the whole session).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
+from autosched.lower.dispatch import TypeTable
 from autosched.te.dtype import BYTES, DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
@@ -69,17 +70,18 @@ class _KernelVerifier:
         self.lane_guard: str | None = None  # the innermost condition that uses threadIdx.x
         self.vector_loop: str | None = None  # the enclosing vectorize loop's variable
         self.warp = _WarpRules(self)
-        self.table = {
-            ir.Seq: self._seq,
-            ir.Store: self._store,
-            ir.For: self._for,
-            ir.IfThenElse: self._if,
-            ir.Barrier: self._barrier,
-            ir.AllReduce: self._allreduce,
-            **dict.fromkeys(ir.WARP_STMTS, self.warp.check),
-        }
+        # statement type -> check(statement, divergent condition)
+        self.table: TypeTable[ir.Stmt, [str | None], None] = TypeTable()
+        self.table.register(ir.Seq, self._seq)
+        self.table.register(ir.Store, self._store)
+        self.table.register(ir.For, self._for)
+        self.table.register(ir.IfThenElse, self._if)
+        self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AllReduce, self._allreduce)
+        for warp_stmt in ir.WARP_STMTS:
+            self.table.register(warp_stmt, self.warp.check)
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: str) -> NoReturn:
         raise LoweringError(f"kernel {self.k.name}: {what}")
 
     def expr(self, e: Expr, where: str, want: str | None = None) -> None:
@@ -117,7 +119,7 @@ class _KernelVerifier:
             self.fail(f"{where}: fragment {b.name} is accessed element-wise (only warp statements)")
 
     def stmt(self, s: ir.Stmt, divergent: str | None) -> None:
-        fn = self.table.get(type(s))
+        fn = self.table.handler(s)
         if fn is None:
             self.fail(f"unknown statement {type(s).__name__}")
         fn(s, divergent)
@@ -330,10 +332,10 @@ def _check_launch(k: ir.Kernel, hardware: HardwareParams | None) -> None:
             all(d <= m for d, m in zip(dims, most, strict=True)),
             f"kernel {k.name}: {what} {tuple(dims)} is beyond the limits {most}",
         )
-    most = hardware.max_threads_per_block
+    most_threads = hardware.max_threads_per_block
     check(
-        k.threads_per_block <= most,
-        f"kernel {k.name}: {k.threads_per_block} threads per block > {most}",
+        k.threads_per_block <= most_threads,
+        f"kernel {k.name}: {k.threads_per_block} threads per block > {most_threads}",
     )
 
 

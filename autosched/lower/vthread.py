@@ -42,6 +42,7 @@ from collections import Counter
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
 from autosched.te.visitor import children, rebuild, rewrite, walk
 
@@ -220,13 +221,18 @@ class _Pusher:
         self.var, self.n, self.touched = var, n, touched
         self.memo: dict[int, bool] = {}
         self.has_var: dict[int, bool] = {}  # expression node id -> whether it uses var
-        self.table = {ir.Seq: self._seq, ir.For: self._for, ir.IfThenElse: self._if}
+        # statement type -> push(statement); statements of other types are replicated
+        self.table: TypeTable[ir.Stmt, [], ir.Stmt] = TypeTable()
+        self.table.register(ir.Seq, self._seq)
+        self.table.register(ir.For, self._for)
+        self.table.register(ir.IfThenElse, self._if)
 
     def push(self, s: ir.Stmt) -> ir.Stmt:
         """`s` as it runs for all virtual threads."""
         if not self.depends(s):
             return s
-        return self.table.get(type(s), self.replicate)(s)
+        push = self.table.handler(s)
+        return self.replicate(s) if push is None else push(s)
 
     def depends(self, s: ir.Stmt) -> bool:
         """Whether `s` uses the variable, reads or writes a touched buffer (memoised)."""
@@ -266,10 +272,11 @@ class _Pusher:
 
     def copy(self, s: ir.Stmt, v: int) -> ir.Stmt:
         """`s` as virtual thread `v` runs it."""
-        value, done = Const(v, self.var.dtype), {}
+        value = Const(v, self.var.dtype)
+        done: dict[int, Expr] = {}
         return ir.map_exprs(s, lambda e: self.substitute(e, value, done))
 
-    def substitute(self, e: Expr, value: Const, done: dict) -> Expr:
+    def substitute(self, e: Expr, value: Const, done: dict[int, Expr]) -> Expr:
         """`e` with the variable replaced by `value`; only the nodes above a use of the
         variable are rebuilt (which those are is remembered across the copies)."""
         if not self.uses_var(e):
@@ -314,6 +321,7 @@ def _with_children(s: ir.Stmt, kids: list[ir.Stmt]) -> ir.Stmt:
         return ir.Seq(kids)
     if isinstance(s, ir.For):
         return ir.For(s.var, s.extent, s.kind, kids[0])
+    assert isinstance(s, ir.IfThenElse)  # the statements with children (`_child_stmts`)
     return ir.IfThenElse(s.cond, kids[0], kids[1] if len(kids) > 1 else None)
 
 

@@ -1,0 +1,195 @@
+"""Planning: the steps that fill a `LoweringPlan` from a State, before any code is emitted.
+
+  resolve_bodies      each stage's expression with cache redirects and inlined stages applied
+  build_attach_tree   which stages are computed inside which loop (their loop context), and
+                      the scope of each stage's buffer
+  order_attached      the stages attached at one loop, in dataflow order
+  infer_bounds        consumers first: the region each attached stage must compute per
+                      iteration of its attach loop, then its iterator extents
+                      (bound_inference.py)
+  make_buffers        the program's parameters and temporaries, every stage's buffer
+  plan_fragments      the tiled dimensions of Tensor Core fragments (tensorize.py)
+
+PLAN_STEPS lists them in order; each reads what the ones before it filled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from autosched.errors import LoweringError
+from autosched.lower import ir
+from autosched.lower.bound_inference import infer_bounds, tensor_loads
+from autosched.lower.double_buffer import is_double_buffered, slot_shape
+from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
+from autosched.lower.plan import LoweringPlan
+from autosched.lower.storage import storage_shape
+from autosched.lower.tensorize import plan_fragments
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ATTACHED, INLINED, ROOT
+from autosched.te.expr import Expr, Load
+from autosched.te.tensor import ComputeOp, Tensor
+from autosched.te.visitor import rewrite, substitute
+
+
+def resolve_bodies(plan: LoweringPlan) -> None:
+    """Every computed stage's body, with loads redirected to the stage that produces what they
+    read (following cache redirects) and inlined stages substituted; and the stages it reads."""
+    stages = plan.stages
+    memo: dict[int, Expr] = {}
+
+    def body(i: int) -> Expr:
+        if i in memo:
+            return memo[i]
+        st = stages[i]
+        redirect = {id(a): b for a, b in st.redirects}
+
+        def fix(node: Expr) -> Expr | None:
+            if isinstance(node, Load) and isinstance(node.buffer, Tensor):
+                op = node.buffer.op
+                while id(op) in redirect:  # a cache of a cache: follow the chain
+                    op = redirect[id(op)]
+                j = plan.producer_stage.get(id(op))
+                if j is None:
+                    raise LoweringError(
+                        f"stage {st.name!r} reads {op.name!r}, which no stage produces"
+                    )
+                idx = tuple(rewrite(x, fix) for x in node.indices)
+                src = stages[j]
+                if src.compute_at == INLINED:
+                    inner = body(j)
+                    return substitute(inner, dict(zip(plan.compute_op(j).axis, idx, strict=True)))
+                return Load(src.produces.output(0), idx)
+            return None
+
+        memo[i] = rewrite(plan.compute_op(i).body, fix)
+        return memo[i]
+
+    for i, st in enumerate(stages):
+        if isinstance(st.op, ComputeOp) and st.compute_at != INLINED:
+            b = body(i)
+            plan.info[i].body = b
+            for node in tensor_loads(b):
+                plan.info[i].reads.add(plan.producer_stage[id(node.buffer.op)])
+
+
+def build_attach_tree(plan: LoweringPlan) -> None:
+    """`plan.attached` (the stages computed at each loop) and every stage's loop context and
+    scope."""
+    stages = plan.stages
+    for i, st in enumerate(stages):
+        if st.compute_at == ATTACHED:
+            t, name = plan.attach_point(i)
+            if stages[t].compute_at == INLINED:
+                raise LoweringError(
+                    f"stage {st.name!r} is computed at inlined stage {stages[t].name!r}"
+                )
+            plan.attached.setdefault((t, name), []).append(i)
+    for i in plan.topo_order():
+        plan.info[i].context = context_of(plan, i)
+        plan.info[i].scope = scope_of(plan, i)
+
+
+def context_of(plan: LoweringPlan, i: int, depth: int = 0) -> list[tuple[int, str]]:
+    """The loops stage i is computed inside, outermost first: (stage, iterator name)."""
+    st = plan.stages[i]
+    if st.compute_at != ATTACHED:
+        return []
+    if depth > len(plan.stages):
+        raise LoweringError("compute_at chain forms a cycle")
+    t, name = plan.attach_point(i)
+    target = plan.stages[t]
+    pos = target.iter_index(name)
+    return context_of(plan, t, depth + 1) + [(t, it.name) for it in target.iters[: pos + 1]]
+
+
+def scope_of(plan: LoweringPlan, i: int) -> str:
+    """Stage i's memory scope: a cache stage's own, else by the loops it is computed inside
+    (in a thread loop: local, in a block loop: shared, else global)."""
+    st = plan.stages[i]
+    if st.origin in ("cache_read", "cache_write"):
+        scope = st.scope
+    else:
+        anns = {plan.annotation(k) for k in plan.info[i].context}
+        if anns.intersection(THREAD_TAGS):
+            scope = "local"
+        else:
+            scope = "shared" if anns.intersection(BLOCK_TAGS) else "global"
+    if st.compute_at == ROOT and scope != "global":
+        raise LoweringError(
+            f"stage {st.name!r} has scope {scope!r} but is computed at root; compute it at a "
+            "loop inside the thread block (compute_at)"
+        )
+    return scope
+
+
+def order_attached(plan: LoweringPlan) -> None:
+    """`plan.topo_index`, and the stages attached at each loop sorted by it (producers are
+    emitted before their consumers)."""
+    plan.topo_index = {i: k for k, i in enumerate(plan.topo_order())}
+    for key in plan.attached:
+        plan.attached[key].sort(key=lambda j: plan.topo_index[j])
+
+
+def make_buffers(plan: LoweringPlan) -> None:
+    """The program's buffers: a parameter per DAG tensor (the outputs among them), a global
+    temporary per other root stage, and every attached stage's buffer of its scope and region
+    (padded rows for shared stages, two slots for double-buffered ones)."""
+    dag = plan.state.dag
+    by_op: dict[int, ir.Buffer] = {}
+    unique = plan.unique_name
+    for t in dag.tensors:
+        b = ir.Buffer(unique(t.name), tuple(t.shape), t.dtype, "global")
+        by_op[id(t.op)] = b
+        plan.params.append(b)
+        if id(t.op) in {id(o) for o in dag.outputs}:
+            plan.outputs.append(b)
+    for i, st in enumerate(plan.stages):
+        if st.compute_at == INLINED:
+            continue
+        inf = plan.info[i]
+        got = by_op.get(id(st.produces))
+        if got is not None:
+            inf.buffer = got
+            if st.compute_at != ROOT:
+                raise LoweringError(f"output/input stage {st.name!r} must be computed at root")
+            continue
+        if inf.scope == "global":
+            b = ir.Buffer(
+                unique(st.name),
+                tuple(a.extent for a in plan.compute_op(i).axis),
+                st.op.dtype,
+                "global",
+            )
+            plan.temps.append(b)
+            if st.compute_at != ROOT:
+                raise LoweringError(f"stage {st.name!r} is attached outside any thread binding")
+        else:
+            shape = tuple(inf.region)
+            if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
+                shape = slot_shape(plan, i, storage_shape(shape, st.storage_align))
+            # two slots: filled by asynchronous copies (double_buffer.py)
+            slots = is_double_buffered(plan, i)
+            b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope, async_copy=slots)
+        inf.buffer = b
+
+
+# The planning steps, in the order they run.
+PLAN_STEPS: tuple[Callable[[LoweringPlan], None], ...] = (
+    resolve_bodies,
+    build_attach_tree,
+    order_attached,
+    infer_bounds,
+    make_buffers,
+    plan_fragments,
+)
+
+
+def make_plan(state: State) -> LoweringPlan:
+    """The lowering plan of a complete State: PLAN_STEPS run in order on an empty plan."""
+    if not state.is_complete:
+        raise LoweringError("cannot lower a sketch: some tile sizes are still unknown")
+    plan = LoweringPlan.of(state)
+    for step in PLAN_STEPS:
+        step(plan)
+    return plan
