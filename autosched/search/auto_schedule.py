@@ -187,7 +187,7 @@ def run_trials(
             searches=searches,
         )
         window_start, searches = window_end, []
-        history.append(round_record(rnd, done, costs, best, flop, times))
+        history.append(round_record(rnd, done, costs, best.cost, flop, times))
         history[-1]["search_detail"] = pending.detail
         if opts.verbose:
             print(progress_line(history[-1], len(batch)), flush=True)

@@ -19,10 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from autosched.search.auto_schedule import BestSoFar
 
 
 @dataclass(frozen=True)
@@ -68,20 +64,21 @@ def round_record(
     rnd: int,
     done: int,
     costs: Sequence[float],
-    best: BestSoFar,
+    best_cost: float,
     flop: float,
     times: RoundTimes,
 ) -> dict:
-    """One history record: counts, bests, seconds per activity (`search_s` ... `model_s`, which
-    may overlap), the wall time and its split, trials/s and how busy the GPU was."""
+    """One history record: counts, the best cost so far (seconds) and its GFLOP/s, seconds per
+    activity (`search_s` ... `model_s`, which may overlap), the wall time and its split,
+    trials/s and how busy the GPU was."""
     n_ok = sum(math.isfinite(c) for c in costs)
     wall = times.window.seconds
     return {
         "round": rnd,
         "trials": done,
         "ok": n_ok,
-        "best_us": best.cost * 1e6,
-        "gflops": flop / best.cost / 1e9 if math.isfinite(best.cost) else 0.0,
+        "best_us": best_cost * 1e6,
+        "gflops": flop / best_cost / 1e9 if math.isfinite(best_cost) else 0.0,
         "batch_best_us": min(costs) * 1e6 if n_ok else math.inf,
         "search_s": times.search,
         "build_s": times.build,
