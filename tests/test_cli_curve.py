@@ -1,14 +1,14 @@
-"""`autosched curve`'s best-so-far series against trials and against time (`--x time`)."""
+"""`autosched curve`'s best-so-far series against trials and against time (`--x time`); the
+command itself is run in tests/test_cli.py."""
 
 from __future__ import annotations
 
 import pytest
 
 import autosched
-from autosched.cli import main
 from autosched.cli.curve import best_so_far
 from autosched.errors import AutoschedError
-from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile, load_records
+from autosched.records import MeasureInput, MeasureRecordResult
 
 KEY = autosched.SearchTask("matmul", (32, 32, 16)).workload_key
 FLOP = 2 * 32 * 32 * 16
@@ -39,14 +39,3 @@ def test_records_without_timestamps_cannot_be_plotted_against_time():
     assert best_so_far(log, "trials")[KEY][0] == [1, 2]
     with pytest.raises(AutoschedError, match="no timestamps"):
         best_so_far(log, "time")
-
-
-def test_the_command_plots_against_time(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
-    path = tmp_path / "log.json"
-    log = records([(4e-6, 1000.0), (2e-6, 1003.0)])
-    RecordToFile(str(path))([i for i, _ in log], [r for _, r in log])
-    assert [r.timestamp for _, r in load_records(str(path))] == [1000.0, 1003.0]
-    out = tmp_path / "t.svg"
-    assert main(["curve", str(path), "--x", "time", "-o", str(out)]) == 0
-    assert "seconds since the first record" in out.read_text()
