@@ -40,3 +40,12 @@ class WorkloadError(AutoschedError, KeyError):
 
 class RecordError(AutoschedError, ValueError):
     """A measurement record is malformed."""
+
+
+class OptionError(AutoschedError, ValueError):
+    """An argument or option has a value autosched cannot use; the message names the argument,
+    what it got and what it takes."""
+
+
+class ModelError(AutoschedError, ValueError):
+    """A PyTorch model or its example inputs cannot be traced or run (the front end)."""

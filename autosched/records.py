@@ -1,14 +1,17 @@
 """Measurement records: one JSON object per line (task, steps, result).
 
-Appending is one `write` + flush per line, so a crash tears at most the last line, which
-`load_records` skips with a warning naming the line number. A log whose name ends in `.gz` is
-written as gzip, one gzip member per append (concatenated members are one valid gzip file).
+Appending is one `write` + flush per line, so a crash tears at most the last line. Reading
+validates: a torn line, a cost that is not a positive finite time, a workload key that names no
+DAG, steps that do not replay (when asked) are skipped, and one warning counts them. A log whose
+name ends in `.gz` is written as gzip, one gzip member per append (concatenated members are one
+valid gzip file).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import time
 import warnings
@@ -17,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from autosched.errors import RecordError
+from autosched.record_check import RecordChecker, Skipped, skip_summary
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.task.workload_registry import remember_serialized
 from measure import MeasureErrorKind
@@ -27,10 +31,13 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 # JSON's names of the types `json.loads` returns, for messages about what a line holds instead.
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+_ERROR_KINDS = frozenset(int(kind) for kind in MeasureErrorKind)
 
 
 class MalformedRecordWarning(UserWarning):
-    """A line of a record log that is not a record was skipped (torn write or garbage)."""
+    """Lines of a record log that are not records to trust were skipped (torn writes, garbage,
+    impossible costs, unknown workload keys, steps that do not replay); one warning counts
+    them."""
 
 
 @dataclass(frozen=True)
@@ -145,11 +152,29 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
             float(r.get("run_s", 0)),
             float(r.get("timestamp", 0)),
         )
-        return inp, res
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, RecordError):
             raise
         raise RecordError(f"missing or malformed field ({exc})") from None
+    problem = result_problem(res)
+    if problem is not None:
+        raise RecordError(problem)
+    return inp, res
+
+
+def result_problem(res: MeasureRecordResult) -> str | None:
+    """Why a result cannot be true, or None: an unknown error kind, or a measurement without
+    error whose costs are missing, zero, negative, NaN or infinite."""
+    if res.error_kind not in _ERROR_KINDS:
+        return f"unknown error kind {res.error_kind}"
+    if res.error_kind != MeasureErrorKind.NO_ERROR:
+        return None
+    if not res.costs:
+        return "a measurement without error but without costs"
+    bad = next((c for c in res.costs if not (math.isfinite(c) and c > 0)), None)
+    if bad is not None:
+        return f"cost {bad!r} s is not a positive, finite time"
+    return None
 
 
 def _tuplify(v):
@@ -209,17 +234,7 @@ class RecordToFile:
 
 
 OnSkip = Callable[[int, str], None]
-
-
-def _warn_skip(path: str) -> OnSkip:
-    def warn(lineno: int, reason: str) -> None:
-        warnings.warn(
-            f"{path}:{lineno}: skipping malformed record: {reason}",
-            MalformedRecordWarning,
-            stacklevel=3,
-        )
-
-    return warn
+Record = tuple[MeasureInput, MeasureRecordResult]
 
 
 def _open_log(path: str):
@@ -240,16 +255,44 @@ def _open_log(path: str):
 
 
 def load_records(
-    path: str, on_skip: OnSkip | None = None
-) -> Iterator[tuple[MeasureInput, MeasureRecordResult]]:
-    """Yield (input, result) per line of a record log (plain text or gzip, told by its bytes).
+    path: str, on_skip: OnSkip | None = None, replay: bool = False
+) -> Iterator[Record]:
+    """Yield (input, result) per valid record of a log (plain text or gzip, told by its bytes).
 
-    A torn or malformed line is skipped: `on_skip(line_number, reason)` is called when given,
-    else a MalformedRecordWarning names it. A file that cannot be a record log (missing, a
-    directory, not UTF-8 text, a `.gz` name without gzip data) raises RecordError.
+    A line that is not a record to trust is skipped: torn or malformed, a cost that is not a
+    positive finite time, a workload key that names no DAG here (unknown, or the wrong number
+    of arguments) and, with `replay`, steps that do not replay on the task's DAG (about a
+    millisecond a record). `on_skip(line_number, reason)` is called per skipped line when
+    given; else one MalformedRecordWarning counts them once the log is read. A file that
+    cannot be a record log (missing, a directory, not UTF-8 text, a `.gz` name without gzip
+    data) raises RecordError.
     """
     path = str(path)
-    skip = on_skip or _warn_skip(path)
+    skipped: list[Skipped] = []
+    skip = on_skip or (lambda lineno, why: skipped.append((lineno, why)))
+    for _, inp, res in _checked(path, skip, RecordChecker(), replay):
+        yield inp, res
+    _warn_skipped(path, skipped)
+
+
+def _checked(
+    path: str, skip: OnSkip, checker: RecordChecker, replay: bool
+) -> Iterator[tuple[int, MeasureInput, MeasureRecordResult]]:
+    """(line number, input, result) of each record that decodes and whose key names a DAG
+    (and, with `replay`, whose steps replay on it); `skip` hears of every other line."""
+    for lineno, inp, res in _decoded(path, skip):
+        if replay:
+            problem = checker.replay_problem(inp.workload_key, inp.steps, inp.dag)
+        else:
+            problem = checker.key_problem(inp.workload_key, inp.dag)
+        if problem is None:
+            yield lineno, inp, res
+        else:
+            skip(lineno, problem)
+
+
+def _decoded(path: str, skip: OnSkip) -> Iterator[tuple[int, MeasureInput, MeasureRecordResult]]:
+    """(line number, input, result) of each line that decodes; `skip` hears of the others."""
     lineno = 0
     with _open_log(path) as f:
         try:
@@ -257,9 +300,11 @@ def load_records(
                 if not line.strip():
                     continue
                 try:
-                    yield decode(line)
+                    inp, res = decode(line)
                 except RecordError as exc:
                     skip(lineno, str(exc))
+                    continue
+                yield lineno, inp, res
         except UnicodeDecodeError:
             where = f"after line {lineno}" if lineno else "from its start"
             raise RecordError(
@@ -271,21 +316,33 @@ def load_records(
             skip(lineno + 1, f"gzip data cut short or corrupt, the rest is unreadable ({exc})")
 
 
-Record = tuple[MeasureInput, MeasureRecordResult]
+def _warn_skipped(path: str, skipped: list[Skipped]) -> None:
+    if skipped:
+        warnings.warn(skip_summary(path, skipped), MalformedRecordWarning, stacklevel=3)
 
 
 def best_records(
     path: str, where: Callable[[MeasureInput], bool] | None = None
 ) -> dict[str, Record]:
-    """The fastest correct record of each workload key in one pass over the log (only records
-    whose input `where` accepts, when given)."""
+    """The fastest correct record of each workload key (only records whose input `where`
+    accepts, when given) whose steps replay; records skipped on the way are counted in one
+    MalformedRecordWarning."""
+    path = str(path)
+    skipped: list[Skipped] = []
+    checker = RecordChecker()
+    candidates: dict[str, list[tuple[float, int, Record]]] = {}
+    for lineno, inp, res in _checked(path, lambda n, why: skipped.append((n, why)), checker, False):
+        if res.ok and (where is None or where(inp)):
+            candidates.setdefault(inp.workload_key, []).append((res.mean_cost, lineno, (inp, res)))
     best: dict[str, Record] = {}
-    for inp, res in load_records(path):
-        if not res.ok or (where is not None and not where(inp)):
-            continue
-        held = best.get(inp.workload_key)
-        if held is None or res.mean_cost < held[1].mean_cost:
-            best[inp.workload_key] = (inp, res)
+    for key, ranked in candidates.items():
+        for _, lineno, (inp, res) in sorted(ranked, key=lambda c: c[:2]):
+            problem = checker.replay_problem(key, inp.steps)
+            if problem is None:
+                best[key] = (inp, res)
+                break
+            skipped.append((lineno, problem))
+    _warn_skipped(path, sorted(skipped))
     return best
 
 
@@ -294,8 +351,8 @@ def load_best(
     workload_key: str | None = None,
     where: Callable[[MeasureInput], bool] | None = None,
 ) -> Record | None:
-    """The fastest correct record (of one workload key, if given; of records `where` accepts),
-    or None."""
+    """The fastest correct record whose steps replay (of one workload key, if given; of records
+    `where` accepts), or None."""
     best = best_records(path, where)
     if workload_key is not None:
         return best.get(workload_key)

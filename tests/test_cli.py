@@ -216,7 +216,7 @@ def test_files_that_are_not_record_logs_are_named_and_explained(tmp_path, seed_r
     assert "3 records, 2 correct" in assert_ok(malformed)
     lines = malformed["err"].splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("autosched: warning: skipped 3 malformed lines of log.json")
+    assert lines[0].startswith("autosched: warning: skipped 3 lines of log.json that are not valid")
 
 
 def test_curve_output_paths(tmp_path, seed_records):

@@ -198,6 +198,23 @@ def test_no_loops_and_empty_program():
     assert extract_features(empty).shape == (0, N_FEATURES)
 
 
+def _stmt_classes(cls: type) -> set[type]:
+    out = set()
+    for sub in cls.__subclasses__():
+        out |= {sub} | _stmt_classes(sub)
+    return out
+
+
+def test_the_walk_has_a_handler_for_every_statement_type():
+    """A new IR statement must be taught to the feature walk (or it would add no row): every
+    statement class of `lower.ir` but the barrier and the warp statements' base has one."""
+    from autosched.features.walk import _VISITORS
+
+    declared = {c for c in _stmt_classes(ir.Stmt) if c.__module__ == ir.__name__}
+    assert declared - set(_VISITORS) == {ir.Barrier, ir.WarpStmt}
+    assert set(_VISITORS) <= declared
+
+
 # ---- lowered states ------------------------------------------------------------------------------
 
 

@@ -133,25 +133,26 @@ def test_resume_after_sigkill_keeps_every_record_and_measures_nothing_twice(tmp_
         with open(log, "ab") as f:
             f.write(last[: len(last) // 2])
     complete = data[: data.rfind(b"\n") + 1]
-    with pytest.warns(UserWarning, match="skipping malformed record"):
+    with pytest.warns(UserWarning, match="not a valid record"):
         before = list(load_records(str(log)))  # the torn line is skipped
     n_before = len(before)
     assert n_before >= 8 and n_before == complete.count(b"\n")
     best_before = min(res.mean_cost for _, res in before)
 
     t = task()
-    with pytest.warns(UserWarning, match="skipping malformed record"):
+    with pytest.warns(UserWarning, match="not a valid record"):
         policy, n = resumed_policy(t, log)
     assert n == n_before and len(policy.measured) == n_before
     res, m = tune(t, log, 8, 4, policy)
 
     assert policy.cost_model.known_at_predict[0] == n_before
     assert log.read_bytes().startswith(complete)  # every record before the kill is kept
-    with pytest.warns(UserWarning, match="skipping malformed record") as caught:
+    with pytest.warns(UserWarning, match="not a valid record") as caught:
         after = list(load_records(str(log)))
-    assert len([w for w in caught if "malformed" in str(w.message)]) == 1  # only the torn line
+    assert len([w for w in caught if "valid record" in str(w.message)]) == 1  # only the torn line
+    assert "skipped 1 line" in str(caught[0].message)
     assert len(after) == n_before + 8
-    with pytest.warns(UserWarning, match="skipping malformed record"):
+    with pytest.warns(UserWarning, match="not a valid record"):
         fps = fingerprints(log)
     assert len(set(fps)) == len(fps)  # nothing measured twice, before or after the kill
     assert res.best_cost <= best_before

@@ -14,7 +14,9 @@ from torch.nn import functional as F  # noqa: E402
 
 import autosched  # noqa: E402
 import autosched.torch as at  # noqa: E402
+from autosched.errors import RecordError  # noqa: E402
 from autosched.frontend.extract import extract  # noqa: E402
+from autosched.frontend.runtime import UntunedModelWarning  # noqa: E402
 from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile  # noqa: E402
 from benchmarks.model_zoo import BertLayer, ResNet  # noqa: E402
 
@@ -210,10 +212,13 @@ def test_each_task_dag_matches_its_pytorch_subgraph(model, inputs):
         }
 
 
-def test_compile_without_records_falls_back_to_pytorch(tmp_path):
+def test_compile_without_records_falls_back_to_pytorch_with_a_warning(tmp_path):
     model = _init_bn(ConvNet())
     x = torch.randn(2, 3, 8, 8)
-    compiled = at.compile(model, (x,), log=str(tmp_path / "none.json"))
+    with pytest.raises(RecordError, match="none.json' does not exist"):
+        at.compile(model, (x,), log=str(tmp_path / "none.json"))
+    with pytest.warns(UntunedModelWarning, match="the model runs in PyTorch"):
+        compiled = at.compile(model, (x,))
     assert compiled.autosched_replaced == 0
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))

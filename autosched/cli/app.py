@@ -9,7 +9,7 @@ import sys
 import warnings
 from typing import NoReturn
 
-from autosched.cli import curve, dag, model, resume, show, tune
+from autosched.cli import curve, dag, doctor, model, resume, show, tune
 from autosched.cli.arguments import Command, HelpFormatter
 from autosched.errors import AutoschedError
 from autosched.records import MalformedRecordWarning
@@ -23,11 +23,12 @@ COMMANDS: tuple[Command, ...] = (
     dag.COMMAND,
     model.TASKS_COMMAND,
     model.TUNE_MODEL_COMMAND,
+    doctor.COMMAND,
 )
 
 USAGE_ERROR = 2
 BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
-INTERRUPTED = 128 + 2
+INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
 class Parser(argparse.ArgumentParser):

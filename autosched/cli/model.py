@@ -35,22 +35,29 @@ def load_model(factory: str):
     return made
 
 
-def extracted_tasks(factory: str):
-    """The model's extracted tasks (autosched.torch needs the `torch` extra)."""
+# The CPU build of PyTorch: a plain `pip install torch` pulls the multi-GB CUDA build.
+TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def extracted_tasks(factory: str, purpose: str):
+    """The model's extracted tasks (autosched.torch needs PyTorch); `purpose` words the error
+    when PyTorch is missing ("listing a model's tasks")."""
     try:
         import autosched.torch as at
     except ImportError as exc:
         raise AutoschedError(
-            f"model tuning needs PyTorch: pip install 'autosched[torch]' ({exc})"
+            f"{purpose} needs PyTorch, which is not importable ({exc}): {TORCH_CPU_INSTALL} "
+            "(CPU only), or pip install 'autosched[torch]' on a GPU machine"
         ) from None
     model, example_inputs = load_model(factory)
     try:
         return at, at.extract_tasks(model, example_inputs)
-    except AutoschedError:
-        raise
+    except AutoschedError as exc:
+        raise AutoschedError(f"{factory}: {exc}") from None
     except Exception as exc:  # tracing a user's model fails in many ways: one line each
+        first = (str(exc).strip().splitlines() or [""])[0]
         raise AutoschedError(
-            f"extracting the tasks of {factory}: {type(exc).__name__}: {exc}"
+            f"extracting the tasks of {factory}: {type(exc).__name__}: {first}"
         ) from None
 
 
@@ -59,7 +66,7 @@ def add_tasks_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_tasks(ns: argparse.Namespace) -> int:
-    at, tasks = extracted_tasks(ns.factory)
+    at, tasks = extracted_tasks(ns.factory, "listing a model's tasks")
     if not tasks:
         print(f"{ns.factory}: no operator autosched can tune; the model runs in PyTorch")
         return 0
@@ -88,7 +95,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
 def run_tune(ns: argparse.Namespace) -> int:
     from autosched.search.tune_model import tune_tasks
 
-    at, tasks = extracted_tasks(ns.factory)
+    at, tasks = extracted_tasks(ns.factory, "tuning a model")
     if not tasks:
         raise AutoschedError(f"{ns.factory}: no operator autosched can tune")
     log = ns.log or f"{ns.factory.rpartition(':')[2]}.json"

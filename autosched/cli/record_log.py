@@ -1,5 +1,6 @@
-"""Reading a record log for a command: all its records, or one line saying why the file is not
-a record log; malformed lines are counted and reported as one warning line."""
+"""Reading a record log for a command: its valid records (keys that name a DAG, steps that
+replay, costs that are positive finite times), or one line saying why the file holds none;
+skipped lines are counted in one warning line."""
 
 from __future__ import annotations
 
@@ -7,26 +8,24 @@ import os
 import sys
 
 from autosched.errors import AutoschedError
+from autosched.record_check import Skipped, skip_summary
 from autosched.records import Record, load_records
 
 
 def read_log(path: str) -> list[Record]:
-    """Every record of the log at `path`; AutoschedError when it holds none."""
-    skipped: list[tuple[int, str]] = []
-    records = list(load_records(path, on_skip=lambda lineno, why: skipped.append((lineno, why))))
+    """Every valid record of the log at `path`; AutoschedError when it holds none."""
+    skipped: list[Skipped] = []
+    records = list(
+        load_records(path, on_skip=lambda lineno, why: skipped.append((lineno, why)), replay=True)
+    )
     if not records:
         raise AutoschedError(_why_no_records(path, skipped))
     if skipped:
-        lineno, why = skipped[0]
-        print(
-            f"autosched: warning: skipped {len(skipped)} malformed "
-            f"line{'s' if len(skipped) > 1 else ''} of {path} (first: line {lineno}: {why})",
-            file=sys.stderr,
-        )
+        print(f"autosched: warning: {skip_summary(path, skipped)}", file=sys.stderr)
     return records
 
 
-def _why_no_records(path: str, skipped: list[tuple[int, str]]) -> str:
+def _why_no_records(path: str, skipped: list[Skipped]) -> str:
     if not skipped:
         if os.path.getsize(path) == 0:
             return f"{path} is empty: no records to read"

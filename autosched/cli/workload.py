@@ -169,6 +169,14 @@ def _parse_json(text: str):
         ) from None
 
 
+def _plain(signature: inspect.Signature) -> inspect.Signature:
+    """`signature` as a message shows it: names and defaults, without type annotations."""
+    return signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+
+
 def _parameters(func: Callable) -> list[str]:
     try:
         return list(inspect.signature(func).parameters)
@@ -178,10 +186,12 @@ def _parameters(func: Callable) -> list[str]:
 
 def _check_count(name: str, func: Callable, values: tuple) -> None:
     try:
-        inspect.signature(func).bind(*values)
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # no signature to check against: the call itself will tell
+        return
+    try:
+        signature.bind(*values)
     except TypeError as exc:
         raise AutoschedError(
-            f"{name}{inspect.signature(func)} cannot take the {len(values)} arguments given: {exc}"
+            f"{name}{_plain(signature)} cannot take the {len(values)} arguments given: {exc}"
         ) from None
-    except ValueError:  # no signature to check against: the call itself will tell
-        pass

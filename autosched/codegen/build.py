@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from autosched.errors import OptionError
 from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
 from autosched.lower.unrolling import compiled_statements
-from autosched.schedule.compute_dag import ComputeDAG
-from autosched.schedule.loop_state import State
+from autosched.schedule.loop_state import ScheduledDAG, State
 from measure import ArgSpec, KernelArtifact, Launch
 
 
@@ -71,6 +71,8 @@ class BuiltKernel:
           order);
         - `run_cpu(*arrays)`: arrays in argument order, outputs included (temporaries may be
           omitted); they are written in place and all of them are returned.
+
+        Any other number of arrays raises OptionError (a missing input is never zero-filled).
         """
         from autosched.lower.interpreter import run_program
 
@@ -78,14 +80,24 @@ class BuiltKernel:
             named = self._named(dict(zip((a.name for a in self.inputs), arrays, strict=True)))
             run_program(self.program, named)
             return [named[a.name] for a in self.outputs]
-        if len(arrays) > len(self.args):
-            raise TypeError(
-                f"run_cpu takes the {len(self.inputs)} inputs or up to {len(self.args)} "
-                f"arguments, got {len(arrays)} arrays"
-            )
+        self.check_array_count("run_cpu", len(arrays), inputs_only=True)
         named = self._named({a.name: arr for a, arr in zip(self.args, arrays, strict=False)})
         run_program(self.program, named)
         return [named[a.name] for a in self.args[: len(arrays)]]
+
+    def check_array_count(self, what: str, count: int, inputs_only: bool = False) -> None:
+        """Raise OptionError unless `count` arrays cover every tensor argument (temporaries may
+        be left out): a missing input would otherwise run as zeros, or as whatever the GPU's
+        memory held."""
+        if len(self.tensor_args) <= count <= len(self.args):
+            return
+        names = ", ".join(a.name for a in self.tensor_args)
+        inputs = ", ".join(a.name for a in self.inputs)
+        takes = f"the {len(self.inputs)} inputs ({inputs}), or " if inputs_only else ""
+        raise OptionError(
+            f"{what} takes {takes}the {len(self.tensor_args)} tensor arguments ({names}), got "
+            f"{count} array{'' if count == 1 else 's'}"
+        )
 
     def _named(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every argument by name: the given arrays, zeros for the rest."""
@@ -129,7 +141,7 @@ class BuiltKernel:
         return TimeEvaluator(self, number, repeat, min_repeat_ms, cooldown_interval_ms)
 
 
-def build(dag: ComputeDAG, state: State, fast_math: bool = False) -> BuiltKernel:
+def build(dag: ScheduledDAG, state: State, fast_math: bool = False) -> BuiltKernel:
     """Lower a State of `dag`, run the device passes and print the CUDA source. TVM's call
     forms (`build(sch, args, target)`, `build(state)`) are `autosched.build`
     (`compat.build`)."""

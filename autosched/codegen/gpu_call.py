@@ -118,8 +118,7 @@ def new_stream():
 
 def _padded(kernel, arrays) -> list:
     """`arrays`, then None for each argument not given (the global temporaries)."""
-    if len(arrays) > len(kernel.args):
-        raise TypeError(f"{len(arrays)} arrays for a kernel of {len(kernel.args)} arguments")
+    kernel.check_array_count("the kernel", len(arrays))
     return list(arrays) + [None] * (len(kernel.args) - len(arrays))
 
 

@@ -23,7 +23,7 @@ import functools
 
 from autosched.features.exprs import eval_pair, interval, linearize, var_ids
 from autosched.lower import ir
-from autosched.te.expr import BinOp, Const, Var
+from autosched.te.expr import BinOp, Const, Expr, Var
 
 CACHE_LINE_BYTES = 128  # an L1 line of NVIDIA GPUs (Ansor uses 64 for CPUs)
 N_BUFFERS = 5  # per-buffer features are kept for this many buffers of a statement
@@ -54,6 +54,11 @@ class Annotation:
     """The loops of one kind (vectorize / unroll) around a store."""
 
     __slots__ = ("num", "prod", "length", "inner_loops", "spatial")
+    num: int
+    prod: int
+    length: int
+    inner_loops: int
+    spatial: int
 
     def __init__(self) -> None:
         self.num = self.prod = self.length = self.inner_loops = self.spatial = 0
@@ -78,6 +83,19 @@ class BufferInfo:
         "stride",
         "tx_stride",
     )
+    name: str
+    acc_type: int  # READ / WRITE / RW
+    scope: str
+    bytes: int
+    unique_bytes: int
+    lines: float
+    unique_lines: float
+    reuse_type: int  # REUSE_LOOP / REUSE_SERIAL / REUSE_NONE
+    reuse_dis_iter: float
+    reuse_dis_bytes: float
+    reuse_ct: float
+    stride: float
+    tx_stride: float
 
     @property
     def ratio(self) -> float:
@@ -106,6 +124,22 @@ class StoreInfo:
         "kernel_local_bytes",
         "unrolled_steps",
     )
+    buffer: ir.Buffer
+    ops: list[float]  # per OP_KINDS entry, over all executions
+    outer_prod: int
+    num_loops: int
+    vec: Annotation
+    unroll: Annotation
+    threads: dict[str, int]  # launch tag -> extent
+    vthread: int
+    buffers: list[BufferInfo]  # most lines (then bytes) first
+    curve: list[float]
+    alloc_bytes: int
+    alloc_outer_prod: int
+    alloc_scope: str
+    kernel_shared_bytes: int
+    kernel_local_bytes: int
+    unrolled_steps: int
 
 
 # ---- accesses ----------------------------------------------------------------------------------
@@ -135,10 +169,17 @@ class Atom:
     (what split and fuse produce): those are evaluated from the form, without a tree walk."""
 
     __slots__ = ("expr", "vids", "chain", "terms", "const")
+    expr: Expr
+    vids: set[int]  # ids of the variables it uses
+    # (is floordiv, divisor) from the innermost out, when it is such a chain; then `terms` and
+    # `const` are the linear form under it
+    chain: list[tuple[bool, int]] | None
+    terms: dict[int, int]
+    const: int
 
-    def __init__(self, e) -> None:
+    def __init__(self, e: Expr) -> None:
         self.expr = e
-        chain = []
+        chain: list[tuple[bool, int]] = []
         x = e
         while (
             type(x) is BinOp
@@ -160,7 +201,7 @@ class Atom:
             self.chain = None
             self.vids = var_ids(e, set())
 
-    def interval(self, hi_of: dict) -> tuple[int, int]:
+    def interval(self, hi_of: dict[int, int]) -> tuple[int, int]:
         """Range when the variables in `hi_of` run over 0..hi_of[id] and the others are 0."""
         if self.chain is None:
             return interval(self.expr, hi_of)
@@ -202,12 +243,12 @@ class Linear:
 
     __slots__ = ("terms", "atoms", "strides", "vids")
 
-    def __init__(self, index, atom_cache: dict) -> None:
+    def __init__(self, index: Expr, atom_cache: dict[tuple, Atom]) -> None:
         terms: dict[int, int] = {}
-        atoms: list = []
+        atoms: list[tuple[int, Expr]] = []
         linearize(index, 1, terms, atoms)
         self.terms = {k: v for k, v in terms.items() if v}
-        self.atoms = []
+        self.atoms: list[tuple[int, Atom]] = []
         for c, a in atoms:
             atom = atom_cache.get(a._key)  # equal atoms recur across the indices of a program
             if atom is None:
@@ -224,10 +265,10 @@ class Linear:
         got = self.strides.get(key)
         if got is not None:
             return got
-        s = self.terms.get(vid, 0)
+        s: float = self.terms.get(vid, 0)  # an int, unless averaged over the loop below
         used = [(c, a) for c, a in self.atoms if vid in a.vids]
         if used:
-            step = s + sum(c * a.delta(vid, 1) for c, a in used)
+            step: float = s + sum(c * a.delta(vid, 1) for c, a in used)
             if step == 0 and loop.extent > 1:
                 last = loop.extent - 1
                 step = (s * last + sum(c * a.delta(vid, last) for c, a in used)) / last
@@ -250,7 +291,7 @@ class Access:
         "spans",
     )
 
-    def __init__(self, buffer: ir.Buffer, acc_type: int, index) -> None:
+    def __init__(self, buffer: ir.Buffer, acc_type: int, index: Expr) -> None:
         self.buffer = buffer
         self.acc_type = acc_type
         self.exprs = [index]
@@ -260,13 +301,32 @@ class Access:
         self.touched: list[int] = []  # per loop level: elements touched by the loops inside
         self.spans: list[int] = []  # per dimension: span with all loops running
 
-    def add(self, index) -> None:
+    def add(self, index: Expr) -> None:
         if not any(x.same_as(index) for x in self.exprs):
             self.exprs.append(index)
 
 
+class _AtomSpan:
+    """An atom of one index and its span over the loops added so far, shared by the events of
+    the atom's variables (the span grows as each of its loops is added)."""
+
+    __slots__ = ("atom", "span")
+
+    def __init__(self, atom: Atom) -> None:
+        self.atom = atom
+        self.span = 0
+
+
+# (loop level, index number, dimension, step in it, the atom when the term is not linear)
+_Event = tuple[int, int, int, int, _AtomSpan | None]
+
+
 def touched_regions(
-    accesses: list[Access], loops: list[Loop], level_of: dict, cache: dict, atom_cache: dict
+    accesses: list[Access],
+    loops: list[Loop],
+    level_of: dict[int, int],
+    cache: dict[Expr, Linear],
+    atom_cache: dict[tuple, Atom],
 ) -> None:
     """Fill `touched` (per loop level lv: elements touched while loops lv.. run and the outer
     ones stay fixed) and `spans` (per dimension, all loops running) of every access:
@@ -276,8 +336,7 @@ def touched_regions(
     for acc in accesses:
         shape = acc.buffer.shape or (1,)
         strides = _strides(shape)
-        # events: (level, index number, dimension, step, atom or None, [atom's current span])
-        events = []
+        events: list[_Event] = []
         acc.linear, acc.index_levels = [], []
         for k, e in enumerate(acc.exprs):
             lin = cache.get(e)
@@ -289,15 +348,15 @@ def touched_regions(
                 lv = level_of.get(vid)
                 if lv is not None:
                     d, u = _dim_of(c, strides)
-                    events.append((lv, k, d, u, None, None))
+                    events.append((lv, k, d, u, None))
                     levels.add(lv)
             for c, a in lin.atoms:
                 d, u = _dim_of(c, strides)
-                span = [0]
+                tracked = _AtomSpan(a)
                 for vid in a.vids:
                     lv = level_of.get(vid)
                     if lv is not None:
-                        events.append((lv, k, d, u, a, span))
+                        events.append((lv, k, d, u, tracked))
                         levels.add(lv)
             acc.index_levels.append(levels)
         acc.levels = set().union(*acc.index_levels)
@@ -314,13 +373,13 @@ def touched_regions(
             e1 = loops[lv].extent - 1
             hi_of[id(loops[lv].var)] = e1
             while i < n_ev and events[i][0] == lv:
-                _, k, d, u, atom, span = events[i]
-                if atom is None:
+                _, k, d, u, tracked_atom = events[i]
+                if tracked_atom is None:
                     sums[k][d] += u * e1
                 else:
-                    lo, hi = atom.interval(hi_of)
-                    sums[k][d] += u * (hi - lo - span[0])
-                    span[0] = hi - lo
+                    lo, hi = tracked_atom.atom.interval(hi_of)
+                    sums[k][d] += u * (hi - lo - tracked_atom.span)
+                    tracked_atom.span = hi - lo
                 i += 1
             cur = 1
             for d, size in enumerate(shape):
@@ -335,5 +394,5 @@ def touched_regions(
             touched[k] = cur
 
 
-def _first(event: tuple) -> int:
+def _first(event: _Event) -> int:
     return event[0]

@@ -3,8 +3,10 @@ and integer ranges / values of index terms, each in one pass without building ne
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from autosched.te.dtype import FLOAT_DTYPES
-from autosched.te.expr import BinOp, Call, Cast, Const, IterVar, Load, Not, Select, Var
+from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
 
 # Operation counts, in this order. `*_mad` counts add/sub nodes with a multiply operand (an
 # FMA candidate); those adds and multiplies are also counted under addsub and mul.
@@ -48,7 +50,7 @@ REDUCER_KIND = {"sum": 1, "max": 4, "min": 4}
 _LEAF_TYPES = frozenset({Const, Var, IterVar})
 
 
-def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
+def count_ops(roots: Iterable[Expr], counts: list[int], loads: list[Load]) -> None:
     """Add the operations of the trees in `roots` to `counts` (OP_KINDS order; shared subtrees
     count once per use, as the code executes them) and collect their Loads."""
     stack = list(roots)
@@ -56,8 +58,7 @@ def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
     leaf = _LEAF_TYPES
     while stack:
         e = pop()
-        t = type(e)
-        if t is BinOp:
+        if isinstance(e, BinOp):
             k = _BIN_KIND.get(e.op)
             a, b = e.a, e.b
             if k is None:  # && ||
@@ -66,50 +67,49 @@ def count_ops(roots, counts: list[int], loads: list[Load]) -> None:
                 base = 0 if a.dtype in FLOAT_DTYPES else INT_BASE
                 counts[base + k] += 1
                 if k == 1 and (
-                    (type(a) is BinOp and a.op == "*") or (type(b) is BinOp and b.op == "*")
+                    (isinstance(a, BinOp) and a.op == "*") or (isinstance(b, BinOp) and b.op == "*")
                 ):
                     counts[base] += 1
             if type(a) not in leaf:
                 push(a)
             if type(b) not in leaf:
                 push(b)
-        elif t in leaf:
+        elif type(e) in leaf:
             continue
-        elif t is Load:
+        elif isinstance(e, Load):
             loads.append(e)
             stack.extend(e.indices)
-        elif t is Select:
+        elif isinstance(e, Select):
             counts[_SELECT] += 1
             push(e.cond)
             push(e.t)
             push(e.f)
-        elif t is Cast:
+        elif isinstance(e, Cast):
             counts[_CAST] += 1
             push(e.value)
-        elif t is Call:
+        elif isinstance(e, Call):
             counts[5 if e.dtype in FLOAT_DTYPES else INT_BASE + 5] += 1
             stack.extend(e.args)
-        elif t is Not:
+        elif isinstance(e, Not):
             counts[_BOOL] += 1
             push(e.a)
 
 
-def linearize(e, scale: int, terms: dict, atoms: list) -> int:
+def linearize(e: Expr, scale: int, terms: dict[int, int], atoms: list[tuple[int, Expr]]) -> int:
     """Accumulate `scale * e` as linear terms {var id: coefficient} and non-linear atoms
     [(coefficient, expr)]; return the constant part."""
-    t = type(e)
-    if t is Const:
+    if isinstance(e, Const):
         return scale * e.value
-    if t is BinOp:
+    if isinstance(e, BinOp):
         op = e.op
         if op == "+":
             return linearize(e.a, scale, terms, atoms) + linearize(e.b, scale, terms, atoms)
         if op == "-":
             return linearize(e.a, scale, terms, atoms) + linearize(e.b, -scale, terms, atoms)
         if op == "*":
-            if type(e.b) is Const:
+            if isinstance(e.b, Const):
                 return linearize(e.a, scale * e.b.value, terms, atoms)
-            if type(e.a) is Const:
+            if isinstance(e.a, Const):
                 return linearize(e.b, scale * e.a.value, terms, atoms)
     elif isinstance(e, Var):
         k = id(e)
@@ -119,42 +119,28 @@ def linearize(e, scale: int, terms: dict, atoms: list) -> int:
     return 0
 
 
-def var_ids(e, out: set) -> set:
+def var_ids(e: Expr, out: set[int]) -> set[int]:
+    """Add the ids of the variables `e` uses to `out`; return it."""
     stack = [e]
     while stack:
         x = stack.pop()
-        t = type(x)
-        if t is BinOp:
-            stack.append(x.a)
-            stack.append(x.b)
-        elif t is Const:
-            continue
-        elif isinstance(x, Var):
+        if isinstance(x, Var):
             out.add(id(x))
-        elif t is Select:
-            stack.extend((x.cond, x.t, x.f))
-        elif t is Cast:
-            stack.append(x.value)
-        elif t is Load:
-            stack.extend(x.indices)
-        elif t is Call:
-            stack.extend(x.args)
-        elif t is Not:
-            stack.append(x.a)
+        else:
+            stack.extend(x.children())
     return out
 
 
-def interval(e, hi_of: dict) -> tuple[int, int]:
+def interval(e: Expr, hi_of: dict[int, int]) -> tuple[int, int]:
     """Integer range of `e` when each loop variable v in `hi_of` runs over 0..hi_of[id(v)] and
     every other variable is 0. Unknown nodes count as a point."""
-    t = type(e)
-    if t is Const:
+    if isinstance(e, Const):
         v = int(e.value)
         return v, v
-    if t is BinOp:
+    if isinstance(e, BinOp):
         op = e.op
         alo, ahi = interval(e.a, hi_of)
-        if op in ("floordiv", "floormod") and type(e.b) is Const and e.b.value > 0:
+        if op in ("floordiv", "floormod") and isinstance(e.b, Const) and e.b.value > 0:
             c = e.b.value
             if op == "floordiv":
                 return alo // c, ahi // c
@@ -176,23 +162,22 @@ def interval(e, hi_of: dict) -> tuple[int, int]:
         return min(alo, blo), max(ahi, bhi)
     if isinstance(e, Var):
         return 0, hi_of.get(id(e), 0)
-    if t is Select:
+    if isinstance(e, Select):
         tlo, thi = interval(e.t, hi_of)
         flo, fhi = interval(e.f, hi_of)
         return min(tlo, flo), max(thi, fhi)
-    if t is Cast:
+    if isinstance(e, Cast):
         return interval(e.value, hi_of)
     return 0, 0
 
 
-def eval_pair(e, vid: int, val: int) -> tuple[int, int]:
+def eval_pair(e: Expr, vid: int, val: int) -> tuple[int, int]:
     """Values of an integer expression with every variable 0, and with the variable of id
     `vid` set to `val` (the others still 0); one pass for both."""
-    t = type(e)
-    if t is Const:
+    if isinstance(e, Const):
         v = int(e.value)
         return v, v
-    if t is BinOp:
+    if isinstance(e, BinOp):
         a0, a1 = eval_pair(e.a, vid, val)
         b0, b1 = eval_pair(e.b, vid, val)
         op = e.op
@@ -213,8 +198,8 @@ def eval_pair(e, vid: int, val: int) -> tuple[int, int]:
         return 0, 0
     if isinstance(e, Var):
         return (0, val) if id(e) == vid else (0, 0)
-    if t is Select:
+    if isinstance(e, Select):
         return eval_pair(e.t, vid, val)
-    if t is Cast:
+    if isinstance(e, Cast):
         return eval_pair(e.value, vid, val)
     return 0, 0

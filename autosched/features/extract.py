@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.features.table import FEATURE_NAMES, feature_row
 from autosched.features.walk import ProgramWalker
 from autosched.lower import ir
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
 
 N_FEATURES = len(FEATURE_NAMES)
 
@@ -25,7 +30,7 @@ def extract_features(program: ir.Program) -> np.ndarray:
     return np.log2(arr + 1.0).astype(np.float32)
 
 
-def state_features(state) -> np.ndarray | None:
+def state_features(state: State) -> np.ndarray | None:
     """Lower `state` and extract its features; None when it cannot be lowered (any
     AutoschedError: a sketch, an illegal attach, a GPU limit)."""
     from autosched.lower.lowering import lower

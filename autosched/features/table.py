@@ -8,6 +8,7 @@ the matrix is built.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,6 +81,19 @@ def _curve(i: int) -> Callable[[StoreInfo], float]:
     return lambda s: s.curve[i]
 
 
+def _op_count(k: int) -> Callable[[StoreInfo], float]:
+    return lambda s: s.ops[k]
+
+
+def _annotation(kind: str, field: str) -> Callable[[StoreInfo], float]:
+    """`field` of the store's `kind` Annotation (kind: 'vec' or 'unroll')."""
+    return operator.attrgetter(f"{kind}.{field}")
+
+
+def _thread_extent(tag: str) -> Callable[[StoreInfo], float]:
+    return lambda s: s.threads[tag]
+
+
 def _build() -> list[Feature]:
     f: list[Feature] = []
 
@@ -88,17 +102,17 @@ def _build() -> list[Feature]:
 
     # Group 1: computation (counts by kind over all executions).
     for k, kind in enumerate(OP_KINDS):
-        add("compute", kind, lambda s, k=k: s.ops[k])
+        add("compute", kind, _op_count(k))
     # Group 1: loop annotations around the statement.
     for ann in ("vec", "unroll"):
-        add("annotation", f"{ann}_num", lambda s, a=ann: getattr(s, a).num)
-        add("annotation", f"{ann}_prod", lambda s, a=ann: getattr(s, a).prod)
-        add("annotation", f"{ann}_len", lambda s, a=ann: getattr(s, a).length)  # innermost one
-        add("annotation", f"{ann}_inner_loops", lambda s, a=ann: getattr(s, a).inner_loops)
-        add("annotation", f"{ann}_spatial", lambda s, a=ann: getattr(s, a).spatial)
+        add("annotation", f"{ann}_num", _annotation(ann, "num"))
+        add("annotation", f"{ann}_prod", _annotation(ann, "prod"))
+        add("annotation", f"{ann}_len", _annotation(ann, "length"))  # the innermost one's
+        add("annotation", f"{ann}_inner_loops", _annotation(ann, "inner_loops"))
+        add("annotation", f"{ann}_spatial", _annotation(ann, "spatial"))
     # Group 1: GPU thread binding.
     for tag in BLOCK_TAGS + THREAD_TAGS:
-        add("gpu", tag.replace(".", "_") + "_len", lambda s, t=tag: s.threads[t])
+        add("gpu", tag.replace(".", "_") + "_len", _thread_extent(tag))
     add("gpu", "vthread_len", lambda s: s.vthread)
     # Group 2: buffer accesses, the N_BUFFERS buffers with most lines (then bytes) first.
     for k in range(N_BUFFERS):

@@ -3,6 +3,9 @@ warp-collective Tensor Core statement (as `features.warp` models it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from autosched.features.analysis import (
     CACHE_LINE_BYTES,
     CURVE_POINTS,
@@ -24,6 +27,9 @@ from autosched.features.warp import ELEM, lane_view, warp_record
 from autosched.lower import ir
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.te.dtype import BYTES, FLOAT_DTYPES
+from autosched.te.expr import Expr
+
+Guards = tuple[Expr, ...]  # the conditions of the enclosing ifs
 
 
 def _steps(s: ir.Stmt, memo: dict) -> int:
@@ -100,31 +106,38 @@ class ProgramWalker:
         loop = self.loops.pop()
         del self.level_of[id(loop.var)]
 
-    def visit(self, s: ir.Stmt, guards: tuple) -> None:
-        t = type(s)
-        if t is ir.Seq:
-            for c in s.stmts:
-                self.visit(c, guards)
-        elif t is ir.For:
-            self.push(Loop(s.var, s.extent, s.kind, s))
-            self.outer_prod *= s.extent
-            self.visit(s.body, guards)
-            self.outer_prod //= s.extent
-            self.pop()
-        elif t is ir.IfThenElse:
-            inner = guards + (s.cond,)
-            self.visit(s.then_case, inner)
-            if s.else_case is not None:
-                self.visit(s.else_case, inner)
-        elif t is ir.Store:
-            self.store(s.buffer, s.index, (s.value,), guards, None)
-        elif t is ir.AllReduce:
-            roots = (s.value,) if s.cond is None else (s.value, s.cond)
-            self.store(s.buffer, s.index, roots, guards, s)
-        elif isinstance(s, ir.WarpStmt):
-            self.warp(s, guards)
+    def visit(self, s: ir.Stmt, guards: Guards) -> None:
+        """Walk `s` under the conditions `guards` (`_VISITORS` says how, by statement type;
+        a barrier records nothing)."""
+        visit = _VISITORS.get(type(s))
+        if visit is not None:
+            visit(self, s, guards)
 
-    def warp(self, s: ir.WarpStmt, guards: tuple) -> None:
+    def visit_seq(self, s: ir.Seq, guards: Guards) -> None:
+        for c in s.stmts:
+            self.visit(c, guards)
+
+    def visit_for(self, s: ir.For, guards: Guards) -> None:
+        self.push(Loop(s.var, s.extent, s.kind, s))
+        self.outer_prod *= s.extent
+        self.visit(s.body, guards)
+        self.outer_prod //= s.extent
+        self.pop()
+
+    def visit_if(self, s: ir.IfThenElse, guards: Guards) -> None:
+        inner = guards + (s.cond,)
+        self.visit(s.then_case, inner)
+        if s.else_case is not None:
+            self.visit(s.else_case, inner)
+
+    def visit_store(self, s: ir.Store, guards: Guards) -> None:
+        self.store(s.buffer, s.index, (s.value,), guards, None)
+
+    def visit_allreduce(self, s: ir.AllReduce, guards: Guards) -> None:
+        roots = (s.value,) if s.cond is None else (s.value, s.cond)
+        self.store(s.buffer, s.index, roots, guards, s)
+
+    def visit_warp(self, s: ir.WarpStmt, guards: Guards) -> None:
         """A warp statement: a store in a pseudo loop over each lane's elements of the tile."""
         rec = warp_record(s, self.lane_view)
         counts = [0] * len(OP_KINDS)
@@ -141,7 +154,14 @@ class ProgramWalker:
         self.pop()
 
     # ---- one statement -----------------------------------------------------------------------
-    def store(self, buffer: ir.Buffer, index, roots: tuple, guards: tuple, allreduce) -> None:
+    def store(
+        self,
+        buffer: ir.Buffer,
+        index: Expr,
+        roots: tuple[Expr, ...],
+        guards: Guards,
+        allreduce: ir.AllReduce | None,
+    ) -> None:
         counts = [0] * len(OP_KINDS)
         loads: list = []
         count_ops(roots + guards + (index,), counts, loads)
@@ -150,7 +170,13 @@ class ProgramWalker:
             counts[base + REDUCER_KIND.get(allreduce.reducer, 1)] += 1
         self.record(buffer, index, counts, [(ld.buffer, ld.indices[0]) for ld in loads])
 
-    def record(self, buffer: ir.Buffer, index, counts: list, reads: list) -> None:
+    def record(
+        self,
+        buffer: ir.Buffer,
+        index: Expr,
+        counts: Sequence[float],
+        reads: list[tuple[ir.Buffer, Expr]],
+    ) -> None:
         """The StoreInfo of one statement: it writes `buffer[index]`, reads the (buffer,
         index) pairs of `reads`, and runs the operations `counts` per execution."""
         loops = self.loops
@@ -194,7 +220,7 @@ class ProgramWalker:
         info.curve = _intensity_curve(flops, acc_list, loops)
         self.out.append(info)
 
-    def context(self, info: StoreInfo, index) -> None:
+    def context(self, info: StoreInfo, index: Expr) -> None:
         """Annotations, thread extents, allocation and outer-scope facts of the current store."""
         loops = self.loops
         n = len(loops)
@@ -221,7 +247,7 @@ class ProgramWalker:
                     ann.spatial = 1 if id(innermost[id(ann)].var) in store_vars else 0
         info.threads = self.threads
         info.unrolled_steps = 0
-        if outermost_unroll is not None:
+        if outermost_unroll is not None and outermost_unroll.for_node is not None:
             info.unrolled_steps = _steps(outermost_unroll.for_node, self.steps_memo)
         b = info.buffer
         alloc = self.allocs.get(id(b))
@@ -249,7 +275,8 @@ class ProgramWalker:
             f.unique_bytes, f.stride, f.lines, f.unique_lines = eb, 0, 1.0, 1.0
         else:
             f.unique_bytes = acc.touched[0] * eb
-            stride, reduce_ratio = 0, 1
+            stride: float = 0
+            reduce_ratio = 1
             for lv in range(n - 1, -1, -1):
                 if lv in used:
                     steps = [
@@ -281,6 +308,17 @@ class ProgramWalker:
         return f
 
 
+# statement type -> how the walk handles it (each handler takes the type it is listed under)
+_VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
+    ir.Seq: ProgramWalker.visit_seq,
+    ir.For: ProgramWalker.visit_for,
+    ir.IfThenElse: ProgramWalker.visit_if,
+    ir.Store: ProgramWalker.visit_store,
+    ir.AllReduce: ProgramWalker.visit_allreduce,
+    **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
+}
+
+
 def _reuse(acc: Access, used: set[int], loops: list[Loop]) -> tuple[int, float, float, float]:
     """Ansor's ComputeReuse: walking outwards, the first loop that does not move over the
     buffer re-reads it (loop reuse, count = its extent); before that, a loop under which other
@@ -308,7 +346,7 @@ def _reuse(acc: Access, used: set[int], loops: list[Loop]) -> tuple[int, float, 
     return REUSE_NONE, 0.0, 0.0, 0.0
 
 
-def _intensity_curve(flops: int, accesses: list[Access], loops: list[Loop]) -> list[float]:
+def _intensity_curve(flops: float, accesses: list[Access], loops: list[Loop]) -> list[float]:
     """Ansor's arithmetic-intensity curve: float ops / touched bytes as loops are added from the
     innermost outwards, sampled at CURVE_POINTS evenly spaced op counts (linear interpolation)."""
     if flops <= 0 or not loops:

@@ -17,6 +17,8 @@ The statement's own expressions (tile numbers, offsets, fill value, guards) coun
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autosched.features.exprs import OP_KINDS
 from autosched.lower import ir
 from autosched.te.expr import Expr, Var
@@ -40,7 +42,14 @@ class WarpRecord:
 
     __slots__ = ("write", "reads", "roots", "extra", "per_lane")
 
-    def __init__(self, write, reads, roots, extra=None, per_lane: int = PER_LANE) -> None:
+    def __init__(
+        self,
+        write: tuple[ir.Buffer, Expr],
+        reads: list[tuple[ir.Buffer, Expr]],
+        roots: tuple[Expr, ...],
+        extra: dict[int, int] | None = None,
+        per_lane: int = PER_LANE,
+    ) -> None:
         self.write: tuple[ir.Buffer, Expr] = write
         self.reads: list[tuple[ir.Buffer, Expr]] = reads
         self.roots: tuple[Expr, ...] = roots
@@ -59,7 +68,7 @@ def _memory_index(m: ir.MatrixTile, frag: ir.Buffer) -> Expr:
     return m.offset + (_LANE // lanes_per_row) * m.ldm + (_LANE % lanes_per_row) * per_lane + ELEM
 
 
-def warp_record(s: ir.WarpStmt, view) -> WarpRecord:
+def warp_record(s: ir.WarpStmt, view: Callable[[ir.Buffer], ir.Buffer]) -> WarpRecord:
     """The record of `s`; `view(fragment)` gives a fragment's per-lane stand-in buffer."""
     if not isinstance(s, ir.WarpStmt):
         raise TypeError(f"no feature record for a {type(s).__name__}")
@@ -72,7 +81,7 @@ def warp_record(s: ir.WarpStmt, view) -> WarpRecord:
     frags = [frag(b, tile) for b, tile, _ in s.fragments()]
     m = s.memory_tile()
     memory = None if m is None else (m.buffer, _memory_index(m, first))
-    write = memory if s.writes_memory() else frags[0]
+    write = memory if memory is not None and s.writes_memory() else frags[0]
     reads = frags[len(frags) - len(s.read_fragments()) :]  # the read ones are the last ones
     if memory is not None and not s.writes_memory():
         reads.append(memory)

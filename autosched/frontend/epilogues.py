@@ -74,7 +74,7 @@ def _binary(op: str) -> Callable:
             return None
         if other_shape == cur_shape:
             opnd = operand("other", other, gm, dag_shape)
-        elif _broadcasts(other_shape, cur_shape) and tuple(dag_shape) == cur_shape:
+        elif cur_shape == tuple(dag_shape) and _broadcasts(other_shape, cur_shape):
             opnd = operand("other", other, gm)
         else:
             return None
@@ -130,9 +130,9 @@ def _batch_norm_function(node, gm, cur, dag_shape):
 
     if arg(5, "training", False) or len(shape_of(cur) or ()) < 2:
         return None
-    tensors = [constant(arg(i, n), gm) for i, n in ((1, "running_mean"), (2, "running_var"))]
+    mean, var = (constant(arg(i, n), gm) for i, n in ((1, "running_mean"), (2, "running_var")))
     extra = [arg(i, n) for i, n in ((3, "weight"), (4, "bias"))]
     if any(e is not None and constant(e, gm) is None for e in extra):
         return None
     weight, bias = (None if e is None else constant(e, gm) for e in extra)
-    return _scale_shift(cur, dag_shape, *tensors, weight, bias, arg(7, "eps", 1e-5))
+    return _scale_shift(cur, dag_shape, mean, var, weight, bias, arg(7, "eps", 1e-5))

@@ -9,6 +9,9 @@ casts included. Groups whose DAGs print the same are one task, weighted by their
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ import torch
 from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
 
+from autosched.errors import ModelError
 from autosched.frontend.dag_builder import build_dag
 from autosched.frontend.epilogues import EPILOGUES
 from autosched.frontend.ops import ANCHORS, shape_of, target_key
@@ -90,11 +94,55 @@ class Extraction:
 
 
 def trace(model: Any, example_inputs: tuple) -> fx.GraphModule:
-    """The model's fx graph with every node's shape recorded (`meta["tensor_meta"]`)."""
-    gm = model if isinstance(model, fx.GraphModule) else fx.symbolic_trace(model)
-    with torch.no_grad():
-        ShapeProp(gm).propagate(*example_inputs)
+    """The model's fx graph with every node's shape recorded (`meta["tensor_meta"]`); ModelError
+    (one line) when the model is not one, cannot be traced, or does not run on its inputs."""
+    check_model(model, example_inputs)
+    if isinstance(model, fx.GraphModule):
+        gm = model
+    else:
+        try:
+            gm = fx.symbolic_trace(model)
+        except Exception as exc:  # data-dependent control flow, untraceable calls, ...
+            raise ModelError(f"torch.fx cannot trace the model: {_one_line(exc)}") from None
+    stderr = io.StringIO()
+    try:
+        # ShapeProp prints the failing node's traceback itself: keep it off the user's screen
+        with torch.no_grad(), contextlib.redirect_stderr(stderr):
+            ShapeProp(gm).propagate(*example_inputs)
+    except Exception as exc:
+        cause = exc.__cause__ or exc  # ShapeProp wraps the model's own error
+        raise ModelError(
+            f"the model does not run on its example inputs ({_describe(example_inputs)}): "
+            f"{_one_line(cause)}"
+        ) from None
     return gm
+
+
+def check_model(model: Any, example_inputs: tuple) -> None:
+    """ModelError unless `model` is an nn.Module (or a function torch.fx can trace) and every
+    example input is a tensor."""
+    if not isinstance(model, torch.nn.Module) and not inspect.isfunction(model):
+        raise ModelError(
+            f"the model must be a torch.nn.Module, got {type(model).__name__} {model!r:.60}"
+        )
+    for i, value in enumerate(example_inputs):
+        if not isinstance(value, torch.Tensor):
+            raise ModelError(
+                f"example input {i} must be a torch.Tensor, got {type(value).__name__} "
+                f"{value!r:.60}"
+            )
+
+
+def _describe(example_inputs: tuple) -> str:
+    return ", ".join(
+        f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in example_inputs
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _epilogue(

@@ -37,7 +37,7 @@ def register(table: dict, *keys: Any) -> Callable:
 def target_key(node: fx.Node, gm: fx.GraphModule) -> Any:
     """The table key of a node: its module's class, its function, or ("method", name)."""
     if node.op == "call_module":
-        return type(gm.get_submodule(node.target))
+        return type(gm.get_submodule(str(node.target)))
     if node.op == "call_function":
         return node.target
     if node.op == "call_method":
@@ -86,8 +86,9 @@ def operand(role: str, arg: Any, gm: fx.GraphModule, shape: tuple | None = None)
         if value.dtype != torch.float32:
             return None
         return Operand(role, tuple(shape or value.shape), value=value)
-    if isinstance(arg, fx.Node) and shape_of(arg) is not None:
-        return Operand(role, tuple(shape or shape_of(arg)), node=arg)
+    arg_shape = shape_of(arg) if isinstance(arg, fx.Node) else None
+    if arg_shape is not None:
+        return Operand(role, tuple(shape or arg_shape), node=arg)
     return None
 
 
@@ -102,7 +103,7 @@ def _conv(node, gm, x, w, b, stride, padding, dilation, groups) -> Anchor | None
     xs, out = shape_of(x), shape_of(node)
     data = operand("data", x, gm)
     weight = operand("weight", w, gm)
-    if data is None or weight is None or out is None or len(xs) != 4:
+    if data is None or weight is None or out is None or xs is None or len(xs) != 4:
         return None
     co, _, kh, kw = weight.shape
     if isinstance(padding, str):

@@ -13,6 +13,7 @@ neither, every group stays in PyTorch.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from torch import fx, nn
 
 from autosched.codegen.build import BuiltKernel, build
 from autosched.codegen.stream_launch import StreamKernel, driver_available
+from autosched.errors import RecordError
 from autosched.frontend.extract import FusedGroup, extract
 from autosched.records import best_records
 
@@ -58,7 +60,7 @@ class TunedCall(nn.Module):
         # every kernel argument in order: an input (by its index in `order`), the output, or a
         # global temporary of a multi-kernel program (allocated per call)
         output = kernel.outputs[0].name
-        self.arg_kinds = [
+        self.arg_kinds: list[tuple[str, Any]] = [
             ("input", self.order.index(a.name))
             if a.name in self.order
             else ("output", None)
@@ -96,14 +98,21 @@ class TunedCall(nn.Module):
                 for kind, ref in self.arg_kinds
             ]
             stream = torch.cuda.current_stream(device).cuda_stream
-            self.launcher.launch([t.data_ptr() for t in tensors], stream)
+            launcher = self.launcher
+            if launcher is None:  # built for the interpreter
+                raise RuntimeError("this TunedCall was built to run on the CPU interpreter")
+            launcher.launch([t.data_ptr() for t in tensors], stream)
         return result.reshape(self.out_shape)
+
+
+class UntunedModelWarning(UserWarning):
+    """A compiled model runs wholly in PyTorch: no GPU, or no task of it has a record."""
 
 
 def _best_kernels(tasks, log: str | None) -> dict[str, BuiltKernel]:
     """The kernel of each task's best record in `log` (tasks without one are left out)."""
     kernels: dict[str, BuiltKernel] = {}
-    if not log or not os.path.exists(log):
+    if not log:
         return kernels
     best_of = best_records(log)
     for t in tasks:
@@ -143,9 +152,23 @@ def compile_model(
     use_interpreter: bool = False,
 ) -> fx.GraphModule:
     """The model with every tuned group running its kernel (see the module docstring)."""
+    check_log(log)
     ex = extract(model, tuple(example_inputs))
     gm = ex.gm
-    kernels = _best_kernels(ex.tasks, log) if (use_interpreter or _gpu_available()) else {}
+    if use_interpreter or _gpu_available():
+        kernels = _best_kernels(ex.tasks, log)
+        if ex.tasks and not kernels:
+            _warn(
+                f"none of the model's {len(ex.tasks)} tasks has a record in "
+                f"{log or 'a log (none given)'}: the model runs in PyTorch"
+            )
+    else:
+        kernels = {}
+        if ex.tasks:
+            _warn(
+                "no CUDA GPU is usable here: the model runs in PyTorch (use_interpreter=True "
+                "runs the tuned kernels on the CPU interpreter)"
+            )
     calls: dict[fx.Node, fx.Node] = {}
     for i, group in enumerate(ex.groups):
         kernel = kernels.get(group.dag.workload_key)
@@ -155,9 +178,25 @@ def compile_model(
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
-    gm.autosched_tasks = ex.tasks
-    gm.autosched_replaced = len(calls)
+    # plain attributes for the caller (nn.Module's typing admits only tensors and modules)
+    gm.autosched_tasks = ex.tasks  # type: ignore[assignment]
+    gm.autosched_replaced = len(calls)  # type: ignore[assignment]
     return gm
+
+
+def check_log(log: str | None) -> None:
+    """RecordError (one line) when a log is named but is not there: compiling would otherwise
+    run the whole model in PyTorch without a word."""
+    if log is not None and not os.path.isfile(log):
+        missing = "is a directory" if os.path.isdir(log) else "does not exist"
+        raise RecordError(
+            f"record log {log!r} {missing}: give the log the model's tasks were tuned into "
+            "(autosched tune-model, or autosched.tune_tasks)"
+        )
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, UntunedModelWarning, stacklevel=4)
 
 
 def dynamo_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None):

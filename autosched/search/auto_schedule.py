@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from autosched.errors import AutoschedError
+from autosched.errors import AutoschedError, OptionError
 from autosched.search.background import Background
 from autosched.search.progress import RoundTimes, Span, progress_line, round_record
 from autosched.search.protocols import MeasureCallback, Measurer, SearchPolicy
@@ -47,10 +47,15 @@ class TuningOptions:
     pipeline: bool = False
 
     def __post_init__(self) -> None:
+        from autosched.checks import integer, optional_integer
+
+        integer("num_measure_trials", self.num_measure_trials, 0)
+        integer("num_measures_per_round", self.num_measures_per_round, 1)
+        optional_integer("early_stopping", self.early_stopping, 1)
         for name in ("builder", "runner"):
             value = getattr(self, name)
             if isinstance(value, str) and value != "local":
-                raise ValueError(f'TuningOptions: {name} is an object or "local", not {value!r}')
+                raise OptionError(f'TuningOptions: {name} is an object or "local", not {value!r}')
 
 
 @dataclass

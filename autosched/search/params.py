@@ -41,7 +41,7 @@ class SearchParams:
     mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
-    # worker processes (spawned: a script needs the `if __name__ == "__main__":` guard):
+    # worker processes (spawned without re-running the main script: no guard needed):
     # None = one per CPU core, 1 = all in this process
     n_jobs: int | None = None
     seed: int = 0

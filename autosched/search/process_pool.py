@@ -2,18 +2,57 @@
 
 States do not pickle (te reducers hold lambdas), so work crosses to a worker as a serialised DAG
 plus step records, and the worker rebuilds the DAG once per task. One pool per worker count
-is started on first use and kept for later calls (its start-up, about a second, is paid once)."""
+is started on first use and kept for later calls (its start-up, about a second, is paid once).
+
+A spawned process normally imports the parent's main module again (as `__mp_main__`) before it
+runs anything: a script that calls the search at its top level, without the
+`if __name__ == "__main__":` guard, would run again in every worker and die there starting
+workers of its own. These workers need nothing from the main module (the task travels as its
+serialised DAG), so they are started without it: scripts work as users write them.
+"""
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing
+import sys
 import threading
+import types
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from multiprocessing.context import SpawnContext, SpawnProcess
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 # the tuning loop searches in one thread while it measures (lowering in the pool) in another
 _LOCK = threading.Lock()
+_MAIN_SWAP = threading.Lock()
+
+
+@contextmanager
+def _main_module_hidden():
+    """While a worker is started: a stand-in `__main__` without a file or a module spec, so
+    that multiprocessing tells the child to leave its own `__main__` alone."""
+    with _MAIN_SWAP:
+        main = sys.modules["__main__"]
+        stand_in = types.ModuleType("__main__")
+        stand_in.__spec__ = None
+        sys.modules["__main__"] = stand_in
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
+class _WorkerProcess(SpawnProcess):
+    """A spawned process that does not import the parent's main module."""
+
+    @staticmethod
+    def _Popen(process_obj):  # noqa: N802 (multiprocessing's name)
+        with _main_module_hidden():
+            return SpawnProcess._Popen(process_obj)
+
+
+class _WorkerContext(SpawnContext):
+    Process = _WorkerProcess
 
 
 def get_pool(n_jobs: int) -> ProcessPoolExecutor:
@@ -21,8 +60,8 @@ def get_pool(n_jobs: int) -> ProcessPoolExecutor:
     with _LOCK:
         pool = _POOLS.get(n_jobs)
         if pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            pool = _POOLS[n_jobs] = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
+            pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=_WorkerContext())
+            _POOLS[n_jobs] = pool
         return pool
 
 

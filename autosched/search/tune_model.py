@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from autosched.errors import OptionError
 from autosched.records import load_records
 from autosched.search.auto_schedule import BestSoFar, TuningOptions, run_trials
 from autosched.search.protocols import MeasureCallback, Measurer, SearchPolicy
@@ -128,6 +129,7 @@ def tune_tasks(
     1 with a factory, else one task per GPU) tasks are tuned at once. Returns the scheduler's
     result: best cost and State per task and the estimated end-to-end latency. Ctrl-C ends it
     early with the result so far; calling it again on the same log goes on from there."""
+    from autosched.checks import integer
     from autosched.records import RecordToFile
     from autosched.search.cost_model import XGBModel, train_on_log
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
@@ -137,7 +139,14 @@ def tune_tasks(
     from autosched.search.workers import resolve_n_jobs
     from measure import LocalMeasureContext
 
+    integer("total_trials", total_trials, 0)
+    integer("num_measures_per_round", num_measures_per_round, 1)
     weights = [1.0] * len(tasks) if weights is None else list(weights)
+    if len(weights) != len(tasks):
+        raise OptionError(
+            f"tune_tasks got {len(tasks)} tasks and {len(weights)} weights: give one weight per "
+            "task (or weights=None for 1 each)"
+        )
     params = search_params or SearchParams()
     model: CostModel = cost_model or XGBModel(seed=params.seed, nthread=1)
     resuming = os.path.exists(log)

@@ -4,9 +4,10 @@ its float32 matrix products may use TF32 Tensor Cores (`allow_tf32`, off by defa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autosched.errors import AutoschedError
+from autosched.checks import boolean
+from autosched.errors import AutoschedError, OptionError
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.task.workload_registry import (
     make_workload_key,
@@ -15,6 +16,9 @@ from autosched.task.workload_registry import (
 )
 from autosched.task.workloads import SUITE
 from measure.hardware import HardwareParams
+
+if TYPE_CHECKING:
+    from autosched.schedule.loop_state import State
 
 
 class SearchTask:
@@ -37,6 +41,12 @@ class SearchTask:
         desc: str = "",
         allow_tf32: bool = False,
     ) -> None:
+        if dag is not None and not isinstance(dag, ComputeDAG):
+            raise OptionError(
+                f"SearchTask's dag must be a ComputeDAG, got {type(dag).__name__} {dag!r:.60}"
+                " (for a registered workload give func= and args=, or workload_key=)"
+            )
+        allow_tf32 = boolean("allow_tf32", allow_tf32)
         if target != "cuda":
             raise AutoschedError(f"unsupported target {target!r}; autosched generates CUDA only")
         if dag is None:
@@ -54,7 +64,7 @@ class SearchTask:
         self.hardware_params = hardware_params or HardwareParams()
         self.desc = desc or self.workload_key
 
-    def apply_best(self, log_file: str):
+    def apply_best(self, log_file: str) -> State | None:
         """The best measured state of this task in a record log (None when there is none)."""
         from autosched.records import load_best
 
@@ -65,7 +75,7 @@ class SearchTask:
         return f"SearchTask({self.workload_key})"
 
 
-def suite_task(name: str, reduced: bool = False, allow_tf32: bool = False):
+def suite_task(name: str, reduced: bool = False, allow_tf32: bool = False) -> SearchTask:
     """The SearchTask of suite workload `name`, at full size or at its reduced size."""
     workload, full, small = SUITE[name]
     return SearchTask(workload, small if reduced else full, allow_tf32=allow_tf32)

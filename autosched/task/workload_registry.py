@@ -5,18 +5,31 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from autosched.errors import TEError, WorkloadError
 from autosched.te.serialize import load_tensors
 
 WORKLOADS: dict[str, Callable[..., list]] = {}
+WorkloadFn = TypeVar("WorkloadFn", bound=Callable[..., list])
 
 
-def register_workload(func: Callable[..., list] | None = None, *, name: str | None = None):
+@overload
+def register_workload(func: WorkloadFn, *, name: str | None = None) -> WorkloadFn: ...
+
+
+@overload
+def register_workload(
+    func: None = None, *, name: str | None = None
+) -> Callable[[WorkloadFn], WorkloadFn]: ...
+
+
+def register_workload(
+    func: WorkloadFn | None = None, *, name: str | None = None
+) -> WorkloadFn | Callable[[WorkloadFn], WorkloadFn]:
     """Decorator: register a function returning [input and output tensors] under its name."""
 
-    def wrap(f: Callable[..., list]) -> Callable[..., list]:
+    def wrap(f: WorkloadFn) -> WorkloadFn:
         key = name or f"{f.__module__}:{f.__qualname__}"
         WORKLOADS[key] = f
         WORKLOADS.setdefault(f.__name__, f)
@@ -119,5 +132,5 @@ def workload_tensors(key: str) -> list:
     return list(tensors)
 
 
-def _tuplify(v):
+def _tuplify(v: Any) -> Any:
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v

@@ -7,7 +7,9 @@ from autosched.task.workload_registry import register_workload
 
 
 @register_workload(name="conv2d_bias_relu")
-def conv2d_bias_relu(N, H, W, CO, CI, KH, KW, stride, padding):
+def conv2d_bias_relu(
+    N: int, H: int, W: int, CO: int, CI: int, KH: int, KW: int, stride: int, padding: int
+) -> list[te.Tensor]:
     """The seeds' conv2d + bias + relu layer (NCHW)."""
     data = te.placeholder((N, CI, H, W), name="data")
     kernel = te.placeholder((CO, CI, KH, KW), name="kernel")
@@ -18,35 +20,39 @@ def conv2d_bias_relu(N, H, W, CO, CI, KH, KW, stride, padding):
 
 
 @register_workload(name="conv2d")
-def conv2d(N, H, W, CO, CI, KH, KW, stride, padding):
+def conv2d(
+    N: int, H: int, W: int, CO: int, CI: int, KH: int, KW: int, stride: int, padding: int
+) -> list[te.Tensor]:
     data = te.placeholder((N, CI, H, W), name="data")
     kernel = te.placeholder((CO, CI, KH, KW), name="kernel")
     return [data, kernel, topi.nn.conv2d_nchw(data, kernel, stride, padding, dilation=1)]
 
 
 @register_workload(name="matmul")
-def matmul(N, M, K):
+def matmul(N: int, M: int, K: int) -> list[te.Tensor]:
     A = te.placeholder((N, K), name="A")
     B = te.placeholder((K, M), name="B")
     return [A, B, topi.matmul(A, B)]
 
 
 @register_workload(name="depthwise_conv2d")
-def depthwise_conv2d(N, C, H, W, KH, KW, stride, padding):
+def depthwise_conv2d(
+    N: int, C: int, H: int, W: int, KH: int, KW: int, stride: int, padding: int
+) -> list[te.Tensor]:
     data = te.placeholder((N, C, H, W), name="data")
     kernel = te.placeholder((C, 1, KH, KW), name="kernel")
     return [data, kernel, topi.nn.depthwise_conv2d_nchw(data, kernel, stride, padding, 1)]
 
 
 @register_workload(name="batch_matmul")
-def batch_matmul(B, N, M, K):
+def batch_matmul(B: int, N: int, M: int, K: int) -> list[te.Tensor]:
     A = te.placeholder((B, N, K), name="A")
     Bt = te.placeholder((B, M, K), name="B")
     return [A, Bt, topi.nn.batch_matmul(A, Bt)]
 
 
 @register_workload(name="dense_bias")
-def dense_bias(N, IN, OUT):
+def dense_bias(N: int, IN: int, OUT: int) -> list[te.Tensor]:
     data = te.placeholder((N, IN), name="data")
     weight = te.placeholder((OUT, IN), name="weight")
     bias = te.placeholder((OUT,), name="bias")
@@ -54,7 +60,7 @@ def dense_bias(N, IN, OUT):
 
 
 @register_workload(name="softmax")
-def softmax(N, M):
+def softmax(N: int, M: int) -> list[te.Tensor]:
     x = te.placeholder((N, M), name="x")
     return [x, topi.nn.softmax(x, axis=-1)]
 
@@ -63,7 +69,7 @@ def softmax(N, M):
 
 
 @register_workload(name="matmul_fp16")
-def matmul_fp16(M, N, K):
+def matmul_fp16(M: int, N: int, K: int) -> list[te.Tensor]:
     """`C = fp16(sum_k f32(A[i, k]) * f32(B[k, j]))`: the fp32 reduction, then a cast stage."""
     A = te.placeholder((M, K), name="A", dtype="float16")
     B = te.placeholder((K, N), name="B", dtype="float16")
@@ -71,7 +77,7 @@ def matmul_fp16(M, N, K):
 
 
 @register_workload(name="batch_matmul_bf16")
-def batch_matmul_bf16(B, M, N, K):
+def batch_matmul_bf16(B: int, M: int, N: int, K: int) -> list[te.Tensor]:
     """bfloat16 batch_matmul (B given as (batch, N, K), TVM's default), fp32 sums, bf16 out."""
     A = te.placeholder((B, M, K), name="A", dtype="bfloat16")
     Bt = te.placeholder((B, N, K), name="B", dtype="bfloat16")
@@ -79,7 +85,9 @@ def batch_matmul_bf16(B, M, N, K):
 
 
 @register_workload(name="conv2d_nhwc_fp16")
-def conv2d_nhwc_fp16(N, H, W, CO, CI, KH, KW, stride, padding):
+def conv2d_nhwc_fp16(
+    N: int, H: int, W: int, CO: int, CI: int, KH: int, KW: int, stride: int, padding: int
+) -> list[te.Tensor]:
     """fp16 NHWC conv2d (HWIO kernel), fp32 sums, fp16 output through a cast stage."""
     data = te.placeholder((N, H, W, CI), name="data", dtype="float16")
     kernel = te.placeholder((KH, KW, CI, CO), name="kernel", dtype="float16")
@@ -88,7 +96,9 @@ def conv2d_nhwc_fp16(N, H, W, CO, CI, KH, KW, stride, padding):
 
 
 @register_workload(name="conv2d_nchw_fp16")
-def conv2d_nchw_fp16(N, CI, H, W, CO, KH, KW, stride, padding):
+def conv2d_nchw_fp16(
+    N: int, CI: int, H: int, W: int, CO: int, KH: int, KW: int, stride: int, padding: int
+) -> list[te.Tensor]:
     """fp16 NCHW conv2d (OIHW kernel), fp32 sums, fp16 output through a cast stage."""
     data = te.placeholder((N, CI, H, W), name="data", dtype="float16")
     kernel = te.placeholder((CO, CI, KH, KW), name="kernel", dtype="float16")
@@ -97,8 +107,10 @@ def conv2d_nchw_fp16(N, CI, H, W, CO, KH, KW, stride, padding):
 
 
 @register_workload(name="conv2d_nhwcnc_fp16")
-def conv2d_nhwcnc_fp16(N, H, W, CO, CI, KH, KW, padding):
-    """The conv2d of TVM's Tensor Core tutorial (seeds/004), as written there: data in the
+def conv2d_nhwcnc_fp16(
+    N: int, H: int, W: int, CO: int, CI: int, KH: int, KW: int, padding: int
+) -> list[te.Tensor]:
+    """The conv2d of TVM's Tensor Core tutorial, as written there: data in the
     NHWCnc layout (N/16, H, W, CI/16, 16 n, 16 ci), kernel (KH, KW, CI/16, CO/16, 16 ci, 16 co),
     stride 1, fp32 output (N/16, H, W, CO/16, 16 n, 16 co)."""
     bs = 16
@@ -130,8 +142,8 @@ def conv2d_nhwcnc_fp16(N, H, W, CO, CI, KH, KW, padding):
 
 
 # The Tensor Core workloads, as SUITE lists workloads (kept apart: SUITE's golden sketches and
-# limits are fp32 ones). The full sizes: a square matmul, the done-when batch_matmul and the
-# conv2d of TVM's Tensor Core tutorial (seeds/004).
+# limits are fp32 ones). The full sizes: a square matmul, a bf16 batch_matmul and the
+# conv2d of TVM's Tensor Core tutorial.
 TENSOR_CORE_SUITE = {
     "matmul_fp16": ("matmul_fp16", (1024, 1024, 1024), (32, 48, 32)),
     "batch_matmul_bf16": ("batch_matmul_bf16", (16, 512, 512, 64), (2, 32, 16, 32)),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from autosched.errors import TEError
 from autosched.te.dtype import is_int
@@ -202,7 +203,7 @@ class _Refiner:
             self.facts[key] = (_tighter(max, old_lo, lo), _tighter(min, old_hi, hi))
 
 
-def _tighter(pick: Callable[[int, int], int], old: int | None, new: int | None):
+def _tighter(pick: Callable[[int, int], int], old: int | None, new: int | None) -> int | None:
     if old is None:
         return new
     return old if new is None else pick(old, new)
@@ -288,17 +289,28 @@ BINOP_RULES: dict[str, Callable[[Span, Span], tuple[int, int, bool] | None]] = {
 
 def _select_span(e: Select, dom: Domain) -> Span | None:
     sides = [(e.t, dom.assume(e.cond, True)), (e.f, dom.assume(e.cond, False))]
-    spans = [span(x, d) for x, d in sides if d.reachable]
-    if not spans or any(s is None for s in spans):
+    spans: list[Span] = []
+    for x, d in sides:
+        if d.reachable:
+            got = span(x, d)
+            if got is None:
+                return None
+            spans.append(got)
+    if not spans:
         return None
     ids = frozenset().union(*(s.vars for s in spans), (id(v) for v in free_vars(e.cond)))
     return Span(min(s.lo for s in spans), max(s.hi for s in spans), False, ids)
 
 
-SPAN_RULES: dict[type, Callable[[Expr, Domain], Span | None]] = {
+def _cast_span(e: Cast, dom: Domain) -> Span | None:
+    return span(e.value, dom) if is_int(e.value.dtype) else None
+
+
+# node type -> the span of a node of that type that is not linear (each rule takes that type)
+SPAN_RULES: dict[type[Expr], Callable[[Any, Domain], Span | None]] = {
     BinOp: _binop_span,
     Select: _select_span,
-    Cast: lambda e, dom: span(e.value, dom) if is_int(e.value.dtype) else None,
+    Cast: _cast_span,
 }
 
 

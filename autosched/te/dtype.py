@@ -13,6 +13,7 @@ result, since float32 has more than twice the precision of either half type.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from autosched.errors import DTypeError
 from measure import bfloat16
@@ -65,7 +66,7 @@ def compute_dtype(dtype: str) -> np.dtype:
     return np.dtype("float32") if dtype == "bfloat16" else np.dtype(dtype)
 
 
-def round_to(values, dtype: str) -> np.ndarray:
+def round_to(values: ArrayLike, dtype: str) -> np.ndarray:
     """`values` rounded to `dtype`, in its compute dtype (see `compute_dtype`)."""
     if dtype == "bfloat16":
         return bfloat16.round_bfloat16(values)
@@ -77,7 +78,7 @@ def round_to(values, dtype: str) -> np.ndarray:
 TF32_DROPPED_BITS = 13
 
 
-def round_tf32(values) -> np.ndarray:
+def round_tf32(values: ArrayLike) -> np.ndarray:
     """float32 `values` rounded to TF32 as CUDA's `__float_to_tf32` (PTX cvt.rna.tf32.f32)
     does: to nearest, ties away from zero (half of the dropped range added to the magnitude's
     bits, which carries into the exponent when it must), the low 13 bits cleared; NaN stays
@@ -90,14 +91,14 @@ def round_tf32(values) -> np.ndarray:
     return np.where(np.isnan(x), x, rounded)
 
 
-def to_storage(values, dtype: str) -> np.ndarray:
+def to_storage(values: ArrayLike, dtype: str) -> np.ndarray:
     """`values` rounded to `dtype`, in its storage dtype (see `numpy_dtype`)."""
     if dtype == "bfloat16":
         return bfloat16.to_bits(values)
     return np.asarray(values).astype(numpy_dtype(dtype), copy=False)
 
 
-def from_storage(values, dtype: str) -> np.ndarray:
+def from_storage(values: ArrayLike, dtype: str) -> np.ndarray:
     """Stored `values` of `dtype` as computed values (bfloat16 patterns become float32)."""
     if dtype == "bfloat16" and np.asarray(values).dtype == bfloat16.STORAGE:
         return bfloat16.from_bits(values)

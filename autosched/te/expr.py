@@ -8,11 +8,23 @@ expressions work as dict keys and in `in` tests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from autosched.errors import DTypeError, TEError
 from autosched.te.dtype import check_dtype, is_float, is_int
+
+
+class Combiner(Protocol):
+    """What a Reduce node needs of its reducer (`te.reduce.Reducer` is one; it builds Reduce
+    nodes, so this module names it by the protocol instead of importing it)."""
+
+    name: str
+
+    def combine(self, a: Expr, b: Expr) -> Expr: ...
+
+    def identity(self, dtype: str) -> Const: ...
+
 
 ARITH_OPS = ("+", "-", "*", "/", "floordiv", "floormod", "min", "max")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -28,7 +40,17 @@ class Expr:
     def __init__(self, dtype: str, key: tuple) -> None:
         self.dtype = dtype
         self._key = key
-        self._hash = None
+        self._hash: int | None = None
+
+    # ---- tree structure (what `te.visitor` walks and rewrites) ----------------------------
+    def children(self) -> tuple[Expr, ...]:
+        """The direct sub-expressions, in a fixed order (a leaf has none)."""
+        return ()
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        """This node with its children replaced by `kids` (as many, in `children()` order);
+        the constructors re-check dtypes, nothing more. A leaf returns itself."""
+        return self
 
     # ---- structural identity -------------------------------------------------------------
     def same_as(self, other: Expr) -> bool:
@@ -48,59 +70,61 @@ class Expr:
         )
 
     # ---- arithmetic ------------------------------------------------------------------------
-    def __add__(self, o):
+    def __add__(self, o: Any) -> Expr:
         return binary("+", self, o)
 
-    def __radd__(self, o):
+    def __radd__(self, o: Any) -> Expr:
         return binary("+", o, self)
 
-    def __sub__(self, o):
+    def __sub__(self, o: Any) -> Expr:
         return binary("-", self, o)
 
-    def __rsub__(self, o):
+    def __rsub__(self, o: Any) -> Expr:
         return binary("-", o, self)
 
-    def __mul__(self, o):
+    def __mul__(self, o: Any) -> Expr:
         return binary("*", self, o)
 
-    def __rmul__(self, o):
+    def __rmul__(self, o: Any) -> Expr:
         return binary("*", o, self)
 
-    def __truediv__(self, o):
+    def __truediv__(self, o: Any) -> Expr:
         return binary("/", self, o)
 
-    def __rtruediv__(self, o):
+    def __rtruediv__(self, o: Any) -> Expr:
         return binary("/", o, self)
 
-    def __floordiv__(self, o):
+    def __floordiv__(self, o: Any) -> Expr:
         return binary("floordiv", self, o)
 
-    def __rfloordiv__(self, o):
+    def __rfloordiv__(self, o: Any) -> Expr:
         return binary("floordiv", o, self)
 
-    def __mod__(self, o):
+    def __mod__(self, o: Any) -> Expr:
         return binary("floormod", self, o)
 
-    def __rmod__(self, o):
+    def __rmod__(self, o: Any) -> Expr:
         return binary("floormod", o, self)
 
-    def __neg__(self):
+    def __neg__(self) -> Expr:
         return binary("-", const(0, self.dtype), self)
 
     # ---- comparisons and logic -------------------------------------------------------------
-    def __lt__(self, o):
+    def __lt__(self, o: Any) -> Expr:
         return binary("<", self, o)
 
-    def __le__(self, o):
+    def __le__(self, o: Any) -> Expr:
         return binary("<=", self, o)
 
-    def __gt__(self, o):
+    def __gt__(self, o: Any) -> Expr:
         return binary(">", self, o)
 
-    def __ge__(self, o):
+    def __ge__(self, o: Any) -> Expr:
         return binary(">=", self, o)
 
-    def __eq__(self, o):  # type: ignore[override]
+    # `==` and `!=` build comparison nodes (Expr), or answer a plain bool for mismatched
+    # dtypes, hence the Any result.
+    def __eq__(self, o: object) -> Any:
         if not isinstance(o, (Expr, int, float, bool)):
             return NotImplemented
         try:
@@ -108,7 +132,7 @@ class Expr:
         except DTypeError:
             return False
 
-    def __ne__(self, o):  # type: ignore[override]
+    def __ne__(self, o: object) -> Any:
         if not isinstance(o, (Expr, int, float, bool)):
             return NotImplemented
         try:
@@ -116,19 +140,19 @@ class Expr:
         except DTypeError:
             return True
 
-    def __and__(self, o):
+    def __and__(self, o: Any) -> Expr:
         return binary("&&", self, o)
 
-    def __rand__(self, o):
+    def __rand__(self, o: Any) -> Expr:
         return binary("&&", o, self)
 
-    def __or__(self, o):
+    def __or__(self, o: Any) -> Expr:
         return binary("||", self, o)
 
-    def __ror__(self, o):
+    def __ror__(self, o: Any) -> Expr:
         return binary("||", o, self)
 
-    def __invert__(self):
+    def __invert__(self) -> Expr:
         return Not(self)
 
     def astype(self, dtype: str) -> Expr:
@@ -200,6 +224,13 @@ class BinOp(Expr):
         self.a = a
         self.b = b
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        a, b = kids
+        return BinOp(self.op, a, b, "bool" if self.dtype == "bool" else a.dtype)
+
     def __bool__(self) -> bool:
         if self.op == "==":
             return self.a.same_as(self.b)
@@ -218,6 +249,12 @@ class Not(Expr):
         super().__init__("bool", ("!", a._key))
         self.a = a
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a,)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Not(kids[0])
+
 
 class Select(Expr):
     """`cond ? t : f`. `style` only changes printing: 'if_then_else' or 'select'."""
@@ -232,6 +269,13 @@ class Select(Expr):
         super().__init__(t.dtype, ("s", cond._key, t._key, f._key))
         self.cond, self.t, self.f, self.style = cond, t, f, style
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.cond, self.t, self.f)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        cond, t, f = kids
+        return Select(cond, t, f, style=self.style)
+
 
 class Cast(Expr):
     __slots__ = ("value",)
@@ -241,6 +285,12 @@ class Cast(Expr):
         value = as_expr(value, dtype)
         super().__init__(dtype, ("cast", dtype, value._key))
         self.value = value
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.value,)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Cast(self.dtype, kids[0])
 
 
 class Call(Expr):
@@ -254,6 +304,12 @@ class Call(Expr):
         self.func = func
         self.args = args
 
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Call(self.func, kids, kids[0].dtype if kids else self.dtype)
+
 
 class Load(Expr):
     """Reading `buffer[indices]`; the buffer is a te.Tensor or a lowered IR buffer."""
@@ -266,13 +322,21 @@ class Load(Expr):
         self.buffer = buffer
         self.indices = indices
 
+    def children(self) -> tuple[Expr, ...]:
+        return self.indices
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        return Load(self.buffer, kids)
+
 
 class Reduce(Expr):
     """A commutative reduction of `source` over `axes` (only as the top of a compute body)."""
 
     __slots__ = ("reducer", "source", "axes", "condition")
 
-    def __init__(self, reducer, source: Expr, axes: Sequence[IterVar], condition: Expr | None):
+    def __init__(
+        self, reducer: Combiner, source: Expr, axes: Sequence[IterVar], condition: Expr | None
+    ) -> None:
         axes = tuple(axes)
         cond_key = condition._key if condition is not None else None
         key = ("red", reducer.name, id(reducer), source._key, tuple(id(a) for a in axes), cond_key)
@@ -282,8 +346,15 @@ class Reduce(Expr):
         self.axes = axes
         self.condition = condition
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.source,) if self.condition is None else (self.source, self.condition)
+
+    def with_children(self, kids: Sequence[Expr]) -> Expr:
+        cond = kids[1] if len(kids) > 1 else None
+        return Reduce(self.reducer, kids[0], self.axes, cond)
+
     @property
-    def identity(self) -> Expr:
+    def identity(self) -> Const:
         return self.reducer.identity(self.dtype)
 
 
@@ -404,7 +475,8 @@ def _reduce(e: Reduce) -> str:
     return f"reduce({e.reducer.name}, {expr_str(e.source)}, axis=[{axes}]{cond})"
 
 
-PRINTERS = {
+# node type -> its text; each printer takes a node of the type it is listed under
+PRINTERS: dict[type[Expr], Callable[[Any], str]] = {
     Const: const_str,
     BinOp: _binop,
     Not: lambda e: f"!{expr_str(e.a)}",

@@ -55,7 +55,7 @@ def _erf(x: Value) -> Value:
     return np.asarray(out, dtype=np.float64).astype(np.asarray(x).dtype)
 
 
-def _typed(fn: Callable[[Value], Value]) -> Callable[[Value], Value]:
+def _typed(fn: Callable[..., Value]) -> Callable[..., Value]:
     """Wrap `fn` so its result keeps the dtype of its first argument."""
 
     def run(*args: Value) -> Value:
@@ -84,7 +84,7 @@ BINARY = {
     "||": np.logical_or,
 }
 
-CALLS = {
+CALLS: dict[str, Callable[..., Value]] = {
     "exp": _typed(np.exp),
     "log": _typed(np.log),
     "sqrt": _typed(np.sqrt),

@@ -7,7 +7,7 @@ from typing import Any
 from autosched.errors import DTypeError, TEError
 from autosched.te.dtype import check_dtype, is_float
 from autosched.te.expr import Call, Cast, Expr, Select, as_expr, binary
-from autosched.te.reduce import max_reducer, min_reducer
+from autosched.te.reduce import Reducer, max_reducer, min_reducer
 
 # name -> number of arguments; all take and return floats.
 MATH_FUNCS = {
@@ -44,47 +44,47 @@ def call(func: str, *args: Any) -> Call:
     return Call(func, exprs, first.dtype)
 
 
-def exp(x):
+def exp(x: Any) -> Call:
     return call("exp", x)
 
 
-def log(x):
+def log(x: Any) -> Call:
     return call("log", x)
 
 
-def sqrt(x):
+def sqrt(x: Any) -> Call:
     return call("sqrt", x)
 
 
-def rsqrt(x):
+def rsqrt(x: Any) -> Call:
     return call("rsqrt", x)
 
 
-def tanh(x):
+def tanh(x: Any) -> Call:
     return call("tanh", x)
 
 
-def sigmoid(x):
+def sigmoid(x: Any) -> Call:
     return call("sigmoid", x)
 
 
-def erf(x):
+def erf(x: Any) -> Call:
     return call("erf", x)
 
 
-def abs(x):
+def abs(x: Any) -> Call:
     return call("abs", x)  # noqa: A001
 
 
-def pow(x, y):
+def pow(x: Any, y: Any) -> Call:
     return call("pow", x, y)  # noqa: A001
 
 
-def floor(x):
+def floor(x: Any) -> Call:
     return call("floor", x)
 
 
-def ceil(x):
+def ceil(x: Any) -> Call:
     return call("ceil", x)
 
 
@@ -131,7 +131,7 @@ def floormod(a: Any, b: Any) -> Expr:
     return binary("floormod", a, b)
 
 
-def _reduce_or_binary(name: str, reducer, a: Any, b: Any, axis: Any, where: Any) -> Expr:
+def _reduce_or_binary(name: str, reducer: Reducer, a: Any, b: Any, axis: Any, where: Any) -> Expr:
     """`name(a, b)` elementwise, or `name(expr, axis=k)` as a reduction with `reducer`."""
     if axis is not None:
         if b is not None:

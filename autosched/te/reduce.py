@@ -44,11 +44,11 @@ class Reducer:
         return f"Reducer({self.name})"
 
 
-def _lowest(dtype: str):
+def _lowest(dtype: str) -> float:
     return -np.inf if is_float(dtype) else int(np.iinfo(numpy_dtype(dtype)).min)
 
 
-def _highest(dtype: str):
+def _highest(dtype: str) -> float:
     return np.inf if is_float(dtype) else int(np.iinfo(numpy_dtype(dtype)).max)
 
 

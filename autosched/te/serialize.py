@@ -108,7 +108,7 @@ def dump_tensors(tensors: Sequence[Tensor]) -> dict:
     """The JSON-able form of the tensors' ops (and of everything they read)."""
     ops = topological_ops([t.op for t in tensors])
     index = {id(op): i for i, op in enumerate(ops)}
-    out = []
+    out: list[dict[str, Any]] = []
     for op in ops:
         if isinstance(op, PlaceholderOp):
             out.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from autosched.errors import IndexCountError, ReduceAxisError, TEError
 from autosched.te.dtype import check_dtype
@@ -35,6 +35,7 @@ class Operation:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    _output: Tensor
 
     def output(self, index: int = 0) -> Tensor:
         if index != 0:
@@ -94,10 +95,21 @@ class Tensor:
     def __init__(self, op: Operation) -> None:
         self.op = op
 
-    name = property(lambda self: self.op.name)
-    shape = property(lambda self: self.op.shape)
-    dtype = property(lambda self: self.op.dtype)
-    ndim = property(lambda self: len(self.op.shape))
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.op.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.op.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.op.shape)
 
     def __getitem__(self, indices: Any) -> Load:
         if not isinstance(indices, tuple):
@@ -123,7 +135,7 @@ class Tensor:
             idx.append(e)
         return Load(self, idx)
 
-    def __iter__(self):
+    def __iter__(self) -> NoReturn:
         # Without this, Python would iterate by calling __getitem__(0), (1), ... forever.
         raise TensorIterationError(
             f"te.Tensor {self.name!r} is not iterable: index it ({self.name}[i, ...]) inside "
@@ -135,32 +147,32 @@ class Tensor:
         return f"Tensor(name={self.name}, shape={list(self.shape)}, dtype={self.dtype})"
 
     # Elementwise arithmetic between tensors broadcasts, like TVM (`conv + bias`).
-    def _broadcast(self, other, op, reverse=False):
+    def _broadcast(self, other: Any, op: str, reverse: bool = False) -> Tensor:
         binary = BINARY_OPS[op]
         return binary(other, self) if reverse else binary(self, other)
 
-    def __add__(self, o):
+    def __add__(self, o: Any) -> Tensor:
         return self._broadcast(o, "add")
 
-    def __radd__(self, o):
+    def __radd__(self, o: Any) -> Tensor:
         return self._broadcast(o, "add", reverse=True)
 
-    def __sub__(self, o):
+    def __sub__(self, o: Any) -> Tensor:
         return self._broadcast(o, "subtract")
 
-    def __mul__(self, o):
+    def __mul__(self, o: Any) -> Tensor:
         return self._broadcast(o, "multiply")
 
-    def __rmul__(self, o):
+    def __rmul__(self, o: Any) -> Tensor:
         return self._broadcast(o, "multiply", reverse=True)
 
-    def __rsub__(self, o):
+    def __rsub__(self, o: Any) -> Tensor:
         return self._broadcast(o, "subtract", reverse=True)
 
-    def __truediv__(self, o):
+    def __truediv__(self, o: Any) -> Tensor:
         return self._broadcast(o, "divide")
 
-    def __rtruediv__(self, o):
+    def __rtruediv__(self, o: Any) -> Tensor:
         return self._broadcast(o, "divide", reverse=True)
 
 

@@ -1,28 +1,16 @@
-"""Generic traversal and rewriting of expression trees (children table, memoised rewrite)."""
+"""Generic traversal and rewriting of expression trees: each node lists and replaces its own
+children (`Expr.children`, `Expr.with_children`); walks and a memoised rewrite build on that."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from autosched.te.expr import BinOp, Call, Cast, Const, Expr, Load, Not, Reduce, Select, Var
+from autosched.te.expr import Const, Expr, Load, Var
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    """The direct sub-expressions of `e`."""
-    t = type(e)
-    if t is BinOp:
-        return (e.a, e.b)
-    if t is Load:
-        return e.indices
-    if t is Select:
-        return (e.cond, e.t, e.f)
-    if t is Call:
-        return e.args
-    if t is Cast or t is Not:
-        return (e.value,) if t is Cast else (e.a,)
-    if t is Reduce:
-        return (e.source,) if e.condition is None else (e.source, e.condition)
-    return ()
+    """The direct sub-expressions of `e` (each node class knows its own: `Expr.children`)."""
+    return e.children()
 
 
 def walk(e: Expr) -> Iterator[Expr]:
@@ -35,29 +23,12 @@ def walk(e: Expr) -> Iterator[Expr]:
             continue
         seen.add(id(node))
         yield node
-        stack.extend(reversed(children(node)))
+        stack.extend(reversed(node.children()))
 
 
-def rebuild(e: Expr, new_children: tuple[Expr, ...]) -> Expr:
+def rebuild(e: Expr, new_children: Sequence[Expr]) -> Expr:
     """`e` with its children replaced (no dtype re-checks beyond the constructors')."""
-    t = type(e)
-    if t is BinOp:
-        a, b = new_children
-        return BinOp(e.op, a, b, "bool" if e.dtype == "bool" else a.dtype)
-    if t is Load:
-        return Load(e.buffer, new_children)
-    if t is Select:
-        return Select(*new_children, style=e.style)
-    if t is Call:
-        return Call(e.func, new_children, new_children[0].dtype if new_children else e.dtype)
-    if t is Cast:
-        return Cast(e.dtype, new_children[0])
-    if t is Not:
-        return Not(new_children[0])
-    if t is Reduce:
-        cond = new_children[1] if len(new_children) > 1 else None
-        return Reduce(e.reducer, new_children[0], e.axes, cond)
-    return e
+    return e.with_children(new_children)
 
 
 def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
@@ -70,11 +41,11 @@ def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
             return got
         repl = fn(node)
         if repl is None:
-            kids = children(node)
+            kids = node.children()
             if kids:
                 new_kids = tuple(go(k) for k in kids)
                 if any(n is not k for n, k in zip(new_kids, kids, strict=True)):
-                    repl = rebuild(node, new_kids)
+                    repl = node.with_children(new_kids)
             if repl is None:
                 repl = node
         memo[id(node)] = repl

@@ -23,7 +23,7 @@ def _spatial(
     padding: Any,
     dilation: Any,
     pad_name: str,
-):
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], te.Tensor]:
     """Strides, dilations, output extents and the (maybe) padded input of a convolution."""
     n = len(kernel_hw)
     strides = as_tuple(stride, n, op, "stride")
@@ -135,7 +135,7 @@ def depthwise_conv2d_nchw(
     di = te.reduce_axis((0, kh), name="di")
     dj = te.reduce_axis((0, kw), name="dj")
 
-    def fcompute(b, c, i, j):
+    def fcompute(b: te.Expr, c: te.Expr, i: te.Expr, j: te.Expr) -> te.Expr:
         ic = c if mult == 1 else te.floordiv(c, mult)
         m = 0 if mult == 1 else te.floormod(c, mult)
         return te.sum(
@@ -182,7 +182,7 @@ def group_conv2d_nchw(
     rx = te.reduce_axis((0, kw), name="rx")
     per_group = co // groups
 
-    def fcompute(nn, ff, yy, xx):
+    def fcompute(nn: te.Expr, ff: te.Expr, yy: te.Expr, xx: te.Expr) -> te.Expr:
         channel = rc if groups == 1 else te.floordiv(ff, per_group) * kci + rc
         return te.sum(
             cast_to(padded[nn, channel, window(yy, sh, ry, dh), window(xx, sw, rx, dw)], out_dtype)

@@ -40,7 +40,7 @@ def matmul(
     )
     k = te.reduce_axis((0, ka), name="k")
 
-    def fcompute(i, j):
+    def fcompute(i: te.Expr, j: te.Expr) -> te.Expr:
         x = a[k, i] if transpose_a else a[i, k]
         y = b[j, k] if transpose_b else b[k, j]
         return te.sum(cast_to(x, dtype) * cast_to(y, dtype), axis=k)
@@ -100,7 +100,7 @@ def batch_matmul(
     k = te.reduce_axis((0, ka), name="k")
     name = f"T_batch_matmul_{'T' if transpose_a else 'N'}{'T' if transpose_b else 'N'}"
 
-    def fcompute(bt, i, j):
+    def fcompute(bt: te.Expr, i: te.Expr, j: te.Expr) -> te.Expr:
         xb = 0 if ba == 1 and bb != 1 else bt
         yb = 0 if bb == 1 and ba != 1 else bt
         x = a[xb, k, i] if transpose_a else a[xb, i, k]
