@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from autosched.errors import OptionError
 from autosched.records import MeasureRecordResult, now
 from autosched.search.auto_schedule import BestSoFar, TuningOptions, run_trials
 from autosched.search.progress import progress_line
@@ -250,3 +251,8 @@ def test_no_trials_asked_for_searches_nothing():
     policy = CountingPolicy(log)
     assert tune(policy, SleepingMeasurer(log), trials=0, per_round=8, pipeline=True) == []
     assert policy.searches == 0
+
+
+def test_pipeline_is_true_or_false():
+    with pytest.raises(OptionError, match="pipeline must be True or False"):
+        TuningOptions(pipeline="no")  # type: ignore[arg-type]

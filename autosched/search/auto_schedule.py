@@ -47,11 +47,12 @@ class TuningOptions:
     pipeline: bool = False
 
     def __post_init__(self) -> None:
-        from autosched.checks import integer, optional_integer
+        from autosched.checks import boolean, integer, optional_integer
 
         integer("num_measure_trials", self.num_measure_trials, 0)
         integer("num_measures_per_round", self.num_measures_per_round, 1)
         optional_integer("early_stopping", self.early_stopping, 1)
+        boolean("pipeline", self.pipeline)
         for name in ("builder", "runner"):
             value = getattr(self, name)
             if isinstance(value, str) and value != "local":
