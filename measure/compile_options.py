@@ -12,7 +12,7 @@ ptxas, but their defaults differ in two ways that change the code:
 
 `-O3` is nvcc's host optimisation level (the device code is optimised fully by default in both);
 `-Xptxas -v` / `--ptxas-options=--verbose` make ptxas print the resources that `parse_ptxas`
-reads. tests/test_measure_compiler.py checks that both back ends give the same SASS.
+reads. tests/measure/test_measure_compiler.py checks that both back ends give the same SASS.
 """
 
 from __future__ import annotations

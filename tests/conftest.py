@@ -106,6 +106,6 @@ def interpreted_samples():
     """interpreted_samples.get(name, n, seed): the first `n` states sampled from suite workload
     `name` at its reduced size, each checked on the CPU interpreter; a sample checked once in
     the session is not interpreted again (interpreter_check.InterpretedSamples)."""
-    from interpreter_check import InterpretedSamples
+    from tests.interpreter_check import InterpretedSamples
 
     return InterpretedSamples()

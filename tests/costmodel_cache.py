@@ -7,7 +7,7 @@ format) each cache was computed from; a cache whose key does not match is comput
 
 A change of lowering or feature code can change the features without touching the logs: the
 test `test_cached_features_equal_a_fresh_extraction` compares the cache with a fresh extraction
-of the first records of every log and fails when they differ. `python tests/costmodel_cache.py`
+of the first records of every log and fails when they differ. `python -m tests.costmodel_cache`
 then recomputes every cache (commit the result with the change).
 """
 
@@ -118,5 +118,5 @@ def main() -> None:
 
 __all__ = ["cached_dataset"]
 
-if __name__ == "__main__":  # python tests/costmodel_cache.py
+if __name__ == "__main__":  # python -m tests.costmodel_cache
     main()

@@ -82,9 +82,8 @@ class InterpretedSamples:
         self._checked: dict[tuple[str, int], list] = {}
 
     def get(self, name: str, n: int, seed: int) -> list:
-        from workloads_for_tests import suite_dag
-
         from autosched.sketch import SketchSampler, generate_sketches
+        from tests.workloads_for_tests import suite_dag
 
         done = self._checked.get((name, seed), [])
         if len(done) >= n:

@@ -1,0 +1,84 @@
+"""Records: JSON lines round-trip; torn and garbage lines are skipped, one warning counts them."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import autosched
+from autosched.errors import RecordError
+from autosched.records import (
+    MeasureInput,
+    MeasureRecordResult,
+    RecordToFile,
+    load_best,
+    load_records,
+)
+from tests.workloads_for_tests import SEED_002_TILES, SEED_002_VECTORS, seed_conv_state
+
+
+def seed_task_and_state():
+    task = autosched.SearchTask("conv2d_bias_relu", (1, 7, 7, 512, 512, 3, 3, 1, 1))
+    return task, seed_conv_state(task.compute_dag, SEED_002_TILES, SEED_002_VECTORS)
+
+
+def test_round_trip_and_load_best(tmp_path):
+    task, state = seed_task_and_state()
+    log = tmp_path / "log.json"
+    inp = MeasureInput(task.workload_key, tuple(s.to_record() for s in state.steps))
+    cb = RecordToFile(str(log))
+    cb(
+        [inp, inp],
+        [
+            MeasureRecordResult((2e-4, 2.2e-4), 0, "", 1.0, 0.5, 1.0),
+            MeasureRecordResult((1e-4,), 0, "", 1.0, 0.5, 2.0),
+        ],
+    )
+    cb([inp], [MeasureRecordResult((), 6, "wrong answer", 1.0, 0.5, 3.0)])
+    recs = list(load_records(str(log)))
+    assert len(recs) == 3 and recs[0][0] == inp and recs[2][1].error_kind == 6
+    best_inp, best_res = load_best(str(log), task.workload_key)
+    assert best_res.mean_cost == pytest.approx(1e-4)
+    assert best_inp.state == state  # rebuilt from the registered workload
+    assert task.apply_best(str(log)) == state
+
+
+def test_torn_and_garbage_lines_load_with_one_warning_that_counts_them(tmp_path):
+    task, state = seed_task_and_state()
+    log = tmp_path / "log.json"
+    inp = MeasureInput(task.workload_key, tuple(s.to_record() for s in state.steps))
+    RecordToFile(str(log))([inp], [MeasureRecordResult((1e-4,), 0, "", 0, 0, 0)])
+    good = log.read_text()
+    log.write_text(good + "this is not json\n" + good + good[: len(good) // 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recs = list(load_records(str(log)))
+    assert len(recs) == 2
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 1
+    assert msgs[0].startswith("skipped 2 lines of") and "first: line 2: not JSON" in msgs[0]
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(RecordError, match="does not exist"):
+        list(load_records(str(tmp_path / "nope.json")))
+
+
+def test_appending_after_a_torn_line_keeps_the_new_record(tmp_path):
+    """A crash mid-write leaves a line without its newline; the next append must not glue its
+    record onto it (the torn line is skipped with a warning, the new one loads)."""
+    import warnings
+
+    from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile, load_records
+
+    path = tmp_path / "log.json"
+    path.write_text('{"v": 1, "task": {"workload_key": "[\\"matmul\\"')
+    RecordToFile(str(path))(
+        [MeasureInput('["matmul", 2, 2, 2]', (("CI", 0),))], [MeasureRecordResult((1e-6,))]
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = list(load_records(str(path)))
+    assert len(got) == 1 and got[0][1].costs == (1e-6,)
+    assert len(caught) == 1 and "(line 1:" in str(caught[0].message)

@@ -1,0 +1,116 @@
+"""What a search round measures: random picks taking the sketches in turn, at most launch_cap
+picks per launch shape, and the settings a SearchParams refuses."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+
+import pytest
+
+import autosched
+from autosched.search.candidates import block_shape
+from autosched.search.policy import (
+    SearchParams,
+    SketchPolicy,
+    launch_shape,
+    spread_over_sketches,
+)
+from tests.search.test_search import PARAMS, SMALL, make_policy, small_task
+
+
+def steered_policy(params: SearchParams) -> tuple[SketchPolicy, list]:
+    """A policy of the small matmul whose model steers, and the 24 sampled states it measured
+    (the first fastest) and fitted."""
+    policy = make_policy(small_task(), params, autosched.XGBModel(nthread=1, few_shot_threshold=0))
+    measured = policy.sample_fresh(24)
+    costs = [1e-6 * (i + 1) for i in range(len(measured))]
+    for r, c in zip(measured, costs, strict=True):
+        policy.add_measured_records(r, c)
+    policy.update_model([policy.workers.context.replay(r) for r in measured], costs)
+    assert not policy.model_guesses
+    return policy, measured
+
+
+# ---- sketches take turns in what is drawn at random ------------------------------------------
+
+
+def test_spread_over_sketches_takes_each_sketch_in_turn():
+    sketch_of = {("a", k): 0 for k in range(6)} | {("b", k): 1 for k in range(2)}
+    sketch_of[("c", 0)] = 2
+    spread = spread_over_sketches(list(sketch_of), sketch_of, random.Random(3))
+    assert sorted(spread) == sorted(sketch_of)
+    assert sorted(sketch_of[r] for r in spread[:3]) == [0, 1, 2]
+    assert sorted(sketch_of[r] for r in spread[3:5]) == [0, 1]
+    assert {sketch_of[r] for r in spread[5:]} == {0}
+
+
+def test_a_round_the_model_cannot_steer_is_drawn_evenly_over_the_sketches():
+    """The small dense layer's multi-level tiling has far more distinct states than its
+    cross-thread reductions; the first round still measures each sketch as often."""
+    policy = make_policy(small_task("dense_bias"), PARAMS)
+    assert policy.model_guesses and len(policy.sketches) == 3
+    batch = policy.search_one_round(12)
+    drawn = collections.Counter(policy.fresh_sketch.values())
+    assert max(drawn.values()) > 2 * min(drawn.values())  # what the sampler's dedupe leaves
+    picked = collections.Counter(policy.fresh_sketch[s.key()] for s in batch)
+    assert sorted(picked.values()) == [4, 4, 4]
+
+
+def test_block_shape_reads_the_thread_level_of_each_spatial_split():
+    records = (
+        ("CI", 5),
+        ("SP", 3, 0, 1, (1, 1, 1, 1), True),
+        ("SP", 3, 5, 512, (1, 2, 1, 2), True),
+        ("SP", 3, 10, 7, (4, 7, 1, 1), True),
+        ("SP", 3, 20, 512, (16, 4), True),  # a reduction split
+        ("SP", 6, 0, 64, (4,), True),  # a fetch's vector split
+    )
+    assert block_shape(records) == (1, 2, 7)
+    assert block_shape(records, n_spatial_levels=3) == (4,)  # a 3-level structure's splits
+    assert block_shape((("CI", 5),)) == ()
+
+
+def test_a_launch_cap_spreads_a_steered_round_over_launch_shapes():
+    """With launch_cap 1, the model's picks in a round have distinct launch shapes as long as
+    the ranked candidates hold enough of them; without the cap the same round repeats shapes."""
+    shapes_per_round = {}
+    for cap in (0, 1):
+        params = SearchParams(**{**PARAMS.__dict__, "launch_cap": cap, "eps_greedy": 0.0})
+        policy, _ = steered_policy(params)
+        batch = [s.key() for s in policy.search_one_round(12)]
+        shapes = [launch_shape(policy.features.get(r)) for r in batch]
+        assert all(shapes) and len(batch) == 12
+        shapes_per_round[cap] = len(set(shapes))
+    assert shapes_per_round[1] == 12
+    assert shapes_per_round[0] < 12
+
+
+def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
+    policy = make_policy(small_task(), SearchParams(**{**SMALL.__dict__, "launch_cap": 2}))
+    fresh = policy.sample_fresh(8)
+    shape_of = {r: launch_shape(policy.features.get(r)) for r in fresh}
+    a = fresh[0]
+    others = [r for r in fresh if shape_of[r] != shape_of[a]]
+    # three candidates of one shape ranked first: the third goes behind the other shapes
+    ranked = [a, a, a, *others]
+    assert policy.capped(ranked) == [a, a, *others, a]
+    uncapped = dataclasses.replace(SMALL, launch_cap=0)
+    assert make_policy(small_task(), uncapped).capped(ranked) == ranked
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"population": 0}, "population must be >= 1"),
+        ({"eps_greedy": 1.5}, "eps_greedy must be in"),
+        ({"launch_cap": -1}, "launch_cap must be >= 0"),
+        ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
+        ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),
+        ({"mutation_weights": (("tile_size", 0.0),)}, "positive sum"),
+    ],
+)
+def test_search_params_name_a_bad_setting(setting, message):
+    with pytest.raises(ValueError, match=message):
+        SearchParams(**setting)
