@@ -20,6 +20,7 @@ from measure.errors import (
 )
 from measure.framing import pack, unpack
 from measure.hardware import HardwareParams, device_arch
+from measure.kernel_cache import KernelCache
 from measure.protocols import MeasureContext
 from measure.ptxas import KernelResources, find_nvcc, parse_ptxas
 from measure.reference import (
@@ -34,6 +35,7 @@ from measure.reference import (
 from measure.runner import LocalRunner, RunResult, gpu_available
 
 __all__ = [
+    "KernelCache",
     "ArgSpec",
     "BuildResult",
     "CompileError",

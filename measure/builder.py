@@ -14,6 +14,7 @@ from measure.artifact import KernelArtifact
 from measure.compiler import COMPILERS, CompileOutcome, compile_kernel, compile_source
 from measure.errors import CompileError, MeasureErrorKind, NvccNotFoundError
 from measure.hardware import HardwareParams, device_arch
+from measure.kernel_cache import KernelCache, cache_key, compiler_identity
 from measure.nvrtc import ENV_VAR as NVRTC_ENV_VAR
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
 from measure.ptxas import KernelResources, find_nvcc
@@ -81,6 +82,11 @@ class LocalBuilder:
     must not hold up a whole batch (a batch of 64 takes at least as long as its slowest build);
     the fastest kernels that searches find compile well within it.
 
+    Compiled kernels are kept (`kernel_cache`, measure/kernel_cache.py), keyed by source, arch,
+    options and compiler: a source met again is not compiled again. In memory by default;
+    `cache_dir` (e.g. `kernel_cache.DEFAULT_FOLDER`) keeps them on disk as well, for later
+    processes.
+
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
     (or the one named is missing). Call `close()` (or use `with`) to stop NVRTC workers early;
@@ -95,6 +101,7 @@ class LocalBuilder:
         hardware: HardwareParams | None = None,
         extra_flags: Sequence[str] = (),
         compiler: str = "auto",
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if compiler not in COMPILERS:
             raise ValueError(f"compiler must be one of {COMPILERS}, got {compiler!r}")
@@ -110,6 +117,9 @@ class LocalBuilder:
         self.extra_flags = tuple(extra_flags)
         self.compiler_used = self._choose_compiler(compiler)
         self.nvcc = find_nvcc() if self.compiler_used == "nvcc" else None
+        self.kernel_cache = KernelCache(cache_dir)
+        path = self.nvcc if self.nvcc is not None else self._compilers[0].path
+        self._compiler_identity = compiler_identity(self.compiler_used, path)
 
     def _choose_compiler(self, compiler: str) -> str:
         """NVRTC when asked or found and its first worker starts (it compiles a probe kernel);
@@ -172,7 +182,7 @@ class LocalBuilder:
         problem = artifact.validate()
         if problem:
             return BuildResult(None, {}, MeasureErrorKind.INSTANTIATION_ERROR, problem)
-        kind, message, cubin, kernels = self._compile(artifact.source)
+        kind, message, cubin, kernels = self._compile_cached(artifact.source)
         if kind == MeasureErrorKind.COMPILE_ERROR and kernels:
             # ptxas reported the kernel and then failed: NVRTC's log names no reason when a
             # resource is over its limit (nvcc's says "too much shared data"), so check them
@@ -228,6 +238,12 @@ class LocalBuilder:
             compiler = NvrtcCompiler(self._compilers[0].path, self.arch)
             self._compilers.append(compiler)
             return compiler
+
+    def _compile_cached(self, source: str) -> CompileOutcome:
+        """`_compile`'s outcome, from `kernel_cache` when this source was compiled before (or is
+        being compiled by another build thread)."""
+        key = cache_key(source, self.arch, self._compiler_identity, self.extra_flags)
+        return self.kernel_cache.get_or_compile(key, lambda: self._compile(source))
 
     def _compile(self, source: str) -> CompileOutcome:
         if self.compiler_used == "nvcc":

@@ -1,5 +1,6 @@
-"""`autosched curve LOG -o OUT`: plot the best GFLOP/s found so far against trials; for a log
-of several tasks (a model), also the estimated end-to-end latency and the trials per task."""
+"""`autosched curve LOG -o OUT`: plot the best GFLOP/s found so far against trials (or, with
+`--x time`, against the wall-clock seconds since the log's first record); for a log of several
+tasks (a model), also the estimated end-to-end latency and the trials per task."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import os
 from autosched.cli.arguments import Command
 from autosched.cli.record_log import read_log
 from autosched.errors import AutoschedError
+
+# the x axes the best-so-far curve can be drawn against, with their labels
+X_AXES = {"trials": "trials", "time": "seconds since the first record"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,33 +31,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weights of a several-task log's tasks in the end-to-end latency (TASK: workload "
         "key, name or index); default: LOG.tasks.json's, else 1",
     )
+    parser.add_argument(
+        "--x",
+        choices=sorted(X_AXES),
+        default="trials",
+        help="x axis of the best-so-far curve: trials (default) or time (the records' "
+        "timestamps, seconds since the first)",
+    )
 
 
 def run(ns: argparse.Namespace) -> int:
     from autosched.search.task_list import read_task_list
-    from autosched.task.search_task import SearchTask
 
     records = list(read_log(ns.log))
     plt = _pyplot()
     from matplotlib.backend_bases import FigureCanvasBase
 
     output = output_path(ns.output, FigureCanvasBase.get_supported_filetypes())
-    flops: dict[str, float] = {}
-    series: dict[str, list[float]] = {}
-    for inp, res in records:
-        key = inp.workload_key
-        if key not in flops:
-            flops[key] = SearchTask(workload_key=key).compute_dag.flop_count
-            series[key] = []
-        prev = series[key][-1] if series[key] else 0.0
-        g = flops[key] / res.mean_cost / 1e9 if res.ok else 0.0
-        series[key].append(max(prev, g))
+    series = best_so_far(records, ns.x)
     model = len(series) > 1
     fig, axes = plt.subplots(1, 3 if model else 1, figsize=(16, 4.5) if model else (6, 4))
     ax = axes[0] if model else axes
-    for key, ys in series.items():
-        ax.plot(range(1, len(ys) + 1), ys, label=key)
-    ax.set_xlabel("trials")
+    for key, (xs, ys) in series.items():
+        ax.plot(xs, ys, label=key)
+    ax.set_xlabel(X_AXES[ns.x])
     ax.set_ylabel("best GFLOP/s so far")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
@@ -68,6 +69,29 @@ def run(ns: argparse.Namespace) -> int:
         raise AutoschedError(f"cannot write {output}: {exc.strerror or exc}") from None
     print(f"wrote {output}")
     return 0
+
+
+def best_so_far(records: list, x: str = "trials") -> dict[str, tuple[list[float], list[float]]]:
+    """Per workload key, in the log's order: (x values, best GFLOP/s so far). `x` is "trials"
+    (each task's trials, from 1) or "time" (seconds since the log's first record, from the
+    records' timestamps; AutoschedError when the records carry none)."""
+    from autosched.task.search_task import SearchTask
+
+    if x == "time" and records and not all(res.timestamp for _, res in records):
+        raise AutoschedError("the log's records carry no timestamps: plot it with --x trials")
+    start = min((res.timestamp for _, res in records), default=0.0)
+    flops: dict[str, float] = {}
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for inp, res in records:
+        key = inp.workload_key
+        if key not in flops:
+            flops[key] = SearchTask(workload_key=key).compute_dag.flop_count
+            series[key] = ([], [])
+        xs, ys = series[key]
+        g = flops[key] / res.mean_cost / 1e9 if res.ok else 0.0
+        ys.append(max(ys[-1] if ys else 0.0, g))
+        xs.append(float(len(xs) + 1) if x == "trials" else res.timestamp - start)
+    return series
 
 
 def output_path(path: str, formats: dict[str, str]) -> str:
@@ -107,5 +131,8 @@ def _pyplot():
 
 
 COMMAND = Command(
-    "curve", "plot best GFLOP/s (and a model's latency) over trials", add_arguments, run
+    "curve",
+    "plot best GFLOP/s (and a model's latency) over trials or time",
+    add_arguments,
+    run,
 )

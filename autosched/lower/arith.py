@@ -23,33 +23,41 @@ INF = float("inf")
 
 
 class Affine:
-    """sum(coeff * atom) + const over int atoms (Vars or opaque non-linear terms)."""
+    """sum(coeff * atom) + const over int atoms (Vars or opaque non-linear terms).
+
+    No coefficient is zero, and an Affine is never changed once made: the operations build new
+    ones and may share the (coeff, atom) pairs of their operands."""
 
     __slots__ = ("terms", "const")
 
     def __init__(self, terms: dict | None = None, const: int = 0) -> None:
-        self.terms: dict = terms or {}  # atom key -> [coeff, atom expr]
+        self.terms: dict = terms or {}  # atom key -> (coeff, atom expr)
         self.const = const
 
     @staticmethod
     def atom(e: Expr) -> Affine:
-        return Affine({e._key: [1, e]}, 0)
+        return Affine({e._key: (1, e)}, 0)
 
     def add(self, other: Affine, sign: int = 1) -> Affine:
-        terms = {k: [c, a] for k, (c, a) in self.terms.items()}
+        """self + sign * other (terms in the order of self, then those new in other)."""
+        terms = dict(self.terms)
         for k, (c, a) in other.terms.items():
-            if k in terms:
-                terms[k][0] += sign * c
+            got = terms.get(k)
+            if got is None:
+                if c:
+                    terms[k] = (sign * c, a)
+                continue
+            total = got[0] + sign * c
+            if total:
+                terms[k] = (total, got[1])
             else:
-                terms[k] = [sign * c, a]
-        return Affine(
-            {k: v for k, v in terms.items() if v[0] != 0}, self.const + sign * other.const
-        )
+                del terms[k]
+        return Affine(terms, self.const + sign * other.const)
 
     def scale(self, f: int) -> Affine:
         if f == 0:
             return Affine()
-        return Affine({k: [c * f, a] for k, (c, a) in self.terms.items()}, self.const * f)
+        return Affine({k: (c * f, a) for k, (c, a) in self.terms.items()}, self.const * f)
 
     def is_const(self) -> bool:
         return not self.terms
@@ -137,10 +145,10 @@ def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
         return Affine({}, aff.const // c if op == "floordiv" else aff.const % c)
     # Split into a part divisible by c and a remainder r; if r's range sits in one period,
     # the division is exact on the divisible part.
-    div_terms: dict[tuple, list] = {}
-    rem_terms: dict[tuple, list] = {}
-    for k, (coef, a) in aff.terms.items():
-        (div_terms if coef % c == 0 else rem_terms)[k] = [coef, a]
+    div_terms: dict[tuple, tuple[int, Expr]] = {}
+    rem_terms: dict[tuple, tuple[int, Expr]] = {}
+    for k, term in aff.terms.items():
+        (div_terms if term[0] % c == 0 else rem_terms)[k] = term
     q_const, r_const = divmod(aff.const, c)
     rem = Affine(rem_terms, r_const)
     rlo, rhi = affine_bounds(rem, bounds)
@@ -148,7 +156,7 @@ def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
         k = int(rlo // c)
         if op == "floordiv":
             return Affine(
-                {key: [coef // c, a] for key, (coef, a) in div_terms.items()}, q_const + k
+                {key: (coef // c, a) for key, (coef, a) in div_terms.items()}, q_const + k
             )
         return rem.add(Affine({}, k * c), -1) if k else rem
     if op == "floormod" and div_terms:
@@ -360,19 +368,15 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     ):
         return to_affine(e, bounds).to_expr(e.dtype)
     if isinstance(e, BinOp) and e.op in COMPARE and e.a.dtype in ("int32", "int64"):
-        diff = to_affine(e.a, bounds).add(to_affine(e.b, bounds), -1)
+        lhs, rhs = to_affine(e.a, bounds), to_affine(e.b, bounds)
+        diff = lhs.add(rhs, -1)
         verdict = COMPARE[e.op](*affine_bounds(diff, bounds))
         if verdict is not None:
             return Const(verdict, "bool")
         folded = _fold_div_compare(e.op, diff, bounds)
         if folded is not None:
             return folded
-        return BinOp(
-            e.op,
-            to_affine(e.a, bounds).to_expr(e.a.dtype),
-            to_affine(e.b, bounds).to_expr(e.b.dtype),
-            "bool",
-        )
+        return BinOp(e.op, lhs.to_expr(e.a.dtype), rhs.to_expr(e.b.dtype), "bool")
     if isinstance(e, BinOp) and e.op in ("&&", "||"):
         a, b = simplify(e.a, bounds), simplify(e.b, bounds)
         for x, y in ((a, b), (b, a)):

@@ -61,6 +61,7 @@ class LoweringPlan:
     stages: tuple[Stage, ...]
     info: list[StageInfo]
     producer_stage: dict[int, int]  # id(stage.produces) -> stage index
+    # (stage, iterator name) -> its loop variable (var_of), launch indices included
     loop_vars: dict[tuple[int, str], Var] = field(default_factory=dict)
     attached: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     topo_index: dict[int, int] = field(default_factory=dict)  # stage -> place in dataflow order
@@ -135,14 +136,16 @@ class LoweringPlan:
     def var_of(self, i: int, name: str) -> Var:
         """The loop variable of stage i's iterator `name`: a launch index when it is bound to
         one, else one Var per (stage, iterator), made on first use."""
-        st = self.stages[i]
-        ann = st.iters[st.iter_index(name)].annotation
-        if ann in LAUNCH_TAGS:
-            return ir.THREAD_VARS[ann]
         key = (i, name)
         v = self.loop_vars.get(key)
-        if v is None:
-            v = self.loop_vars[key] = Var(f"{st.name.replace('.', '_')}_{name}", I32)
+        if v is None:  # the stages are frozen: the answer for a key never changes
+            st = self.stages[i]
+            ann = st.iters[st.iter_index(name)].annotation
+            if ann in LAUNCH_TAGS:
+                v = ir.THREAD_VARS[ann]
+            else:
+                v = Var(f"{st.name.replace('.', '_')}_{name}", I32)
+            self.loop_vars[key] = v
         return v
 
     def unique_name(self, name: str) -> str:

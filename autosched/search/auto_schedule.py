@@ -8,6 +8,7 @@ accepts them where a tutorial calls `tvm.build(sch, args, target)`).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError, OptionError
+from autosched.search.background import Background
+from autosched.search.progress import RoundTimes, Span, progress_line, round_record
 from autosched.search.protocols import MeasureCallback, Measurer, SearchPolicy
 
 if TYPE_CHECKING:
@@ -39,13 +42,17 @@ class TuningOptions:
     measure_callbacks: Sequence[MeasureCallback] | None = ()
     verbose: int = 1
     measurer: Measurer | None = None  # a custom measurer (tests use a simulated one)
+    # search the next batch while this one is measured (see run_trials). Off by default: on
+    # the simulated measurer it has not yet been shown to find states as good at equal trials
+    pipeline: bool = False
 
     def __post_init__(self) -> None:
-        from autosched.checks import integer, optional_integer
+        from autosched.checks import boolean, integer, optional_integer
 
         integer("num_measure_trials", self.num_measure_trials, 0)
         integer("num_measures_per_round", self.num_measures_per_round, 1)
         optional_integer("early_stopping", self.early_stopping, 1)
+        boolean("pipeline", self.pipeline)
         for name in ("builder", "runner"):
             value = getattr(self, name)
             if isinstance(value, str) and value != "local":
@@ -55,8 +62,9 @@ class TuningOptions:
 @dataclass
 class TuningResult:
     """What auto_schedule returns: the best state, its built kernel, the best mean cost in
-    seconds, and the round history (one dict per round: trials, best, and the wall-clock split
-    search / build / run / model). Unpacks as `state, kernel = result`."""
+    seconds, and the round history (one dict per round: trials, best, trials/s, how busy the
+    GPU was and the wall-clock split search / build / GPU / idle; `progress.round_record`).
+    Unpacks as `state, kernel = result`."""
 
     state: State
     kernel: BuiltKernel
@@ -79,51 +87,6 @@ class BestSoFar:
         """Keep `state` when it is faster than the best so far."""
         if cost < self.cost:
             self.cost, self.state, self.round = cost, state, rnd
-
-
-def _measure(
-    measurer: Measurer, batch: Sequence[State]
-) -> tuple[list[MeasureRecordResult], dict[str, float]]:
-    """Results and the build / run split of their wall-clock time (all of it counts as build
-    for a measurer whose `last_times` is empty)."""
-    t0 = time.perf_counter()
-    results = measurer.measure(batch)
-    wall = time.perf_counter() - t0
-    split = measurer.last_times
-    if not split:
-        return results, {"build": wall, "run": 0.0}
-    run = min(split.get("run", 0.0), wall)
-    return results, {"build": wall - run, "run": run}
-
-
-def _round_record(
-    rnd: int, done: int, costs: list[float], best: BestSoFar, flop: float, times: dict[str, float]
-) -> dict:
-    n_ok = sum(math.isfinite(c) for c in costs)
-    return {
-        "round": rnd,
-        "trials": done,
-        "ok": n_ok,
-        "best_us": best.cost * 1e6,
-        "gflops": flop / best.cost / 1e9 if math.isfinite(best.cost) else 0.0,
-        "batch_best_us": min(costs) * 1e6 if n_ok else math.inf,
-        "search_s": times["search"],
-        "build_s": times["build"],
-        "run_s": times["run"],
-        "measure_s": times["build"] + times["run"],
-        "model_s": times["model"],
-        "total_s": sum(times.values()),
-    }
-
-
-def _print_round(rec: dict, batch_size: int) -> None:
-    print(
-        f"[round {rec['round']:3d}] trials {rec['trials']:5d}  ok {rec['ok']:3d}/{batch_size:3d}"
-        f"  best {rec['best_us']:9.2f} us  {rec['gflops']:8.1f} GFLOP/s"
-        f"  | search {rec['search_s']:5.2f}s"
-        f"  build {rec['build_s']:5.2f}s  run {rec['run_s']:5.2f}s  model {rec['model_s']:5.2f}s",
-        flush=True,
-    )
 
 
 def auto_schedule(
@@ -176,36 +139,119 @@ def run_trials(
     measure them with `measurer`, tell the policy and update its model, until
     `opts.num_measure_trials` were measured, the space is exhausted or early stopping applies.
     `best` is updated in place; rounds are numbered from `start_round + 1`. Returns one history
-    record per round (`trials` counts from 0 in this call). The task scheduler calls it again and
-    again on one policy and measurer, a few rounds at a time."""
+    record per round (`trials` counts from 0 in this call; see `progress.round_record`). The task
+    scheduler calls it again and again on one policy and measurer, a few rounds at a time.
+
+    With `opts.pipeline` the next batch is searched while this one is measured (in a
+    background thread), so the GPU does not wait for the search: the batch measured in round k+1
+    was then chosen by the model of round k-1. The first batch of a call is measured alone, so
+    that the second is chosen by a model trained on it. A search is only started for trials this
+    call still has to measure, so no searched state is left unmeasured at the end (but for the
+    batch searched when early stopping ends the loop). Pipelined or not, Ctrl-C waits for the
+    batch being measured (its records are written) before it stops the loop; a second one stops
+    at once."""
     flop = task.compute_dag.flop_count
-    done, rnd, history = 0, start_round, []
-    while done < opts.num_measure_trials:
+    total = opts.num_measure_trials
+    done, rnd = 0, start_round
+    history: list[dict] = []
+    if total <= 0:
+        return history
+    window_start = time.perf_counter()
+    pending = _search(policy, min(opts.num_measures_per_round, total))
+    searches = [pending.span]  # the searches run in this round's window
+    while pending.batch:
         rnd += 1
-        n = min(opts.num_measures_per_round, opts.num_measure_trials - done)
-        t0 = time.perf_counter()
-        batch = policy.search_one_round(n)
-        times = {"search": time.perf_counter() - t0}
-        if not batch:
-            if opts.verbose:
-                print("search space exhausted: no new states to measure")
-            break
-        results, split = _measure(measurer, batch)
-        times.update(split)
+        batch, upcoming = pending.batch, None
+        left = total - done - len(batch)
+        # in a thread, so that Ctrl-C can wait for the batch; the first batch is measured alone
+        # (no search beside it), so that the second is chosen by a trained model
+        measuring = Background(functools.partial(_measure, measurer, batch), "measure")
+        try:
+            measuring.start()
+            if opts.pipeline and left > 0 and rnd > start_round + 1:
+                upcoming = _search(policy, min(opts.num_measures_per_round, left))
+                searches.append(upcoming.span)
+            results, measure_span, split = measuring.result()
+        except BaseException:  # Ctrl-C, or a failed search: keep the batch's records
+            _finish_after_interrupt(measuring, opts.verbose)
+            raise
         costs = [r.mean_cost for r in results]
         for s, c in zip(batch, costs, strict=True):
             policy.add_measured(s, c)
             best.offer(c, s, rnd)
-        t2 = time.perf_counter()
+        t0 = time.perf_counter()
         policy.update_model(batch, costs)
-        times["model"] = time.perf_counter() - t2
+        window_end = time.perf_counter()
         done += len(batch)
-        history.append(_round_record(rnd, done, costs, best, flop, times))
-        history[-1]["search_detail"] = dict(policy.last_round)
+        times = RoundTimes(
+            window=Span(window_start, window_end),
+            search=pending.span.seconds,
+            measure=measure_span,
+            build=split["build"],
+            run=split["run"],
+            model=window_end - t0,
+            searches=searches,
+        )
+        window_start, searches = window_end, []
+        history.append(round_record(rnd, done, costs, best.cost, flop, times))
+        history[-1]["search_detail"] = pending.detail
         if opts.verbose:
-            _print_round(history[-1], len(batch))
+            print(progress_line(history[-1], len(batch)), flush=True)
         if opts.early_stopping and rnd - best.round >= opts.early_stopping:
             if opts.verbose:
                 print(f"early stopping: no improvement in {opts.early_stopping} rounds")
-            break
+            return history
+        if done >= total:
+            return history
+        if upcoming is None:
+            upcoming = _search(policy, min(opts.num_measures_per_round, total - done))
+            searches.append(upcoming.span)
+        pending = upcoming
+    if opts.verbose:
+        print("search space exhausted: no new states to measure")
     return history
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """A batch the policy proposed, when its search ran and the policy's account of it."""
+
+    batch: list[State]
+    span: Span
+    detail: dict[str, float]
+
+
+def _search(policy: SearchPolicy, n: int) -> _Searched:
+    t0 = time.perf_counter()
+    batch = policy.search_one_round(n)
+    span = Span(t0, time.perf_counter())
+    return _Searched(batch, span, dict(policy.last_round))
+
+
+def _measure(
+    measurer: Measurer, batch: Sequence[State]
+) -> tuple[list[MeasureRecordResult], Span, dict[str, float]]:
+    """Results, when the measurement ran, and the build / run split of its wall-clock time (all
+    of it counts as build for a measurer whose `last_times` is empty)."""
+    t0 = time.perf_counter()
+    results = measurer.measure(batch)
+    span = Span(t0, time.perf_counter())
+    split = measurer.last_times
+    if not split:
+        return results, span, {"build": span.seconds, "run": 0.0}
+    run = min(split.get("run", 0.0), span.seconds)
+    return results, span, {"build": span.seconds - run, "run": run}
+
+
+def _finish_after_interrupt(measuring: Background, verbose: int) -> None:
+    """After Ctrl-C (or a search that raised): let the batch being measured finish, so that its
+    records are written (the measurer's callbacks run at the end of a batch); a second Ctrl-C
+    gives up on it."""
+    if measuring.done():
+        return
+    if verbose:
+        print("stopping: waiting for the batch being measured (Ctrl-C again to stop now)")
+    try:
+        measuring.result()
+    except (KeyboardInterrupt, Exception):  # what stopped the loop is what the caller hears of
+        pass

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
+# the tuning loop searches in one thread while it measures (lowering in the pool) in another
+_LOCK = threading.Lock()
 _MAIN_SWAP = threading.Lock()
 
 
@@ -55,15 +57,18 @@ class _WorkerContext(SpawnContext):
 
 def get_pool(n_jobs: int) -> ProcessPoolExecutor:
     """The pool of `n_jobs` spawned workers (started on first use)."""
-    pool = _POOLS.get(n_jobs)
-    if pool is None:
-        pool = _POOLS[n_jobs] = ProcessPoolExecutor(max_workers=n_jobs, mp_context=_WorkerContext())
-    return pool
+    with _LOCK:
+        pool = _POOLS.get(n_jobs)
+        if pool is None:
+            pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=_WorkerContext())
+            _POOLS[n_jobs] = pool
+        return pool
 
 
 @atexit.register
 def shutdown_pools() -> None:
     """Stop every worker process (also run at exit)."""
-    for pool in _POOLS.values():
-        pool.shutdown(wait=False, cancel_futures=True)
-    _POOLS.clear()
+    with _LOCK:
+        for pool in _POOLS.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        _POOLS.clear()

@@ -131,8 +131,9 @@ class ProgramMeasurer:
             measured = self.context.measure_batch(
                 artifacts, {self.task.workload_key: self.reference}
             )
-            # the runner's seconds (each candidate's own); the rest of the wall time waits for nvcc
-            run = sum(m.run_seconds for m in measured)
+            # the runners' seconds (each candidate's own) per GPU, as the GPUs run side by side;
+            # the rest of the wall time waits for the compilers
+            run = sum(m.run_seconds for m in measured) / max(1, self.context.gpu_count())
             for i, m in zip(slots, measured, strict=True):
                 results[i] = MeasureRecordResult(
                     tuple(m.costs),

@@ -19,11 +19,14 @@ def walk(e: Expr) -> Iterator[Expr]:
     stack = [e]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        key = id(node)
+        if key in seen:
             continue
-        seen.add(id(node))
+        seen.add(key)
         yield node
-        stack.extend(reversed(node.children()))
+        kids = node.children()
+        if kids:
+            stack.extend(reversed(kids))
 
 
 def rebuild(e: Expr, new_children: Sequence[Expr]) -> Expr:
@@ -41,13 +44,14 @@ def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
             return got
         repl = fn(node)
         if repl is None:
+            repl = node
             kids = node.children()
             if kids:
-                new_kids = tuple(go(k) for k in kids)
-                if any(n is not k for n, k in zip(new_kids, kids, strict=True)):
-                    repl = node.with_children(new_kids)
-            if repl is None:
-                repl = node
+                new_kids = tuple([go(k) for k in kids])
+                for n, k in zip(new_kids, kids, strict=True):
+                    if n is not k:
+                        repl = node.with_children(new_kids)
+                        break
         memo[id(node)] = repl
         return repl
 

@@ -232,6 +232,7 @@ def test_curve_output_paths(tmp_path, seed_records):
         f"curve log.json -o {tmp_path}",
         "curve log.json -o plain",
         "curve log.json -o curve.svg",
+        "curve log.json --x time -o time.svg",
     )
     assert_refused(results[0], "missing_dir", "does not exist")
     assert_refused(results[1], "is not a directory")
@@ -242,6 +243,7 @@ def test_curve_output_paths(tmp_path, seed_records):
     assert (tmp_path / "plain.png").stat().st_size > 0
     assert assert_ok(results[6]).strip() == "wrote curve.svg"
     assert (tmp_path / "curve.svg").read_text().lstrip().startswith("<?xml")
+    assert_refused(results[7], "carry no timestamps", "--x trials")  # records made by hand
 
 
 def test_gzip_logs_are_written_as_gzip_and_read_back(tmp_path, seed_records):

@@ -138,3 +138,52 @@ def test_device_program_stores_shared_fetches_at_the_fused_index():
     assert len(shared_stores(kernel.body)) == 2
     assert all(divisions(s.index) > 0 for s in shared_stores(kernel.body))
     assert all(divisions(s.index) == 0 for s in shared_stores(fold_index_digits(kernel).body))
+
+
+def _reference_add(x, y, sign: int) -> tuple[dict, int]:
+    """What `Affine.add` answers, written the long way: coefficients summed key by key in the
+    order of x then the keys new in y, zero sums dropped."""
+    coeffs = {k: c for k, (c, _) in x.terms.items()}
+    for k, (c, _) in y.terms.items():
+        coeffs[k] = coeffs.get(k, 0) + sign * c
+    return {k: c for k, c in coeffs.items() if c != 0}, x.const + sign * y.const
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_affine_add_matches_the_term_by_term_sum_and_leaves_its_operands_alone(seed):
+    """`add` shares its operands' (coeff, atom) pairs, so it must never change them; its terms
+    (and their order, which `to_expr` prints) are those of the plain term-by-term sum."""
+    from autosched.lower.arith import Affine
+
+    rng = np.random.default_rng(seed)
+    atoms = [Var(f"v{k}", I32) for k in range(4)] + [div(Var("w", I32), 3)]
+
+    def random_affine() -> Affine:
+        out = Affine({}, int(rng.integers(-5, 5)))
+        for a in rng.permutation(len(atoms))[: int(rng.integers(0, len(atoms) + 1))]:
+            out = out.add(Affine.atom(atoms[a]).scale(int(rng.choice([-2, -1, 1, 3]))))
+        return out
+
+    for _ in range(50):
+        x, y = random_affine(), random_affine()
+        before = (dict(x.terms), x.const, dict(y.terms), y.const)
+        for sign in (1, -1):
+            got = x.add(y, sign)
+            coeffs, const = _reference_add(x, y, sign)
+            assert {k: c for k, (c, _) in got.terms.items()} == coeffs
+            assert list(got.terms) == list(coeffs) and got.const == const
+            assert all(a._key == k for k, (_, a) in got.terms.items())
+        assert (dict(x.terms), x.const, dict(y.terms), y.const) == before
+    assert x.add(x, -1).terms == {}  # everything cancels
+
+
+def test_comparisons_simplify_to_their_affine_sides():
+    """A comparison that the bounds do not settle keeps both sides in affine form."""
+    from autosched.lower.arith import simplify
+
+    i, j = Var("i", I32), Var("j", I32)
+    bounds = {id(i): (0, 7), id(j): (0, 7)}
+    cond = BinOp("<", add(mul(i, 2), i), add(j, c(1), c(2)), "bool")
+    assert repr(simplify(cond, bounds)) == repr(BinOp("<", mul(i, 3), add(j, c(3)), "bool"))
+    assert simplify(BinOp("<", i, c(8), "bool"), bounds).value is True
+    assert simplify(BinOp(">", i, add(j, c(7)), "bool"), bounds).value is False

@@ -273,6 +273,19 @@ def test_program_measurer_generates_sources_in_the_workers_and_splits_build_from
     assert times["build"] + times["run"] == pytest.approx(wall, abs=0.01)
 
 
+def test_program_measurer_counts_run_seconds_per_gpu(sampled, monkeypatch):
+    """Candidates run side by side on several GPUs: the run share of the wall time is their
+    runners' seconds per GPU, so that it stays within the wall time."""
+    from autosched.search.program_measurer import ProgramMeasurer
+
+    policy, fresh = sampled
+    states = [policy.workers.context.replay(r) for r in fresh[:4]]
+    measurer = ProgramMeasurer(policy.task, FakeBuilder(), FakeRunner(), workers=policy.workers)
+    monkeypatch.setattr(measurer.context, "gpu_count", lambda: 2)
+    measurer.measure(states)
+    assert measurer.last_times["run"] == pytest.approx(4 * 0.02 / 2)
+
+
 def test_workers_rebuild_a_workload_registered_only_in_this_process_from_its_dag():
     """Spawned workers cannot import a workload registered only here (a script's `__main__`,
     say); they rebuild it from the serialised DAG of the TaskSpec, with the same results."""
@@ -366,7 +379,13 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
         for key in ("search_s", "build_s", "run_s", "model_s"):
             assert rec[key] > 0, key
         assert rec["measure_s"] == pytest.approx(rec["build_s"] + rec["run_s"])
-        assert rec["total_s"] == pytest.approx(rec["search_s"] + rec["measure_s"] + rec["model_s"])
+        assert rec["wall_s"] == pytest.approx(sum(rec["split_s"].values()))
+        # nothing overlaps (the first batch is measured alone, the last has no next batch):
+        # the wall time is the sum, and a little bookkeeping
+        parts = rec["search_s"] + rec["measure_s"] + rec["model_s"]
+        assert parts <= rec["total_s"] <= parts + 0.1
+        assert rec["split_s"]["gpu"] == rec["run_s"] and 0 < rec["gpu_busy"] < 1
+        assert rec["trials_per_s"] == pytest.approx(8 / rec["wall_s"])
     assert sum(r["total_s"] for r in res.history) <= wall
     guessed, steered = (r["search_detail"] for r in res.history)
     assert guessed["sampled"] >= SMALL.sample_init_min_population and guessed["evaluated"] == 0
@@ -374,7 +393,9 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     for rec in res.history:
         detail = rec["search_detail"]
         assert detail["sample_s"] + detail["evaluate_s"] + detail["predict_s"] <= rec["search_s"]
-    assert time_split(res.history).startswith("2 rounds: search ")
+    summary = time_split(res.history)
+    assert summary.startswith("2 rounds: search ")
+    assert "trials/s, GPU busy" in summary.splitlines()[1]
     out = capsys.readouterr().out
     assert out.count("search ") == 2 and "build " in out and "run " in out and "model " in out
 
