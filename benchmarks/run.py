@@ -56,7 +56,7 @@ def tune(
     fields by name; `model_params`: XGBParams fields by name; `sketch_params`: SketchParams
     fields by name (over the task's own)."""
     import autosched
-    from autosched.search.cost_model import Dataset
+    from autosched.search.cost_model import Dataset, shipped_model
     from autosched.search.policy import SearchParams, SketchPolicy
     from autosched.sketch import SketchParams
     from autosched.task.search_task import suite_task
@@ -69,7 +69,11 @@ def tune(
     model_settings = dict(model_params or {})
     if few_shot is not None:
         model_settings["few_shot_threshold"] = few_shot
-    model = autosched.XGBModel(**model_settings)
+    # the model a user's search starts with: the shipped pre-trained one unless turned off
+    # (`--param pretrained=False`); note that it was trained on earlier logs of these workloads
+    model = autosched.XGBModel(
+        **model_settings, pretrained=shipped_model() if params.pretrained else None
+    )
     t0 = time.perf_counter()
     own = [task.workload_key]
     others = Dataset.joined([d.without_tasks(own) for d in pretrain])
