@@ -32,6 +32,7 @@ from costmodel.base import (
     rng_state_to_json,
     write_model_file,
 )
+from costmodel.fit_report import FitReport
 from costmodel.metrics import topk_recall
 from costmodel.packsum import make_metric, make_objective, normalise_throughputs, training_targets
 from costmodel.program_rows import STATEMENTS, reduce_statements
@@ -42,31 +43,6 @@ if TYPE_CHECKING:  # xgboost loads on first use, not with the package
     import xgboost as xgb
 
 logger = logging.getLogger("autosched.costmodel")
-
-
-@dataclasses.dataclass(frozen=True)
-class FitReport:
-    """What the last training run did (for logs and tests).
-
-    Attributes:
-        n_programs: programs trained or validated on (those with at least one statement).
-        n_train_rows: rows the trees were fitted on (statements, or programs with program rows).
-        n_valid_programs: programs held out for early stopping (0 = none: the figures below are
-            on the training set).
-        n_rounds: boosting rounds in the kept model.
-        valid_rmse: weighted RMSE of the kept model's program scores against the targets (in
-            the label's units), on the held-out programs.
-        valid_recall: top-k recall of the kept model on the held-out programs.
-        seconds: wall time of the training run, data preparation included.
-    """
-
-    n_programs: int
-    n_train_rows: int
-    n_valid_programs: int
-    n_rounds: int
-    valid_rmse: float
-    valid_recall: float
-    seconds: float
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ inference gives them (the feature extractor reads them). DEVICE_PASSES then make
 program, which the CUDA printer prints and `BuiltKernel.run_cpu` runs on the interpreter.
 
 Every pass maps a program to a new program, kernel by kernel, and leaves its input unchanged;
-`ir.program_text` prints the program between any two of them (the golden tests do).
+`ir_text.program_text` prints the program between any two of them (the golden tests do).
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ class LoweringPlan:
 
 def plan_text(plan: LoweringPlan) -> str:
     """A readable dump of what planning derived for every stage that is computed (for tests
-    and debugging, as `ir.program_text` is for programs): its scope and loop context, the
+    and debugging, as `ir_text.program_text` is for programs): its scope and loop context, the
     stages it reads, its region, its iterator extents and its buffer."""
     out: list[str] = []
     for i in plan.topo_order():

@@ -29,7 +29,6 @@ class Combiner(Protocol):
 ARITH_OPS = ("+", "-", "*", "/", "floordiv", "floormod", "min", "max")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("&&", "||")
-INFIX_SPACED = {"+", "-", "/", "<", "<=", ">", ">=", "==", "!=", "&&", "||"}
 
 
 class Expr:

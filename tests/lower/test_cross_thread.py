@@ -17,6 +17,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
+from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verify_program
 from autosched.schedule.compute_dag import ComputeDAG
@@ -169,7 +170,7 @@ def test_softmax_cross_thread_results_in_registers(m, threads):
     program = run_and_compare(dag, softmax_state(dag, threads, at="i1_i"))
     kernel = program.kernels[0]
     assert {b.scope for b in kernel.allocs} == {"local"}
-    text = ir.program_text(program)
+    text = program_text(program)
     assert "threadIdx.x == 0" not in text  # no single writer
 
 

@@ -11,6 +11,7 @@ from autosched.codegen.build import build
 from autosched.codegen.cuda import codegen_program
 from autosched.lower import ir
 from autosched.lower.device_passes import DEVICE_PASSES, device_program, fold_index_digits
+from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verifying_every_lowering
 from autosched.task.evaluate import evaluate
@@ -52,9 +53,9 @@ def test_the_passes_are_one_named_sequence():
 
 def test_device_program_folds_fetch_indices_the_analysis_program_keeps(seed_conv_state):
     analysis = lower(seed_conv_state)
-    before = ir.program_text(analysis)
+    before = program_text(analysis)
     device = device_program(analysis)
-    assert ir.program_text(analysis) == before  # the analysis program is left as it was
+    assert program_text(analysis) == before  # the analysis program is left as it was
     fetches = list(zip(shared_stores(analysis), shared_stores(device), strict=True))
     assert len(fetches) == 2
     for kept, folded in fetches:
@@ -68,7 +69,7 @@ def test_build_prints_and_interprets_the_device_program(dag, seed_conv_state):
     device = device_program(lower(seed_conv_state))
     assert built.source == codegen_program(device)
     assert built.source != codegen_program(lower(seed_conv_state))  # the printer folds nothing
-    assert ir.program_text(built.program) == ir.program_text(device)
+    assert program_text(built.program) == program_text(device)
     inputs = random_inputs(dag)
     expected = evaluate(dag, inputs)
     assert_matches_dag(dag, device, seed_conv_state, inputs, expected)

@@ -15,6 +15,7 @@ import pytest
 
 from autosched.lower import ir
 from autosched.lower.emission import emit_program
+from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
 from autosched.lower.passes import DEVICE_PASSES, LOWERING_PASSES, KernelPass
 from autosched.lower.plan import plan_text
@@ -116,17 +117,17 @@ def test_pass_golden(name, golden):
     """The program before and after the pass; the pass changes it and leaves its input as it
     was."""
     before, after = programs_around(WORKLOAD_OF[name](), name)
-    text_before = ir.program_text(before)
-    text_after = ir.program_text(after)
+    text_before = program_text(before)
+    text_after = program_text(after)
     assert text_after != text_before, f"{name} changes nothing on its golden workload"
-    assert ir.program_text(before) == text_before
+    assert program_text(before) == text_before
     golden(f"pass_{name}.txt", f"# before {name}\n{text_before}\n# after {name}\n{text_after}\n")
 
 
 def test_lower_is_emission_then_the_lowering_passes():
     state = matmul_vthread_state()
     _, analysis = programs_around(state, LOWERING_PASSES[-1].name)
-    assert ir.program_text(lower(state)) == ir.program_text(analysis)
+    assert program_text(lower(state)) == program_text(analysis)
 
 
 def free_var_ids(program: ir.Program) -> set[int]:

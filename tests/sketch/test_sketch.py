@@ -34,7 +34,7 @@ N_FULL_SIZE = 10  # full-size states per workload lowered in CI (200 in the slow
 
 
 def ir_text_of(program) -> str:
-    from autosched.lower.ir import program_text
+    from autosched.lower.ir_text import program_text
 
     return program_text(program)
 

@@ -1,0 +1,57 @@
+"""The text form of a program: one line per statement, indented by nesting, with each kernel's
+launch shape and allocations. Tests compare it (the golden files of the passes) and it is what to
+print when debugging a lowering."""
+
+from __future__ import annotations
+
+from autosched.lower.ir import (
+    AllReduce,
+    Barrier,
+    For,
+    IfThenElse,
+    Program,
+    Seq,
+    Stmt,
+    Store,
+    WarpStmt,
+)
+
+
+def program_text(p: Program) -> str:
+    """A compact, readable dump of a program (for debugging and tests)."""
+    out: list[str] = []
+
+    def emit(s: Stmt, d: int) -> None:
+        pad = "  " * d
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                emit(c, d)
+        elif isinstance(s, For):
+            out.append(f"{pad}for {s.var.name} in 0..{s.extent} [{s.kind}]:")
+            emit(s.body, d + 1)
+        elif isinstance(s, IfThenElse):
+            out.append(f"{pad}if {s.cond!r}:")
+            emit(s.then_case, d + 1)
+            if s.else_case is not None:
+                out.append(f"{pad}else:")
+                emit(s.else_case, d + 1)
+        elif isinstance(s, Store):
+            out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}")
+        elif isinstance(s, Barrier):
+            out.append(f"{pad}__syncthreads()")
+        elif isinstance(s, AllReduce):
+            reduced = f"allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
+            out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")
+        elif isinstance(s, WarpStmt):
+            out.append(pad + s.describe(", ".join(repr(e) for e in s.exprs())))
+        else:
+            out.append(f"{pad}<{type(s).__name__}>")
+
+    for k in p.kernels:
+        out.append(f"kernel {k.name} grid={k.grid} block={k.block}")
+        if k.unit_vars:
+            out.append(f"  unit vars {', '.join(v.name for v in k.unit_vars)}")
+        for b in k.allocs:
+            out.append(f"  alloc {b.scope} {b.dtype} {b.name}[{b.size}]")
+        emit(k.body, 1)
+    return "\n".join(out)
