@@ -140,10 +140,8 @@ NOTE = (
 
 def model_results(runs: list[dict]) -> Results:
     """The models folder's document: one table per machine, commit and trial budget."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["machine"], r["commit"], r["trials"], r["command"]), []).append(r)
     tables = []
+    groups = report.runs_by(runs, "machine", "commit", "trials", "command")
     for (where, commit, trials, command), group in groups.items():
         rows = [
             [

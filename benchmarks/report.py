@@ -178,6 +178,14 @@ def git_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def runs_by(runs: list[dict], *keys: str) -> dict[tuple, list[dict]]:
+    """Runs grouped by the values of `keys` (one table per group), groups in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return groups
+
+
 def command_line(module: str, argv: list[str]) -> str:
     """How a benchmark was run, for its table: `python -m <module> <argv>`."""
     return " ".join(["python -m", module, *argv])

@@ -240,10 +240,8 @@ NOTE = (
 
 def tensor_core_results(runs: list[dict]) -> Results:
     """The tensor_cores folder's document: one table per machine and commit."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["machine"], r["commit"], r["command"]), []).append(r)
     tables = []
+    groups = report.runs_by(runs, "machine", "commit", "command")
     for (where, commit, command), group in groups.items():
         rows = [
             [
