@@ -234,7 +234,7 @@ def default_cost_model(seed: int, pretrained: bool = True) -> XGBModel:
 
 
 @functools.cache
-def shipped_model() -> costmodel.XGBModel | None:
+def shipped_model() -> costmodel.CostModel | None:
     """The package's pre-trained model for today's feature table, or None (with one warning)."""
     from costmodel.pretrained import load_pretrained
 

@@ -67,6 +67,23 @@ def test_another_feature_table_falls_back_with_one_warning(tmp_path):
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
 
 
+def test_a_wider_feature_table_reads_the_trained_columns_by_name(tmp_path):
+    """Features added (and reordered) since training: the model reads its own columns out of
+    today's matrices and predicts what it predicted on the old table."""
+    path = tmp_path / "model.npz"
+    model = small_model()
+    save_pretrained(model, NAMES, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PretrainedMismatchWarning)
+        wider = load_pretrained(("new", "c", "a", "b"), path)
+    assert wider is not None
+    old = [np.array([[x, 0.5, 0.2]]) for x in (0.1, 0.5, 0.9)] + [None]
+    new = [None if f is None else np.hstack([np.full((1, 1), 7.0), f[:, [2, 0, 1]]]) for f in old]
+    np.testing.assert_array_equal(wider.predict(new), model.predict(old))
+    with pytest.raises(TypeError, match="read-only"):
+        wider.update(new[:1], [1.0])
+
+
 def test_a_missing_file_falls_back_with_one_warning(tmp_path):
     with pytest.warns(PretrainedMismatchWarning, match="no pre-trained") as caught:
         assert load_pretrained(NAMES, tmp_path / "absent.npz") is None
