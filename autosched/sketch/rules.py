@@ -37,6 +37,7 @@ from autosched.sketch.utils import (
     needs_multi_level_tiling,
     single_consumer_root,
     spatial_and_reduce_length,
+    stage_op_info,
 )
 from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams
@@ -126,6 +127,54 @@ class AlwaysInline(SketchRule):
 
     def apply(self, ctx, state, i):
         return [(state.compute_inline(i), i - 1)]
+
+
+class KeepFetchedNormalization(SketchRule):
+    """An element-wise stage that only a shared-memory cache reads (the operand fetch of a
+    tiled product) and whose value depends on row reductions (a softmax's max and sum, as
+    attention's probabilities do) is also kept as its own kernel, besides being inlined by the
+    next rule. Inlined into the fetch, each reduction it reads must be a kernel of its own and
+    each of its elements is recomputed by every block whose tile covers it; kept, it is
+    computed once, and CrossThreadReduction computes the reductions inside its kernel (the
+    softmax sketch), one kernel for all of them. APPLY: the inlined sketch is made as well."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        info = stage_op_info(state, i)
+        if (
+            info is None
+            or stage.origin != "dag"
+            or is_inlined(stage)
+            or is_output(state, i)
+            or info.has_reduction
+        ):
+            return Cond.SKIP
+        cons = consumers(state, i)
+        if len(cons) != 1 or state.stages[cons[0]].origin != "cache_read":
+            return Cond.SKIP
+        if state.stages[cons[0]].scope != "shared":
+            return Cond.SKIP
+        return Cond.APPLY if reads_row_reduction(state, stage.op) else Cond.SKIP
+
+    def apply(self, ctx, state, i):
+        return [(state, i - 1)]
+
+
+def reads_row_reduction(state: State, op) -> bool:
+    """Whether `op` reads, directly or through element-wise ops, a reduction that needs no
+    multi-level tiling (a row's max or sum, not a product)."""
+    todo, seen = [op], set()
+    while todo:
+        for t in todo.pop().input_tensors:
+            info = state.dag.info.get(id(t.op))
+            if info is None or id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            if info.has_reduction and not info.needs_multi_level_tiling:
+                return True
+            if not info.has_reduction:
+                todo.append(t.op)
+    return False
 
 
 class AddCacheRead(SketchRule):
@@ -403,10 +452,12 @@ class SkipStage(SketchRule):
 
 
 # The GPU rule order (Ansor's, less the rules for attributes this DAG language lacks:
-# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus split-K, and the Tensor Core
-# rule, which takes a half-precision product before the fp32 tiling rules would).
+# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus keeping a fetched
+# normalisation, split-K, and the Tensor Core rule, which takes a half-precision product before
+# the fp32 tiling rules would).
 GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
+    KeepFetchedNormalization(),
     AlwaysInline(),
     SplitKReduction(),
     CrossThreadReduction(),

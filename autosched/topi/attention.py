@@ -1,25 +1,26 @@
 """Scaled dot-product attention as one compute DAG: `softmax(Q K^T * scale + mask) V`.
 
-The ops, in the flash-attention arrangement (the softmax's division deferred to after the
-product with V, so it is an element-wise epilogue of that product):
-
     T_attention_scores  S[b, i, j] = sum_d f32(q[b, i, d]) * f32(k[b, j, d])   (a batch_matmul)
     T_attention_logits  L[b, i, j] = S * scale (+ mask) (causal: -inf where j > i + Skv - Sq)
     T_attention_max     M[b, i]    = max_j L[b, i, j]
     T_attention_exp     E[b, i, j] = exp(L - M)        (M read as 0 where a row is all -inf)
     T_attention_sum     Z[b, i]    = sum_j E[b, i, j]
-    T_attention_probs   P[b, i, j] = v.dtype(E)        (the product's operand: fp16 / bf16 rounds)
+    T_attention_probs   P[b, i, j] = v.dtype(E / max(Z, 1))
     T_attention_pv      O[b, i, e] = sum_j f32(P[b, i, j]) * f32(v[b, j, e])  (a batch_matmul)
-    T_attention         out        = out_dtype(O / max(Z, 1))
+    T_attention         out        = out_dtype(O)
 
 Sums and the softmax are float32 whatever the inputs are. Z is at least 1 wherever a row has one
 finite logit (its largest term is exp(0)); a row masked everywhere has M = -inf, every E = 0 and
-Z = 0, and `max(Z, 1)` makes its output 0 (PyTorch's safe softmax) instead of 0 / 0.
+Z = 0, and `max(Z, 1)` makes its probabilities, and its output, 0 (PyTorch's safe softmax)
+instead of 0 / 0.
 
 The probabilities are a stage of their own, in v's dtype, so that the second product is a
-product of two loads the Tensor Core rule matches; the sketch rules then inline P (and E, L)
-into the shared-memory fetch of that product, so the exponentials are computed as its operand
-tiles are loaded.
+product of two loads the Tensor Core rule matches. The sketch rules then either keep P as one
+softmax kernel that also computes M and Z per row (`KeepFetchedNormalization`, then
+`CrossThreadReduction`), or inline P, E and L into the second product's shared-memory fetch.
+The division is done on the probabilities, not deferred to O (flash attention's arrangement):
+deferred, Z's only reader is the product's epilogue, and no rule computes a row reduction
+there, so Z would be a kernel of its own (docs/DESIGN.md, "Attention").
 """
 
 from __future__ import annotations
@@ -123,9 +124,10 @@ def attention(
     row_sum = te.compute(
         (bh, sq), lambda b, i: te.sum(exp[b, i, ks], axis=ks), name="T_attention_sum"
     )
+    one = const(1.0, ACCUMULATE)
     probs = te.compute(
         (bh, sq, skv),
-        lambda b, i, j: cast_to(exp[b, i, j], v.dtype),
+        lambda b, i, j: cast_to(exp[b, i, j] / te.max(row_sum[b, i], one), v.dtype),
         name="T_attention_probs",
         tag="elemwise",
     )
@@ -138,10 +140,9 @@ def attention(
         name="T_attention_pv",
         tag="batch_matmul",
     )
-    one = const(1.0, ACCUMULATE)
     return te.compute(
         (bh, sq, dv),
-        lambda b, i, e: cast_to(pv[b, i, e] / te.max(row_sum[b, i], one), dtype),
+        lambda b, i, e: cast_to(pv[b, i, e], dtype),
         name="T_attention",
         tag="attention",
     )

@@ -1,6 +1,7 @@
 """Sketches of the attention DAG (topi/attention.py): both products on the Tensor Cores for
-half-precision inputs, the probabilities computed in the second product's shared-memory fetch,
-and sampled states of every sketch run on the CPU interpreter against the numpy evaluation."""
+half-precision inputs, the softmax as one kernel (KeepFetchedNormalization) or computed in the
+second product's shared-memory fetch, and a sampled state of every sketch run on the CPU
+interpreter against the numpy evaluation."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from autosched import te
 from autosched.lower.interpreter import run_program
 from autosched.lower.passes import device_program
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.schedule.stage import INLINED
+from autosched.schedule.stage import ATTACHED, INLINED, ROOT
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.task.evaluate import evaluate
 from autosched.te.dtype import from_storage, to_storage
@@ -24,7 +25,7 @@ CASES = {
     "bf16_mask": ("bfloat16", 2, 24, 40, 16, False, True),
     "fp32_causal_mask": ("float32", 2, 24, 40, 16, True, True),
 }
-N_STATES = 2  # per sketch
+N_STATES = 1  # per sketch
 
 
 def attention_dag(dtype, bh, sq, skv, d, causal, with_mask):
@@ -51,11 +52,32 @@ def test_both_products_use_tensor_cores(name):
         }
 
 
+# the fused softmax's kernels: the first product, the softmax, the second product (whose kernel
+# is named after its epilogue, the output)
+THREE_KERNELS = {"T_attention_scores", "T_attention_probs", "T_attention"}
+
+
+def kernels(state) -> set[str]:
+    """The names of the stages computed at root (a kernel each), placeholders aside."""
+    return {s.name for s in state.stages if s.compute_at == ROOT and not s.is_placeholder}
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_probabilities_are_computed_in_the_product_fetch(name):
-    """probs, exp and logits are inlined: the exponentials are taken as the second product's
-    shared tile of probabilities is loaded, never stored in global memory."""
-    for sketch in generate_sketches(attention_dag(*CASES[name])):
+def test_softmax_in_one_kernel_or_in_the_product_fetch(name):
+    """Two families: the probabilities kept as a kernel that also computes the row max and sum
+    (KeepFetchedNormalization: three kernels), or computed in the second product's fetch of its
+    shared probability tile (the max and the sum then two kernels of their own)."""
+    sketches = generate_sketches(attention_dag(*CASES[name]))
+    kept = [s for s in sketches if "T_attention_probs" in kernels(s)]
+    fetched = [s for s in sketches if s not in kept]
+    assert kept and fetched
+    fused = [s for s in kept if kernels(s) == THREE_KERNELS]
+    assert len(fused) == 1  # CrossThreadReduction also leaves either reduction a kernel
+    stages = {s.name: s for s in fused[0].stages}
+    for row in ("T_attention_max", "T_attention_sum"):
+        assert stages[row].compute_at == ATTACHED
+        assert fused[0].stages[stages[row].attach[0]].name == "T_attention_probs"
+    for sketch in fetched:
         stages = {s.name: s for s in sketch.stages}
         for inlined in ("T_attention_logits", "T_attention_exp", "T_attention_probs"):
             assert stages[inlined].compute_at == INLINED
