@@ -20,8 +20,9 @@ from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
+from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
+from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
 from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
 from autosched.sketch.utils import (
@@ -37,7 +38,6 @@ from autosched.sketch.utils import (
     needs_multi_level_tiling,
     single_consumer_root,
     spatial_and_reduce_length,
-    stage_op_info,
 )
 from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams
@@ -130,51 +130,23 @@ class AlwaysInline(SketchRule):
 
 
 class KeepFetchedNormalization(SketchRule):
-    """An element-wise stage that only a shared-memory cache reads (the operand fetch of a
-    tiled product) and whose value depends on row reductions (a softmax's max and sum, as
-    attention's probabilities do) is also kept as its own kernel, besides being inlined by the
-    next rule. Inlined into the fetch, each reduction it reads must be a kernel of its own and
-    each of its elements is recomputed by every block whose tile covers it; kept, it is
-    computed once, and CrossThreadReduction computes the reductions inside its kernel (the
-    softmax sketch), one kernel for all of them. APPLY: the inlined sketch is made as well."""
+    """An element-wise stage that only a shared-memory cache of a product reads and that
+    depends on row reductions nothing else reads (attention's probabilities, from a softmax's
+    max and sum; softmax_fusion.py) is, besides being inlined into the fetch by the next rule:
+    kept as its own kernel, whose row loop CrossThreadReduction then computes the reductions
+    at (one kernel for the softmax instead of one per reduction); and, when the product is a
+    Tensor Core kernel, computed with its reductions at that kernel's block loop, rows on the
+    warps and the reductions on each warp's lanes (no kernel for the softmax). APPLY."""
 
     def condition(self, ctx, state, i):
-        stage = state.stages[i]
-        info = stage_op_info(state, i)
-        if (
-            info is None
-            or stage.origin != "dag"
-            or is_inlined(stage)
-            or is_output(state, i)
-            or info.has_reduction
-        ):
-            return Cond.SKIP
-        cons = consumers(state, i)
-        if len(cons) != 1 or state.stages[cons[0]].origin != "cache_read":
-            return Cond.SKIP
-        if state.stages[cons[0]].scope != "shared":
-            return Cond.SKIP
-        return Cond.APPLY if reads_row_reduction(state, stage.op) else Cond.SKIP
+        return Cond.APPLY if find_normalization(state, i) is not None else Cond.SKIP
 
     def apply(self, ctx, state, i):
-        return [(state, i - 1)]
-
-
-def reads_row_reduction(state: State, op) -> bool:
-    """Whether `op` reads, directly or through element-wise ops, a reduction that needs no
-    multi-level tiling (a row's max or sum, not a product)."""
-    todo, seen = [op], set()
-    while todo:
-        for t in todo.pop().input_tensors:
-            info = state.dag.info.get(id(t.op))
-            if info is None or id(t.op) in seen:
-                continue
-            seen.add(id(t.op))
-            if info.has_reduction and not info.needs_multi_level_tiling:
-                return True
-            if not info.has_reduction:
-                todo.append(t.op)
-    return False
+        norm = find_normalization(state, i)
+        if norm is None:
+            raise ScheduleError(f"stage {state.stages[i].name!r} is not a fetched normalisation")
+        fused = compute_in_product(state, i, norm)
+        return [(state, i - 1)] + ([(fused, i - 1)] if fused is not None else [])
 
 
 class AddCacheRead(SketchRule):
@@ -228,6 +200,7 @@ class CrossThreadReduction(SketchRule):
         if (
             not isinstance(stage.op, ComputeOp)
             or is_inlined(stage)
+            or stage.compute_at == ATTACHED  # placed by an earlier rule (softmax_fusion.py)
             or not has_reduce_iter(stage)
             or has_cache_write_stage(state, i)
         ):

@@ -15,12 +15,12 @@ Z = 0, and `max(Z, 1)` makes its probabilities, and its output, 0 (PyTorch's saf
 instead of 0 / 0.
 
 The probabilities are a stage of their own, in v's dtype, so that the second product is a
-product of two loads the Tensor Core rule matches. The sketch rules then either keep P as one
-softmax kernel that also computes M and Z per row (`KeepFetchedNormalization`, then
-`CrossThreadReduction`), or inline P, E and L into the second product's shared-memory fetch.
+product of two loads the Tensor Core rule matches. The sketch rules compute P and its row
+reductions inside the second product's kernel, or as one softmax kernel, or inline P, E and L
+into that product's shared-memory fetch (`KeepFetchedNormalization`, sketch/softmax_fusion.py).
 The division is done on the probabilities, not deferred to O (flash attention's arrangement):
 deferred, Z's only reader is the product's epilogue, and no rule computes a row reduction
-there, so Z would be a kernel of its own (docs/DESIGN.md, "Attention").
+there, so Z would be a kernel of its own (docs/DESIGN.md, "Attention: one task").
 """
 
 from __future__ import annotations

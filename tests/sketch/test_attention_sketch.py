@@ -1,7 +1,7 @@
 """Sketches of the attention DAG (topi/attention.py): both products on the Tensor Cores for
-half-precision inputs, the softmax as one kernel (KeepFetchedNormalization) or computed in the
-second product's shared-memory fetch, and a sampled state of every sketch run on the CPU
-interpreter against the numpy evaluation."""
+half-precision inputs; the softmax computed in the second product's kernel, as a kernel of its
+own (KeepFetchedNormalization, softmax_fusion.py) or in the product's shared-memory fetch; and
+a sampled state of every sketch run on the CPU interpreter against the numpy evaluation."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from autosched.lower.passes import device_program
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.softmax_fusion import WARP
 from autosched.task.evaluate import evaluate
 from autosched.te.dtype import from_storage, to_storage
 from autosched.topi.attention import attention
@@ -52,9 +53,10 @@ def test_both_products_use_tensor_cores(name):
         }
 
 
-# the fused softmax's kernels: the first product, the softmax, the second product (whose kernel
-# is named after its epilogue, the output)
-THREE_KERNELS = {"T_attention_scores", "T_attention_probs", "T_attention"}
+# the kernels of the softmax's two kept forms: in the second product's Tensor Core kernel, or
+# a kernel of its own (the second product's kernel is named after its epilogue, the output)
+TWO_KERNELS = {"T_attention_scores", "T_attention"}
+THREE_KERNELS = TWO_KERNELS | {"T_attention_probs"}
 
 
 def kernels(state) -> set[str]:
@@ -62,26 +64,47 @@ def kernels(state) -> set[str]:
     return {s.name for s in state.stages if s.compute_at == ROOT and not s.is_placeholder}
 
 
+def attached_to(state, name: str) -> tuple[str, str]:
+    """(stage, loop) a stage is computed at."""
+    stage = next(s for s in state.stages if s.name == name)
+    assert stage.compute_at == ATTACHED
+    return state.stages[stage.attach[0]].name, stage.attach[1]
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_softmax_in_one_kernel_or_in_the_product_fetch(name):
-    """Two families: the probabilities kept as a kernel that also computes the row max and sum
-    (KeepFetchedNormalization: three kernels), or computed in the second product's fetch of its
-    shared probability tile (the max and the sum then two kernels of their own)."""
+def test_the_softmax_schedules(name):
+    """KeepFetchedNormalization's forms beside the inlined one: the probabilities a kernel of
+    their own computing the row max and sum at their row loop; for a Tensor Core product, all
+    three computed at its block loop (two kernels in all); inlined into the product's fetch,
+    the max and the sum kernels of their own."""
     sketches = generate_sketches(attention_dag(*CASES[name]))
-    kept = [s for s in sketches if "T_attention_probs" in kernels(s)]
-    fetched = [s for s in sketches if s not in kept]
-    assert kept and fetched
-    fused = [s for s in kept if kernels(s) == THREE_KERNELS]
-    assert len(fused) == 1  # CrossThreadReduction also leaves either reduction a kernel
-    stages = {s.name: s for s in fused[0].stages}
+    by_kernels = {frozenset(kernels(s)): s for s in sketches}
+    kept = by_kernels[frozenset(THREE_KERNELS)]
     for row in ("T_attention_max", "T_attention_sum"):
-        assert stages[row].compute_at == ATTACHED
-        assert fused[0].stages[stages[row].attach[0]].name == "T_attention_probs"
+        assert attached_to(kept, row) == ("T_attention_probs", "i")
+    fetched = [
+        s for s in sketches if s.stages[s.stage_index("T_attention_probs")].compute_at == INLINED
+    ]
+    assert fetched
     for sketch in fetched:
         stages = {s.name: s for s in sketch.stages}
         for inlined in ("T_attention_logits", "T_attention_exp", "T_attention_probs"):
             assert stages[inlined].compute_at == INLINED
         assert "T_attention_probs.shared" in stages
+    fused = by_kernels.get(frozenset(TWO_KERNELS))
+    if CASES[name][0] == "float32":  # no Tensor Core kernel to compute the softmax in
+        assert fused is None
+        return
+    block = next(s for s in fused.stages if s.name == "T_attention").iters[0]
+    assert block.annotation == "blockIdx.x"
+    assert attached_to(fused, "T_attention_probs") == ("T_attention", block.name)
+    for row in ("T_attention_max", "T_attention_sum"):
+        assert attached_to(fused, row) == ("T_attention_probs", "i_i")
+    probs = {
+        it.name: it for it in next(s for s in fused.stages if s.name == "T_attention_probs").iters
+    }
+    assert probs["i_i"].annotation == "threadIdx.y"
+    assert probs["j_i"].annotation == "threadIdx.x" and probs["j_i"].extent == WARP
 
 
 @pytest.mark.parametrize("name", list(CASES))
