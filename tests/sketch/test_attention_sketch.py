@@ -18,6 +18,7 @@ from autosched.sketch.softmax_fusion import WARP
 from autosched.task.evaluate import evaluate
 from autosched.te.dtype import from_storage, to_storage
 from autosched.topi.attention import attention
+from tests.sketch.test_sketch import sketches_text
 from tests.te.test_topi_attention import TOLERANCE, padding_mask
 
 # (dtype, BH, Sq, Skv, D, causal, mask): sequence lengths that are not multiples of 16
@@ -139,3 +140,12 @@ def check_program(program, inputs, out, want) -> None:
     got = from_storage(arrays[out.name], out.dtype).astype(np.float64)
     tol = TOLERANCE[out.dtype]
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_sketches_golden(golden):
+    """The fp16 causal DAG's sketches as tests/golden/sketch_attention_fp16.txt holds them
+    (after a rule change: pytest --update-golden, then review the diff)."""
+    golden(
+        "sketch_attention_fp16.txt",
+        sketches_text(generate_sketches(attention_dag(*CASES["fp16_causal"]))),
+    )
