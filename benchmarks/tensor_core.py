@@ -81,6 +81,15 @@ def _conv2d_nhwcnc(args):
     return run
 
 
+def _attention(args):
+    """Ours and PyTorch's scaled_dot_product_attention take the same (BH, S, D) q, k and v, with
+    the default scale 1/sqrt(D); causal as the workload's last argument."""
+    causal = bool(args[4])
+    import torch.nn.functional as F
+
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
 def _tf32(torch_fn):
     """PyTorch's equivalent with TF32 matrix products allowed while it runs (and is captured),
     as the search's TF32 option allows ours."""
@@ -121,6 +130,11 @@ WORKLOADS: dict[str, tuple[str, tuple, object]] = {
         _conv2d_nchw,
     ),
     "conv2d_nhwcnc_fp16": ("conv2d_nhwcnc_fp16", (256, 14, 14, 512, 256, 3, 3, 1), _conv2d_nhwcnc),
+    # attention as one task (topi.attention): ViT-B/16, BERT-base, a causal decoder layer
+    "attention_vit_fp16": ("attention_fp16", (12, 197, 197, 64, 0), _attention),
+    "attention_bert_fp16": ("attention_fp16", (12, 128, 128, 64, 0), _attention),
+    "attention_causal_fp16": ("attention_fp16", (32, 1024, 1024, 64, 1), _attention),
+    "attention_vit_bf16": ("attention_bf16", (12, 197, 197, 64, 0), _attention),
 }
 TF32 = {"matmul_tf32_1024"}
 

@@ -20,8 +20,9 @@ from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
+from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
+from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
 from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
 from autosched.sketch.utils import (
@@ -128,6 +129,26 @@ class AlwaysInline(SketchRule):
         return [(state.compute_inline(i), i - 1)]
 
 
+class KeepFetchedNormalization(SketchRule):
+    """An element-wise stage that only a shared-memory cache of a product reads and that
+    depends on row reductions nothing else reads (attention's probabilities, from a softmax's
+    max and sum; softmax_fusion.py) is, besides being inlined into the fetch by the next rule:
+    kept as its own kernel, whose row loop CrossThreadReduction then computes the reductions
+    at (one kernel for the softmax instead of one per reduction); and, when the product is a
+    Tensor Core kernel, computed with its reductions at that kernel's block loop, rows on the
+    warps and the reductions on each warp's lanes (no kernel for the softmax). APPLY."""
+
+    def condition(self, ctx, state, i):
+        return Cond.APPLY if find_normalization(state, i) is not None else Cond.SKIP
+
+    def apply(self, ctx, state, i):
+        norm = find_normalization(state, i)
+        if norm is None:
+            raise ScheduleError(f"stage {state.stages[i].name!r} is not a fetched normalisation")
+        fused = compute_in_product(state, i, norm)
+        return [(state, i - 1)] + ([(fused, i - 1)] if fused is not None else [])
+
+
 class AddCacheRead(SketchRule):
     """Copy an input of a multi-level tiled stage into shared memory, attached at the
     outermost reduction tile (the copy is re-done per reduction step)."""
@@ -179,6 +200,7 @@ class CrossThreadReduction(SketchRule):
         if (
             not isinstance(stage.op, ComputeOp)
             or is_inlined(stage)
+            or stage.compute_at == ATTACHED  # placed by an earlier rule (softmax_fusion.py)
             or not has_reduce_iter(stage)
             or has_cache_write_stage(state, i)
         ):
@@ -403,10 +425,12 @@ class SkipStage(SketchRule):
 
 
 # The GPU rule order (Ansor's, less the rules for attributes this DAG language lacks:
-# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus split-K, and the Tensor Core
-# rule, which takes a half-precision product before the fp32 tiling rules would).
+# SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus keeping a fetched
+# normalisation, split-K, and the Tensor Core rule, which takes a half-precision product before
+# the fp32 tiling rules would).
 GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
+    KeepFetchedNormalization(),
     AlwaysInline(),
     SplitKReduction(),
     CrossThreadReduction(),

@@ -230,3 +230,28 @@ def norm2d_python(x: np.ndarray, keepdims: bool = False) -> np.ndarray:
     if out.ndim == 0:
         out = out.reshape(1)
     return out.astype(x.dtype)
+
+
+def attention_python(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """softmax(q k^T * scale + mask) v per batch-head, in float64: q (BH, Sq, D), k (BH, Skv,
+    D), v (BH, Skv, Dv) as float values; `causal` masks key j of query i where
+    j > i + Skv - Sq. A row masked everywhere gives 0 (PyTorch's safe softmax)."""
+    s = np.einsum("bid,bjd->bij", q.astype(np.float64), k.astype(np.float64)) * scale
+    if mask is not None:
+        s = s + mask.astype(np.float64)
+    if causal:
+        sq, skv = s.shape[1:]
+        allowed = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + (skv - sq)
+        s = np.where(allowed[None], s, -np.inf)
+    top = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isneginf(top), 0.0, top))
+    total = e.sum(axis=-1, keepdims=True)
+    p = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return np.einsum("bij,bje->bie", p, v.astype(np.float64))

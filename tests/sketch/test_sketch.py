@@ -64,6 +64,7 @@ def test_factorization_schemes_are_all_perfect_tilings():
 def test_gpu_rule_order():
     assert [type(r) for r in R.GPU_RULES] == [
         R.AddCacheRead,
+        R.KeepFetchedNormalization,
         R.AlwaysInline,
         R.SplitKReduction,
         R.CrossThreadReduction,
