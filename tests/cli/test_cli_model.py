@@ -86,7 +86,8 @@ def test_tasks_lists_the_models_tasks_and_bad_factories_get_one_line(tmp_path):
     (tmp_path / "models.py").write_text(FACTORIES)
     argvs = [["tasks", "models:mlp"], *(["tasks", f] for f, _ in CASES)]
     argvs.append(["tune-model", "models:mlp", "--trials", "0"])
-    (status, out, err), *bad, trials = run_cli(tmp_path, *argvs)
+    argvs.append(["tune-model", "models:mlp", "--minutes", "0"])
+    (status, out, err), *bad, trials, minutes = run_cli(tmp_path, *argvs)
     assert status == 0, err
     assert "dense" in out and "784" in out
     for (factory, message), (status, _, err) in zip(CASES, bad, strict=True):
@@ -94,3 +95,4 @@ def test_tasks_lists_the_models_tasks_and_bad_factories_get_one_line(tmp_path):
         assert status == 2 and len(lines) == 1, (factory, err)
         assert lines[0].startswith("autosched: ") and message in lines[0], (factory, lines)
     assert trials[0] == 2 and "positive integer" in trials[2]
+    assert minutes[0] == 2 and "'0' is not a positive number of minutes" in minutes[2]
