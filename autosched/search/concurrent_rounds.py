@@ -12,7 +12,8 @@ import concurrent.futures
 from collections.abc import Callable
 
 Outcome = tuple[int, float]  # (trials measured, best cost so far) of a round
-Finished = tuple[int, int, float, Outcome]  # (task, trials asked, start time, outcome)
+# (task, trials asked, start time, outcome or what the round raised)
+Finished = tuple[int, int, float, Outcome | BaseException]
 
 
 class RoundsInFlight:
@@ -50,8 +51,8 @@ class RoundsInFlight:
         self._submitted += 1
 
     def wait_first(self) -> list[Finished]:
-        """Wait until a round ends; every ended round, removed, in the order started. A round
-        that raised raises here (after the other ended rounds were removed)."""
+        """Wait until a round ends; every ended round, removed, in the order started, with its
+        outcome or the exception it raised."""
         done: set[concurrent.futures.Future] = set()
         while not done:  # in short waits, so that Ctrl-C reaches the caller
             done, _ = concurrent.futures.wait(
@@ -60,16 +61,16 @@ class RoundsInFlight:
         return self._collect(done)
 
     def _collect(self, done: set[concurrent.futures.Future]) -> list[Finished]:
-        ordered = sorted(done, key=lambda f: self.rounds[f][3])
-        meta = [self.rounds.pop(f) for f in ordered]
-        return [
-            (task, n, started, f.result())
-            for f, (task, n, started, _) in zip(ordered, meta, strict=True)
-        ]
+        finished: list[Finished] = []
+        for future in sorted(done, key=lambda f: self.rounds[f][3]):
+            task, n, started, _ = self.rounds.pop(future)
+            error = future.exception()
+            finished.append((task, n, started, future.result() if error is None else error))
+        return finished
 
-    def finish_after_interrupt(self, verbose: int) -> list[Finished]:
-        """After Ctrl-C: wait for the running rounds (their records are written as each batch
-        ends) and return those that ended well; a second Ctrl-C gives up on them."""
+    def finish(self, verbose: int) -> list[Finished]:
+        """After Ctrl-C or a failed round: wait for the running rounds (their records are
+        written as each batch ends) and return them; a second Ctrl-C gives up on them."""
         if not self.rounds:
             return []
         if verbose:
@@ -82,8 +83,7 @@ class RoundsInFlight:
             concurrent.futures.wait(self.rounds)
         except KeyboardInterrupt:
             pass
-        done = {f for f in self.rounds if f.done() and f.exception() is None}
-        return self._collect(done)
+        return self._collect({f for f in self.rounds if f.done()})
 
     def close(self) -> None:
         """Stop taking rounds; a thread still running (given up on) is not waited for."""

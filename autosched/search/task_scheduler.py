@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError
-from autosched.search.concurrent_rounds import RoundsInFlight
+from autosched.search.concurrent_rounds import Finished, RoundsInFlight
 from autosched.search.protocols import TaskTuner
 from autosched.search.task_budget import Budget, WarmUpParams, warm_up_size
 from autosched.search.task_similarity import similarity_groups
@@ -249,16 +249,17 @@ class TaskScheduler:
                     pass
                 if not flight.rounds:
                     break
-                for i, _, started, outcome in flight.wait_first():
-                    self.account(i, *outcome, self.clock() - started)
+                self._account_finished(flight.wait_first())
                 self.tuning_s = budget.elapsed()
-        except KeyboardInterrupt:
-            for i, _, started, outcome in flight.finish_after_interrupt(self.verbose):
-                self.account(i, *outcome, self.clock() - started)
+        except BaseException as exc:  # Ctrl-C, or a round that failed: the others end first
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            self._account_finished(flight.finish(self.verbose if interrupted else 0), ok_only=True)
+            self.tuning_s = budget.elapsed()
+            if not interrupted:
+                raise
             # a round cut short may have found better states than the scheduler saw
             for i, tuner in enumerate(self.tuners):
                 self.best_costs[i] = min(self.best_costs[i], getattr(tuner, "best_cost", math.inf))
-            self.tuning_s = budget.elapsed()
             if self.verbose:
                 print("interrupted: returning the best found so far", flush=True)
             return self.result(interrupted=True)
@@ -266,6 +267,18 @@ class TaskScheduler:
             flight.close()
         self.tuning_s = budget.elapsed()
         return self.result()
+
+    def _account_finished(self, finished: list[Finished], ok_only: bool = False) -> None:
+        """Account the rounds that ended well; then raise what the first failed one raised
+        (unless `ok_only`)."""
+        error: BaseException | None = None
+        for i, _, started, outcome in finished:
+            if isinstance(outcome, BaseException):
+                error = error or outcome
+            else:
+                self.account(i, *outcome, self.clock() - started)
+        if error is not None and not ok_only:
+            raise error
 
     def _start_round(self, budget: Budget, flight: RoundsInFlight) -> bool:
         """Pick a task and start its round (run it here when rounds are not parallel);

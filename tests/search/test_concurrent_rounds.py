@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import threading
 
+import pytest
+
 import autosched
 from autosched.records import load_records
 from autosched.search.policy import SearchParams
@@ -101,3 +103,31 @@ def test_tasks_tuned_at_once_measure_every_state_once_into_one_log(tmp_path):
     assert len(fps) == len(set(fps)) == 24
     assert len(list(load_records(log))) == 24
     assert res.measured == 24 and res.trials_per_s > 0
+
+
+class FailingTuner(CurveTuner):
+    def tune(self, n: int):
+        if self.calls == 1:
+            self.calls += 1
+            raise RuntimeError("a bug in the search")
+        return super().tune(n)
+
+
+def test_ctrl_c_or_a_failed_round_waits_for_the_others_and_keeps_their_trials():
+    tuners = [CurveTuner(1e3 * US, 0.5e3 * US, 40) for _ in range(4)]
+    tuners[0].interrupt_at = 2
+    sched = TaskScheduler(
+        many_tasks(4), None, tuners, num_measures_per_round=8, verbose=0, parallel=2
+    )
+    res = sched.tune(400)
+    assert res.interrupted and res.total_trials == sum(t.trials for t in tuners)
+    assert sched.tune(400).total_trials == 400  # and it goes on from there
+
+    tuners = [FailingTuner(1e3 * US, 0.5e3 * US, 40)]
+    tuners += [CurveTuner(1e3 * US, 0.5e3 * US, 40) for _ in range(3)]
+    sched = TaskScheduler(
+        many_tasks(4), None, tuners, num_measures_per_round=8, verbose=0, parallel=2
+    )
+    with pytest.raises(RuntimeError, match="a bug in the search"):
+        sched.tune(400)
+    assert sum(sched.trials) == sum(t.trials for t in tuners) > 0
