@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -130,10 +129,11 @@ def _tune_and_time(config: Config, trials: int | None, minutes: float | None, ns
         log,
         trials,
         time_budget_s=None if minutes is None else 60.0 * minutes,
-        fallback_costs=fallback if all(map(math.isfinite, fallback)) else None,
+        fallback_costs=fallback,
         num_measures_per_round=ns.per_round,
         strategy=ns.strategy,
         search_params=SearchParams(n_jobs=os.cpu_count() or 1),
+        parallel_tasks=ns.parallel_tasks,
     )
     tuning_s = time.perf_counter() - t0
     ours = at.compile(model, inputs, log=log)
@@ -158,6 +158,7 @@ def _tune_and_time(config: Config, trials: int | None, minutes: float | None, ns
         "fallback_us": [c * 1e6 for c in fallback],
         "estimated_latency_us": result.latency * 1e6,
         "tuning_s": tuning_s,
+        "rounds": len(result.history),
         "flop_coverage": coverage,
         "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "max_rel_err_vs_eager": err,
@@ -251,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=None, help="trials per configuration")
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
+    ap.add_argument(
+        "--parallel-tasks", type=int, default=None, help="default: one more than the GPUs"
+    )
     ap.add_argument("--out", default="model_out", help="logs; the tables go to OUT/models/")
     ap.add_argument(
         "--publish",

@@ -184,12 +184,14 @@ def model_tuning(
     batch: int,
     budget: tuple[int | None, float | None],
     per_round: int,
+    parallel: int | None,
     devices,
     out: str,
     label: str,
 ) -> dict:
-    """A whole-model tuning on `devices` (all tasks' rounds in flight at once, one more than the
-    GPUs) within `budget` (trials, seconds): its trials per second and estimated latency."""
+    """A whole-model tuning on `devices` within `budget` (trials, seconds) with `parallel`
+    tasks' rounds in flight (None: one more than the GPUs): its trials per second and estimated
+    latency."""
     import autosched.torch as at
     from autosched.search.policy import SearchParams
     from autosched.search.tune_model import tune_tasks
@@ -212,9 +214,11 @@ def model_tuning(
         num_measures_per_round=per_round,
         search_params=SearchParams(n_jobs=os.cpu_count() or 1),
         devices=devices,
+        parallel_tasks=parallel,
     )
     return {
         "model": model,
+        "parallel_tasks": parallel,
         "batch": batch,
         "tasks": len(search_tasks),
         "tasks_tuned": len(search_tasks) - len(result.fallback_tasks),
@@ -329,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--model-per-round", type=int, default=16)
     ap.add_argument(
+        "--model-parallel",
+        type=int,
+        default=None,
+        help="tasks' rounds in flight at once (default: one more than the GPUs used)",
+    )
+    ap.add_argument(
         "--skip-measure",
         action="store_true",
         help="only the model tunings (no throughput, run-only or agreement sections)",
@@ -366,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             if ns.model_minutes is not None
             else (ns.model_trials, None)
         )
-        args = (ns.model, ns.model_batch, budget, ns.model_per_round)
+        args = (ns.model, ns.model_batch, budget, ns.model_per_round, ns.model_parallel)
         section("model_1gpu", model_tuning, *args, devices[:1], ns.out, "1gpu")
         section("model_all", model_tuning, *args, devices, ns.out, "all")
     results = multi_gpu_results(figures, where)

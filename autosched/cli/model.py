@@ -171,7 +171,8 @@ def run_tune(ns: argparse.Namespace) -> int:
 
 def pytorch_fallback_costs(tasks, model, example_inputs) -> list[float] | None:
     """Each task's subgraph timed in PyTorch on this host's GPU (what runs while a task has no
-    kernel), or None without a local GPU or when timing fails (said in one line)."""
+    kernel; inf for one that cannot be timed alone), or None without a local GPU or when timing
+    fails (said in one line)."""
     import torch
 
     from autosched.search.pytorch_times import subgraph_times
@@ -184,14 +185,12 @@ def pytorch_fallback_costs(tasks, model, example_inputs) -> list[float] | None:
         times = subgraph_times(tasks, tuple(x.cuda() for x in inputs))
     except Exception as exc:  # the estimate then leaves untuned tasks out: not worth stopping
         print(
-            f"cannot time the tasks in PyTorch ({type(exc).__name__}: {exc}); estimates "
-            "leave tasks without a kernel out"
+            f"cannot time the tasks in PyTorch ({type(exc).__name__}: {exc}); the estimated "
+            "latency stays unknown until every task has a kernel"
         )
         return None
     finally:
-        model.cpu()
-    if not all(math.isfinite(t) for t in times):
-        return None
+        model.cpu()  # the GPU's memory goes back to the measurement
     return times
 
 
@@ -209,9 +208,9 @@ TUNE_MODEL_COMMAND = Command(
     "tune every task of a PyTorch model on the GPU",
     add_tune_arguments,
     run_tune,
-    description="Extract a PyTorch model's tasks and tune them over one record log; the task\n"
-    "scheduler gives every task a warm-up round sized to the budget, then each round to the\n"
-    "task that cuts the estimated latency most. The budget: --trials, --minutes or both\n"
-    f"(default {DEFAULT_TRIALS_PER_TASK} trials per task). Tasks without a kernel count at\n"
-    "their PyTorch time in the estimate.",
+    description="Extract a PyTorch model's tasks and tune them over one record log. Every task\n"
+    "gets a warm-up round sized to the budget, then each round goes to the task that cuts\n"
+    "the estimated latency most. Budget: --trials, --minutes or both (default\n"
+    f"{DEFAULT_TRIALS_PER_TASK} trials per task, at least {DEFAULT_LEAST_TRIALS}). A task\n"
+    "without a kernel counts at its PyTorch time in the estimate.",
 )

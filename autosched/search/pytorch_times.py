@@ -21,14 +21,18 @@ def subgraph_times(
     tasks: Sequence[Any], example_inputs: Sequence[Any], repeats: int = 20
 ) -> list[float]:
     """Seconds per call of each task's subgraph in PyTorch (`tasks` as
-    `autosched.torch.extract_tasks` returns them, `example_inputs` on the device to time on,
-    the model's parameters there too); inf for a task whose subgraph cannot be run alone."""
+    `autosched.torch.extract_tasks` returns them, `example_inputs` on the device to time on;
+    the traced graph, whose modules are the model's, is moved there too); inf for a task whose
+    subgraph cannot be run alone."""
     import torch
     from torch import fx
 
     if not tasks:
         return []
     gm = tasks[0].groups[0].output.graph.owning_module
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), None)
+    if device is not None:
+        gm.to(device)
     interpreter = fx.Interpreter(gm, garbage_collect_values=False)
     with torch.no_grad():
         interpreter.run(*example_inputs)  # every node's value stays in interpreter.env
