@@ -7,7 +7,14 @@ import math
 import pytest
 
 from autosched.errors import OptionError
-from autosched.search.task_budget import Budget, WarmUpParams, warm_up_size
+from autosched.search.task_budget import (
+    DEFAULT_LEAST_TRIALS,
+    DEFAULT_TRIALS_PER_TASK,
+    Budget,
+    WarmUpParams,
+    default_trials,
+    warm_up_size,
+)
 
 
 class Clock:
@@ -59,3 +66,17 @@ def test_the_time_budget_turns_into_trials_at_the_rate_seen():
     assert budget.time_is_up() and not budget.can_start_round(40)
     assert budget.expected_trials_left(40, 40) == 0
     assert not Budget(64, None, clock).can_start_round(64)
+
+
+def test_the_default_budget_grows_with_the_tasks():
+    assert default_trials(31) == 31 * DEFAULT_TRIALS_PER_TASK
+    assert default_trials(1) == DEFAULT_LEAST_TRIALS
+
+
+def test_tune_tasks_needs_a_budget(tmp_path):
+    import autosched
+    from autosched.search.tune_model import tune_tasks
+
+    task = autosched.SearchTask("matmul", (8, 8, 8))
+    with pytest.raises(OptionError, match="needs total_trials, time_budget_s or both"):
+        tune_tasks([task], None, str(tmp_path / "log.json"), None)
