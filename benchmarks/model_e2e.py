@@ -157,6 +157,8 @@ def _tune_and_time(config: Config, trials: int | None, minutes: float | None, ns
         "trials_per_s": result.trials_per_s,
         "fallback_us": [c * 1e6 for c in fallback],
         "estimated_latency_us": result.latency * 1e6,
+        "estimated_at_third_us": estimate_at(result.history, result.tuning_s / 3),
+        "curve": [(r["elapsed_s"], r["total_trials"], r["latency_us"]) for r in result.history],
         "tuning_s": tuning_s,
         "rounds": len(result.history),
         "flop_coverage": coverage,
@@ -165,6 +167,14 @@ def _tune_and_time(config: Config, trials: int | None, minutes: float | None, ns
         "matches_eager": err <= tolerance,
         **figures,
     }
+
+
+def estimate_at(history: list[dict], seconds: float) -> float | None:
+    """The scheduler's estimated latency (µs) after the last round that ended within `seconds`
+    of the start: what a run that many seconds long would have reached, about (None before
+    any round ended)."""
+    ended = [r["latency_us"] for r in history if r["elapsed_s"] <= seconds]
+    return ended[-1] if ended else None
 
 
 COLUMNS = [
@@ -180,6 +190,7 @@ COLUMNS = [
     Column("eager / ours", "{:.2f}"),
     Column("torch.compile / ours", "{:.2f}"),
     Column("estimated µs", "{:.1f}"),
+    Column("at ⅓ of the time", "{:.1f}"),
     Column("matches eager"),
     Column("error"),
 ]
@@ -189,7 +200,8 @@ NOTE = (
     " torch.compile: default mode. float32 follows PyTorch's TF32 flags (`tf32` in the runs)."
     " tasks tuned: tasks with a kernel / tasks; FLOPs in tasks: the tasks' share of the model's"
     " FLOPs; estimated: the task scheduler's weighted sum of its tasks' best times, a task"
-    " without a kernel at its PyTorch time."
+    " without a kernel at its PyTorch time; at ⅓ of the time: that estimate when a third of the"
+    " tuning time had passed (a run a third as long, about)."
 )
 
 
@@ -214,6 +226,7 @@ def model_row(run: dict) -> list:
         _ratio(run.get("eager_us"), run.get("ours_us")),
         _ratio(run.get("inductor_us"), run.get("ours_us")),
         run.get("estimated_latency_us"),
+        run.get("estimated_at_third_us"),
         run.get("matches_eager"),
         run.get("error", ""),
     ]

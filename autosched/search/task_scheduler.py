@@ -185,6 +185,7 @@ class TaskScheduler:
         self.history: list[dict] = []
         self.next_rr = 0  # round-robin position
         self.measured_now = 0  # trials measured in the current `tune` call
+        self.started = clock()  # when it started (`clock` seconds)
         self.tuning_s = 0.0  # its wall-clock seconds
         self.warm_up_size: int | None = None  # the size of its warm-up rounds, once known
         for i, tuner in enumerate(self.tuners):
@@ -242,6 +243,7 @@ class TaskScheduler:
         budget = Budget(total_trials, time_budget_s, self.clock)
         self.measured_now = 0
         self.warm_up_size = None
+        self.started = budget.start
         flight = RoundsInFlight(self.parallel)
         try:
             while True:
@@ -348,6 +350,7 @@ class TaskScheduler:
             "task_best_us": self.best_costs[i] * 1e6,
             "latency_us": self.latency() * 1e6,
             "seconds": seconds,
+            "elapsed_s": self.clock() - self.started,
             "untuned": sum(1 for c in self.best_costs if not math.isfinite(c)),
         }
         self.history.append(rec)

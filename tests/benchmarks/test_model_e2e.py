@@ -13,7 +13,14 @@ torch = pytest.importorskip("torch")
 
 import autosched.torch as at  # noqa: E402
 from autosched.search.pytorch_times import subgraph_times  # noqa: E402
-from benchmarks.model_e2e import Config, configs, flop_coverage, model_results, prepared  # noqa: E402
+from benchmarks.model_e2e import (  # noqa: E402
+    Config,
+    configs,
+    estimate_at,
+    flop_coverage,
+    model_results,
+    prepared,
+)
 from benchmarks.model_zoo import MODELS  # noqa: E402
 
 
@@ -54,6 +61,7 @@ def test_one_table_per_model_with_ratios_and_failed_configurations():
         "eager_us": 1000.0,
         "inductor_us": 750.0,
         "estimated_latency_us": 480.0,
+        "estimated_at_third_us": 520.0,
         "matches_eager": True,
     }
     runs = [
@@ -70,6 +78,16 @@ def test_one_table_per_model_with_ratios_and_failed_configurations():
     )
     assert lines[-1].startswith("| 1 | float16 |  |") and "ModelError: cannot trace" in lines[-1]
     assert bert_table.rows[0][:2] == [16, "float32"]
+
+
+def test_the_estimate_a_third_of_the_way_is_the_last_round_ended_by_then():
+    history = [
+        {"elapsed_s": 10.0, "latency_us": 900.0},
+        {"elapsed_s": 50.0, "latency_us": 600.0},
+        {"elapsed_s": 150.0, "latency_us": 500.0},
+    ]
+    assert estimate_at(history, 150.0 / 3) == 600.0
+    assert estimate_at(history, 5.0) is None
 
 
 def test_flop_coverage_and_pytorch_times_of_a_small_model():
