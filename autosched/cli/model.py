@@ -191,6 +191,7 @@ def pytorch_fallback_costs(tasks, model, example_inputs) -> list[float] | None:
         return None
     finally:
         model.cpu()  # the GPU's memory goes back to the measurement
+        torch.cuda.empty_cache()
     return times
 
 

@@ -292,12 +292,10 @@ class TaskScheduler:
         if i is None:
             return False
         n = self.round_size(i, budget, used, flight.tasks())
-        started = self.clock()
         if self.parallel == 1:
-            measured, best = self.tuners[i].tune(n)
-            self.account(i, measured, best, self.clock() - started)
+            self.tune_task(i, n)
         else:
-            flight.submit(i, n, started, self.tuners[i].tune)
+            flight.submit(i, n, self.clock(), self.tuners[i].tune)
         return True
 
     def round_size(self, i: int, budget: Budget, used: int, running: Sequence[int] = ()) -> int:
