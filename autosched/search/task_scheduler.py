@@ -265,8 +265,6 @@ class TaskScheduler:
             if self.verbose:
                 print("interrupted: returning the best found so far", flush=True)
             return self.result(interrupted=True)
-        finally:
-            flight.close()
         self.tuning_s = budget.elapsed()
         return self.result()
 
