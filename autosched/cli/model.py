@@ -23,6 +23,7 @@ from autosched.cli.workload import resolve_function
 from autosched.errors import AutoschedError
 from autosched.search.task_budget import (
     DEFAULT_LEAST_TRIALS,
+    DEFAULT_MOST_TRIALS,
     DEFAULT_TRIALS_PER_TASK,
     default_trials,
 )
@@ -112,7 +113,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="wall-clock budget: no round starts after it (with --trials, whichever comes "
         f"first; with neither, {DEFAULT_TRIALS_PER_TASK} trials per task, at least "
-        f"{DEFAULT_LEAST_TRIALS})",
+        f"{DEFAULT_LEAST_TRIALS}, at most {DEFAULT_MOST_TRIALS})",
     )
     parser.add_argument(
         "--log", help="record log shared by all tasks (default: FUNCTION.json here)"
@@ -212,6 +213,7 @@ TUNE_MODEL_COMMAND = Command(
     description="Extract a PyTorch model's tasks and tune them over one record log. Every task\n"
     "gets a warm-up round sized to the budget, then each round goes to the task that cuts\n"
     "the estimated latency most. Budget: --trials, --minutes or both (default\n"
-    f"{DEFAULT_TRIALS_PER_TASK} trials per task, at least {DEFAULT_LEAST_TRIALS}). A task\n"
-    "without a kernel counts at its PyTorch time in the estimate.",
+    f"{DEFAULT_TRIALS_PER_TASK} trials per task, {DEFAULT_LEAST_TRIALS} to "
+    f"{DEFAULT_MOST_TRIALS}). A task without a\n"
+    "kernel counts at its PyTorch time in the estimate.",
 )

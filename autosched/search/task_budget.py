@@ -97,12 +97,15 @@ class Budget:
 
 # The trials per task of a default budget: enough for the warm-up and a few gradient rounds of
 # every task (Ansor's guidance is 800-1000 per task for a converged model; this is the budget
-# of a first usable result). Bounded below so that a small model is not under-tuned.
+# of a first usable result). Bounded below so that a small model is not under-tuned, and above
+# so that a model of very many tasks does not run for a day by default.
 DEFAULT_TRIALS_PER_TASK = 200
 DEFAULT_LEAST_TRIALS = 1000
+DEFAULT_MOST_TRIALS = 10_000
 
 
 def default_trials(n_tasks: int) -> int:
     """The trial budget of a model of `n_tasks` tasks when the user gave neither trials nor
-    time: `DEFAULT_TRIALS_PER_TASK` per task, at least `DEFAULT_LEAST_TRIALS`."""
-    return max(DEFAULT_LEAST_TRIALS, DEFAULT_TRIALS_PER_TASK * n_tasks)
+    time: `DEFAULT_TRIALS_PER_TASK` per task, within [`DEFAULT_LEAST_TRIALS`,
+    `DEFAULT_MOST_TRIALS`]."""
+    return min(DEFAULT_MOST_TRIALS, max(DEFAULT_LEAST_TRIALS, DEFAULT_TRIALS_PER_TASK * n_tasks))

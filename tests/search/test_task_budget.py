@@ -9,6 +9,7 @@ import pytest
 from autosched.errors import OptionError
 from autosched.search.task_budget import (
     DEFAULT_LEAST_TRIALS,
+    DEFAULT_MOST_TRIALS,
     DEFAULT_TRIALS_PER_TASK,
     Budget,
     WarmUpParams,
@@ -71,6 +72,7 @@ def test_the_time_budget_turns_into_trials_at_the_rate_seen():
 def test_the_default_budget_grows_with_the_tasks():
     assert default_trials(31) == 31 * DEFAULT_TRIALS_PER_TASK
     assert default_trials(1) == DEFAULT_LEAST_TRIALS
+    assert default_trials(1000) == DEFAULT_MOST_TRIALS
 
 
 def test_tune_tasks_needs_a_budget(tmp_path):
