@@ -37,6 +37,7 @@ from benchmarks.report import (
 )
 
 DTYPES = ("float32", "float16")
+PUBLISHED = ("resnet50", "mobilenet_v2", "vit_b_16", "bert_base")  # the models run by default
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ def _tune_and_time(config: Config, trials: int | None, minutes: float | None, ns
         "tuning_s": tuning_s,
         "rounds": len(result.history),
         "flop_coverage": coverage,
-        "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
         "max_rel_err_vs_eager": err,
         "matches_eager": err <= tolerance,
         **figures,
@@ -197,7 +199,8 @@ COLUMNS = [
 NOTE = (
     "Forward pass, GPU time by CUDA graph replay. ours: the model compiled with its tuned log"
     " (`autosched.torch.compile`), our kernels for the tuned tasks and PyTorch for the rest;"
-    " torch.compile: default mode. float32 follows PyTorch's TF32 flags (`tf32` in the runs)."
+    " torch.compile: default mode. float32 follows PyTorch's TF32 flags as set (by default"
+    " TF32 for cuDNN's convolutions, not for matmuls; `tf32_*` in the runs)."
     " tasks tuned: tasks with a kernel / tasks; FLOPs in tasks: the tasks' share of the model's"
     " FLOPs; estimated: the task scheduler's weighted sum of its tasks' best times, a task"
     " without a kernel at its PyTorch time; at ⅓ of the time: that estimate when a third of the"
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.model_zoo import MODELS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="*", default=["resnet50"], choices=list(MODELS))
+    ap.add_argument("--models", nargs="*", default=list(PUBLISHED), choices=list(MODELS))
     ap.add_argument(
         "--batches", nargs="*", default=["1", "large"], help='batch sizes; "large": the model\'s'
     )
