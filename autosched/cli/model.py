@@ -11,12 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from autosched.cli.arguments import (
-    Command,
-    add_search_arguments,
-    positive_int,
-    search_params,
-)
+from autosched.cli.arguments import Command, add_search_arguments, positive_int, search_params
 from autosched.cli.devices import add_measure_arguments, measure_context
 from autosched.cli.tune import check_log_path
 from autosched.cli.workload import resolve_function
@@ -184,7 +179,7 @@ def pytorch_fallback_costs(tasks, model, example_inputs) -> list[float] | None:
         inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
         model.cuda()
         times = subgraph_times(tasks, tuple(x.cuda() for x in inputs))
-    except Exception as exc:  # the estimate then leaves untuned tasks out: not worth stopping
+    except Exception as exc:  # only the estimate needs the times: not worth stopping for
         print(
             f"cannot time the tasks in PyTorch ({type(exc).__name__}: {exc}); the estimated "
             "latency stays unknown until every task has a kernel"

@@ -155,6 +155,8 @@ def tune_tasks(
     integer("num_measures_per_round", num_measures_per_round, 1)
     if total_trials is None and time_budget_s is None:
         raise OptionError("tune_tasks needs total_trials, time_budget_s or both")
+    if time_budget_s is not None and not time_budget_s > 0:
+        raise OptionError(f"time_budget_s must be positive seconds, got {time_budget_s!r}")
     weights = [1.0] * len(tasks) if weights is None else list(weights)
     if len(weights) != len(tasks):
         raise OptionError(

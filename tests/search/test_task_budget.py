@@ -82,3 +82,5 @@ def test_tune_tasks_needs_a_budget(tmp_path):
     task = autosched.SearchTask("matmul", (8, 8, 8))
     with pytest.raises(OptionError, match="needs total_trials, time_budget_s or both"):
         tune_tasks([task], None, str(tmp_path / "log.json"), None)
+    with pytest.raises(OptionError, match="time_budget_s must be positive seconds, got 0"):
+        tune_tasks([task], None, str(tmp_path / "log.json"), time_budget_s=0)
