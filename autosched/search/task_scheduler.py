@@ -116,7 +116,7 @@ class SchedulerResult:
         if fallback:
             shown = ", ".join(f"{i} {label[i]}" for i in fallback)
             lines.append(
-                f"{len(fallback)} task(s) without a kernel run in PyTorch, counted at its time: "
+                f"{len(fallback)} task(s) without a kernel run in PyTorch, counted at that time: "
                 + shown
             )
         return "\n".join(lines)
