@@ -1,11 +1,18 @@
-"""Whole models in plain torch (no torchvision, no transformers) for the end-to-end benchmark and
-the front end's tests: a ResNet of BasicBlocks (ResNet-18 at full width) and one BERT encoder
-layer. Sizes are arguments so the tests can build small copies of the same graphs.
+"""The models of the end-to-end benchmark (`MODELS`: name -> `ModelSpec`), and the ones written
+here in plain torch for it and for the front end's tests: a ResNet of BasicBlocks (ResNet-18 at
+full width) and one BERT encoder layer. Sizes are arguments so the tests can build small copies
+of the same graphs.
+
+torchvision's ResNet-50, MobileNetV2 and ViT-B/16 and transformers' BERT-base are imported only
+when built (they exist on the GPU machine; transformers also in the test environment, where
+`bert(config)` builds a small one from a config).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -98,3 +105,74 @@ class BertLayer(nn.Module):
         x = self.attn_norm(self.attn_out(ctx) + x)
         y = self.output(F.gelu(self.intermediate(x)))
         return self.out_norm(y + x)
+
+
+class BertEncoder(nn.Module):
+    """transformers' BertModel as the benchmark calls it: token ids and position ids in (the
+    position ids an input, so that they live on the GPU with the ids and a CUDA graph captures
+    the model), the last hidden state out."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, position_ids):
+        return self.bert(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+
+
+def bert(batch: int, seq: int = 128, config=None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """transformers' BERT (BERT-base by default; `config` a `BertConfig` for a small one) with
+    random weights, and (ids, position ids) of `batch` sequences of `seq` tokens."""
+    from transformers import BertConfig, BertModel
+
+    config = config or BertConfig()
+    model = BertEncoder(BertModel(config, add_pooling_layer=False)).eval()
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    positions = torch.arange(seq).expand(batch, seq).contiguous()
+    return model, (ids, positions)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A benchmark model: `build(batch)` -> (model in eval mode, example inputs), fp32 on the
+    CPU; `large_batch` is the batch the benchmark times besides 1."""
+
+    name: str
+    build: Callable[[int], tuple[nn.Module, tuple[torch.Tensor, ...]]]
+    large_batch: int
+
+
+def torchvision_model(name: str) -> Callable[[int], tuple[nn.Module, tuple[torch.Tensor, ...]]]:
+    """A builder of torchvision's `name` (random weights) on 224x224 images."""
+
+    def build(batch: int):
+        import torchvision
+
+        model = getattr(torchvision.models, name)(weights=None).eval()
+        return model, (torch.randn(batch, 3, 224, 224),)
+
+    return build
+
+
+def _mlp(batch: int):
+    """The seed tutorial's MLP: 784 -> 128 -> 10 with relu."""
+    model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)).eval()
+    return model, (torch.randn(batch, 784),)
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("resnet50", torchvision_model("resnet50"), 16),
+        ModelSpec("mobilenet_v2", torchvision_model("mobilenet_v2"), 16),
+        ModelSpec("vit_b_16", torchvision_model("vit_b_16"), 16),
+        ModelSpec("bert_base", lambda batch: bert(batch), 16),
+        ModelSpec("resnet18", lambda b: (resnet18().eval(), (torch.randn(b, 3, 224, 224),)), 16),
+        ModelSpec(
+            "bert_layer",
+            lambda b: (BertLayer(768, 12, 3072).eval(), (torch.randn(b, 128, 768),)),
+            16,
+        ),
+        ModelSpec("mlp", _mlp, 64),
+    )
+}

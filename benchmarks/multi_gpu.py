@@ -20,9 +20,10 @@ results.md as soon as it ends; with `--publish`, to benchmarks/results/multi_gpu
   largest relative difference between devices, which must stay within 3%.
 - `dask` (with `--dask`): the throughput again through a local Dask cluster, one worker per GPU
   (`local_dask.gpu_cluster`; needs the `distributed` extra).
-- `model_1gpu` / `model_all`: a short whole-model tuning (`--model`, `--model-trials`) on
-  device 0 alone, then on all devices with one task per GPU at once: tuning seconds and the
-  estimated end-to-end latency.
+- `model_1gpu` / `model_all`: a short whole-model tuning (`--model`, `--model-trials` or
+  `--model-minutes`) on device 0 alone, then on all devices (one more task in flight than
+  GPUs): tuning seconds, trials per second and the estimated end-to-end latency. With
+  `--skip-measure` only these two run.
 """
 
 from __future__ import annotations
@@ -178,34 +179,53 @@ def dask_throughput(states, devices: list[int], batch: int) -> dict:
     return figures
 
 
-def model_tuning(model: str, trials: int, per_round: int, devices, out: str, label: str) -> dict:
+def model_tuning(
+    model: str,
+    batch: int,
+    budget: tuple[int | None, float | None],
+    per_round: int,
+    parallel: int | None,
+    devices,
+    out: str,
+    label: str,
+) -> dict:
+    """A whole-model tuning on `devices` within `budget` (trials, seconds) with `parallel`
+    tasks' rounds in flight (None: one more than the GPUs): its trials per second and estimated
+    latency."""
     import autosched.torch as at
     from autosched.search.policy import SearchParams
     from autosched.search.tune_model import tune_tasks
-    from benchmarks.model_e2e import MODELS
+    from benchmarks.model_zoo import MODELS
 
-    net, inputs = MODELS[model]()
+    net, inputs = MODELS[model].build(batch)
     tasks = at.extract_tasks(net, inputs)
     search_tasks, weights = at.tasks_and_weights(tasks)
     log = os.path.join(out, f"{model}_{label}.log.json")
     if os.path.exists(log):
         os.remove(log)
+    trials, seconds = budget
     t0 = time.perf_counter()
     result = tune_tasks(
         search_tasks,
         weights,
         log,
         trials,
+        time_budget_s=seconds,
         num_measures_per_round=per_round,
         search_params=SearchParams(n_jobs=os.cpu_count() or 1),
         devices=devices,
+        parallel_tasks=parallel,
     )
     return {
         "model": model,
+        "parallel_tasks": parallel,
+        "batch": batch,
         "tasks": len(search_tasks),
+        "tasks_tuned": len(search_tasks) - len(result.fallback_tasks),
         "devices": devices,
         "tuning_s": time.perf_counter() - t0,
         "trials": result.trials,
+        "trials_per_s": result.trials_per_s,
         "estimated_latency_us": result.latency * 1e6,
         "rounds": len(result.history),
     }
@@ -243,8 +263,11 @@ def multi_gpu_results(figures: dict, where: dict) -> Results:
         pair("same kernels on each GPU: most apart, %", None, diff)
     m1, ma = figures.get("model_1gpu", {}), figures.get("model_all", {})
     if "tuning_s" in m1 and "tuning_s" in ma:
-        name = f"{m1['model']} ({m1['tasks']} tasks, {sum(m1['trials'])} trials)"
+        name = f"{m1['model']} ({m1['tasks']} tasks)"
         pair(f"{name}: tuning s", m1["tuning_s"], ma["tuning_s"])
+        pair(f"{name}: trials", sum(m1["trials"]), sum(ma["trials"]))
+        if "trials_per_s" in m1 and "trials_per_s" in ma:
+            pair(f"{name}: trials/s", m1["trials_per_s"], ma["trials_per_s"])
         pair(f"{name}: estimated µs", m1["estimated_latency_us"], ma["estimated_latency_us"])
     failed = [
         f"{key} failed: {value['error']}"
@@ -266,6 +289,28 @@ def multi_gpu_results(figures: dict, where: dict) -> Results:
     return Results("multi_gpu", "Several GPUs", [table], [figures])
 
 
+def measure_sections(ns, devices: list[int], section) -> None:
+    """The sections that measure sampled states: throughput, run only, agreement, Dask."""
+    from benchmarks.collect_dataset import sample_states
+    from measure import LocalRunner, local_runner
+
+    states = sample_states(WORKLOAD, ns.count + ns.batch, min(8, os.cpu_count() or 1))
+    section(
+        "throughput_1gpu", throughput, states, LocalRunner(device=devices[0]), ns.batch, "1 GPU"
+    )
+    section("throughput_all", throughput, states, local_runner(devices), ns.batch, "all GPUs")
+    kernels = None
+    try:
+        kernels = built_kernels(states[: min(len(states), 2 * ns.batch)])
+    except Exception:
+        traceback.print_exc()
+    if kernels is not None and len(devices) > 1:
+        section("run_only", run_only, kernels, devices)
+        section("agreement", agreement, kernels, devices)
+    if ns.dask:
+        section("dask", dask_throughput, states, devices, ns.batch)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="logs; the table goes to OUT/multi_gpu/")
@@ -277,9 +322,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=320, help="states measured per configuration")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dask", action="store_true", help="also measure through a Dask cluster")
-    ap.add_argument("--model", default="resnet18_b1", help="model of benchmarks/model_e2e.py")
+    ap.add_argument("--model", default="resnet18", help="model of benchmarks/model_zoo.py")
+    ap.add_argument("--model-batch", type=int, default=1)
     ap.add_argument("--model-trials", type=int, default=384, help="0: skip model tuning")
+    ap.add_argument(
+        "--model-minutes",
+        type=float,
+        default=None,
+        help="a time budget for each model tuning instead of --model-trials (trials/s compare)",
+    )
     ap.add_argument("--model-per-round", type=int, default=16)
+    ap.add_argument(
+        "--model-parallel",
+        type=int,
+        default=None,
+        help="tasks' rounds in flight at once (default: one more than the GPUs used)",
+    )
+    ap.add_argument(
+        "--skip-measure",
+        action="store_true",
+        help="only the model tunings (no throughput, run-only or agreement sections)",
+    )
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
     figures: dict = {"batch": ns.batch, "count": ns.count}
@@ -305,26 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     devices = figures["info"].get("devices") or [0]
     if len(devices) < 2:
         print(f"only {len(devices)} GPU visible: the all-GPU figures equal the one-GPU ones")
-    from benchmarks.collect_dataset import sample_states
-    from measure import LocalRunner, local_runner
-
-    states = sample_states(WORKLOAD, ns.count + ns.batch, min(8, os.cpu_count() or 1))
-    section(
-        "throughput_1gpu", throughput, states, LocalRunner(device=devices[0]), ns.batch, "1 GPU"
-    )
-    section("throughput_all", throughput, states, local_runner(devices), ns.batch, "all GPUs")
-    kernels = None
-    try:
-        kernels = built_kernels(states[: min(len(states), 2 * ns.batch)])
-    except Exception:
-        traceback.print_exc()
-    if kernels is not None and len(devices) > 1:
-        section("run_only", run_only, kernels, devices)
-        section("agreement", agreement, kernels, devices)
-    if ns.dask:
-        section("dask", dask_throughput, states, devices, ns.batch)
-    if ns.model_trials > 0:
-        args = (ns.model, ns.model_trials, ns.model_per_round)
+    if not ns.skip_measure:
+        measure_sections(ns, devices, section)
+    if ns.model_trials > 0 or ns.model_minutes is not None:
+        budget = (
+            (None, 60.0 * ns.model_minutes)
+            if ns.model_minutes is not None
+            else (ns.model_trials, None)
+        )
+        args = (ns.model, ns.model_batch, budget, ns.model_per_round, ns.model_parallel)
         section("model_1gpu", model_tuning, *args, devices[:1], ns.out, "1gpu")
         section("model_all", model_tuning, *args, devices, ns.out, "all")
     results = multi_gpu_results(figures, where)

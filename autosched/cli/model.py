@@ -16,6 +16,12 @@ from autosched.cli.devices import add_measure_arguments, measure_context
 from autosched.cli.tune import check_log_path
 from autosched.cli.workload import resolve_function
 from autosched.errors import AutoschedError
+from autosched.search.task_budget import (
+    DEFAULT_LEAST_TRIALS,
+    DEFAULT_MOST_TRIALS,
+    DEFAULT_TRIALS_PER_TASK,
+    default_trials,
+)
 
 FACTORY_HELP = "module:function returning (model, example_inputs)"
 STRATEGIES = ("gradient", "round-robin")
@@ -42,6 +48,13 @@ TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/
 def extracted_tasks(factory: str, purpose: str):
     """The model's extracted tasks (autosched.torch needs PyTorch); `purpose` words the error
     when PyTorch is missing ("listing a model's tasks")."""
+    at, _, _, tasks = extracted_model(factory, purpose)
+    return at, tasks
+
+
+def extracted_model(factory: str, purpose: str):
+    """(autosched.torch, model, example_inputs, tasks) of a factory; one clear error when
+    PyTorch is missing or extraction fails."""
     try:
         import autosched.torch as at
     except ImportError as exc:
@@ -51,7 +64,7 @@ def extracted_tasks(factory: str, purpose: str):
         ) from None
     model, example_inputs = load_model(factory)
     try:
-        return at, at.extract_tasks(model, example_inputs)
+        return at, model, example_inputs, at.extract_tasks(model, example_inputs)
     except AutoschedError as exc:
         raise AutoschedError(f"{factory}: {exc}") from None
     except Exception as exc:  # tracing a user's model fails in many ways: one line each
@@ -74,9 +87,29 @@ def run_tasks(ns: argparse.Namespace) -> int:
     return 0
 
 
+def positive_minutes(text: str) -> float:
+    """argparse type: a number of minutes > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of minutes")
+    return value
+
+
 def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("factory", help=FACTORY_HELP)
     add_search_arguments(parser, trials=1000)
+    parser.set_defaults(trials=None)  # the default budget depends on the number of tasks
+    parser.add_argument(
+        "--minutes",
+        type=positive_minutes,
+        default=None,
+        help="wall-clock budget: no round starts after it (with --trials, whichever comes "
+        f"first; with neither, {DEFAULT_TRIALS_PER_TASK} trials per task, at least "
+        f"{DEFAULT_LEAST_TRIALS}, at most {DEFAULT_MOST_TRIALS})",
+    )
     parser.add_argument(
         "--log", help="record log shared by all tasks (default: FUNCTION.json here)"
     )
@@ -95,7 +128,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
 def run_tune(ns: argparse.Namespace) -> int:
     from autosched.search.tune_model import tune_tasks
 
-    at, tasks = extracted_tasks(ns.factory, "tuning a model")
+    at, model, example_inputs, tasks = extracted_model(ns.factory, "tuning a model")
     if not tasks:
         raise AutoschedError(f"{ns.factory}: no operator autosched can tune")
     log = ns.log or f"{ns.factory.rpartition(':')[2]}.json"
@@ -103,12 +136,20 @@ def run_tune(ns: argparse.Namespace) -> int:
     context = measure_context(ns)
     at.print_tasks(tasks)
     search_tasks, weights = at.tasks_and_weights(tasks)
+    trials = ns.trials
+    if trials is None and ns.minutes is None:
+        trials = default_trials(len(tasks))
+    minutes = f", at most {ns.minutes:g} min" if ns.minutes is not None else ""
+    print(f"budget: {trials if trials is not None else 'no limit on'} trials{minutes}")
+    fallback = pytorch_fallback_costs(tasks, model, example_inputs)
     try:
-        result = tune_tasks(
+        tune_tasks(
             search_tasks,
             weights,
             log,
-            ns.trials,
+            trials,
+            time_budget_s=None if ns.minutes is None else 60.0 * ns.minutes,
+            fallback_costs=fallback,
             num_measures_per_round=ns.per_round,
             strategy=ns.strategy,
             search_params=search_params(ns),
@@ -120,13 +161,34 @@ def run_tune(ns: argparse.Namespace) -> int:
     finally:
         if context is not None:
             context.close()
-    print(f"\nestimated end-to-end latency of the tuned tasks: {result_latency(result)}")
     print(f"log: {log}  (autosched curve {log} -o curve.png; autosched.torch.compile(..., log=))")
     return 0
 
 
-def result_latency(result) -> str:
-    return f"{result.latency * 1e6:.1f} us" if math.isfinite(result.latency) else "unknown"
+def pytorch_fallback_costs(tasks, model, example_inputs) -> list[float] | None:
+    """Each task's subgraph timed in PyTorch on this host's GPU (what runs while a task has no
+    kernel; inf for one that cannot be timed alone), or None without a local GPU or when timing
+    fails (said in one line)."""
+    import torch
+
+    from autosched.search.pytorch_times import subgraph_times
+
+    if not torch.cuda.is_available():
+        return None
+    try:
+        inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        model.cuda()
+        times = subgraph_times(tasks, tuple(x.cuda() for x in inputs))
+    except Exception as exc:  # only the estimate needs the times: not worth stopping for
+        print(
+            f"cannot time the tasks in PyTorch ({type(exc).__name__}: {exc}); the estimated "
+            "latency stays unknown until every task has a kernel"
+        )
+        return None
+    finally:
+        model.cpu()  # the GPU's memory goes back to the measurement
+        torch.cuda.empty_cache()
+    return times
 
 
 TASKS_COMMAND = Command(
@@ -143,6 +205,10 @@ TUNE_MODEL_COMMAND = Command(
     "tune every task of a PyTorch model on the GPU",
     add_tune_arguments,
     run_tune,
-    description="Extract a PyTorch model's tasks and tune them over one record log; the task\n"
-    "scheduler gives each round to the task that cuts the estimated latency most.",
+    description="Extract a PyTorch model's tasks and tune them over one record log. Every task\n"
+    "gets a warm-up round sized to the budget, then each round goes to the task that cuts\n"
+    "the estimated latency most. Budget: --trials, --minutes or both (default\n"
+    f"{DEFAULT_TRIALS_PER_TASK} trials per task, {DEFAULT_LEAST_TRIALS} to "
+    f"{DEFAULT_MOST_TRIALS}). A task without a\n"
+    "kernel counts at its PyTorch time in the estimate.",
 )

@@ -9,8 +9,15 @@ first, each task's policy is preloaded with its records, and each tuner starts f
 best-so-far curve of its task's logged trials.
 
 All tasks measure through ONE context (`measure_context`, e.g. a `DaskMeasureContext`, else a
-local one over `devices`, default every GPU of this host). With several GPUs, as many tasks as
-GPUs are tuned at once (`parallel_tasks`), each round of each in its own thread.
+local one over `devices`, default every GPU of this host). By default one task more than there
+are GPUs is tuned at once (`parallel_tasks`), each round in its own thread: while the GPUs
+measure the batches of some tasks, the next task's batch is searched, so the GPUs do not wait
+for the search.
+
+The budget is a trial count, a wall-clock time (`time_budget_s`), or both; the warm-up gives
+every task measured trials within it. `fallback_costs` (seconds per task: its subgraph's time
+in PyTorch, `pytorch_times.subgraph_times`) stand in for a task without a kernel, so the
+estimated latency is finite from the start.
 """
 
 from __future__ import annotations
@@ -106,8 +113,10 @@ def tune_tasks(
     tasks: Sequence[SearchTask],
     weights: Sequence[float] | None,
     log: str,
-    total_trials: int,
+    total_trials: int | None = None,
     *,
+    time_budget_s: float | None = None,
+    fallback_costs: Sequence[float] | None = None,
     num_measures_per_round: int = 64,
     strategy: str = "gradient",
     search_params: SearchParams | None = None,
@@ -124,12 +133,15 @@ def tune_tasks(
     parallel_tasks: int | None = None,
 ) -> SchedulerResult:
     """Tune `tasks` (weighted by how often the model runs each; default 1) for `total_trials`
-    trials in all, those already in `log` included, appending to `log`. `measurer_factory(task,
-    callbacks)` replaces the GPU measurer (tests pass a simulated one); `parallel_tasks` (default:
-    1 with a factory, else one task per GPU) tasks are tuned at once. Returns the scheduler's
-    result: best cost and State per task and the estimated end-to-end latency. Ctrl-C ends it
-    early with the result so far; calling it again on the same log goes on from there."""
-    from autosched.checks import integer
+    trials in all, those already in `log` included, and/or `time_budget_s` seconds (no round
+    starts after it), appending to `log`. `fallback_costs[i]`: seconds task i costs while it has
+    no kernel (PyTorch's time), for the estimate. `measurer_factory(task, callbacks)` replaces
+    the GPU measurer (tests pass a simulated one); `parallel_tasks` (default: 1 with a factory,
+    else one more than the GPUs) tasks are tuned at once. Returns the scheduler's result: best
+    cost and State per task, the estimated end-to-end latency, the tasks left to PyTorch and
+    the trials per second. Ctrl-C ends it early with the result so far; calling it again on the
+    same log goes on from there."""
+    from autosched.checks import integer, optional_integer
     from autosched.records import RecordToFile
     from autosched.search.cost_model import default_cost_model, train_on_log
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
@@ -139,8 +151,12 @@ def tune_tasks(
     from autosched.search.workers import resolve_n_jobs
     from measure import LocalMeasureContext
 
-    integer("total_trials", total_trials, 0)
+    optional_integer("total_trials", total_trials, 0)
     integer("num_measures_per_round", num_measures_per_round, 1)
+    if total_trials is None and time_budget_s is None:
+        raise OptionError("tune_tasks needs total_trials, time_budget_s or both")
+    if time_budget_s is not None and not time_budget_s > 0:
+        raise OptionError(f"time_budget_s must be positive seconds, got {time_budget_s!r}")
     weights = [1.0] * len(tasks) if weights is None else list(weights)
     if len(weights) != len(tasks):
         raise OptionError(
@@ -159,7 +175,8 @@ def tune_tasks(
     context: MeasureContext | None = None
     if measurer_factory is None:
         context = measure_context or LocalMeasureContext(builder, runner, devices=devices)
-        parallel = parallel_tasks or context.gpu_count()
+        # one more task than GPUs: its search runs while the others' batches are measured
+        parallel = parallel_tasks or context.gpu_count() + 1
     else:
         parallel = parallel_tasks or 1
     parallel = max(1, min(parallel, len(tasks)))
@@ -192,9 +209,13 @@ def tune_tasks(
         params=scheduler_params,
         verbose=verbose,
         parallel=parallel,
+        fallback_costs=fallback_costs,
     )
     try:
-        return scheduler.tune(total_trials)
+        result = scheduler.tune(total_trials, time_budget_s)
+        if verbose:
+            print(result.summary([getattr(t, "desc", t.workload_key) for t in tasks]), flush=True)
+        return result
     finally:
         for t in tuners:
             t.close()

@@ -165,27 +165,30 @@ def test_model_and_tensor_core_tables_group_runs_by_machine_and_commit():
     from benchmarks.tensor_core import tensor_core_results
 
     model = {
-        "model": "mlp_b64",
+        "model": "mlp",
+        "batch": 64,
+        "dtype": "float32",
         "tasks": [{"name": "dense+relu"}, {"name": "dense"}],
+        "tasks_tuned": 2,
+        "flop_coverage": 1.0,
+        "trials": 192,
         "ours_us": 10.5,
         "eager_us": 26.5,
         "inductor_us": 23.9,
-        "ours_eager_us": 171.6,
-        "eager_eager_us": 107.8,
-        "inductor_eager_us": 145.1,
         "estimated_latency_us": 9.9,
         "matches_eager": True,
         "tuning_s": 20.0,
         "machine": "m",
-        "trials": 192,
+        "minutes": None,
+        "budget_trials": 192,
         "command": "cmd",
     }
     tables = model_results([{**model, "commit": "a"}, {**model, "commit": "b"}]).tables
     assert [(t.commit, t.title) for t in tables] == [
-        ("a", "192 trials per model, all tasks"),
-        ("b", "192 trials per model, all tasks"),
+        ("a", "mlp: 192 trials of tuning per configuration"),
+        ("b", "mlp: 192 trials of tuning per configuration"),
     ]
-    assert _cells(tables[0].markdown(), 1)[:3] == ["mlp_b64", "2", "10.5"]
+    assert _cells(tables[0].markdown(), 1)[:4] == ["64", "float32", "2 / 2", "100%"]
     tc = {
         "name": "matmul_fp16_1024",
         "flop": 2147483648.0,

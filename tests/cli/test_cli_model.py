@@ -86,7 +86,8 @@ def test_tasks_lists_the_models_tasks_and_bad_factories_get_one_line(tmp_path):
     (tmp_path / "models.py").write_text(FACTORIES)
     argvs = [["tasks", "models:mlp"], *(["tasks", f] for f, _ in CASES)]
     argvs.append(["tune-model", "models:mlp", "--trials", "0"])
-    (status, out, err), *bad, trials = run_cli(tmp_path, *argvs)
+    argvs.append(["tune-model", "models:mlp", "--minutes", "0"])
+    (status, out, err), *bad, trials, minutes = run_cli(tmp_path, *argvs)
     assert status == 0, err
     assert "dense" in out and "784" in out
     for (factory, message), (status, _, err) in zip(CASES, bad, strict=True):
@@ -94,3 +95,33 @@ def test_tasks_lists_the_models_tasks_and_bad_factories_get_one_line(tmp_path):
         assert status == 2 and len(lines) == 1, (factory, err)
         assert lines[0].startswith("autosched: ") and message in lines[0], (factory, lines)
     assert trials[0] == 2 and "positive integer" in trials[2]
+    assert minutes[0] == 2 and "'0' is not a positive number of minutes" in minutes[2]
+
+
+def test_tune_model_budgets_default_to_trials_per_task_and_minutes_become_seconds(
+    tmp_path, monkeypatch, capsys
+):
+    """What `tune-model` hands `tune_tasks` (stubbed: no GPU here): the default trial budget,
+    or the --minutes in seconds without a trial budget."""
+    import autosched.cli.model as cli_model
+    import autosched.search.tune_model as tune_model
+    from autosched.cli import main
+    from autosched.search.task_budget import default_trials
+    from autosched.search.task_scheduler import SchedulerResult
+
+    (tmp_path / "models.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = []
+
+    def fake_tune_tasks(tasks, weights, log, total_trials, **kw):
+        calls.append((len(tasks), total_trials, kw["time_budget_s"]))
+        return SchedulerResult([1e-6] * len(tasks), [1] * len(tasks), [None] * len(tasks))
+
+    monkeypatch.setattr(tune_model, "tune_tasks", fake_tune_tasks)
+    monkeypatch.setattr(cli_model, "measure_context", lambda ns: None)  # skip the GPU checks
+    assert main(["tune-model", "models:mlp"]) == 0
+    assert main(["tune-model", "models:mlp", "--minutes", "2.5"]) == 0
+    assert main(["tune-model", "models:mlp", "--minutes", "1", "--trials", "64"]) == 0
+    assert calls == [(2, default_trials(2), None), (2, None, 150.0), (2, 64, 60.0)]
+    assert "budget: no limit on trials, at most 2.5 min" in capsys.readouterr().out

@@ -94,10 +94,12 @@ def test_weights_steer_the_trials():
     )
 
 
-def test_warm_up_round_tunes_every_task_once_in_order():
+def test_warm_up_round_tunes_every_task_once_most_flops_first():
+    """Warm-up rounds of half the budget over the tasks (8 each here), the largest task
+    first, then rounds of the full size."""
     sched, res = schedule(heavy_and_light(), total=5 * 16)
-    assert [r["task"] for r in res.history] == [0, 1, 2, 3, 4]
-    assert res.trials == [16] * 5
+    assert [r["task"] for r in res.history[:5]] == [0, 2, 3, 4, 1]
+    assert [r["trials"] for r in res.history] == [8] * 5 + [16, 16, 8]
     assert all(math.isfinite(c) for c in res.best_costs)
     assert res.latency == pytest.approx(sum(res.best_costs))
 
@@ -145,9 +147,9 @@ def test_preloaded_curves_skip_the_warm_up_of_logged_tasks():
     logged = CurveTuner(10e3 * US, 1e3 * US, 2000, curve=[5e-3] * 40 + [4e-3] * 8)
     tuners = [logged] + [CurveTuner(1e3 * US, 0.5e3 * US, 40) for _ in range(4)]
     sched, res = schedule(tuners, total=48 + 4 * 16, eps_greedy=0.0)
-    assert [r["task"] for r in res.history] == [1, 2, 3, 4]
-    assert res.trials[0] == 48 and res.best_costs[0] == 4e-3
-    assert sched.round_bests[0] == [5e-3, 5e-3, 4e-3]  # cut into rounds of 16
+    assert [r["task"] for r in res.history[:4]] == [2, 3, 4, 1]
+    assert res.trials[0] >= 48 and res.best_costs[0] <= 4e-3
+    assert sched.round_bests[0][:3] == [5e-3, 5e-3, 4e-3]  # cut into rounds of 16
 
 
 def test_early_stopping_per_task_retires_a_converged_task():
@@ -181,7 +183,8 @@ def test_round_progress_is_printed(capsys):
     sched = TaskScheduler(tasks(2), [1, 2], heavy_and_light()[:2], num_measures_per_round=16)
     sched.tune(32)
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and "est. end-to-end" in out[1] and "task   1" in out[1]
+    assert len(out) == 3 and "est. end-to-end" in out[1] and "task   1" in out[1]
+    assert "(1 in PyTorch)" in out[0] and "in PyTorch" not in out[1]
 
 
 def test_unknown_strategy_and_mismatched_lengths_are_refused():
@@ -189,6 +192,108 @@ def test_unknown_strategy_and_mismatched_lengths_are_refused():
         TaskScheduler(tasks(1), None, [CurveTuner(1, 1, 1)], strategy="greedy")
     with pytest.raises(AutoschedError, match="same length"):
         TaskScheduler(tasks(2), [1.0], [CurveTuner(1, 1, 1)] * 2)
+    with pytest.raises(AutoschedError, match="same length"):
+        TaskScheduler(tasks(2), None, [CurveTuner(1, 1, 1)] * 2, fallback_costs=[1.0])
+    with pytest.raises(AutoschedError, match="positive seconds"):
+        TaskScheduler(tasks(1), None, [CurveTuner(1, 1, 1)], fallback_costs=[0.0])
+
+
+class TimedCurveTuner(CurveTuner):
+    """A CurveTuner whose rounds move a shared test clock by `seconds_per_trial` a trial."""
+
+    def __init__(self, clock, seconds_per_trial, *args, **kw):
+        super().__init__(*args, **kw)
+        self.clock, self.seconds_per_trial = clock, seconds_per_trial
+        self.started_at: list[float] = []
+
+    def tune(self, n: int):
+        self.started_at.append(self.clock.now)
+        self.clock.now += n * self.seconds_per_trial
+        return super().tune(n)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def many_tasks(n: int):
+    """n distinct small matmul tasks (a model's worth)."""
+    return [
+        autosched.SearchTask("matmul", (8 + 8 * (i % 6), 8 + 8 * (i // 6), 8)) for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("budget", [31, 100, 248, 1500])
+def test_every_task_gets_measured_trials_under_any_budget(budget):
+    """31 tasks (ResNet-50's count): the warm-up shrinks so that none is left untuned."""
+    tuners = [CurveTuner(1e3 * US, 0.5e3 * US, 40) for _ in range(31)]
+    sched = TaskScheduler(many_tasks(31), None, tuners, num_measures_per_round=64, verbose=0)
+    res = sched.tune(budget)
+    assert res.total_trials == budget
+    assert min(res.trials) >= 1 and not res.fallback_tasks
+    assert math.isfinite(res.latency)
+
+
+def test_untuned_tasks_count_at_their_fallback_cost_so_the_estimate_is_never_inf():
+    fallback = [2e-3, 1e-3, 3e-3]
+    tuners = [CurveTuner(10e3 * US, 1e3 * US, 2000), *heavy_and_light()[1:3]]
+    sched = TaskScheduler(
+        tasks(3), [1, 2, 1], tuners, fallback_costs=fallback, num_measures_per_round=16, verbose=0
+    )
+    assert sched.latency() == pytest.approx(2e-3 + 2 * 1e-3 + 3e-3)
+    res = sched.tune(1)  # one trial: the task of most expected time (weight x fallback)
+    assert res.trials == [0, 0, 1]
+    assert res.fallback_tasks == [0, 1]
+    assert res.latency == pytest.approx(2e-3 + 2 * 1e-3 + res.best_costs[2])
+    res = sched.tune(100)
+    assert all(math.isfinite(r["latency_us"]) for r in res.history) and not res.fallback_tasks
+    text = res.summary(["a", "b", "c"])
+    assert "tuned 3 of 3 tasks with 100 trials" in text and "PyTorch" not in text
+
+
+def test_the_summary_names_the_tasks_left_in_pytorch():
+    sched = TaskScheduler(
+        tasks(3), None, heavy_and_light()[:3], fallback_costs=[1.0, 1.0, 1.0], verbose=0
+    )
+    res = sched.tune(2)  # fewer trials than tasks
+    assert res.trials == [1, 1, 0] and res.fallback_tasks == [2]
+    lines = res.summary(["conv", "dense", "softmax"]).splitlines()
+    assert lines[0].startswith("tuned 2 of 3 tasks with 2 trials")
+    assert "1 task(s) without a kernel run in PyTorch" in lines[2] and "2 softmax" in lines[2]
+    bare = TaskScheduler(tasks(2), None, heavy_and_light()[:2], verbose=0).result()
+    assert "unknown" in bare.summary()  # no kernel and no fallback cost
+
+
+def test_a_time_budget_stops_giving_rounds_when_the_time_is_up():
+    clock = Clock()
+    tuners = [TimedCurveTuner(clock, 0.5, 1e3 * US, 0.5e3 * US, 40) for _ in range(5)]
+    sched = TaskScheduler(tasks(5), None, tuners, num_measures_per_round=16, verbose=0, clock=clock)
+    res = sched.tune(time_budget_s=100.0)
+    starts = [t for tuner in tuners for t in tuner.started_at]
+    assert max(starts) < 100.0 <= clock.now  # no round started after the deadline
+    assert clock.now < 100.0 + 16 * 0.5  # and the last one ended within its length
+    assert min(res.trials) >= 8 and res.total_trials == res.measured
+    assert res.tuning_s == clock.now and res.trials_per_s == pytest.approx(2.0)
+    more = sched.tune(res.total_trials + 16, time_budget_s=1000.0)  # the trial budget first
+    assert more.total_trials == res.total_trials + 16
+
+
+def test_a_time_budget_sizes_the_warm_up_from_the_rate_seen():
+    """Slow trials (0.2 s each) and 15 s for 31 tasks: the first round (8 trials, the size
+    before any rate is known) shows that about 67 trials fit in the time left, so the other
+    warm-up rounds shrink to 2 trials and every task is measured in time."""
+    clock = Clock()
+    tuners = [TimedCurveTuner(clock, 0.2, 1e3 * US, 0.5e3 * US, 40) for _ in range(31)]
+    sched = TaskScheduler(
+        many_tasks(31), None, tuners, num_measures_per_round=64, verbose=0, clock=clock
+    )
+    res = sched.tune(time_budget_s=15.0)
+    assert [r["trials"] for r in res.history[:3]] == [8, 2, 2]
+    assert min(res.trials) >= 1
 
 
 PARAMS = SearchParams(population=32, generations=1, sample_init_min_population=16, n_jobs=1)
