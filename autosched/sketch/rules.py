@@ -23,7 +23,12 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
 from autosched.sketch.stage_steps import level_names, split_step_ids
-from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
+from autosched.sketch.tensor_core import (
+    build_implicit_gemm_sketch,
+    build_tensor_core_sketch,
+    match_implicit_gemm,
+    match_tensor_core,
+)
 from autosched.sketch.utils import (
     common_outer_iters,
     consumers,
@@ -320,17 +325,26 @@ class MultiLevelTilingTensorCore(SketchRule):
     16x16x16 nests (tensor_core.py); a float32 one too, as TF32 16x16x8 nests, when
     `SketchParams.allow_tf32`. M, N and K need not be multiples of 16 (at least 16 long): they
     are tiled as their next multiple, whole tiles past the edge. No other tiling rule runs on
-    a stage it matches."""
+    a stage it matches. A convolution (two or more output axes read by its input only: its
+    pixels) also gets an implicit GEMM sketch, its pixels fused as M (`ImplicitGemmStep`),
+    which needs neither a batch of 16 nor an output row of 16."""
 
     def condition(self, ctx, state, i):
-        found = match_tensor_core(state, i, ctx.params.allow_tf32)
+        tf32 = ctx.params.allow_tf32
+        found = match_tensor_core(state, i, tf32) or match_implicit_gemm(state, i, tf32)
         return Cond.APPLY_AND_SKIP_REST if found else Cond.SKIP
 
     def apply(self, ctx, state, i):
-        found = match_tensor_core(state, i, ctx.params.allow_tf32)
-        if found is None:
+        tf32 = ctx.params.allow_tf32
+        out = []
+        found = match_tensor_core(state, i, tf32)
+        if found is not None:
+            out.append(build_tensor_core_sketch(state, i, found))
+        if match_implicit_gemm(state, i, tf32) is not None:
+            out.append(build_implicit_gemm_sketch(state, i, tf32))
+        if not out:
             raise ScheduleError(f"stage {state.stages[i].name!r} is not a Tensor Core product")
-        return [build_tensor_core_sketch(state, i, found)]
+        return out
 
 
 class AddCacheWrite(SketchRule):

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from autosched.errors import ScheduleError
 from autosched.lower import ir
+from autosched.schedule.implicit_gemm import implicit_gemm_ops, product_loads, row_axes
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT
 from autosched.sketch.stage_steps import level_names
@@ -44,6 +46,10 @@ from autosched.te.visitor import walk
 MMA = ir.WMMA_TILE  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
 # operand dtypes the rule takes: half precision always, float32 (as TF32) when allowed
 TF32_DTYPES = frozenset({ir.TF32_OPERAND_DTYPE})
+# The shortest M, N and K an implicit GEMM takes: any number of pixels (a 2x2 output is one
+# padded row tile), output channels from 8 (half a tile, padded), input channels from 16 (the
+# K loop's inner split is one whole tile; a stem conv of 3 input channels stays on CUDA cores).
+IMPLICIT_GEMM_LEAST = (1, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -91,27 +97,44 @@ def _direct_dim(load: Load, axis: IterVar) -> int | None:
     return None
 
 
-def _innermost(axes, pred) -> IterVar | None:
+def _innermost(axes, pred, least: int = MMA) -> IterVar | None:
     """The innermost of `axes` satisfying `pred` whose extent is a multiple of 16, else the
-    innermost at least 16 long (tiled as its next multiple of 16: a padded axis)."""
-    found = [a for a in axes if a.extent >= MMA and pred(a)]
+    innermost at least `least` long (tiled as its next multiple of 16: a padded axis)."""
+    found = [a for a in axes if a.extent >= least and pred(a)]
     whole = [a for a in found if a.extent % MMA == 0]
     return (whole or found)[-1] if found else None
+
+
+def _stage_is_fresh(state: State, i: int, origins: tuple[str, ...] = ("dag",)) -> bool:
+    """Stage i is an untransformed computation at root, of one of `origins`."""
+    stage = state.stages[i]
+    return (
+        isinstance(stage.op, ComputeOp)
+        and stage.origin in origins
+        and not is_inlined(stage)
+        and stage.compute_at == ROOT
+        and not is_tiled(stage)
+    )
 
 
 def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorCoreMatch | None:
     """The Tensor Core view of stage i, or None when it is not a half-precision matrix
     product with float32 sums and M, N and K axes at least 16 long. With `allow_tf32`, a
     float32 product matches too (its operands rounded to TF32 on the Tensor Cores)."""
-    stage = state.stages[i]
-    op = stage.op
+    if not _stage_is_fresh(state, i):
+        return None
+    op = state.stages[i].op
+    assert isinstance(op, ComputeOp)
+    return match_product(op, allow_tf32)
+
+
+def match_product(
+    op: ComputeOp, allow_tf32: bool = False, least: tuple[int, int, int] = (MMA, MMA, MMA)
+) -> TensorCoreMatch | None:
+    """The Tensor Core view of a computation `op` (see `match_tensor_core`); `least` are the
+    shortest M, N and K axes it takes (shorter ones than 16 are padded)."""
     if (
-        not isinstance(op, ComputeOp)
-        or stage.origin != "dag"
-        or is_inlined(stage)
-        or stage.compute_at != ROOT
-        or is_tiled(stage)
-        or op.dtype != "float32"
+        op.dtype != "float32"
         or not isinstance(op.body, Reduce)
         or op.body.reducer is not sum_reducer
         or op.body.condition is not None
@@ -128,14 +151,19 @@ def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorC
         return None
     in_a, in_b = _axes_of(la), _axes_of(lb)
     m = _innermost(
-        op.axis, lambda x: id(x) in in_a and id(x) not in in_b and _direct_dim(la, x) is not None
+        op.axis,
+        lambda x: id(x) in in_a and id(x) not in in_b and _direct_dim(la, x) is not None,
+        least[0],
     )
     n = _innermost(
-        op.axis, lambda x: id(x) in in_b and id(x) not in in_a and _direct_dim(lb, x) is not None
+        op.axis,
+        lambda x: id(x) in in_b and id(x) not in in_a and _direct_dim(lb, x) is not None,
+        least[1],
     )
     k = _innermost(
         op.reduce_axis,
         lambda x: _direct_dim(la, x) is not None and _direct_dim(lb, x) is not None,
+        least[2],
     )
     if m is None or n is None or k is None:
         return None
@@ -151,6 +179,19 @@ def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorC
     a = Operand(la.buffer.op, (a_m, a_k), len(la.indices), (MMA, kt))
     b = Operand(lb.buffer.op, (b_k, b_n), len(lb.indices), (kt, MMA))
     return TensorCoreMatch(m.name, n.name, k.name, a, b, kt)
+
+
+def match_implicit_gemm(state: State, i: int, allow_tf32: bool = False) -> TensorCoreMatch | None:
+    """The Tensor Core view of stage i rewritten as an implicit GEMM (a convolution: its output
+    pixels, two or more axes, as M; `schedule.implicit_gemm`), or None when the stage has fewer
+    than two row axes or its product does not match."""
+    if not _stage_is_fresh(state, i):
+        return None
+    op = state.stages[i].op
+    assert isinstance(op, ComputeOp)
+    if len(row_axes(op)) < 2 or product_loads(op) is None:
+        return None
+    return match_product(implicit_gemm_ops(op).gemm, allow_tf32, IMPLICIT_GEMM_LEAST)
 
 
 def epilogue_root(state: State, i: int) -> int | None:
@@ -283,11 +324,36 @@ def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple
     return state, state.stage_index(acc) - 1
 
 
+def build_implicit_gemm_sketch(state: State, i: int, allow_tf32: bool = False) -> tuple[State, int]:
+    """Rewrite stage i as an implicit GEMM and apply the Tensor Core sketch to its product.
+    The gather is inlined into its shared copy (the tile fetch gathers the window's pixels,
+    and a padding stage inlined into it later reads the input guarded); the reshape, unless it
+    is the DAG's output, is inlined into its reader (a cast or bias epilogue that then reads
+    the product's output tile by tile, in a kernel of its own). Returns the state and the index
+    of the stage before the accumulator."""
+    reshape_op = state.stages[i].produces
+    state = state.implicit_gemm(i)
+    gather, gemm = state.stages[i].op, state.stages[i + 1].op
+    assert isinstance(gemm, ComputeOp)  # the step made it
+    mt = match_product(gemm, allow_tf32, IMPLICIT_GEMM_LEAST)
+    if mt is None:
+        raise ScheduleError(f"stage {state.stages[i + 2].name!r} is not a Tensor Core product")
+    state, nxt = build_tensor_core_sketch(state, i + 1, mt)
+    state = state.compute_inline(gather)
+    reshape = state.stage_index(reshape_op)
+    if not is_output(state, reshape):
+        state = state.compute_inline(reshape)
+    return state, nxt
+
+
 __all__ = [
     "MMA",
     "Operand",
     "TensorCoreMatch",
+    "build_implicit_gemm_sketch",
     "build_tensor_core_sketch",
     "epilogue_root",
+    "match_implicit_gemm",
+    "match_product",
     "match_tensor_core",
 ]
