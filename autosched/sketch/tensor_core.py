@@ -240,10 +240,22 @@ def _tile_store(state: State, c: str, mt: TensorCoreMatch, bind_blocks: bool):
     return state.tensorize(c, lm[3]), ids, warp
 
 
-def _tile_epilogue(state: State, e: int, c: str, mt: TensorCoreMatch, ids: list[int]):
+def _tile_epilogue(
+    state: State,
+    e: int,
+    c: str,
+    mt: TensorCoreMatch,
+    ids: list[int],
+    rows: tuple[int, ...] = (),
+):
     """The epilogue E follows C's block tiles; its inner part is fused and split into warps
-    (threadIdx.y, as many as C's) of 32 lanes (threadIdx.x). Returns (state, block loop)."""
-    e_axes = [it.name for it in state.stages[e].root_iters]
+    (threadIdx.y, as many as C's) of 32 lanes (threadIdx.x). `rows`: E's axes (positions) that
+    C's M axis holds fused (an implicit GEMM's pixels), fused first so that E's axes line up
+    with C's. Returns (state, block loop)."""
+    if rows:
+        names = [state.stages[e].root_iters[p].name for p in rows]
+        state = state.fuse(e, names)
+    e_axes = [it.name for it in state.stages[e].iters]
     c_axes = [it.name for it in state[c].root_iters]
     tiled = {c_axes.index(mt.m): ids[0], c_axes.index(mt.n): ids[1]}
     for pos, src in tiled.items():
@@ -291,14 +303,29 @@ def _stage_output(state: State, c: str, acc: str, mt: TensorCoreMatch):
     return state, f"{acc}.shared", replace(mt, m=dims[mt.m], n=dims[mt.n])
 
 
-def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple[State, int]:
+@dataclass(frozen=True)
+class Epilogue:
+    """An output stage that reads the product's tiles through shared memory: its index, and
+    its axes (positions) that the product's M axis holds fused (none: it indexes as C)."""
+
+    stage: int
+    rows: tuple[int, ...] = ()
+
+
+def build_tensor_core_sketch(
+    state: State, i: int, mt: TensorCoreMatch, epilogue: Epilogue | None = None
+) -> tuple[State, int]:
     """Apply the Tensor Core sketch to stage i; returns the state and the index of the stage
-    before the accumulator (where the rules go on). A padded M or N (`_padded_output`) with no
-    epilogue stores its tiles to a shared copy (`_stage_output`): the stage's own copy-out
-    then is the epilogue."""
-    e = epilogue_root(state, i)
-    staged = e is None and _padded_output(state, i, mt)
-    e_op = state.stages[e].op if e is not None else None
+    before the accumulator (where the rules go on). The epilogue is `epilogue`, else the
+    stage's element-wise output consumer (`epilogue_root`). A padded M or N
+    (`_padded_output`) with no epilogue stores its tiles to a shared copy (`_stage_output`):
+    the stage's own copy-out then is the epilogue."""
+    if epilogue is None:
+        e = epilogue_root(state, i)
+        epilogue = Epilogue(e) if e is not None else None
+    staged = epilogue is None and _padded_output(state, i, mt)
+    e_op = state.stages[epilogue.stage].op if epilogue is not None else None
+    rows = epilogue.rows if epilogue is not None else ()
     c = state.stages[i].name
     state = state.cache_write(i, ir.ACCUMULATOR_SCOPE)
     acc = f"{c}.{ir.ACCUMULATOR_SCOPE}"
@@ -319,18 +346,39 @@ def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple
         state = state.compute_at(shared, acc, shared_at)
         state = _tile_fragment(state, frag, operand).compute_at(frag, acc, frag_at)
     if e_op is not None:
-        state, block = _tile_epilogue(state, state.stage_index(e_op), c, store_mt, ids)
+        e = state.stage_index(e_op)
+        state, block = _tile_epilogue(state, e, c, store_mt, ids, rows)
         state = state.compute_at(c, e_op, block)
     return state, state.stage_index(acc) - 1
+
+
+def _reshape_epilogue(state: State, reshape: int) -> tuple[State, Epilogue | None]:
+    """The epilogue of an implicit GEMM whose reshape is stage `reshape`: the reshape itself
+    when it is the DAG's output, else its element-wise output consumer (a cast, bias or relu)
+    with the reshape inlined into it; (state, None) when it has neither."""
+    op = state.stages[reshape].op
+    assert isinstance(op, ComputeOp) and isinstance(op.body, Load)  # the step made it
+    flat = next(x for x in op.body.indices if not isinstance(x, IterVar))
+    used = {id(v) for v in walk(flat)}
+    rows = tuple(p for p, a in enumerate(op.axis) if id(a) in used)
+    if rows != tuple(range(rows[0], rows[0] + len(rows))):
+        return state, None  # the pixels are not adjacent (NCHW): they cannot be fused
+    if is_output(state, reshape):
+        return state, Epilogue(reshape, rows)
+    e = epilogue_root(state, reshape)
+    if e is None:
+        return state, None
+    return state.compute_inline(reshape), Epilogue(e, rows)
 
 
 def build_implicit_gemm_sketch(state: State, i: int, allow_tf32: bool = False) -> tuple[State, int]:
     """Rewrite stage i as an implicit GEMM and apply the Tensor Core sketch to its product.
     The gather is inlined into its shared copy (the tile fetch gathers the window's pixels,
-    and a padding stage inlined into it later reads the input guarded); the reshape, unless it
-    is the DAG's output, is inlined into its reader (a cast or bias epilogue that then reads
-    the product's output tile by tile, in a kernel of its own). Returns the state and the index
-    of the stage before the accumulator."""
+    and a padding stage inlined into it later reads the input guarded). The reshape is the
+    epilogue, or is inlined into the element-wise epilogue that reads it (`_reshape_epilogue`):
+    the epilogue fuses its pixel axes and follows the product's tiles, reading them from shared
+    memory. A reshape with other readers stays a kernel of its own, after the product's.
+    Returns the state and the index of the stage before the accumulator."""
     reshape_op = state.stages[i].produces
     state = state.implicit_gemm(i)
     gather, gemm = state.stages[i].op, state.stages[i + 1].op
@@ -338,16 +386,18 @@ def build_implicit_gemm_sketch(state: State, i: int, allow_tf32: bool = False) -
     mt = match_product(gemm, allow_tf32, IMPLICIT_GEMM_LEAST)
     if mt is None:
         raise ScheduleError(f"stage {state.stages[i + 2].name!r} is not a Tensor Core product")
-    state, nxt = build_tensor_core_sketch(state, i + 1, mt)
+    state, epilogue = _reshape_epilogue(state, state.stage_index(reshape_op))
+    state, nxt = build_tensor_core_sketch(state, i + 1, mt, epilogue)
     state = state.compute_inline(gather)
     reshape = state.stage_index(reshape_op)
-    if not is_output(state, reshape):
+    if epilogue is None and not is_output(state, reshape):
         state = state.compute_inline(reshape)
     return state, nxt
 
 
 __all__ = [
     "MMA",
+    "Epilogue",
     "Operand",
     "TensorCoreMatch",
     "build_implicit_gemm_sketch",
