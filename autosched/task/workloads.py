@@ -84,6 +84,15 @@ def batch_matmul_bf16(B: int, M: int, N: int, K: int) -> list[te.Tensor]:
     return [A, Bt, topi.cast(topi.nn.batch_matmul(A, Bt, out_dtype="float32"), "bfloat16")]
 
 
+@register_workload(name="batch_matmul_fp16")
+def batch_matmul_fp16(B: int, M: int, N: int, K: int) -> list[te.Tensor]:
+    """float16 batch_matmul (B given as (batch, N, K): attention scores Q K^T), fp32 sums,
+    fp16 out."""
+    A = te.placeholder((B, M, K), name="A", dtype="float16")
+    Bt = te.placeholder((B, N, K), name="B", dtype="float16")
+    return [A, Bt, topi.cast(topi.nn.batch_matmul(A, Bt, out_dtype="float32"), "float16")]
+
+
 @register_workload(name="conv2d_nhwc_fp16")
 def conv2d_nhwc_fp16(
     N: int, H: int, W: int, CO: int, CI: int, KH: int, KW: int, stride: int, padding: int
