@@ -44,7 +44,9 @@ class ImplicitGemmOps:
 def product_loads(op: ComputeOp) -> tuple[Load, Load] | None:
     """The two tensor loads (under optional casts) of a sum of products `sum(a * b)`."""
     body = op.body
-    if not isinstance(body, Reduce) or body.reducer is not sum_reducer or body.condition:
+    if not isinstance(body, Reduce) or body.reducer is not sum_reducer:
+        return None
+    if body.condition is not None:
         return None
     src = body.source
     if not (isinstance(src, BinOp) and src.op == "*"):
@@ -109,10 +111,19 @@ def implicit_gemm_ops(op: ComputeOp) -> ImplicitGemmOps:
     name = "_".join(a.name for a in rows) + "_fused"
     m = IterVar(name, 0, math.prod(a.extent for a in rows), IterVar.SPATIAL)
     read_by_a = _axes_read(la)
+    # the gather's axes: the spatial axes A shares with B (a batch, split-K's parts), m, and
+    # the reduction axes A reads
+    batch = [a for a in op.axis if id(a) in read_by_a and a not in rows]
     reduces = [r for r in op.reduce_axis if id(r) in read_by_a]
+    g_batch = [IterVar(a.name, 0, a.extent, IterVar.SPATIAL) for a in batch]
     g_red = [IterVar(r.name, 0, r.extent, IterVar.SPATIAL) for r in reduces]
-    gather_body = substitute(la, {**_digits(m, rows), **dict(zip(reduces, g_red, strict=True))})
-    gather = ComputeOp(f"{op.name}.im2col", "injective", (m, *g_red), gather_body, {})
+    mapping = {
+        **_digits(m, rows),
+        **dict(zip(batch, g_batch, strict=True)),
+        **dict(zip(reduces, g_red, strict=True)),
+    }
+    gather_axes = (*g_batch, m, *g_red)
+    gather = ComputeOp(f"{op.name}.im2col", "injective", gather_axes, substitute(la, mapping), {})
 
     # the product: the row axes replaced by m at the first one's place, fresh iterators
     first = op.axis.index(rows[0])
@@ -122,7 +133,9 @@ def implicit_gemm_ops(op: ComputeOp) -> ImplicitGemmOps:
     g_axes = [new_axis[a] for a in kept]
     g_axes.insert(first, gm)
     raxis = {r: IterVar(r.name, r.lo, r.extent, IterVar.REDUCE) for r in op.reduce_axis}
-    gathered: Expr = Load(gather.output(0), [gm, *(raxis[r] for r in reduces)])
+    gathered: Expr = Load(
+        gather.output(0), [*(new_axis[a] for a in batch), gm, *(raxis[r] for r in reduces)]
+    )
     src = op.body.source
     assert isinstance(src, BinOp)
     if isinstance(src.a, Cast):

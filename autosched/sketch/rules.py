@@ -24,6 +24,7 @@ from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
 from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.tensor_core import (
+    MMA,
     build_implicit_gemm_sketch,
     build_tensor_core_sketch,
     match_implicit_gemm,
@@ -259,7 +260,10 @@ class SplitKReduction(SketchRule):
     `split_k_min_chunk` long. With `SketchParams.split_k_outer_axis`, the outermost reduction
     axis alone is cut where P divides it (a convolution's input channels): the partial-sum
     stage keeps the other reduction axes (the window), so its tiles stay aligned with them and
-    its indices free of the divisions by the window a fused axis needs. Where the reduction
+    its indices free of the divisions by the window a fused axis needs. A Tensor Core product
+    (a half-precision matmul or conv) is cut on its K axis (a conv's input channels) where
+    whole 16-wide tiles fill each part: its partial sums are then a Tensor Core product too,
+    for few output tiles (a batch-1 conv of 7x7 pixels). Where the reduction
     has an element-wise consumer (a conv's bias and relu), the sum of the parts is computed
     inside the consumer's loop, one output element at a time in a register, so the second
     kernel also applies the epilogue and no third kernel or buffer is needed. APPLY: the
@@ -290,14 +294,28 @@ class SplitKReduction(SketchRule):
         reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
         outer = reduce_iters[0]
         whole = self.fused(state, i, [it.name for it in reduce_iters])
+        tensor_core_k = self.tensor_core_k(ctx, state, i)
         out = []
         for p in parts:
             outer_only = ctx.params.split_k_outer_axis and outer.extent % p == 0
             cut, name = (state, outer.name) if outer_only else whole
+            if tensor_core_k is not None and tensor_core_k.extent % (p * MMA) == 0:
+                cut, name = state, tensor_core_k.name
             split = cut.split(i, name, [p], inner_to_outer=False)
             factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
             out.append((self.sum_in_consumer(factored, i + 1), i))
         return out
+
+    @staticmethod
+    def tensor_core_k(ctx, state: State, i: int):
+        """The K axis of stage i's Tensor Core product (direct or implicit GEMM), or None: cut
+        where whole 16-wide tiles fill every part, the partial sums are a Tensor Core product
+        too (K offset by the part), with the other reduction axes (a conv's window) kept."""
+        tf32 = ctx.params.allow_tf32
+        found = match_tensor_core(state, i, tf32) or match_implicit_gemm(state, i, tf32)
+        if found is None:
+            return None
+        return next(it for it in state.stages[i].iters if it.name == found.k)
 
     @staticmethod
     def sum_in_consumer(state: State, final: int) -> State:

@@ -88,12 +88,20 @@ def _axes_of(load: Load) -> set[int]:
     return {id(n) for idx in load.indices for n in walk(idx) if isinstance(n, IterVar)}
 
 
-def _direct_dim(load: Load, axis: IterVar) -> int | None:
-    """The one dimension of `load` indexed by exactly `axis` (no other term), if it is the
-    only dimension that uses the axis."""
+def _direct_dim(load: Load, axis: IterVar, offsets: frozenset[int] = frozenset()) -> int | None:
+    """The one dimension of `load` indexed by exactly `axis`, if it is the only dimension that
+    uses the axis; with `offsets` (ids of axes), also one indexed `axis + e` where `e` reads
+    only those axes (a split-K part's `k_o*c + k_i`: the tile's origin moves with `k_o`)."""
     uses = [d for d, idx in enumerate(load.indices) if any(n is axis for n in walk(idx))]
-    if len(uses) == 1 and load.indices[uses[0]] is axis:
+    if len(uses) != 1:
+        return None
+    idx = load.indices[uses[0]]
+    if idx is axis:
         return uses[0]
+    if offsets and isinstance(idx, BinOp) and idx.op == "+" and idx.b is axis:
+        rest = [n for n in walk(idx.a) if isinstance(n, IterVar)]
+        if rest and all(id(n) in offsets for n in rest):
+            return uses[0]
     return None
 
 
@@ -117,11 +125,15 @@ def _stage_is_fresh(state: State, i: int, origins: tuple[str, ...] = ("dag",)) -
     )
 
 
+# the stages the rule takes: the DAG's, and the partial sums of a split-K sketch
+MATCHED_ORIGINS = ("dag", "rfactor")
+
+
 def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorCoreMatch | None:
     """The Tensor Core view of stage i, or None when it is not a half-precision matrix
     product with float32 sums and M, N and K axes at least 16 long. With `allow_tf32`, a
     float32 product matches too (its operands rounded to TF32 on the Tensor Cores)."""
-    if not _stage_is_fresh(state, i):
+    if not _stage_is_fresh(state, i, MATCHED_ORIGINS):
         return None
     op = state.stages[i].op
     assert isinstance(op, ComputeOp)
@@ -160,17 +172,19 @@ def match_product(
         lambda x: id(x) in in_b and id(x) not in in_a and _direct_dim(lb, x) is not None,
         least[1],
     )
+    # K may be offset by the spatial axes both operands read (split-K's parts)
+    shared = frozenset(id(a) for a in op.axis if id(a) in in_a and id(a) in in_b)
     k = _innermost(
         op.reduce_axis,
-        lambda x: _direct_dim(la, x) is not None and _direct_dim(lb, x) is not None,
+        lambda x: _direct_dim(la, x, shared) is not None and _direct_dim(lb, x, shared) is not None,
         least[2],
     )
     if m is None or n is None or k is None:
         return None
     a_m, a_k, b_k, b_n = (
         _direct_dim(la, m),
-        _direct_dim(la, k),
-        _direct_dim(lb, k),
+        _direct_dim(la, k, shared),
+        _direct_dim(lb, k, shared),
         _direct_dim(lb, n),
     )
     if a_m is None or a_k is None or b_k is None or b_n is None:  # the predicates found them
@@ -185,7 +199,7 @@ def match_implicit_gemm(state: State, i: int, allow_tf32: bool = False) -> Tenso
     """The Tensor Core view of stage i rewritten as an implicit GEMM (a convolution: its output
     pixels, two or more axes, as M; `schedule.implicit_gemm`), or None when the stage has fewer
     than two row axes or its product does not match."""
-    if not _stage_is_fresh(state, i):
+    if not _stage_is_fresh(state, i, MATCHED_ORIGINS):
         return None
     op = state.stages[i].op
     assert isinstance(op, ComputeOp)
