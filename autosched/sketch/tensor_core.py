@@ -265,9 +265,15 @@ def _tile_epilogue(
     """The epilogue E follows C's block tiles; its inner part is fused and split into warps
     (threadIdx.y, as many as C's) of 32 lanes (threadIdx.x). `rows`: E's axes (positions) that
     C's M axis holds fused (an implicit GEMM's pixels), fused first so that E's axes line up
-    with C's. Returns (state, block loop)."""
+    with C's (reordered next to each other first: an NCHW output's pixels). Returns (state,
+    block loop)."""
     if rows:
-        names = [state.stages[e].root_iters[p].name for p in rows]
+        roots = [it.name for it in state.stages[e].root_iters]
+        names = [roots[p] for p in rows]
+        kept = [a for p, a in enumerate(roots) if p not in rows]
+        order = kept[: rows[0]] + names + kept[rows[0] :]  # C's order: M where the first row is
+        if order != roots:
+            state = state.reorder(e, order)
         state = state.fuse(e, names)
     e_axes = [it.name for it in state.stages[e].iters]
     c_axes = [it.name for it in state[c].root_iters]
@@ -375,8 +381,6 @@ def _reshape_epilogue(state: State, reshape: int) -> tuple[State, Epilogue | Non
     flat = next(x for x in op.body.indices if not isinstance(x, IterVar))
     used = {id(v) for v in walk(flat)}
     rows = tuple(p for p, a in enumerate(op.axis) if id(a) in used)
-    if rows != tuple(range(rows[0], rows[0] + len(rows))):
-        return state, None  # the pixels are not adjacent (NCHW): they cannot be fused
     if is_output(state, reshape):
         return state, Epilogue(reshape, rows)
     e = epilogue_root(state, reshape)

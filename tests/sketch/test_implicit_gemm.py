@@ -23,10 +23,16 @@ def conv_nhwc(n, hw, ci, co, k, stride, pad, dtype="float16", epilogue="cast") -
     kernel = te.placeholder((k, k, ci, co), name="kernel", dtype=dtype)
     out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, out_dtype="float32")
     tensors = [data, kernel]
-    if epilogue == "bias_relu":
+    if epilogue in ("bias_relu", "residual"):
         bias = te.placeholder((co,), name="bias", dtype="float32")
         tensors.append(bias)
-        out = topi.nn.relu(out + bias)
+        out = out + bias
+    if epilogue == "residual":
+        skip = te.placeholder(out.shape, name="residual", dtype="float32")
+        tensors.append(skip)
+        out = out + skip
+    if epilogue in ("bias_relu", "residual"):
+        out = topi.nn.relu(out)
     if epilogue != "none":
         out = topi.cast(out, dtype)
     return ComputeDAG([*tensors, out])
@@ -85,6 +91,8 @@ def test_three_input_channels_stay_on_cuda_cores():
 
 
 def check_implicit_gemm(dag: ComputeDAG, n: int = 2) -> None:
+    """n sampled states of the implicit GEMM sketch: one kernel, with Tensor Core products,
+    that computes the DAG on the interpreter."""
     sampler = SketchSampler([implicit_sketch(dag)])
     states = sampler.sample(n, 0)
     assert len(states) == n, sampler.rejected
@@ -92,6 +100,7 @@ def check_implicit_gemm(dag: ComputeDAG, n: int = 2) -> None:
     expected = evaluate(dag.tensors, inputs)
     for state in states:
         program = sampler.programs[state.key()]
+        assert len(program.kernels) == 1  # the reshape and epilogue in the product's kernel
         assert any(
             isinstance(s, ir.FragmentMma) for k in program.kernels for s in ir.iter_stmts(k.body)
         )
@@ -116,11 +125,19 @@ def test_bf16_with_a_bias_and_relu_epilogue():
     check_implicit_gemm(conv_nhwc(1, 4, 16, 16, 3, 1, 1, "bfloat16", "bias_relu"))
 
 
+def test_a_residual_epilogue_runs_in_the_products_kernel():
+    dag = conv_nhwc(2, 4, 16, 16, 3, 1, 1, epilogue="residual")
+    check_implicit_gemm(dag)
+    (state,) = SketchSampler([implicit_sketch(dag)]).sample(1, 0)
+    roots = [s for s in state.stages if s.compute_at == "root" and not s.is_placeholder]
+    assert [s.name for s in roots] == ["T_cast"]  # one kernel: the epilogue
+
+
 def test_a_float32_output_is_the_reshape_itself():
     check_implicit_gemm(conv_nhwc(1, 4, 16, 16, 3, 1, 1, epilogue="none"))
 
 
-def test_nchw_gathers_its_pixels_too():
+def test_nchw_gathers_its_pixels_and_reorders_its_output():
     data = te.placeholder((1, 16, 4, 4), name="data", dtype="float16")
     kernel = te.placeholder((16, 16, 3, 3), name="kernel", dtype="float16")
     out = topi.nn.conv2d_nchw(data, kernel, 1, 1, out_dtype="float32")
