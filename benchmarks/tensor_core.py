@@ -2,8 +2,13 @@
 compare with PyTorch's half-precision (or TF32) kernels (cuBLAS / cuDNN on Tensor Cores) in one
 process.
 
-    python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME ...]
+    python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
+
+Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
+that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels)
+and `resnet50` (a representative subset of ResNet-50's NHWC convs at batch 1 and 32, implicit
+GEMM); the default is `core`.
 
 Per workload: tune through `auto_schedule` (no hand-written schedule), check that the best kernel
 is tensorized, run it and PyTorch on the same random inputs (ours checked against PyTorch's
@@ -22,6 +27,7 @@ import shutil
 import sys
 import time
 
+from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from benchmarks import report
 from benchmarks.report import (
     Column,
@@ -137,6 +143,51 @@ WORKLOADS: dict[str, tuple[str, tuple, object]] = {
     "attention_vit_bf16": ("attention_bf16", (12, 197, 197, 64, 0), _attention),
 }
 TF32 = {"matmul_tf32_1024"}
+
+# extents that are not multiples of 16 (padded tiles), few output tiles, implicit GEMM
+AWKWARD: dict[str, tuple[str, tuple, object]] = {
+    "matmul_fp16_1000": ("matmul_fp16", (1000, 1000, 1000), TORCH_EQUIVALENTS["matmul"]),
+    "matmul_fp16_1023x999x1001": (
+        "matmul_fp16",
+        (1023, 999, 1001),
+        TORCH_EQUIVALENTS["matmul"],
+    ),
+    "attention_scores_fp16_77": (
+        "batch_matmul_fp16",
+        (96, 77, 77, 64),
+        TORCH_EQUIVALENTS["batch_matmul"],
+    ),
+    "conv2d_nhwc_fp16_b8_56_64": (
+        "conv2d_nhwc_fp16",
+        (8, 56, 56, 64, 64, 3, 3, 1, 1),
+        _conv2d_nhwc,
+    ),
+}
+
+
+def _resnet50(batch: int, conv: tuple[int, ...]) -> tuple[str, tuple[str, tuple, object]]:
+    hw, ci, co, k, stride, _ = conv
+    name = f"resnet50_b{batch}_{hw}_{ci}x{co}_{k}x{k}s{stride}"
+    return name, ("conv2d_nhwc_fp16", resnet50_conv_args(batch, conv), _conv2d_nhwc)
+
+
+# ResNet-50's convs, a representative subset: the 3x3 of each stage, a strided 3x3 and three
+# 1x1 (expand, reduce, the widest), at batch 1 (M = H*W pixels) and 32
+RESNET50_SUBSET = tuple(RESNET50_CONVS[i] for i in (1, 2, 7, 10, 12, 14, 17, 18))
+RESNET50 = dict(_resnet50(b, c) for b in (1, 32) for c in RESNET50_SUBSET)
+GROUPS = {"core": list(WORKLOADS), "awkward": list(AWKWARD), "resnet50": list(RESNET50)}
+WORKLOADS.update(AWKWARD)
+WORKLOADS.update(RESNET50)
+
+
+def expand_names(names: list[str]) -> list[str]:
+    """Workload names, each group name replaced by its workloads (in order, once each)."""
+    out: list[str] = []
+    for name in names:
+        for w in GROUPS.get(name, [name]):
+            if w not in out:
+                out.append(w)
+    return out
 
 
 def tune(name: str, ns) -> tuple:
@@ -280,7 +331,13 @@ def tensor_core_results(runs: list[dict]) -> Results:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument(
+        "--workloads",
+        nargs="*",
+        default=["core"],
+        choices=[*GROUPS, *WORKLOADS],
+        help="workloads or groups (core, awkward, resnet50)",
+    )
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
@@ -303,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line("benchmarks.tensor_core", sys.argv[1:] if argv is None else argv),
     }
     runs = []
-    for name in ns.workloads:
+    for name in expand_names(ns.workloads):
         import autosched
 
         task, state, recorded, trials, wall = tune(name, ns)

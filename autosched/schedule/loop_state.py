@@ -30,6 +30,7 @@ from autosched.schedule.steps import (
     FollowFusedSplitStep,
     FollowSplitStep,
     FuseStep,
+    ImplicitGemmStep,
     PragmaStep,
     ReorderStep,
     RfactorStep,
@@ -217,6 +218,12 @@ class State:
         `stage` then reduces those. Both stages get fresh iterators."""
         si = self.stage_index(stage)
         return self.apply(RfactorStep(si, self.stages[si].iter_index(it), factor_iter_id))
+
+    def implicit_gemm(self, stage) -> State:
+        """Rewrite convolution `stage` as a matrix product: a gather `<name>.im2col` and a
+        product `<name>.gemm` (inserted before it, in that order) whose rows are the output
+        pixels; `stage` then reshapes the product (`schedule.implicit_gemm`)."""
+        return self.apply(ImplicitGemmStep(self.stage_index(stage)))
 
     def annotate(self, stage, it, annotation: str) -> State:
         si = self.stage_index(stage)

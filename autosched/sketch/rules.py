@@ -24,7 +24,13 @@ from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
 from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
 from autosched.sketch.stage_steps import level_names, split_step_ids
-from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
+from autosched.sketch.tensor_core import (
+    MMA,
+    build_implicit_gemm_sketch,
+    build_tensor_core_sketch,
+    match_implicit_gemm,
+    match_tensor_core,
+)
 from autosched.sketch.utils import (
     common_outer_iters,
     consumers,
@@ -276,7 +282,10 @@ class SplitKReduction(SketchRule):
     `split_k_min_chunk` long. With `SketchParams.split_k_outer_axis`, the outermost reduction
     axis alone is cut where P divides it (a convolution's input channels): the partial-sum
     stage keeps the other reduction axes (the window), so its tiles stay aligned with them and
-    its indices free of the divisions by the window a fused axis needs. Where the reduction
+    its indices free of the divisions by the window a fused axis needs. A Tensor Core product
+    (a half-precision matmul or conv) is cut on its K axis (a conv's input channels) where
+    whole 16-wide tiles fill each part: its partial sums are then a Tensor Core product too,
+    for few output tiles (a batch-1 conv of 7x7 pixels). Where the reduction
     has an element-wise consumer (a conv's bias and relu), the sum of the parts is computed
     inside the consumer's loop, one output element at a time in a register, so the second
     kernel also applies the epilogue and no third kernel or buffer is needed. APPLY: the
@@ -307,14 +316,28 @@ class SplitKReduction(SketchRule):
         reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
         outer = reduce_iters[0]
         whole = self.fused(state, i, [it.name for it in reduce_iters])
+        tensor_core_k = self.tensor_core_k(ctx, state, i)
         out = []
         for p in parts:
             outer_only = ctx.params.split_k_outer_axis and outer.extent % p == 0
             cut, name = (state, outer.name) if outer_only else whole
+            if tensor_core_k is not None and tensor_core_k.extent % (p * MMA) == 0:
+                cut, name = state, tensor_core_k.name
             split = cut.split(i, name, [p], inner_to_outer=False)
             factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
             out.append((self.sum_in_consumer(factored, i + 1), i))
         return out
+
+    @staticmethod
+    def tensor_core_k(ctx, state: State, i: int):
+        """The K axis of stage i's Tensor Core product (direct or implicit GEMM), or None: cut
+        where whole 16-wide tiles fill every part, the partial sums are a Tensor Core product
+        too (K offset by the part), with the other reduction axes (a conv's window) kept."""
+        tf32 = ctx.params.allow_tf32
+        found = match_tensor_core(state, i, tf32) or match_implicit_gemm(state, i, tf32)
+        if found is None:
+            return None
+        return next(it for it in state.stages[i].iters if it.name == found.k)
 
     @staticmethod
     def sum_in_consumer(state: State, final: int) -> State:
@@ -342,17 +365,26 @@ class MultiLevelTilingTensorCore(SketchRule):
     16x16x16 nests (tensor_core.py); a float32 one too, as TF32 16x16x8 nests, when
     `SketchParams.allow_tf32`. M, N and K need not be multiples of 16 (at least 16 long): they
     are tiled as their next multiple, whole tiles past the edge. No other tiling rule runs on
-    a stage it matches."""
+    a stage it matches. A convolution (two or more output axes read by its input only: its
+    pixels) also gets an implicit GEMM sketch, its pixels fused as M (`ImplicitGemmStep`),
+    which needs neither a batch of 16 nor an output row of 16."""
 
     def condition(self, ctx, state, i):
-        found = match_tensor_core(state, i, ctx.params.allow_tf32)
+        tf32 = ctx.params.allow_tf32
+        found = match_tensor_core(state, i, tf32) or match_implicit_gemm(state, i, tf32)
         return Cond.APPLY_AND_SKIP_REST if found else Cond.SKIP
 
     def apply(self, ctx, state, i):
-        found = match_tensor_core(state, i, ctx.params.allow_tf32)
-        if found is None:
+        tf32 = ctx.params.allow_tf32
+        out = []
+        found = match_tensor_core(state, i, tf32)
+        if found is not None:
+            out.append(build_tensor_core_sketch(state, i, found))
+        if match_implicit_gemm(state, i, tf32) is not None:
+            out.append(build_implicit_gemm_sketch(state, i, tf32))
+        if not out:
             raise ScheduleError(f"stage {state.stages[i].name!r} is not a Tensor Core product")
-        return [build_tensor_core_sketch(state, i, found)]
+        return out
 
 
 class AddCacheWrite(SketchRule):

@@ -15,11 +15,8 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import SplitRel
 from autosched.schedule.steps import (
     AnnotationStep,
-    CacheReadStep,
-    CacheWriteStep,
     FollowFusedSplitStep,
     FollowSplitStep,
-    RfactorStep,
     SplitStep,
     Step,
 )
@@ -62,14 +59,8 @@ def stage_index_history(state: State) -> list[int]:
     at_step: list[int] = []
     for step in state.steps:
         at_step.append(ident[step.stage_id])
-        if isinstance(step, CacheReadStep):
-            ident.insert(step.stage_id + 1, next_id)
-            next_id += 1
-        elif isinstance(step, CacheWriteStep):
-            ident.insert(step.stage_id, next_id)  # the new local stage takes the old position
-            next_id += 1
-        elif isinstance(step, RfactorStep):  # rfactor adds a stage before its target
-            ident.insert(step.stage_id, next_id)
+        for offset in step.INSERTS:
+            ident.insert(step.stage_id + offset, next_id)
             next_id += 1
     final = {sid: p for p, sid in enumerate(ident)}
     return [final.get(sid, -1) for sid in at_step]

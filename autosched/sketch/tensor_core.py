@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from autosched.errors import ScheduleError
 from autosched.lower import ir
+from autosched.schedule.implicit_gemm import implicit_gemm_ops, product_loads, row_axes
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT
 from autosched.sketch.stage_steps import level_names
@@ -44,6 +46,10 @@ from autosched.te.visitor import walk
 MMA = ir.WMMA_TILE  # the wmma tile: 16x16 operands, 16x16x16 multiply-accumulate
 # operand dtypes the rule takes: half precision always, float32 (as TF32) when allowed
 TF32_DTYPES = frozenset({ir.TF32_OPERAND_DTYPE})
+# The shortest M, N and K an implicit GEMM takes: any number of pixels (a 2x2 output is one
+# padded row tile), output channels from 8 (half a tile, padded), input channels from 16 (the
+# K loop's inner split is one whole tile; a stem conv of 3 input channels stays on CUDA cores).
+IMPLICIT_GEMM_LEAST = (1, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -82,36 +88,65 @@ def _axes_of(load: Load) -> set[int]:
     return {id(n) for idx in load.indices for n in walk(idx) if isinstance(n, IterVar)}
 
 
-def _direct_dim(load: Load, axis: IterVar) -> int | None:
-    """The one dimension of `load` indexed by exactly `axis` (no other term), if it is the
-    only dimension that uses the axis."""
+def _direct_dim(load: Load, axis: IterVar, offsets: frozenset[int] = frozenset()) -> int | None:
+    """The one dimension of `load` indexed by exactly `axis`, if it is the only dimension that
+    uses the axis; with `offsets` (ids of axes), also one indexed `axis + e` where `e` reads
+    only those axes (a split-K part's `k_o*c + k_i`: the tile's origin moves with `k_o`)."""
     uses = [d for d, idx in enumerate(load.indices) if any(n is axis for n in walk(idx))]
-    if len(uses) == 1 and load.indices[uses[0]] is axis:
+    if len(uses) != 1:
+        return None
+    idx = load.indices[uses[0]]
+    if idx is axis:
         return uses[0]
+    if offsets and isinstance(idx, BinOp) and idx.op == "+" and idx.b is axis:
+        rest = [n for n in walk(idx.a) if isinstance(n, IterVar)]
+        if rest and all(id(n) in offsets for n in rest):
+            return uses[0]
     return None
 
 
-def _innermost(axes, pred) -> IterVar | None:
+def _innermost(axes, pred, least: int = MMA) -> IterVar | None:
     """The innermost of `axes` satisfying `pred` whose extent is a multiple of 16, else the
-    innermost at least 16 long (tiled as its next multiple of 16: a padded axis)."""
-    found = [a for a in axes if a.extent >= MMA and pred(a)]
+    innermost at least `least` long (tiled as its next multiple of 16: a padded axis)."""
+    found = [a for a in axes if a.extent >= least and pred(a)]
     whole = [a for a in found if a.extent % MMA == 0]
     return (whole or found)[-1] if found else None
+
+
+def _stage_is_fresh(state: State, i: int, origins: tuple[str, ...] = ("dag",)) -> bool:
+    """Stage i is an untransformed computation at root, of one of `origins`."""
+    stage = state.stages[i]
+    return (
+        isinstance(stage.op, ComputeOp)
+        and stage.origin in origins
+        and not is_inlined(stage)
+        and stage.compute_at == ROOT
+        and not is_tiled(stage)
+    )
+
+
+# the stages the rule takes: the DAG's, and the partial sums of a split-K sketch
+MATCHED_ORIGINS = ("dag", "rfactor")
 
 
 def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorCoreMatch | None:
     """The Tensor Core view of stage i, or None when it is not a half-precision matrix
     product with float32 sums and M, N and K axes at least 16 long. With `allow_tf32`, a
     float32 product matches too (its operands rounded to TF32 on the Tensor Cores)."""
-    stage = state.stages[i]
-    op = stage.op
+    if not _stage_is_fresh(state, i, MATCHED_ORIGINS):
+        return None
+    op = state.stages[i].op
+    assert isinstance(op, ComputeOp)
+    return match_product(op, allow_tf32)
+
+
+def match_product(
+    op: ComputeOp, allow_tf32: bool = False, least: tuple[int, int, int] = (MMA, MMA, MMA)
+) -> TensorCoreMatch | None:
+    """The Tensor Core view of a computation `op` (see `match_tensor_core`); `least` are the
+    shortest M, N and K axes it takes (shorter ones than 16 are padded)."""
     if (
-        not isinstance(op, ComputeOp)
-        or stage.origin != "dag"
-        or is_inlined(stage)
-        or stage.compute_at != ROOT
-        or is_tiled(stage)
-        or op.dtype != "float32"
+        op.dtype != "float32"
         or not isinstance(op.body, Reduce)
         or op.body.reducer is not sum_reducer
         or op.body.condition is not None
@@ -128,21 +163,28 @@ def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorC
         return None
     in_a, in_b = _axes_of(la), _axes_of(lb)
     m = _innermost(
-        op.axis, lambda x: id(x) in in_a and id(x) not in in_b and _direct_dim(la, x) is not None
+        op.axis,
+        lambda x: id(x) in in_a and id(x) not in in_b and _direct_dim(la, x) is not None,
+        least[0],
     )
     n = _innermost(
-        op.axis, lambda x: id(x) in in_b and id(x) not in in_a and _direct_dim(lb, x) is not None
+        op.axis,
+        lambda x: id(x) in in_b and id(x) not in in_a and _direct_dim(lb, x) is not None,
+        least[1],
     )
+    # K may be offset by the spatial axes both operands read (split-K's parts)
+    shared = frozenset(id(a) for a in op.axis if id(a) in in_a and id(a) in in_b)
     k = _innermost(
         op.reduce_axis,
-        lambda x: _direct_dim(la, x) is not None and _direct_dim(lb, x) is not None,
+        lambda x: _direct_dim(la, x, shared) is not None and _direct_dim(lb, x, shared) is not None,
+        least[2],
     )
     if m is None or n is None or k is None:
         return None
     a_m, a_k, b_k, b_n = (
         _direct_dim(la, m),
-        _direct_dim(la, k),
-        _direct_dim(lb, k),
+        _direct_dim(la, k, shared),
+        _direct_dim(lb, k, shared),
         _direct_dim(lb, n),
     )
     if a_m is None or a_k is None or b_k is None or b_n is None:  # the predicates found them
@@ -151,6 +193,19 @@ def match_tensor_core(state: State, i: int, allow_tf32: bool = False) -> TensorC
     a = Operand(la.buffer.op, (a_m, a_k), len(la.indices), (MMA, kt))
     b = Operand(lb.buffer.op, (b_k, b_n), len(lb.indices), (kt, MMA))
     return TensorCoreMatch(m.name, n.name, k.name, a, b, kt)
+
+
+def match_implicit_gemm(state: State, i: int, allow_tf32: bool = False) -> TensorCoreMatch | None:
+    """The Tensor Core view of stage i rewritten as an implicit GEMM (a convolution: its output
+    pixels, two or more axes, as M; `schedule.implicit_gemm`), or None when the stage has fewer
+    than two row axes or its product does not match."""
+    if not _stage_is_fresh(state, i, MATCHED_ORIGINS):
+        return None
+    op = state.stages[i].op
+    assert isinstance(op, ComputeOp)
+    if len(row_axes(op)) < 2 or product_loads(op) is None:
+        return None
+    return match_product(implicit_gemm_ops(op).gemm, allow_tf32, IMPLICIT_GEMM_LEAST)
 
 
 def epilogue_root(state: State, i: int) -> int | None:
@@ -199,10 +254,28 @@ def _tile_store(state: State, c: str, mt: TensorCoreMatch, bind_blocks: bool):
     return state.tensorize(c, lm[3]), ids, warp
 
 
-def _tile_epilogue(state: State, e: int, c: str, mt: TensorCoreMatch, ids: list[int]):
+def _tile_epilogue(
+    state: State,
+    e: int,
+    c: str,
+    mt: TensorCoreMatch,
+    ids: list[int],
+    rows: tuple[int, ...] = (),
+):
     """The epilogue E follows C's block tiles; its inner part is fused and split into warps
-    (threadIdx.y, as many as C's) of 32 lanes (threadIdx.x). Returns (state, block loop)."""
-    e_axes = [it.name for it in state.stages[e].root_iters]
+    (threadIdx.y, as many as C's) of 32 lanes (threadIdx.x). `rows`: E's axes (positions) that
+    C's M axis holds fused (an implicit GEMM's pixels), fused first so that E's axes line up
+    with C's (reordered next to each other first: an NCHW output's pixels). Returns (state,
+    block loop)."""
+    if rows:
+        roots = [it.name for it in state.stages[e].root_iters]
+        names = [roots[p] for p in rows]
+        kept = [a for p, a in enumerate(roots) if p not in rows]
+        order = kept[: rows[0]] + names + kept[rows[0] :]  # C's order: M where the first row is
+        if order != roots:
+            state = state.reorder(e, order)
+        state = state.fuse(e, names)
+    e_axes = [it.name for it in state.stages[e].iters]
     c_axes = [it.name for it in state[c].root_iters]
     tiled = {c_axes.index(mt.m): ids[0], c_axes.index(mt.n): ids[1]}
     for pos, src in tiled.items():
@@ -250,14 +323,29 @@ def _stage_output(state: State, c: str, acc: str, mt: TensorCoreMatch):
     return state, f"{acc}.shared", replace(mt, m=dims[mt.m], n=dims[mt.n])
 
 
-def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple[State, int]:
+@dataclass(frozen=True)
+class Epilogue:
+    """An output stage that reads the product's tiles through shared memory: its index, and
+    its axes (positions) that the product's M axis holds fused (none: it indexes as C)."""
+
+    stage: int
+    rows: tuple[int, ...] = ()
+
+
+def build_tensor_core_sketch(
+    state: State, i: int, mt: TensorCoreMatch, epilogue: Epilogue | None = None
+) -> tuple[State, int]:
     """Apply the Tensor Core sketch to stage i; returns the state and the index of the stage
-    before the accumulator (where the rules go on). A padded M or N (`_padded_output`) with no
-    epilogue stores its tiles to a shared copy (`_stage_output`): the stage's own copy-out
-    then is the epilogue."""
-    e = epilogue_root(state, i)
-    staged = e is None and _padded_output(state, i, mt)
-    e_op = state.stages[e].op if e is not None else None
+    before the accumulator (where the rules go on). The epilogue is `epilogue`, else the
+    stage's element-wise output consumer (`epilogue_root`). A padded M or N
+    (`_padded_output`) with no epilogue stores its tiles to a shared copy (`_stage_output`):
+    the stage's own copy-out then is the epilogue."""
+    if epilogue is None:
+        e = epilogue_root(state, i)
+        epilogue = Epilogue(e) if e is not None else None
+    staged = epilogue is None and _padded_output(state, i, mt)
+    e_op = state.stages[epilogue.stage].op if epilogue is not None else None
+    rows = epilogue.rows if epilogue is not None else ()
     c = state.stages[i].name
     state = state.cache_write(i, ir.ACCUMULATOR_SCOPE)
     acc = f"{c}.{ir.ACCUMULATOR_SCOPE}"
@@ -278,16 +366,62 @@ def build_tensor_core_sketch(state: State, i: int, mt: TensorCoreMatch) -> tuple
         state = state.compute_at(shared, acc, shared_at)
         state = _tile_fragment(state, frag, operand).compute_at(frag, acc, frag_at)
     if e_op is not None:
-        state, block = _tile_epilogue(state, state.stage_index(e_op), c, store_mt, ids)
+        e = state.stage_index(e_op)
+        state, block = _tile_epilogue(state, e, c, store_mt, ids, rows)
         state = state.compute_at(c, e_op, block)
     return state, state.stage_index(acc) - 1
 
 
+def _reshape_epilogue(state: State, reshape: int) -> tuple[State, Epilogue | None]:
+    """The epilogue of an implicit GEMM whose reshape is stage `reshape`: the reshape itself
+    when it is the DAG's output, else its element-wise output consumer (a cast, bias or relu)
+    with the reshape inlined into it; (state, None) when it has neither."""
+    op = state.stages[reshape].op
+    assert isinstance(op, ComputeOp) and isinstance(op.body, Load)  # the step made it
+    flat = next(x for x in op.body.indices if not isinstance(x, IterVar))
+    used = {id(v) for v in walk(flat)}
+    rows = tuple(p for p, a in enumerate(op.axis) if id(a) in used)
+    if is_output(state, reshape):
+        return state, Epilogue(reshape, rows)
+    e = epilogue_root(state, reshape)
+    if e is None:
+        return state, None
+    return state.compute_inline(reshape), Epilogue(e, rows)
+
+
+def build_implicit_gemm_sketch(state: State, i: int, allow_tf32: bool = False) -> tuple[State, int]:
+    """Rewrite stage i as an implicit GEMM and apply the Tensor Core sketch to its product.
+    The gather is inlined into its shared copy (the tile fetch gathers the window's pixels,
+    and a padding stage inlined into it later reads the input guarded). The reshape is the
+    epilogue, or is inlined into the element-wise epilogue that reads it (`_reshape_epilogue`):
+    the epilogue fuses its pixel axes and follows the product's tiles, reading them from shared
+    memory. A reshape with other readers stays a kernel of its own, after the product's.
+    Returns the state and the index of the stage before the accumulator."""
+    reshape_op = state.stages[i].produces
+    state = state.implicit_gemm(i)
+    gather, gemm = state.stages[i].op, state.stages[i + 1].op
+    assert isinstance(gemm, ComputeOp)  # the step made it
+    mt = match_product(gemm, allow_tf32, IMPLICIT_GEMM_LEAST)
+    if mt is None:
+        raise ScheduleError(f"stage {state.stages[i + 2].name!r} is not a Tensor Core product")
+    state, epilogue = _reshape_epilogue(state, state.stage_index(reshape_op))
+    state, nxt = build_tensor_core_sketch(state, i + 1, mt, epilogue)
+    state = state.compute_inline(gather)
+    reshape = state.stage_index(reshape_op)
+    if epilogue is None and not is_output(state, reshape):
+        state = state.compute_inline(reshape)
+    return state, nxt
+
+
 __all__ = [
     "MMA",
+    "Epilogue",
     "Operand",
     "TensorCoreMatch",
+    "build_implicit_gemm_sketch",
     "build_tensor_core_sketch",
     "epilogue_root",
+    "match_implicit_gemm",
+    "match_product",
     "match_tensor_core",
 ]

@@ -131,8 +131,16 @@ def _all_warps_hold_tiles(warps: int, repeats: int, held: int) -> bool:
     return not held or warps <= -(-held // repeats)
 
 
-def _warp_splits(warps: int, m: int, n: int) -> list[tuple[int, int]]:
-    return [(a, warps // a) for a in divisors(warps) if m % a == 0 == n % (warps // a)]
+def _warp_splits(warps: int, m: int, n: int, held: tuple[int, int]) -> list[tuple[int, int]]:
+    """The (M, N) splits of `warps` that divide the `m` and `n` tiles and give every warp a
+    tile holding elements (`held`; a padded axis of one tile drawn as two has one)."""
+    return [
+        (a, warps // a)
+        for a in divisors(warps)
+        if m % a == 0 == n % (warps // a)
+        and _all_warps_hold_tiles(a, 1, held[0])
+        and _all_warps_hold_tiles(warps // a, 1, held[1])
+    ]
 
 
 class FillTensorCore(InitRule):
@@ -143,11 +151,11 @@ class FillTensorCore(InitRule):
         """One draw that fits, or the reason the last of `tile_retries` draws did not."""
         m, n, k = g.tiles
         hw = ctx.hardware
-        counts = {w: c for w, c in WARP_WEIGHTS.items() if _warp_splits(w, m, n)} or {1: 1}
+        counts = {w: c for w, c in WARP_WEIGHTS.items() if _warp_splits(w, m, n, g.held)} or {1: 1}
         reason = Reason.NO_OPTION
         for _ in range(ctx.params.tile_retries):
             warps = _pick_weighted(counts, rng)
-            wm, wn = pick(_warp_splits(warps, m, n), rng)
+            wm, wn = pick(_warp_splits(warps, m, n, g.held), rng)
             budget = fragment_register_budget(hw, warps * hw.warp_size)
             repeats = [
                 (rm, rn)

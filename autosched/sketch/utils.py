@@ -37,6 +37,9 @@ from autosched.te.expr import Load, Reduce
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import substitute, walk
 
+# the origins of stages that compute what a DAG op computed, in a new op (analysed on demand)
+DERIVED_ORIGINS = ("rfactor", "implicit_gemm")
+
 
 def stage_op_info(state: State, i: int) -> OpInfo | None:
     """The DAG analysis of stage i's computation: its own op's, or for the `local` stage a
@@ -59,10 +62,11 @@ def stage_op_info(state: State, i: int) -> OpInfo | None:
 
 
 def _op_info(state: State, op, origin: str) -> OpInfo | None:
-    """The DAG's analysis of `op`; an rfactor stage's partial sums, not in the DAG, are
-    analysed here (they are tiled as the reduction they split)."""
+    """The DAG's analysis of `op`; an rfactor stage's partial sums and an implicit GEMM's
+    stages, not in the DAG, are analysed here (they are tiled as the computation they
+    replace)."""
     info = state.dag.info.get(id(op))
-    return analyse_op(op, False) if info is None and origin == "rfactor" else info
+    return analyse_op(op, False) if info is None and origin in DERIVED_ORIGINS else info
 
 
 def needs_multi_level_tiling(state: State, i: int) -> bool:

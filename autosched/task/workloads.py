@@ -84,6 +84,15 @@ def batch_matmul_bf16(B: int, M: int, N: int, K: int) -> list[te.Tensor]:
     return [A, Bt, topi.cast(topi.nn.batch_matmul(A, Bt, out_dtype="float32"), "bfloat16")]
 
 
+@register_workload(name="batch_matmul_fp16")
+def batch_matmul_fp16(B: int, M: int, N: int, K: int) -> list[te.Tensor]:
+    """float16 batch_matmul (B given as (batch, N, K): attention scores Q K^T), fp32 sums,
+    fp16 out."""
+    A = te.placeholder((B, M, K), name="A", dtype="float16")
+    Bt = te.placeholder((B, N, K), name="B", dtype="float16")
+    return [A, Bt, topi.cast(topi.nn.batch_matmul(A, Bt, out_dtype="float32"), "float16")]
+
+
 @register_workload(name="conv2d_nhwc_fp16")
 def conv2d_nhwc_fp16(
     N: int, H: int, W: int, CO: int, CI: int, KH: int, KW: int, stride: int, padding: int
@@ -163,6 +172,38 @@ TENSOR_CORE_SUITE = {
         (16, 4, 4, 32, 16, 3, 3, 1),
     ),
 }
+
+# ResNet-50's convolutions past the stem, as (H = W, CI, CO, kernel, stride, padding) of the
+# input: each stage's 1x1 reduce / expand, its 3x3, and the first block's strided 3x3 and 1x1
+# projection (v1.5: the stride on the 3x3). With a batch, `conv2d_nhwc_fp16` arguments.
+RESNET50_CONVS = (
+    (56, 64, 64, 1, 1, 0),
+    (56, 64, 64, 3, 1, 1),
+    (56, 64, 256, 1, 1, 0),
+    (56, 256, 64, 1, 1, 0),
+    (56, 256, 128, 1, 1, 0),
+    (56, 128, 128, 3, 2, 1),
+    (56, 256, 512, 1, 2, 0),
+    (28, 128, 128, 3, 1, 1),
+    (28, 128, 512, 1, 1, 0),
+    (28, 512, 128, 1, 1, 0),
+    (28, 256, 256, 3, 2, 1),
+    (28, 512, 1024, 1, 2, 0),
+    (14, 256, 256, 3, 1, 1),
+    (14, 256, 1024, 1, 1, 0),
+    (14, 1024, 256, 1, 1, 0),
+    (14, 512, 512, 3, 2, 1),
+    (14, 1024, 2048, 1, 2, 0),
+    (7, 512, 512, 3, 1, 1),
+    (7, 512, 2048, 1, 1, 0),
+    (7, 2048, 512, 1, 1, 0),
+)
+
+
+def resnet50_conv_args(batch: int, conv: tuple[int, ...]) -> tuple[int, ...]:
+    """`conv2d_nhwc_fp16`'s arguments for one of `RESNET50_CONVS` at `batch`."""
+    hw, ci, co, k, stride, padding = conv
+    return (batch, hw, hw, co, ci, k, k, stride, padding)
 
 
 # name -> (workload, full-size args, reduced args with the same structure for CPU tests)

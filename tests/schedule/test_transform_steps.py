@@ -51,6 +51,7 @@ def _examples():
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))
     sources.append((mm_dag, mm_dag.get_init_state().split("C", "k", [4]).rfactor("C", "k_o", 0)))
+    sources.append((conv_dag, conv_dag.get_init_state().implicit_gemm(CONV)))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -77,6 +78,7 @@ def test_every_registered_step_has_an_example():
         "CHR",
         "CHW",
         "RF",
+        "IG",
         "AN",
         "PR",
         "SA",

@@ -1,7 +1,8 @@
 """Split-K (sketch/rules.py `SplitKReduction`): a reduction with a small output and a long
 reduction is also sketched as partial sums over P parts (rfactor) plus a kernel that adds them;
 sampled states lower to two kernels (the sum of the parts inside an element-wise
-consumer where there is one) and compute the DAG on the CPU interpreter."""
+consumer where there is one) and compute the DAG on the CPU interpreter. Half-precision
+products split on their Tensor Core K axis, their partial sums on the Tensor Cores."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from types import SimpleNamespace
 import numpy as np
 
 import autosched
+from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import RfactorStep, print_python_schedule
 from autosched.search.program_measurer import task_reference
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.utils import SketchParams
+from autosched.task.evaluate import evaluate
 from autosched.task.search_task import SearchTask
+from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import SUITE
-from tests.interpreter_check import lower_and_compare
+from tests.interpreter_check import assert_half_outputs_match, half_inputs, lower_and_compare
 from tests.workloads_for_tests import matmul_dag
 
 
@@ -165,3 +169,45 @@ def test_a_consumer_that_reads_across_elements_keeps_its_own_kernel():
         assert len(program.kernels) == 3
         assert [buf.name for buf in program.temps] == ["C_rf", "C"]
         lower_and_compare(dag, state, rtol=1e-3)
+
+
+def half_split_states(workload: str, args: tuple, count: int = 2):
+    """(dag, sampler, states) of a half-precision workload's split-K Tensor Core sketches."""
+    dag = ComputeDAG(workload_tensors(make_workload_key(workload, args)))
+    params = SketchParams(split_k_min_chunk=64)
+    split = [
+        s
+        for s in generate_sketches(dag, params=params)
+        if split_parts(s) and any(st.scope == "wmma.accumulator" for st in s.stages)
+    ]
+    assert split
+    sampler = SketchSampler(split, params=params)
+    states = sampler.sample(count, 0)
+    assert len(states) == count, sampler.rejected
+    return dag, sampler, states
+
+
+def check_half(dag, sampler, states) -> None:
+    inputs = half_inputs(dag)
+    expected = evaluate(dag.tensors, inputs)
+    for state in states:
+        assert_half_outputs_match(dag, sampler.programs[state.key()], inputs, expected)
+
+
+def test_a_half_precision_matmul_splits_on_tensor_cores():
+    """Few output tiles (24 x 40, padded) and a long K: the partial sums are a Tensor Core
+    product whose K tiles start at their part's offset."""
+    dag, sampler, states = half_split_states("matmul_fp16", (24, 40, 1024))
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert len(program.kernels) == 2 and [b.name for b in program.temps] == ["T_matmul_rf"]
+    check_half(dag, sampler, states)
+
+
+def test_a_half_precision_conv_splits_its_input_channels_on_tensor_cores():
+    """Batch 1, 4 x 4 pixels, 128 input channels: the input channels (the implicit GEMM's K)
+    are cut, the window kept whole in each part."""
+    dag, sampler, states = half_split_states("conv2d_nhwc_fp16", (1, 4, 4, 16, 128, 3, 3, 1, 1))
+    for state in states:
+        assert sorted(rf_reduce_axes(state)) == ["rc_i", "rx", "ry"]
+    check_half(dag, sampler, states)

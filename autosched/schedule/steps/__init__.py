@@ -6,7 +6,7 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - base: the Step class, the registry, `check`, `replace` and the Python-name helpers;
 - loop: split, follow split, follow fused split, fuse, reorder;
 - compute_location: compute_at, compute_root, compute_inline;
-- cache: cache_read, cache_write, rfactor (the steps that add a stage);
+- cache: cache_read, cache_write, rfactor, implicit_gemm (the steps that add a stage);
 - annotation: annotations, pragmas, storage_align, double_buffer;
 - replay: replaying steps and printing a state as a Python schedule.
 """
@@ -18,7 +18,12 @@ from autosched.schedule.steps.annotation import (
     StorageAlignStep,
 )
 from autosched.schedule.steps.base import STEP_REGISTRY, Step, replace
-from autosched.schedule.steps.cache import CacheReadStep, CacheWriteStep, RfactorStep
+from autosched.schedule.steps.cache import (
+    CacheReadStep,
+    CacheWriteStep,
+    ImplicitGemmStep,
+    RfactorStep,
+)
 from autosched.schedule.steps.compute_location import (
     ComputeAtStep,
     ComputeInlineStep,
@@ -45,6 +50,7 @@ __all__ = [
     "FollowFusedSplitStep",
     "FollowSplitStep",
     "FuseStep",
+    "ImplicitGemmStep",
     "PragmaStep",
     "ReorderStep",
     "RfactorStep",

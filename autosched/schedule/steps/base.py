@@ -70,6 +70,9 @@ class Step:
     """Base class. Subclasses are frozen dataclasses with `TAG` set; fields are record fields."""
 
     TAG: ClassVar[str] = ""
+    # where the step inserts new stages, one entry per stage in the order inserted: the
+    # position relative to `stage_id` (0: before it, 1: after it); empty for most steps
+    INSERTS: ClassVar[tuple[int, ...]] = ()
     stage_id: int  # every step acts on one stage, named by its index (a field of each step)
     # set by @dataclass on every subclass; declared so that the checker knows steps for
     # dataclasses (`fields`)

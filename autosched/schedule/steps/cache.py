@@ -1,6 +1,6 @@
 """Steps that add a stage: cache_read and cache_write (a copy through `shared` or `local`
-memory, or through Tensor Core fragments) and rfactor (partial reductions in a stage of their
-own)."""
+memory, or through Tensor Core fragments), rfactor (partial reductions in a stage of their
+own) and implicit_gemm (a convolution as a gather and a matrix product)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.dataflow import reads_of
+from autosched.schedule.implicit_gemm import implicit_gemm_ops
 from autosched.schedule.rfactor import rfactor_ops
 from autosched.schedule.stage import INLINED, Stage, stage_from_op
 from autosched.schedule.steps.base import (
@@ -44,6 +45,7 @@ class CacheReadStep(Step):
     """Add a stage that copies a tensor into `scope` for the given reader stages."""
 
     TAG: ClassVar[str] = "CHR"
+    INSERTS: ClassVar[tuple[int, ...]] = (1,)
     stage_id: int
     scope_name: str
     reader_stage_ids: tuple
@@ -93,6 +95,7 @@ class CacheWriteStep(Step):
     stage then copies it out."""
 
     TAG: ClassVar[str] = "CHW"
+    INSERTS: ClassVar[tuple[int, ...]] = (0,)  # the new local stage takes the old position
     stage_id: int
     scope_name: str
 
@@ -164,6 +167,7 @@ class RfactorStep(Step):
     stages get fresh iterators from their ops, as in Ansor."""
 
     TAG: ClassVar[str] = "RF"
+    INSERTS: ClassVar[tuple[int, ...]] = (0,)
     stage_id: int
     iter_id: int
     factor_iter_id: int
@@ -212,4 +216,57 @@ class RfactorStep(Step):
             f"{pyname(rf)} = s.rfactor({pyname(stage)}, {it}, factor_axis={self.factor_iter_id})",
             axes_line(rf, with_reduce=True),
             axes_line(final, with_reduce=True, via_schedule=True),
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class ImplicitGemmStep(Step):
+    """Rewrite a convolution as a matrix product (`schedule.implicit_gemm`): three stages
+    replace it, the gather `<name>.im2col` and the product `<name>.gemm` inserted before it,
+    and the stage itself, now a reshape of the product into the output's axes (it keeps
+    producing the original tensor, so its readers are unchanged). Both new stages and the
+    reshape get fresh iterators; the stage must not have been transformed yet."""
+
+    TAG: ClassVar[str] = "IG"
+    INSERTS: ClassVar[tuple[int, ...]] = (0, 0)  # the product, then the gather before it
+    stage_id: int
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        op = stage.op
+        where = f"implicit_gemm of {stage.name!r}"
+        check(isinstance(op, ComputeOp), lambda: f"{where}: not a compute")
+        check(stage.compute_at != INLINED, lambda: f"{where}: the stage is inlined")
+        check(
+            stage.iters == stage.root_iters and stage.attach is None,
+            lambda: f"{where}: the stage was already transformed",
+        )
+        check(
+            all(s.attach is None or s.attach[0] != self.stage_id for s in state.stages),
+            lambda: f"{where}: other stages are computed at it",
+        )
+        assert isinstance(op, ComputeOp)
+        ops = implicit_gemm_ops(op)
+        reshape = replace(
+            stage_from_op(ops.reshape, produces=stage.produces),
+            compute_at=stage.compute_at,
+            origin=stage.origin,
+        )
+        stages = list(state.stages)
+        stages[self.stage_id] = reshape
+        gemm = stage_from_op(ops.gemm, origin="implicit_gemm")
+        gather = stage_from_op(ops.gather, redirects=stage.redirects, origin="implicit_gemm")
+        _insert_stage(stages, self.stage_id, gemm)
+        _insert_stage(stages, self.stage_id, gather)
+        return state.with_stages(stages)
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        stage = before.stages[self.stage_id]
+        gather, gemm = after.stages[self.stage_id], after.stages[self.stage_id + 1]
+        reshape = after.stages[self.stage_id + 2]
+        return [
+            f"{pyname(gather)}, {pyname(gemm)} = s.implicit_gemm({pyname(stage)})",
+            axes_line(gather, with_reduce=False),
+            axes_line(gemm, with_reduce=True),
+            axes_line(reshape, with_reduce=False, via_schedule=True),
         ]
