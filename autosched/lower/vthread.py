@@ -110,7 +110,8 @@ class _Injection:
 
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""
-        new = ir.Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope)
+        shape = (n,) + tuple(b.shape)
+        new = ir.Buffer(b.name, shape, b.dtype, b.scope, fragment_flavour=b.fragment_flavour)
         self.expanded[id(b)] = new
         return new
 

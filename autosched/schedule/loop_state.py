@@ -36,6 +36,7 @@ from autosched.schedule.steps import (
     SplitStep,
     Step,
     StorageAlignStep,
+    TensorCoreInstructionStep,
 )
 from autosched.te.tensor import Operation, Tensor
 
@@ -252,6 +253,11 @@ class State:
         """Fetch shared stage `stage` one iteration of its attach loop ahead, into the other of
         two buffers (see `DoubleBufferStep`)."""
         return self.apply(DoubleBufferStep(self.stage_index(stage)))
+
+    def tensor_core_instruction(self, stage, instruction: str) -> State:
+        """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s
+        multiply-accumulate and the fragments it reads (see `TensorCoreInstructionStep`)."""
+        return self.apply(TensorCoreInstructionStep(self.stage_index(stage), instruction))
 
     def __str__(self) -> str:
         return state_str(self)

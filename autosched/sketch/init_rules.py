@@ -16,6 +16,8 @@ the random decisions for one state:
                   not (shared_padding.py; after ThreadBind, whose fetch vectors it keeps aligned)
   DoubleBuffer    the shared caches of an attach loop fetched one iteration ahead, or not
   AutoUnroll      auto_unroll_max_step on every stage with a reduction
+  TensorCoreInstruction  wmma or ldmatrix + mma.sync for each 16-bit Tensor Core stage
+                  (tensor_core_instruction.py; last, so the other rules' draws are unchanged)
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -40,6 +42,7 @@ from autosched.sketch.tensor_core_init import (
     reserved_stages,
     tensor_core_unroll_options,
 )
+from autosched.sketch.tensor_core_instruction import TensorCoreInstruction
 from autosched.sketch.utils import has_cross_thread_reduction, has_reduce_iter, is_inlined
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
@@ -410,6 +413,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     SharedPadding(),
     DoubleBuffer(),
     AutoUnroll(),
+    TensorCoreInstruction(),
 )
 
 
@@ -421,5 +425,6 @@ __all__ = [
     "InitContext",
     "InitRule",
     "SharedPadding",
+    "TensorCoreInstruction",
     "ThreadBind",
 ]

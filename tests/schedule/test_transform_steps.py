@@ -51,6 +51,8 @@ def _examples():
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))
     sources.append((mm_dag, mm_dag.get_init_state().split("C", "k", [4]).rfactor("C", "k_o", 0)))
+    tensor_core = mm_dag.get_init_state().cache_write("C", "wmma.accumulator")
+    sources.append((mm_dag, tensor_core.tensor_core_instruction("C.wmma.accumulator", "mma")))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -81,6 +83,7 @@ def test_every_registered_step_has_an_example():
         "PR",
         "SA",
         "DB",
+        "TC",
     }
 
 

@@ -7,7 +7,7 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - loop: split, follow split, follow fused split, fuse, reorder;
 - compute_location: compute_at, compute_root, compute_inline;
 - cache: cache_read, cache_write, rfactor (the steps that add a stage);
-- annotation: annotations, pragmas, storage_align, double_buffer;
+- annotation: annotations, pragmas, storage_align, double_buffer, tensor_core_instruction;
 - replay: replaying steps and printing a state as a Python schedule.
 """
 
@@ -16,6 +16,7 @@ from autosched.schedule.steps.annotation import (
     DoubleBufferStep,
     PragmaStep,
     StorageAlignStep,
+    TensorCoreInstructionStep,
 )
 from autosched.schedule.steps.base import STEP_REGISTRY, Step, replace
 from autosched.schedule.steps.cache import CacheReadStep, CacheWriteStep, RfactorStep
@@ -51,6 +52,7 @@ __all__ = [
     "SplitStep",
     "Step",
     "StorageAlignStep",
+    "TensorCoreInstructionStep",
     "print_python_schedule",
     "replace",
     "replay",
