@@ -118,6 +118,14 @@ def tile_position(scope: str, e: int) -> LanePosition:
     )
 
 
+def accumulator_position(lane: Any, e: Any) -> tuple[Any, Any]:
+    """`tile_position(accumulator, e).at(lane)` as one formula of the lane and the element,
+    for index expressions in which `e` is a variable too (the feature walk's)."""
+    within = e % 4
+    row = lane // 4 + (within // 2) * 8
+    return row, (e // 4) * MMA_N + (lane % 4) * 2 + within % 2
+
+
 def ldmatrix_trans(scope: str, layout: str) -> bool:
     """Whether an operand tile in memory layout `layout` loads with `.trans`: ldmatrix hands a
     lane two neighbours of a memory row, and matrix_a registers hold neighbours along K (a tile
@@ -147,6 +155,22 @@ def lane_row_offset(lane: Any, layout: str, ldm: int) -> Any:
     return (lane % LDMATRIX_ROWS) * ldm + (matrix % 2) * step1 + (matrix // 2) * step2
 
 
+def ldmatrix_conflict_ways(layout: str, ldm: int, elem_bytes: int) -> int:
+    """How many ways the rows of one ldmatrix phase (8 rows of 16 bytes: one matrix) collide
+    in shared memory's 8 groups of 4 banks, at worst over the four matrices of an x4 load of a
+    tile at offset 0 (1: conflict-free)."""
+    banks = 32 * 4 // ROW_ALIGN_BYTES  # 16-byte groups of banks
+    worst = 1
+    for matrix in range(OPERAND_REGS):
+        lanes = range(matrix * LDMATRIX_ROWS, (matrix + 1) * LDMATRIX_ROWS)
+        groups = [
+            lane_row_offset(lane, layout, ldm) * elem_bytes // ROW_ALIGN_BYTES % banks
+            for lane in lanes
+        ]
+        worst = max(worst, max(groups.count(g) for g in groups))
+    return worst
+
+
 def operand_elem(reg: int, half: int) -> int:
     """The element index (0..7) of half `half` of 32-bit register `reg` of an operand tile."""
     return 2 * reg + half
@@ -166,8 +190,10 @@ __all__ = [
     "ROW_ALIGN_BYTES",
     "LanePosition",
     "accumulator_elems",
+    "accumulator_position",
     "element_offset",
     "lane_row_offset",
+    "ldmatrix_conflict_ways",
     "ldmatrix_element",
     "ldmatrix_trans",
     "matrix_steps",

@@ -356,3 +356,35 @@ def test_gpu_matches_numpy(dtype, layout_a, layout_b):
     np.testing.assert_allclose(
         c, operands(dtype, "row_major", "row_major")[2], rtol=1e-5, atol=1e-5
     )
+
+
+# ---- features ------------------------------------------------------------------------------
+
+
+def test_accumulator_position_formula_is_the_table():
+    for lane in range(32):
+        for e in range(8):
+            want = ml.tile_position(ir.ACCUMULATOR_SCOPE, e).at(lane)
+            assert ml.accumulator_position(lane, e) == want
+
+
+def test_features_see_the_flavours_access_patterns():
+    from autosched.features import FEATURE_NAMES, extract_features
+
+    wmma, mma = (extract_features(p) for p in (wmma_program(shared=True), mma_program()))
+    assert wmma.shape == mma.shape == (8, len(FEATURE_NAMES)) and np.isfinite(mma).all()
+    tx_stride = [k for k, name in enumerate(FEATURE_NAMES) if name.endswith(".tx_stride")]
+    load_a, store = 3, 6  # the walk's statements: as test_warp_ir's feature test lists them
+    assert not np.array_equal(wmma[load_a, tx_stride], mma[load_a, tx_stride])
+    assert not np.array_equal(wmma[store, tx_stride], mma[store, tx_stride])
+    same = [k for k, name in enumerate(FEATURE_NAMES) if not name.startswith("B")]
+    np.testing.assert_array_equal(wmma[5, same], mma[5, same])  # the mma: the same work
+
+
+def test_padded_rows_make_ldmatrix_conflict_free():
+    # the sketch pads 16-bit operand rows by 8 elements (16 bytes): odd multiples of 16 bytes
+    for row in (16, 32, 64, 128):
+        for layout in LAYOUTS:
+            assert ml.ldmatrix_conflict_ways(layout, row + 8, 2) == 1
+    assert ml.ldmatrix_conflict_ways("row_major", 32, 2) == 4
+    assert ml.ldmatrix_conflict_ways("col_major", 64, 2) == 8
