@@ -127,6 +127,26 @@ class Barrier(Stmt):
     """__syncthreads(): every thread of the block waits here."""
 
 
+class AsyncGroupStmt(Stmt):
+    """Base of the statements that group a thread's asynchronous copies (`cp.async`) into
+    buffers marked `async_copy`: in a kernel that has them, such a copy is visible (to its own
+    thread; to others after a Barrier as well) only once an `AsyncWait` covers its group.
+    Like a Barrier, the threads of a block run them together (no thread-dependent guard)."""
+
+
+@dataclass(eq=False)
+class AsyncCommit(AsyncGroupStmt):
+    """`cp.async.commit_group`: the copies the thread issued since its last commit form a group."""
+
+
+@dataclass(eq=False)
+class AsyncWait(AsyncGroupStmt):
+    """`cp.async.wait_group pending`: wait until at most the newest `pending` committed groups
+    of the thread are incomplete; every older group's copies are then visible."""
+
+    pending: int
+
+
 @dataclass(eq=False)
 class AllReduce(Stmt):
     """Cross-thread reduction over `thread_tag` (e.g. threadIdx.x, extent `extent`): every

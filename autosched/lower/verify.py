@@ -78,6 +78,8 @@ class _KernelVerifier:
         self.table.register(ir.For, self._for)
         self.table.register(ir.IfThenElse, self._if)
         self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AsyncCommit, self._async_group)
+        self.table.register(ir.AsyncWait, self._async_group)
         self.table.register(ir.AllReduce, self._allreduce)
         for warp_stmt in ir.WARP_STMTS:
             self.table.register(warp_stmt, self.warp.check)
@@ -185,6 +187,15 @@ class _KernelVerifier:
                 f"__syncthreads() under the thread-dependent condition {divergent} "
                 "(divergent barrier)"
             )
+
+    def _async_group(self, s: ir.AsyncGroupStmt, divergent: str | None) -> None:
+        """cp.async group statements: reached by every thread, as a barrier (the interpreter
+        counts groups per block), and a wait's count of pending groups a small constant."""
+        what = type(s).__name__
+        if divergent is not None:
+            self.fail(f"{what} under the thread-dependent condition {divergent}")
+        if isinstance(s, ir.AsyncWait) and not (isinstance(s.pending, int) and 0 <= s.pending < 8):
+            self.fail(f"AsyncWait({s.pending!r}): the pending groups must be an int in 0..7")
 
     def _allreduce(self, s: ir.AllReduce, divergent: str | None) -> None:
         where = f"allreduce into {getattr(s.buffer, 'name', s.buffer)}"

@@ -264,7 +264,7 @@ class _Pusher:
 
     def replicate(self, s: ir.Stmt) -> ir.Stmt:
         """One copy of `s` per virtual thread, the variable replaced by its value."""
-        if any(isinstance(x, ir.Barrier) for x in ir.iter_stmts(s)):
+        if any(isinstance(x, (ir.Barrier, ir.AsyncGroupStmt)) for x in ir.iter_stmts(s)):
             raise LoweringError(
                 f"a barrier depends on virtual thread {self.var.name!r} (under a guard that "
                 "uses it); it cannot be replicated per virtual thread"

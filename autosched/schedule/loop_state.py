@@ -30,6 +30,7 @@ from autosched.schedule.steps import (
     FollowFusedSplitStep,
     FollowSplitStep,
     FuseStep,
+    PipelineStagesStep,
     PragmaStep,
     ReorderStep,
     RfactorStep,
@@ -253,6 +254,11 @@ class State:
         """Fetch shared stage `stage` one iteration of its attach loop ahead, into the other of
         two buffers (see `DoubleBufferStep`)."""
         return self.apply(DoubleBufferStep(self.stage_index(stage)))
+
+    def pipeline_stages(self, stage, stages: int) -> State:
+        """Give double-buffered shared stage `stage` `stages` buffers, fetched `stages` - 1
+        iterations ahead (see `PipelineStagesStep`)."""
+        return self.apply(PipelineStagesStep(self.stage_index(stage), stages))
 
     def tensor_core_instruction(self, stage, instruction: str) -> State:
         """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s

@@ -46,7 +46,7 @@ def mm_dag():
 def _examples():
     """(dag, state before, step) for one example of every registered step kind."""
     conv_dag, mm_dag = conv2d_bias_relu_dag(), matmul_dag()
-    shared = matmul_shared_state(mm_dag).double_buffer("A.shared")
+    shared = matmul_shared_state(mm_dag).double_buffer("A.shared").pipeline_stages("A.shared", 3)
     sources = [(conv_dag, seed_conv_state(conv_dag)), (mm_dag, shared)]
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))
@@ -84,6 +84,7 @@ def test_every_registered_step_has_an_example():
         "SA",
         "DB",
         "TC",
+        "PS",
     }
 
 

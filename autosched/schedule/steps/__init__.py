@@ -7,13 +7,15 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - loop: split, follow split, follow fused split, fuse, reorder;
 - compute_location: compute_at, compute_root, compute_inline;
 - cache: cache_read, cache_write, rfactor (the steps that add a stage);
-- annotation: annotations, pragmas, storage_align, double_buffer, tensor_core_instruction;
+- annotation: annotations, pragmas, storage_align, double_buffer, pipeline_stages,
+  tensor_core_instruction;
 - replay: replaying steps and printing a state as a Python schedule.
 """
 
 from autosched.schedule.steps.annotation import (
     AnnotationStep,
     DoubleBufferStep,
+    PipelineStagesStep,
     PragmaStep,
     StorageAlignStep,
     TensorCoreInstructionStep,
@@ -46,6 +48,7 @@ __all__ = [
     "FollowFusedSplitStep",
     "FollowSplitStep",
     "FuseStep",
+    "PipelineStagesStep",
     "PragmaStep",
     "ReorderStep",
     "RfactorStep",

@@ -1,6 +1,7 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
 unroll, vectorize, parallel, tensorize), unroll pragmas, the storage alignment and double
-buffering of a shared cache buffer, and the Tensor Core instructions of an accumulator stage."""
+buffering (or deeper pipelining) of a shared cache buffer, and the Tensor Core instructions of an
+accumulator stage."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import ClassVar
 from autosched.errors import ScheduleError
 from autosched.schedule.stage import (
     ANNOTATIONS,
+    PIPELINE_STAGES,
     TENSOR_CORE_INSTRUCTIONS,
     TENSORIZE,
     THREAD_ANNOTATIONS,
@@ -222,3 +224,33 @@ class TensorCoreInstructionStep(Step):
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = pyname(before.stages[self.stage_id])
         return [f's[{stage}].tensor_core_instruction("{self.instruction}")']
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStagesStep(Step):
+    """Give double-buffered shared stage `stage_id` `stages` buffers (2 to 5) instead of two:
+    the tile of iteration k + stages - 1 is fetched (cp.async) while the block computes on
+    tile k, each iteration waiting only for the oldest copies in flight. Lowering
+    (lower/double_buffer.py) needs the same count for every pipelined stage of a loop."""
+
+    TAG: ClassVar[str] = "PS"
+    stage_id: int
+    stages: int
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            stage.double_buffer,
+            lambda: f"pipeline_stages on {stage.name!r}: double_buffer the stage first",
+        )
+        check(
+            self.stages in PIPELINE_STAGES,
+            lambda: (
+                f"pipeline_stages on {stage.name!r}: {self.stages!r} stages; "
+                f"one of {PIPELINE_STAGES}"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, pipeline_stages=self.stages))
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        return [f"s[{pyname(before.stages[self.stage_id])}].pipeline_stages({self.stages})"]
