@@ -141,3 +141,15 @@ def test_group_statements_are_reached_by_every_thread():
     kernel.body.stmts[at] = ir.IfThenElse(lane < 16, ir.AsyncCommit())
     with pytest.raises(LoweringError, match="AsyncCommit under the thread-dependent condition"):
         verify_program(program)
+
+
+def test_the_benchmark_names_the_instructions_of_a_state():
+    from benchmarks.tensor_core import instructions
+
+    dag = tc_dag("matmul_fp16")
+    params = SketchParams(
+        double_buffer_probability=1.0, tensor_core_instructions=("mma",), pipeline_stages=(3,)
+    )
+    (state,) = SketchSampler(generate_sketches(dag), params=params).sample(1, 0)
+    assert instructions(state) == "mma, 3 slots"
+    assert instructions(matmul_shared_state(matmul_dag())) == "-"
