@@ -10,7 +10,8 @@ emulates (`lower/interpret_mma.py`).
   address (`mma_layout.lane_row_offset`; the lane is threadIdx.x, since a kernel with warp
   statements has blockDim.x == 32).
 - FragmentMma: two `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`, one per
-  8 columns of the accumulator tile.
+  8 columns of the accumulator tile (`m16n8k8 ... .tf32.tf32` for float32 operands, whose
+  loads are each lane's four values, converted by `cvt.rna.tf32.f32`).
 - FragmentStore: each lane's 8 accumulator values where the C layout puts them: four float2
   stores into a row-major tile (two neighbours in a row), eight scalar stores otherwise.
 - FragmentFill: the lane's 8 values.
@@ -74,9 +75,12 @@ class MmaStatements:
         src = s.src
         if src.buffer.scope != "shared" or s.frag.dtype not in ml.MMA_TYPES:
             raise LoweringError(
-                f"{s.describe()}: ldmatrix loads {tuple(ml.MMA_TYPES)} tiles from shared memory "
-                f"({src.buffer.scope} {src.buffer.dtype} here)"
+                f"{s.describe()}: mma fragments load {tuple(ml.MMA_TYPES)} tiles from shared "
+                f"memory ({src.buffer.scope} {src.buffer.dtype} here)"
             )
+        if not ml.SHAPES[s.frag.dtype].ldmatrix:
+            self.load_values(s, d)
+            return
         trans = ".trans" if ml.ldmatrix_trans(s.frag.scope, src.layout) else ""
         row = src.offset + ml.lane_row_offset(LANE, src.layout, src.ldm)
         address = f"&{self.p.ex.buffer_names[id(src.buffer)]}[{self.index(row)}]"
@@ -88,11 +92,23 @@ class MmaStatements:
             f'"r"(static_cast<unsigned>(__cvta_generic_to_shared({address}))));',
         )
 
+    def load_values(self, s: ir.FragmentLoad, d: int) -> None:
+        """A TF32 operand tile: each lane's values from where the A / B layout puts them,
+        rounded to TF32 into their registers."""
+        src, name = s.src, self.p.ex.buffer_names[id(s.src.buffer)]
+        for e in range(ml.lane_values(s.frag.scope, s.frag.dtype)):
+            row, col = ml.tile_position(s.frag.scope, e, s.frag.dtype).at(LANE)
+            at = self.index(src.offset + ml.element_offset(row, col, src.layout, src.ldm))
+            self.p.emit(
+                d,
+                f'asm("cvt.rna.tf32.f32 %0, %1;\\n" : "=r"({self.reg(s.frag, s.tile, e)}) : '
+                f'"f"({name}[{at}]));',
+            )
+
     def mma(self, s: ir.FragmentMma, d: int) -> None:
-        ty = ml.MMA_TYPES.get(s.a.dtype)
-        if ty is None:
-            raise LoweringError(f"{s.describe()}: mma.sync m16n8k16 takes {tuple(ml.MMA_TYPES)}")
-        shape = f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32"
+        if s.a.dtype not in ml.SHAPES:
+            raise LoweringError(f"{s.describe()}: mma.sync takes {tuple(ml.MMA_TYPES)}")
+        shape = ml.SHAPES[s.a.dtype].instruction
         for n_half in range(ir.WMMA_TILE // ml.MMA_N):
             c = [f'"+f"({self.reg(s.acc, s.acc_tile, e)})' for e in ml.accumulator_elems(n_half)]
             a = [f'"r"({self.reg(s.a, s.a_tile, i)})' for i in range(ml.OPERAND_REGS)]

@@ -11,6 +11,9 @@ in the element order `mma_layout` gives (operands: register i holds values 2i an
 - `FragmentMma` is two mma per tile (columns 0-7 and 8-15 of the accumulator): the A, B and C
   matrices are gathered from the lanes' registers by the ISA's fragment layouts, multiplied in
   float64 and rounded once to float32, and D is scattered back the same way.
+- TF32 operands (m16n8k8): a load is each lane reading its own values where the A / B layout
+  puts them, rounded to TF32 (what the printed `cvt.rna.tf32.f32` does), and the mma gathers
+  16x8 and 8x8 matrices by that shape's layouts.
 - `FragmentStore` writes each lane's 8 accumulator values where the C layout puts them.
 - `FragmentFill` sets every value of the tile.
 
@@ -27,7 +30,7 @@ import numpy as np
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
 from autosched.lower.interpret_warp import WarpContext, _track_warp_read
-from autosched.te.dtype import BYTES, from_storage
+from autosched.te.dtype import BYTES, from_storage, round_tf32
 
 _LANES = np.arange(ml.LANES)
 
@@ -40,9 +43,10 @@ def _positions(table: tuple[ml.LanePosition, ...]) -> tuple[np.ndarray, np.ndarr
 
 
 @functools.cache
-def _tile_positions(scope: str) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols) of shape (32, 8): where each lane's element e of a 16x16 tile lies."""
-    return _positions(tuple(ml.tile_position(scope, e) for e in range(ml.ELEMS_PER_LANE)))
+def _tile_positions(scope: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of shape (32, values): where each lane's value e of a tile lies."""
+    values = ml.lane_values(scope, dtype)
+    return _positions(tuple(ml.tile_position(scope, e, dtype) for e in range(values)))
 
 
 @functools.cache
@@ -79,6 +83,9 @@ def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
     if buf.dtype != s.frag.dtype:
         ctx.fail(f"loads {buf.dtype} {buf.name} into a {s.frag.dtype} fragment")
     offset = ctx.value(s.src.offset, f"the offset into {buf.name}").astype(np.int64)
+    if not ml.SHAPES[s.frag.dtype].ldmatrix:
+        _load_values(run, ctx, s, buf, mem, offset, arr, tiles)
+        return
     lane_rows = np.array([ml.lane_row_offset(lane, s.src.layout, s.src.ldm) for lane in _LANES])
     rows = offset[:, None] + lane_rows[None, :]  # (warps, 32): each lane's row address
     misaligned = np.argwhere(rows * BYTES[buf.dtype] % ml.ROW_ALIGN_BYTES)
@@ -99,6 +106,18 @@ def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
     arr[ctx.warps, tiles] = flat[:, _ldmatrix_sources(trans)]
 
 
+def _load_values(run: Any, ctx: WarpContext, s: ir.FragmentLoad, buf, mem, offset, arr, tiles):
+    """A TF32 load: each lane reads its own values (where the A / B layout puts them) and
+    rounds them to TF32 (`cvt.rna.tf32.f32`)."""
+    rows, cols = _tile_positions(s.frag.scope, s.frag.dtype)
+    steps = ml.element_offset(rows, cols, s.src.layout, s.src.ldm)  # (32, values)
+    idx = offset[:, None, None] + steps[None]
+    keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
+    _track_warp_read(run, ctx, buf, keys)
+    values = from_storage(mem[ctx.blocks[:, None, None], idx], buf.dtype).astype(np.float32)
+    arr[ctx.warps, tiles] = round_tf32(values)
+
+
 def _gather(values: np.ndarray, rows: np.ndarray, cols: np.ndarray, shape) -> np.ndarray:
     """The (warps, *shape) matrices whose element (rows[l, e], cols[l, e]) is values[:, l, e]."""
     out = np.full((values.shape[0], *shape), np.nan, np.float64)
@@ -112,18 +131,20 @@ def _mma(run: Any, s: ir.FragmentMma, mask: Any) -> None:
     if s.a.dtype != s.b.dtype:
         ctx.fail(f"multiplies {s.a.dtype} {s.a.name} by {s.b.dtype} {s.b.name}")
     _check_dtype(ctx, s.a)
+    shape = ml.SHAPES[s.a.dtype]
     w = ctx.warps
-    a_rows, a_cols = _positions(ml.A_ELEMENT)
-    b_rows, b_cols = _positions(ml.B_ELEMENT)
+    a_rows, a_cols = _positions(shape.a)
+    b_rows, b_cols = _positions(shape.b)
     c_rows, c_cols = _positions(ml.C_ELEMENT)
-    a_mat = _gather(a[w, a_tiles], a_rows, a_cols, (ir.WMMA_TILE, ir.WMMA_TILE))
+    a_mat = _gather(a[w, a_tiles], a_rows, a_cols, (ir.WMMA_TILE, shape.k))
     before = acc[w, acc_tiles]  # (warps, 32, 8)
     after = before.copy()
+    per_reg = shape.values_per_reg
     for n_half in range(ir.WMMA_TILE // ml.MMA_N):
         regs = ml.operand_b_regs(n_half)
-        b_elems = [ml.operand_elem(reg, half) for reg in regs for half in range(2)]
+        b_elems = [ml.operand_elem(reg, v, per_reg) for reg in regs for v in range(per_reg)]
         c_elems = list(ml.accumulator_elems(n_half))
-        b_mat = _gather(b[w, b_tiles][:, :, b_elems], b_rows, b_cols, (ir.WMMA_TILE, ml.MMA_N))
+        b_mat = _gather(b[w, b_tiles][:, :, b_elems], b_rows, b_cols, (shape.k, ml.MMA_N))
         c_mat = _gather(before[:, :, c_elems], c_rows, c_cols, (ir.WMMA_TILE, ml.MMA_N))
         d_mat = (np.matmul(a_mat, b_mat) + c_mat).astype(np.float32)
         after[:, :, c_elems] = d_mat[:, c_rows, c_cols]
@@ -136,7 +157,7 @@ def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
     buf, mem, _ = ctx.memory(s.dst, "write")
     if buf.dtype != "float32":
         ctx.fail(f"stores a float32 accumulator into {buf.dtype} {buf.name}")
-    rows, cols = _tile_positions(ir.ACCUMULATOR_SCOPE)
+    rows, cols = _tile_positions(ir.ACCUMULATOR_SCOPE, "float32")
     steps = ml.element_offset(rows, cols, s.dst.layout, s.dst.ldm)  # (32, 8)
     offset = ctx.value(s.dst.offset, f"the offset into {buf.name}").astype(np.int64)
     idx = offset[:, None, None] + steps[None]  # (warps, 32, 8)

@@ -2,6 +2,10 @@
 the CUDA printer (`codegen/mma.py`) emits and the CPU interpreter (`lower/interpret_mma.py`)
 emulates, element for element.
 
+m16n8k8 with TF32 operands (float32 fragments) follows the same pattern with its own element
+tables (`SHAPES`); its operand tiles load value by value (`MmaShape.ldmatrix`), rounded to TF32
+(`cvt.rna.tf32.f32`).
+
 Two kinds of fact live here, kept apart:
 
 - The PTX ISA's definitions ("Matrix fragments for mma.m16n8k16" and "ldmatrix" in the PTX ISA):
@@ -28,13 +32,13 @@ from typing import Any
 from autosched.lower import ir
 
 LANES = ir.WARP_SIZE
-ELEMS_PER_LANE = 8  # values of one 16x16 tile a lane holds, whatever the fragment's role
+ELEMS_PER_LANE = 8  # values of a 16x16 tile a lane holds (of a 16x8 / 8x16 TF32 one: 4)
 OPERAND_REGS = 4  # 32-bit registers (two 16-bit values each) of a 16x16 operand tile
 MMA_N = 8  # the n of m16n8k16: a 16x16 accumulator tile takes two mma per k step
 LDMATRIX_ROWS = 8  # rows of one ldmatrix matrix (8 x 8 16-bit values, 16 bytes a row)
 ROW_ALIGN_BYTES = 16  # ldmatrix row addresses are 16-byte aligned
-# the operand dtypes m16n8k16 takes, by the PTX type it names
-MMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+# the operand dtypes mma takes, by the PTX type it names (float32 operands hold TF32 values)
+MMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,38 @@ def _c(e: int) -> LanePosition:  # c_e: row g (+8 for c2, c3), col 2t + e%2
 
 A_ELEMENT = tuple(_a(e) for e in range(8))  # m16n8k16 A (16 x 16, M x K), a0..a7
 B_ELEMENT = tuple(_b(e) for e in range(4))  # B (16 x 8, K x N), b0..b3
-C_ELEMENT = tuple(_c(e) for e in range(4))  # C and D (16 x 8, M x N), c0..c3
+C_ELEMENT = tuple(_c(e) for e in range(4))  # C and D (16 x 8, M x N), c0..c3 (either shape)
+# m16n8k8 with .tf32 operands (one 32-bit value a register): A (16 x 8): a_e at row g (+8 for
+# a1, a3), col t (+4 for a2, a3); B (8 x 8): b_e at row (k) t (+4 for b1), col (n) g
+A_TF32_ELEMENT = tuple(LanePosition(8 * (e & 1), 4 * (e >> 1), row_g=1, col_t=1) for e in range(4))
+B_TF32_ELEMENT = tuple(LanePosition(4 * e, 0, row_t=1, col_g=1) for e in range(2))
+
+
+@dataclass(frozen=True)
+class MmaShape:
+    """The mma shape of one operand dtype: K, the PTX operand type, the A and B element
+    tables, the values a 32-bit register holds, and whether operand tiles load with ldmatrix
+    (16-bit values) or each lane's values one by one (TF32: ldmatrix moves 16-bit halves, and
+    its .trans would split 32-bit values)."""
+
+    k: int
+    ptx_type: str
+    a: tuple[LanePosition, ...]
+    b: tuple[LanePosition, ...]
+    values_per_reg: int
+    ldmatrix: bool
+
+    @property
+    def instruction(self) -> str:
+        t = self.ptx_type
+        return f"mma.sync.aligned.m16n8k{self.k}.row.col.f32.{t}.{t}.f32"
+
+
+SHAPES = {
+    "float16": MmaShape(16, "f16", A_ELEMENT, B_ELEMENT, 2, True),
+    "bfloat16": MmaShape(16, "bf16", A_ELEMENT, B_ELEMENT, 2, True),
+    "float32": MmaShape(8, "tf32", A_TF32_ELEMENT, B_TF32_ELEMENT, 1, False),
+}
 
 
 def ldmatrix_element(lane: int, half: int, trans: bool) -> tuple[int, int]:
@@ -95,8 +130,8 @@ MATRIX_ORIGINS = ((0, 0), (8, 0), (0, 8), (8, 8))
 
 
 def operand_b_regs(n_half: int) -> tuple[int, int]:
-    """The registers of a matrix_b tile that are b0b1 and b2b3 of the mma over the tile's
-    columns 8 n_half .. 8 n_half + 7."""
+    """The registers of a matrix_b tile that feed the mma over the tile's columns
+    8 n_half .. 8 n_half + 7 (b0b1 and b2b3 of m16n8k16; b0 and b1 of m16n8k8 .tf32)."""
     return 2 * n_half, 2 * n_half + 1
 
 
@@ -106,13 +141,23 @@ def accumulator_elems(n_half: int) -> range:
     return range(4 * n_half, 4 * n_half + 4)
 
 
-def tile_position(scope: str, e: int) -> LanePosition:
-    """Where element `e` (0..7) of a lane's share of a 16x16 tile of a `scope` fragment lies
-    in the tile (rows and columns as `ir.tile_shape`: M x K, K x N, M x N)."""
-    n_half, within = divmod(e, 4)
+def lane_values(scope: str, dtype: str) -> int:
+    """The values of one tile of a `scope` fragment of `dtype` that each lane holds."""
+    if scope == "wmma.accumulator":
+        return ELEMS_PER_LANE
+    shape = SHAPES[dtype]
+    return len(shape.a) if scope == "wmma.matrix_a" else 2 * len(shape.b)
+
+
+def tile_position(scope: str, e: int, dtype: str = "float16") -> LanePosition:
+    """Where value `e` of a lane's share of a tile of a `scope` fragment of `dtype` (operand
+    dtype; an accumulator's is float32 whatever its operands) lies in the tile (rows and
+    columns as `ir.tile_shape`: M x K, K x N, M x N)."""
     if scope == "wmma.matrix_a":
-        return A_ELEMENT[e]
-    pos = B_ELEMENT[within] if scope == "wmma.matrix_b" else C_ELEMENT[within]
+        return SHAPES[dtype].a[e]
+    table = SHAPES[dtype].b if scope == "wmma.matrix_b" else C_ELEMENT
+    n_half, within = divmod(e, len(table))
+    pos = table[within]
     return LanePosition(
         pos.row0, pos.col0 + MMA_N * n_half, pos.row_g, pos.row_t, pos.col_g, pos.col_t
     )
@@ -171,13 +216,19 @@ def ldmatrix_conflict_ways(layout: str, ldm: int, elem_bytes: int) -> int:
     return worst
 
 
-def operand_elem(reg: int, half: int) -> int:
-    """The element index (0..7) of half `half` of 32-bit register `reg` of an operand tile."""
-    return 2 * reg + half
+def operand_elem(reg: int, half: int, values_per_reg: int = 2) -> int:
+    """The value index of part `half` of 32-bit register `reg` of an operand tile (16-bit
+    values: two a register; TF32: one)."""
+    return values_per_reg * reg + half
 
 
 __all__ = [
     "A_ELEMENT",
+    "A_TF32_ELEMENT",
+    "B_TF32_ELEMENT",
+    "SHAPES",
+    "MmaShape",
+    "lane_values",
     "B_ELEMENT",
     "C_ELEMENT",
     "ELEMS_PER_LANE",

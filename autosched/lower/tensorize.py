@@ -288,13 +288,13 @@ def plan_fragments(plan: LoweringPlan) -> None:
 def fragment_flavours(flavour: str, mma: MmaPlan, name: str, given: dict[int, str]) -> None:
     """Give the accumulator and operand fragments of one multiply-accumulate (of stage `name`)
     its instruction family; one fragment is of one family (`given`: those given so far, by
-    id; the "mma" family takes float16 / bfloat16 operands only)."""
+    id)."""
     if flavour not in ir.FRAGMENT_FLAVOURS:
         raise LoweringError(f"tensorize: unknown instruction family {flavour!r} of {name!r}")
     if flavour == "mma" and mma.a.buffer.dtype not in MMA_TYPES:
         raise LoweringError(
-            f"tensorize: {name!r} multiplies {mma.a.buffer.dtype} fragments; mma.sync "
-            f"m16n8k16 takes {tuple(MMA_TYPES)} (use wmma)"
+            f"tensorize: {name!r} multiplies {mma.a.buffer.dtype} fragments; mma.sync takes "
+            f"{tuple(MMA_TYPES)} (use wmma)"
         )
     for access in (mma.acc, mma.a, mma.b):
         buf = access.buffer

@@ -21,7 +21,6 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
-from autosched.lower.mma_layout import MMA_TYPES
 from autosched.te.dtype import BYTES, DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
@@ -234,7 +233,7 @@ class _WarpRules:
     shape (K) per accumulator buffer, over the multiply-accumulates that use it.
 
     Fragments of the "mma" flavour (`ir.Buffer.fragment_flavour`): the fragments of a statement
-    are of one flavour; operands are float16 / bfloat16; a load reads shared memory only
+    are of one flavour; a load reads shared memory only
     (ldmatrix), and a memory tile's offset is provably a multiple of 16 bytes (with `ldm` a
     multiple of 16 bytes, every ldmatrix row address is then 16-byte aligned)."""
 
@@ -267,17 +266,11 @@ class _WarpRules:
             self.mma_shape(s, where)
 
     def flavour(self, s: ir.WarpStmt, where: str) -> None:
-        """One instruction family for the statement's fragments; 16-bit operands for mma."""
+        """One instruction family for the statement's fragments (every fragment dtype has an
+        mma shape: `mma_layout.SHAPES`)."""
         flavours = {frag.fragment_flavour for frag, _, _ in s.fragments()}
         if len(flavours) != 1:
             self.kv.fail(f"{where}: fragments of the flavours {sorted(flavours)} in one statement")
-        if s.flavour() == "mma":
-            for frag, _, _ in s.fragments():
-                if frag.scope in ir.OPERAND_SCOPES and frag.dtype not in MMA_TYPES:
-                    self.kv.fail(
-                        f"{where}: mma fragment {frag.name} is {frag.dtype}; ldmatrix and "
-                        f"mma.sync m16n8k16 take {tuple(MMA_TYPES)}"
-                    )
 
     def mma_shape(self, s: ir.FragmentMma, where: str) -> None:
         """Operands of one dtype; the accumulator used with one K throughout the kernel (its

@@ -17,7 +17,7 @@ from autosched.codegen.cuda import codegen_program
 from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
-from autosched.lower.interpreter import InterpreterError
+from autosched.lower.interpreter import InterpreterError, run_program
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verify_program
 from autosched.schedule.stage import TENSOR_CORE_INSTRUCTIONS
@@ -78,7 +78,11 @@ def test_tile_positions_cover_each_16x16_tile_once():
 
 
 def test_flavour_names_agree_between_schedule_and_ir():
+    from autosched.lower.verify import FRAGMENT_DTYPES
+
     assert TENSOR_CORE_INSTRUCTIONS == ir.FRAGMENT_FLAVOURS
+    for scope in ir.OPERAND_SCOPES:  # every operand fragment dtype has an mma shape
+        assert set(FRAGMENT_DTYPES[scope]) == set(ml.SHAPES) == set(ml.MMA_TYPES)
 
 
 # ---- interpreter ---------------------------------------------------------------------------
@@ -181,8 +185,6 @@ def test_verifier_rules():
     unknown = mma_program()
     unknown.kernels[0].allocs[2].fragment_flavour = "hmma"
     assert "has flavour 'hmma'" in str(_verify_error(unknown))
-    tf32 = mma_program("float32")  # TF32 operands: wmma only
-    assert "mma fragment A_frag is float32" in str(_verify_error(tf32))
 
 
 # ---- CUDA printer --------------------------------------------------------------------------
@@ -218,7 +220,7 @@ def test_printer_golden_lines():
 
 
 def test_printer_rejects_ldmatrix_from_global():
-    with pytest.raises(LoweringError, match="ldmatrix loads .* from shared memory"):
+    with pytest.raises(LoweringError, match="mma fragments load .* from shared memory"):
         codegen_program(_with_load_a(lambda p, k: p.params[0], 0))
 
 
@@ -233,6 +235,7 @@ def _compile_ok(program: ir.Program) -> str:
 def test_nvcc_compiles_without_spills():
     _compile_ok(mma_program("bfloat16", "col_major", "row_major"))
     _compile_ok(direct_store_program("float16"))
+    _compile_ok(mma_program("float32", "row_major", "col_major"))
 
 
 # ---- schedule, lowering, init rule ---------------------------------------------------------
@@ -265,7 +268,22 @@ def test_lowered_mma_programs_match_numpy(make):
     tz.run_and_compare(dag, lower(state))
 
 
-def test_tf32_stays_on_wmma():
+def test_tf32_products_through_mma_match_the_wmma_emulation():
+    """m16n8k8 .tf32: each lane's own values, rounded to TF32, against the tile-level wmma
+    emulation (an independent definition of the same product) for every operand layout."""
+    for layout_a in LAYOUTS:
+        for layout_b in LAYOUTS:
+            a, b, _ = operands("float32", layout_a, layout_b)
+            wmma = run_cpu(wmma_program("float32", layout_a, layout_b, shared=True), a, b)
+            mma = run_cpu(mma_program("float32", layout_a, layout_b), a, b)
+            np.testing.assert_array_equal(mma, wmma)
+    source = codegen_program(mma_program("float32"))
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source
+    assert source.count('asm("cvt.rna.tf32.f32 %0, %1;') == 8 and "ldmatrix" not in source
+
+
+def test_sampled_tf32_states_through_mma():
+    from autosched.te.dtype import round_tf32
     from tests.codegen.test_tf32 import tf32_task
 
     params = SketchParams(allow_tf32=True, tensor_core_instructions=("mma",))
@@ -273,10 +291,14 @@ def test_tf32_stays_on_wmma():
     sketches = generate_sketches(task.compute_dag, task.hardware_params, params)
     sampler = SketchSampler(sketches, params=params)
     (state,) = sampler.sample(1, 0)
-    assert _flavours(sampler.programs[state.key()]) == {"wmma"}  # the rule leaves TF32 alone
-    acc = next(s.name for s in state.stages if s.scope == ir.ACCUMULATOR_SCOPE)
-    with pytest.raises(LoweringError, match="mma.sync m16n8k16 takes"):
-        lower(state.tensor_core_instruction(acc, "mma"))
+    program = sampler.programs[state.key()]
+    assert _flavours(program) == {"mma"}
+    rng = np.random.default_rng(1)
+    A, B = (rng.uniform(-1, 1, (64, 64)).astype(np.float32) for _ in range(2))
+    ref = (round_tf32(A).astype(np.float64) @ round_tf32(B).astype(np.float64)).astype(np.float32)
+    out = {"A": A, "B": B, "T_matmul": np.zeros((64, 64), np.float32)}
+    run_program(program, out)
+    np.testing.assert_allclose(out["T_matmul"], ref, rtol=1e-5, atol=1e-5)
 
 
 def _sample(dag, instructions, n):
