@@ -4,6 +4,12 @@ process.
 
     python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
+        [--instructions wmma mma] [--pipeline-stages 2 3 4 5]
+
+`--instructions` and `--pipeline-stages` restrict what the search draws (SketchParams'
+tensor_core_instructions and pipeline_stages; default: all): `--instructions wmma` and
+`--instructions mma` in two --out folders compare the instruction families. The table's
+"instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
 that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels)
@@ -22,6 +28,7 @@ each workload (with `--publish`, to benchmarks/results/tensor_cores/ and docs/PE
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -197,6 +204,7 @@ def tune(name: str, ns) -> tuple:
     import autosched
     from autosched.records import load_best, load_records
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
+    from autosched.sketch import SketchParams
 
     workload, args, _ = WORKLOADS[name]
     task = autosched.SearchTask(workload, args, allow_tf32=name in TF32)
@@ -211,7 +219,14 @@ def tune(name: str, ns) -> tuple:
     t0 = time.perf_counter()
     if ns.trials > done:
         params = SearchParams(n_jobs=ns.n_jobs, seed=ns.seed)
-        policy = SketchPolicy(task, model, params, init_search_callbacks=callbacks)
+        sketch_params = dataclasses.replace(
+            SketchParams.for_task(task),
+            tensor_core_instructions=tuple(ns.instructions),
+            pipeline_stages=tuple(ns.pipeline_stages),
+        )
+        policy = SketchPolicy(
+            task, model, params, init_search_callbacks=callbacks, sketch_params=sketch_params
+        )
         autosched.auto_schedule(
             task,
             policy,
@@ -283,6 +298,19 @@ def tensorized(kernel) -> bool:
     )
 
 
+def instructions(state) -> str:
+    """The Tensor Core instruction family and shared-memory pipeline slots of a state's
+    stages ("-" without Tensor Cores): e.g. "mma, 4 slots"."""
+    families = sorted(
+        {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
+    )
+    if not families:
+        return "-"
+    slots = [st.pipeline_stages if st.double_buffer else 1 for st in state.stages]
+    shared = [n for n, st in zip(slots, state.stages, strict=True) if st.scope == "shared"]
+    return f"{'+'.join(families)}, {max(shared, default=1)} slots"
+
+
 COLUMNS = [
     Column("workload"),
     Column("GFLOP", "{:.2f}"),
@@ -293,6 +321,7 @@ COLUMNS = [
     Column("same inputs µs: ours / torch"),
     Column("search record µs", "{:.1f}"),
     Column("tensorized"),
+    Column("instructions"),
     Column("trials"),
     Column("matches torch"),
 ]
@@ -319,6 +348,7 @@ def tensor_core_results(runs: list[dict]) -> Results:
                 f"{r['ours_same_inputs_us']:.1f} / {r['torch_same_inputs_us']:.1f}",
                 r["record_us"],
                 r["tensorized"],
+                r.get("instructions", "-"),
                 r["trials"],
                 r["matches_torch"],
             ]
@@ -346,6 +376,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
     ap.add_argument(
         "--resume", default=None, help="folder of earlier logs (<name>.json) to continue from"
+    )
+    ap.add_argument(
+        "--instructions",
+        nargs="+",
+        default=["wmma", "mma"],
+        choices=["wmma", "mma"],
+        help="the Tensor Core instruction families the search draws",
+    )
+    ap.add_argument(
+        "--pipeline-stages",
+        nargs="+",
+        type=int,
+        default=[2, 3, 4, 5],
+        choices=[2, 3, 4, 5],
+        help="the shared-memory slot counts a double-buffered Tensor Core stage is drawn from",
     )
     ap.add_argument(
         "--publish",
@@ -379,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": wall,
             "record_us": recorded * 1e6,
             "tensorized": tensorized(kernel),
+            "instructions": instructions(state),
             **timed,
             **where,
         }

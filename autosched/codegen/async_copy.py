@@ -9,6 +9,11 @@ on, and the zero-fill form copies no byte where the condition is false (`src-siz
 barrier of such a kernel is printed after `cp.async.wait_all`, which makes the copies complete
 and visible exactly where the plain stores would have been: the CPU interpreter, which runs the
 stores in order, computes what the GPU computes. Below sm_80 the helpers copy synchronously.
+
+A kernel with cp.async group statements (`ir.AsyncCommit`, `ir.AsyncWait`: a multi-stage
+pipeline, `autosched.lower.double_buffer`) waits where they say instead: `commit_group` and
+`wait_group N` print as such, and its barriers wait for nothing (the pipeline's wait precedes
+the barrier that publishes a tile, while the newest N groups stay in flight).
 """
 
 from __future__ import annotations
@@ -43,10 +48,18 @@ __device__ __forceinline__ unsigned as_shared_address(const void* p) {
 __device__ __forceinline__ void as_cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\\n" ::: "memory");
 }
+__device__ __forceinline__ void as_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void as_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\\n" :: "n"(N) : "memory");
+}
 #else
 #define AS_CP_ASYNC_BODY(BYTES, LEVEL, WORD) \\
   *reinterpret_cast<WORD*>(dst) = copy ? *reinterpret_cast<const WORD*>(src) : WORD();
 __device__ __forceinline__ void as_cp_async_wait_all() {}
+__device__ __forceinline__ void as_cp_async_commit() {}
+template <int N> __device__ __forceinline__ void as_cp_async_wait() {}
 #endif
 AS_CP_ASYNC(4, ca, unsigned)
 AS_CP_ASYNC(8, ca, uint2)
@@ -57,6 +70,19 @@ AS_CP_ASYNC(16, cg, uint4)
 def uses_async_copy(kernel: ir.Kernel) -> bool:
     """Whether the kernel has a buffer whose stores may be asynchronous."""
     return any(b.async_copy for b in kernel.allocs)
+
+
+def uses_async_groups(kernel: ir.Kernel) -> bool:
+    """Whether the kernel commits and waits for cp.async groups itself (then its barriers
+    wait for nothing)."""
+    return any(isinstance(s, ir.AsyncGroupStmt) for s in ir.iter_stmts(kernel.body))
+
+
+def async_group_text(s: ir.AsyncGroupStmt) -> str:
+    """The helper call of a cp.async group statement."""
+    if isinstance(s, ir.AsyncWait):
+        return f"as_cp_async_wait<{s.pending}>();"
+    return "as_cp_async_commit();"
 
 
 def _copy_source(store: ir.Store) -> tuple[Load, Expr | None] | None:
@@ -101,4 +127,12 @@ def async_copy_text(
     return f"as_cp_async_{nbytes}({dst_at}, {src_at}, {copy});"
 
 
-__all__ = ["HELPER", "HELPERS", "WAIT", "async_copy_text", "uses_async_copy"]
+__all__ = [
+    "HELPER",
+    "HELPERS",
+    "WAIT",
+    "async_copy_text",
+    "async_group_text",
+    "uses_async_copy",
+    "uses_async_groups",
+]

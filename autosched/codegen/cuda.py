@@ -24,7 +24,12 @@ from autosched.codegen.allreduce import emit_allreduce
 from autosched.codegen.async_copy import HELPER as ASYNC_HELPER
 from autosched.codegen.async_copy import HELPERS as ASYNC_HELPERS
 from autosched.codegen.async_copy import WAIT as ASYNC_WAIT
-from autosched.codegen.async_copy import async_copy_text, uses_async_copy
+from autosched.codegen.async_copy import (
+    async_copy_text,
+    async_group_text,
+    uses_async_copy,
+    uses_async_groups,
+)
 from autosched.codegen.context import PrintContext, StmtTable
 from autosched.codegen.expr_printer import FLOOR_HELPERS, is_nonneg, literal
 from autosched.codegen.lanes import aligned_unit_stride, linear_form
@@ -55,6 +60,8 @@ class KernelPrinter(PrintContext):
         self.table.register(ir.For, self._for)
         self.table.register(ir.IfThenElse, self._if)
         self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AsyncCommit, self._async_group)
+        self.table.register(ir.AsyncWait, self._async_group)
         self.table.register(ir.AllReduce, lambda s, d: emit_allreduce(self, s, d))
         self.warp = WarpPrinter(self)
         self.warp.register(self.table)
@@ -120,10 +127,15 @@ class KernelPrinter(PrintContext):
     def _barrier(self, s: ir.Barrier, d: int) -> None:
         """`__syncthreads()`, after waiting for the thread's asynchronous copies if it may have
         issued any (they must be complete and visible once the block passes the barrier)."""
-        if uses_async_copy(self.k):
+        if uses_async_copy(self.k) and not uses_async_groups(self.k):
             self.ex.helpers.add(ASYNC_HELPER)
             self.emit(d, ASYNC_WAIT)
         self.emit(d, self.t.barrier)
+
+    def _async_group(self, s: ir.AsyncGroupStmt, d: int) -> None:
+        """A pipeline's cp.async commit or wait (the kernel's barriers then wait for nothing)."""
+        self.ex.helpers.add(ASYNC_HELPER)
+        self.emit(d, async_group_text(s))
 
     def _if(self, s: ir.IfThenElse, d: int) -> None:
         self.emit(d, f"if ({self.ex(s.cond)}) {{")

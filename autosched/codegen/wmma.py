@@ -13,6 +13,10 @@ buffers that warp statements access are declared 32-byte aligned (wmma's pointer
 a kernel whose shared memory is dynamic, `autosched.codegen.shared_memory` places them at
 32-byte offsets instead), and `#include <mma.h>` is added only to sources with warp statements.
 
+Fragments of the "mma" flavour (`ir.Buffer.fragment_flavour`) are per-lane registers instead:
+their declarations and statements come from `autosched.codegen.mma` (`MmaStatements`), to which
+the printer hands every statement whose fragments are of that flavour.
+
 `KernelPrinter` (autosched.codegen.cuda) makes a `WarpPrinter` per kernel (its `register(table)`
 adds to the printer's statement table, `alloc_line(b)` declares fragments and wmma-accessed shared
 buffers) and calls `written_buffer` (parameter const-ness); `codegen_program` calls
@@ -22,6 +26,7 @@ buffers) and calls `written_buffer` (parameter const-ness); `codegen_program` ca
 from __future__ import annotations
 
 from autosched.codegen.context import PrintContext, StmtTable
+from autosched.codegen.mma import MmaStatements
 from autosched.errors import LoweringError
 from autosched.lower import ir
 
@@ -98,6 +103,7 @@ class WarpPrinter:
         self.p = printer
         self.layouts, self.memory = _fragment_layouts(printer.k), warp_memory(printer.k)
         self.acc_k = _accumulator_k(printer.k)
+        self.mma_flavour = MmaStatements(printer)
 
     def shape(self, b: ir.Buffer) -> list[str]:
         """The m, n, k of fragment `b`'s declaration."""
@@ -111,6 +117,8 @@ class WarpPrinter:
         """The declaration of allocation `b` when it is a fragment or a shared buffer that
         warp statements access; None for the printer's usual declaration."""
         name = self.p.ex.buffer_names[id(b)]
+        if b.scope in ir.FRAGMENT_SCOPES and b.fragment_flavour == "mma":
+            return self.mma_flavour.alloc_line(b)
         if b.scope in ir.FRAGMENT_SCOPES:
             use = FRAGMENT_USE[b.scope]
             elem = self.p.t.types[b.dtype]
@@ -158,11 +166,23 @@ class WarpPrinter:
         self.p.emit(d, f"{WMMA}::mma_sync({acc}, {a}, {b}, {acc});")
 
     def register(self, table: StmtTable) -> None:
-        """Register the warp statements' printers in the KernelPrinter's statement table."""
-        table.register(ir.FragmentFill, self.fill)
-        table.register(ir.FragmentLoad, self.load)
-        table.register(ir.FragmentStore, self.store)
-        table.register(ir.FragmentMma, self.mma)
+        """Register the warp statements' printers in the KernelPrinter's statement table: each
+        prints through the printer of its statement's flavour (this one, or MmaStatements)."""
+        for stmt_type, method in (
+            (ir.FragmentFill, "fill"),
+            (ir.FragmentLoad, "load"),
+            (ir.FragmentStore, "store"),
+            (ir.FragmentMma, "mma"),
+        ):
+            table.register(stmt_type, self._by_flavour(method))
+
+    def _by_flavour(self, method: str):
+        printers = {"wmma": self, "mma": self.mma_flavour}
+
+        def emit(s: ir.WarpStmt, d: int) -> None:
+            getattr(printers[s.flavour()], method)(s, d)
+
+        return emit
 
 
 __all__ = ["HEADER", "SHARED_ALIGN", "WarpPrinter", "uses_wmma", "warp_memory", "written_buffer"]

@@ -316,6 +316,8 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
     ir.Store: ProgramWalker.visit_store,
     ir.AllReduce: ProgramWalker.visit_allreduce,
     **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
+    # cp.async groups order copies as a barrier does: they record nothing
+    **dict.fromkeys((ir.AsyncCommit, ir.AsyncWait), lambda walker, s, guards: None),
 }
 
 

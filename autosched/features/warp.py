@@ -9,7 +9,10 @@ the statement), each lane handling its share of the tile (`per_lane_elems`: 8 of
 - A memory tile of R x C: lane `x` touches elements `offset + (x // L) * ldm + (x % L) * P + j`
   with P = `per_lane` and L = C / P lanes per row (R runs of C contiguous elements, `ldm`
   apart, whatever the layout: the tile's footprint), so bytes, lines, reuse and coalescing
-  come from the usual per-buffer analysis.
+  come from the usual per-buffer analysis. Statements of the "mma" flavour touch what their
+  instructions do (`lower/mma_layout.py`): a load, lane `x`'s ldmatrix row
+  (`offset + lane_row_offset(x) + j`), a store, the C layout's element `j` of lane `x`; so the
+  walk sees the flavours' different access patterns with the same features.
 - An `FragmentMma` is 16 * 16 * K float multiply-adds per warp, counted as float mad, mul and
   add/sub (as `count_ops` counts `a * b + c`) over the lanes and the pseudo loop.
 The statement's own expressions (tile numbers, offsets, fill value, guards) count as usual.
@@ -21,6 +24,7 @@ from collections.abc import Callable
 
 from autosched.features.exprs import OP_KINDS
 from autosched.lower import ir
+from autosched.lower import mma_layout as ml
 from autosched.te.expr import Expr, Var
 
 PER_LANE = ir.TILE_ELEMS // ir.WARP_SIZE  # elements of a 16x16 tile per lane
@@ -62,7 +66,12 @@ def per_lane_elems(frag: ir.Buffer) -> int:
     return ir.tile_elems(frag) // ir.WARP_SIZE
 
 
-def _memory_index(m: ir.MatrixTile, frag: ir.Buffer) -> Expr:
+def _memory_index(m: ir.MatrixTile, frag: ir.Buffer, writes: bool) -> Expr:
+    if frag.fragment_flavour == "mma":
+        if writes:
+            row, col = ml.accumulator_position(_LANE, ELEM)
+            return m.offset + ml.element_offset(row, col, m.layout, m.ldm)
+        return m.offset + ml.lane_row_offset(_LANE, m.layout, m.ldm) + ELEM
     per_lane = per_lane_elems(frag)
     lanes_per_row = ir.tile_shape(frag)[1] // per_lane
     return m.offset + (_LANE // lanes_per_row) * m.ldm + (_LANE % lanes_per_row) * per_lane + ELEM
@@ -80,7 +89,7 @@ def warp_record(s: ir.WarpStmt, view: Callable[[ir.Buffer], ir.Buffer]) -> WarpR
     per_lane = per_lane_elems(first)
     frags = [frag(b, tile) for b, tile, _ in s.fragments()]
     m = s.memory_tile()
-    memory = None if m is None else (m.buffer, _memory_index(m, first))
+    memory = None if m is None else (m.buffer, _memory_index(m, first, s.writes_memory()))
     write = memory if memory is not None and s.writes_memory() else frags[0]
     reads = frags[len(frags) - len(s.read_fragments()) :]  # the read ones are the last ones
     if memory is not None and not s.writes_memory():

@@ -19,6 +19,23 @@ its global loads are in flight during that computation; the CUDA printer issues 
 asynchronously (`cp.async`, marked on the buffer as `async_copy`) and waits for them at the
 next barrier (see `autosched.codegen.async_copy`), which is exactly where the loop needs them.
 
+Deeper pipelines (`Stage.pipeline_stages` = S > 2, CUTLASS's multistage mainloop): S slots,
+the first S - 1 tiles fetched before the loop, each in its own cp.async group, and
+
+    for k:
+        wait until at most S - 2 groups are in flight   (tile k has landed: `ir.AsyncWait`)
+        barrier                                        (tile k visible; slot (k-1)%S is free)
+        if k + S - 1 < K: fetch tile k+S-1 into slot (k+S-1)%S
+        commit a group (empty past the end, so that every iteration commits one)
+        compute on slot k%S
+    wait for every group; barrier
+
+so S - 1 tiles are in flight while the block computes. Group g holds tile g; before iteration
+k's wait the thread has committed S - 1 + k groups, so leaving S - 2 in flight completes tile
+k. The interpreter makes such a kernel's copies visible only at the wait that covers their group
+(`ir.AsyncGroupStmt`), so a missing or short wait computes with stale data. Every pipelined
+stage of a loop must have the same S.
+
 A stage whose attach loop is bound to a thread index or runs once has nothing to fetch ahead:
 its mark is ignored (one buffer, the plain emission). Other stages attached at the same loop
 keep their own barriers inside the computation.
@@ -26,13 +43,14 @@ keep their own barriers inside the computation.
 
 from __future__ import annotations
 
+from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.plan import LoweringPlan
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import rewrite, substitute
 
-SLOTS = 2
+SLOTS = 2  # the slots of a plain double-buffered stage
 
 
 def is_double_buffered(plan: LoweringPlan, j: int) -> bool:
@@ -45,14 +63,19 @@ def is_double_buffered(plan: LoweringPlan, j: int) -> bool:
     return plan.annotation((target, name)) not in LAUNCH_TAGS and plan.info[target].ext[name] > 1
 
 
+def slots(plan: LoweringPlan, j: int) -> int:
+    """The buffers of double-buffered stage j: two, or its pipeline's stages."""
+    return max(SLOTS, plan.stages[j].pipeline_stages)
+
+
 def slot_shape(plan: LoweringPlan, j: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The allocation of stage j: `shape`, with a leading dimension of two slots when the stage
-    is double-buffered."""
-    return (SLOTS, *shape) if is_double_buffered(plan, j) else shape
+    """The allocation of stage j: `shape`, with a leading dimension of its slots when the
+    stage is double-buffered."""
+    return (slots(plan, j), *shape) if is_double_buffered(plan, j) else shape
 
 
-def _slot_offset(v: Expr, size: int) -> Expr:
-    return BinOp("*", BinOp("floormod", v, int32(SLOTS), I32), int32(size), I32)
+def _slot_offset(v: Expr, count: int, size: int) -> Expr:
+    return BinOp("*", BinOp("floormod", v, int32(count), I32), int32(size), I32)
 
 
 def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
@@ -101,22 +124,39 @@ def emit_double_buffered(
     body: ir.Stmt,
 ) -> ir.Stmt:
     """The loop `for loop_var < extent` (of `kind`) whose double-buffered stages `fetched`
-    (emitted as `fetch`) are fetched one iteration ahead, around the other attached stages
-    `rest` and the loop's `body`."""
-    size = {id(plan.info[j].buf): plan.info[j].buf.size // SLOTS for j in fetched}
+    (emitted as `fetch`) are fetched one iteration ahead (or, pipelined over S slots, S - 1
+    ahead), around the other attached stages `rest` and the loop's `body`."""
+    counts = {slots(plan, j) for j in fetched}
+    if len(counts) != 1:
+        names = [plan.stages[j].name for j in fetched]
+        raise LoweringError(
+            f"the stages {names} fetched ahead in one loop have different pipeline stages "
+            f"({sorted(counts)}); a loop has one pipeline"
+        )
+    (count,) = counts
+    size = {id(plan.info[j].buf): plan.info[j].buf.size // count for j in fetched}
 
     def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
-        return _shift_accesses(s, {k: _slot_offset(iteration, n) for k, n in size.items()})
+        offsets = {k: _slot_offset(iteration, count, n) for k, n in size.items()}
+        return _shift_accesses(s, offsets)
 
-    following = BinOp("+", loop_var, int32(1), I32)
-    prologue = into_slot(_at_iteration(fetch, loop_var, int32(0)), int32(0))
-    ahead = ir.guarded(
-        into_slot(_at_iteration(fetch, loop_var, following), following),
-        [BinOp("<", following, int32(extent), "bool")],
-    )
+    def fetch_at(iteration: Expr) -> ir.Stmt:
+        return into_slot(_at_iteration(fetch, loop_var, iteration), iteration)
+
+    ahead_by = count - 1
+    following = BinOp("+", loop_var, int32(ahead_by), I32)
+    ahead = ir.guarded(fetch_at(following), [BinOp("<", following, int32(extent), "bool")])
     compute = into_slot(ir.seq([*rest, body]), loop_var)
-    loop = ir.For(loop_var, extent, kind, ir.seq([ir.Barrier(), ahead, compute]))
-    return ir.seq([prologue, loop, ir.Barrier()])
+    if count == SLOTS:  # waits for the copies at every barrier (codegen/async_copy.py)
+        loop = ir.For(loop_var, extent, kind, ir.seq([ir.Barrier(), ahead, compute]))
+        return ir.seq([fetch_at(int32(0)), loop, ir.Barrier()])
+    prologue: list[ir.Stmt] = []
+    for t in range(ahead_by):  # one group per tile, empty past the end
+        prologue += [fetch_at(int32(t))] if t < extent else []
+        prologue.append(ir.AsyncCommit())
+    step = [ir.AsyncWait(ahead_by - 1), ir.Barrier(), ahead, ir.AsyncCommit(), compute]
+    loop = ir.For(loop_var, extent, kind, ir.seq(step))
+    return ir.seq([*prologue, loop, ir.AsyncWait(0), ir.Barrier()])
 
 
-__all__ = ["emit_double_buffered", "is_double_buffered", "slot_shape"]
+__all__ = ["emit_double_buffered", "is_double_buffered", "slot_shape", "slots"]

@@ -18,6 +18,11 @@ warp as writer and reader (a read records the whole warp as readers).
 products are exact either way, and one rounding per mma makes the result independent of the
 summation order (Tensor Cores sum in at least float32 precision, in an unspecified order).
 
+That is the "wmma" flavour, whose fragments are opaque. Fragments of the "mma" flavour
+(`ir.Buffer.fragment_flavour`) are per-lane registers in the PTX layouts; their statements run
+in `interpret_mma.py`, which uses `WarpContext` from here (`register_warp_handlers` dispatches
+on the statement's flavour).
+
 The handlers take the interpreter's kernel run (`interpreter._KernelRun`) as `run`; they use its
 launch indices, buffers, race trackers and error helpers.
 """
@@ -47,9 +52,15 @@ LOAD_CONVERSIONS = {ir.TF32_OPERAND_DTYPE: round_tf32}
 
 
 def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
-    """A fresh fragment buffer for `warps` warps: NaN tiles of (warps, tiles, rows, cols)."""
+    """A fresh fragment buffer for `warps` warps: NaN tiles of (warps, tiles, rows, cols), or
+    of (warps, tiles, lanes, values per lane) for the mma flavour."""
     rows, cols = ir.tile_shape(buffer)
-    return np.full((warps, buffer.size // (rows * cols), rows, cols), np.nan, np.float32)
+    tiles = buffer.size // (rows * cols)
+    if buffer.fragment_flavour == "mma":
+        return np.full(
+            (warps, tiles, ir.WARP_SIZE, (rows * cols) // ir.WARP_SIZE), np.nan, np.float32
+        )
+    return np.full((warps, tiles, rows, cols), np.nan, np.float32)
 
 
 class WarpContext:
@@ -112,10 +123,14 @@ class WarpContext:
 
     def memory(self, m: ir.MatrixTile, what: str) -> tuple[ir.Buffer, np.ndarray, np.ndarray]:
         """(buffer, storage, element indices (warps, rows, cols)) of a memory tile of the
-        shape of the statement's fragment tile, checked for scope, alignment and bounds."""
+        shape of the statement's fragment tile, checked for scope, alignment (the flavour's:
+        `ir.TILE_OFFSET_ALIGN_BYTES`) and bounds."""
         buf, arr = self.run.bufs_of(m.buffer)
-        if buf.scope not in ir.MEMORY_TILE_SCOPES:
-            self.fail(f"{buf.name} has scope {buf.scope}; tiles are in global or shared memory")
+        flavour = self.s.flavour()
+        writes = self.s.writes_memory()
+        scopes = ir.MEMORY_TILE_SCOPES if writes else ir.LOAD_TILE_SCOPES[flavour]
+        if buf.scope not in scopes:
+            self.fail(f"{buf.name} has scope {buf.scope}; {flavour} tiles are in {scopes} memory")
         layouts = layout_steps(ir.tile_shape(self.s.fragments()[0][0]))
         if m.layout not in layouts:
             self.fail(f"unknown layout {m.layout!r} (expected one of {ir.MATRIX_LAYOUTS})")
@@ -124,11 +139,12 @@ class WarpContext:
         if m.ldm * eb % ir.LDM_ALIGN_BYTES:
             self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {ir.LDM_ALIGN_BYTES} bytes")
         offset = self.value(m.offset, f"the offset into {buf.name}").astype(np.int64)
-        bad = np.flatnonzero(offset * eb % ir.OFFSET_ALIGN_BYTES)
+        align = ir.TILE_OFFSET_ALIGN_BYTES[flavour]
+        bad = np.flatnonzero(offset * eb % align)
         if bad.size:
             j = int(bad[0])
             self.fail(
-                f"offset {int(offset[j])} into {buf.name} is not {ir.OFFSET_ALIGN_BYTES}-byte "
+                f"offset {int(offset[j])} into {buf.name} is not {align}-byte "
                 f"aligned for the warp of {self.run.where(int(self.lane0[j]))}"
             )
         idx = offset[:, None, None] + steps[0] * m.ldm + steps[1]
@@ -202,13 +218,27 @@ def _mma(run: Any, s: ir.FragmentMma, mask: Any) -> None:
     acc[w, acc_tiles] = (product + acc[w, acc_tiles]).astype(np.float32)
 
 
+# the wmma flavour's handler of each warp statement type (handler(run, statement, lane mask))
+WMMA_HANDLERS: dict[type, Any] = {
+    ir.FragmentFill: _fill,
+    ir.FragmentLoad: _load,
+    ir.FragmentStore: _store,
+    ir.FragmentMma: _mma,
+}
+
+
 def register_warp_handlers(table: TypeTable[ir.Stmt, [Any], None], run: Any) -> None:
     """Register the warp statements' handlers, bound to the kernel run `run`, in its
-    statement table (statement, lane mask)."""
-    table.register(ir.FragmentFill, functools.partial(_fill, run))
-    table.register(ir.FragmentLoad, functools.partial(_load, run))
-    table.register(ir.FragmentStore, functools.partial(_store, run))
-    table.register(ir.FragmentMma, functools.partial(_mma, run))
+    statement table (statement, lane mask): each runs the handler of the statement's flavour."""
+    from autosched.lower.interpret_mma import MMA_HANDLERS  # it builds on WarpContext
+
+    by_flavour = {"wmma": WMMA_HANDLERS, "mma": MMA_HANDLERS}
+
+    def handle(s: ir.WarpStmt, mask: Any) -> None:
+        by_flavour[s.flavour()][type(s)](run, s, mask)
+
+    for stmt_type in WMMA_HANDLERS:
+        table.register(stmt_type, handle)
 
 
-__all__ = ["fragment_storage", "register_warp_handlers"]
+__all__ = ["WMMA_HANDLERS", "WarpContext", "fragment_storage", "register_warp_handlers"]

@@ -203,6 +203,13 @@ class _KernelRun:
         self.env: dict[int, Any] = {id(v): self.ix[tag] for tag, v in ir.THREAD_VARS.items()}
         self.bufs: dict[int, tuple[ir.Buffer, np.ndarray]] = dict(globals_)
         self.trackers: dict[int, _SharedTracker] = {}
+        # cp.async groups (ir.AsyncGroupStmt): in a kernel that has them, a store into an
+        # `async_copy` buffer is held back, in the open group, until a wait covers its group
+        self.async_groups = any(
+            isinstance(x, ir.AsyncGroupStmt) for x in ir.iter_stmts(kernel.body)
+        )
+        self.open_group: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.committed: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
         for b in kernel.allocs:
             if b.scope in ir.FRAGMENT_SCOPES:  # per warp (see interpret_warp)
                 self.bufs[id(b)] = (b, fragment_storage(b, -(-self.L // ir.WARP_SIZE)))
@@ -218,6 +225,8 @@ class _KernelRun:
         self.table.register(ir.For, self._for)
         self.table.register(ir.IfThenElse, self._if)
         self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AsyncCommit, self._commit)
+        self.table.register(ir.AsyncWait, self._wait)
         self.table.register(ir.AllReduce, self._allreduce)
         self.table.register(_Let, self._let)
         register_warp_handlers(self.table, self)
@@ -373,6 +382,20 @@ class _KernelRun:
         for tr in self.trackers.values():
             tr.clear()
 
+    def _commit(self, s: ir.AsyncCommit, mask: Any) -> None:
+        self._uniform(mask, "cp.async.commit_group")
+        self.committed.append(self.open_group)
+        self.open_group = []
+
+    def _wait(self, s: ir.AsyncWait, mask: Any) -> None:
+        """The committed groups but the newest `s.pending` complete: their stores land."""
+        self._uniform(mask, f"cp.async.wait_group {s.pending}")
+        done = max(0, len(self.committed) - s.pending)
+        for group in self.committed[:done]:
+            for arr, keys, val in group:
+                arr.reshape(-1)[keys] = val
+        del self.committed[:done]
+
     def _store(self, s: ir.Store, mask: Any) -> None:
         idx = self.eval(s.index, mask)
         self._write(s.buffer, idx, self.eval(s.value, mask), mask, shared_owner=False)
@@ -398,6 +421,9 @@ class _KernelRun:
         else:
             keys = self.ix["block"][lanes] * buf.size + idx
             self._track_write(buf, arr, keys, val, lanes, shared_owner)
+            if self.async_groups and buf.async_copy:
+                self.open_group.append((arr, keys, np.array(val)))
+                return
             arr.reshape(-1)[keys] = val
 
     def _track_write(self, buf, arr, keys, val, lanes, shared_owner: bool) -> None:

@@ -36,6 +36,18 @@ WARP_SIZE = 32
 MATRIX_LAYOUTS = ("row_major", "col_major")
 MEMORY_TILE_SCOPES = ("global", "shared")
 OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
+# The instruction families a fragment buffer's warp statements become (`Buffer.fragment_flavour`):
+# "wmma" (nvcuda::wmma fragments, opaque layout) or "mma" (per-lane registers in the documented
+# PTX layouts, loaded by `ldmatrix` from shared memory and multiplied by `mma.sync` m16n8k16;
+# float16 / bfloat16 operands only). `lower/mma_layout.py` holds the mma layouts.
+FRAGMENT_FLAVOURS = ("wmma", "mma")
+DEFAULT_FLAVOUR = "wmma"
+# per flavour, the alignment of a memory tile's offset: wmma's pointers, or the 16 bytes of an
+# ldmatrix row address (the ldm and the 8-element steps between rows keep the rest aligned)
+TILE_OFFSET_ALIGN_BYTES = {"wmma": OFFSET_ALIGN_BYTES, "mma": 16}
+# per flavour, the scopes its memory tiles may be in (ldmatrix reads shared memory only; the
+# store of an accumulator may write either)
+LOAD_TILE_SCOPES: dict[str, tuple[str, ...]] = {"wmma": MEMORY_TILE_SCOPES, "mma": ("shared",)}
 LOOP_KINDS = ("serial", "unroll", "vectorize")
 # The kind lowering gives a loop bound to `vthread`; `vthread.inject_virtual_threads` removes
 # every such loop, so it is not in LOOP_KINDS (the verifier, printer and interpreter never see it).
@@ -64,6 +76,9 @@ class Buffer:
     # shared only: stores of global loads into it may complete asynchronously, by the next
     # Barrier (cp.async); its readers read it only after a Barrier (double buffering)
     async_copy: bool = False
+    # fragment scopes only: the instruction family its warp statements print as (one of
+    # FRAGMENT_FLAVOURS); set by lowering from the multiply-accumulate that uses the fragment
+    fragment_flavour: str = DEFAULT_FLAVOUR
 
     @property
     def size(self) -> int:
@@ -110,6 +125,26 @@ class Seq(Stmt):
 @dataclass(eq=False)
 class Barrier(Stmt):
     """__syncthreads(): every thread of the block waits here."""
+
+
+class AsyncGroupStmt(Stmt):
+    """Base of the statements that group a thread's asynchronous copies (`cp.async`) into
+    buffers marked `async_copy`: in a kernel that has them, such a copy is visible (to its own
+    thread; to others after a Barrier as well) only once an `AsyncWait` covers its group.
+    Like a Barrier, the threads of a block run them together (no thread-dependent guard)."""
+
+
+@dataclass(eq=False)
+class AsyncCommit(AsyncGroupStmt):
+    """`cp.async.commit_group`: the copies the thread issued since its last commit form a group."""
+
+
+@dataclass(eq=False)
+class AsyncWait(AsyncGroupStmt):
+    """`cp.async.wait_group pending`: wait until at most the newest `pending` committed groups
+    of the thread are incomplete; every older group's copies are then visible."""
+
+    pending: int
 
 
 @dataclass(eq=False)
@@ -227,6 +262,11 @@ class WarpStmt(Stmt):
         if tile is not None and not self.writes_memory():
             out.append(tile.buffer)
         return out
+
+    def flavour(self) -> str:
+        """The instruction family of the statement's fragments (`Buffer.fragment_flavour`);
+        the verifier checks that the fragments of one statement agree."""
+        return str(self.fragments()[0][0].fragment_flavour)
 
     def describe(self, detail: str | None = None) -> str:
         """The statement's name and buffers (then `; detail` if given), for messages."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from autosched.lower.ir import (
     AllReduce,
+    AsyncCommit,
+    AsyncWait,
     Barrier,
     For,
     IfThenElse,
@@ -39,6 +41,10 @@ def program_text(p: Program) -> str:
             out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}")
         elif isinstance(s, Barrier):
             out.append(f"{pad}__syncthreads()")
+        elif isinstance(s, AsyncCommit):
+            out.append(f"{pad}cp.async.commit_group")
+        elif isinstance(s, AsyncWait):
+            out.append(f"{pad}cp.async.wait_group {s.pending}")
         elif isinstance(s, AllReduce):
             reduced = f"allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
             out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")

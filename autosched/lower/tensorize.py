@@ -26,6 +26,7 @@ from autosched.lower import ir
 from autosched.lower.arith import is_multiple
 from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.guards import guards
+from autosched.lower.mma_layout import MMA_TYPES
 from autosched.lower.mma_plan import MmaPlan
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.tensor_access import (
@@ -258,8 +259,10 @@ def analyse_mma(plan: LoweringPlan, i: int, pos: int) -> MmaPlan:
 def plan_fragments(plan: LoweringPlan) -> None:
     """Fill `plan.fragment_dims` (per fragment stage, its (row, column) dimensions: M x K for
     matrix_a, K x N for matrix_b, M x N for accumulators) and `plan.mma_plans` from the
-    tensorized multiply-accumulates, before emission."""
+    tensorized multiply-accumulates, and give each fragment buffer the instruction family of
+    the multiply-accumulate that uses it (`fragment_flavours`), before emission."""
     out = plan.fragment_dims
+    flavours: dict[int, str] = {}  # id(fragment buffer) -> its instruction family
     for i in range(len(plan.stages)):
         if plan.info[i].body is None or plan.info[i].scope != ir.ACCUMULATOR_SCOPE:
             continue
@@ -279,6 +282,29 @@ def plan_fragments(plan: LoweringPlan) -> None:
                     f"tensorize: fragment {access.buffer.name} is tiled over dimensions "
                     f"{out[access.stage]} and {dims} by different multiply-accumulates"
                 )
+        fragment_flavours(plan.stages[i].tensor_core_instruction, mma, name, flavours)
+
+
+def fragment_flavours(flavour: str, mma: MmaPlan, name: str, given: dict[int, str]) -> None:
+    """Give the accumulator and operand fragments of one multiply-accumulate (of stage `name`)
+    its instruction family; one fragment is of one family (`given`: those given so far, by
+    id)."""
+    if flavour not in ir.FRAGMENT_FLAVOURS:
+        raise LoweringError(f"tensorize: unknown instruction family {flavour!r} of {name!r}")
+    if flavour == "mma" and mma.a.buffer.dtype not in MMA_TYPES:
+        raise LoweringError(
+            f"tensorize: {name!r} multiplies {mma.a.buffer.dtype} fragments; mma.sync takes "
+            f"{tuple(MMA_TYPES)} (use wmma)"
+        )
+    for access in (mma.acc, mma.a, mma.b):
+        buf = access.buffer
+        first = given.setdefault(id(buf), flavour)
+        if first != flavour:
+            raise LoweringError(
+                f"tensorize: fragment {buf.name} is used by {first} and {flavour} "
+                "multiply-accumulates"
+            )
+        buf.fragment_flavour = flavour
 
 
 def _row_col(plan, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var, tuple]:

@@ -77,6 +77,8 @@ class _KernelVerifier:
         self.table.register(ir.For, self._for)
         self.table.register(ir.IfThenElse, self._if)
         self.table.register(ir.Barrier, self._barrier)
+        self.table.register(ir.AsyncCommit, self._async_group)
+        self.table.register(ir.AsyncWait, self._async_group)
         self.table.register(ir.AllReduce, self._allreduce)
         for warp_stmt in ir.WARP_STMTS:
             self.table.register(warp_stmt, self.warp.check)
@@ -185,6 +187,15 @@ class _KernelVerifier:
                 "(divergent barrier)"
             )
 
+    def _async_group(self, s: ir.AsyncGroupStmt, divergent: str | None) -> None:
+        """cp.async group statements: reached by every thread, as a barrier (the interpreter
+        counts groups per block), and a wait's count of pending groups a small constant."""
+        what = type(s).__name__
+        if divergent is not None:
+            self.fail(f"{what} under the thread-dependent condition {divergent}")
+        if isinstance(s, ir.AsyncWait) and not (isinstance(s.pending, int) and 0 <= s.pending < 8):
+            self.fail(f"AsyncWait({s.pending!r}): the pending groups must be an int in 0..7")
+
     def _allreduce(self, s: ir.AllReduce, divergent: str | None) -> None:
         where = f"allreduce into {getattr(s.buffer, 'name', s.buffer)}"
         if divergent is not None:
@@ -219,7 +230,12 @@ class _WarpRules:
     scopes and dtypes; tile numbers provably in range (over the loops' ranges); memory tiles in
     global or shared memory with a known layout, `ldm` a multiple of 16 bytes and `offset`
     provably a multiple of 32 bytes; one layout per matrix_a / matrix_b buffer; one wmma
-    shape (K) per accumulator buffer, over the multiply-accumulates that use it."""
+    shape (K) per accumulator buffer, over the multiply-accumulates that use it.
+
+    Fragments of the "mma" flavour (`ir.Buffer.fragment_flavour`): the fragments of a statement
+    are of one flavour; a load reads shared memory only
+    (ldmatrix), and a memory tile's offset is provably a multiple of 16 bytes (with `ldm` a
+    multiple of 16 bytes, every ldmatrix row address is then 16-byte aligned)."""
 
     def __init__(self, kv: _KernelVerifier) -> None:
         self.kv = kv
@@ -241,12 +257,20 @@ class _WarpRules:
                 kv.fail(f"{where}: {expr_str(e)} uses threadIdx.x (the lanes must agree)")
         for frag, tile, scopes in s.fragments():
             self.fragment(frag, tile, scopes, where)
+        self.flavour(s, where)
         if s.MEMORY_TILE is not None:
             self.memory_tile(s, s.memory_tile(), where)
         if isinstance(s, ir.FragmentFill) and s.value.dtype != "float32":
             kv.fail(f"{where}: the fill value is {s.value.dtype}, not float32")
         if isinstance(s, ir.FragmentMma):
             self.mma_shape(s, where)
+
+    def flavour(self, s: ir.WarpStmt, where: str) -> None:
+        """One instruction family for the statement's fragments (every fragment dtype has an
+        mma shape: `mma_layout.SHAPES`)."""
+        flavours = {frag.fragment_flavour for frag, _, _ in s.fragments()}
+        if len(flavours) != 1:
+            self.kv.fail(f"{where}: fragments of the flavours {sorted(flavours)} in one statement")
 
     def mma_shape(self, s: ir.FragmentMma, where: str) -> None:
         """Operands of one dtype; the accumulator used with one K throughout the kernel (its
@@ -278,8 +302,10 @@ class _WarpRules:
             kv.fail(f"{where}: {m!r} is not an ir.MatrixTile")
         kv.buffer(m.buffer, where)
         b, frag = m.buffer, s.fragments()[0][0]
-        if b.scope not in ir.MEMORY_TILE_SCOPES:
-            kv.fail(f"{where}: tile of {b.name} in {b.scope} memory (global or shared only)")
+        flavour = s.flavour()
+        scopes = ir.MEMORY_TILE_SCOPES if s.writes_memory() else ir.LOAD_TILE_SCOPES[flavour]
+        if b.scope not in scopes:
+            kv.fail(f"{where}: {flavour} tile of {b.name} in {b.scope} memory ({scopes} only)")
         if m.layout not in ir.MATRIX_LAYOUTS:
             kv.fail(f"{where}: layout {m.layout!r} is not one of {ir.MATRIX_LAYOUTS}")
         kv.expr(m.offset, where, "int")
@@ -289,11 +315,12 @@ class _WarpRules:
                 f"{where}: ldm {m.ldm!r} of {b.name} is not a multiple of "
                 f"{ir.LDM_ALIGN_BYTES} bytes"
             )
-        step = ir.OFFSET_ALIGN_BYTES // eb
+        align = ir.TILE_OFFSET_ALIGN_BYTES[flavour]
+        step = align // eb
         if not is_multiple(m.offset, step, kv.ranges):
             kv.fail(
                 f"{where}: offset {expr_str(m.offset)} into {b.name} is not provably a "
-                f"multiple of {ir.OFFSET_ALIGN_BYTES} bytes ({step} elements)"
+                f"multiple of {align} bytes ({step} elements)"
             )
         if s.writes_memory() and b.dtype != "float32":
             kv.fail(f"{where}: stores the float32 accumulator into {b.dtype} {b.name}")
@@ -308,6 +335,11 @@ class _WarpRules:
 def _check_fragment(b: ir.Buffer, owner: str) -> None:
     """A fragment allocation's dtype and size (whole tiles of its shape, `ir.tile_shape`)."""
     dtypes = FRAGMENT_DTYPES[b.scope]
+    check(
+        b.fragment_flavour in ir.FRAGMENT_FLAVOURS,
+        f"{owner}: fragment {b.name} has flavour {b.fragment_flavour!r}, not one of "
+        f"{ir.FRAGMENT_FLAVOURS}",
+    )
     check(b.dtype in dtypes, f"{owner}: {b.scope} {b.name} is {b.dtype}, not one of {dtypes}")
     elems = ir.tile_elems(b)
     check(

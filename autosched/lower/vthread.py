@@ -110,7 +110,8 @@ class _Injection:
 
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""
-        new = ir.Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope)
+        shape = (n,) + tuple(b.shape)
+        new = ir.Buffer(b.name, shape, b.dtype, b.scope, fragment_flavour=b.fragment_flavour)
         self.expanded[id(b)] = new
         return new
 
@@ -263,7 +264,7 @@ class _Pusher:
 
     def replicate(self, s: ir.Stmt) -> ir.Stmt:
         """One copy of `s` per virtual thread, the variable replaced by its value."""
-        if any(isinstance(x, ir.Barrier) for x in ir.iter_stmts(s)):
+        if any(isinstance(x, (ir.Barrier, ir.AsyncGroupStmt)) for x in ir.iter_stmts(s)):
             raise LoweringError(
                 f"a barrier depends on virtual thread {self.var.name!r} (under a guard that "
                 "uses it); it cannot be replicated per virtual thread"

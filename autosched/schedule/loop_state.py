@@ -31,12 +31,14 @@ from autosched.schedule.steps import (
     FollowSplitStep,
     FuseStep,
     ImplicitGemmStep,
+    PipelineStagesStep,
     PragmaStep,
     ReorderStep,
     RfactorStep,
     SplitStep,
     Step,
     StorageAlignStep,
+    TensorCoreInstructionStep,
 )
 from autosched.te.tensor import Operation, Tensor
 
@@ -259,6 +261,16 @@ class State:
         """Fetch shared stage `stage` one iteration of its attach loop ahead, into the other of
         two buffers (see `DoubleBufferStep`)."""
         return self.apply(DoubleBufferStep(self.stage_index(stage)))
+
+    def pipeline_stages(self, stage, stages: int) -> State:
+        """Give double-buffered shared stage `stage` `stages` buffers, fetched `stages` - 1
+        iterations ahead (see `PipelineStagesStep`)."""
+        return self.apply(PipelineStagesStep(self.stage_index(stage), stages))
+
+    def tensor_core_instruction(self, stage, instruction: str) -> State:
+        """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s
+        multiply-accumulate and the fragments it reads (see `TensorCoreInstructionStep`)."""
+        return self.apply(TensorCoreInstructionStep(self.stage_index(stage), instruction))
 
     def __str__(self) -> str:
         return state_str(self)

@@ -34,6 +34,11 @@ THREAD_ANNOTATIONS = frozenset(a for a in ANNOTATIONS if "Idx" in a or a == "vth
 # Marks the first iterator of a 16x16(x16) nest that lowering emits as one warp-collective
 # Tensor Core operation (docs/TENSOR_CORES.md); not a thread binding.
 TENSORIZE = "tensorize"
+# The instruction families of a tensorized multiply-accumulate (`Stage.tensor_core_instruction`,
+# lowering's `ir.Buffer.fragment_flavour`): nvcuda::wmma, or ldmatrix + mma.sync
+TENSOR_CORE_INSTRUCTIONS = ("wmma", "mma")
+# The buffers a double-buffered shared stage may cycle through (`Stage.pipeline_stages`)
+PIPELINE_STAGES = (2, 3, 4, 5)
 
 ROOT, INLINED, ATTACHED = "root", "inlined", "attached"
 
@@ -89,6 +94,10 @@ class Stage:
     unroll_explicit: bool = False
     storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
     double_buffer: bool = False  # a shared stage fetched one iteration ahead (two buffers)
+    # a double-buffered stage: its buffers (PIPELINE_STAGES), fetched that many - 1 ahead
+    pipeline_stages: int = 2
+    # an accumulator stage: the Tensor Core instruction family (TENSOR_CORE_INSTRUCTIONS)
+    tensor_core_instruction: str = "wmma"
     origin: str = "dag"
 
     @property
@@ -143,6 +152,8 @@ class Stage:
             self.unroll_explicit,
             self.storage_align,
             self.double_buffer,
+            self.pipeline_stages,
+            self.tensor_core_instruction,
             tuple((a.name, b.name) for a, b in self.redirects),
         )
 

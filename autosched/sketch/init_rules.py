@@ -16,6 +16,10 @@ the random decisions for one state:
                   not (shared_padding.py; after ThreadBind, whose fetch vectors it keeps aligned)
   DoubleBuffer    the shared caches of an attach loop fetched one iteration ahead, or not
   AutoUnroll      auto_unroll_max_step on every stage with a reduction
+  TensorCoreInstruction  wmma or ldmatrix + mma.sync for each 16-bit Tensor Core stage
+                  (tensor_core_instruction.py)
+  PipelineStages  2 to 5 shared-memory slots for a double-buffered Tensor Core stage
+                  (pipeline_stages.py); these two last, so the other rules' draws are unchanged
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -32,6 +36,7 @@ from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
 from autosched.sketch.init_base import InitContext, InitRule
+from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
 from autosched.sketch.stage_steps import split_at
@@ -40,6 +45,7 @@ from autosched.sketch.tensor_core_init import (
     reserved_stages,
     tensor_core_unroll_options,
 )
+from autosched.sketch.tensor_core_instruction import TensorCoreInstruction
 from autosched.sketch.utils import has_cross_thread_reduction, has_reduce_iter, is_inlined
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
@@ -410,6 +416,8 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     SharedPadding(),
     DoubleBuffer(),
     AutoUnroll(),
+    TensorCoreInstruction(),
+    PipelineStages(),
 )
 
 
@@ -420,6 +428,8 @@ __all__ = [
     "FillTileSize",
     "InitContext",
     "InitRule",
+    "PipelineStages",
     "SharedPadding",
+    "TensorCoreInstruction",
     "ThreadBind",
 ]

@@ -61,6 +61,12 @@ class SketchParams:
     # line up on the same banks gets its rows padded (SharedPadding): even odds, as whether the
     # conflicts cost more than the padding's shared memory depends on how the warp walks the tile
     shared_padding_probability: float = 0.5
+    # the instruction families a float16 / bfloat16 Tensor Core stage is drawn from, uniformly
+    # (TensorCoreInstruction): "wmma" (nvcuda::wmma) and "mma" (ldmatrix + mma.sync m16n8k16)
+    tensor_core_instructions: tuple[str, ...] = ("wmma", "mma")
+    # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
+    # among those that fit the shared memory (PipelineStages): 2 is plain double buffering
+    pipeline_stages: tuple[int, ...] = (2, 3, 4, 5)
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two
@@ -85,6 +91,19 @@ class SketchParams:
                 raise ValueError(
                     f"SketchParams: {name} must be one or more depths >= 0, got {configs}"
                 )
+        known = ("wmma", "mma")
+        if not self.tensor_core_instructions or not set(self.tensor_core_instructions) <= set(
+            known
+        ):
+            raise ValueError(
+                f"SketchParams: tensor_core_instructions must be one or more of {known}, got "
+                f"{self.tensor_core_instructions}"
+            )
+        if not self.pipeline_stages or not set(self.pipeline_stages) <= {2, 3, 4, 5}:
+            raise ValueError(
+                f"SketchParams: pipeline_stages must be one or more of 2..5, got "
+                f"{self.pipeline_stages}"
+            )
         if self.min_threads_per_sm < 0:
             raise ValueError(
                 f"SketchParams: min_threads_per_sm must be >= 0, got {self.min_threads_per_sm}"

@@ -207,11 +207,12 @@ def _stmt_classes(cls: type) -> set[type]:
 
 def test_the_walk_has_a_handler_for_every_statement_type():
     """A new IR statement must be taught to the feature walk (or it would add no row): every
-    statement class of `lower.ir` but the barrier and the warp statements' base has one."""
+    statement class of `lower.ir` but the barrier and the warp and cp.async group statements'
+    bases has one."""
     from autosched.features.walk import _VISITORS
 
     declared = {c for c in _stmt_classes(ir.Stmt) if c.__module__ == ir.__name__}
-    assert declared - set(_VISITORS) == {ir.Barrier, ir.WarpStmt}
+    assert declared - set(_VISITORS) == {ir.Barrier, ir.WarpStmt, ir.AsyncGroupStmt}
     assert set(_VISITORS) <= declared
 
 

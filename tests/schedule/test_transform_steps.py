@@ -46,12 +46,14 @@ def mm_dag():
 def _examples():
     """(dag, state before, step) for one example of every registered step kind."""
     conv_dag, mm_dag = conv2d_bias_relu_dag(), matmul_dag()
-    shared = matmul_shared_state(mm_dag).double_buffer("A.shared")
+    shared = matmul_shared_state(mm_dag).double_buffer("A.shared").pipeline_stages("A.shared", 3)
     sources = [(conv_dag, seed_conv_state(conv_dag)), (mm_dag, shared)]
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))
     sources.append((mm_dag, mm_dag.get_init_state().split("C", "k", [4]).rfactor("C", "k_o", 0)))
     sources.append((conv_dag, conv_dag.get_init_state().implicit_gemm(CONV)))
+    tensor_core = mm_dag.get_init_state().cache_write("C", "wmma.accumulator")
+    sources.append((mm_dag, tensor_core.tensor_core_instruction("C.wmma.accumulator", "mma")))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -83,6 +85,8 @@ def test_every_registered_step_has_an_example():
         "PR",
         "SA",
         "DB",
+        "TC",
+        "PS",
     }
 
 

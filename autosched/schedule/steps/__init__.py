@@ -7,15 +7,18 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - loop: split, follow split, follow fused split, fuse, reorder;
 - compute_location: compute_at, compute_root, compute_inline;
 - cache: cache_read, cache_write, rfactor, implicit_gemm (the steps that add a stage);
-- annotation: annotations, pragmas, storage_align, double_buffer;
+- annotation: annotations, pragmas, storage_align, double_buffer, pipeline_stages,
+  tensor_core_instruction;
 - replay: replaying steps and printing a state as a Python schedule.
 """
 
 from autosched.schedule.steps.annotation import (
     AnnotationStep,
     DoubleBufferStep,
+    PipelineStagesStep,
     PragmaStep,
     StorageAlignStep,
+    TensorCoreInstructionStep,
 )
 from autosched.schedule.steps.base import STEP_REGISTRY, Step, replace
 from autosched.schedule.steps.cache import (
@@ -51,12 +54,14 @@ __all__ = [
     "FollowSplitStep",
     "FuseStep",
     "ImplicitGemmStep",
+    "PipelineStagesStep",
     "PragmaStep",
     "ReorderStep",
     "RfactorStep",
     "SplitStep",
     "Step",
     "StorageAlignStep",
+    "TensorCoreInstructionStep",
     "print_python_schedule",
     "replace",
     "replay",

@@ -1,6 +1,7 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
-unroll, vectorize, parallel, tensorize), unroll pragmas, and the storage alignment and double
-buffering of a shared cache buffer."""
+unroll, vectorize, parallel, tensorize), unroll pragmas, the storage alignment and double
+buffering (or deeper pipelining) of a shared cache buffer, and the Tensor Core instructions of an
+accumulator stage."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from autosched.errors import ScheduleError
-from autosched.schedule.stage import ANNOTATIONS, TENSORIZE, THREAD_ANNOTATIONS, Iterator
+from autosched.schedule.stage import (
+    ANNOTATIONS,
+    PIPELINE_STAGES,
+    TENSOR_CORE_INSTRUCTIONS,
+    TENSORIZE,
+    THREAD_ANNOTATIONS,
+    Iterator,
+)
 from autosched.schedule.steps.base import StateT, Step, StepTarget, check, pyiter, pyname, replace
 
 # The Tensor Core intrinsic a tensorized stage becomes, by the stage's scope; any other stage
@@ -180,3 +188,69 @@ class DoubleBufferStep(Step):
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].double_buffer()"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCoreInstructionStep(Step):
+    """The instruction family that the tensorized multiply-accumulate of accumulator stage
+    `stage_id` and the fragments it reads become: "wmma" (nvcuda::wmma fragments, the default)
+    or "mma" (per-lane registers, `ldmatrix` from shared memory and `mma.sync` m16n8k16;
+    float16 / bfloat16 operands). Lowering gives the choice to the fragment buffers
+    (`ir.Buffer.fragment_flavour`)."""
+
+    TAG: ClassVar[str] = "TC"
+    stage_id: int
+    instruction: str
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            stage.scope == "wmma.accumulator",
+            lambda: (
+                f"tensor_core_instruction on {stage.name!r}: only an accumulator stage "
+                f"(wmma.accumulator) chooses its instructions (its scope is {stage.scope!r})"
+            ),
+        )
+        check(
+            self.instruction in TENSOR_CORE_INSTRUCTIONS,
+            lambda: (
+                f"tensor_core_instruction on {stage.name!r}: unknown instruction family "
+                f"{self.instruction!r}; known: {TENSOR_CORE_INSTRUCTIONS}"
+            ),
+        )
+        new = replace(stage, tensor_core_instruction=self.instruction)
+        return state.replace_stage(self.stage_id, new)
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        stage = pyname(before.stages[self.stage_id])
+        return [f's[{stage}].tensor_core_instruction("{self.instruction}")']
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStagesStep(Step):
+    """Give double-buffered shared stage `stage_id` `stages` buffers (2 to 5) instead of two:
+    the tile of iteration k + stages - 1 is fetched (cp.async) while the block computes on
+    tile k, each iteration waiting only for the oldest copies in flight. Lowering
+    (lower/double_buffer.py) needs the same count for every pipelined stage of a loop."""
+
+    TAG: ClassVar[str] = "PS"
+    stage_id: int
+    stages: int
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            stage.double_buffer,
+            lambda: f"pipeline_stages on {stage.name!r}: double_buffer the stage first",
+        )
+        check(
+            self.stages in PIPELINE_STAGES,
+            lambda: (
+                f"pipeline_stages on {stage.name!r}: {self.stages!r} stages; "
+                f"one of {PIPELINE_STAGES}"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, pipeline_stages=self.stages))
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        return [f"s[{pyname(before.stages[self.stage_id])}].pipeline_stages({self.stages})"]
