@@ -31,14 +31,19 @@ from autosched.sketch.utils import (
     elementwise_matched_consumer,
     has_cache_write_stage,
     has_reduce_iter,
+    is_column_reduction,
     is_inlined,
     is_output,
     is_tiled,
     needs_multi_level_tiling,
+    reuses_inputs,
     single_consumer_root,
     spatial_and_reduce_length,
 )
+from autosched.te.dtype import BYTES
+from autosched.te.expr import Load
 from autosched.te.tensor import ComputeOp
+from autosched.te.visitor import walk
 from measure.hardware import HardwareParams
 
 
@@ -197,8 +202,13 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            state = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
-            return [(state, i - 1)]
+            out = [(state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x"), i - 1)]
+            lanes = self.vector_lanes(ctx, state, i)
+            if lanes > 1:
+                _, threads, vector = level_names(fused, 3)
+                vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
+                out.append((vec.vectorize(i, vector), i - 1))
+            return out
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
         out = []
@@ -210,6 +220,17 @@ class CrossThreadReduction(SketchRule):
         state = state.follow_split(i, fused, split, 1).bind(i, fused + "_i", "threadIdx.x")
         out.insert(0, (state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1))
         return out
+
+    @staticmethod
+    def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:
+        """Reduction steps a thread takes at once when it reads them as one vector: as many as
+        `SketchParams.max_vector_bytes` holds of the stage's widest input element (1: no
+        vector). Where they do not divide the reduction, the guarded steps print as a loop."""
+        body = state.stages[i].compute_op.body
+        widest = max(
+            (BYTES.get(node.dtype, 4) for node in walk(body) if isinstance(node, Load)), default=4
+        )
+        return max(1, ctx.params.max_vector_bytes // widest)
 
     @staticmethod
     def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
@@ -267,6 +288,7 @@ class SplitKReduction(SketchRule):
             or not isinstance(stage.op, ComputeOp)
             or not has_reduce_iter(stage)
             or not needs_multi_level_tiling(state, i)
+            or not reuses_inputs(stage)  # CrossBlockReduction's
             or is_tiled(stage)
             or has_cache_write_stage(state, i)
         ):
@@ -312,6 +334,61 @@ class SplitKReduction(SketchRule):
         if len(names) > 1:
             state = state.fuse(i, names)
         return state, next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
+
+
+class CrossBlockReduction(SketchRule):
+    """Split-K for the reductions that are not tiled (the cross-thread path): a reduction
+    whose outputs are too few to occupy the GPU (the sum or 2-norm of a whole matrix, a few
+    long rows, the columns of a tall matrix) is cut into P parts and the parts factored out
+    (rfactor). The partial-sum stage, P times as parallel, is then left to the rules that
+    follow: a cross-thread reduction with one block per (part, output) where the reduction
+    runs along memory (rows), or one thread per (part, output), reading across the threads,
+    where it does not (columns); the final stage, which sums the P parts, is itself drawn as
+    a small cross-thread reduction or a loop. P comes from the output count against the SM
+    count (`SketchParams.cross_block_blocks_per_sm` blocks, or `cross_block_threads_per_sm`
+    threads for a column reduction, per SM in all), rounded up to a power of two and kept to
+    parts of at least `cross_block_min_chunk` elements.
+    The outermost reduction axis alone is cut where P divides it (the parts then stay whole
+    rows); else the reduction axes are fused and cut. APPLY: the unsplit sketches are made
+    as well."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        if (
+            stage.origin != "dag"
+            or not isinstance(stage.op, ComputeOp)
+            or not has_reduce_iter(stage)
+            or reuses_inputs(stage)
+            or is_tiled(stage)
+            or has_cache_write_stage(state, i)
+            or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
+        ):
+            return Cond.SKIP
+        return Cond.APPLY if self.parts(ctx, stage) else Cond.SKIP
+
+    def parts(self, ctx: SketchContext, stage) -> int:
+        """P for this stage, 0 when it has outputs enough or a reduction too short to cut."""
+        space, red = spatial_and_reduce_length(stage)
+        p = ctx.params
+        column = is_column_reduction(stage)
+        per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
+        wanted = -(-ctx.hardware.num_sms * per_sm // space)
+        most = red // p.cross_block_min_chunk
+        if wanted < 2 or most < 2:
+            return 0
+        return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
+
+    def apply(self, ctx, state, i):
+        p = self.parts(ctx, state.stages[i])
+        reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
+        outer = reduce_iters[0]
+        if outer.extent % p == 0:
+            cut, name = state, outer.name
+        else:
+            cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
+        split = cut.split(i, name, [p], inner_to_outer=False)
+        factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
+        return [(factored, i + 1)]  # the final stage first, then the partial sums
 
 
 class MultiLevelTilingTensorCore(SketchRule):
@@ -409,6 +486,7 @@ GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
     AlwaysInline(),
     SplitKReduction(),
+    CrossBlockReduction(),
     CrossThreadReduction(),
     MultiLevelTilingTensorCore(),
     AddCacheWrite(),

@@ -304,14 +304,15 @@ def test_common_outer_iters_and_consumer_root():
 
 
 def test_softmax_sketches_have_the_cross_thread_structure():
-    """Four sketches (each reduction cross-thread or not); the first computes both reductions
-    per row inside the output, following its thread split: one kernel."""
+    """Five sketches (each reduction cross-thread or not, the max alone also reading vectors
+    of its row); the first computes both reductions per row inside the output, following its
+    thread split: one kernel."""
     from autosched.schedule.steps import FollowSplitStep, print_python_schedule
     from autosched.sketch import generate_sketches
 
     sketches = generate_sketches(suite_dag("softmax"))
     print("\n" + print_python_schedule(sketches[0]))
-    assert len(sketches) == 4
+    assert len(sketches) == 5
     fused = sketches[0]
     assert cross_thread_stages(fused) == {
         "T_softmax_maxelem": ("attached", "i0", ["k_i"]),
@@ -329,6 +330,7 @@ def test_softmax_sketches_have_the_cross_thread_structure():
     assert kinds == [
         [("T_softmax_expsum", ("attached", "i0", ["k_i"]))],
         [("T_softmax_maxelem", ("root", None, ["k_i"]))],  # its readers have no common root
+        [("T_softmax_maxelem", ("root", None, ["k_o_i"]))],  # 4 steps a thread, as a vector
         [],
     ]
 
@@ -337,7 +339,10 @@ def test_dense_sketches_have_the_cross_thread_structure():
     from autosched.schedule.steps import print_python_schedule
     from autosched.sketch import generate_sketches
 
-    cross, per_block, tiled = generate_sketches(suite_dag("dense_bias"))
+    sketches = generate_sketches(suite_dag("dense_bias"))
+    cross_block = [s for s in sketches if any(st.origin == "rfactor" for st in s.stages)]
+    assert len(cross_block) == 3  # tested in tests/sketch/test_cross_block.py
+    cross, per_block, tiled = [s for s in sketches if s not in cross_block]
     print("\n" + print_python_schedule(cross))
     assert cross_thread_stages(cross) == {"T_dense": ("attached", "ax1_o", ["k_i"])}
     assert [(it.name, it.annotation) for it in cross["T_add"].iters] == [
