@@ -388,7 +388,19 @@ class CrossBlockReduction(SketchRule):
             cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
         split = cut.split(i, name, [p], inner_to_outer=False)
         factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
-        return [(factored, i + 1)]  # the final stage first, then the partial sums
+        return [(self.memory_order(factored, i, f"{name}_i"), i + 1)]
+
+    @staticmethod
+    def memory_order(state: State, rf: int, rest: str) -> State:
+        """The partial sums' reduction loops in the reduction's own order: rfactor puts the
+        rest of the cut axis (`rest`) after the axes it left whole, which would make a fused
+        loop over them step across rows."""
+        its = state.stages[rf].iters
+        reduce = [it.name for it in its if it.kind == REDUCE]
+        if len(reduce) < 2 or reduce[-1] != rest:
+            return state
+        spatial = [it.name for it in its if it.kind != REDUCE]
+        return state.reorder(rf, spatial + [rest] + reduce[:-1])
 
 
 class MultiLevelTilingTensorCore(SketchRule):
