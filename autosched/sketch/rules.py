@@ -30,6 +30,7 @@ from autosched.sketch.utils import (
     direct_producers,
     elementwise_matched_consumer,
     has_cache_write_stage,
+    has_cross_thread_reduction,
     has_reduce_iter,
     is_column_reduction,
     is_inlined,
@@ -148,6 +149,8 @@ class AddCacheRead(SketchRule):
         target = state.stages[t]
         if not (needs_multi_level_tiling(state, t) and is_tiled(target)):
             return Cond.SKIP
+        if has_cross_thread_reduction(state, t):  # split for threads, not tiled
+            return Cond.SKIP
         if i not in direct_producers(state, t):
             return Cond.SKIP
         if outermost_reduce_tile_iter(state, t, ctx.params.n_reduce_levels) is None:
@@ -176,8 +179,11 @@ class CrossThreadReduction(SketchRule):
     second sketch computes the reduction at the consumer's last axis without splitting it: one
     output element per block, all of the block's threads on its reduction. This suits a
     matrix-vector product: the first sketch has a block's threads reduce one output after
-    another, so there are too few blocks to keep most SMs busy. APPLY: the other rules
-    (tiling, or leaving the stage to one thread per element) are tried as well."""
+    another, so there are too few blocks to keep most SMs busy. Where the reduction has its
+    own thread split (no consumer to follow, or one output per block), a further sketch has
+    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`).
+    APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
+    as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -202,23 +208,31 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            out = [(state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x"), i - 1)]
-            lanes = self.vector_lanes(ctx, state, i)
-            if lanes > 1:
-                _, threads, vector = level_names(fused, 3)
-                vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
-                out.append((vec.vectorize(i, vector), i - 1))
-            return out
+            return [(split, i - 1) for split in self.own_thread_splits(ctx, state, i, fused)]
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
         out = []
         if one_per_block:
-            per_block = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
-            at = per_block.stages[t].iters[n_common - 1].name
-            out.append((per_block.compute_at(i, t, at), i - 1))
+            for per_block in self.own_thread_splits(ctx, state, i, fused):
+                at = per_block.stages[t].iters[n_common - 1].name
+                out.append((per_block.compute_at(i, t, at), i - 1))
         state, split = self.thread_split(state, t)
         state = state.follow_split(i, fused, split, 1).bind(i, fused + "_i", "threadIdx.x")
         out.insert(0, (state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1))
+        return out
+
+    def own_thread_splits(
+        self, ctx: SketchContext, state: State, i: int, fused: str
+    ) -> list[State]:
+        """The fused reduction iterator split by a thread count of its own (inner part on
+        threadIdx.x); and, where its inputs allow vectors, split [threads, lanes] with each
+        thread's lanes (consecutive reduction steps) vectorised: 16-byte reads."""
+        out = [state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")]
+        lanes = self.vector_lanes(ctx, state, i)
+        if lanes > 1:
+            _, threads, vector = level_names(fused, 3)
+            vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
+            out.append(vec.vectorize(i, vector))
         return out
 
     @staticmethod

@@ -342,7 +342,10 @@ def test_dense_sketches_have_the_cross_thread_structure():
     sketches = generate_sketches(suite_dag("dense_bias"))
     cross_block = [s for s in sketches if any(st.origin == "rfactor" for st in s.stages)]
     assert len(cross_block) == 3  # tested in tests/sketch/test_cross_block.py
-    cross, per_block, tiled = [s for s in sketches if s not in cross_block]
+    cross, per_block, per_block_vectors, tiled = [s for s in sketches if s not in cross_block]
+    assert cross_thread_stages(per_block_vectors) == {
+        "T_dense": ("attached", "ax1", ["k_o_i"])  # 4 floats a thread: k_i, vectorised
+    }
     print("\n" + print_python_schedule(cross))
     assert cross_thread_stages(cross) == {"T_dense": ("attached", "ax1_o", ["k_i"])}
     assert [(it.name, it.annotation) for it in cross["T_add"].iters] == [
