@@ -22,7 +22,7 @@ from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
-from autosched.sketch.stage_steps import level_names, split_step_ids
+from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.sketch.tensor_core import build_tensor_core_sketch, match_tensor_core
 from autosched.sketch.utils import (
     common_outer_iters,
@@ -216,10 +216,15 @@ class CrossThreadReduction(SketchRule):
             for per_block in self.own_thread_splits(ctx, state, i, fused):
                 at = per_block.stages[t].iters[n_common - 1].name
                 out.append((per_block.compute_at(i, t, at), i - 1))
-        state, split = self.thread_split(state, t)
-        state = state.follow_split(i, fused, split, 1).bind(i, fused + "_i", "threadIdx.x")
-        out.insert(0, (state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1))
-        return out
+        followed = []
+        for consumer, split in self.thread_splits(ctx, state, i, t):
+            n = len(split_at(consumer.steps, split).lengths)  # 1: threads; 2: and lanes
+            names = level_names(fused, n + 1)
+            st = consumer.follow_split(i, fused, split, n).bind(i, names[1], "threadIdx.x")
+            if n == 2:
+                st = st.vectorize(i, names[2])
+            followed.append((st.compute_at(i, t, st.stages[t].iters[n_common - 1].name), i - 1))
+        return followed[:1] + out + followed[1:]
 
     def own_thread_splits(
         self, ctx: SketchContext, state: State, i: int, fused: str
@@ -266,17 +271,26 @@ class CrossThreadReduction(SketchRule):
             return None
         return t, n_common
 
-    @staticmethod
-    def thread_split(state: State, t: int) -> tuple[State, int]:
-        """Stage t's split whose inner part is on threadIdx.x: the existing one, or a new split
-        of its last iterator (unknown length). Returns the state and the split's step id."""
+    def thread_splits(
+        self, ctx: SketchContext, state: State, i: int, t: int
+    ) -> list[tuple[State, int]]:
+        """Consumer t's split with a part on threadIdx.x, and its step id: the existing one
+        (made for a reduction fused before), or a new split of its last iterator (unknown
+        length) and, where the reduction and the consumer both read vectors, a second one
+        [threads, lanes] whose lanes are vectorised: the consumer then stores and the
+        reduction reads 16 bytes per thread."""
         ids = split_step_ids(state, t)
         if ids:
-            return state, ids[0]
+            return [(state, ids[0])]
         last = state.stages[t].iters[-1].name
         split = len(state.steps)
-        state = state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x")
-        return state, split
+        out = [(state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x"), split)]
+        lanes = min(self.vector_lanes(ctx, state, i), self.vector_lanes(ctx, state, t))
+        if lanes > 1:
+            _, threads, vector = level_names(last, 3)
+            vec = state.split(t, last, [None, lanes]).bind(t, threads, "threadIdx.x")
+            out.append((vec.vectorize(t, vector), split))
+        return out
 
 
 class SplitKReduction(SketchRule):

@@ -166,3 +166,32 @@ def test_a_reduction_vector_counts_the_bytes_of_its_loads():
     sampler = SketchSampler([vec])
     (state,) = sampler.sample(1, 0)
     assert vector_bytes(sampler.programs[state.key()].kernels[0].body) == 16
+
+
+def rms_norm(m: int, n: int) -> ComputeDAG:
+    x, w = te.placeholder((m, n), name="x"), te.placeholder((n,), name="w")
+    k = te.reduce_axis((0, n), name="k")
+    ms = te.compute((m,), lambda i: te.sum(x[i, k] * x[i, k] * (1.0 / n), axis=k), name="ms")
+    out = te.compute((m, n), lambda i, j: x[i, j] * te.rsqrt(ms[i] + 1e-6) * w[j], name="rms")
+    return ComputeDAG([x, w, out])
+
+
+def test_a_row_normalisation_reads_and_stores_16_bytes_per_thread():
+    """RMSNorm in one kernel per row whose reduction reads, and whose output stores, 4 floats
+    per thread: the reduction follows the output's [threads, lanes] split."""
+    dag = rms_norm(4, 256)
+    (fused,) = [
+        s
+        for s in generate_sketches(dag)
+        if any(it.annotation == "vectorize" for it in s["rms"].iters)
+    ]
+    assert [it.annotation for it in fused["ms"].iters][-2:] == ["threadIdx.x", "vectorize"]
+    sampler = SketchSampler([fused])
+    states = sampler.sample(3, 0)
+    assert states, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        source = codegen_program(program)
+        assert "float4 vec" in source and "*reinterpret_cast<float4*>(&rms[" in source, source
+        interpret_and_compare(dag, program, rtol=1e-4)
