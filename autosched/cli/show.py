@@ -1,6 +1,7 @@
-"""`autosched show LOG`: per task of a log, its best record: cost, the template config or the
-stochastic schedule's trace it came from (when the record carries one), launch configuration of
-each kernel, the schedule as Python (and with --source the CUDA source)."""
+"""`autosched show LOG`: per task of a log, its best record: cost, its roofline line (achieved
+bandwidth and FLOP rate against the GPU's peaks, `autosched.roofline`), the template config or
+the stochastic schedule's trace it came from (when the record carries one), launch configuration
+of each kernel, the schedule as Python (and with --source the CUDA source)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,25 @@ from autosched.cli.record_log import Record, read_log
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", help="record log (plain or .gz)")
     parser.add_argument("--source", action="store_true", help="print the CUDA source too")
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        help="the GPU the log was measured on, for the roofline's peaks (H100, H200; default H100)",
+    )
+    parser.add_argument(
+        "--peak-bandwidth", type=float, default=None, help="peak bytes/s (default: the GPU's)"
+    )
+    parser.add_argument(
+        "--peak-flops", type=float, default=None, help="peak fp32 FLOP/s (default: the GPU's)"
+    )
 
 
 def run(ns: argparse.Namespace) -> int:
     from autosched.codegen.build import build
+    from autosched.roofline import Roofline, peak_for
     from autosched.task.search_task import SearchTask
+
+    peak = peak_for(ns.gpu, bandwidth=ns.peak_bandwidth, fp32=ns.peak_flops)
 
     records: dict[str, list[Record]] = {}
     for inp, res in read_log(ns.log):
@@ -33,6 +48,8 @@ def run(ns: argparse.Namespace) -> int:
         state = task.compute_dag.replay_steps(inp.steps)
         flop = task.compute_dag.flop_count
         print(f"  best {res.mean_cost * 1e6:.2f} us ({flop / res.mean_cost / 1e9:.1f} GFLOP/s)")
+        roofline = Roofline.of(task.compute_dag, res.mean_cost, peak, uses_tensor_cores(state))
+        print("  " + roofline.line())
         for line in origin_lines(inp):
             print(line)
         kernel = build(task.compute_dag, state)
@@ -44,6 +61,11 @@ def run(ns: argparse.Namespace) -> int:
         if ns.source:
             print(kernel.source)
     return 0
+
+
+def uses_tensor_cores(state) -> bool:
+    """Does the state tensorize a stage (its FLOP rate is then against the Tensor Cores')?"""
+    return any(it.annotation == "tensorize" for st in state.stages for it in st.iters)
 
 
 def origin_lines(inp) -> list[str]:

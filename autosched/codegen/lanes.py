@@ -202,6 +202,12 @@ def _compare(e: BinOp, lane: Var, width: int) -> Expr | None:
     return BinOp(e.op, a.base, b.base, e.dtype)
 
 
+def is_accumulation(store, lane: Var) -> bool:
+    """True when `store` (an `ir.Store`) writes the same element in every lane of the loop
+    over `lane`: a loop of reduction steps, each lane adding its term to one accumulator."""
+    return not _uses(store.index, lane)
+
+
 def lane_free_guard(cond: Expr, lane: Var, width: int) -> Expr | None:
     """A condition without `lane` that equals `cond` for every lane in [0, width), or None when
     that is not provable (only `<`, `>=`, `&&`, `||` and `!` are looked into)."""

@@ -8,7 +8,8 @@ __nv_bfloat162 have constructors and components; 4 or 8 halves are packed in a u
 under a Select whose condition is the same for every lane (a padded input) is read as a vector
 when the condition, tested once into a `pred` temporary, holds; `cond ? load : 0` is then stored
 as `pred ? vec : zero`. A copy into a double-buffered shared buffer is one asynchronous copy
-instead (`autosched.codegen.async_copy`).
+instead (`autosched.codegen.async_copy`). A loop of reduction steps (every lane updates the
+same accumulator) reads its loads as vectors and updates the accumulator lane by lane.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import math
 
 from autosched.codegen.async_copy import async_copy_text
 from autosched.codegen.context import PrintContext
-from autosched.codegen.lanes import guarded_loads, lane_free_guard, vector_base
+from autosched.codegen.lanes import guarded_loads, is_accumulation, lane_free_guard, vector_base
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
-from autosched.te.expr import Const, Load, Select
+from autosched.te.expr import Const, Expr, Load, Select
 
 # dtypes whose loads under a Select (a padded input) are read as vectors: the half types, whose
 # Tensor Core fetches would otherwise read 2 bytes at a time; float32 keeps its scalar reads
@@ -44,6 +45,8 @@ def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
         body = body.then_case
         if guard is None:
             return False
+    if isinstance(body, ir.Store) and is_accumulation(body, s.var):
+        return _emit_accumulation(p, s, body, guard, d)
     if not isinstance(body, ir.Store) or body.buffer.scope == "local":
         return False
     copy = async_copy_text(p, body, s.var, width)
@@ -58,6 +61,41 @@ def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
         p.emit(inner, copy)
     else:
         _emit_vector_store(p, inner, s, body, vt, store_base)
+    if guard is not None:
+        p.emit(d, "}")
+    return True
+
+
+def _emit_accumulation(
+    p: PrintContext, s: ir.For, store: ir.Store, guard: Expr | None, d: int
+) -> bool:
+    """A `vectorize` loop over reduction steps (`acc = acc + f(lane)`): its loads read once as
+    vectors (16 bytes per thread where the schedule asks for it), then one update per lane in
+    lane order, so the sum is the one the serial loop makes. False (a plain loop) when no load
+    can be read as a vector."""
+    vloads = _vector_loads(p, store.value, s)
+    if not vloads:
+        return False
+    ex = p.ex
+    if guard is not None:
+        p.emit(d, f"if ({ex(guard)}) {{")
+    inner = d + (guard is not None)
+    preds = _emit_preds(p, inner, s, [sel for _, _, sel in vloads.values() if sel is not None])
+    temps = _emit_loads(p, inner, s.extent, vloads, preds)
+    target = f"{ex.buffer_names[id(store.buffer)]}[{ex(store.index)}]"
+    for lane in range(s.extent):
+        ex.names[id(s.var)] = str(lane)
+        for ld, _, sel in vloads.values():
+            ex.names[id(ld)] = lane_of(
+                p, ld.buffer.dtype, s.extent, temps[(ld._key, id(sel))], lane
+            )
+        p.emit(inner, f"{target} = {ex(store.value)};")
+        for ld, _, _ in vloads.values():
+            ex.names.pop(id(ld), None)
+    del ex.names[id(s.var)]
+    for _, _, sel in vloads.values():
+        if sel is not None:
+            ex.names.pop(id(sel.cond), None)
     if guard is not None:
         p.emit(d, "}")
     return True

@@ -208,22 +208,25 @@ class FillTileSize(InitRule):
         for k in plan.unknown:
             s = split_at(steps, k)
             if k in plan.cross_thread:
-                hw = ctx.hardware
-                lengths = (
-                    pick(
-                        thread_count_options(
-                            plan.cross_thread[k],
-                            ctx.params.cross_thread_counts,
-                            hw.warp_size,
-                            hw.max_threads_per_block,
-                        ),
-                        rng,
-                    ),
-                )
+                lengths = self.thread_count(ctx, s, plan.cross_thread[k], rng)
             else:
                 lengths = pick(self.options(ctx, s, False), rng)
             steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lengths, s.inner_to_outer)
         return steps
+
+    @staticmethod
+    def thread_count(ctx: InitContext, s: SplitStep, reduction: int, rng: random.Random) -> tuple:
+        """The lengths of a cross-thread reduction's split: its unknown length (the thread
+        count) drawn, a known one (a vector of reduction steps per thread) kept."""
+        hw = ctx.hardware
+        per_thread = math.prod(n for n in s.lengths if n is not None)
+        options = thread_count_options(
+            -(-reduction // per_thread),
+            ctx.params.cross_thread_counts,
+            hw.warp_size,
+            hw.max_threads_per_block,
+        )
+        return tuple(pick(options, rng) if n is None else n for n in s.lengths)
 
     def apply(self, ctx, plan, state, rng):
         return replay(state.dag, self.fill(ctx, plan, rng))

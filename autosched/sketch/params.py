@@ -79,6 +79,14 @@ class SketchParams:
     # aligned with the window and their indices free of divisions by it (faster kernels, built
     # faster)
     split_k_outer_axis: bool = True
+    # cross-block reductions (CrossBlockReduction), for the reductions not tiled: a stage
+    # whose outputs fill fewer than `cross_block_blocks_per_sm` blocks per SM (each output a
+    # block's cross-thread reduction), or for a column reduction fewer than
+    # `cross_block_threads_per_sm` threads per SM, is also sketched with its reduction cut
+    # into parts of at least `cross_block_min_chunk` elements (0 per SM: never)
+    cross_block_blocks_per_sm: int = 2
+    cross_block_threads_per_sm: int = 512
+    cross_block_min_chunk: int = 64
 
     def __post_init__(self) -> None:
         for name in ("double_buffer_probability", "shared_padding_probability"):

@@ -123,15 +123,16 @@ def _footprint(state: State, t: int, cache: int) -> Footprint | None:
 
 def cross_thread_splits(state: State) -> dict[int, int]:
     """SplitStep id -> reduction length, for each split that sets the thread count of a
-    cross-thread reduction: the split of a reduction iterator whose inner part is bound to
-    threadIdx.x, or the split such a reduction follows (its consumer's)."""
+    cross-thread reduction: the split of a reduction iterator with a part bound to threadIdx.x
+    (the inner one, or the middle one above a vector of reduction steps), or the split such a
+    reduction follows (its consumer's)."""
     out: dict[int, int] = {}
     for i, stage in enumerate(state.stages):
         bound = {
             it.name for it in stage.iters if it.kind == REDUCE and it.annotation == "threadIdx.x"
         }
         for k, rel in splitting_steps(state, i):
-            if rel.children[-1] not in bound:
+            if not bound.intersection(rel.children):
                 continue
             step = state.steps[k]
             src = step.src_step_id if isinstance(step, FollowSplitStep) else k

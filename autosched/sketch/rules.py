@@ -23,7 +23,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
 from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
-from autosched.sketch.stage_steps import level_names, split_step_ids
+from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.sketch.tensor_core import (
     MMA,
     build_implicit_gemm_sketch,
@@ -37,15 +37,21 @@ from autosched.sketch.utils import (
     direct_producers,
     elementwise_matched_consumer,
     has_cache_write_stage,
+    has_cross_thread_reduction,
     has_reduce_iter,
+    is_column_reduction,
     is_inlined,
     is_output,
     is_tiled,
     needs_multi_level_tiling,
+    reuses_inputs,
     single_consumer_root,
     spatial_and_reduce_length,
 )
+from autosched.te.dtype import BYTES
+from autosched.te.expr import Load
 from autosched.te.tensor import ComputeOp
+from autosched.te.visitor import walk
 from measure.hardware import HardwareParams
 
 
@@ -170,6 +176,8 @@ class AddCacheRead(SketchRule):
         target = state.stages[t]
         if not (needs_multi_level_tiling(state, t) and is_tiled(target)):
             return Cond.SKIP
+        if has_cross_thread_reduction(state, t):  # split for threads, not tiled
+            return Cond.SKIP
         if i not in direct_producers(state, t):
             return Cond.SKIP
         if outermost_reduce_tile_iter(state, t, ctx.params.n_reduce_levels) is None:
@@ -198,8 +206,11 @@ class CrossThreadReduction(SketchRule):
     second sketch computes the reduction at the consumer's last axis without splitting it: one
     output element per block, all of the block's threads on its reduction. This suits a
     matrix-vector product: the first sketch has a block's threads reduce one output after
-    another, so there are too few blocks to keep most SMs busy. APPLY: the other rules
-    (tiling, or leaving the stage to one thread per element) are tried as well."""
+    another, so there are too few blocks to keep most SMs busy. Where the reduction has its
+    own thread split (no consumer to follow, or one output per block), a further sketch has
+    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`).
+    APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
+    as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -225,19 +236,48 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            state = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
-            return [(state, i - 1)]
+            return [(split, i - 1) for split in self.own_thread_splits(ctx, state, i, fused)]
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
         out = []
         if one_per_block:
-            per_block = state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")
-            at = per_block.stages[t].iters[n_common - 1].name
-            out.append((per_block.compute_at(i, t, at), i - 1))
-        state, split = self.thread_split(state, t)
-        state = state.follow_split(i, fused, split, 1).bind(i, fused + "_i", "threadIdx.x")
-        out.insert(0, (state.compute_at(i, t, state.stages[t].iters[n_common - 1].name), i - 1))
+            for per_block in self.own_thread_splits(ctx, state, i, fused):
+                at = per_block.stages[t].iters[n_common - 1].name
+                out.append((per_block.compute_at(i, t, at), i - 1))
+        followed = []
+        for consumer, split in self.thread_splits(ctx, state, i, t):
+            n = len(split_at(consumer.steps, split).lengths)  # 1: threads; 2: and lanes
+            names = level_names(fused, n + 1)
+            st = consumer.follow_split(i, fused, split, n).bind(i, names[1], "threadIdx.x")
+            if n == 2:
+                st = st.vectorize(i, names[2])
+            followed.append((st.compute_at(i, t, st.stages[t].iters[n_common - 1].name), i - 1))
+        return followed[:1] + out + followed[1:]
+
+    def own_thread_splits(
+        self, ctx: SketchContext, state: State, i: int, fused: str
+    ) -> list[State]:
+        """The fused reduction iterator split by a thread count of its own (inner part on
+        threadIdx.x); and, where its inputs allow vectors, split [threads, lanes] with each
+        thread's lanes (consecutive reduction steps) vectorised: 16-byte reads."""
+        out = [state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")]
+        lanes = self.vector_lanes(ctx, state, i)
+        if lanes > 1:
+            _, threads, vector = level_names(fused, 3)
+            vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
+            out.append(vec.vectorize(i, vector))
         return out
+
+    @staticmethod
+    def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:
+        """Reduction steps a thread takes at once when it reads them as one vector: as many as
+        `SketchParams.max_vector_bytes` holds of the stage's widest input element (1: no
+        vector). Where they do not divide the reduction, the guarded steps print as a loop."""
+        body = state.stages[i].compute_op.body
+        widest = max(
+            (BYTES.get(node.dtype, 4) for node in walk(body) if isinstance(node, Load)), default=4
+        )
+        return max(1, ctx.params.max_vector_bytes // widest)
 
     @staticmethod
     def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
@@ -259,17 +299,26 @@ class CrossThreadReduction(SketchRule):
             return None
         return t, n_common
 
-    @staticmethod
-    def thread_split(state: State, t: int) -> tuple[State, int]:
-        """Stage t's split whose inner part is on threadIdx.x: the existing one, or a new split
-        of its last iterator (unknown length). Returns the state and the split's step id."""
+    def thread_splits(
+        self, ctx: SketchContext, state: State, i: int, t: int
+    ) -> list[tuple[State, int]]:
+        """Consumer t's split with a part on threadIdx.x, and its step id: the existing one
+        (made for a reduction fused before), or a new split of its last iterator (unknown
+        length) and, where the reduction and the consumer both read vectors, a second one
+        [threads, lanes] whose lanes are vectorised: the consumer then stores and the
+        reduction reads 16 bytes per thread."""
         ids = split_step_ids(state, t)
         if ids:
-            return state, ids[0]
+            return [(state, ids[0])]
         last = state.stages[t].iters[-1].name
         split = len(state.steps)
-        state = state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x")
-        return state, split
+        out = [(state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x"), split)]
+        lanes = min(self.vector_lanes(ctx, state, i), self.vector_lanes(ctx, state, t))
+        if lanes > 1:
+            _, threads, vector = level_names(last, 3)
+            vec = state.split(t, last, [None, lanes]).bind(t, threads, "threadIdx.x")
+            out.append((vec.vectorize(t, vector), split))
+        return out
 
 
 class SplitKReduction(SketchRule):
@@ -298,6 +347,7 @@ class SplitKReduction(SketchRule):
             or not isinstance(stage.op, ComputeOp)
             or not has_reduce_iter(stage)
             or not needs_multi_level_tiling(state, i)
+            or not reuses_inputs(stage)  # CrossBlockReduction's
             or is_tiled(stage)
             or has_cache_write_stage(state, i)
         ):
@@ -357,6 +407,73 @@ class SplitKReduction(SketchRule):
         if len(names) > 1:
             state = state.fuse(i, names)
         return state, next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
+
+
+class CrossBlockReduction(SketchRule):
+    """Split-K for the reductions that are not tiled (the cross-thread path): a reduction
+    whose outputs are too few to occupy the GPU (the sum or 2-norm of a whole matrix, a few
+    long rows, the columns of a tall matrix) is cut into P parts and the parts factored out
+    (rfactor). The partial-sum stage, P times as parallel, is then left to the rules that
+    follow: a cross-thread reduction with one block per (part, output) where the reduction
+    runs along memory (rows), or one thread per (part, output), reading across the threads,
+    where it does not (columns); the final stage, which sums the P parts, is itself drawn as
+    a small cross-thread reduction or a loop. P comes from the output count against the SM
+    count (`SketchParams.cross_block_blocks_per_sm` blocks, or `cross_block_threads_per_sm`
+    threads for a column reduction, per SM in all), rounded up to a power of two and kept to
+    parts of at least `cross_block_min_chunk` elements.
+    The outermost reduction axis alone is cut where P divides it (the parts then stay whole
+    rows); else the reduction axes are fused and cut. APPLY: the unsplit sketches are made
+    as well."""
+
+    def condition(self, ctx, state, i):
+        stage = state.stages[i]
+        if (
+            stage.origin != "dag"
+            or not isinstance(stage.op, ComputeOp)
+            or not has_reduce_iter(stage)
+            or reuses_inputs(stage)
+            or is_tiled(stage)
+            or has_cache_write_stage(state, i)
+            or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
+        ):
+            return Cond.SKIP
+        return Cond.APPLY if self.parts(ctx, stage) else Cond.SKIP
+
+    def parts(self, ctx: SketchContext, stage) -> int:
+        """P for this stage, 0 when it has outputs enough or a reduction too short to cut."""
+        space, red = spatial_and_reduce_length(stage)
+        p = ctx.params
+        column = is_column_reduction(stage)
+        per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
+        wanted = -(-ctx.hardware.num_sms * per_sm // space)
+        most = red // p.cross_block_min_chunk
+        if wanted < 2 or most < 2:
+            return 0
+        return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
+
+    def apply(self, ctx, state, i):
+        p = self.parts(ctx, state.stages[i])
+        reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
+        outer = reduce_iters[0]
+        if outer.extent % p == 0:
+            cut, name = state, outer.name
+        else:
+            cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
+        split = cut.split(i, name, [p], inner_to_outer=False)
+        factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
+        return [(self.memory_order(factored, i, f"{name}_i"), i + 1)]
+
+    @staticmethod
+    def memory_order(state: State, rf: int, rest: str) -> State:
+        """The partial sums' reduction loops in the reduction's own order: rfactor puts the
+        rest of the cut axis (`rest`) after the axes it left whole, which would make a fused
+        loop over them step across rows."""
+        its = state.stages[rf].iters
+        reduce = [it.name for it in its if it.kind == REDUCE]
+        if len(reduce) < 2 or reduce[-1] != rest:
+            return state
+        spatial = [it.name for it in its if it.kind != REDUCE]
+        return state.reorder(rf, spatial + [rest] + reduce[:-1])
 
 
 class MultiLevelTilingTensorCore(SketchRule):
@@ -465,6 +582,7 @@ GPU_RULES: tuple[SketchRule, ...] = (
     KeepFetchedNormalization(),
     AlwaysInline(),
     SplitKReduction(),
+    CrossBlockReduction(),
     CrossThreadReduction(),
     MultiLevelTilingTensorCore(),
     AddCacheWrite(),

@@ -8,6 +8,7 @@ state, as the steps name them.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
@@ -63,10 +64,16 @@ def stage_op_info(state: State, i: int) -> OpInfo | None:
 
 def _op_info(state: State, op, origin: str) -> OpInfo | None:
     """The DAG's analysis of `op`; an rfactor stage's partial sums and an implicit GEMM's
-    stages, not in the DAG, are analysed here (they are tiled as the computation they
-    replace)."""
+    stages, not in the DAG, are analysed here (they are tiled as the computation they replace,
+    unless an rfactor stage's only inputs it would re-read are along axes of length 1: a
+    cross-block reduction's parts)."""
     info = state.dag.info.get(id(op))
-    return analyse_op(op, False) if info is None and origin in DERIVED_ORIGINS else info
+    if info is not None or origin not in DERIVED_ORIGINS:
+        return info
+    info = analyse_op(op, False)
+    if origin == "rfactor" and info.needs_multi_level_tiling and not _reuses(op):
+        info = replace(info, needs_multi_level_tiling=False)
+    return info
 
 
 def needs_multi_level_tiling(state: State, i: int) -> bool:
@@ -102,6 +109,38 @@ def spatial_and_reduce_length(stage: Stage) -> tuple[int, int]:
     sp = math.prod(a.extent for a in stage.op.axis)
     rd = math.prod(a.extent for a in stage.op.reduce_axis)
     return sp, rd
+
+
+def reuses_inputs(stage: Stage) -> bool:
+    """Ansor's multi-level tiling test (two or more spatial axes left out of the reads of a
+    reduction), counting only axes longer than 1: a whole-matrix sum kept as a (1,) tensor
+    leaves out its unit axis, which re-reads nothing."""
+    return _reuses(stage.op)
+
+
+def _reuses(op) -> bool:
+    if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce):
+        return False
+    missing = 0
+    for node in walk(op.body):
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor):
+            used = {id(v) for idx in node.indices for v in walk(idx)}
+            missing += sum(1 for a in op.axis if a.extent > 1 and id(a) not in used)
+    return missing >= 2
+
+
+def is_column_reduction(stage: Stage) -> bool:
+    """True when no read of the stage's reduction indexes its last dimension with a reduction
+    axis: the reduction runs across memory rows (a column sum), so consecutive outputs, not
+    consecutive reduction steps, read consecutive addresses."""
+    if not isinstance(stage.op, ComputeOp):
+        return False
+    reduce_ids = {id(a) for a in stage.op.reduce_axis}
+    for node in walk(stage.op.body):
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor) and node.indices:
+            if any(id(v) in reduce_ids for v in walk(node.indices[-1])):
+                return False
+    return True
 
 
 def attach_target(state: State, i: int) -> int:
@@ -259,6 +298,7 @@ __all__ = [
     "has_cache_write_stage",
     "has_cross_thread_reduction",
     "has_reduce_iter",
+    "is_column_reduction",
     "is_inlined",
     "is_output",
     "is_tiled",
@@ -267,6 +307,7 @@ __all__ = [
     "needs_multi_level_tiling",
     "next_annotates",
     "pick",
+    "reuses_inputs",
     "single_consumer_root",
     "spatial_and_reduce_length",
     "split_step_ids",

@@ -15,12 +15,15 @@ from __future__ import annotations
 import enum
 import logging
 
+from autosched.codegen.lanes import is_accumulation
 from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir
 from autosched.lower.lowering import lower
 from autosched.schedule.loop_state import State
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
+from autosched.te.expr import Load
+from autosched.te.visitor import free_vars, walk
 from measure.hardware import HardwareParams
 
 log = logging.getLogger(__name__)
@@ -91,13 +94,21 @@ def check_state(state: State, hardware: HardwareParams) -> Reason | None:
 
 
 def vector_bytes(s: ir.Stmt) -> int:
-    """The widest vectorised store of a statement tree, in bytes."""
+    """The widest vectorised access of a statement tree, in bytes: a vector loop's stores, or
+    for a loop of reduction steps (its store the same element in every lane) its loads that
+    move with the lane."""
     widest = 0
     for node in ir.iter_stmts(s):
         if isinstance(node, ir.For) and node.kind == "vectorize":
             for inner in ir.iter_stmts(node.body):
-                if isinstance(inner, ir.Store):
+                if not isinstance(inner, ir.Store):
+                    continue
+                if not is_accumulation(inner, node.var):
                     widest = max(widest, node.extent * BYTES.get(inner.buffer.dtype, 4))
+                    continue
+                for ld in walk(inner.value):
+                    if isinstance(ld, Load) and any(v is node.var for v in free_vars(ld)):
+                        widest = max(widest, node.extent * BYTES.get(ld.buffer.dtype, 4))
     return widest
 
 

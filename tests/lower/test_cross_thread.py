@@ -304,14 +304,15 @@ def test_common_outer_iters_and_consumer_root():
 
 
 def test_softmax_sketches_have_the_cross_thread_structure():
-    """Four sketches (each reduction cross-thread or not); the first computes both reductions
-    per row inside the output, following its thread split: one kernel."""
+    """Seven sketches (each reduction cross-thread or not, reading vectors of its row or not:
+    where both are computed in the output, it stores vectors too); the first computes both
+    reductions per row inside the output, following its thread split: one kernel."""
     from autosched.schedule.steps import FollowSplitStep, print_python_schedule
     from autosched.sketch import generate_sketches
 
     sketches = generate_sketches(suite_dag("softmax"))
     print("\n" + print_python_schedule(sketches[0]))
-    assert len(sketches) == 4
+    assert len(sketches) == 7
     fused = sketches[0]
     assert cross_thread_stages(fused) == {
         "T_softmax_maxelem": ("attached", "i0", ["k_i"]),
@@ -326,10 +327,19 @@ def test_softmax_sketches_have_the_cross_thread_structure():
     follows = [s for s in fused.steps if isinstance(s, FollowSplitStep)]
     assert len(follows) == 2 and len({s.src_step_id for s in follows}) == 1  # one thread count
     kinds = [sorted(cross_thread_stages(s).items()) for s in sketches[1:]]
+    in_vectors = ("attached", "i0", ["k_o_i"])  # 4 steps a thread, read as a vector
     assert kinds == [
         [("T_softmax_expsum", ("attached", "i0", ["k_i"]))],
+        [("T_softmax_expsum", in_vectors), ("T_softmax_maxelem", in_vectors)],
+        [("T_softmax_expsum", in_vectors)],
         [("T_softmax_maxelem", ("root", None, ["k_i"]))],  # its readers have no common root
+        [("T_softmax_maxelem", ("root", None, ["k_o_i"]))],
         [],
+    ]
+    vector_norm = sketches[2]["T_softmax_norm"]  # the output stored 4 floats at a time
+    assert [(it.name, it.annotation) for it in vector_norm.iters][-2:] == [
+        ("i1_o_i", "threadIdx.x"),
+        ("i1_i", "vectorize"),
     ]
 
 
@@ -337,7 +347,13 @@ def test_dense_sketches_have_the_cross_thread_structure():
     from autosched.schedule.steps import print_python_schedule
     from autosched.sketch import generate_sketches
 
-    cross, per_block, tiled = generate_sketches(suite_dag("dense_bias"))
+    sketches = generate_sketches(suite_dag("dense_bias"))
+    cross_block = [s for s in sketches if any(st.origin == "rfactor" for st in s.stages)]
+    assert len(cross_block) == 3  # tested in tests/sketch/test_cross_block.py
+    cross, per_block, per_block_vectors, _, tiled = [s for s in sketches if s not in cross_block]
+    assert cross_thread_stages(per_block_vectors) == {
+        "T_dense": ("attached", "ax1", ["k_o_i"])  # 4 floats a thread: k_i, vectorised
+    }
     print("\n" + print_python_schedule(cross))
     assert cross_thread_stages(cross) == {"T_dense": ("attached", "ax1_o", ["k_i"])}
     assert [(it.name, it.annotation) for it in cross["T_add"].iters] == [

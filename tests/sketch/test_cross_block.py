@@ -1,0 +1,197 @@
+"""Cross-block reductions (sketch/rules.py `CrossBlockReduction`) and reductions read in vectors
+(`CrossThreadReduction.vector_lanes`, printed by codegen/vectors.py): a reduction with too few
+outputs for the GPU is cut into parts (rfactor) whose partial sums fill the SMs, and a
+cross-thread reduction may read 16 bytes of its reduction per thread. Sampled states lower to
+two kernels and compute the DAG on the CPU interpreter."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched import te
+from autosched.codegen.cuda import codegen_program
+from autosched.lower import ir
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.steps import print_python_schedule, replay
+from autosched.sketch import SketchSampler, generate_sketches, sketch_context
+from autosched.sketch.params import SketchParams
+from autosched.sketch.rules import CrossBlockReduction
+from autosched.sketch.validity import vector_bytes
+from measure.hardware import HardwareParams
+from tests.interpreter_check import interpret_and_compare
+
+
+def sum_of_squares(m: int, n: int) -> ComputeDAG:
+    """The squared 2-norm of a whole matrix, kept as a (1,) tensor, and its square root."""
+    a = te.placeholder((m, n), name="A")
+    i, j = te.reduce_axis((0, m), name="i"), te.reduce_axis((0, n), name="j")
+    s = te.compute((1,), lambda z: te.sum(a[i, j] * a[i, j], axis=[i, j]), name="s")
+    return ComputeDAG([a, te.compute((1,), lambda z: te.sqrt(s[z]), name="norm")])
+
+
+def column_sum(m: int, n: int) -> ComputeDAG:
+    a = te.placeholder((m, n), name="A")
+    i = te.reduce_axis((0, m), name="i")
+    return ComputeDAG([a, te.compute((n,), lambda j: te.sum(a[i, j], axis=i), name="s")])
+
+
+def gemv(n: int, k: int, dtype: str) -> ComputeDAG:
+    """y[n] = sum_k W[n, k] * x[k], summed in float32."""
+    w, x = (
+        te.placeholder((n, k), name="W", dtype=dtype),
+        te.placeholder((k,), name="x", dtype=dtype),
+    )
+    r = te.reduce_axis((0, k), name="k")
+    y = te.compute(
+        (n,),
+        lambda i: te.sum(te.cast(w[i, r], "float32") * te.cast(x[r], "float32"), axis=r),
+        name="y",
+    )
+    return ComputeDAG([w, x, y])
+
+
+def parts(sketch) -> int | None:
+    """P of a cross-block sketch (the extent of its partial sums' first axis), else None."""
+    rf = [st for st in sketch.stages if st.origin == "rfactor"]
+    return rf[0].op.axis[0].extent if rf else None
+
+
+def reduction_stage(dag: ComputeDAG, name: str):
+    return next(st for st in dag.get_init_state().stages if st.name == name)
+
+
+@pytest.mark.parametrize(
+    "dag, name, sms, expected",
+    [
+        (sum_of_squares(4096, 4096), "s", 132, 512),  # 264 blocks wanted, a power of two above
+        (sum_of_squares(64, 64), "s", 132, 64),  # parts of at least 64 elements
+        (column_sum(4096, 4096), "s", 132, 32),  # 4096 columns: 67,584 threads wanted
+        (column_sum(4096, 1 << 20), "s", 132, 0),  # a million columns fill the GPU
+        (gemv(4096, 4096, "float16"), "y", 132, 0),  # one row per block: 4096 blocks
+        (gemv(64, 4096, "float16"), "y", 132, 8),  # 64 rows: 8 parts each
+        (gemv(64, 4096, "float16"), "y", 16, 0),  # a small GPU: 64 blocks fill it
+    ],
+)
+def test_parts_come_from_the_outputs_against_the_sms(dag, name, sms, expected):
+    ctx = sketch_context(HardwareParams(num_sms=sms))
+    assert CrossBlockReduction().parts(ctx, reduction_stage(dag, name)) == expected
+
+
+def test_no_parts_when_switched_off():
+    params = SketchParams(cross_block_blocks_per_sm=0, cross_block_threads_per_sm=0)
+    assert not any(map(parts, generate_sketches(sum_of_squares(64, 64), params=params)))
+
+
+def test_matrix_norm_sketches_cut_rows_into_parts_and_compute_it():
+    """64 parts of one row each: the partial sums are a cross-thread reduction per part (in
+    vectors of 4 floats or not), the final sum of the 64 parts a small cross-thread reduction
+    or a loop; kernels that compute the norm on the interpreter."""
+    dag = sum_of_squares(64, 64)
+    split = [s for s in generate_sketches(dag) if parts(s)]
+    assert {parts(s) for s in split} == {64}
+    rf = split[0]["s.rf"]
+    assert sorted(a.name for a in rf.op.reduce_axis) == ["i_i", "j"]  # the rows alone are cut
+    vectorised = [s for s in split if any(it.annotation == "vectorize" for it in s["s.rf"].iters)]
+    assert vectorised
+    sampler = SketchSampler(split)
+    states = sampler.sample(6, 0)
+    assert len(states) == 6, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        # the final sum inside the square root's kernel, or (a loop) a kernel of its own
+        assert len(program.kernels) == 1 + len(program.temps)
+        assert program.temps[0].name == "s_rf"
+        first = program.kernels[0]
+        if any(isinstance(n, ir.AllReduce) for n in ir.iter_stmts(first.body)):
+            assert first.grid[0] == 64  # one block per part
+        interpret_and_compare(dag, program, rtol=1e-4)
+    # a part's rows are read in order (the cut axis's rest first): 4 floats per thread at once
+    sampler = SketchSampler(vectorised)
+    (state,) = sampler.sample(1, 0)
+    assert "float4 vec" in codegen_program(sampler.programs[state.key()])
+    text = print_python_schedule(states[0])
+    assert "s.rfactor(" in text and "nparts=64" in text
+    assert replay(dag, states[0].steps) == states[0]
+
+
+def test_column_sums_are_cut_into_parts_of_rows_one_thread_per_column_and_part():
+    dag = column_sum(256, 64)  # 64 columns: 4 parts of 64 rows
+    split = [s for s in generate_sketches(dag) if parts(s)]
+    assert {parts(s) for s in split} == {4}
+    sampler = SketchSampler(split)
+    states = sampler.sample(4, 1)
+    assert states, sampler.rejected
+    serial = 0
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert len(program.kernels) == 2
+        interpret_and_compare(dag, program, rtol=1e-4)
+        serial += not any(
+            isinstance(n, ir.AllReduce) for n in ir.iter_stmts(program.kernels[0].body)
+        )
+    assert serial  # the partial sums of some state run one thread per (part, column)
+
+
+@pytest.mark.parametrize("dtype, lanes", [("float16", 8), ("float32", 4)])
+def test_matrix_vector_product_reads_16_bytes_per_thread(dtype, lanes):
+    """The cross-thread sketch whose threads each read `lanes` consecutive reduction steps:
+    the weight and vector read as one 16-byte vector each, the sum taken lane by lane."""
+    dag = gemv(8, 512, dtype)
+    (vec,) = [
+        s
+        for s in generate_sketches(dag)
+        if any(it.annotation == "vectorize" for it in s["y"].iters)
+    ]
+    sampler = SketchSampler([vec])
+    states = sampler.sample(3, 0)
+    assert states, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert vector_bytes(program.kernels[0].body) == 16
+        source = codegen_program(program)
+        vtype = "uint4" if dtype == "float16" else "float4"
+        assert source.count(f"{vtype} vec") == 2, source  # W and x, once per step of the loop
+        interpret_and_compare(dag, program, rtol=1e-3 if dtype == "float16" else 1e-4)
+
+
+def test_a_reduction_vector_counts_the_bytes_of_its_loads():
+    """A vector loop of reduction steps stores one float per step (the accumulator): its width
+    is that of what it reads, 8 halves = 16 bytes, not 8 floats."""
+    dag = gemv(4, 256, "float16")
+    (vec,) = [
+        s
+        for s in generate_sketches(dag)
+        if any(it.annotation == "vectorize" for it in s["y"].iters)
+    ]
+    sampler = SketchSampler([vec])
+    (state,) = sampler.sample(1, 0)
+    assert vector_bytes(sampler.programs[state.key()].kernels[0].body) == 16
+
+
+def rms_norm(m: int, n: int) -> ComputeDAG:
+    x, w = te.placeholder((m, n), name="x"), te.placeholder((n,), name="w")
+    k = te.reduce_axis((0, n), name="k")
+    ms = te.compute((m,), lambda i: te.sum(x[i, k] * x[i, k] * (1.0 / n), axis=k), name="ms")
+    out = te.compute((m, n), lambda i, j: x[i, j] * te.rsqrt(ms[i] + 1e-6) * w[j], name="rms")
+    return ComputeDAG([x, w, out])
+
+
+def test_a_row_normalisation_reads_and_stores_16_bytes_per_thread():
+    """RMSNorm in one kernel per row whose reduction reads, and whose output stores, 4 floats
+    per thread: the reduction follows the output's [threads, lanes] split."""
+    dag = rms_norm(4, 256)
+    (fused,) = [
+        s
+        for s in generate_sketches(dag)
+        if any(it.annotation == "vectorize" for it in s["rms"].iters)
+    ]
+    assert [it.annotation for it in fused["ms"].iters][-2:] == ["threadIdx.x", "vectorize"]
+    sampler = SketchSampler([fused])
+    states = sampler.sample(3, 0)
+    assert states, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        source = codegen_program(program)
+        assert "float4 vec" in source and "*reinterpret_cast<float4*>(&rms[" in source, source
+        interpret_and_compare(dag, program, rtol=1e-4)
