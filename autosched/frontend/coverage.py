@@ -115,7 +115,7 @@ class Coverage:
         parts = []
         for name, count in self.leftover.most_common():
             flop = self.leftover_flop.get(name, 0.0)
-            share = f", {100 * flop / self.total_flop:.1f}% of FLOPs" if flop else ""
+            share = f" ({100 * flop / self.total_flop:.1f}% of FLOPs)" if flop else ""
             parts.append(f"{name} x{count}{share}")
         return [
             "stays in PyTorch: " + ", ".join(parts),

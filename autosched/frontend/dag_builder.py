@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from collections.abc import Callable, Sequence
 
 from autosched import te, topi
@@ -79,7 +80,8 @@ def _upcast(build: Callable) -> Callable:
 
 def attention_available() -> bool:
     """Whether `autosched.topi.attention` (fused attention) is there."""
-    return importlib.util.find_spec("autosched.topi.attention") is not None
+    name = "autosched.topi.attention"
+    return name in sys.modules or importlib.util.find_spec(name) is not None
 
 
 def _attention(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
@@ -214,6 +216,7 @@ EPILOGUE_BUILDERS: dict[str, Callable] = {
     "scale_shift": _scale_shift,
     "clamp": _clamp,
     "identity": _pass_through,
+    "reshape": _pass_through,
     "cast": _pass_through,
 }
 

@@ -3,10 +3,11 @@ operator overloads).
 
 A matcher gets the consumer node, the graph module, the group's current output node and the
 shape that output has in the DAG; it returns an `Epilogue` or None (the consumer then stays in
-PyTorch and the group ends). Every epilogue keeps the shape of its input. Operands that
-broadcast (a bias, a folded batch norm's scale and shift) need the DAG output in the torch
-layout, which every anchor but a flattened linear or matmul has. Epilogues compute in float32
-(the anchor's accumulation type); the group's output is rounded once to its torch dtype.
+PyTorch and the group ends). Every epilogue but a reshape keeps the shape of its input.
+Operands that broadcast (a bias, a folded batch norm's scale and shift) need the DAG output in
+the torch layout, which every anchor but a flattened linear or matmul has. Epilogues compute
+in float32 (the anchor's accumulation type); the group's output is rounded once to its torch
+dtype.
 """
 
 from __future__ import annotations
@@ -76,6 +77,13 @@ def _identity(node, gm, cur, dag_shape):
     if a.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
         return None
     return Epilogue("identity")
+
+
+@register(EPILOGUES, aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+def _reshape(node, gm, cur, dag_shape):
+    """A reshape of the group's (contiguous) output: the kernel's output read in another
+    shape. The only epilogue that changes the torch shape."""
+    return Epilogue("reshape")
 
 
 @register(EPILOGUES, aten._to_copy.default, aten.to.dtype)

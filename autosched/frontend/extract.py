@@ -54,7 +54,7 @@ class FusedGroup:
 
     @property
     def name(self) -> str:
-        labels = (e.label for e in self.epilogues if e.kind != "identity")
+        labels = (e.label for e in self.epilogues if not e.silent)
         return "+".join([self.anchor.kind, *labels])
 
     @property
@@ -70,7 +70,13 @@ class FusedGroup:
 
 
 def operand_value(o: Operand, value: torch.Tensor) -> torch.Tensor:
-    """A torch value laid out as its operand's DAG placeholder (broadcast, then reshaped)."""
+    """A torch value laid out as its operand's DAG placeholder (broadcast, then reshaped; a
+    boolean mask made additive)."""
+    if o.additive and value.dtype == torch.bool:
+        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(o.dtype, torch.float32)
+        value = torch.zeros(value.shape, dtype=dtype, device=value.device).masked_fill(
+            ~value, float("-inf")
+        )
     if o.expand is not None:
         value = value.expand(o.expand)
     return value.reshape(o.shape).contiguous()
@@ -133,10 +139,12 @@ def _epilogue(
         return None, None
     (user,) = node.users
     match = EPILOGUES.get(target_key(user, gm))
-    if match is None or shape_of(user) != shape_of(node):
+    if match is None or shape_of(user) is None:
         return None, None
     epi = _guarded(match, user, gm, node, dag_shape)
     if epi is None or not all(o.is_constant or before(o.node) for o in epi.operands):
+        return None, None
+    if shape_of(user) != shape_of(node) and epi.kind != "reshape":
         return None, None
     return user, epi
 

@@ -17,6 +17,7 @@ import torch
 from torch import fx
 from torch.fx.operator_schemas import normalize_function
 
+from autosched.frontend.dag_builder import attention_available
 from autosched.frontend.specs import Anchor, Operand
 
 aten = torch.ops.aten
@@ -319,8 +320,10 @@ def _softmax(node, gm):
 # ---- pooling ---------------------------------------------------------------------------------
 
 
-def _pool(node, gm, kind, x, kernel, stride, padding, ceil_mode, extra) -> Anchor | None:
-    out, data = shape_of(node), operand("data", x, gm)
+def _pool(node, gm, kind, x, kernel, stride, padding, ceil_mode, extra, out=None) -> Anchor | None:
+    """A pooling anchor; `out` is the DAG's output shape when the node's differs (a mean over
+    the spatial axes drops them)."""
+    out, data = out or shape_of(node), operand("data", x, gm)
     if data is None or out is None or len(out) != 4 or ceil_mode:
         return None
     kernel = _pair(kernel)
@@ -371,10 +374,9 @@ def _global_pool(node, gm, x, out_hw: tuple[int, int]) -> Anchor | None:
     if xs is None or len(xs) != 4 or any(o <= 0 or xs[2 + i] % o for i, o in enumerate(out_hw)):
         return None
     kernel = tuple(xs[2 + i] // o for i, o in enumerate(out_hw))
-    anchor = _pool(node, gm, "avg_pool2d", x, kernel, kernel, 0, False, {"count_include_pad": True})
-    if anchor is not None:
-        anchor.out_shape = (xs[0], xs[1], *out_hw)
-    return anchor
+    extra = {"count_include_pad": True}
+    out = (xs[0], xs[1], *out_hw)
+    return _pool(node, gm, "avg_pool2d", x, kernel, kernel, 0, False, extra, out)
 
 
 @register(ANCHORS, aten.adaptive_avg_pool2d.default)
@@ -409,8 +411,6 @@ def _attention(node, gm):
     """softmax(q k^T * scale + mask) v over (batch * heads) when `autosched.topi.attention`
     exists; a float mask is broadcast to (batch * heads, Sq, Sk). Dropout, grouped-query
     attention and boolean masks stay in PyTorch."""
-    from autosched.frontend.dag_builder import attention_available
-
     a = args_of(node)
     if not attention_available() or a["dropout_p"] != 0.0 or a["enable_gqa"]:
         return None
@@ -431,15 +431,33 @@ def _attention(node, gm):
         return None
     mask = a["attn_mask"]
     if mask is not None:
-        scores = (*qs[:-1], ks[-2])
-        m = operand("mask", mask, gm, (batch, qs[-2], ks[-2]))
-        if m is None or not _expands(shape_of(mask) or (), scores):
+        m = _mask_operand(mask, gm, (*qs[:-1], ks[-2]), operands[0].dtype)
+        if m is None:
             return None
-        m.expand = scores
         operands.append(m)
     scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
     attrs = {"scale": float(scale), "causal": bool(a["is_causal"])}
     return Anchor("attention", attrs, operands, (batch, qs[-2], vs[-1]))
+
+
+def _mask_operand(mask: Any, gm: fx.GraphModule, scores: tuple, dtype: str) -> Operand | None:
+    """The mask as an additive (batch * heads, Sq, Sk) operand: a float mask as it is, a
+    boolean one (True: attend) as 0 / -inf in the queries' dtype."""
+    val = mask.meta.get("val") if isinstance(mask, fx.Node) else None
+    value = constant(mask, gm)
+    shape = tuple(value.shape) if value is not None else tuple(getattr(val, "shape", ()))
+    if not _expands(shape, scores):
+        return None
+    flat = (math.prod(scores[:-2]), *scores[-2:])
+    is_bool = getattr(value if value is not None else val, "dtype", None) == torch.bool
+    if not is_bool:
+        m = operand("mask", mask, gm, flat)
+        if m is not None:
+            m.expand = scores
+        return m
+    if value is not None:
+        return Operand("mask", flat, value=value, dtype=dtype, expand=scores, additive=True)
+    return Operand("mask", flat, node=mask, dtype=dtype, expand=scores, additive=True)
 
 
 def _expands(small: tuple, big: tuple) -> bool:

@@ -91,9 +91,9 @@ class TunedCall(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         args = self._args(inputs)
         if self.use_interpreter:
-            arrays = [_to_storage(a) for a in args]
+            arrays = [tensor_to_storage(a) for a in args]
             (out,) = self.kernel.run_cpu(*arrays)
-            result = _from_storage(out, self.kernel.outputs[0].dtype).to(inputs[0].device)
+            result = storage_to_tensor(out, self.kernel.outputs[0].dtype).to(inputs[0].device)
         else:
             device = args[0].device
             result = torch.empty(self.dag_out_shape, device=device, dtype=self.out_dtype)
@@ -116,7 +116,7 @@ class TunedCall(nn.Module):
 _TORCH_DTYPES = {te_name: dtype for dtype, te_name in TE_DTYPES.items()}
 
 
-def _to_storage(value: torch.Tensor) -> np.ndarray:
+def tensor_to_storage(value: torch.Tensor) -> np.ndarray:
     """A torch tensor as the numpy array the interpreter takes (bfloat16 as bit patterns)."""
     te_dtype = TE_DTYPES[value.dtype]
     host = value.detach().cpu()
@@ -125,7 +125,7 @@ def _to_storage(value: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(host.numpy())
 
 
-def _from_storage(array: np.ndarray, te_dtype: str) -> torch.Tensor:
+def storage_to_tensor(array: np.ndarray, te_dtype: str) -> torch.Tensor:
     values = from_storage(np.ascontiguousarray(array), te_dtype)
     return torch.from_numpy(np.ascontiguousarray(values)).to(_TORCH_DTYPES[te_dtype])
 

@@ -24,6 +24,7 @@ class Operand:
     value: Any = None  # torch.Tensor, when the value is a constant bound at compile time
     dtype: str = "float32"
     expand: tuple[int, ...] | None = None  # the torch shape to broadcast to before reshaping
+    additive: bool = False  # a boolean attention mask, passed as 0 (True) / -inf (False)
 
     @property
     def is_constant(self) -> bool:
@@ -54,6 +55,12 @@ class Epilogue:
     kind: str
     attrs: dict = field(default_factory=dict)
     operands: list[Operand] = field(default_factory=list)
+
+    @property
+    def silent(self) -> bool:
+        """Whether the epilogue leaves the values as they are (a copy, inference dropout, a
+        reshape of the contiguous output): it is not named in the group's name."""
+        return self.kind in ("identity", "reshape")
 
     @property
     def label(self) -> str:

@@ -50,7 +50,20 @@ def _export(module: nn.Module, example_inputs: tuple) -> fx.GraphModule:
     quiet = io.StringIO()
     with torch.no_grad(), contextlib.redirect_stderr(quiet), _silence_export_logs():
         program = torch.export.export(module, example_inputs, strict=False)
-        return program.module()
+        return _without_checks(program.module())
+
+
+# nodes export adds to check a value's dtype or device: they compute nothing, and would count
+# as a second user of the value they check (no fusion through it)
+_METADATA_CHECKS = (torch.ops.aten._assert_tensor_metadata.default,)
+
+
+def _without_checks(gm: fx.GraphModule) -> fx.GraphModule:
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in _METADATA_CHECKS and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
 
 
 @contextlib.contextmanager
