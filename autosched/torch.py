@@ -68,7 +68,7 @@ def backend(log: str | None = None, use_interpreter: bool = False):
     `torch.compile(model, backend=autosched.torch.backend(log=LOG))`."""
 
     def compiler(gm, example_inputs, **_: Any):
-        return compile_model(gm, tuple(example_inputs), log, use_interpreter)
+        return dynamo_backend(gm, example_inputs, {"log": log, "use_interpreter": use_interpreter})
 
     return compiler
 

@@ -225,6 +225,18 @@ def _warn(message: str) -> None:
     warnings.warn(message, UntunedModelWarning, stacklevel=4)
 
 
+class DynamoCall:
+    """What the backend hands dynamo: the compiled graph called with the user inputs among
+    dynamo's (the parameters and buffers it also passes are bound in `compiled`)."""
+
+    def __init__(self, compiled: fx.GraphModule, user_inputs: list[int]) -> None:
+        self.compiled = compiled
+        self.user_inputs = user_inputs
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*(args[i] for i in self.user_inputs))
+
+
 def dynamo_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None):
     """The `torch.compile` backend "autosched": `options` are `compile_model`'s keywords
     (`log`, `use_interpreter`). Dynamo's graph takes the model's parameters and buffers as
@@ -238,8 +250,4 @@ def dynamo_backend(gm: fx.GraphModule, example_inputs: list, options: dict | Non
     except ModelError as err:
         _warn(f"this graph runs in PyTorch: {err}")
         return gm.forward
-
-    def run(*args: Any) -> Any:
-        return compiled(*(args[i] for i in user))
-
-    return run
+    return DynamoCall(compiled, user)

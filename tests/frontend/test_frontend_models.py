@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import autosched.torch as at  # noqa: E402
-from autosched.frontend.extract import extract  # noqa: E402
+from autosched.frontend.extract import ModelTasks, extract  # noqa: E402
 from tests.frontend.models import (  # noqa: E402
     MobileBlock,
     ViTBlock,
@@ -94,19 +94,14 @@ def test_hugging_face_gpt2_extracts_its_conv1d_layers():
     """GPT-2's Conv1D is `addmm(bias, x, W)`: a dense layer on the constant W's transpose,
     the residual fused through the reshape that follows it."""
     model, inputs = tiny_gpt2()
-    tasks = at.extract_tasks(model, inputs)
-    assert [(t.name, t.weight) for t in tasks] == [
+    ex = extract(model, inputs)
+    assert _names(ex) == [
         ("layer_norm", 5),
         ("dense", 2),  # c_attn: q, k, v packed
         ("dense+add", 2),  # c_proj + residual
         ("dense", 2),  # c_fc (GELU written out element by element stays in PyTorch)
         ("dense+add", 2),  # mlp c_proj + residual
     ]
-    text = at.print_tasks(tasks)
+    text = at.print_tasks(ModelTasks(ex.tasks, ex.coverage))
     assert "stays in PyTorch: " in text and "aten.scaled_dot_product_attention x2 (" in text
-
-
-def test_gpt2_groups_match_pytorch():
-    model, inputs = tiny_gpt2()
-    ex = extract(model, inputs)
     check_groups(ex, inputs)
