@@ -89,9 +89,19 @@ def args_of(node: fx.Node) -> dict[str, Any]:
     return dict(pair.kwargs)
 
 
+_CASTS = (aten._to_copy.default, aten.to.dtype)
+
+
 def constant(arg: Any, gm: fx.GraphModule) -> torch.Tensor | None:
-    """The tensor an argument names when it is fixed at compile time (a get_attr node: a
-    parameter or buffer of the exported module)."""
+    """The tensor an argument names when it is fixed at compile time: a get_attr node (a
+    parameter or buffer of the exported module), or a dtype cast of one (autocast's weights)."""
+    if isinstance(arg, fx.Node) and arg.op == "call_function" and arg.target in _CASTS:
+        source = constant(arg.args[0], gm)
+        dtype = args_of(arg).get("dtype")
+        other = {k: v for k, v in arg.kwargs.items() if k != "dtype"}
+        if source is None or not isinstance(dtype, torch.dtype) or other:
+            return None
+        return source.to(dtype)
     if isinstance(arg, fx.Node) and arg.op == "get_attr":
         value: Any = gm
         for part in str(arg.target).split("."):

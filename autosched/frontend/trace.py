@@ -7,6 +7,10 @@ operator (`aten.conv2d`, `aten.linear`, `aten.scaled_dot_product_attention`, ...
 carries its shape and dtype in `meta["val"]`. A model whose outputs export cannot flatten (a
 Hugging Face cache object) is exported through a wrapper that returns its tensors only.
 
+Autocast regions (`torch.autocast` inside the model, or around the call that extracts it) become
+explicit casts (export's ATen decomposition with an empty table, which keeps every other
+operator as it is), so their operators give tasks in the autocast dtype.
+
 `freeze_dynamo_graph` turns the fx graph dynamo hands a backend (parameters and buffers as
 graph inputs) into a module holding them as attributes, so that exporting it gives the same
 graph, hence the same tasks, as exporting the model itself.
@@ -18,6 +22,7 @@ import contextlib
 import inspect
 import io
 import logging
+import warnings
 from typing import Any
 
 import torch
@@ -35,6 +40,7 @@ def export_graph(model: Any, example_inputs: tuple) -> fx.GraphModule:
     check_model(model, example_inputs)
     module = model if isinstance(model, nn.Module) else _FunctionModule(model)
     _check_runs(module, example_inputs)
+    module = _under_ambient_autocast(module)
     try:
         return _export(module, example_inputs)
     except Exception as first:  # noqa: BLE001 (retried, then reported in one line)
@@ -50,7 +56,37 @@ def _export(module: nn.Module, example_inputs: tuple) -> fx.GraphModule:
     quiet = io.StringIO()
     with torch.no_grad(), contextlib.redirect_stderr(quiet), _silence_export_logs():
         program = torch.export.export(module, example_inputs, strict=False)
+        if _has_autocast(program.graph_module):
+            # autocast regions as explicit casts; other operators keep their ATen form (torch
+            # warns about its own pytree internals while copying the program)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                program = program.run_decompositions({})
         return _without_checks(program.module())
+
+
+def _has_autocast(gm: fx.GraphModule) -> bool:
+    hop = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
+    return hop is not None and any(n.target is hop for n in gm.graph.nodes)
+
+
+class _Autocast(nn.Module):
+    """A model run under the autocast its caller had on (export does not see the caller's)."""
+
+    def __init__(self, model: nn.Module, device: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.model, self.device, self.dtype = model, device, dtype
+
+    def forward(self, *args: Any) -> Any:
+        with torch.autocast(self.device, dtype=self.dtype):
+            return self.model(*args)
+
+
+def _under_ambient_autocast(module: nn.Module) -> nn.Module:
+    for device in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device):
+            return _Autocast(module, device, torch.get_autocast_dtype(device))
+    return module
 
 
 # nodes export adds to check a value's dtype or device: they compute nothing, and would count

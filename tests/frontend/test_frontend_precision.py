@@ -111,3 +111,31 @@ def test_compiled_fp16_model_matches_eager_on_the_interpreter(tmp_path):
         got = compiled(x)
         assert got.dtype == torch.float16
         torch.testing.assert_close(got, model(x), rtol=1e-2, atol=1e-2)
+
+
+class AutocastInside(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.relu(self.fc1(x))
+        return self.fc2(y.float())
+
+
+def test_autocast_regions_give_tasks_in_the_autocast_dtype():
+    torch.manual_seed(8)
+    x = torch.randn(2, 8)
+    ex = extract(AutocastInside().eval(), (x,))
+    assert [(t.name, t.groups[0].anchor.dtype) for t in ex.tasks] == [
+        ("dense+relu+cast", "bfloat16"),  # its weights cast once, at compile time
+        ("dense", "float32"),
+    ]
+    assert all(o.is_constant for o in ex.groups[0].anchor.operands[1:])
+    check_groups(ex, (x,), rtol=3e-2, atol=3e-2)
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # around the call
+        (task,) = at.extract_tasks(model, x)
+    assert (task.name, task.task.compute_dag.outputs[0].dtype) == ("dense+gelu", "bfloat16")
