@@ -23,6 +23,7 @@ from autosched.frontend.coverage import Coverage, coverage
 from autosched.frontend.dag_builder import build_dag
 from autosched.frontend.epilogues import EPILOGUES
 from autosched.frontend.ops import ANCHORS, dtype_of, shape_of, target_key
+from autosched.frontend.patterns import apply_rewrites
 from autosched.frontend.precision import allows_tf32
 from autosched.frontend.specs import Anchor, Epilogue, Operand
 from autosched.frontend.trace import check_model, export_graph
@@ -124,9 +125,12 @@ class Extraction:
 
 
 def trace(model: Any, example_inputs: tuple) -> fx.GraphModule:
-    """The model's ATen graph, every node's shape and dtype in `meta["val"]`; ModelError (one
-    line) when the model is not one, cannot be exported, or does not run on its inputs."""
-    return export_graph(model, example_inputs)
+    """The model's ATen graph, every node's shape and dtype in `meta["val"]`, hand-written
+    formulas rewritten to their operator (`patterns`); ModelError (one line) when the model is
+    not one, cannot be exported, or does not run on its inputs."""
+    gm = export_graph(model, example_inputs)
+    apply_rewrites(gm)
+    return gm
 
 
 def _epilogue(

@@ -92,14 +92,15 @@ def test_hugging_face_bert_extracts_its_linears():
 
 def test_hugging_face_gpt2_extracts_its_conv1d_layers():
     """GPT-2's Conv1D is `addmm(bias, x, W)`: a dense layer on the constant W's transpose,
-    the residual fused through the reshape that follows it."""
+    the residual fused through the reshape that follows it; its GELU written out operator by
+    operator is recognised as GELU (tanh)."""
     model, inputs = tiny_gpt2()
     ex = extract(model, inputs)
     assert _names(ex) == [
         ("layer_norm", 5),
         ("dense", 2),  # c_attn: q, k, v packed
         ("dense+add", 2),  # c_proj + residual
-        ("dense", 2),  # c_fc (GELU written out element by element stays in PyTorch)
+        ("dense+gelu_tanh", 2),  # c_fc + "gelu_new"
         ("dense+add", 2),  # mlp c_proj + residual
     ]
     text = at.print_tasks(ModelTasks(ex.tasks, ex.coverage))
