@@ -78,6 +78,25 @@ def _upcast(build: Callable) -> Callable:
     return wrapped
 
 
+def _rms_norm(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
+    """`x * rsqrt(mean(x^2) + eps) * gamma` over the features of (rows, features): the mean of
+    squares (`T_rms_norm_ms`, a reduction), then the scaling (topi has no RMSNorm)."""
+    x, gamma = t[0], t[1]
+    rows, features = x.shape
+    k = te.reduce_axis((0, features), name="k")
+    inv_n = te.const(1.0 / features, x.dtype)
+    ms = te.compute(
+        (rows,), lambda i: te.sum(x[i, k] * x[i, k] * inv_n, axis=k), name="T_rms_norm_ms"
+    )
+    eps = te.const(a.attrs["eps"], x.dtype)
+    return te.compute(
+        x.shape,
+        lambda i, j: x[i, j] * te.rsqrt(ms[i] + eps) * gamma[j],
+        name="T_rms_norm",
+        tag="injective",
+    )
+
+
 def attention_available() -> bool:
     """Whether `autosched.topi.attention` (fused attention) is there."""
     name = "autosched.topi.attention"
@@ -113,6 +132,7 @@ ANCHOR_BUILDERS: dict[str, Callable[[Anchor, list[te.Tensor]], te.Tensor]] = {
         lambda a, t: topi.nn.layer_norm(t[0], t[1], t[2], a.attrs["axis"], a.attrs["eps"])
     ),
     "softmax": _upcast(lambda a, t: topi.nn.softmax(t[0], a.attrs["axis"])),
+    "rms_norm": _upcast(_rms_norm),
     "max_pool2d": _upcast(
         lambda a, t: topi.nn.max_pool2d(
             t[0], a.attrs["kernel"], a.attrs["stride"], a.attrs["padding"], a.attrs["dilation"]

@@ -318,6 +318,30 @@ def _layer_norm(node, gm):
     return Anchor("layer_norm", {"axis": axes, "eps": float(a["eps"])}, [data, gamma, beta], out)
 
 
+@register(ANCHORS, aten.rms_norm.default)
+def _rms_norm(node, gm):
+    """RMSNorm over the trailing `normalized_shape` axes, as (rows, features)."""
+    a = args_of(node)
+    out, val = shape_of(node), node.meta.get("val")
+    norm = tuple(a["normalized_shape"])
+    if out is None or not norm or tuple(out[len(out) - len(norm) :]) != norm:
+        return None
+    features = math.prod(norm)
+    rows = math.prod(out) // features
+    data = operand("data", a["input"], gm, (rows, features))
+    w = a["weight"]
+    ones = torch.ones(features)
+    gamma = (
+        operand("gamma", w, gm, (features,))
+        if w is not None
+        else Operand("gamma", (features,), value=ones)
+    )
+    if data is None or gamma is None:
+        return None
+    eps = a["eps"] if a["eps"] is not None else torch.finfo(val.dtype).eps
+    return Anchor("rms_norm", {"eps": float(eps)}, [data, gamma], (rows, features))
+
+
 @register(ANCHORS, aten.softmax.int, aten._softmax.default)
 def _softmax(node, gm):
     a = args_of(node)

@@ -139,3 +139,28 @@ def test_autocast_regions_give_tasks_in_the_autocast_dtype():
     with torch.autocast("cpu", dtype=torch.bfloat16):  # around the call
         (task,) = at.extract_tasks(model, x)
     assert (task.name, task.task.compute_dag.outputs[0].dtype) == ("dense+gelu", "bfloat16")
+
+
+class Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rms = nn.RMSNorm(8, eps=1e-6)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x):
+        return torch.softmax(self.ln(x) * 2.0, dim=-1), self.rms(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_normalisations_are_tasks_of_their_own(dtype):
+    torch.manual_seed(9)
+    model = Norms().eval().to(dtype)
+    with torch.no_grad():
+        model.rms.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 8).to(dtype)
+    ex = extract(model, (x,))
+    assert [t.name for t in ex.tasks] == ["layer_norm+mul", "softmax", "rms_norm"]
+    if dtype == torch.float16:  # read through a float32 upcast, as PyTorch computes them
+        assert all(any(op.name == "T_upcast" for op in t.task.compute_dag.ops) for t in ex.tasks)
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    check_groups(ex, (x,), rtol=tol, atol=tol)
