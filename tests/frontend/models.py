@@ -1,7 +1,10 @@
 """Small models of each family the front end meets (tests build them from configs: no
-downloads), and the check that every fused group's DAG computes what its PyTorch nodes do."""
+downloads), the check that every fused group's DAG computes what its PyTorch nodes do, and a
+one-record log for a task."""
 
 from __future__ import annotations
+
+import random
 
 import torch
 from torch import fx, nn
@@ -10,6 +13,7 @@ from torch.nn import functional as F
 import autosched
 from autosched.frontend.extract import Extraction
 from autosched.frontend.runtime import storage_to_tensor, tensor_to_storage
+from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile
 
 
 class MobileBlock(nn.Module):
@@ -118,3 +122,15 @@ def check_groups(ex: Extraction, inputs: tuple, rtol: float = 1e-4, atol: float 
         got = storage_to_tensor(out, out_tensor.dtype).float()
         want = values[g.output].float().reshape(got.shape)
         torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=g.name)
+
+
+def tune_one(task, log: str) -> None:
+    """Write a record of one sampled state of `task` (what a tuned log holds for it)."""
+    sketches = autosched.generate_sketches(task)
+    (state,) = autosched.sample_initial_population(sketches, 1, random.Random(0))
+    inp = MeasureInput(
+        task.workload_key,
+        tuple(s.to_record() for s in state.steps),
+        dag=task.compute_dag.serialized(),
+    )
+    RecordToFile(log)([inp], [MeasureRecordResult((1e-5,), 0, "", 0.1, 0.1, 1.0)])

@@ -20,6 +20,7 @@ from tests.frontend.models import (  # noqa: E402
     init_bn,
     tiny_bert,
     tiny_gpt2,
+    tune_one,
 )
 
 
@@ -75,7 +76,10 @@ def test_transformer_encoder_layer_extracts_inside_a_users_module():
     check_groups(ex, (x,))
 
 
-def test_hugging_face_bert_extracts_its_linears():
+def test_hugging_face_bert_extracts_compiles_and_matches_eager(tmp_path):
+    """BERT's linears become tasks (SDPA stays in PyTorch without an attention module);
+    with its FFN up-projection + GELU tuned (run on the interpreter) the compiled model keeps
+    its Hugging Face output type and matches eager."""
     model, inputs = tiny_bert()
     ex = extract(model, inputs)
     assert _names(ex) == [
@@ -88,6 +92,15 @@ def test_hugging_face_bert_extracts_its_linears():
     ]
     assert ex.coverage.leftover["aten.scaled_dot_product_attention"] == 2
     check_groups(ex, inputs)
+    up = ex.tasks[3]
+    log = str(tmp_path / "bert.json")
+    tune_one(up.task, log)
+    compiled = at.compile(model, inputs, log=log, use_interpreter=True)
+    assert compiled.autosched_replaced == up.weight == 2
+    with torch.no_grad():
+        got, want = compiled(*inputs), model(*inputs)
+    assert type(got) is type(want)
+    torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state)
 
 
 def test_hugging_face_gpt2_extracts_its_conv1d_layers():

@@ -4,19 +4,15 @@ flags would use it, and a compiled half-precision model matches eager at half to
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-import autosched  # noqa: E402
 import autosched.torch as at  # noqa: E402
 from autosched.frontend.extract import extract  # noqa: E402
-from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile  # noqa: E402
-from tests.frontend.models import MobileBlock, check_groups, init_bn  # noqa: E402
+from tests.frontend.models import MobileBlock, check_groups, init_bn, tune_one  # noqa: E402
 
 HALF_TOLERANCE = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2)}
 
@@ -85,18 +81,6 @@ def test_float32_tasks_follow_pytorchs_tf32_flags(precision_flags, cudnn, cublas
         assert t.workload_key.startswith("tf32") == t.task.allow_tf32
 
 
-def _tune_one(task, log: str) -> None:
-    """Write a record of one sampled state of `task`."""
-    sketches = autosched.generate_sketches(task)
-    (state,) = autosched.sample_initial_population(sketches, 1, random.Random(0))
-    inp = MeasureInput(
-        task.workload_key,
-        tuple(s.to_record() for s in state.steps),
-        dag=task.compute_dag.serialized(),
-    )
-    RecordToFile(log)([inp], [MeasureRecordResult((1e-5,), 0, "", 0.1, 0.1, 1.0)])
-
-
 def test_compiled_fp16_model_matches_eager_on_the_interpreter(tmp_path):
     torch.manual_seed(7)
     model = nn.Sequential(nn.Linear(12, 8), nn.SiLU(), nn.Linear(8, 4)).eval().half()
@@ -104,7 +88,7 @@ def test_compiled_fp16_model_matches_eager_on_the_interpreter(tmp_path):
     log = str(tmp_path / "half.json")
     tasks = at.extract_tasks(model, x)
     assert [t.name for t in tasks] == ["dense+silu", "dense"]
-    _tune_one(tasks[0].task, log)
+    tune_one(tasks[0].task, log)
     compiled = at.compile(model, x, log=log, use_interpreter=True)
     assert compiled.autosched_replaced == 1
     with torch.no_grad():
