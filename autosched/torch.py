@@ -15,12 +15,13 @@ from typing import Any
 
 import torch as _torch
 
-from autosched.frontend.extract import ExtractedTask, extract, task_table
+from autosched.frontend.extract import ExtractedTask, ModelTasks, extract, task_table
 from autosched.frontend.runtime import TunedCall, compile_model, dynamo_backend
 from autosched.task.search_task import SearchTask
 
 __all__ = [
     "ExtractedTask",
+    "ModelTasks",
     "TunedCall",
     "extract_tasks",
     "tasks_and_weights",
@@ -30,10 +31,14 @@ __all__ = [
 ]
 
 
-def extract_tasks(model: Any, example_inputs: Any) -> list[ExtractedTask]:
-    """The model's tasks: each has `.task` (a SearchTask of a fused subgraph's DAG; its workload
-    key is the DAG's `dag-...` hash), `.weight` (how often the subgraph occurs) and `.groups`."""
-    return extract(model, _as_tuple(example_inputs)).tasks
+def extract_tasks(model: Any, example_inputs: Any) -> ModelTasks:
+    """The model's tasks (from `torch.export`'s ATen graph): each has `.task` (a SearchTask of a
+    fused subgraph's DAG; its workload key is the DAG's `dag-...` hash; float16/bfloat16 models
+    give tasks in their dtype, float32 ones allow TF32 where PyTorch would), `.weight` (how
+    often the subgraph occurs) and `.groups`. The list's `.coverage` says what stays in
+    PyTorch."""
+    ex = extract(model, _as_tuple(example_inputs))
+    return ModelTasks(ex.tasks, ex.coverage)
 
 
 def tasks_and_weights(tasks: list[ExtractedTask]) -> tuple[list[SearchTask], list[int]]:
@@ -42,7 +47,8 @@ def tasks_and_weights(tasks: list[ExtractedTask]) -> tuple[list[SearchTask], lis
 
 
 def print_tasks(tasks: list[ExtractedTask]) -> str:
-    """Print (and return) a table: index, name, shapes, weight, GFLOP per call."""
+    """Print (and return) a table: index, name, shapes, dtype, weight, GFLOP per call; then
+    what stays in PyTorch (operators, counts, share of the FLOPs)."""
     text = task_table(tasks)
     print(text)
     return text
@@ -62,7 +68,7 @@ def backend(log: str | None = None, use_interpreter: bool = False):
     `torch.compile(model, backend=autosched.torch.backend(log=LOG))`."""
 
     def compiler(gm, example_inputs, **_: Any):
-        return compile_model(gm, tuple(example_inputs), log, use_interpreter)
+        return dynamo_backend(gm, example_inputs, {"log": log, "use_interpreter": use_interpreter})
 
     return compiler
 

@@ -82,6 +82,8 @@ def run_tasks(ns: argparse.Namespace) -> int:
     at, tasks = extracted_tasks(ns.factory, "listing a model's tasks")
     if not tasks:
         print(f"{ns.factory}: no operator autosched can tune; the model runs in PyTorch")
+        for line in tasks.coverage.lines():
+            print(line)
         return 0
     at.print_tasks(tasks)
     return 0
@@ -196,8 +198,9 @@ TASKS_COMMAND = Command(
     "list a PyTorch model's tasks (no GPU needed)",
     add_tasks_arguments,
     run_tasks,
-    description="Trace a PyTorch model (FACTORY returns (model, example_inputs)) and print the\n"
-    "fused subgraphs autosched would tune: name, shapes, weight, GFLOP.",
+    description="Export a PyTorch model (FACTORY returns (model, example_inputs); torch.export)\n"
+    "and print the fused subgraphs autosched would tune (name, shapes, dtype, weight, GFLOP),\n"
+    "then the operators that stay in PyTorch and their share of the model's FLOPs.",
 )
 
 TUNE_MODEL_COMMAND = Command(

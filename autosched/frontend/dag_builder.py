@@ -8,71 +8,161 @@ subgraphs are one task. The DAG's arguments are the operands in order, then the 
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Callable, Sequence
 
 from autosched import te, topi
 from autosched.frontend.specs import Anchor, Epilogue, Operand
 from autosched.schedule.compute_dag import ComputeDAG
+from autosched.topi.utils import cast_to
+
+_ACC = "float32"  # the accumulation (and epilogue) dtype of every group
 
 
 def _conv2d(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     s = a.attrs
-    return topi.nn.conv2d_nchw(t[0], t[1], s["stride"], s["padding"], s["dilation"])
+    return topi.nn.conv2d_nchw(t[0], t[1], s["stride"], s["padding"], s["dilation"], out_dtype=_ACC)
 
 
 def _depthwise(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     s = a.attrs
-    return topi.nn.depthwise_conv2d_nchw(t[0], t[1], s["stride"], s["padding"], s["dilation"])
+    return topi.nn.depthwise_conv2d_nchw(
+        t[0], t[1], s["stride"], s["padding"], s["dilation"], out_dtype=_ACC
+    )
 
 
 def _group_conv(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     s = a.attrs
     return topi.nn.group_conv2d_nchw(
-        t[0], t[1], s["stride"], s["padding"], s["dilation"], groups=s["groups"]
+        t[0], t[1], s["stride"], s["padding"], s["dilation"], groups=s["groups"], out_dtype=_ACC
     )
 
 
-def _with_bias(build: Callable) -> Callable:
-    """A conv builder that adds its optional third operand (bias, along the channels)."""
+def _bias_add(out: te.Tensor, bias: te.Tensor, axis: int) -> te.Tensor:
+    """`out + bias` along `axis`, the bias read in the output's dtype."""
+    return te.compute(
+        out.shape,
+        lambda *i: out[i] + cast_to(bias[i[axis]], out.dtype),
+        name="T_add",
+        tag="broadcast",
+    )
+
+
+def _with_bias(build: Callable, axis: int) -> Callable:
+    """A builder that adds its optional third operand (a bias, along `axis`)."""
 
     def wrapped(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
         out = build(a, t)
-        return topi.nn.bias_add(out, t[2], axis=1) if len(t) > 2 else out
+        return _bias_add(out, t[2], axis % len(out.shape)) if len(t) > 2 else out
 
     return wrapped
 
 
-ANCHOR_BUILDERS: dict[str, Callable[[Anchor, list[te.Tensor]], te.Tensor]] = {
-    "conv2d": _with_bias(_conv2d),
-    "depthwise_conv2d": _with_bias(_depthwise),
-    "group_conv2d": _with_bias(_group_conv),
-    "dense": lambda a, t: topi.nn.dense(t[0], t[1], t[2] if len(t) > 2 else None),
-    "matmul": lambda a, t: topi.nn.matmul(t[0], t[1]),
-    "batch_matmul": lambda a, t: topi.nn.batch_matmul(
-        t[0], t[1], transpose_b=a.attrs.get("transpose_b", False)
-    ),
-    "layer_norm": lambda a, t: topi.nn.layer_norm(
-        t[0], t[1], t[2], a.attrs["axis"], a.attrs["eps"]
-    ),
-    "softmax": lambda a, t: topi.nn.softmax(t[0], a.attrs["axis"]),
-    "max_pool2d": lambda a, t: topi.nn.max_pool2d(
-        t[0], a.attrs["kernel"], a.attrs["stride"], a.attrs["padding"], a.attrs["dilation"]
-    ),
-    "avg_pool2d": lambda a, t: topi.nn.avg_pool2d(
+def _upcast(build: Callable) -> Callable:
+    """A builder of a reduction or pool whose inputs are first converted to float32, as
+    PyTorch computes half-precision normalisations (`T_upcast` stages, none for float32)."""
+
+    def wrapped(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
+        wide = [
+            x
+            if x.dtype == _ACC
+            else te.compute(
+                x.shape, lambda *i, x=x: te.cast(x[i], _ACC), name="T_upcast", tag="elemwise"
+            )
+            for x in t
+        ]
+        return build(a, wide)
+
+    return wrapped
+
+
+def _rms_norm(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
+    """`x * rsqrt(mean(x^2) + eps) * gamma` over the features of (rows, features): the mean of
+    squares (`T_rms_norm_ms`, a reduction), then the scaling (topi has no RMSNorm)."""
+    x, gamma = t[0], t[1]
+    rows, features = x.shape
+    k = te.reduce_axis((0, features), name="k")
+    inv_n = te.const(1.0 / features, x.dtype)
+    ms = te.compute(
+        (rows,), lambda i: te.sum(x[i, k] * x[i, k] * inv_n, axis=k), name="T_rms_norm_ms"
+    )
+    eps = te.const(a.attrs["eps"], x.dtype)
+    return te.compute(
+        x.shape,
+        lambda i, j: x[i, j] * te.rsqrt(ms[i] + eps) * gamma[j],
+        name="T_rms_norm",
+        tag="injective",
+    )
+
+
+def attention_available() -> bool:
+    """Whether `autosched.topi.attention` (fused attention) is there."""
+    name = "autosched.topi.attention"
+    return name in sys.modules or importlib.util.find_spec(name) is not None
+
+
+def _attention(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
+    from autosched.topi.attention import attention  # type: ignore[import-not-found,unused-ignore]
+
+    mask = t[3] if len(t) > 3 else None
+    out: te.Tensor = attention(
         t[0],
-        a.attrs["kernel"],
-        a.attrs["stride"],
-        a.attrs["padding"],
-        count_include_pad=a.attrs["count_include_pad"],
+        t[1],
+        t[2],
+        scale=a.attrs["scale"],
+        causal=a.attrs["causal"],
+        mask=mask,
+        out_dtype=_ACC,
+    )
+    return out
+
+
+ANCHOR_BUILDERS: dict[str, Callable[[Anchor, list[te.Tensor]], te.Tensor]] = {
+    "conv2d": _with_bias(_conv2d, 1),
+    "depthwise_conv2d": _with_bias(_depthwise, 1),
+    "group_conv2d": _with_bias(_group_conv, 1),
+    "dense": _with_bias(lambda a, t: topi.nn.dense(t[0], t[1], out_dtype=_ACC), -1),
+    "matmul": _with_bias(lambda a, t: topi.nn.matmul(t[0], t[1], out_dtype=_ACC), -1),
+    "batch_matmul": lambda a, t: topi.nn.batch_matmul(
+        t[0], t[1], transpose_b=a.attrs.get("transpose_b", False), out_dtype=_ACC
     ),
+    "layer_norm": _upcast(
+        lambda a, t: topi.nn.layer_norm(t[0], t[1], t[2], a.attrs["axis"], a.attrs["eps"])
+    ),
+    "softmax": _upcast(lambda a, t: topi.nn.softmax(t[0], a.attrs["axis"])),
+    "rms_norm": _upcast(_rms_norm),
+    "max_pool2d": _upcast(
+        lambda a, t: topi.nn.max_pool2d(
+            t[0], a.attrs["kernel"], a.attrs["stride"], a.attrs["padding"], a.attrs["dilation"]
+        )
+    ),
+    "avg_pool2d": _upcast(
+        lambda a, t: topi.nn.avg_pool2d(
+            t[0],
+            a.attrs["kernel"],
+            a.attrs["stride"],
+            a.attrs["padding"],
+            count_include_pad=a.attrs["count_include_pad"],
+        )
+    ),
+    "attention": _attention,
 }
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
+
+def _relu6(x: te.Expr) -> te.Expr:
+    return te.min(te.max(x, te.const(0.0, "float32")), te.const(6.0, "float32"))
+
+
 ACTIVATIONS: dict[str, Callable[[te.Expr], te.Expr]] = {
     "relu": lambda x: te.max(x, te.const(0.0, "float32")),
+    "relu6": _relu6,
+    "hardswish": lambda x: x * _relu6(x + 3.0) * (1.0 / 6.0),
+    "hardsigmoid": lambda x: _relu6(x + 3.0) * (1.0 / 6.0),
     "sigmoid": te.sigmoid,
     "tanh": te.tanh,
     "silu": lambda x: x * te.sigmoid(x),
@@ -104,8 +194,8 @@ def _binary(e: Epilogue, x: te.Tensor, t: list[te.Tensor], name: str) -> te.Tens
 
     def other(i):
         if t:
-            return t[0][_broadcast_index(t[0].shape, i)]
-        return te.const(e.attrs["scalar"], "float32")
+            return cast_to(t[0][_broadcast_index(t[0].shape, i)], x.dtype)
+        return te.const(e.attrs["scalar"], x.dtype)
 
     def body(*i):
         return fn(other(i), x[i]) if swap else fn(x[i], other(i))
@@ -117,28 +207,56 @@ def _scale_shift(e: Epilogue, x: te.Tensor, t: list[te.Tensor], name: str) -> te
     axis = e.attrs["axis"]
     scale, shift = t
     return te.compute(
-        x.shape, lambda *i: x[i] * scale[i[axis]] + shift[i[axis]], name=name, tag="broadcast"
+        x.shape,
+        lambda *i: x[i] * cast_to(scale[i[axis]], x.dtype) + cast_to(shift[i[axis]], x.dtype),
+        name=name,
+        tag="broadcast",
     )
+
+
+def _clamp(e: Epilogue, x: te.Tensor, t: list[te.Tensor], name: str) -> te.Tensor:
+    lo, hi = e.attrs["min"], e.attrs["max"]
+
+    def body(*i):
+        v: te.Expr = x[i]
+        v = v if lo is None else te.max(v, te.const(float(lo), x.dtype))
+        return v if hi is None else te.min(v, te.const(float(hi), x.dtype))
+
+    return te.compute(x.shape, body, name=name, tag="elemwise")
+
+
+def _pass_through(e: Epilogue, x: te.Tensor, t: list[te.Tensor], name: str) -> te.Tensor:
+    """Inference dropout and copies; a cast, whose rounding the group's output does once."""
+    return x
 
 
 EPILOGUE_BUILDERS: dict[str, Callable] = {
     "act": _act,
     "binary": _binary,
     "scale_shift": _scale_shift,
+    "clamp": _clamp,
+    "identity": _pass_through,
+    "reshape": _pass_through,
+    "cast": _pass_through,
 }
 
 
 def _placeholders(operands: list[Operand], suffix: str) -> list[te.Tensor]:
-    return [te.placeholder(o.shape, "float32", f"{o.role}{suffix}") for o in operands]
+    return [te.placeholder(o.shape, o.dtype, f"{o.role}{suffix}") for o in operands]
 
 
-def build_dag(anchor: Anchor, epilogues: Sequence[Epilogue]) -> ComputeDAG:
+def build_dag(
+    anchor: Anchor, epilogues: Sequence[Epilogue], out_dtype: str = "float32"
+) -> ComputeDAG:
     """The DAG of a group: its args are the anchor's operands, the epilogues' operands in
-    order, then the output."""
+    order, then the output. The anchor accumulates and the epilogues compute in float32; the
+    output is rounded to `out_dtype` by a final `T_cast` (float16 and bfloat16 groups)."""
     inputs = _placeholders(anchor.operands, "")
     out = ANCHOR_BUILDERS[anchor.kind](anchor, inputs)
     for k, e in enumerate(epilogues, 1):
         extra = _placeholders(e.operands, str(k))
         inputs += extra
         out = EPILOGUE_BUILDERS[e.kind](e, out, extra, f"T_{e.label}{k}")
+    if out.dtype != out_dtype:
+        out = topi.cast(out, out_dtype)
     return ComputeDAG([*inputs, out])

@@ -1,17 +1,16 @@
-"""Trace a model, partition its graph into fused groups, and group those into weighted tasks.
+"""Export a model, partition its ATen graph into fused groups, and group those into tasks.
 
-`trace` runs torch.fx's symbolic trace (a GraphModule is used as it is) and ShapeProp on the
-example inputs. `partition` walks the graph in order: a node the anchor table accepts starts a
-group, which then absorbs its single consumer for as long as the epilogue table accepts it
-(bias add, folded batch norm, activation, residual add). Everything else stays in PyTorch,
-casts included. Groups whose DAGs print the same are one task, weighted by their count.
+`trace` exports the model (`trace.export_graph`: `torch.export`, shapes and dtypes on every
+node). `partition` walks the graph in order: a node the anchor table accepts starts a group,
+which then absorbs its single consumer for as long as the epilogue table accepts it (bias add,
+folded batch norm, activation, residual add, cast, inference dropout). Everything else stays in
+PyTorch (`coverage` says what, and its share of the FLOPs). Groups whose DAGs print the same
+are one task, weighted by their count; a float32 task allows TF32 where PyTorch would
+(`precision`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import io
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,17 +18,21 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.fx.passes.shape_prop import ShapeProp
 
-from autosched.errors import ModelError
+from autosched.frontend.coverage import Coverage, coverage
 from autosched.frontend.dag_builder import build_dag
 from autosched.frontend.epilogues import EPILOGUES
-from autosched.frontend.ops import ANCHORS, shape_of, target_key
+from autosched.frontend.ops import ANCHORS, dtype_of, shape_of, target_key
+from autosched.frontend.patterns import apply_rewrites
+from autosched.frontend.precision import allows_tf32
 from autosched.frontend.specs import Anchor, Epilogue, Operand
+from autosched.frontend.trace import check_model, export_graph
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.task.search_task import SearchTask
 
 _log = logging.getLogger(__name__)
+
+__all__ = ["check_model", "extract", "extract_graph", "partition", "task_table", "trace"]
 
 
 @dataclass
@@ -52,14 +55,32 @@ class FusedGroup:
 
     @property
     def name(self) -> str:
-        return "+".join([self.anchor.kind, *(e.label for e in self.epilogues)])
+        labels = (e.label for e in self.epilogues if not e.silent)
+        return "+".join([self.anchor.kind, *labels])
+
+    @property
+    def out_dtype(self) -> str:
+        """The te dtype of the group's output (its last node's torch dtype)."""
+        return dtype_of(self.output) or "float32"
 
     def dag_inputs(self, values: dict[fx.Node, torch.Tensor]) -> list[torch.Tensor]:
         """The DAG's input tensors, given the torch values of the graph's nodes."""
         return [
-            (o.value if o.is_constant else values[o.node]).reshape(o.shape).contiguous()
-            for o in self.operands
+            operand_value(o, o.value if o.is_constant else values[o.node]) for o in self.operands
         ]
+
+
+def operand_value(o: Operand, value: torch.Tensor) -> torch.Tensor:
+    """A torch value laid out as its operand's DAG placeholder (broadcast, then reshaped; a
+    boolean mask made additive)."""
+    if o.additive and value.dtype == torch.bool:
+        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(o.dtype, torch.float32)
+        value = torch.zeros(value.shape, dtype=dtype, device=value.device).masked_fill(
+            ~value, float("-inf")
+        )
+    if o.expand is not None:
+        value = value.expand(o.expand)
+    return value.reshape(o.shape).contiguous()
 
 
 @dataclass
@@ -84,65 +105,32 @@ class ExtractedTask:
         return self.task.compute_dag.flop_count
 
 
+class ModelTasks(list):
+    """A model's tasks (a list of `ExtractedTask`) and what of the model stays in PyTorch."""
+
+    def __init__(self, tasks: list[ExtractedTask], coverage: Coverage) -> None:
+        super().__init__(tasks)
+        self.coverage = coverage
+
+
 @dataclass
 class Extraction:
-    """A traced model with shapes, its fused groups (graph order) and tasks (first seen first)."""
+    """An exported model, its fused groups (graph order), tasks (first seen first) and what
+    stays in PyTorch."""
 
     gm: fx.GraphModule
     groups: list[FusedGroup]
     tasks: list[ExtractedTask]
+    coverage: Coverage = field(default_factory=Coverage)
 
 
 def trace(model: Any, example_inputs: tuple) -> fx.GraphModule:
-    """The model's fx graph with every node's shape recorded (`meta["tensor_meta"]`); ModelError
-    (one line) when the model is not one, cannot be traced, or does not run on its inputs."""
-    check_model(model, example_inputs)
-    if isinstance(model, fx.GraphModule):
-        gm = model
-    else:
-        try:
-            gm = fx.symbolic_trace(model)
-        except Exception as exc:  # data-dependent control flow, untraceable calls, ...
-            raise ModelError(f"torch.fx cannot trace the model: {_one_line(exc)}") from None
-    stderr = io.StringIO()
-    try:
-        # ShapeProp prints the failing node's traceback itself: keep it off the user's screen
-        with torch.no_grad(), contextlib.redirect_stderr(stderr):
-            ShapeProp(gm).propagate(*example_inputs)
-    except Exception as exc:
-        cause = exc.__cause__ or exc  # ShapeProp wraps the model's own error
-        raise ModelError(
-            f"the model does not run on its example inputs ({_describe(example_inputs)}): "
-            f"{_one_line(cause)}"
-        ) from None
+    """The model's ATen graph, every node's shape and dtype in `meta["val"]`, hand-written
+    formulas rewritten to their operator (`patterns`); ModelError (one line) when the model is
+    not one, cannot be exported, or does not run on its inputs."""
+    gm = export_graph(model, example_inputs)
+    apply_rewrites(gm)
     return gm
-
-
-def check_model(model: Any, example_inputs: tuple) -> None:
-    """ModelError unless `model` is an nn.Module (or a function torch.fx can trace) and every
-    example input is a tensor."""
-    if not isinstance(model, torch.nn.Module) and not inspect.isfunction(model):
-        raise ModelError(
-            f"the model must be a torch.nn.Module, got {type(model).__name__} {model!r:.60}"
-        )
-    for i, value in enumerate(example_inputs):
-        if not isinstance(value, torch.Tensor):
-            raise ModelError(
-                f"example input {i} must be a torch.Tensor, got {type(value).__name__} "
-                f"{value!r:.60}"
-            )
-
-
-def _describe(example_inputs: tuple) -> str:
-    return ", ".join(
-        f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in example_inputs
-    )
-
-
-def _one_line(exc: BaseException) -> str:
-    """`Type: first line of the message`."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _epilogue(
@@ -155,10 +143,12 @@ def _epilogue(
         return None, None
     (user,) = node.users
     match = EPILOGUES.get(target_key(user, gm))
-    if match is None or shape_of(user) != shape_of(node):
+    if match is None or shape_of(user) is None:
         return None, None
     epi = _guarded(match, user, gm, node, dag_shape)
     if epi is None or not all(o.is_constant or before(o.node) for o in epi.operands):
+        return None, None
+    if shape_of(user) != shape_of(node) and epi.kind != "reshape":
         return None, None
     return user, epi
 
@@ -188,7 +178,10 @@ def _group(node: fx.Node, gm: fx.GraphModule, order: dict, taken: set) -> FusedG
         nodes.append(user)
         epilogues.append(epi)
         cur = user
-    dag = _guarded(build_dag, anchor, epilogues)
+    out_dtype = dtype_of(nodes[-1])
+    if out_dtype is None or any(o.dtype != anchor.dtype for o in anchor.operands[:2]):
+        return None
+    dag = _guarded(build_dag, anchor, epilogues, out_dtype)
     return None if dag is None else FusedGroup(anchor, epilogues, nodes, dag)
 
 
@@ -208,17 +201,24 @@ def partition(gm: fx.GraphModule) -> list[FusedGroup]:
 
 
 def extract(model: Any, example_inputs: tuple) -> Extraction:
-    """Trace, partition and group into tasks (one per distinct DAG, weighted by its count)."""
-    gm = trace(model, example_inputs)
+    """Export, partition and group into tasks (one per distinct DAG, weighted by its count)."""
+    return extract_graph(trace(model, example_inputs))
+
+
+def extract_graph(gm: fx.GraphModule) -> Extraction:
+    """Partition an exported graph and group its fused groups into tasks."""
     groups = partition(gm)
-    by_key: dict[str, ExtractedTask] = {}
+    by_key: dict[tuple[str, bool], ExtractedTask] = {}
     for g in groups:
-        key = g.dag.workload_key
+        tf32 = allows_tf32(g.anchor.kind, g.anchor.dtype)
+        key = (g.dag.workload_key, tf32)
         if key not in by_key:
-            by_key[key] = ExtractedTask(SearchTask(dag=g.dag, desc=g.name), 0, [])
+            task = SearchTask(dag=g.dag, desc=g.name, allow_tf32=tf32)
+            by_key[key] = ExtractedTask(task, 0, [])
         by_key[key].weight += 1
         by_key[key].groups.append(g)
-    return Extraction(gm, groups, list(by_key.values()))
+    cov = coverage(gm, (n for g in groups for n in g.nodes))
+    return Extraction(gm, groups, list(by_key.values()), cov)
 
 
 def _shape_text(shape: tuple) -> str:
@@ -226,14 +226,16 @@ def _shape_text(shape: tuple) -> str:
 
 
 def task_table(tasks: list[ExtractedTask]) -> str:
-    """A table of tasks: index, name, shapes (inputs -> output), weight, GFLOP per call."""
-    rows = [("#", "task", "shapes", "weight", "GFLOP")]
+    """A table of tasks: index, name, shapes (inputs -> output), dtype (`float32+tf32` where
+    TF32 is allowed), weight, GFLOP per call; then what stays in PyTorch, when known."""
+    rows = [("#", "task", "shapes", "dtype", "weight", "GFLOP")]
     for i, t in enumerate(tasks):
         g = t.groups[0]
         shapes = ", ".join(_shape_text(o.shape) for o in g.operands)
         shapes += " -> " + _shape_text(g.anchor.out_shape)
-        rows.append((str(i), t.name, shapes, str(t.weight), f"{t.flop * 1e-9:.4f}"))
-    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+        dtype = g.anchor.dtype + ("+tf32" if t.task.allow_tf32 else "")
+        rows.append((str(i), t.name, shapes, dtype, str(t.weight), f"{t.flop * 1e-9:.4f}"))
+    widths = [max(len(r[c]) for r in rows) for c in range(6)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     total = sum(t.weight * t.flop for t in tasks) * 1e-9
@@ -241,4 +243,7 @@ def task_table(tasks: list[ExtractedTask]) -> str:
         f"{len(tasks)} task(s), {sum(t.weight for t in tasks)} subgraph(s), {total:.4f}"
         " GFLOP per forward"
     )
+    cov = getattr(tasks, "coverage", None)
+    if cov is not None:
+        lines += cov.lines()
     return "\n".join(lines)

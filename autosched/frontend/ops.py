@@ -1,26 +1,31 @@
-"""PyTorch operators as anchor specs, a registered table keyed by fx target (the epilogues'
-table, in `epilogues`, uses the same keys).
+"""ATen operators as anchor specs: a registered table keyed by the operator overload
+(`torch.ops.aten.conv2d.default`); the epilogues' table, in `epilogues`, uses the same keys.
 
-A key is the module class (`call_module`), the function (`call_function`) or `("method",
-name)` (`call_method`). An anchor matcher turns a node into an `Anchor` (or None when its
-arguments are outside what our topi covers: the node then stays in PyTorch); an epilogue
-matcher turns a consumer of the group's current output into an `Epilogue`.
+The graphs come from `torch.export` (see `trace`): every call is an ATen operator and every
+node's `meta["val"]` holds its shape and dtype. An anchor matcher turns a node into an `Anchor`
+(or None when its arguments are outside what our topi covers: the node then stays in PyTorch).
+Matchers read arguments by name (`args_of`), with the schema's defaults filled in.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import fx, nn
+from torch import fx
+from torch.fx.operator_schemas import normalize_function
 
+from autosched.frontend.dag_builder import attention_available
 from autosched.frontend.specs import Anchor, Operand
 
+aten = torch.ops.aten
+
 ANCHORS: dict[Any, Callable] = {}
+
+# torch dtypes a DAG placeholder can have, by te name
+TE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
 def register(table: dict, *keys: Any) -> Callable:
@@ -34,45 +39,71 @@ def register(table: dict, *keys: Any) -> Callable:
     return wrap
 
 
-def target_key(node: fx.Node, gm: fx.GraphModule) -> Any:
-    """The table key of a node: its module's class, its function, or ("method", name)."""
-    if node.op == "call_module":
-        return type(gm.get_submodule(str(node.target)))
-    if node.op == "call_function":
-        return node.target
-    if node.op == "call_method":
-        return ("method", node.target)
-    return None
+def target_key(node: fx.Node, gm: fx.GraphModule | None = None) -> Any:
+    """The table key of a node: the ATen operator overload it calls (None for other nodes)."""
+    return node.target if node.op == "call_function" else None
+
+
+def op_name(node: fx.Node) -> str:
+    """A readable operator name: `aten.conv2d`, `getitem`."""
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    if packet is not None:
+        return f"aten.{packet.__name__}"
+    return getattr(target, "__name__", str(target))
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
 
 
 def shape_of(node: Any) -> tuple[int, ...] | None:
-    """The static shape ShapeProp recorded for a node (None when it is not one float32 tensor)."""
-    meta = getattr(node, "meta", {}).get("tensor_meta")
-    if meta is None or not hasattr(meta, "shape") or meta.dtype != torch.float32:
+    """The static shape of a node's value (None unless it is one floating-point tensor of a
+    dtype our DAGs hold, with static sizes)."""
+    val = _val(node)
+    if not isinstance(val, torch.Tensor) or val.dtype not in TE_DTYPES:
         return None
-    return tuple(int(s) for s in meta.shape)
+    try:
+        return tuple(int(s) for s in val.shape)
+    except TypeError:  # a symbolic size
+        return None
 
 
-def _arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
+def dtype_of(node: Any) -> str | None:
+    """The te dtype of a node's value (None when it is not a float32/float16/bfloat16 tensor)."""
+    val = _val(node)
+    return TE_DTYPES.get(val.dtype) if isinstance(val, torch.Tensor) else None
 
 
-class _ParamRef:
-    """A module's parameter standing where a get_attr node would, for `constant`."""
+def args_of(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by their schema names, defaults filled in (an operator's `self`
+    is named `input`)."""
+    target = node.target
+    pair = None
+    if callable(target):
+        pair = normalize_function(
+            target, tuple(node.args), dict(node.kwargs), normalize_to_only_use_kwargs=True
+        )
+    if pair is None:
+        raise ValueError(f"no schema for {node.target}")
+    return dict(pair.kwargs)
 
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
+
+_CASTS = (aten._to_copy.default, aten.to.dtype)
 
 
 def constant(arg: Any, gm: fx.GraphModule) -> torch.Tensor | None:
-    """The tensor an argument names when it is fixed at compile time: a get_attr node, or a
-    module's parameter (`_ParamRef`)."""
-    if isinstance(arg, _ParamRef):
-        return arg.tensor.detach()
+    """The tensor an argument names when it is fixed at compile time: a get_attr node (a
+    parameter or buffer of the exported module), or a dtype cast of one (autocast's weights)."""
+    if isinstance(arg, fx.Node) and arg.op == "call_function" and arg.target in _CASTS:
+        source = constant(arg.args[0], gm)
+        dtype = args_of(arg).get("dtype")
+        other = {k: v for k, v in arg.kwargs.items() if k != "dtype"}
+        if source is None or not isinstance(dtype, torch.dtype) or other:
+            return None
+        return source.to(dtype)
     if isinstance(arg, fx.Node) and arg.op == "get_attr":
-        value = gm
+        value: Any = gm
         for part in str(arg.target).split("."):
             value = getattr(value, part)
         return value.detach() if isinstance(value, torch.Tensor) else None
@@ -80,23 +111,36 @@ def constant(arg: Any, gm: fx.GraphModule) -> torch.Tensor | None:
 
 
 def operand(role: str, arg: Any, gm: fx.GraphModule, shape: tuple | None = None) -> Operand | None:
-    """An operand for `arg`: a constant, or a runtime float32 tensor node (None otherwise)."""
+    """An operand for `arg`: a constant, or a runtime floating-point tensor node (None
+    otherwise)."""
     value = constant(arg, gm)
     if value is not None:
-        if value.dtype != torch.float32:
+        dtype = TE_DTYPES.get(value.dtype)
+        if dtype is None:
             return None
-        return Operand(role, tuple(shape or value.shape), value=value)
-    arg_shape = shape_of(arg) if isinstance(arg, fx.Node) else None
-    if arg_shape is not None:
-        return Operand(role, tuple(shape or arg_shape), node=arg)
+        return Operand(role, tuple(shape or value.shape), value=value, dtype=dtype)
+    arg_shape, dtype = shape_of(arg), dtype_of(arg)
+    if arg_shape is not None and dtype is not None:
+        return Operand(role, tuple(shape or arg_shape), node=arg, dtype=dtype)
     return None
 
 
 def _pair(v: Any) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(v)
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
 
 
-# ---- anchors ---------------------------------------------------------------------------------
+def _bias(b: Any, gm: fx.GraphModule) -> list[Operand] | None:
+    """[the bias operand], [] without one, None when it is not usable."""
+    if b is None:
+        return []
+    bias = operand("bias", b, gm)
+    return None if bias is None else [bias]
+
+
+# ---- convolutions ----------------------------------------------------------------------------
 
 
 def _conv(node, gm, x, w, b, stride, padding, dilation, groups) -> Anchor | None:
@@ -114,7 +158,7 @@ def _conv(node, gm, x, w, b, stride, padding, dilation, groups) -> Anchor | None
             padding = (d[0] * (kh - 1) // 2, d[1] * (kw - 1) // 2)
         else:
             return None
-    attrs = {"stride": _pair(stride), "padding": _pair(padding), "dilation": _pair(dilation)}
+    attrs: dict = {"stride": _pair(stride), "padding": _pair(padding), "dilation": _pair(dilation)}
     ci = xs[1]
     if groups == 1:
         kind = "conv2d"
@@ -123,77 +167,101 @@ def _conv(node, gm, x, w, b, stride, padding, dilation, groups) -> Anchor | None
         weight.shape = (ci, co // ci, kh, kw)
     else:
         kind, attrs["groups"] = "group_conv2d", groups
-    operands = [data, weight]
-    if b is not None:
-        bias = operand("bias", b, gm)
-        if bias is None:
-            return None
-        operands.append(bias)
-    return Anchor(kind, attrs, operands, out)
-
-
-@register(ANCHORS, nn.Conv2d)
-def _conv_module(node, gm):
-    m = gm.get_submodule(node.target)
-    if m.padding_mode != "zeros":
+    bias = _bias(b, gm)
+    if bias is None:
         return None
-    w = _ParamRef(m.weight)
-    b = None if m.bias is None else _ParamRef(m.bias)
-    return _conv(node, gm, node.args[0], w, b, m.stride, m.padding, m.dilation, m.groups)
+    return Anchor(kind, attrs, [data, weight, *bias], out)
 
 
-@register(ANCHORS, F.conv2d, torch.conv2d)
-def _conv_function(node, gm):
+@register(ANCHORS, aten.conv2d.default, aten.conv2d.padding)
+def _conv2d(node, gm):
+    a = args_of(node)
     return _conv(
         node,
         gm,
-        _arg(node, 0, "input"),
-        _arg(node, 1, "weight"),
-        _arg(node, 2, "bias"),
-        _arg(node, 3, "stride", 1),
-        _arg(node, 4, "padding", 0),
-        _arg(node, 5, "dilation", 1),
-        _arg(node, 6, "groups", 1),
+        a["input"],
+        a["weight"],
+        a["bias"],
+        a["stride"],
+        a["padding"],
+        a["dilation"],
+        a["groups"],
     )
 
 
-def _linear(node, gm, x, w, b) -> Anchor | None:
+@register(ANCHORS, aten.convolution.default)
+def _convolution(node, gm):
+    a = args_of(node)
+    if a["transposed"] or len(a["stride"]) != 2:
+        return None
+    return _conv(
+        node,
+        gm,
+        a["input"],
+        a["weight"],
+        a["bias"],
+        a["stride"],
+        a["padding"],
+        a["dilation"],
+        a["groups"],
+    )
+
+
+# ---- matrix products -------------------------------------------------------------------------
+
+
+def _dense(node, gm, x, weight: Operand | None, b) -> Anchor | None:
+    """`x @ weight^T (+ bias)` over x's flattened leading axes."""
     xs, out = shape_of(x), shape_of(node)
-    if xs is None or out is None or len(xs) < 2:
+    if xs is None or out is None or len(xs) < 2 or weight is None or len(weight.shape) != 2:
         return None
     rows = math.prod(xs[:-1])
     data = operand("data", x, gm, (rows, xs[-1]))
-    weight = operand("weight", w, gm)
-    if data is None or weight is None or len(weight.shape) != 2:
+    bias = _bias(b, gm)
+    if data is None or bias is None:
         return None
-    operands = [data, weight]
-    if b is not None:
-        bias = operand("bias", b, gm)
-        if bias is None:
-            return None
-        operands.append(bias)
-    return Anchor("dense", {}, operands, (rows, weight.shape[0]))
+    return Anchor("dense", {}, [data, weight, *bias], (rows, weight.shape[0]))
 
 
-@register(ANCHORS, nn.Linear)
-def _linear_module(node, gm):
-    m = gm.get_submodule(node.target)
-    b = None if m.bias is None else _ParamRef(m.bias)
-    return _linear(node, gm, node.args[0], _ParamRef(m.weight), b)
+@register(ANCHORS, aten.linear.default)
+def _linear(node, gm):
+    a = args_of(node)
+    return _dense(node, gm, a["input"], operand("weight", a["weight"], gm), a["bias"])
 
 
-@register(ANCHORS, F.linear)
-def _linear_function(node, gm):
-    return _linear(node, gm, _arg(node, 0, "input"), _arg(node, 1, "weight"), _arg(node, 2, "bias"))
+@register(ANCHORS, aten.addmm.default)
+def _addmm(node, gm):
+    """`bias + mat1 @ mat2` (Hugging Face's Conv1D): with a constant mat2, a dense layer on its
+    transpose (the same task as the equivalent linear); otherwise a matmul plus bias."""
+    a = args_of(node)
+    if a["beta"] != 1 or a["alpha"] != 1:
+        return None
+    bias = shape_of(a["input"])
+    out = shape_of(node)
+    if bias is None or out is None or len(bias) != 1:
+        return None
+    w = constant(a["mat2"], gm)
+    if w is not None and w.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        weight = Operand("weight", (w.shape[1], w.shape[0]), value=w.t(), dtype=_te(w.dtype))
+        return _dense(node, gm, a["mat1"], weight, a["input"])
+    mat1, mat2 = operand("A", a["mat1"], gm), operand("B", a["mat2"], gm)
+    extra = _bias(a["input"], gm)
+    if mat1 is None or mat2 is None or extra is None:
+        return None
+    return Anchor("matmul", {}, [mat1, mat2, *extra], out)
 
 
-def _last_two_swapped(arg: Any, gm: fx.GraphModule) -> Any:
-    """The input of `arg` when `arg` only swaps its last two axes (`x.transpose(-1, -2)`,
-    `x.mT`), else None: a batch matmul reads it as its transposed B, with no copy."""
-    if not isinstance(arg, fx.Node) or target_key(arg, gm) not in (
-        ("method", "transpose"),
-        torch.transpose,
-    ):
+def _te(dtype: torch.dtype) -> str:
+    return TE_DTYPES[dtype]
+
+
+_TRANSPOSES = (aten.transpose.int,)
+
+
+def _last_two_swapped(arg: Any) -> Any:
+    """The input of `arg` when `arg` only swaps its last two axes (`x.transpose(-1, -2)`),
+    else None: a batch matmul reads it as its transposed B, with no copy."""
+    if not isinstance(arg, fx.Node) or target_key(arg) not in _TRANSPOSES:
         return None
     src, dims = arg.args[0], arg.args[1:3]
     ndim = len(shape_of(src) or ())
@@ -203,7 +271,7 @@ def _last_two_swapped(arg: Any, gm: fx.GraphModule) -> Any:
     return src if sorted(d % ndim for d in ints) == [ndim - 2, ndim - 1] else None
 
 
-@register(ANCHORS, torch.matmul, operator.matmul, torch.mm, torch.bmm, ("method", "matmul"))
+@register(ANCHORS, aten.matmul.default, aten.mm.default, aten.bmm.default)
 def _matmul(node, gm):
     """A 2-D B: a matmul over A's flattened leading axes. Both of rank >= 3 with the same
     leading axes: a batch matmul over those axes flattened (B read through a transpose of its
@@ -218,7 +286,7 @@ def _matmul(node, gm):
         return None if a is None or b is None else Anchor("matmul", {}, [a, b], (rows, sb[1]))
     if len(sa) >= 3 and len(sa) == len(sb) and sa[:-2] == sb[:-2]:
         batch = math.prod(sa[:-2])
-        source = _last_two_swapped(b_arg, gm)
+        source = _last_two_swapped(b_arg)
         transpose_b = source is not None
         b_shape = (batch, sb[-1], sb[-2]) if transpose_b else (batch, *sb[-2:])
         a = operand("A", a_arg, gm, (batch, *sa[-2:]))
@@ -229,145 +297,204 @@ def _matmul(node, gm):
     return None
 
 
-def _layer_norm(node, gm, x, normalized_shape, w, b, eps) -> Anchor | None:
+# ---- reductions ------------------------------------------------------------------------------
+
+
+@register(ANCHORS, aten.layer_norm.default)
+def _layer_norm(node, gm):
+    a = args_of(node)
     out = shape_of(node)
-    data = operand("data", x, gm)
+    data = operand("data", a["input"], gm)
     if data is None or out is None:
         return None
-    norm = tuple(normalized_shape)
+    norm = tuple(a["normalized_shape"])
     ones = torch.ones(norm)
+    w, b = a["weight"], a["bias"]
     gamma = operand("gamma", w, gm) if w is not None else Operand("gamma", norm, value=ones)
     beta = operand("beta", b, gm) if b is not None else Operand("beta", norm, value=ones * 0)
     if gamma is None or beta is None:
         return None
     axes = tuple(range(len(out) - len(norm), len(out)))
-    return Anchor("layer_norm", {"axis": axes, "eps": float(eps)}, [data, gamma, beta], out)
+    return Anchor("layer_norm", {"axis": axes, "eps": float(a["eps"])}, [data, gamma, beta], out)
 
 
-@register(ANCHORS, nn.LayerNorm)
-def _layer_norm_module(node, gm):
-    m = gm.get_submodule(node.target)
-    w = None if m.weight is None else _ParamRef(m.weight)
-    b = None if m.bias is None else _ParamRef(m.bias)
-    return _layer_norm(node, gm, node.args[0], m.normalized_shape, w, b, m.eps)
-
-
-@register(ANCHORS, F.layer_norm)
-def _layer_norm_function(node, gm):
-    return _layer_norm(
-        node,
-        gm,
-        _arg(node, 0, "input"),
-        _arg(node, 1, "normalized_shape"),
-        _arg(node, 2, "weight"),
-        _arg(node, 3, "bias"),
-        _arg(node, 4, "eps", 1e-5),
-    )
-
-
-def _softmax(node, gm, x, dim, dtype=None) -> Anchor | None:
-    out, data = shape_of(node), operand("data", x, gm)
-    if data is None or out is None or dtype is not None or not isinstance(dim, int):
+@register(ANCHORS, aten.rms_norm.default)
+def _rms_norm(node, gm):
+    """RMSNorm over the trailing `normalized_shape` axes, as (rows, features)."""
+    a = args_of(node)
+    out, val = shape_of(node), node.meta.get("val")
+    norm = tuple(a["normalized_shape"])
+    if out is None or not norm or tuple(out[len(out) - len(norm) :]) != norm:
         return None
-    return Anchor("softmax", {"axis": dim % len(out)}, [data], out)
-
-
-@register(ANCHORS, nn.Softmax)
-def _softmax_module(node, gm):
-    return _softmax(node, gm, node.args[0], gm.get_submodule(node.target).dim)
-
-
-@register(ANCHORS, F.softmax, torch.softmax, ("method", "softmax"))
-def _softmax_function(node, gm):
-    return _softmax(
-        node, gm, _arg(node, 0, "input"), _arg(node, 1, "dim"), node.kwargs.get("dtype")
+    features = math.prod(norm)
+    rows = math.prod(out) // features
+    data = operand("data", a["input"], gm, (rows, features))
+    w = a["weight"]
+    ones = torch.ones(features)
+    gamma = (
+        operand("gamma", w, gm, (features,))
+        if w is not None
+        else Operand("gamma", (features,), value=ones)
     )
+    if data is None or gamma is None:
+        return None
+    eps = a["eps"] if a["eps"] is not None else torch.finfo(val.dtype).eps
+    return Anchor("rms_norm", {"eps": float(eps)}, [data, gamma], (rows, features))
 
 
-def _pool(node, gm, kind, x, kernel, stride, padding, ceil_mode, extra) -> Anchor | None:
-    out, data = shape_of(node), operand("data", x, gm)
+@register(ANCHORS, aten.softmax.int, aten._softmax.default)
+def _softmax(node, gm):
+    a = args_of(node)
+    out, data = shape_of(node), operand("data", a["input"], gm)
+    if data is None or out is None or a.get("dtype") is not None:
+        return None
+    return Anchor("softmax", {"axis": a["dim"] % len(out)}, [data], out)
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+
+def _pool(node, gm, kind, x, kernel, stride, padding, ceil_mode, extra, out=None) -> Anchor | None:
+    """A pooling anchor; `out` is the DAG's output shape when the node's differs (a mean over
+    the spatial axes drops them)."""
+    out, data = out or shape_of(node), operand("data", x, gm)
     if data is None or out is None or len(out) != 4 or ceil_mode:
         return None
     kernel = _pair(kernel)
-    stride = kernel if stride is None or stride == [] else _pair(stride)
+    stride = kernel if stride is None or len(stride) == 0 else _pair(stride)
     attrs = {"kernel": kernel, "stride": stride, "padding": _pair(padding), **extra}
     return Anchor(kind, attrs, [data], out)
 
 
-@register(ANCHORS, nn.MaxPool2d)
-def _max_pool_module(node, gm):
-    m = gm.get_submodule(node.target)
-    if m.return_indices:
-        return None
-    extra = {"dilation": _pair(m.dilation)}
-    return _pool(
-        node, gm, "max_pool2d", node.args[0], m.kernel_size, m.stride, m.padding, m.ceil_mode, extra
-    )
-
-
-@register(ANCHORS, F.max_pool2d)
-def _max_pool_function(node, gm):
-    if _arg(node, 6, "return_indices", False):
-        return None
+@register(ANCHORS, aten.max_pool2d.default)
+def _max_pool(node, gm):
+    a = args_of(node)
+    extra = {"dilation": _pair(a["dilation"])}
     return _pool(
         node,
         gm,
         "max_pool2d",
-        _arg(node, 0, "input"),
-        _arg(node, 1, "kernel_size"),
-        _arg(node, 2, "stride"),
-        _arg(node, 3, "padding", 0),
-        _arg(node, 5, "ceil_mode", False),
-        {"dilation": _pair(_arg(node, 4, "dilation", 1))},
+        a["input"],
+        a["kernel_size"],
+        a["stride"],
+        a["padding"],
+        a["ceil_mode"],
+        extra,
     )
 
 
-@register(ANCHORS, nn.AvgPool2d)
-def _avg_pool_module(node, gm):
-    m = gm.get_submodule(node.target)
-    if m.divisor_override is not None:
+@register(ANCHORS, aten.avg_pool2d.default)
+def _avg_pool(node, gm):
+    a = args_of(node)
+    if a["divisor_override"] is not None:
         return None
-    extra = {"count_include_pad": bool(m.count_include_pad)}
-    return _pool(
-        node, gm, "avg_pool2d", node.args[0], m.kernel_size, m.stride, m.padding, m.ceil_mode, extra
-    )
-
-
-@register(ANCHORS, F.avg_pool2d)
-def _avg_pool_function(node, gm):
-    if _arg(node, 6, "divisor_override") is not None:
-        return None
+    extra = {"count_include_pad": bool(a["count_include_pad"])}
     return _pool(
         node,
         gm,
         "avg_pool2d",
-        _arg(node, 0, "input"),
-        _arg(node, 1, "kernel_size"),
-        _arg(node, 2, "stride"),
-        _arg(node, 3, "padding", 0),
-        _arg(node, 4, "ceil_mode", False),
-        {"count_include_pad": bool(_arg(node, 5, "count_include_pad", True))},
+        a["input"],
+        a["kernel_size"],
+        a["stride"],
+        a["padding"],
+        a["ceil_mode"],
+        extra,
     )
 
 
-def _adaptive_avg_pool(node, gm, x, output_size) -> Anchor | None:
-    """An adaptive average pool whose output size divides the input's: a plain average pool
-    with kernel = stride = input / output (global average pooling when the output is 1x1)."""
-    xs = shape_of(x) if isinstance(x, fx.Node) else None
-    if xs is None or len(xs) != 4:
-        return None
-    out_hw = tuple(xs[2 + i] if o is None else o for i, o in enumerate(_pair(output_size)))
-    if any(o <= 0 or xs[2 + i] % o for i, o in enumerate(out_hw)):
+def _global_pool(node, gm, x, out_hw: tuple[int, int]) -> Anchor | None:
+    """An average pool with kernel = stride = input / output size (they must divide)."""
+    xs = shape_of(x)
+    if xs is None or len(xs) != 4 or any(o <= 0 or xs[2 + i] % o for i, o in enumerate(out_hw)):
         return None
     kernel = tuple(xs[2 + i] // o for i, o in enumerate(out_hw))
-    return _pool(node, gm, "avg_pool2d", x, kernel, kernel, 0, False, {"count_include_pad": True})
+    extra = {"count_include_pad": True}
+    out = (xs[0], xs[1], *out_hw)
+    return _pool(node, gm, "avg_pool2d", x, kernel, kernel, 0, False, extra, out)
 
 
-@register(ANCHORS, nn.AdaptiveAvgPool2d)
-def _adaptive_avg_pool_module(node, gm):
-    return _adaptive_avg_pool(node, gm, node.args[0], gm.get_submodule(node.target).output_size)
+@register(ANCHORS, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg_pool(node, gm):
+    """An adaptive average pool whose output size divides the input's (global average pooling
+    when the output is 1x1)."""
+    a = args_of(node)
+    xs = shape_of(a["input"])
+    if xs is None or len(xs) != 4:
+        return None
+    size = _pair(a["output_size"])
+    return _global_pool(node, gm, a["input"], (size[0] or xs[2], size[1] or xs[3]))
 
 
-@register(ANCHORS, F.adaptive_avg_pool2d)
-def _adaptive_avg_pool_function(node, gm):
-    return _adaptive_avg_pool(node, gm, _arg(node, 0, "input"), _arg(node, 1, "output_size"))
+@register(ANCHORS, aten.mean.dim)
+def _mean(node, gm):
+    """`x.mean((2, 3))` of an NCHW tensor: global average pooling."""
+    a = args_of(node)
+    xs, dims = shape_of(a["input"]), a["dim"]
+    if xs is None or len(xs) != 4 or a["dtype"] is not None or dims is None:
+        return None
+    if sorted(d % 4 for d in dims) != [2, 3]:
+        return None
+    return _global_pool(node, gm, a["input"], (1, 1))
+
+
+# ---- attention -------------------------------------------------------------------------------
+
+
+@register(ANCHORS, aten.scaled_dot_product_attention.default)
+def _attention(node, gm):
+    """softmax(q k^T * scale + mask) v over (batch * heads) when `autosched.topi.attention`
+    exists; a float mask is broadcast to (batch * heads, Sq, Sk). Dropout, grouped-query
+    attention and boolean masks stay in PyTorch."""
+    a = args_of(node)
+    if not attention_available() or a["dropout_p"] != 0.0 or a["enable_gqa"]:
+        return None
+    qs, ks, vs = (shape_of(a[n]) for n in ("query", "key", "value"))
+    out = shape_of(node)
+    if qs is None or ks is None or vs is None or out is None or len(qs) < 3:
+        return None
+    if not (len(qs) == len(ks) == len(vs) and qs[:-2] == ks[:-2] == vs[:-2]):
+        return None
+    batch = math.prod(qs[:-2])
+    qkv = [
+        operand("q", a["query"], gm, (batch, *qs[-2:])),
+        operand("k", a["key"], gm, (batch, *ks[-2:])),
+        operand("v", a["value"], gm, (batch, *vs[-2:])),
+    ]
+    operands = [o for o in qkv if o is not None]
+    if len(operands) != 3:
+        return None
+    mask = a["attn_mask"]
+    if mask is not None:
+        m = _mask_operand(mask, gm, (*qs[:-1], ks[-2]), operands[0].dtype)
+        if m is None:
+            return None
+        operands.append(m)
+    scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
+    attrs = {"scale": float(scale), "causal": bool(a["is_causal"])}
+    return Anchor("attention", attrs, operands, (batch, qs[-2], vs[-1]))
+
+
+def _mask_operand(mask: Any, gm: fx.GraphModule, scores: tuple, dtype: str) -> Operand | None:
+    """The mask as an additive (batch * heads, Sq, Sk) operand: a float mask as it is, a
+    boolean one (True: attend) as 0 / -inf in the queries' dtype."""
+    val = mask.meta.get("val") if isinstance(mask, fx.Node) else None
+    value = constant(mask, gm)
+    shape = tuple(value.shape) if value is not None else tuple(getattr(val, "shape", ()))
+    if not _expands(shape, scores):
+        return None
+    flat = (math.prod(scores[:-2]), *scores[-2:])
+    is_bool = getattr(value if value is not None else val, "dtype", None) == torch.bool
+    if not is_bool:
+        m = operand("mask", mask, gm, flat)
+        if m is not None:
+            m.expand = scores
+        return m
+    if value is not None:
+        return Operand("mask", flat, value=value, dtype=dtype, expand=scores, additive=True)
+    return Operand("mask", flat, node=mask, dtype=dtype, expand=scores, additive=True)
+
+
+def _expands(small: tuple, big: tuple) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))

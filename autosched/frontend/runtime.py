@@ -22,9 +22,13 @@ from torch import fx, nn
 
 from autosched.codegen.build import BuiltKernel, build
 from autosched.codegen.stream_launch import StreamKernel, driver_available
-from autosched.errors import RecordError
-from autosched.frontend.extract import FusedGroup, extract
+from autosched.errors import ModelError, RecordError
+from autosched.frontend.extract import FusedGroup, extract, operand_value
+from autosched.frontend.ops import TE_DTYPES
+from autosched.frontend.specs import Operand
+from autosched.frontend.trace import freeze_dynamo_graph
 from autosched.records import best_records
+from autosched.te.dtype import from_storage, to_storage
 
 
 def _gpu_available() -> bool:
@@ -43,18 +47,20 @@ class TunedCall(nn.Module):
         super().__init__()
         self.kernel = kernel
         self.use_interpreter = use_interpreter
-        self.out_shape = tuple(group.output.meta["tensor_meta"].shape)
+        self.out_shape = tuple(group.output.meta["val"].shape)
+        self.out_dtype = group.output.meta["val"].dtype
         self.dag_out_shape = tuple(kernel.outputs[0].shape)
         names = [t.name for t in group.dag.tensors[: len(group.operands)]]
-        # slots[i]: ("const", buffer name) or ("input", runtime input index), in DAG order
-        self.slots: dict[str, tuple[str, Any, tuple]] = {}
+        # slots[name]: ("const", buffer name, operand) or ("input", runtime index, operand)
+        self.slots: dict[str, tuple[str, Any, Operand]] = {}
         runtime = 0
         for name, o in zip(names, group.operands, strict=True):
             if o.is_constant:
-                self.register_buffer(f"c_{name}", o.value.reshape(o.shape).contiguous().clone())
-                self.slots[name] = ("const", f"c_{name}", o.shape)
+                value = operand_value(o, o.value).to(_TORCH_DTYPES[o.dtype]).clone()
+                self.register_buffer(f"c_{name}", value)
+                self.slots[name] = ("const", f"c_{name}", o)
             else:
-                self.slots[name] = ("input", runtime, o.shape)
+                self.slots[name] = ("input", runtime, o)
                 runtime += 1
         self.order = [a.name for a in kernel.inputs]
         # every kernel argument in order: an input (by its index in `order`), the output, or a
@@ -75,20 +81,22 @@ class TunedCall(nn.Module):
     def _args(self, inputs: tuple) -> list[torch.Tensor]:
         args = []
         for name in self.order:
-            kind, ref, shape = self.slots[name]
-            value = getattr(self, ref) if kind == "const" else inputs[ref]
-            args.append(value.reshape(shape).contiguous().float())
+            kind, ref, o = self.slots[name]
+            if kind == "const":
+                args.append(getattr(self, ref))
+            else:
+                args.append(operand_value(o, inputs[ref]).to(_TORCH_DTYPES[o.dtype]))
         return args
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         args = self._args(inputs)
         if self.use_interpreter:
-            arrays = [a.detach().cpu().numpy().astype(np.float32) for a in args]
+            arrays = [tensor_to_storage(a) for a in args]
             (out,) = self.kernel.run_cpu(*arrays)
-            result = torch.from_numpy(np.ascontiguousarray(out)).to(inputs[0].device)
+            result = storage_to_tensor(out, self.kernel.outputs[0].dtype).to(inputs[0].device)
         else:
             device = args[0].device
-            result = torch.empty(self.dag_out_shape, device=device, dtype=torch.float32)
+            result = torch.empty(self.dag_out_shape, device=device, dtype=self.out_dtype)
             tensors = [
                 args[ref]
                 if kind == "input"
@@ -105,13 +113,30 @@ class TunedCall(nn.Module):
         return result.reshape(self.out_shape)
 
 
+_TORCH_DTYPES = {te_name: dtype for dtype, te_name in TE_DTYPES.items()}
+
+
+def tensor_to_storage(value: torch.Tensor) -> np.ndarray:
+    """A torch tensor as the numpy array the interpreter takes (bfloat16 as bit patterns)."""
+    te_dtype = TE_DTYPES[value.dtype]
+    host = value.detach().cpu()
+    if te_dtype == "bfloat16":
+        return to_storage(host.float().numpy(), te_dtype)
+    return np.ascontiguousarray(host.numpy())
+
+
+def storage_to_tensor(array: np.ndarray, te_dtype: str) -> torch.Tensor:
+    values = from_storage(np.ascontiguousarray(array), te_dtype)
+    return torch.from_numpy(np.ascontiguousarray(values)).to(_TORCH_DTYPES[te_dtype])
+
+
 class UntunedModelWarning(UserWarning):
     """A compiled model runs wholly in PyTorch: no GPU, or no task of it has a record."""
 
 
-def _best_kernels(tasks, log: str | None) -> dict[str, BuiltKernel]:
-    """The kernel of each task's best record in `log` (tasks without one are left out)."""
-    kernels: dict[str, BuiltKernel] = {}
+def _best_kernels(tasks, log: str | None) -> dict[int, BuiltKernel]:
+    """The kernel of each group (by `id`) whose task has a best record in `log`."""
+    kernels: dict[int, BuiltKernel] = {}
     if not log:
         return kernels
     best_of = best_records(log)
@@ -119,7 +144,8 @@ def _best_kernels(tasks, log: str | None) -> dict[str, BuiltKernel]:
         best = best_of.get(t.workload_key)
         if best is not None:
             dag = t.task.compute_dag
-            kernels[t.workload_key] = build(dag, dag.replay_steps(best[0].steps))
+            kernel = build(dag, dag.replay_steps(best[0].steps))
+            kernels.update((id(g), kernel) for g in t.groups)
     return kernels
 
 
@@ -171,7 +197,7 @@ def compile_model(
             )
     calls: dict[fx.Node, fx.Node] = {}
     for i, group in enumerate(ex.groups):
-        kernel = kernels.get(group.dag.workload_key)
+        kernel = kernels.get(id(group))
         if kernel is not None:
             tuned = TunedCall(group, kernel, use_interpreter)
             _replace(gm, group, tuned, f"autosched_{i}", calls)
@@ -199,7 +225,29 @@ def _warn(message: str) -> None:
     warnings.warn(message, UntunedModelWarning, stacklevel=4)
 
 
+class DynamoCall:
+    """What the backend hands dynamo: the compiled graph called with the user inputs among
+    dynamo's (the parameters and buffers it also passes are bound in `compiled`)."""
+
+    def __init__(self, compiled: fx.GraphModule, user_inputs: list[int]) -> None:
+        self.compiled = compiled
+        self.user_inputs = user_inputs
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*(args[i] for i in self.user_inputs))
+
+
 def dynamo_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None):
     """The `torch.compile` backend "autosched": `options` are `compile_model`'s keywords
-    (`log`, `use_interpreter`)."""
-    return compile_model(gm, tuple(example_inputs), **dict(options or {}))
+    (`log`, `use_interpreter`). Dynamo's graph takes the model's parameters and buffers as
+    inputs; they are bound as constants (`trace.freeze_dynamo_graph`) and the graph exported,
+    so the tasks are those `extract_tasks` gives. A graph that cannot be compiled runs as it
+    is, with a warning naming the reason."""
+    frozen = freeze_dynamo_graph(gm, example_inputs)
+    user = frozen.user_inputs
+    try:
+        compiled = compile_model(frozen, tuple(example_inputs[i] for i in user), **(options or {}))
+    except ModelError as err:
+        _warn(f"this graph runs in PyTorch: {err}")
+        return gm.forward
+    return DynamoCall(compiled, user)

@@ -3,7 +3,9 @@
 An operand is either a runtime tensor (an fx node, passed to the kernel on each call) or a
 constant bound once at compile time (a parameter, a folded batch-norm scale). `shape` is the
 shape the DAG's placeholder has; the runtime reshapes the torch value to it (a linear layer's
-leading dims flattened, a depthwise kernel viewed as (C, M, KH, KW)).
+leading dims flattened, a depthwise kernel viewed as (C, M, KH, KW)), after broadcasting it
+to `expand` when that is set (an attention mask); `dtype` is the placeholder's te dtype, the
+tensor's own (float32, float16 or bfloat16).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ class Operand:
     shape: tuple[int, ...]
     node: Any = None  # torch.fx.Node, when the value is computed at run time
     value: Any = None  # torch.Tensor, when the value is a constant bound at compile time
+    dtype: str = "float32"
+    expand: tuple[int, ...] | None = None  # the torch shape to broadcast to before reshaping
+    additive: bool = False  # a boolean attention mask, passed as 0 (True) / -inf (False)
 
     @property
     def is_constant(self) -> bool:
@@ -36,6 +41,11 @@ class Anchor:
     operands: list[Operand]
     out_shape: tuple[int, ...]  # the DAG output's shape (may be a reshape of the torch shape)
 
+    @property
+    def dtype(self) -> str:
+        """The dtype the anchor's data operand (and so its inputs) has."""
+        return self.operands[0].dtype
+
 
 @dataclass
 class Epilogue:
@@ -45,6 +55,12 @@ class Epilogue:
     kind: str
     attrs: dict = field(default_factory=dict)
     operands: list[Operand] = field(default_factory=list)
+
+    @property
+    def silent(self) -> bool:
+        """Whether the epilogue leaves the values as they are (a copy, inference dropout, a
+        reshape of the contiguous output): it is not named in the group's name."""
+        return self.kind in ("identity", "reshape")
 
     @property
     def label(self) -> str:

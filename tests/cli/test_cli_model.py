@@ -28,6 +28,15 @@ FACTORIES = textwrap.dedent(
         return model, torch.randn(1, 784)
 
 
+    def embed():
+        model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 4)).eval()
+        return model, torch.tensor([[1, 2, 3]])
+
+
+    def lookup():
+        return nn.Embedding(10, 8).eval(), torch.tensor([[1, 2, 3]])
+
+
     def not_a_pair():
         return 3
 
@@ -87,9 +96,14 @@ def test_tasks_lists_the_models_tasks_and_bad_factories_get_one_line(tmp_path):
     argvs = [["tasks", "models:mlp"], *(["tasks", f] for f, _ in CASES)]
     argvs.append(["tune-model", "models:mlp", "--trials", "0"])
     argvs.append(["tune-model", "models:mlp", "--minutes", "0"])
-    (status, out, err), *bad, trials, minutes = run_cli(tmp_path, *argvs)
+    argvs += [["tasks", "models:embed"], ["tasks", "models:lookup"]]
+    (status, out, err), *bad, trials, minutes, embed, lookup = run_cli(tmp_path, *argvs)
     assert status == 0, err
-    assert "dense" in out and "784" in out
+    assert "dense" in out and "784" in out and "float32" in out
+    assert "nothing stays in PyTorch" in out
+    assert embed[0] == 0 and "stays in PyTorch: aten.embedding x1" in embed[1], embed
+    assert lookup[0] == 0 and "no operator autosched can tune" in lookup[1], lookup
+    assert "stays in PyTorch: aten.embedding x1" in lookup[1]
     for (factory, message), (status, _, err) in zip(CASES, bad, strict=True):
         lines = err.strip().splitlines()
         assert status == 2 and len(lines) == 1, (factory, err)

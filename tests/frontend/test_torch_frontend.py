@@ -133,8 +133,9 @@ def test_conv_net_fuses_bn_relu_residual_and_shares_identical_blocks():
     ]
     grouped = {n for g in ex.groups for n in g.nodes}
     leftover = [str(n.target) for n in ex.gm.graph.nodes if n not in grouped]
-    assert not any("bn" in t or "relu" in t for t in leftover)
-    assert "flatten" in leftover
+    assert not any("batch_norm" in t or "relu" in t for t in leftover)
+    assert "aten.flatten.using_ints" in leftover
+    assert not ex.coverage.leftover  # a flatten is a view: nothing computes in PyTorch
 
 
 def test_resnet_downsample_stays_whole_and_the_main_branch_takes_the_residual():
@@ -246,7 +247,8 @@ def test_compile_runs_a_tuned_task_on_the_interpreter(tmp_path):
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
     assert compiled.autosched_replaced == 1
     calls = [n for n in compiled.graph.nodes if n.op == "call_module"]
-    assert [n.target for n in calls] == ["autosched_0", "fc2"]
+    assert [n.target for n in calls if n.target != "_guards_fn"] == ["autosched_0"]
+    assert any(n.target == torch.ops.aten.linear.default for n in compiled.graph.nodes)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
 
@@ -263,7 +265,7 @@ def test_compile_chains_two_tuned_tasks(tmp_path):
         _tune_one(tasks, log, index)
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
     assert compiled.autosched_replaced == 2
-    calls = [n for n in compiled.graph.nodes if n.op == "call_module"]
+    calls = [n for n in compiled.graph.nodes if str(n.target).startswith("autosched_")]
     assert [n.target for n in calls] == ["autosched_0", "autosched_1"]
     assert calls[1].args == (calls[0],)
     with torch.no_grad():
