@@ -30,6 +30,11 @@ class SearchParams:
     eps_greedy: float = 0.05
     sample_init_min_population: int = 50  # fresh samples per round, at least
     use_measured_ratio: float = 0.2  # best measured states in the initial population, at most
+    # the last round's best-scored unmeasured candidates in the initial population, at most (a
+    # share of it): their features are cached, so they cost a model prediction where a fresh
+    # sample costs a lowering, and the evolution resumes where it stopped. 0: every round
+    # starts from fresh samples, as Ansor's does
+    carry_over: float = 0.0
     # at most this many of a steered round's model picks share one launch shape (grid, block,
     # virtual threads, shared and local bytes: the tiling, with the finer decisions such as the
     # unroll depth and the inner reduction split left out); the rest of the batch goes to the
@@ -59,6 +64,7 @@ class SearchParams:
             (0 <= self.eps_greedy <= 1, f"eps_greedy {share}"),
             (self.sample_init_min_population >= 0, "sample_init_min_population must be >= 0"),
             (0 <= self.use_measured_ratio <= 1, f"use_measured_ratio {share}"),
+            (0 <= self.carry_over <= 1, f"carry_over {share}"),
             (self.launch_cap >= 0, "launch_cap must be >= 0 (0: no cap)"),
             (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),
             (self.feature_cache_size >= 1, "feature_cache_size must be >= 1"),

@@ -7,6 +7,12 @@ limit checks, features) goes through `workers.Workers`, in a process pool when
 `SearchParams.n_jobs` allows, and each candidate's features are cached by its records, so a
 candidate met again (an unmutated copy, a state of an earlier generation or round, a measured
 state when the model is updated) is never lowered twice.
+
+Lowering is what a round costs, so a round starts where the last one ended: the initial
+population takes the last round's best-scored unmeasured candidates (`SearchParams.carry_over`),
+whose features are cached and cost one model prediction each, beside the best measured states
+and fewer fresh samples. The evolution goes on across rounds instead of restarting from random
+states, and fewer generations per round reach the same scores.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ InitCallback = Callable[["SketchPolicy"], None]
 
 
 class FeatureCache:
-    """Features (or the reason a candidate is invalid) by records; the oldest half is dropped
-    when it is full."""
+    """Features (or the reason a candidate is invalid) by records; the least recently used half
+    is dropped when it is full (an entry read is moved to the recent end, so the candidates a
+    search carries from round to round stay)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -51,7 +58,10 @@ class FeatureCache:
         return records in self.entries
 
     def get(self, records: Records):
-        return self.entries.get(records)
+        outcome = self.entries.pop(records, None)
+        if outcome is not None:
+            self.entries[records] = outcome
+        return outcome
 
     def put(self, records: Records, outcome) -> None:
         if len(self.entries) >= self.capacity:
@@ -141,6 +151,8 @@ class SketchPolicy:
         self.picked: set[Records] = set()  # handed out for measurement, never again
         self.fresh_sketch: dict[Records, int] = {}  # the last fresh samples' sketch indices
         self.scores: dict[Records, float] = {}  # this round's model scores
+        # the last evolution's best-scored candidates, best first: the next round starts there
+        self.carried: list[Records] = []
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
         # per mutation rule: [children made, failures]
         self.mutation_stats = {name: [0, 0] for name, _ in self.params.mutation_weights}
@@ -220,11 +232,16 @@ class SketchPolicy:
         return fresh
 
     def init_population(self) -> tuple[list[Records], list[Records]]:
-        """(fresh samples, fresh samples + up to use_measured_ratio of the best measured)."""
+        """(fresh samples, the initial population): up to use_measured_ratio of the best
+        measured, up to carry_over of the last evolution's best unmeasured candidates, and fresh
+        samples for the rest (at least sample_init_min_population)."""
         p = self.params
         best = self.best_measured(int(p.use_measured_ratio * p.population))
-        fresh = self.sample_fresh(max(p.sample_init_min_population, p.population - len(best)))
-        return fresh, fresh + best
+        n_carried = int(p.carry_over * p.population)
+        carried = [r for r in self.carried if r not in self.picked][:n_carried]
+        n_fresh = p.population - len(best) - len(carried)
+        fresh = self.sample_fresh(max(p.sample_init_min_population, n_fresh))
+        return fresh, fresh + best + carried
 
     def evolutionary_search(self, init: list[Records], out_size: int) -> list[Records]:
         """The out_size best-scored unmeasured candidates met over the generations."""
@@ -239,6 +256,8 @@ class SketchPolicy:
             if gen == p.generations or not pop:
                 break
             pop = self.next_generation(pop, scores)
+        n_carried = int(p.carry_over * p.population)
+        self.carried = heapq.nlargest(n_carried, best, key=best.__getitem__) if n_carried else []
         return heapq.nlargest(out_size, best, key=best.__getitem__)
 
     def next_generation(self, pop: list[Records], scores: np.ndarray) -> list[Records]:

@@ -1,5 +1,6 @@
 """What a search round measures: random picks taking the sketches in turn, at most launch_cap
-picks per launch shape, and the settings a SearchParams refuses."""
+picks per launch shape, the candidates one round carries into the next, and the settings a
+SearchParams refuses."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import costmodel
 from autosched.search.candidates import block_shape
 from autosched.search.cost_model import shipped_model
 from autosched.search.policy import (
+    FeatureCache,
     SearchParams,
     SketchPolicy,
     launch_shape,
@@ -103,12 +105,44 @@ def test_capped_moves_the_overflow_of_a_shape_behind_the_rest():
     assert make_policy(small_task(), uncapped).capped(ranked) == ranked
 
 
+# ---- one round starts where the last one ended -------------------------------------------------
+
+
+def test_a_round_carries_its_best_scored_candidates_into_the_next():
+    """The next round's initial population holds the last evolution's best-scored candidates
+    not yet measured, scored again without lowering them again, and fewer fresh samples."""
+    params = dataclasses.replace(SMALL, carry_over=0.5, sample_init_min_population=2)
+    policy, _ = steered_policy(params)
+    policy.search_one_round(4)
+    scores = [policy.scores[r] for r in policy.carried]
+    assert 0 < len(scores) <= 8 and scores == sorted(scores, reverse=True)
+    carried = [r for r in policy.carried if r not in policy.picked]
+    n_best = int(params.use_measured_ratio * params.population)
+    misses = policy.features.misses
+    fresh, init = policy.init_population()
+    sampled = policy.features.misses - misses
+    assert init[len(init) - len(carried) :] == carried
+    assert len(fresh) <= params.population - n_best - len(carried)
+    policy.score(init)
+    assert policy.features.misses - misses == sampled  # the carried were not lowered again
+
+
+def test_the_feature_cache_drops_the_least_recently_used_half():
+    cache = FeatureCache(4)
+    for k in range(4):
+        cache.put((k,), f"reason {k}")
+    assert cache.get((0,)) == "reason 0" and cache.get((9,)) is None
+    cache.put((4,), "reason 4")  # full: (1,) and (2,) were used least lately
+    assert list(cache.entries) == [(3,), (0,), (4,)]
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         ({"population": 0}, "population must be >= 1"),
         ({"eps_greedy": 1.5}, "eps_greedy must be in"),
         ({"launch_cap": -1}, "launch_cap must be >= 0"),
+        ({"carry_over": 1.5}, "carry_over must be in"),
         ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
         ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),
         ({"mutation_weights": (("tile_size", 0.0),)}, "positive sum"),
