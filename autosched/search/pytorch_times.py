@@ -29,13 +29,17 @@ def subgraph_times(
 
     if not tasks:
         return []
-    gm = tasks[0].groups[0].output.graph.owning_module
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), None)
-    if device is not None:
-        gm.to(device)
-    interpreter = fx.Interpreter(gm, garbage_collect_values=False)
+    try:
+        gm = tasks[0].groups[0].output.graph.owning_module
+        device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), None)
+        if device is not None:
+            gm.to(device)
+        interpreter = fx.Interpreter(gm, garbage_collect_values=False)
+        with torch.no_grad():
+            interpreter.run(*example_inputs)  # every node's value stays in interpreter.env
+    except Exception:  # tasks not backed by a runnable fx graph: every time unknown
+        return [math.inf] * len(tasks)
     with torch.no_grad():
-        interpreter.run(*example_inputs)  # every node's value stays in interpreter.env
         return [_time_nodes(interpreter, t.groups[0].nodes, repeats) for t in tasks]
 
 

@@ -96,3 +96,4 @@ def test_flop_coverage_and_pytorch_times_of_a_small_model():
     assert 0.9 < flop_coverage(model, inputs, tasks) <= 1.0
     times = subgraph_times(tasks, inputs, repeats=3)
     assert len(times) == len(tasks) and all(0 < t < math.inf for t in times)
+    assert subgraph_times(tasks, (torch.randn(4, 5),)) == [math.inf] * len(tasks)  # wrong input
