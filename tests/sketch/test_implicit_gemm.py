@@ -22,10 +22,12 @@ from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from tests.interpreter_check import assert_half_outputs_match, half_inputs
 
 
-def conv_nhwc(n, hw, ci, co, k, stride, pad, dtype="float16", epilogue="cast") -> ComputeDAG:
+def conv_nhwc(
+    n, hw, ci, co, k, stride, pad, dtype="float16", epilogue="cast", dilation=1
+) -> ComputeDAG:
     data = te.placeholder((n, hw, hw, ci), name="data", dtype=dtype)
     kernel = te.placeholder((k, k, ci, co), name="kernel", dtype=dtype)
-    out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, out_dtype="float32")
+    out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, dilation, out_dtype="float32")
     tensors = [data, kernel]
     if epilogue in ("bias_relu", "residual"):
         bias = te.placeholder((co,), name="bias", dtype="float32")
@@ -123,6 +125,10 @@ def check_implicit_gemm(dag: ComputeDAG, n: int = 2) -> None:
 )
 def test_sampled_convs_compute_the_dag_on_the_interpreter(args):
     check_implicit_gemm(conv_nhwc(*args))
+
+
+def test_a_dilated_conv():
+    check_implicit_gemm(conv_nhwc(1, 6, 16, 16, 3, 1, 2, dilation=2))
 
 
 def test_bf16_with_a_bias_and_relu_epilogue():
