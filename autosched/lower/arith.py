@@ -206,21 +206,33 @@ def _merge_digits(aff: Affine, bounds: Bounds, dtype: str) -> Affine:
     ]
     if len(digits) < 2:
         return aff
+
+    def partner(lo):
+        return next(
+            (
+                h
+                for h in digits
+                if lo[3] is not None
+                and h[2] == lo[2] * lo[3]
+                and h[0] == lo[0] * lo[3]
+                and _congruent(h[1], lo[1], h[2], bounds)
+            ),
+            None,
+        )
+
     joined = True
     while joined and len(digits) > 1:
         joined = False
         for lo in digits:
-            hi = next(
-                (
-                    h
-                    for h in digits
-                    if lo[3] is not None
-                    and h[2] == lo[2] * lo[3]
-                    and h[0] == lo[0] * lo[3]
-                    and _congruent(h[1], lo[1], h[2], bounds)
-                ),
-                None,
-            )
+            hi = partner(lo)
+            if hi is None and lo[2] > 1:
+                # `(x // d) % m` is also the lowest digit of `x // d` (divisor 1): the form
+                # a digit takes when a simplification dropped a multiple of d*m from x's
+                # value, as in `((o*112 + t // 32) // 56)*56 + (t // 32) % 56`
+                alt = [lo[0], BinOp("floordiv", lo[1], Const(lo[2], dtype), dtype), 1, *lo[3:]]
+                hi = partner(alt)
+                if hi is not None:
+                    lo[1], lo[2] = alt[1], 1
             if hi is not None:
                 digits.remove(hi)
                 lo[1], lo[3], lo[4] = hi[1], None if hi[3] is None else lo[3] * hi[3], lo[4] + hi[4]

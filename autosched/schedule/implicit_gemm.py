@@ -30,6 +30,7 @@ from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import substitute, walk
 
 I32 = "int32"
+IMPLICIT_GEMM_ORIGIN = "implicit_gemm"  # the origin of the gather's and the product's stages
 
 
 @dataclass(frozen=True)
@@ -154,4 +155,10 @@ def implicit_gemm_ops(op: ComputeOp) -> ImplicitGemmOps:
     return ImplicitGemmOps(gather, gemm, reshape)
 
 
-__all__ = ["ImplicitGemmOps", "implicit_gemm_ops", "product_loads", "row_axes"]
+__all__ = [
+    "IMPLICIT_GEMM_ORIGIN",
+    "ImplicitGemmOps",
+    "implicit_gemm_ops",
+    "product_loads",
+    "row_axes",
+]

@@ -282,6 +282,11 @@ def _tile_epilogue(
         state = state.follow_split(e, e_axes[pos], src, 1)
     block = [f"{a}_o" if p in tiled else a for p, a in enumerate(e_axes)]
     inner = [f"{e_axes[p]}_i" for p in sorted(tiled)]
+    if rows and rows[-1] == len(state.stages[e].root_iters) - 1:
+        # the pixels are the output's innermost axes (NCHW): the lanes run along them, so
+        # that a warp's stores are contiguous
+        if c_axes.index(mt.m) < c_axes.index(mt.n):
+            inner.reverse()
     state = state.reorder(e, block + inner)
     state = state.fuse(e, block).fuse(e, inner)
     outer, lanes = state.stages[e].iters

@@ -61,6 +61,9 @@ FRAGMENT_REGISTER_SHARE = (2, 3)
 REGISTERS_PER_TILE = 8  # a 16x16 float32 accumulator over 32 lanes
 REGISTERS_PER_OPERAND_TILE = 4  # a 16x16 half-precision operand fragment over 32 lanes
 MAX_CHUNK = 8  # 16-wide K steps per shared tile
+# registers a gather's unrolled fetch holds per vector beside the data: its global address (64
+# bits) and the predicate of the window's bounds (an implicit GEMM gathering its pixels)
+GATHER_TRIP_REGISTERS = 3
 # a fetch's vector lanes -> weight of the draw: 16-byte copies (8 halves) half the time, as
 # they move a tile in the fewest instructions (one cp.async each when double-buffered)
 VECTOR_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 4}
@@ -230,7 +233,8 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     fit in the fragments' share of a thread's registers: its accumulator and operand
     fragments, plus, where the
     cooperative fetch loop unrolls (its trips at most max_step), one register per loaded
-    vector word: nvcc hoists the unrolled global loads into registers."""
+    vector word: nvcc hoists the unrolled global loads into registers (a gather's also their
+    addresses and predicates, `GATHER_TRIP_REGISTERS`)."""
     (wm, rm, _), (wn, rn, _), (chunk, _) = (split_at(state.steps, k).lengths for k in g.split_ids)
     threads = wm * wn * ctx.hardware.warp_size
     budget = fragment_register_budget(ctx.hardware, threads)
@@ -238,9 +242,10 @@ def tensor_core_unroll_options(ctx, g: TensorCoreGroup, state: State, configs) -
     kt = chunk * g.k_tile
     elems = {"wmma.matrix_a": wm * rm * MMA * kt, "wmma.matrix_b": wn * rn * MMA * kt}
     fetches = []  # (trips, registers per trip) of each shared stage's fetch loop
-    for c, role in zip(g.shared, g.roles, strict=True):
+    gathers = g.gathers or (False,) * len(g.shared)
+    for c, role, gather in zip(g.shared, g.roles, gathers, strict=True):
         vec = fetch_vector(state, c)
-        words = max(1, vec * g.operand_bytes // 4)
+        words = max(1, vec * g.operand_bytes // 4) + (GATHER_TRIP_REGISTERS if gather else 0)
         fetches.append((-(-elems[role] // (threads * vec)), words))
 
     def regs(max_step: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autosched.lower import ir
+from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, SPATIAL
 from autosched.sketch.stage_steps import split_at, split_extent, split_step_ids
@@ -43,6 +44,9 @@ class TensorCoreGroup:
     epilogue: bool  # the accumulators reach the output through shared memory
     k_tile: int = MMA  # the wmma shape's K (8 for TF32): the inner length of the K split
     held: tuple[int, int] = (0, 0)  # M, N tiles that hold elements: extent / 16 rounded up
+    # per shared stage: it gathers an implicit GEMM's pixels (a predicate and an address to
+    # compute per fetched vector)
+    gathers: tuple[bool, ...] = ()
 
     @property
     def split_ids(self) -> tuple[int, int, int]:
@@ -79,6 +83,15 @@ def _row_axis(sketch: State, shared: int) -> str | None:
     dims = [it.name.removesuffix("_i") for it in frag.iters[-2:]]
     last = f"ax{len(sketch.stages[shared].axes) - 1}"
     return dict(zip(dims, MATRIX_AXES[frag.scope], strict=True)).get(last)
+
+
+def _gathers(sketch: State, shared: int) -> bool:
+    """Whether shared stage `shared` copies an implicit GEMM's gather (`<name>.im2col`)."""
+    body = getattr(sketch.stages[shared].op, "body", None)
+    if not isinstance(body, Load):
+        return False
+    src = getattr(body.buffer, "op", None)
+    return any(s.op is src and s.origin == IMPLICIT_GEMM_ORIGIN for s in sketch.stages)
 
 
 def padded_tiles(extent: int) -> int:
@@ -126,6 +139,7 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 epilogue=root != store,
                 k_tile=split_at(steps, rd[0]).lengths[-1],
                 held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
+                gathers=tuple(_gathers(sketch, c) for c in shared),
             )
         )
     return out

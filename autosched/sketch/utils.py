@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
+from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SplitRel, Stage
 
@@ -39,7 +40,7 @@ from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import substitute, walk
 
 # the origins of stages that compute what a DAG op computed, in a new op (analysed on demand)
-DERIVED_ORIGINS = ("rfactor", "implicit_gemm")
+DERIVED_ORIGINS = ("rfactor", IMPLICIT_GEMM_ORIGIN)
 
 
 def stage_op_info(state: State, i: int) -> OpInfo | None:

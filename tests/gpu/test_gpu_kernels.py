@@ -11,7 +11,7 @@ file imports and skips cleanly on a machine without one. Run them with
 (b) seeds 001 / 002's conv2d + bias + relu schedules, full size
 (c) the shared-memory tiled matmul with float4 cooperative fetching (test_lowering.py's builder),
     and the Ansor-style one of workloads_for_tests.py, double-buffered with cp.async too (and
-    sampled Tensor Core states)
+    sampled Tensor Core states, implicit GEMM convolutions among them)
 (d) fused elementwise ops
 (e) softmax: the unscheduled and a scheduled multi-kernel state, and the cross-thread state of
     test_cross_thread.py (warp shuffles + shared memory)
@@ -174,6 +174,31 @@ def test_tensor_core_convolutions_in_nchw_and_the_seeds_blocked_layout(name, arg
     for state in states:
         kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
         assert tensor_core_instructions(kernel.source)
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("conv2d_nhwc_fp16", (8, 14, 14, 64, 64, 3, 3, 1, 1)),  # batch 8: not tensorized before
+        ("conv2d_nhwc_fp16", (1, 7, 7, 128, 128, 3, 3, 2, 1)),  # batch 1, stride 2: 16 pixels
+        ("conv2d_nhwc_fp16", (2, 14, 14, 256, 64, 1, 1, 1, 0)),  # 1x1
+        ("conv2d_nchw_fp16", (2, 64, 14, 14, 64, 3, 3, 1, 1)),
+    ],
+)
+def test_implicit_gemm_convolutions(name, args):
+    """Sampled implicit GEMM states (pixels fused as M, the gather in the tile fetch, the
+    epilogue in the product's kernel), double-buffered or not."""
+    from autosched.schedule.compute_dag import ComputeDAG
+    from autosched.sketch import SketchSampler, generate_sketches
+    from autosched.task.workload_registry import make_workload_key, workload_tensors
+
+    dag = ComputeDAG(workload_tensors(make_workload_key(name, args)))
+    sketches = [s for s in generate_sketches(dag) if any(".im2col" in x.name for x in s.stages)]
+    states = SketchSampler(sketches).sample(3, 0)
+    assert states
+    for state in states:
+        kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
+        assert "mma_sync" in kernel.source
 
 
 # ---- (d) fused elementwise, (e) softmax, (f) non-dividing splits ---------------------------------

@@ -84,6 +84,18 @@ def test_digits_of_values_that_differ_by_a_multiple_of_the_modulus_fold():
     assert divisions(fold_digits(add(mul(div(f, 7), 7), mod(add(T, c(1)), 7)))) == 2  # t+1: no
 
 
+def test_a_digit_of_a_quotient_folds_with_the_quotients_higher_digits():
+    """An implicit GEMM's pixel index (n*OH + y)*OW + x of a fused loop o*112 + t // 32, with
+    OW = 56: x = (o*112 + t // 32) % 56 was simplified to (t // 32) % 56, a digit of t (divisor
+    32) as written, of t // 32 (divisor 1) as it pairs with its higher digits."""
+    q = div(T, 32)
+    f = add(mul(OUTER, 112), q)
+    e = add(mul(div(f, 3136), 3136), mul(mod(div(f, 56), 56), 56), mod(q, 56))
+    assert fold_digits(e)._key == fold_digits(f)._key
+    env = {id(OUTER): 5, id(T): 1000}
+    assert value(fold_digits(e), env) == value(e, env)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_digit_sums_keep_their_value(seed):
     """Sums of digits of one value with random divisors and coefficients, some matching the

@@ -4,24 +4,30 @@ that compute the DAG on the CPU interpreter (strides, padding, 1x1, 7x7, bf16, e
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autosched import te, topi
 from autosched.lower import ir
+from autosched.lower.planning import make_plan
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.implicit_gemm import implicit_gemm_ops, row_axes
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.tensor_core import match_implicit_gemm
+from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.task.evaluate import evaluate
 from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from tests.interpreter_check import assert_half_outputs_match, half_inputs
 
 
-def conv_nhwc(n, hw, ci, co, k, stride, pad, dtype="float16", epilogue="cast") -> ComputeDAG:
+def conv_nhwc(
+    n, hw, ci, co, k, stride, pad, dtype="float16", epilogue="cast", dilation=1
+) -> ComputeDAG:
     data = te.placeholder((n, hw, hw, ci), name="data", dtype=dtype)
     kernel = te.placeholder((k, k, ci, co), name="kernel", dtype=dtype)
-    out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, out_dtype="float32")
+    out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, dilation, out_dtype="float32")
     tensors = [data, kernel]
     if epilogue in ("bias_relu", "residual"):
         bias = te.placeholder((co,), name="bias", dtype="float32")
@@ -121,6 +127,10 @@ def test_sampled_convs_compute_the_dag_on_the_interpreter(args):
     check_implicit_gemm(conv_nhwc(*args))
 
 
+def test_a_dilated_conv():
+    check_implicit_gemm(conv_nhwc(1, 6, 16, 16, 3, 1, 2, dilation=2))
+
+
 def test_bf16_with_a_bias_and_relu_epilogue():
     check_implicit_gemm(conv_nhwc(1, 4, 16, 16, 3, 1, 1, "bfloat16", "bias_relu"))
 
@@ -131,6 +141,21 @@ def test_a_residual_epilogue_runs_in_the_products_kernel():
     (state,) = SketchSampler([implicit_sketch(dag)]).sample(1, 0)
     roots = [s for s in state.stages if s.compute_at == "root" and not s.is_placeholder]
     assert [s.name for s in roots] == ["T_cast"]  # one kernel: the epilogue
+
+
+def test_a_block_stores_only_its_own_tile():
+    """The epilogue reads the product at (n*OH + y)*OW + x of its fused loop: bound inference
+    gives the product's copy-out the block's M tile, also where the tile is a multiple of OW
+    (112 of 56, which simplification drops from x), so the block computes its tile once."""
+    dag = conv_nhwc(32, 56, 64, 64, 3, 1, 1)
+    sketch = implicit_sketch(dag)
+    (group,) = tensor_core_groups(sketch)
+    tiles = []
+    for state in SketchSampler([sketch]).sample(3, 7):
+        plan = make_plan(state)
+        tiles.append(math.prod(state.steps[group.m_split].lengths))
+        assert plan.info[group.store].region[0] == tiles[-1]
+    assert 112 in tiles
 
 
 def test_a_float32_output_is_the_reshape_itself():

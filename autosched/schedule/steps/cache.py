@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.dataflow import reads_of
-from autosched.schedule.implicit_gemm import implicit_gemm_ops
+from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN, implicit_gemm_ops
 from autosched.schedule.rfactor import rfactor_ops
 from autosched.schedule.stage import INLINED, Stage, stage_from_op
 from autosched.schedule.steps.base import (
@@ -254,8 +254,8 @@ class ImplicitGemmStep(Step):
         )
         stages = list(state.stages)
         stages[self.stage_id] = reshape
-        gemm = stage_from_op(ops.gemm, origin="implicit_gemm")
-        gather = stage_from_op(ops.gather, redirects=stage.redirects, origin="implicit_gemm")
+        gemm = stage_from_op(ops.gemm, origin=IMPLICIT_GEMM_ORIGIN)
+        gather = stage_from_op(ops.gather, redirects=stage.redirects, origin=IMPLICIT_GEMM_ORIGIN)
         _insert_stage(stages, self.stage_id, gemm)
         _insert_stage(stages, self.stage_id, gather)
         return state.with_stages(stages)
