@@ -96,11 +96,16 @@ def _conv2d_nhwcnc(args):
 
 def _attention(args):
     """Ours and PyTorch's scaled_dot_product_attention take the same (BH, S, D) q, k and v, with
-    the default scale 1/sqrt(D); causal as the workload's last argument."""
+    the default scale 1/sqrt(D); causal as the workload's last argument. PyTorch gets them as
+    (1, BH, S, D): its fused (flash / memory-efficient) kernels take 4-D inputs only, and a 3-D
+    call would time its unfused fallback instead."""
     causal = bool(args[4])
     import torch.nn.functional as F
 
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal)[0]
+
+    return sdpa
 
 
 def _tf32(torch_fn):
