@@ -29,7 +29,7 @@ import numpy as np
 
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
-from autosched.lower.interpret_warp import WarpContext, _track_warp_read
+from autosched.lower.warp_context import WarpContext, track_warp_read
 from autosched.te.dtype import BYTES, from_storage, round_tf32
 
 _LANES = np.arange(ml.LANES)
@@ -99,7 +99,7 @@ def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
     lanes = np.repeat(ctx.lane0, idx[0].size)
     run._check_bounds(buf, idx.reshape(-1), lanes, "read")
     keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
-    _track_warp_read(run, ctx, buf, keys)
+    track_warp_read(run, ctx, buf, keys)
     matrices = from_storage(mem[ctx.blocks[:, None, None], idx], buf.dtype).astype(np.float32)
     trans = ml.ldmatrix_trans(s.frag.scope, s.src.layout)
     flat = matrices.reshape(len(ctx.warps), -1)  # (warps, 4 matrices x 8 rows x 8 values)
@@ -113,7 +113,7 @@ def _load_values(run: Any, ctx: WarpContext, s: ir.FragmentLoad, buf, mem, offse
     steps = ml.element_offset(rows, cols, s.src.layout, s.src.ldm)  # (32, values)
     idx = offset[:, None, None] + steps[None]
     keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
-    _track_warp_read(run, ctx, buf, keys)
+    track_warp_read(run, ctx, buf, keys)
     values = from_storage(mem[ctx.blocks[:, None, None], idx], buf.dtype).astype(np.float32)
     arr[ctx.warps, tiles] = round_tf32(values)
 

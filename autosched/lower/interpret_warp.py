@@ -20,7 +20,7 @@ summation order (Tensor Cores sum in at least float32 precision, in an unspecifi
 
 That is the "wmma" flavour, whose fragments are opaque. Fragments of the "mma" flavour
 (`ir.Buffer.fragment_flavour`) are per-lane registers in the PTX layouts; their statements run
-in `interpret_mma.py`, which uses `WarpContext` from here (`register_warp_handlers` dispatches
+in `interpret_mma.py`; both build on `warp_context.py` (`register_warp_handlers` dispatches
 on the statement's flavour).
 
 The handlers take the interpreter's kernel run (`interpreter._KernelRun`) as `run`; they use its
@@ -29,23 +29,15 @@ launch indices, buffers, race trackers and error helpers.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
 from autosched.lower import ir
 from autosched.lower.dispatch import TypeTable
-from autosched.te.dtype import BYTES, from_storage, round_tf32
-
-
-@functools.cache
-def layout_steps(shape: tuple[int, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per layout of ir.MATRIX_LAYOUTS (row_major, col_major), element (r, c) of a tile of
-    `shape`: its offset from the tile's first element, per unit of ldm and per 1."""
-    rows, cols = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
-    return dict(zip(ir.MATRIX_LAYOUTS, ((rows, cols), (cols, rows)), strict=True))
-
+from autosched.lower.interpret_mma import MMA_HANDLERS
+from autosched.lower.warp_context import WarpContext, track_warp_read
+from autosched.te.dtype import from_storage, round_tf32
 
 # matrix fragment dtype -> what a load does to the values it reads (float32: TF32 rounding)
 LOAD_CONVERSIONS = {ir.TF32_OPERAND_DTYPE: round_tf32}
@@ -61,96 +53,6 @@ def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
             (warps, tiles, ir.WARP_SIZE, (rows * cols) // ir.WARP_SIZE), np.nan, np.float32
         )
     return np.full((warps, tiles, rows, cols), np.nan, np.float32)
-
-
-class WarpContext:
-    """The active warps of one warp statement and the lane-uniform values of its expressions."""
-
-    def __init__(self, run: Any, s: ir.WarpStmt, mask: Any) -> None:
-        self.run, self.s = run, s
-        if run.T % ir.WARP_SIZE:
-            self.fail(
-                f"needs whole warps, but a block has {run.T} threads (blockDim.x == {ir.WARP_SIZE})"
-            )
-        lanes = np.ones(run.L, bool) if mask is None else np.broadcast_to(mask, (run.L,))
-        per_warp = lanes.reshape(-1, ir.WARP_SIZE)
-        active = per_warp.any(axis=1)
-        partial = np.flatnonzero(active & ~per_warp.all(axis=1))
-        if partial.size:
-            w = int(partial[0])
-            self.fail(
-                f"reached by only {int(per_warp[w].sum())} of {ir.WARP_SIZE} lanes of the warp of "
-                f"{run.where(w * ir.WARP_SIZE)} (divergent warp op)"
-            )
-        self.warps = np.flatnonzero(active)  # global warp ids
-        self.lane0 = self.warps * ir.WARP_SIZE  # the lane standing for each warp
-        self.blocks = run.ix["block"][self.lane0]
-        self.mask = mask
-
-    def fail(self, what: str) -> None:
-        self.run.fail(f"{self.s.describe()} in kernel {self.run.k.name}: {what}")
-
-    def value(self, e, what: str) -> np.ndarray:
-        """`e` per active warp, checking that the 32 lanes of each warp agree."""
-        got = np.broadcast_to(np.asarray(self.run.eval(e, self.mask)), (self.run.L,))
-        per_warp = got.reshape(-1, ir.WARP_SIZE)[self.warps]
-        differ = np.flatnonzero((per_warp != per_warp[:, :1]).any(axis=1))
-        if differ.size:
-            w = int(self.warps[differ[0]])
-            self.fail(
-                f"the lanes of the warp of {self.run.where(w * ir.WARP_SIZE)} disagree on {what}"
-            )
-        return per_warp[:, 0]
-
-    def tiles(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """`tile` of each fragment operand of the statement, in order."""
-        return [self.tile(*operand) for operand in self.s.fragments()]
-
-    def tile(self, frag: ir.Buffer, e, scopes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """(fragment storage, tile number per active warp), checking scope and range."""
-        if frag.scope not in scopes:
-            self.fail(f"{frag.name} has scope {frag.scope}, expected one of {scopes}")
-        buf, arr = self.run.bufs_of(frag)
-        tiles = self.value(e, f"the tile number of {frag.name}").astype(np.int64)
-        bad = np.flatnonzero((tiles < 0) | (tiles >= arr.shape[1]))
-        if bad.size:
-            j = int(bad[0])
-            self.fail(
-                f"tile {int(tiles[j])} of {frag.name} is out of range (0..{arr.shape[1] - 1}) "
-                f"for the warp of {self.run.where(int(self.lane0[j]))}"
-            )
-        return arr, tiles
-
-    def memory(self, m: ir.MatrixTile, what: str) -> tuple[ir.Buffer, np.ndarray, np.ndarray]:
-        """(buffer, storage, element indices (warps, rows, cols)) of a memory tile of the
-        shape of the statement's fragment tile, checked for scope, alignment (the flavour's:
-        `ir.TILE_OFFSET_ALIGN_BYTES`) and bounds."""
-        buf, arr = self.run.bufs_of(m.buffer)
-        flavour = self.s.flavour()
-        writes = self.s.writes_memory()
-        scopes = ir.MEMORY_TILE_SCOPES if writes else ir.LOAD_TILE_SCOPES[flavour]
-        if buf.scope not in scopes:
-            self.fail(f"{buf.name} has scope {buf.scope}; {flavour} tiles are in {scopes} memory")
-        layouts = layout_steps(ir.tile_shape(self.s.fragments()[0][0]))
-        if m.layout not in layouts:
-            self.fail(f"unknown layout {m.layout!r} (expected one of {ir.MATRIX_LAYOUTS})")
-        steps = layouts[m.layout]
-        eb = BYTES[buf.dtype]
-        if m.ldm * eb % ir.LDM_ALIGN_BYTES:
-            self.fail(f"ldm {m.ldm} of {buf.name} is not a multiple of {ir.LDM_ALIGN_BYTES} bytes")
-        offset = self.value(m.offset, f"the offset into {buf.name}").astype(np.int64)
-        align = ir.TILE_OFFSET_ALIGN_BYTES[flavour]
-        bad = np.flatnonzero(offset * eb % align)
-        if bad.size:
-            j = int(bad[0])
-            self.fail(
-                f"offset {int(offset[j])} into {buf.name} is not {align}-byte "
-                f"aligned for the warp of {self.run.where(int(self.lane0[j]))}"
-            )
-        idx = offset[:, None, None] + steps[0] * m.ldm + steps[1]
-        lanes = np.repeat(self.lane0, idx[0].size)
-        self.run._check_bounds(buf, idx.reshape(-1), lanes, what)
-        return buf, arr, idx
 
 
 def _fill(run: Any, s: ir.FragmentFill, mask: Any) -> None:
@@ -170,25 +72,11 @@ def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
         vals = mem[idx]
     else:
         keys = (ctx.blocks[:, None, None] * buf.size + idx).reshape(-1)
-        _track_warp_read(run, ctx, buf, keys)
+        track_warp_read(run, ctx, buf, keys)
         vals = mem[ctx.blocks[:, None, None], idx]
     vals = from_storage(vals, buf.dtype).astype(np.float32)
     convert = LOAD_CONVERSIONS.get(s.frag.dtype)
     arr[ctx.warps, tiles] = vals if convert is None else convert(vals)
-
-
-def _track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarray) -> None:
-    """Race checks of a warp's shared-memory read: what another thread wrote since the last
-    barrier races; the warp's 32 lanes are recorded as readers."""
-    tr = run.trackers[id(buf)]
-    lanes = np.repeat(ctx.lane0, keys.size // ctx.lane0.size)
-    t = run.ix["tid"][lanes]
-    bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        run._race(buf, int(keys[j]), int(lanes[j]), "reads", "wrote")
-    np.minimum.at(tr.rmin, keys, t)
-    np.maximum.at(tr.rmax, keys, t + ir.WARP_SIZE - 1)
 
 
 def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
@@ -230,8 +118,6 @@ WMMA_HANDLERS: dict[type, Any] = {
 def register_warp_handlers(table: TypeTable[ir.Stmt, [Any], None], run: Any) -> None:
     """Register the warp statements' handlers, bound to the kernel run `run`, in its
     statement table (statement, lane mask): each runs the handler of the statement's flavour."""
-    from autosched.lower.interpret_mma import MMA_HANDLERS  # it builds on WarpContext
-
     by_flavour = {"wmma": WMMA_HANDLERS, "mma": MMA_HANDLERS}
 
     def handle(s: ir.WarpStmt, mask: Any) -> None:
@@ -241,4 +127,4 @@ def register_warp_handlers(table: TypeTable[ir.Stmt, [Any], None], run: Any) -> 
         table.register(stmt_type, handle)
 
 
-__all__ = ["WMMA_HANDLERS", "WarpContext", "fragment_storage", "register_warp_handlers"]
+__all__ = ["WMMA_HANDLERS", "fragment_storage", "register_warp_handlers"]
