@@ -198,7 +198,7 @@ def test_implicit_gemm_convolutions(name, args):
     assert states
     for state in states:
         kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
-        assert "mma_sync" in kernel.source
+        assert tensor_core_instructions(kernel.source)
 
 
 # ---- (d) fused elementwise, (e) softmax, (f) non-dividing splits ---------------------------------
