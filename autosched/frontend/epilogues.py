@@ -111,6 +111,8 @@ def _binary(op: str) -> Callable:
         a, b = node.args[0], node.args[1]
         if node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2 or (a is cur and b is cur):
             return None
+        if node.target._schema.is_mutable and a is not cur:
+            return None  # `x += group`: x itself changes, which later readers of x see
         other, swap = (b, False) if a is cur else (a, True)
         if isinstance(other, (int, float)) and not isinstance(other, bool):
             return Epilogue("binary", {"op": op, "swap": swap, "scalar": float(other)})
