@@ -26,6 +26,7 @@ ANCHORS: dict[Any, Callable] = {}
 
 # torch dtypes a DAG placeholder can have, by te name
 TE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+TORCH_DTYPES = {te_name: dtype for dtype, te_name in TE_DTYPES.items()}
 
 
 def register(table: dict, *keys: Any) -> Callable:
@@ -39,7 +40,7 @@ def register(table: dict, *keys: Any) -> Callable:
     return wrap
 
 
-def target_key(node: fx.Node, gm: fx.GraphModule | None = None) -> Any:
+def target_key(node: fx.Node) -> Any:
     """The table key of a node: the ATen operator overload it calls (None for other nodes)."""
     return node.target if node.op == "call_function" else None
 
