@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from autosched.frontend.ops import TE_DTYPES, args_of, constant, operand, register, shape_of
+from autosched.frontend.graph import TE_DTYPES, args_of, constant, operand, register, shape_of
 from autosched.frontend.specs import Epilogue, Operand
 
 aten = torch.ops.aten

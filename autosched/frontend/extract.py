@@ -19,10 +19,12 @@ from typing import Any
 import torch
 from torch import fx
 
+from autosched.frontend import attention as _attention  # noqa: F401  (registers the SDPA anchor)
 from autosched.frontend.coverage import Coverage, coverage
 from autosched.frontend.dag_builder import build_dag
 from autosched.frontend.epilogues import EPILOGUES
-from autosched.frontend.ops import ANCHORS, TORCH_DTYPES, dtype_of, shape_of, target_key
+from autosched.frontend.graph import TORCH_DTYPES, dtype_of, shape_of, target_key
+from autosched.frontend.ops import ANCHORS
 from autosched.frontend.patterns import apply_rewrites
 from autosched.frontend.precision import allows_tf32
 from autosched.frontend.specs import Anchor, Epilogue, Operand

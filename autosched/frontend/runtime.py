@@ -24,7 +24,7 @@ from autosched.codegen.build import BuiltKernel, build
 from autosched.codegen.stream_launch import StreamKernel, driver_available
 from autosched.errors import ModelError, RecordError
 from autosched.frontend.extract import FusedGroup, extract, operand_value
-from autosched.frontend.ops import TE_DTYPES, TORCH_DTYPES
+from autosched.frontend.graph import TE_DTYPES, TORCH_DTYPES
 from autosched.frontend.specs import Operand
 from autosched.frontend.trace import freeze_dynamo_graph
 from autosched.records import best_records
