@@ -57,9 +57,11 @@ def print_tasks(tasks: list[ExtractedTask]) -> str:
 def compile(  # noqa: A001  (the name users expect, as in torch.compile)
     model: Any, example_inputs: Any, log: str | None = None, use_interpreter: bool = False
 ):
-    """A callable module: each fused subgraph with a record in `log` runs its best kernel, the
-    rest (and every subgraph without a record, or everything without a GPU unless
-    `use_interpreter`) runs in PyTorch."""
+    """A callable module (the model's exported graph): each fused subgraph with a record in
+    `log` runs its best kernel, the rest (and every subgraph without a record, or everything
+    without a GPU unless `use_interpreter`) runs in PyTorch. It returns what the model
+    returns, except for a model whose outputs torch.export cannot flatten (a Hugging Face
+    cache object): it then returns the tensors among them, as a tuple."""
     return compile_model(model, _as_tuple(example_inputs), log, use_interpreter)
 
 

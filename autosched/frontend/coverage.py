@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from autosched.frontend.ops import op_name
+from autosched.frontend.graph import op_name
 
 aten = torch.ops.aten
 

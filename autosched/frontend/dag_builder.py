@@ -8,9 +8,7 @@ subgraphs are one task. The DAG's arguments are the operands in order, then the 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from collections.abc import Callable, Sequence
 
 from autosched import te, topi
@@ -18,25 +16,33 @@ from autosched.frontend.specs import Anchor, Epilogue, Operand
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.topi.utils import cast_to
 
-_ACC = "float32"  # the accumulation (and epilogue) dtype of every group
+ACC_DTYPE = "float32"  # the accumulation (and epilogue) dtype of every group
 
 
 def _conv2d(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     s = a.attrs
-    return topi.nn.conv2d_nchw(t[0], t[1], s["stride"], s["padding"], s["dilation"], out_dtype=_ACC)
+    return topi.nn.conv2d_nchw(
+        t[0], t[1], s["stride"], s["padding"], s["dilation"], out_dtype=ACC_DTYPE
+    )
 
 
 def _depthwise(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     s = a.attrs
     return topi.nn.depthwise_conv2d_nchw(
-        t[0], t[1], s["stride"], s["padding"], s["dilation"], out_dtype=_ACC
+        t[0], t[1], s["stride"], s["padding"], s["dilation"], out_dtype=ACC_DTYPE
     )
 
 
 def _group_conv(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     s = a.attrs
     return topi.nn.group_conv2d_nchw(
-        t[0], t[1], s["stride"], s["padding"], s["dilation"], groups=s["groups"], out_dtype=_ACC
+        t[0],
+        t[1],
+        s["stride"],
+        s["padding"],
+        s["dilation"],
+        groups=s["groups"],
+        out_dtype=ACC_DTYPE,
     )
 
 
@@ -67,9 +73,9 @@ def _upcast(build: Callable) -> Callable:
     def wrapped(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
         wide = [
             x
-            if x.dtype == _ACC
+            if x.dtype == ACC_DTYPE
             else te.compute(
-                x.shape, lambda *i, x=x: te.cast(x[i], _ACC), name="T_upcast", tag="elemwise"
+                x.shape, lambda *i, x=x: te.cast(x[i], ACC_DTYPE), name="T_upcast", tag="elemwise"
             )
             for x in t
         ]
@@ -97,36 +103,14 @@ def _rms_norm(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
     )
 
 
-def attention_available() -> bool:
-    """Whether `autosched.topi.attention` (fused attention) is there."""
-    name = "autosched.topi.attention"
-    return name in sys.modules or importlib.util.find_spec(name) is not None
-
-
-def _attention(a: Anchor, t: list[te.Tensor]) -> te.Tensor:
-    from autosched.topi.attention import attention  # type: ignore[import-not-found,unused-ignore]
-
-    mask = t[3] if len(t) > 3 else None
-    out: te.Tensor = attention(
-        t[0],
-        t[1],
-        t[2],
-        scale=a.attrs["scale"],
-        causal=a.attrs["causal"],
-        mask=mask,
-        out_dtype=_ACC,
-    )
-    return out
-
-
 ANCHOR_BUILDERS: dict[str, Callable[[Anchor, list[te.Tensor]], te.Tensor]] = {
     "conv2d": _with_bias(_conv2d, 1),
     "depthwise_conv2d": _with_bias(_depthwise, 1),
     "group_conv2d": _with_bias(_group_conv, 1),
-    "dense": _with_bias(lambda a, t: topi.nn.dense(t[0], t[1], out_dtype=_ACC), -1),
-    "matmul": _with_bias(lambda a, t: topi.nn.matmul(t[0], t[1], out_dtype=_ACC), -1),
+    "dense": _with_bias(lambda a, t: topi.nn.dense(t[0], t[1], out_dtype=ACC_DTYPE), -1),
+    "matmul": _with_bias(lambda a, t: topi.nn.matmul(t[0], t[1], out_dtype=ACC_DTYPE), -1),
     "batch_matmul": lambda a, t: topi.nn.batch_matmul(
-        t[0], t[1], transpose_b=a.attrs.get("transpose_b", False), out_dtype=_ACC
+        t[0], t[1], transpose_b=a.attrs.get("transpose_b", False), out_dtype=ACC_DTYPE
     ),
     "layer_norm": _upcast(
         lambda a, t: topi.nn.layer_norm(t[0], t[1], t[2], a.attrs["axis"], a.attrs["eps"])
@@ -147,7 +131,6 @@ ANCHOR_BUILDERS: dict[str, Callable[[Anchor, list[te.Tensor]], te.Tensor]] = {
             count_include_pad=a.attrs["count_include_pad"],
         )
     ),
-    "attention": _attention,
 }
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from autosched.frontend.ops import TE_DTYPES, args_of, constant, operand, register, shape_of
+from autosched.frontend.graph import TE_DTYPES, args_of, constant, operand, register, shape_of
 from autosched.frontend.specs import Epilogue, Operand
 
 aten = torch.ops.aten
@@ -111,6 +111,8 @@ def _binary(op: str) -> Callable:
         a, b = node.args[0], node.args[1]
         if node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2 or (a is cur and b is cur):
             return None
+        if node.target._schema.is_mutable and a is not cur:
+            return None  # `x += group`: x itself changes, which later readers of x see
         other, swap = (b, False) if a is cur else (a, True)
         if isinstance(other, (int, float)) and not isinstance(other, bool):
             return Epilogue("binary", {"op": op, "swap": swap, "scalar": float(other)})

@@ -19,10 +19,12 @@ from typing import Any
 import torch
 from torch import fx
 
+from autosched.frontend import attention as _attention  # noqa: F401  (registers the SDPA anchor)
 from autosched.frontend.coverage import Coverage, coverage
 from autosched.frontend.dag_builder import build_dag
 from autosched.frontend.epilogues import EPILOGUES
-from autosched.frontend.ops import ANCHORS, dtype_of, shape_of, target_key
+from autosched.frontend.graph import TORCH_DTYPES, dtype_of, shape_of, target_key
+from autosched.frontend.ops import ANCHORS
 from autosched.frontend.patterns import apply_rewrites
 from autosched.frontend.precision import allows_tf32
 from autosched.frontend.specs import Anchor, Epilogue, Operand
@@ -58,11 +60,6 @@ class FusedGroup:
         labels = (e.label for e in self.epilogues if not e.silent)
         return "+".join([self.anchor.kind, *labels])
 
-    @property
-    def out_dtype(self) -> str:
-        """The te dtype of the group's output (its last node's torch dtype)."""
-        return dtype_of(self.output) or "float32"
-
     def dag_inputs(self, values: dict[fx.Node, torch.Tensor]) -> list[torch.Tensor]:
         """The DAG's input tensors, given the torch values of the graph's nodes."""
         return [
@@ -74,10 +71,9 @@ def operand_value(o: Operand, value: torch.Tensor) -> torch.Tensor:
     """A torch value laid out as its operand's DAG placeholder (broadcast, then reshaped; a
     boolean mask made additive)."""
     if o.additive and value.dtype == torch.bool:
-        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(o.dtype, torch.float32)
-        value = torch.zeros(value.shape, dtype=dtype, device=value.device).masked_fill(
-            ~value, float("-inf")
-        )
+        value = torch.zeros(
+            value.shape, dtype=TORCH_DTYPES[o.dtype], device=value.device
+        ).masked_fill(~value, float("-inf"))
     if o.expand is not None:
         value = value.expand(o.expand)
     return value.reshape(o.shape).contiguous()
@@ -142,7 +138,7 @@ def _epilogue(
     if len(node.users) != 1:
         return None, None
     (user,) = node.users
-    match = EPILOGUES.get(target_key(user, gm))
+    match = EPILOGUES.get(target_key(user))
     if match is None or shape_of(user) is None:
         return None, None
     epi = _guarded(match, user, gm, node, dag_shape)
@@ -166,7 +162,7 @@ def _guarded(match: Callable, *args: Any) -> Any:
 def _group(node: fx.Node, gm: fx.GraphModule, order: dict, taken: set) -> FusedGroup | None:
     """The group anchored at `node` with every epilogue it absorbs, or None (not an anchor, or
     its DAG does not build)."""
-    match = ANCHORS.get(target_key(node, gm))
+    match = ANCHORS.get(target_key(node))
     anchor = _guarded(match, node, gm) if match is not None else None
     if anchor is None:
         return None
@@ -180,7 +176,7 @@ def _group(node: fx.Node, gm: fx.GraphModule, order: dict, taken: set) -> FusedG
         cur = user
     out_dtype = dtype_of(nodes[-1])
     if out_dtype is None or any(o.dtype != anchor.dtype for o in anchor.operands[:2]):
-        return None
+        return None  # mixed-precision products stay in PyTorch
     dag = _guarded(build_dag, anchor, epilogues, out_dtype)
     return None if dag is None else FusedGroup(anchor, epilogues, nodes, dag)
 

@@ -1,10 +1,10 @@
 """ATen operators as anchor specs: a registered table keyed by the operator overload
-(`torch.ops.aten.conv2d.default`); the epilogues' table, in `epilogues`, uses the same keys.
+(`torch.ops.aten.conv2d.default`); the epilogues' table, in `epilogues`, uses the same keys, and
+`attention` adds scaled_dot_product_attention when fused attention is available.
 
-The graphs come from `torch.export` (see `trace`): every call is an ATen operator and every
-node's `meta["val"]` holds its shape and dtype. An anchor matcher turns a node into an `Anchor`
-(or None when its arguments are outside what our topi covers: the node then stays in PyTorch).
-Matchers read arguments by name (`args_of`), with the schema's defaults filled in.
+An anchor matcher turns a node into an `Anchor` (or None when its arguments are outside what our
+topi covers: the node then stays in PyTorch). Matchers read arguments by name
+(`graph.args_of`), with the schema's defaults filled in.
 """
 
 from __future__ import annotations
@@ -15,114 +15,21 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.fx.operator_schemas import normalize_function
 
-from autosched.frontend.dag_builder import attention_available
+from autosched.frontend.graph import (
+    TE_DTYPES,
+    args_of,
+    constant,
+    operand,
+    register,
+    shape_of,
+    target_key,
+)
 from autosched.frontend.specs import Anchor, Operand
 
 aten = torch.ops.aten
 
 ANCHORS: dict[Any, Callable] = {}
-
-# torch dtypes a DAG placeholder can have, by te name
-TE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-def register(table: dict, *keys: Any) -> Callable:
-    """Decorator: enter the function in `table` under each of `keys`."""
-
-    def wrap(fn: Callable) -> Callable:
-        for key in keys:
-            table[key] = fn
-        return fn
-
-    return wrap
-
-
-def target_key(node: fx.Node, gm: fx.GraphModule | None = None) -> Any:
-    """The table key of a node: the ATen operator overload it calls (None for other nodes)."""
-    return node.target if node.op == "call_function" else None
-
-
-def op_name(node: fx.Node) -> str:
-    """A readable operator name: `aten.conv2d`, `getitem`."""
-    target = node.target
-    packet = getattr(target, "overloadpacket", None)
-    if packet is not None:
-        return f"aten.{packet.__name__}"
-    return getattr(target, "__name__", str(target))
-
-
-def _val(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
-
-
-def shape_of(node: Any) -> tuple[int, ...] | None:
-    """The static shape of a node's value (None unless it is one floating-point tensor of a
-    dtype our DAGs hold, with static sizes)."""
-    val = _val(node)
-    if not isinstance(val, torch.Tensor) or val.dtype not in TE_DTYPES:
-        return None
-    try:
-        return tuple(int(s) for s in val.shape)
-    except TypeError:  # a symbolic size
-        return None
-
-
-def dtype_of(node: Any) -> str | None:
-    """The te dtype of a node's value (None when it is not a float32/float16/bfloat16 tensor)."""
-    val = _val(node)
-    return TE_DTYPES.get(val.dtype) if isinstance(val, torch.Tensor) else None
-
-
-def args_of(node: fx.Node) -> dict[str, Any]:
-    """The node's arguments by their schema names, defaults filled in (an operator's `self`
-    is named `input`)."""
-    target = node.target
-    pair = None
-    if callable(target):
-        pair = normalize_function(
-            target, tuple(node.args), dict(node.kwargs), normalize_to_only_use_kwargs=True
-        )
-    if pair is None:
-        raise ValueError(f"no schema for {node.target}")
-    return dict(pair.kwargs)
-
-
-_CASTS = (aten._to_copy.default, aten.to.dtype)
-
-
-def constant(arg: Any, gm: fx.GraphModule) -> torch.Tensor | None:
-    """The tensor an argument names when it is fixed at compile time: a get_attr node (a
-    parameter or buffer of the exported module), or a dtype cast of one (autocast's weights)."""
-    if isinstance(arg, fx.Node) and arg.op == "call_function" and arg.target in _CASTS:
-        source = constant(arg.args[0], gm)
-        dtype = args_of(arg).get("dtype")
-        other = {k: v for k, v in arg.kwargs.items() if k != "dtype"}
-        if source is None or not isinstance(dtype, torch.dtype) or other:
-            return None
-        return source.to(dtype)
-    if isinstance(arg, fx.Node) and arg.op == "get_attr":
-        value: Any = gm
-        for part in str(arg.target).split("."):
-            value = getattr(value, part)
-        return value.detach() if isinstance(value, torch.Tensor) else None
-    return None
-
-
-def operand(role: str, arg: Any, gm: fx.GraphModule, shape: tuple | None = None) -> Operand | None:
-    """An operand for `arg`: a constant, or a runtime floating-point tensor node (None
-    otherwise)."""
-    value = constant(arg, gm)
-    if value is not None:
-        dtype = TE_DTYPES.get(value.dtype)
-        if dtype is None:
-            return None
-        return Operand(role, tuple(shape or value.shape), value=value, dtype=dtype)
-    arg_shape, dtype = shape_of(arg), dtype_of(arg)
-    if arg_shape is not None and dtype is not None:
-        return Operand(role, tuple(shape or arg_shape), node=arg, dtype=dtype)
-    return None
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -435,66 +342,3 @@ def _mean(node, gm):
     if sorted(d % 4 for d in dims) != [2, 3]:
         return None
     return _global_pool(node, gm, a["input"], (1, 1))
-
-
-# ---- attention -------------------------------------------------------------------------------
-
-
-@register(ANCHORS, aten.scaled_dot_product_attention.default)
-def _attention(node, gm):
-    """softmax(q k^T * scale + mask) v over (batch * heads) when `autosched.topi.attention`
-    exists; a float mask is broadcast to (batch * heads, Sq, Sk). Dropout, grouped-query
-    attention and boolean masks stay in PyTorch."""
-    a = args_of(node)
-    if not attention_available() or a["dropout_p"] != 0.0 or a["enable_gqa"]:
-        return None
-    qs, ks, vs = (shape_of(a[n]) for n in ("query", "key", "value"))
-    out = shape_of(node)
-    if qs is None or ks is None or vs is None or out is None or len(qs) < 3:
-        return None
-    if not (len(qs) == len(ks) == len(vs) and qs[:-2] == ks[:-2] == vs[:-2]):
-        return None
-    batch = math.prod(qs[:-2])
-    qkv = [
-        operand("q", a["query"], gm, (batch, *qs[-2:])),
-        operand("k", a["key"], gm, (batch, *ks[-2:])),
-        operand("v", a["value"], gm, (batch, *vs[-2:])),
-    ]
-    operands = [o for o in qkv if o is not None]
-    if len(operands) != 3:
-        return None
-    mask = a["attn_mask"]
-    if mask is not None:
-        m = _mask_operand(mask, gm, (*qs[:-1], ks[-2]), operands[0].dtype)
-        if m is None:
-            return None
-        operands.append(m)
-    scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
-    attrs = {"scale": float(scale), "causal": bool(a["is_causal"])}
-    return Anchor("attention", attrs, operands, (batch, qs[-2], vs[-1]))
-
-
-def _mask_operand(mask: Any, gm: fx.GraphModule, scores: tuple, dtype: str) -> Operand | None:
-    """The mask as an additive (batch * heads, Sq, Sk) operand: a float mask as it is, a
-    boolean one (True: attend) as 0 / -inf in the queries' dtype."""
-    val = mask.meta.get("val") if isinstance(mask, fx.Node) else None
-    value = constant(mask, gm)
-    shape = tuple(value.shape) if value is not None else tuple(getattr(val, "shape", ()))
-    if not _expands(shape, scores):
-        return None
-    flat = (math.prod(scores[:-2]), *scores[-2:])
-    is_bool = getattr(value if value is not None else val, "dtype", None) == torch.bool
-    if not is_bool:
-        m = operand("mask", mask, gm, flat)
-        if m is not None:
-            m.expand = scores
-        return m
-    if value is not None:
-        return Operand("mask", flat, value=value, dtype=dtype, expand=scores, additive=True)
-    return Operand("mask", flat, node=mask, dtype=dtype, expand=scores, additive=True)
-
-
-def _expands(small: tuple, big: tuple) -> bool:
-    if len(small) > len(big):
-        return False
-    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))

@@ -1,9 +1,9 @@
 """The compiled model: each tuned fused group replaced by a call of its kernel, the rest PyTorch.
 
 `compile_model` extracts the tasks, looks up the best record of each in the log, builds its
-kernel once, and rewrites the fx graph: a group's nodes become one `TunedCall` module whose
-arguments are the group's runtime inputs; its constants (weights, folded batch-norm scales) are
-bound to it once, as buffers. A task without a record keeps its original PyTorch ops. Kernels
+kernel once, and rewrites the exported graph: a group's nodes become one `TunedCall` module
+whose arguments are the group's runtime inputs (in the DAG's dtypes); its constants (weights,
+folded batch-norm scales) are bound to it once, as buffers. A task without a record keeps its original PyTorch ops. Kernels
 run on torch CUDA tensors on PyTorch's current stream (no host copies, no synchronisation;
 `codegen.stream_launch`) when a GPU is there; with
 `use_interpreter=True` they run on the CPU interpreter instead (tests of the wiring); with
@@ -24,7 +24,7 @@ from autosched.codegen.build import BuiltKernel, build
 from autosched.codegen.stream_launch import StreamKernel, driver_available
 from autosched.errors import ModelError, RecordError
 from autosched.frontend.extract import FusedGroup, extract, operand_value
-from autosched.frontend.ops import TE_DTYPES
+from autosched.frontend.graph import TE_DTYPES, TORCH_DTYPES
 from autosched.frontend.specs import Operand
 from autosched.frontend.trace import freeze_dynamo_graph
 from autosched.records import best_records
@@ -56,7 +56,7 @@ class TunedCall(nn.Module):
         runtime = 0
         for name, o in zip(names, group.operands, strict=True):
             if o.is_constant:
-                value = operand_value(o, o.value).to(_TORCH_DTYPES[o.dtype]).clone()
+                value = operand_value(o, o.value).to(TORCH_DTYPES[o.dtype]).clone()
                 self.register_buffer(f"c_{name}", value)
                 self.slots[name] = ("const", f"c_{name}", o)
             else:
@@ -85,7 +85,7 @@ class TunedCall(nn.Module):
             if kind == "const":
                 args.append(getattr(self, ref))
             else:
-                args.append(operand_value(o, inputs[ref]).to(_TORCH_DTYPES[o.dtype]))
+                args.append(operand_value(o, inputs[ref]).to(TORCH_DTYPES[o.dtype]))
         return args
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
@@ -113,9 +113,6 @@ class TunedCall(nn.Module):
         return result.reshape(self.out_shape)
 
 
-_TORCH_DTYPES = {te_name: dtype for dtype, te_name in TE_DTYPES.items()}
-
-
 def tensor_to_storage(value: torch.Tensor) -> np.ndarray:
     """A torch tensor as the numpy array the interpreter takes (bfloat16 as bit patterns)."""
     te_dtype = TE_DTYPES[value.dtype]
@@ -127,7 +124,7 @@ def tensor_to_storage(value: torch.Tensor) -> np.ndarray:
 
 def storage_to_tensor(array: np.ndarray, te_dtype: str) -> torch.Tensor:
     values = from_storage(np.ascontiguousarray(array), te_dtype)
-    return torch.from_numpy(np.ascontiguousarray(values)).to(_TORCH_DTYPES[te_dtype])
+    return torch.from_numpy(np.ascontiguousarray(values)).to(TORCH_DTYPES[te_dtype])
 
 
 class UntunedModelWarning(UserWarning):

@@ -17,7 +17,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import autosched.torch as at  # noqa: E402
 from autosched import te, topi  # noqa: E402
-from autosched.frontend import ops  # noqa: E402
+from autosched.frontend import attention  # noqa: E402
 from autosched.frontend.extract import extract  # noqa: E402
 from autosched.frontend.runtime import DynamoCall, dynamo_backend  # noqa: E402
 from autosched.topi.utils import cast_to  # noqa: E402
@@ -75,7 +75,7 @@ def test_sdpa_becomes_a_task_when_the_attention_module_is_there(attention_module
 
 
 def test_sdpa_stays_in_pytorch_without_the_attention_module(monkeypatch):
-    monkeypatch.setattr(ops, "attention_available", lambda: False)
+    monkeypatch.setattr(attention, "attention_available", lambda: False)
     tasks = at.extract_tasks(Attend().eval(), _inputs())
     assert [t.name for t in tasks] == ["dense"]
     assert tasks.coverage.leftover["aten.scaled_dot_product_attention"] == 1

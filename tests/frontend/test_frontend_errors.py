@@ -39,15 +39,16 @@ def test_a_model_or_input_of_the_wrong_type_is_named():
         at.extract_tasks(mlp(), (torch.randn(4, 16), [1, 2]))
 
 
-def test_an_untraceable_model_is_one_line():
+def test_an_untraceable_model_is_one_line(capfd):
     class Branchy(torch.nn.Module):
         def forward(self, x):
             return x * 2 if x.sum() > 0 else x  # data-dependent control flow
 
-    with pytest.raises(
-        ModelError, match="torch.export cannot trace the model: GuardOnDataDependentSymNode"
-    ):
+    with pytest.raises(ModelError) as err:
         at.extract_tasks(Branchy(), torch.randn(2))
+    message = str(err.value)
+    assert message.startswith("torch.export cannot trace the model: GuardOnDataDependentSymNode")
+    assert "\n" not in message and "Traceback" not in capfd.readouterr().err
 
 
 def test_compile_names_a_missing_log_and_warns_when_nothing_is_tuned(tmp_path):

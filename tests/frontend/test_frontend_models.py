@@ -119,3 +119,23 @@ def test_hugging_face_gpt2_extracts_its_conv1d_layers():
     text = at.print_tasks(ModelTasks(ex.tasks, ex.coverage))
     assert "stays in PyTorch: " in text and "aten.scaled_dot_product_attention x2 (" in text
     check_groups(ex, inputs)
+
+
+def test_in_place_ops_fuse_only_when_they_update_the_groups_own_output():
+    class InPlace(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(8, 8)
+            self.fc2 = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            h += x  # h is the group's output: fused
+            z = x * 2.0
+            z += self.fc2(x)  # z changes, not the group's output: stays in PyTorch
+            return torch.relu_(h), z
+
+    x = torch.randn(2, 8)
+    ex = extract(InPlace().eval(), (x,))
+    assert [t.name for t in ex.tasks] == ["dense+add+relu", "dense"]
+    check_groups(ex, (x,))

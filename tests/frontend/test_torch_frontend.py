@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import random
-
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch import fx, nn  # noqa: E402
+from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import autosched  # noqa: E402
@@ -17,8 +14,8 @@ import autosched.torch as at  # noqa: E402
 from autosched.errors import RecordError  # noqa: E402
 from autosched.frontend.extract import extract  # noqa: E402
 from autosched.frontend.runtime import UntunedModelWarning  # noqa: E402
-from autosched.records import MeasureInput, MeasureRecordResult, RecordToFile  # noqa: E402
 from benchmarks.model_zoo import BertLayer, ResNet  # noqa: E402
+from tests.frontend.models import check_groups, init_bn, tune_one  # noqa: E402
 
 
 def _small_resnet() -> nn.Module:
@@ -85,30 +82,6 @@ class Zoo(nn.Module):
         return y, att @ h @ self.w
 
 
-def _init_bn(model: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 1.5)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.5, 0.5)
-    return model.eval()
-
-
-def _node_values(gm: fx.GraphModule, inputs: tuple) -> dict:
-    values = {}
-
-    class Recorder(fx.Interpreter):
-        def run_node(self, n):
-            values[n] = super().run_node(n)
-            return values[n]
-
-    with torch.no_grad():
-        Recorder(gm).run(*inputs)
-    return values
-
-
 def test_seed_mlp_gives_two_tasks():
     tasks = at.extract_tasks(MLP().eval(), (torch.randn(1, 784),))
     assert [(t.name, t.weight) for t in tasks] == [("dense+relu", 1), ("dense", 1)]
@@ -121,7 +94,7 @@ def test_seed_mlp_gives_two_tasks():
 
 
 def test_conv_net_fuses_bn_relu_residual_and_shares_identical_blocks():
-    model = _init_bn(ConvNet())
+    model = init_bn(ConvNet())
     ex = extract(model, (torch.randn(1, 3, 8, 8),))
     got = [(t.name, t.weight) for t in ex.tasks]
     assert got == [
@@ -141,7 +114,7 @@ def test_conv_net_fuses_bn_relu_residual_and_shares_identical_blocks():
 def test_resnet_downsample_stays_whole_and_the_main_branch_takes_the_residual():
     """In a downsampling block the branch computed last (conv2 + bn2) absorbs the add + relu;
     the 1x1 downsample conv keeps only its BN; no node is in two groups."""
-    ex = extract(_init_bn(_small_resnet()), (torch.randn(1, 3, 32, 32),))
+    ex = extract(init_bn(_small_resnet()), (torch.randn(1, 3, 32, 32),))
     got = [(t.name, t.weight) for t in ex.tasks]
     assert got[:4] == [
         ("conv2d+scale_shift+relu", 1),  # stem
@@ -187,17 +160,10 @@ def test_bert_layer_tasks():
 )
 def test_each_task_dag_matches_its_pytorch_subgraph(model, inputs):
     torch.manual_seed(1)
-    m = _init_bn(model())
+    m = init_bn(model())
     args = inputs()
     ex = extract(m, args)
-    values = _node_values(ex.gm, args)
-    for g in ex.groups:
-        feed = {
-            t.name: v.numpy() for t, v in zip(g.dag.tensors, g.dag_inputs(values), strict=False)
-        }
-        out = autosched.evaluate(g.dag, feed)[g.dag.outputs[0].name]
-        want = values[g.output].reshape(out.shape).numpy()
-        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=g.name)
+    check_groups(ex, args)
     if model is Zoo:
         kinds = {g.anchor.kind for g in ex.groups}
         assert kinds == {
@@ -214,7 +180,7 @@ def test_each_task_dag_matches_its_pytorch_subgraph(model, inputs):
 
 
 def test_compile_without_records_falls_back_to_pytorch_with_a_warning(tmp_path):
-    model = _init_bn(ConvNet())
+    model = init_bn(ConvNet())
     x = torch.randn(2, 3, 8, 8)
     with pytest.raises(RecordError, match="none.json' does not exist"):
         at.compile(model, (x,), log=str(tmp_path / "none.json"))
@@ -225,25 +191,12 @@ def test_compile_without_records_falls_back_to_pytorch_with_a_warning(tmp_path):
         torch.testing.assert_close(compiled(x), model(x))
 
 
-def _tune_one(tasks, log: str, index: int = 0) -> None:
-    """Write a record of one sampled state for `tasks[index]`."""
-    task = tasks[index].task
-    sketches = autosched.generate_sketches(task)
-    (state,) = autosched.sample_initial_population(sketches, 1, random.Random(0))
-    inp = MeasureInput(
-        task.workload_key,
-        tuple(s.to_record() for s in state.steps),
-        dag=task.compute_dag.serialized(),
-    )
-    RecordToFile(log)([inp], [MeasureRecordResult((1e-5,), 0, "", 0.1, 0.1, 1.0)])
-
-
 def test_compile_runs_a_tuned_task_on_the_interpreter(tmp_path):
     torch.manual_seed(2)
     model = MLP((12, 8, 4)).eval()
     x = torch.randn(2, 12)
     log = str(tmp_path / "mlp.json")
-    _tune_one(at.extract_tasks(model, (x,)), log)
+    tune_one(at.extract_tasks(model, (x,))[0].task, log)
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
     assert compiled.autosched_replaced == 1
     calls = [n for n in compiled.graph.nodes if n.op == "call_module"]
@@ -262,7 +215,7 @@ def test_compile_chains_two_tuned_tasks(tmp_path):
     log = str(tmp_path / "mlp.json")
     tasks = at.extract_tasks(model, (x,))
     for index in range(len(tasks)):
-        _tune_one(tasks, log, index)
+        tune_one(tasks[index].task, log)
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
     assert compiled.autosched_replaced == 2
     calls = [n for n in compiled.graph.nodes if str(n.target).startswith("autosched_")]
@@ -277,7 +230,7 @@ def test_torch_compile_backend(tmp_path):
     model = MLP((12, 8, 4)).eval()
     x = torch.randn(2, 12)
     log = str(tmp_path / "mlp.json")
-    _tune_one(at.extract_tasks(model, (x,)), log)
+    tune_one(at.extract_tasks(model, (x,))[0].task, log)
     opt = torch.compile(model, backend="autosched", options={"log": log, "use_interpreter": True})
     with torch.no_grad():
         torch.testing.assert_close(opt(x), model(x), rtol=1e-4, atol=1e-5)
@@ -292,7 +245,7 @@ def test_compiled_bert_layer_equals_eager(tmp_path):
     log = str(tmp_path / "bert.json")
     tasks = at.extract_tasks(model, (x,))
     for index in (1, 6):  # batch_matmul+div, dense+gelu
-        _tune_one(tasks, log, index)
+        tune_one(tasks[index].task, log)
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
     assert compiled.autosched_replaced == 2
     with torch.no_grad():
@@ -303,14 +256,14 @@ def test_compiled_resnet_block_with_downsample_equals_eager(tmp_path):
     """The downsample (conv + BN) and the main branch that adds its output, both tuned: the
     second call reads the first call's output."""
     torch.manual_seed(6)
-    model = _init_bn(_small_resnet())
+    model = init_bn(_small_resnet())
     x = torch.randn(1, 3, 32, 32)
     log = str(tmp_path / "resnet.json")
     tasks = at.extract_tasks(model, (x,))
     names = [t.name for t in tasks]
     down = names.index("conv2d+scale_shift")
-    _tune_one(tasks, log, down)
-    _tune_one(tasks, log, down + 2)  # the block's conv2 + bn2 + add + relu
+    tune_one(tasks[down].task, log)
+    tune_one(tasks[down + 2].task, log)  # the block's conv2 + bn2 + add + relu
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
     assert compiled.autosched_replaced == tasks[down].weight + tasks[down + 2].weight
     with torch.no_grad():
