@@ -40,11 +40,9 @@ from autosched.sketch.utils import (
     reuses_inputs,
     single_consumer_root,
     spatial_and_reduce_length,
+    vector_lanes,
 )
-from autosched.te.dtype import BYTES
-from autosched.te.expr import Load
 from autosched.te.tensor import ComputeOp
-from autosched.te.visitor import walk
 from measure.hardware import HardwareParams
 
 
@@ -245,11 +243,7 @@ class CrossThreadReduction(SketchRule):
         """Reduction steps a thread takes at once when it reads them as one vector: as many as
         `SketchParams.max_vector_bytes` holds of the stage's widest input element (1: no
         vector). Where they do not divide the reduction, the guarded steps print as a loop."""
-        body = state.stages[i].compute_op.body
-        widest = max(
-            (BYTES.get(node.dtype, 4) for node in walk(body) if isinstance(node, Load)), default=4
-        )
-        return max(1, ctx.params.max_vector_bytes // widest)
+        return vector_lanes(state.stages[i], ctx.params.max_vector_bytes, reads_only=True)
 
     @staticmethod
     def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
@@ -285,7 +279,8 @@ class CrossThreadReduction(SketchRule):
         last = state.stages[t].iters[-1].name
         split = len(state.steps)
         out = [(state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x"), split)]
-        lanes = min(self.vector_lanes(ctx, state, i), self.vector_lanes(ctx, state, t))
+        consumer_lanes = vector_lanes(state.stages[t], ctx.params.max_vector_bytes)
+        lanes = min(self.vector_lanes(ctx, state, i), consumer_lanes)
         if lanes > 1:
             _, threads, vector = level_names(last, 3)
             vec = state.split(t, last, [None, lanes]).bind(t, threads, "threadIdx.x")
