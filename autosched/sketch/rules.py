@@ -375,6 +375,8 @@ class CrossBlockReduction(SketchRule):
     rows); else the reduction axes are fused and cut. APPLY: the unsplit sketches are made
     as well."""
 
+    MIN_PARTS: ClassVar[int] = 4
+
     def condition(self, ctx, state, i):
         stage = state.stages[i]
         if (
@@ -390,14 +392,16 @@ class CrossBlockReduction(SketchRule):
         return Cond.APPLY if self.parts(ctx, stage) else Cond.SKIP
 
     def parts(self, ctx: SketchContext, stage) -> int:
-        """P for this stage, 0 when it has outputs enough or a reduction too short to cut."""
+        """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or
+        threads wanted: fewer parts would not pay for the second kernel and the sketches they
+        add) or a reduction too short to cut in `MIN_PARTS`."""
         space, red = spatial_and_reduce_length(stage)
         p = ctx.params
         column = is_column_reduction(stage)
         per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
         wanted = -(-ctx.hardware.num_sms * per_sm // space)
         most = red // p.cross_block_min_chunk
-        if wanted < 2 or most < 2:
+        if wanted < self.MIN_PARTS or most < self.MIN_PARTS:
             return 0
         return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
 
