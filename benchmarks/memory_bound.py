@@ -1,6 +1,7 @@
-"""Tune memory-bound operators (reductions, normalisations, matrix-vector products, pooling, an
-element-wise chain) and compare their bandwidth with PyTorch eager and `torch.compile` of the
-same function, in one process.
+"""Memory-bound operators tuned, and their bandwidth against PyTorch eager and torch.compile.
+
+Reductions, normalisations, matrix-vector products, pooling and an element-wise chain, compared
+with PyTorch eager and `torch.compile` of the same function, in one process.
 
     python -m benchmarks.memory_bound --trials 64 --out runs/ [--quick] [--workloads NAME ...]
         [--publish]

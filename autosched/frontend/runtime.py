@@ -3,9 +3,9 @@
 `compile_model` extracts the tasks, looks up the best record of each in the log, builds its
 kernel once, and rewrites the exported graph: a group's nodes become one `TunedCall` module
 whose arguments are the group's runtime inputs (in the DAG's dtypes); its constants (weights,
-folded batch-norm scales) are bound to it once, as buffers. A task without a record keeps its original PyTorch ops. Kernels
-run on torch CUDA tensors on PyTorch's current stream (no host copies, no synchronisation;
-`codegen.stream_launch`) when a GPU is there; with
+folded batch-norm scales) are bound to it once, as buffers. A task without a record keeps its
+original PyTorch ops. Kernels run on torch CUDA tensors on PyTorch's current stream (no host
+copies, no synchronisation; `codegen.stream_launch`) when a GPU is there; with
 `use_interpreter=True` they run on the CPU interpreter instead (tests of the wiring); with
 neither, every group stays in PyTorch.
 """

@@ -46,7 +46,12 @@ from autosched.sketch.tensor_core_init import (
     tensor_core_unroll_options,
 )
 from autosched.sketch.tensor_core_instruction import TensorCoreInstruction
-from autosched.sketch.utils import has_cross_thread_reduction, has_reduce_iter, is_inlined
+from autosched.sketch.utils import (
+    has_cross_thread_reduction,
+    has_reduce_iter,
+    is_inlined,
+    vector_lanes,
+)
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
 from autosched.te.dtype import BYTES
 
@@ -283,7 +288,11 @@ class ThreadBind(InitRule):
         return ThreadBind._fuse_bind(state, i, 0, n, "blockIdx.x")
 
     def bind_simple(self, ctx, state, i, rng) -> State:
-        """Fuse the leading spatial loops, split by a thread count, bind block and thread."""
+        """Fuse the leading spatial loops, split by a thread count, bind block and thread. An
+        element-wise stage whose loops are all fused (nothing inside, nothing computed at it)
+        may also give each thread a vector of consecutive elements (16 bytes of its widest
+        element, when they divide the loop), drawn against none: one vector store, and vector
+        loads where its reads are contiguous."""
         stage = state.stages[i]
         n = 0
         its = stage.iters
@@ -294,12 +303,31 @@ class ThreadBind(InitRule):
         if n > 1:
             state = state.fuse(i, list(range(n)))
         extent = state.stages[i].iters[0].extent
-        most = min(extent, ctx.hardware.max_threads_per_block)
+        lanes = self.element_vector(ctx, state, i, n == len(its), extent)
+        if lanes > 1:
+            lanes = pick((1, lanes), rng)
+        most = min(extent // lanes, ctx.hardware.max_threads_per_block)
         options = [t for t in ctx.params.thread_counts if t <= most]
         if not options:
             return state.bind(i, 0, "threadIdx.x")
-        state = state.split(i, 0, [pick(options, rng)])
+        if lanes > 1:
+            state = state.split(i, 0, [pick(options, rng), lanes]).vectorize(i, 2)
+        else:
+            state = state.split(i, 0, [pick(options, rng)])
         return state.bind(i, 0, "blockIdx.x").bind(i, 1, "threadIdx.x")
+
+    @staticmethod
+    def element_vector(ctx, state: State, i: int, whole: bool, extent: int) -> int:
+        """Lanes of the vector a thread of element-wise stage i may take (1: none): the
+        stage's loops all fused (`whole`), no reduction, no stage computed at it, and the
+        lanes dividing the fused extent."""
+        stage = state.stages[i]
+        if not whole or has_reduce_iter(stage):
+            return 1
+        if any(s.attach is not None and s.attach[0] == i for s in state.stages):
+            return 1
+        lanes = vector_lanes(stage, ctx.params.max_vector_bytes)
+        return lanes if extent % lanes == 0 and extent > lanes else 1
 
     def cooperative_fetch(self, ctx, state, i, g: TileGroup, rng) -> State:
         """All threads of the block copy the tile: fuse, split off a vector, follow the

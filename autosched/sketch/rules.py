@@ -47,11 +47,9 @@ from autosched.sketch.utils import (
     reuses_inputs,
     single_consumer_root,
     spatial_and_reduce_length,
+    vector_lanes,
 )
-from autosched.te.dtype import BYTES
-from autosched.te.expr import Load
 from autosched.te.tensor import ComputeOp
-from autosched.te.visitor import walk
 from measure.hardware import HardwareParams
 
 
@@ -273,11 +271,7 @@ class CrossThreadReduction(SketchRule):
         """Reduction steps a thread takes at once when it reads them as one vector: as many as
         `SketchParams.max_vector_bytes` holds of the stage's widest input element (1: no
         vector). Where they do not divide the reduction, the guarded steps print as a loop."""
-        body = state.stages[i].compute_op.body
-        widest = max(
-            (BYTES.get(node.dtype, 4) for node in walk(body) if isinstance(node, Load)), default=4
-        )
-        return max(1, ctx.params.max_vector_bytes // widest)
+        return vector_lanes(state.stages[i], ctx.params.max_vector_bytes, reads_only=True)
 
     @staticmethod
     def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
@@ -313,7 +307,8 @@ class CrossThreadReduction(SketchRule):
         last = state.stages[t].iters[-1].name
         split = len(state.steps)
         out = [(state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x"), split)]
-        lanes = min(self.vector_lanes(ctx, state, i), self.vector_lanes(ctx, state, t))
+        consumer_lanes = vector_lanes(state.stages[t], ctx.params.max_vector_bytes)
+        lanes = min(self.vector_lanes(ctx, state, i), consumer_lanes)
         if lanes > 1:
             _, threads, vector = level_names(last, 3)
             vec = state.split(t, last, [None, lanes]).bind(t, threads, "threadIdx.x")
@@ -425,6 +420,8 @@ class CrossBlockReduction(SketchRule):
     rows); else the reduction axes are fused and cut. APPLY: the unsplit sketches are made
     as well."""
 
+    MIN_PARTS: ClassVar[int] = 4
+
     def condition(self, ctx, state, i):
         stage = state.stages[i]
         if (
@@ -440,14 +437,16 @@ class CrossBlockReduction(SketchRule):
         return Cond.APPLY if self.parts(ctx, stage) else Cond.SKIP
 
     def parts(self, ctx: SketchContext, stage) -> int:
-        """P for this stage, 0 when it has outputs enough or a reduction too short to cut."""
+        """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or
+        threads wanted: fewer parts would not pay for the second kernel and the sketches they
+        add) or a reduction too short to cut in `MIN_PARTS`."""
         space, red = spatial_and_reduce_length(stage)
         p = ctx.params
         column = is_column_reduction(stage)
         per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
         wanted = -(-ctx.hardware.num_sms * per_sm // space)
         most = red // p.cross_block_min_chunk
-        if wanted < 2 or most < 2:
+        if wanted < self.MIN_PARTS or most < self.MIN_PARTS:
             return 0
         return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
 

@@ -35,6 +35,7 @@ from autosched.sketch.stage_steps import (
     splitting_steps,
     stage_index_history,
 )
+from autosched.te.dtype import BYTES
 from autosched.te.expr import Load, Reduce
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import substitute, walk
@@ -110,6 +111,18 @@ def spatial_and_reduce_length(stage: Stage) -> tuple[int, int]:
     sp = math.prod(a.extent for a in stage.op.axis)
     rd = math.prod(a.extent for a in stage.op.reduce_axis)
     return sp, rd
+
+
+def vector_lanes(stage: Stage, max_bytes: int, reads_only: bool = False) -> int:
+    """Elements of the stage's widest input or output (with `reads_only`, input: a reduction
+    stores its vector's lanes into one accumulator) that fit in `max_bytes` (16: one 128-bit
+    access); 1 when none fit twice."""
+    op = stage.compute_op
+    widest = max(
+        [0 if reads_only else BYTES.get(op.dtype, 4)]
+        + [BYTES.get(n.dtype, 4) for n in walk(op.body) if isinstance(n, Load)]
+    )
+    return max(1, max_bytes // max(widest, 1))
 
 
 def reuses_inputs(stage: Stage) -> bool:
@@ -316,4 +329,5 @@ __all__ = [
     "stage_index_history",
     "stage_op_info",
     "tiling_extents",
+    "vector_lanes",
 ]

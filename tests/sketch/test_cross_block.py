@@ -195,3 +195,22 @@ def test_a_row_normalisation_reads_and_stores_16_bytes_per_thread():
         source = codegen_program(program)
         assert "float4 vec" in source and "*reinterpret_cast<float4*>(&rms[" in source, source
         interpret_and_compare(dag, program, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_element_wise_stages_may_give_each_thread_a_16_byte_vector(dtype):
+    """ThreadBind draws, for an element-wise output, one vector of consecutive elements per
+    thread or none: the vector ones store (and read x) 16 bytes at once."""
+    x = te.placeholder((8, 64), name="x", dtype=dtype)
+    b = te.placeholder((64,), name="b", dtype=dtype)
+    dag = ComputeDAG([x, b, te.compute((8, 64), lambda i, j: x[i, j] * b[j] + x[i, j], name="y")])
+    sampler = SketchSampler(generate_sketches(dag))
+    widths = set()
+    for state in sampler.sample(12, 0):
+        program = sampler.programs[state.key()]
+        widths.add(vector_bytes(program.kernels[0].body))
+        interpret_and_compare(dag, program, rtol=1e-3)
+        if vector_bytes(program.kernels[0].body):
+            vtype = "uint4" if dtype == "float16" else "float4"
+            assert f"*reinterpret_cast<{vtype}*>(&y[" in codegen_program(program)
+    assert widths == {0, 16}
