@@ -26,7 +26,14 @@ RESULTS_ROOT = os.path.join(REPO_ROOT, "benchmarks", "results")
 PERFORMANCE_PAGE = os.path.join(REPO_ROOT, "docs", "PERFORMANCE.md")
 
 # The results folders, in the order docs/PERFORMANCE.md shows them.
-BENCHMARKS = ("operators", "models", "tensor_cores", "multi_gpu", "pretrained_model")
+BENCHMARKS = (
+    "operators",
+    "models",
+    "tensor_cores",
+    "memory_bound",
+    "multi_gpu",
+    "pretrained_model",
+)
 
 METHOD = (
     "GPU time: 100 calls captured in one CUDA graph on one stream and replayed, the median of"
