@@ -49,6 +49,7 @@ def test_vit_block_with_multihead_attention():
     assert _names(ex) == [
         ("layer_norm", 2),
         ("dense", 1),  # the packed q, k, v projection
+        ("attention", 1),  # scaled_dot_product_attention as one task
         ("dense", 1),  # the attention's output projection
         ("dense+gelu_tanh", 1),
         ("dense+add", 1),  # fc2 + residual
@@ -77,22 +78,23 @@ def test_transformer_encoder_layer_extracts_inside_a_users_module():
 
 
 def test_hugging_face_bert_extracts_compiles_and_matches_eager(tmp_path):
-    """BERT's linears become tasks (SDPA stays in PyTorch without an attention module);
-    with its FFN up-projection + GELU tuned (run on the interpreter) the compiled model keeps
-    its Hugging Face output type and matches eager."""
+    """BERT's linears and its attention (scaled_dot_product_attention, through
+    `topi.attention`) become tasks; with its FFN up-projection + GELU tuned (run on the
+    interpreter) the compiled model keeps its Hugging Face output type and matches eager."""
     model, inputs = tiny_bert()
     ex = extract(model, inputs)
     assert _names(ex) == [
         ("layer_norm", 5),  # embeddings + 2 per layer
         ("dense", 6),  # q, k, v of 2 layers
+        ("attention", 2),
         ("dense+add", 2),  # attention output + residual (dropout is inference's identity)
         ("dense+gelu", 2),
         ("dense+add", 2),  # FFN output + residual
         ("dense+tanh", 1),  # the pooler
     ]
-    assert ex.coverage.leftover["aten.scaled_dot_product_attention"] == 2
+    assert "aten.scaled_dot_product_attention" not in ex.coverage.leftover
     check_groups(ex, inputs)
-    up = ex.tasks[3]
+    up = ex.tasks[4]
     log = str(tmp_path / "bert.json")
     tune_one(up.task, log)
     compiled = at.compile(model, inputs, log=log, use_interpreter=True)
@@ -112,12 +114,13 @@ def test_hugging_face_gpt2_extracts_its_conv1d_layers():
     assert _names(ex) == [
         ("layer_norm", 5),
         ("dense", 2),  # c_attn: q, k, v packed
+        ("attention", 2),  # causal
         ("dense+add", 2),  # c_proj + residual
         ("dense+gelu_tanh", 2),  # c_fc + "gelu_new"
         ("dense+add", 2),  # mlp c_proj + residual
     ]
     text = at.print_tasks(ModelTasks(ex.tasks, ex.coverage))
-    assert "stays in PyTorch: " in text and "aten.scaled_dot_product_attention x2 (" in text
+    assert "stays in PyTorch: " in text and "scaled_dot_product_attention" not in text
     check_groups(ex, inputs)
 
 

@@ -151,11 +151,11 @@ def test_a_block_stores_only_its_own_tile():
     sketch = implicit_sketch(dag)
     (group,) = tensor_core_groups(sketch)
     tiles = []
-    for state in SketchSampler([sketch]).sample(3, 7):
+    for state in SketchSampler([sketch]).sample(24, 7):
         plan = make_plan(state)
         tiles.append(math.prod(state.steps[group.m_split].lengths))
         assert plan.info[group.store].region[0] == tiles[-1]
-    assert 112 in tiles
+    assert any(t % 56 == 0 for t in tiles), tiles  # a tile that is a multiple of OW was drawn
 
 
 def test_a_float32_output_is_the_reshape_itself():
