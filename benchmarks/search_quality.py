@@ -100,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         t0 = time.perf_counter()
         runs.append(run_one(task, params, ns.rounds, ns.per_round))
-        print(f"seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
+        rows = "  ".join(f"{r['best_us']:.3f}/{r['lowered']}" for r in runs[-1])
+        print(f"seed {seed}: {time.perf_counter() - t0:.0f} s; best_us/lowered {rows}", flush=True)
     print(
         f"{ns.workload} population {ns.population} generations {ns.generations} "
         f"carry_over {ns.carry_over} seeds {ns.seeds}"

@@ -4,7 +4,7 @@ stages store 0 past their tensor's edge instead of skipping it."""
 from __future__ import annotations
 
 from autosched.lower import ir
-from autosched.lower.arith import expr_bounds
+from autosched.lower.arith import affine_bounds, expr_bounds, to_affine
 from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
 from autosched.lower.plan import LoweringPlan
@@ -28,11 +28,12 @@ def guards(
     bounds = loop_bounds(plan, inf.context + [(i, it.name) for it in st.iters])
     for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
-        _, hi = expr_bounds(off, bounds)
+        off_affine = to_affine(off, bounds)  # once for both tests: the offset, base + offset
+        _, hi = affine_bounds(off_affine, bounds)
         if hi >= inf.region[d]:
             conds.append(BinOp("<", off, int32(inf.region[d]), "bool"))
         g = BinOp("+", inf.base[d], off, I32)
-        glo, ghi = expr_bounds(g, bounds)
+        glo, ghi = affine_bounds(to_affine(inf.base[d], bounds).add(off_affine), bounds)
         if glo < 0:
             edge.append(BinOp(">=", g, int32(0), "bool"))
         if ghi >= a.extent:

@@ -19,13 +19,17 @@ def check_settings(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
 
 @dataclass(frozen=True)
 class SearchParams:
-    """All knobs of the search, with Ansor's defaults where Ansor has the knob (launch_cap is
-    this search's own). The evolutionary search scores 2048 states over 4 generations: with a
-    quarter of that the search often missed the states its model ranks best, and short searches
-    ended slower."""
+    """All knobs of the search, with Ansor's defaults where Ansor has the knob, but for the size
+    of a round's evolution (launch_cap and carry_over are this search's own). Ansor scores 2048
+    fresh states over 4 generations in every round; lowering a candidate is what a round costs
+    here, so a round starts from the last one's best-scored candidates (carry_over) and evolves
+    1024 states over 2 generations: the evolution goes on across rounds, and a search ends as
+    good after the same trials while lowering about a quarter as many candidates per round
+    (benchmarks/search_quality.py). Without carry_over, a quarter of Ansor's evolution often
+    missed the states its model ranks best, and short searches ended slower."""
 
-    population: int = 2048
-    generations: int = 4
+    population: int = 1024
+    generations: int = 2
     mutation_prob: float = 0.85
     eps_greedy: float = 0.05
     sample_init_min_population: int = 50  # fresh samples per round, at least
@@ -34,7 +38,7 @@ class SearchParams:
     # share of it): their features are cached, so they cost a model prediction where a fresh
     # sample costs a lowering, and the evolution resumes where it stopped. 0: every round
     # starts from fresh samples, as Ansor's does
-    carry_over: float = 0.0
+    carry_over: float = 0.75
     # at most this many of a steered round's model picks share one launch shape (grid, block,
     # virtual threads, shared and local bytes: the tiling, with the finer decisions such as the
     # unroll depth and the inner reduction split left out); the rest of the batch goes to the
