@@ -24,12 +24,17 @@ class SearchParams:
     fresh states over 4 generations in every round; lowering a candidate is what a round costs
     here, so a round starts from the last one's best-scored candidates (carry_over) and evolves
     1024 states over 2 generations: the evolution goes on across rounds, and a search ends as
-    good after the same trials while lowering about a quarter as many candidates per round
-    (benchmarks/search_quality.py). Without carry_over, a quarter of Ansor's evolution often
-    missed the states its model ranks best, and short searches ended slower."""
+    good after the same trials (best simulated cost of a search against `tests/sim_measurer`)
+    while lowering about a quarter as many candidates per round. Without carry_over, a quarter
+    of Ansor's evolution often missed the states its model ranks best, and short searches ended
+    slower. A round that measures few candidates (a model's warm-up round for each of its many
+    tasks) evolves fewer states: `population_per_trial` per candidate, at least
+    `min_round_population`, at most `population`."""
 
     population: int = 1024
     generations: int = 2
+    population_per_trial: int = 16  # a round's population per candidate it measures
+    min_round_population: int = 256
     mutation_prob: float = 0.85
     eps_greedy: float = 0.05
     sample_init_min_population: int = 50  # fresh samples per round, at least
@@ -63,6 +68,8 @@ class SearchParams:
         share = "must be in [0, 1]"
         checks = [
             (self.population >= 1, "population must be >= 1"),
+            (self.population_per_trial >= 1, "population_per_trial must be >= 1"),
+            (self.min_round_population >= 1, "min_round_population must be >= 1"),
             (self.generations >= 0, "generations must be >= 0"),
             (0 <= self.mutation_prob <= 1, f"mutation_prob {share}"),
             (0 <= self.eps_greedy <= 1, f"eps_greedy {share}"),

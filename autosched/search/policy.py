@@ -153,6 +153,8 @@ class SketchPolicy:
         self.scores: dict[Records, float] = {}  # this round's model scores
         # the last evolution's best-scored candidates, best first: the next round starts there
         self.carried: list[Records] = []
+        # the population the current round evolves (`population_for` its batch size)
+        self.round_population = self.params.population
         self.time = {"search": 0.0, "sample": 0.0, "evaluate": 0.0, "predict": 0.0, "model": 0.0}
         # per mutation rule: [children made, failures]
         self.mutation_stats = {name: [0, 0] for name, _ in self.params.mutation_weights}
@@ -234,12 +236,13 @@ class SketchPolicy:
     def init_population(self) -> tuple[list[Records], list[Records]]:
         """(fresh samples, the initial population): up to use_measured_ratio of the best
         measured, up to carry_over of the last evolution's best unmeasured candidates, and fresh
-        samples for the rest (at least sample_init_min_population)."""
+        samples for the rest (at least sample_init_min_population), round_population in all."""
         p = self.params
-        best = self.best_measured(int(p.use_measured_ratio * p.population))
-        n_carried = int(p.carry_over * p.population)
+        size = self.round_population
+        best = self.best_measured(int(p.use_measured_ratio * size))
+        n_carried = int(p.carry_over * size)
         carried = [r for r in self.carried if r not in self.picked][:n_carried]
-        n_fresh = p.population - len(best) - len(carried)
+        n_fresh = size - len(best) - len(carried)
         fresh = self.sample_fresh(max(p.sample_init_min_population, n_fresh))
         return fresh, fresh + best + carried
 
@@ -269,12 +272,12 @@ class SketchPolicy:
             return pop
         w = np.nan_to_num(finite - np.nanmin(finite), nan=0.0) + 1e-9
         w /= w.sum()
-        draws = iter(self.np_rng.choice(len(pop), size=6 * p.population, p=w).tolist())
+        draws = iter(self.np_rng.choice(len(pop), size=6 * self.round_population, p=w).tolist())
         names = [n for n, _ in p.mutation_weights]
         weights = [x for _, x in p.mutation_weights]
         out: list[Records] = []
         for i in draws:
-            if len(out) >= p.population:
+            if len(out) >= self.round_population:
                 break
             if self.rng.random() >= p.mutation_prob:
                 out.append(pop[i])
@@ -333,10 +336,19 @@ class SketchPolicy:
                 out.append(r)
         return out
 
+    def population_for(self, num_measure: int) -> int:
+        """The population a round that measures num_measure candidates evolves:
+        population_per_trial a candidate, at least min_round_population, at most population
+        (a model's warm-up rounds of a few candidates each search that much less)."""
+        p = self.params
+        wanted = max(p.min_round_population, p.population_per_trial * num_measure)
+        return min(p.population, wanted)
+
     def search_one_round(self, num_measure: int) -> list[State]:
         """The next batch (up to num_measure States) never measured or handed out before; it
         searches again, up to empty_round_retries times, when a round finds nothing new."""
         t0 = time.perf_counter()
+        self.round_population = self.population_for(num_measure)
         self.scores = {}  # the model may have changed since the last round
         before = self._counters()
         batch: list[Records] = []

@@ -482,3 +482,23 @@ def test_a_policy_samples_with_the_sketch_params_it_is_given():
     assert policy.sampler.params is given and policy.workers.spec.sketch_params is given
     default = make_policy(task, SMALL)
     assert default.sampler.params == SketchParams.for_task(task)
+
+
+def test_a_round_of_few_candidates_evolves_a_population_in_proportion():
+    """A model's warm-up rounds measure a few candidates per task: such a round samples and
+    evolves population_per_trial states a candidate (at least min_round_population), a full
+    round the whole population."""
+    params = SearchParams(
+        population=64,
+        population_per_trial=4,
+        min_round_population=16,
+        generations=1,
+        sample_init_min_population=8,
+        n_jobs=1,
+        seed=1,
+    )
+    policy = make_policy(small_task(), params)
+    assert [policy.population_for(n) for n in (1, 4, 8, 16, 100)] == [16, 16, 32, 64, 64]
+    batch = policy.search_one_round(2)
+    assert len(batch) == 2 and policy.round_population == 16
+    assert policy.n_sampled == 16  # fresh samples for the whole (first) round's population
