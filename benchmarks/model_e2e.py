@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "--parallel-tasks", type=int, default=None, help="default: one more than the GPUs"
     )
     ap.add_argument("--out", default="model_out", help="logs; the tables go to OUT/models/")
+    ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
     ap.add_argument(
         "--publish",
         action="store_true",
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(ns.out, exist_ok=True)
     where = {
         "machine": machine(),
-        "commit": git_commit(),
+        "commit": ns.commit or git_commit(),
         "minutes": ns.minutes,
         "budget_trials": ns.trials,
         "command": command_line("benchmarks.model_e2e", sys.argv[1:] if argv is None else argv),
