@@ -206,9 +206,10 @@ class CrossThreadReduction(SketchRule):
     matrix-vector product: the first sketch has a block's threads reduce one output after
     another, so there are too few blocks to keep most SMs busy. Where the reduction has its
     own thread split (no consumer to follow, or one output per block), a further sketch has
-    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`).
-    APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
-    as well."""
+    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`);
+    and for a DAG output, one more puts its outputs on the warps of a block, a warp per
+    output (`rows_on_warps`). APPLY: the other rules (tiling, or leaving the stage to one
+    thread per element) are tried as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -234,7 +235,8 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            return [(split, i - 1) for split in self.own_thread_splits(ctx, state, i, fused)]
+            own = self.own_thread_splits(ctx, state, i, fused)
+            return [(split, i - 1) for split in own + self.rows_on_warps(ctx, state, i, fused)]
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
         out = []
@@ -265,6 +267,40 @@ class CrossThreadReduction(SketchRule):
             vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
             out.append(vec.vectorize(i, vector))
         return out
+
+    def rows_on_warps(self, ctx: SketchContext, state: State, i: int, fused: str) -> list[State]:
+        """Several outputs per block, one per warp, for a DAG output whose reduction runs
+        along memory (a row sum): its spatial loops (fused) split by an unknown row count bound
+        to threadIdx.y, its reduction split [warp, lanes] with the warp on threadIdx.x and each
+        lane's consecutive steps vectorised (16 bytes a read, when the reduction has a vector
+        for every lane). Each output is then a warp reduction
+        (shuffles, no shared memory or barrier) and a block reads as many rows as it has warps:
+        many short rows neither leave each block too little to read (a block per row) nor read
+        across rows (a thread per row). Empty when the stage does not qualify."""
+        stage = state.stages[i]
+        warp = ctx.hardware.warp_size
+        space, red = spatial_and_reduce_length(stage)
+        spatial = [it.name for it in stage.iters if it.kind == SPATIAL]
+        if (
+            stage.origin != "dag"
+            or not is_output(state, i)
+            or needs_multi_level_tiling(state, i)
+            or is_column_reduction(stage)
+            or not spatial
+            or space < 2
+            or red < warp
+        ):
+            return []
+        if len(spatial) > 1:
+            state = state.fuse(i, spatial)
+        row = state.stages[i].iters[0].name
+        state = state.split(i, row, [None]).bind(i, f"{row}_i", "threadIdx.y")
+        lanes = self.vector_lanes(ctx, state, i)
+        if lanes == 1 or red < warp * lanes:
+            return [state.split(i, fused, [warp]).bind(i, f"{fused}_i", "threadIdx.x")]
+        _, threads, vector = level_names(fused, 3)
+        state = state.split(i, fused, [warp, lanes]).bind(i, threads, "threadIdx.x")
+        return [state.vectorize(i, vector)]
 
     @staticmethod
     def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:

@@ -56,6 +56,11 @@ def parts(sketch) -> int | None:
     return rf[0].op.axis[0].extent if rf else None
 
 
+def on_warps(sketch) -> bool:
+    """Does some stage of the sketch put its rows on a block's warps (threadIdx.y)?"""
+    return any(it.annotation == "threadIdx.y" for st in sketch.stages for it in st.iters)
+
+
 def reduction_stage(dag: ComputeDAG, name: str):
     return next(st for st in dag.get_init_state().stages if st.name == name)
 
@@ -140,7 +145,7 @@ def test_matrix_vector_product_reads_16_bytes_per_thread(dtype, lanes):
     (vec,) = [
         s
         for s in generate_sketches(dag)
-        if any(it.annotation == "vectorize" for it in s["y"].iters)
+        if any(it.annotation == "vectorize" for it in s["y"].iters) and not on_warps(s)
     ]
     sampler = SketchSampler([vec])
     states = sampler.sample(3, 0)
@@ -161,7 +166,7 @@ def test_a_reduction_vector_counts_the_bytes_of_its_loads():
     (vec,) = [
         s
         for s in generate_sketches(dag)
-        if any(it.annotation == "vectorize" for it in s["y"].iters)
+        if any(it.annotation == "vectorize" for it in s["y"].iters) and not on_warps(s)
     ]
     sampler = SketchSampler([vec])
     (state,) = sampler.sample(1, 0)
@@ -214,3 +219,46 @@ def test_element_wise_stages_may_give_each_thread_a_16_byte_vector(dtype):
             vtype = "uint4" if dtype == "float16" else "float4"
             assert f"*reinterpret_cast<{vtype}*>(&y[" in codegen_program(program)
     assert widths == {0, 16}
+
+
+def row_sums(shape: tuple[int, ...]) -> ComputeDAG:
+    """The sum of each row (last axis) of a tensor of `shape`."""
+    a = te.placeholder(shape, name="A")
+    k = te.reduce_axis((0, shape[-1]), name="k")
+    return ComputeDAG(
+        [a, te.compute(shape[:-1], lambda *idx: te.sum(a[(*idx, k)], axis=k), name="rows")]
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, vector",
+    [((16, 256), "float4 vec"), ((2, 8, 256), "float4 vec"), ((16, 48), None)],
+)
+def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
+    """The row sums' outputs on a block's warps (threadIdx.y), each row a warp reduction by
+    shuffles, no shared memory or barrier; 4 floats a lane at once where every lane has a
+    vector of the row (256), else one float (48: 32 lanes, the last 16 steps guarded)."""
+    dag = row_sums(shape)
+    (warps,) = [s for s in generate_sketches(dag) if on_warps(s)]
+    sampler = SketchSampler([warps])
+    states = sampler.sample(4, 0)
+    assert len(states) == 4, sampler.rejected
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        assert kernel.block[0] == 32 and kernel.grid[0] * kernel.block[1] == rows
+        source = codegen_program(program)
+        assert "__shfl_xor_sync" in source and "__syncthreads" not in source, source
+        assert (vector in source) if vector else "vec" not in source, source
+        interpret_and_compare(dag, program, rtol=1e-4)
+
+
+def test_only_output_rows_read_along_memory_get_a_warp_per_row():
+    """A column sum reads across memory rows; the partial sums of a cut reduction have one
+    block per part; a norm's and a normalisation's sums are read by another stage: none gets
+    the warp-per-row sketch."""
+    for dag in (column_sum(256, 64), sum_of_squares(64, 64), rms_norm(64, 256)):
+        assert not any(map(on_warps, generate_sketches(dag)))
