@@ -207,9 +207,10 @@ class CrossThreadReduction(SketchRule):
     another, so there are too few blocks to keep most SMs busy. Where the reduction has its
     own thread split (no consumer to follow, or one output per block), a further sketch has
     each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`);
-    and for a DAG output, one more puts its outputs on the warps of a block, a warp per
-    output (`rows_on_warps`). APPLY: the other rules (tiling, or leaving the stage to one
-    thread per element) are tried as well."""
+    and for a DAG output, or one computed inside a consumer with one element per output,
+    one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`).
+    APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
+    as well."""
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -244,6 +245,7 @@ class CrossThreadReduction(SketchRule):
             for per_block in self.own_thread_splits(ctx, state, i, fused):
                 at = per_block.stages[t].iters[n_common - 1].name
                 out.append((per_block.compute_at(i, t, at), i - 1))
+        warps = self.rows_on_warps(ctx, state, i, fused, t) if one_per_block else []
         followed = []
         for consumer, split in self.thread_splits(ctx, state, i, t):
             n = len(split_at(consumer.steps, split).lengths)  # 1: threads; 2: and lanes
@@ -252,7 +254,7 @@ class CrossThreadReduction(SketchRule):
             if n == 2:
                 st = st.vectorize(i, names[2])
             followed.append((st.compute_at(i, t, st.stages[t].iters[n_common - 1].name), i - 1))
-        return followed[:1] + out + followed[1:]
+        return followed[:1] + out + followed[1:] + [(st, i - 1) for st in warps]
 
     def own_thread_splits(
         self, ctx: SketchContext, state: State, i: int, fused: str
@@ -268,39 +270,47 @@ class CrossThreadReduction(SketchRule):
             out.append(vec.vectorize(i, vector))
         return out
 
-    def rows_on_warps(self, ctx: SketchContext, state: State, i: int, fused: str) -> list[State]:
-        """Several outputs per block, one per warp, for a DAG output whose reduction runs
-        along memory (a row sum): its spatial loops (fused) split by an unknown row count bound
-        to threadIdx.y, its reduction split [warp, lanes] with the warp on threadIdx.x and each
+    def rows_on_warps(
+        self, ctx: SketchContext, state: State, i: int, fused: str, consumer: int | None = None
+    ) -> list[State]:
+        """Several outputs per block, one per warp, for a reduction that runs along memory and
+        is a DAG output (a row sum) or is computed inside an element-wise `consumer` with one
+        element per output (a matrix-vector product and its cast): the outputs' loops (the
+        consumer's, where there is one) fused and split by an unknown row count bound to
+        threadIdx.y, the reduction split [warp, lanes] with the warp on threadIdx.x and each
         lane's consecutive steps vectorised (16 bytes a read, when the reduction has a vector
-        for every lane). Each output is then a warp reduction
-        (shuffles, no shared memory or barrier) and a block reads as many rows as it has warps:
-        many short rows neither leave each block too little to read (a block per row) nor read
-        across rows (a thread per row). Empty when the stage does not qualify."""
+        for every lane), and computed at the consumer's row loop. Each output is then a warp
+        reduction (shuffles, no shared memory or barrier) and a block reads as many rows as it
+        has warps: many short rows neither leave each block too little to read (a block per
+        row) nor read across rows (a thread per row). Empty when the stage does not qualify."""
         stage = state.stages[i]
         warp = ctx.hardware.warp_size
         space, red = spatial_and_reduce_length(stage)
-        spatial = [it.name for it in stage.iters if it.kind == SPATIAL]
         if (
             stage.origin != "dag"
-            or not is_output(state, i)
+            or (consumer is None and not is_output(state, i))
             or needs_multi_level_tiling(state, i)
             or is_column_reduction(stage)
-            or not spatial
             or space < 2
             or red < warp
         ):
             return []
+        rows_at = i if consumer is None else consumer
+        spatial = [it.name for it in state.stages[rows_at].iters if it.kind == SPATIAL]
         if len(spatial) > 1:
-            state = state.fuse(i, spatial)
-        row = state.stages[i].iters[0].name
-        state = state.split(i, row, [None]).bind(i, f"{row}_i", "threadIdx.y")
+            state = state.fuse(rows_at, spatial)
+        row = state.stages[rows_at].iters[0].name
+        state = state.split(rows_at, row, [None]).bind(rows_at, f"{row}_i", "threadIdx.y")
         lanes = self.vector_lanes(ctx, state, i)
         if lanes == 1 or red < warp * lanes:
-            return [state.split(i, fused, [warp]).bind(i, f"{fused}_i", "threadIdx.x")]
-        _, threads, vector = level_names(fused, 3)
-        state = state.split(i, fused, [warp, lanes]).bind(i, threads, "threadIdx.x")
-        return [state.vectorize(i, vector)]
+            state = state.split(i, fused, [warp]).bind(i, f"{fused}_i", "threadIdx.x")
+        else:
+            _, threads, vector = level_names(fused, 3)
+            state = state.split(i, fused, [warp, lanes]).bind(i, threads, "threadIdx.x")
+            state = state.vectorize(i, vector)
+        if consumer is not None:
+            state = state.compute_at(i, consumer, f"{row}_i")
+        return [state]
 
     @staticmethod
     def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:

@@ -256,9 +256,37 @@ def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
         interpret_and_compare(dag, program, rtol=1e-4)
 
 
-def test_only_output_rows_read_along_memory_get_a_warp_per_row():
-    """A column sum reads across memory rows; the partial sums of a cut reduction have one
-    block per part; a norm's and a normalisation's sums are read by another stage: none gets
-    the warp-per-row sketch."""
+def test_a_matrix_vector_product_may_be_computed_a_warp_per_row_inside_its_cast():
+    """y = cast(W x) with its rows on a block's warps: the product computed at the cast's row
+    loop, each lane reading 8 halves of W and of x at once, each row a warp reduction."""
+    w, x = (
+        te.placeholder((8, 512), name="W", dtype="float16"),
+        te.placeholder((512,), name="x", dtype="float16"),
+    )
+    k = te.reduce_axis((0, 512), name="k")
+    acc = te.compute(
+        (8,),
+        lambda n: te.sum(te.cast(w[n, k], "float32") * te.cast(x[k], "float32"), axis=k),
+        name="acc",
+    )
+    dag = ComputeDAG([w, x, te.compute((8,), lambda n: te.cast(acc[n], "float16"), name="y")])
+    (warps,) = [s for s in generate_sketches(dag) if on_warps(s)]
+    assert warps["acc"].attach is not None
+    sampler = SketchSampler([warps])
+    states = sampler.sample(3, 0)
+    assert len(states) == 3, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        assert kernel.block[0] == 32 and kernel.grid[0] * kernel.block[1] == 8
+        source = codegen_program(program)
+        assert source.count("uint4 vec") == 2 and "__syncthreads" not in source, source
+        interpret_and_compare(dag, program, rtol=1e-3)
+
+
+def test_column_sums_single_sums_and_normalisations_get_no_warp_per_row():
+    """A column sum reads across memory rows; a whole matrix's sum has one output (and its
+    partial sums one block per part); a normalisation's row sums are read by a consumer with
+    more elements than rows: none gets the warp-per-row sketch."""
     for dag in (column_sum(256, 64), sum_of_squares(64, 64), rms_norm(64, 256)):
         assert not any(map(on_warps, generate_sketches(dag)))
