@@ -6,10 +6,12 @@ two kernels and compute the DAG on the CPU interpreter."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autosched import te
 from autosched.codegen.cuda import codegen_program
+from autosched.features import N_FEATURES, extract_features
 from autosched.lower import ir
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import print_python_schedule, replay
@@ -254,6 +256,9 @@ def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
         assert "__shfl_xor_sync" in source and "__syncthreads" not in source, source
         assert (vector in source) if vector else "vec" not in source, source
         interpret_and_compare(dag, program, rtol=1e-4)
+        features = extract_features(program)  # what the cost model sees of it
+        assert features.shape[1] == N_FEATURES and np.isfinite(features).all()
+    assert replay(dag, states[0].steps) == states[0]
 
 
 def test_a_matrix_vector_product_may_be_computed_a_warp_per_row_inside_its_cast():
