@@ -212,6 +212,10 @@ class CrossThreadReduction(SketchRule):
     APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
     as well."""
 
+    # a warp per output only where the outputs give every SM this many warps: fewer rows (a
+    # few long ones) leave most of the GPU idle, and are the cross-block reductions' case
+    MIN_WARPS_PER_SM: ClassVar[int] = 8
+
     def condition(self, ctx, state, i):
         stage = state.stages[i]
         if (
@@ -282,7 +286,8 @@ class CrossThreadReduction(SketchRule):
         for every lane), and computed at the consumer's row loop. Each output is then a warp
         reduction (shuffles, no shared memory or barrier) and a block reads as many rows as it
         has warps: many short rows neither leave each block too little to read (a block per
-        row) nor read across rows (a thread per row). Empty when the stage does not qualify."""
+        row) nor read across rows (a thread per row). Empty when the stage does not qualify,
+        or has fewer outputs than `MIN_WARPS_PER_SM` per SM."""
         stage = state.stages[i]
         warp = ctx.hardware.warp_size
         space, red = spatial_and_reduce_length(stage)
@@ -291,7 +296,7 @@ class CrossThreadReduction(SketchRule):
             or (consumer is None and not is_output(state, i))
             or needs_multi_level_tiling(state, i)
             or is_column_reduction(stage)
-            or space < 2
+            or space < max(2, self.MIN_WARPS_PER_SM * ctx.hardware.num_sms)
             or red < warp
         ):
             return []

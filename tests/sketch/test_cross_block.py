@@ -58,6 +58,9 @@ def parts(sketch) -> int | None:
     return rf[0].op.axis[0].extent if rf else None
 
 
+ONE_SM = HardwareParams(num_sms=1)  # a GPU that 8 rows fill with a warp per SM each
+
+
 def on_warps(sketch) -> bool:
     """Does some stage of the sketch put its rows on a block's warps (threadIdx.y)?"""
     return any(it.annotation == "threadIdx.y" for st in sketch.stages for it in st.iters)
@@ -147,7 +150,7 @@ def test_matrix_vector_product_reads_16_bytes_per_thread(dtype, lanes):
     (vec,) = [
         s
         for s in generate_sketches(dag)
-        if any(it.annotation == "vectorize" for it in s["y"].iters) and not on_warps(s)
+        if any(it.annotation == "vectorize" for it in s["y"].iters)
     ]
     sampler = SketchSampler([vec])
     states = sampler.sample(3, 0)
@@ -168,7 +171,7 @@ def test_a_reduction_vector_counts_the_bytes_of_its_loads():
     (vec,) = [
         s
         for s in generate_sketches(dag)
-        if any(it.annotation == "vectorize" for it in s["y"].iters) and not on_warps(s)
+        if any(it.annotation == "vectorize" for it in s["y"].iters)
     ]
     sampler = SketchSampler([vec])
     (state,) = sampler.sample(1, 0)
@@ -241,8 +244,8 @@ def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
     shuffles, no shared memory or barrier; 4 floats a lane at once where every lane has a
     vector of the row (256), else one float (48: 32 lanes, the last 16 steps guarded)."""
     dag = row_sums(shape)
-    (warps,) = [s for s in generate_sketches(dag) if on_warps(s)]
-    sampler = SketchSampler([warps])
+    (warps,) = [s for s in generate_sketches(dag, ONE_SM) if on_warps(s)]
+    sampler = SketchSampler([warps], ONE_SM)
     states = sampler.sample(4, 0)
     assert len(states) == 4, sampler.rejected
     rows = 1
@@ -275,9 +278,9 @@ def test_a_matrix_vector_product_may_be_computed_a_warp_per_row_inside_its_cast(
         name="acc",
     )
     dag = ComputeDAG([w, x, te.compute((8,), lambda n: te.cast(acc[n], "float16"), name="y")])
-    (warps,) = [s for s in generate_sketches(dag) if on_warps(s)]
+    (warps,) = [s for s in generate_sketches(dag, ONE_SM) if on_warps(s)]
     assert warps["acc"].attach is not None
-    sampler = SketchSampler([warps])
+    sampler = SketchSampler([warps], ONE_SM)
     states = sampler.sample(3, 0)
     assert len(states) == 3, sampler.rejected
     for state in states:
@@ -292,6 +295,9 @@ def test_a_matrix_vector_product_may_be_computed_a_warp_per_row_inside_its_cast(
 def test_column_sums_single_sums_and_normalisations_get_no_warp_per_row():
     """A column sum reads across memory rows; a whole matrix's sum has one output (and its
     partial sums one block per part); a normalisation's row sums are read by a consumer with
-    more elements than rows: none gets the warp-per-row sketch."""
+    more elements than rows: none gets the warp-per-row sketch. Nor do row sums too few to
+    give every SM 8 warps (16 rows on 132 SMs)."""
     for dag in (column_sum(256, 64), sum_of_squares(64, 64), rms_norm(64, 256)):
-        assert not any(map(on_warps, generate_sketches(dag)))
+        assert not any(on_warps(s) for s in generate_sketches(dag, ONE_SM))
+    assert not any(map(on_warps, generate_sketches(row_sums((16, 256)))))
+    assert any(map(on_warps, generate_sketches(row_sums((1056, 64)))))
