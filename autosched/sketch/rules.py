@@ -22,6 +22,7 @@ from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
+from autosched.sketch.parts_in_consumer import sum_parts_in_consumer_warps
 from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
 from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.sketch.tensor_core import (
@@ -468,8 +469,10 @@ class CrossBlockReduction(SketchRule):
     threads for a column reduction, per SM in all), rounded up to a power of two and kept to
     parts of at least `cross_block_min_chunk` elements.
     The outermost reduction axis alone is cut where P divides it (the parts then stay whole
-    rows); else the reduction axes are fused and cut. APPLY: the unsplit sketches are made
-    as well."""
+    rows); else the reduction axes are fused and cut. Where the parts' sum has an element-wise
+    consumer along rows (RMSNorm of a few long rows), a second sketch sums the parts inside
+    that consumer, a warp per chunk of a row (parts_in_consumer.py): two kernels, not three.
+    APPLY: the unsplit sketches are made as well."""
 
     MIN_PARTS: ClassVar[int] = 4
 
@@ -511,7 +514,14 @@ class CrossBlockReduction(SketchRule):
             cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
         split = cut.split(i, name, [p], inner_to_outer=False)
         factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
-        return [(self.memory_order(factored, i, f"{name}_i"), i + 1)]
+        ordered = self.memory_order(factored, i, f"{name}_i")
+        out = [(ordered, i + 1)]
+        if ctx.params.cross_block_parts_in_consumer:
+            warp, vector = ctx.hardware.warp_size, ctx.params.max_vector_bytes
+            placed = sum_parts_in_consumer_warps(ordered, i + 1, warp, vector)
+            if placed is not None:
+                out.append((placed, i))  # the parts' sum placed: on to the partial sums
+        return out
 
     @staticmethod
     def memory_order(state: State, rf: int, rest: str) -> State:

@@ -193,7 +193,7 @@ def test_a_row_normalisation_reads_and_stores_16_bytes_per_thread():
     (fused,) = [
         s
         for s in generate_sketches(dag)
-        if any(it.annotation == "vectorize" for it in s["rms"].iters)
+        if any(it.annotation == "vectorize" for it in s["rms"].iters) and not parts(s)
     ]
     assert [it.annotation for it in fused["ms"].iters][-2:] == ["threadIdx.x", "vectorize"]
     sampler = SketchSampler([fused])
@@ -301,3 +301,35 @@ def test_column_sums_single_sums_and_normalisations_get_no_warp_per_row():
         assert not any(on_warps(s) for s in generate_sketches(dag, ONE_SM))
     assert not any(map(on_warps, generate_sketches(row_sums((16, 256)))))
     assert any(map(on_warps, generate_sketches(row_sums((1056, 64)))))
+
+
+def parts_in_output(sketch) -> bool:
+    """Does the sketch sum the parts of RMSNorm's cut sum inside the output, at a chunk of a
+    row (the output's last axis, j), rather than at a whole row (i) or in a kernel of its own?"""
+    attach = sketch["ms"].attach
+    return bool(parts(sketch)) and attach is not None and attach[1].startswith("j")
+
+
+@pytest.mark.parametrize("m, n, sms, p", [(4, 2048, 16, 8), (2, 8192, 64, 64)])
+def test_a_normalisation_of_few_long_rows_sums_the_parts_where_it_reads_them(m, n, sms, p):
+    """RMSNorm of a few long rows, its sum of squares cut into P parts: a sketch sums the parts
+    inside the output's kernel, a warp per chunk of a row (P/32 parts a lane, or lanes left
+    idle where P < 32), which then writes the chunk in 16-byte vectors: two kernels. None
+    does with `cross_block_parts_in_consumer` off."""
+    dag = rms_norm(m, n)
+    hardware = HardwareParams(num_sms=sms)
+    in_output = [s for s in generate_sketches(dag, hardware) if parts_in_output(s)]
+    assert [parts(s) for s in in_output] == [p] * 3  # partial sums as in test_matrix_norm...
+    off = SketchParams(cross_block_parts_in_consumer=False)
+    assert not any(map(parts_in_output, generate_sketches(dag, hardware, off)))
+    sampler = SketchSampler(in_output[:1], hardware)
+    states = sampler.sample(3, 0)
+    assert len(states) == 3, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert [b.name for b in program.temps] == ["ms_rf"]
+        partial, normalised = program.kernels
+        assert normalised.block == (32, 1, 1)
+        source = codegen_program(program)
+        assert "*reinterpret_cast<float4*>(&rms[" in source and "__shfl_xor_sync" in source
+        interpret_and_compare(dag, program, rtol=1e-4)
