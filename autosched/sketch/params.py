@@ -87,6 +87,9 @@ class SketchParams:
     cross_block_blocks_per_sm: int = 2
     cross_block_threads_per_sm: int = 512
     cross_block_min_chunk: int = 64
+    # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
+    # per chunk of a row (sketch/parts_in_consumer.py)
+    cross_block_parts_in_consumer: bool = True
 
     def __post_init__(self) -> None:
         for name in ("double_buffer_probability", "shared_padding_probability"):

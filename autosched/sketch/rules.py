@@ -22,6 +22,7 @@ from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
 from autosched.sketch.params import SketchParams
+from autosched.sketch.parts_in_consumer import sum_parts_in_consumer_warps
 from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
 from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.sketch.tensor_core import (
@@ -206,9 +207,15 @@ class CrossThreadReduction(SketchRule):
     matrix-vector product: the first sketch has a block's threads reduce one output after
     another, so there are too few blocks to keep most SMs busy. Where the reduction has its
     own thread split (no consumer to follow, or one output per block), a further sketch has
-    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`).
+    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`);
+    and for a DAG output, or one computed inside a consumer with one element per output,
+    one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`).
     APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
     as well."""
+
+    # a warp per output only where the outputs give every SM this many warps: fewer rows (a
+    # few long ones) leave most of the GPU idle, and are the cross-block reductions' case
+    MIN_WARPS_PER_SM: ClassVar[int] = 8
 
     def condition(self, ctx, state, i):
         stage = state.stages[i]
@@ -234,7 +241,8 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            return [(split, i - 1) for split in self.own_thread_splits(ctx, state, i, fused)]
+            own = self.own_thread_splits(ctx, state, i, fused)
+            return [(split, i - 1) for split in own + self.rows_on_warps(ctx, state, i, fused)]
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
         out = []
@@ -242,6 +250,7 @@ class CrossThreadReduction(SketchRule):
             for per_block in self.own_thread_splits(ctx, state, i, fused):
                 at = per_block.stages[t].iters[n_common - 1].name
                 out.append((per_block.compute_at(i, t, at), i - 1))
+        warps = self.rows_on_warps(ctx, state, i, fused, t) if one_per_block else []
         followed = []
         for consumer, split in self.thread_splits(ctx, state, i, t):
             n = len(split_at(consumer.steps, split).lengths)  # 1: threads; 2: and lanes
@@ -250,7 +259,7 @@ class CrossThreadReduction(SketchRule):
             if n == 2:
                 st = st.vectorize(i, names[2])
             followed.append((st.compute_at(i, t, st.stages[t].iters[n_common - 1].name), i - 1))
-        return followed[:1] + out + followed[1:]
+        return followed[:1] + out + followed[1:] + [(st, i - 1) for st in warps]
 
     def own_thread_splits(
         self, ctx: SketchContext, state: State, i: int, fused: str
@@ -265,6 +274,49 @@ class CrossThreadReduction(SketchRule):
             vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
             out.append(vec.vectorize(i, vector))
         return out
+
+    def rows_on_warps(
+        self, ctx: SketchContext, state: State, i: int, fused: str, consumer: int | None = None
+    ) -> list[State]:
+        """Several outputs per block, one per warp, for a reduction that runs along memory and
+        is a DAG output (a row sum) or is computed inside an element-wise `consumer` with one
+        element per output (a matrix-vector product and its cast): the outputs' loops (the
+        consumer's, where there is one) fused and split by an unknown row count bound to
+        threadIdx.y, the reduction split [warp, lanes] with the warp on threadIdx.x and each
+        lane's consecutive steps vectorised (16 bytes a read, when the reduction has a vector
+        for every lane), and computed at the consumer's row loop. Each output is then a warp
+        reduction (shuffles, no shared memory or barrier) and a block reads as many rows as it
+        has warps: many short rows neither leave each block too little to read (a block per
+        row) nor read across rows (a thread per row). Empty when the stage does not qualify,
+        or has fewer outputs than `MIN_WARPS_PER_SM` per SM."""
+        stage = state.stages[i]
+        warp = ctx.hardware.warp_size
+        space, red = spatial_and_reduce_length(stage)
+        if (
+            stage.origin != "dag"
+            or (consumer is None and not is_output(state, i))
+            or needs_multi_level_tiling(state, i)
+            or is_column_reduction(stage)
+            or space < max(2, self.MIN_WARPS_PER_SM * ctx.hardware.num_sms)
+            or red < warp
+        ):
+            return []
+        rows_at = i if consumer is None else consumer
+        spatial = [it.name for it in state.stages[rows_at].iters if it.kind == SPATIAL]
+        if len(spatial) > 1:
+            state = state.fuse(rows_at, spatial)
+        row = state.stages[rows_at].iters[0].name
+        state = state.split(rows_at, row, [None]).bind(rows_at, f"{row}_i", "threadIdx.y")
+        lanes = self.vector_lanes(ctx, state, i)
+        if lanes == 1 or red < warp * lanes:
+            state = state.split(i, fused, [warp]).bind(i, f"{fused}_i", "threadIdx.x")
+        else:
+            _, threads, vector = level_names(fused, 3)
+            state = state.split(i, fused, [warp, lanes]).bind(i, threads, "threadIdx.x")
+            state = state.vectorize(i, vector)
+        if consumer is not None:
+            state = state.compute_at(i, consumer, f"{row}_i")
+        return [state]
 
     @staticmethod
     def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:
@@ -417,8 +469,10 @@ class CrossBlockReduction(SketchRule):
     threads for a column reduction, per SM in all), rounded up to a power of two and kept to
     parts of at least `cross_block_min_chunk` elements.
     The outermost reduction axis alone is cut where P divides it (the parts then stay whole
-    rows); else the reduction axes are fused and cut. APPLY: the unsplit sketches are made
-    as well."""
+    rows); else the reduction axes are fused and cut. Where the parts' sum has an element-wise
+    consumer along rows (RMSNorm of a few long rows), a second sketch sums the parts inside
+    that consumer, a warp per chunk of a row (parts_in_consumer.py): two kernels, not three.
+    APPLY: the unsplit sketches are made as well."""
 
     MIN_PARTS: ClassVar[int] = 4
 
@@ -460,7 +514,14 @@ class CrossBlockReduction(SketchRule):
             cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
         split = cut.split(i, name, [p], inner_to_outer=False)
         factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
-        return [(self.memory_order(factored, i, f"{name}_i"), i + 1)]
+        ordered = self.memory_order(factored, i, f"{name}_i")
+        out = [(ordered, i + 1)]
+        if ctx.params.cross_block_parts_in_consumer:
+            warp, vector = ctx.hardware.warp_size, ctx.params.max_vector_bytes
+            placed = sum_parts_in_consumer_warps(ordered, i + 1, warp, vector)
+            if placed is not None:
+                out.append((placed, i))  # the parts' sum placed: on to the partial sums
+        return out
 
     @staticmethod
     def memory_order(state: State, rf: int, rest: str) -> State:

@@ -16,6 +16,7 @@ file imports and skips cleanly on a machine without one. Run them with
 (e) softmax: the unscheduled and a scheduled multi-kernel state, and the cross-thread state of
     test_cross_thread.py (warp shuffles + shared memory)
 (f) splits whose factors do not divide their extents
+(g) memory-bound sketches: row sums a warp per row, RMSNorm of few long rows in two kernels
 """
 
 from __future__ import annotations
@@ -242,6 +243,35 @@ def test_non_dividing_splits(shape, tiles):
     dag = matmul_dag(*shape)
     kernel = run_on_gpu(dag, non_dividing_split_state(dag, *tiles))
     assert "if (" in kernel.source  # the guard
+
+
+# ---- (g) memory-bound sketches: a warp per row, a cut sum's parts summed in its consumer ------
+
+
+@pytest.mark.parametrize("shape", [(32768, 512), (4224, 48)])
+def test_row_sums_a_warp_per_row(shape):
+    """Sampled states of the warp-per-row sketch (tests/sketch/test_cross_block.py)."""
+    from autosched.sketch import SketchSampler, generate_sketches
+    from tests.sketch.test_cross_block import on_warps, row_sums
+
+    dag = row_sums(shape)
+    sampler = SketchSampler([s for s in generate_sketches(dag) if on_warps(s)])
+    for state in sampler.sample(3, 0):
+        kernel = run_on_gpu(dag, state)
+        assert "__shfl_xor_sync" in kernel.source and "__syncthreads" not in kernel.source
+
+
+def test_rms_norm_of_few_long_rows_sums_its_parts_where_it_reads_them():
+    """Sampled states of RMSNorm 16 x 262144 (the memory-bound benchmark's row) whose cut sum
+    of squares is summed inside the output's kernel: two kernels."""
+    from autosched.sketch import SketchSampler, generate_sketches
+    from tests.sketch.test_cross_block import parts_in_output, rms_norm
+
+    dag = rms_norm(16, 1 << 18)
+    sampler = SketchSampler([s for s in generate_sketches(dag) if parts_in_output(s)])
+    for state in sampler.sample(3, 0):
+        kernel = run_on_gpu(dag, state, rtol=1e-3, atol=1e-4)
+        assert len(kernel.launches) == 2
 
 
 # ---- timings: (a) and (b) beside PyTorch's conv2d ------------------------------------------------

@@ -6,10 +6,12 @@ two kernels and compute the DAG on the CPU interpreter."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autosched import te
 from autosched.codegen.cuda import codegen_program
+from autosched.features import N_FEATURES, extract_features
 from autosched.lower import ir
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import print_python_schedule, replay
@@ -54,6 +56,14 @@ def parts(sketch) -> int | None:
     """P of a cross-block sketch (the extent of its partial sums' first axis), else None."""
     rf = [st for st in sketch.stages if st.origin == "rfactor"]
     return rf[0].op.axis[0].extent if rf else None
+
+
+ONE_SM = HardwareParams(num_sms=1)  # a GPU that 8 rows fill with a warp per SM each
+
+
+def on_warps(sketch) -> bool:
+    """Does some stage of the sketch put its rows on a block's warps (threadIdx.y)?"""
+    return any(it.annotation == "threadIdx.y" for st in sketch.stages for it in st.iters)
 
 
 def reduction_stage(dag: ComputeDAG, name: str):
@@ -183,7 +193,7 @@ def test_a_row_normalisation_reads_and_stores_16_bytes_per_thread():
     (fused,) = [
         s
         for s in generate_sketches(dag)
-        if any(it.annotation == "vectorize" for it in s["rms"].iters)
+        if any(it.annotation == "vectorize" for it in s["rms"].iters) and not parts(s)
     ]
     assert [it.annotation for it in fused["ms"].iters][-2:] == ["threadIdx.x", "vectorize"]
     sampler = SketchSampler([fused])
@@ -214,3 +224,112 @@ def test_element_wise_stages_may_give_each_thread_a_16_byte_vector(dtype):
             vtype = "uint4" if dtype == "float16" else "float4"
             assert f"*reinterpret_cast<{vtype}*>(&y[" in codegen_program(program)
     assert widths == {0, 16}
+
+
+def row_sums(shape: tuple[int, ...]) -> ComputeDAG:
+    """The sum of each row (last axis) of a tensor of `shape`."""
+    a = te.placeholder(shape, name="A")
+    k = te.reduce_axis((0, shape[-1]), name="k")
+    return ComputeDAG(
+        [a, te.compute(shape[:-1], lambda *idx: te.sum(a[(*idx, k)], axis=k), name="rows")]
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, vector",
+    [((16, 256), "float4 vec"), ((2, 8, 256), "float4 vec"), ((16, 48), None)],
+)
+def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
+    """The row sums' outputs on a block's warps (threadIdx.y), each row a warp reduction by
+    shuffles, no shared memory or barrier; 4 floats a lane at once where every lane has a
+    vector of the row (256), else one float (48: 32 lanes, the last 16 steps guarded)."""
+    dag = row_sums(shape)
+    (warps,) = [s for s in generate_sketches(dag, ONE_SM) if on_warps(s)]
+    sampler = SketchSampler([warps], ONE_SM)
+    states = sampler.sample(4, 0)
+    assert len(states) == 4, sampler.rejected
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        assert kernel.block[0] == 32 and kernel.grid[0] * kernel.block[1] == rows
+        source = codegen_program(program)
+        assert "__shfl_xor_sync" in source and "__syncthreads" not in source, source
+        assert (vector in source) if vector else "vec" not in source, source
+        interpret_and_compare(dag, program, rtol=1e-4)
+        features = extract_features(program)  # what the cost model sees of it
+        assert features.shape[1] == N_FEATURES and np.isfinite(features).all()
+    assert replay(dag, states[0].steps) == states[0]
+
+
+def test_a_matrix_vector_product_may_be_computed_a_warp_per_row_inside_its_cast():
+    """y = cast(W x) with its rows on a block's warps: the product computed at the cast's row
+    loop, each lane reading 8 halves of W and of x at once, each row a warp reduction."""
+    w, x = (
+        te.placeholder((8, 512), name="W", dtype="float16"),
+        te.placeholder((512,), name="x", dtype="float16"),
+    )
+    k = te.reduce_axis((0, 512), name="k")
+    acc = te.compute(
+        (8,),
+        lambda n: te.sum(te.cast(w[n, k], "float32") * te.cast(x[k], "float32"), axis=k),
+        name="acc",
+    )
+    dag = ComputeDAG([w, x, te.compute((8,), lambda n: te.cast(acc[n], "float16"), name="y")])
+    (warps,) = [s for s in generate_sketches(dag, ONE_SM) if on_warps(s)]
+    assert warps["acc"].attach is not None
+    sampler = SketchSampler([warps], ONE_SM)
+    states = sampler.sample(3, 0)
+    assert len(states) == 3, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        assert kernel.block[0] == 32 and kernel.grid[0] * kernel.block[1] == 8
+        source = codegen_program(program)
+        assert source.count("uint4 vec") == 2 and "__syncthreads" not in source, source
+        interpret_and_compare(dag, program, rtol=1e-3)
+
+
+def test_column_sums_single_sums_and_normalisations_get_no_warp_per_row():
+    """A column sum reads across memory rows; a whole matrix's sum has one output (and its
+    partial sums one block per part); a normalisation's row sums are read by a consumer with
+    more elements than rows: none gets the warp-per-row sketch. Nor do row sums too few to
+    give every SM 8 warps (16 rows on 132 SMs)."""
+    for dag in (column_sum(256, 64), sum_of_squares(64, 64), rms_norm(64, 256)):
+        assert not any(on_warps(s) for s in generate_sketches(dag, ONE_SM))
+    assert not any(map(on_warps, generate_sketches(row_sums((16, 256)))))
+    assert any(map(on_warps, generate_sketches(row_sums((1056, 64)))))
+
+
+def parts_in_output(sketch) -> bool:
+    """Does the sketch sum the parts of RMSNorm's cut sum inside the output, at a chunk of a
+    row (the output's last axis, j), rather than at a whole row (i) or in a kernel of its own?"""
+    attach = sketch["ms"].attach
+    return bool(parts(sketch)) and attach is not None and attach[1].startswith("j")
+
+
+@pytest.mark.parametrize("m, n, sms, p", [(4, 2048, 16, 8), (2, 8192, 64, 64)])
+def test_a_normalisation_of_few_long_rows_sums_the_parts_where_it_reads_them(m, n, sms, p):
+    """RMSNorm of a few long rows, its sum of squares cut into P parts: a sketch sums the parts
+    inside the output's kernel, a warp per chunk of a row (P/32 parts a lane, or lanes left
+    idle where P < 32), which then writes the chunk in 16-byte vectors: two kernels. None
+    does with `cross_block_parts_in_consumer` off."""
+    dag = rms_norm(m, n)
+    hardware = HardwareParams(num_sms=sms)
+    in_output = [s for s in generate_sketches(dag, hardware) if parts_in_output(s)]
+    assert [parts(s) for s in in_output] == [p] * 3  # partial sums as in test_matrix_norm...
+    off = SketchParams(cross_block_parts_in_consumer=False)
+    assert not any(map(parts_in_output, generate_sketches(dag, hardware, off)))
+    sampler = SketchSampler(in_output[:1], hardware)
+    states = sampler.sample(3, 0)
+    assert len(states) == 3, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert [b.name for b in program.temps] == ["ms_rf"]
+        partial, normalised = program.kernels
+        assert normalised.block == (32, 1, 1)
+        source = codegen_program(program)
+        assert "*reinterpret_cast<float4*>(&rms[" in source and "__shfl_xor_sync" in source
+        interpret_and_compare(dag, program, rtol=1e-4)

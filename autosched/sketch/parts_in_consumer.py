@@ -1,0 +1,74 @@
+"""The parts of a cross-block reduction summed where an element-wise consumer reads them, for
+the sketch rule `rules.CrossBlockReduction`.
+
+A few long rows normalised (RMSNorm of 16 rows of 262,144) cut each row's sum into P parts:
+one kernel computes the P partial sums of every row with many blocks, and the sum of the parts
+is needed by every element of the row's consumer. Left as a kernel of its own (one thread per
+row), that sum costs a third launch between the two passes over the rows; computed per element
+inside the consumer, P loads per element. Here instead the consumer's row axis is cut into
+chunks of one warp each, [chunks, steps, 32 lanes, vector]: a block is one warp, which first
+sums the P parts of its row (a part per lane, a warp reduction by shuffles) and then writes its
+chunk, each lane one 16-byte vector per step. The parts are read once per chunk, the row's
+elements in 16-byte vectors, and the whole row normalisation is two kernels. The number of
+steps per chunk is the init rules' decision (an unknown split): more steps read the parts
+fewer times, fewer give more blocks.
+"""
+
+from __future__ import annotations
+
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import REDUCE, ROOT
+from autosched.sketch.stage_steps import level_names, split_step_ids
+from autosched.sketch.utils import (
+    common_outer_iters,
+    has_reduce_iter,
+    needs_multi_level_tiling,
+    single_consumer_root,
+    vector_lanes,
+)
+
+
+def sum_parts_in_consumer_warps(
+    state: State, final: int, warp: int, max_vector_bytes: int
+) -> State | None:
+    """`state` with stage `final` (the sum of a cross-block reduction's parts) computed at the
+    chunk loop of its element-wise consumer, whose last axis is split [chunks, steps (unknown),
+    warp lanes on threadIdx.x, vector], the parts on the same lanes; None when the consumer is
+    not one root stage computed at root, untiled, unsplit, without reduction, sharing all of
+    `final`'s axes and one more (the row) that whole warps of vectors fill at least twice."""
+    t = single_consumer_root(state, final)
+    if t is None:
+        return None
+    consumer = state.stages[t]
+    n_common = common_outer_iters(state, final, t)
+    if (
+        n_common == 0
+        or n_common != len(state.stages[final].axes)
+        or len(consumer.iters) != n_common + 1
+        or consumer.compute_at != ROOT
+        or needs_multi_level_tiling(state, t)
+        or has_reduce_iter(consumer)
+        or split_step_ids(state, t)
+    ):
+        return None
+    row = consumer.iters[-1]
+    length = row.extent or 0  # unknown (None) only after a split, which the consumer has not
+    lanes = vector_lanes(consumer, max_vector_bytes)
+    if length % (warp * lanes):
+        lanes = 1
+    if length % (warp * lanes) or length // (warp * lanes) < 2:
+        return None
+    if lanes > 1:
+        outer, threads, vector = level_names(row.name, 3)
+        state = state.split(t, row.name, [warp, lanes]).bind(t, threads, "threadIdx.x")
+        state = state.vectorize(t, vector)
+    else:
+        outer, threads = level_names(row.name, 2)
+        state = state.split(t, row.name, [warp]).bind(t, threads, "threadIdx.x")
+    state = state.split(t, outer, [None])  # [chunks, steps]
+    parts = next(it.name for it in state.stages[final].iters if it.kind == REDUCE)
+    state = state.split(final, parts, [warp]).bind(final, f"{parts}_i", "threadIdx.x")
+    return state.compute_at(final, t, level_names(outer, 2)[0])
+
+
+__all__ = ["sum_parts_in_consumer_warps"]
