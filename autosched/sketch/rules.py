@@ -9,115 +9,61 @@ Rules are visited for each stage from the last one back to the first (Ansor's or
 
 `apply` returns (new state, next stage index) pairs; a state whose index falls below 0 is a
 finished sketch. A sketch's split lengths are unknown (None): the init rules fill them.
-Adding a rule is one class here plus its place in `GPU_RULES`.
+Adding a rule is one class (here, or in `reduction_rules` for reductions) plus its place in
+`GPU_RULES`; the base class and context are in `rule_base`.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
-from autosched.sketch.params import SketchParams
-from autosched.sketch.parts_in_consumer import sum_parts_in_consumer_warps
+from autosched.schedule.stage import ROOT
+from autosched.sketch.reduction_rules import (
+    CrossBlockReduction,
+    CrossThreadReduction,
+    SplitKReduction,
+)
+from autosched.sketch.rule_base import (
+    Cond,
+    SketchContext,
+    SketchRule,
+    multi_level_tile,
+    outermost_reduce_tile_iter,
+)
 from autosched.sketch.softmax_fusion import compute_in_product, find_normalization
-from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
+from autosched.sketch.stage_steps import level_names
 from autosched.sketch.tensor_core import (
-    MMA,
     build_implicit_gemm_sketch,
     build_tensor_core_sketch,
     match_implicit_gemm,
     match_tensor_core,
 )
 from autosched.sketch.utils import (
-    common_outer_iters,
     consumers,
     direct_producers,
     elementwise_matched_consumer,
     has_cache_write_stage,
     has_cross_thread_reduction,
     has_reduce_iter,
-    is_column_reduction,
     is_inlined,
     is_output,
     is_tiled,
     needs_multi_level_tiling,
-    reuses_inputs,
-    single_consumer_root,
-    spatial_and_reduce_length,
-    vector_lanes,
 )
 from autosched.te.tensor import ComputeOp
-from measure.hardware import HardwareParams
 
-
-class Cond(enum.Enum):
-    SKIP = 0
-    APPLY = 1
-    APPLY_AND_SKIP_REST = 2
-
-
-@dataclass(frozen=True)
-class SketchContext:
-    """What rules may look at besides the state: the GPU's limits and the sketch parameters."""
-
-    hardware: HardwareParams = field(default_factory=HardwareParams)
-    params: SketchParams = field(default_factory=SketchParams)
-
-
-class SketchRule:
-    """One sketch rule: `condition` decides, `apply` transforms."""
-
-    def condition(self, ctx: SketchContext, state: State, i: int) -> Cond:
-        raise NotImplementedError
-
-    def apply(self, ctx: SketchContext, state: State, i: int) -> list[tuple[State, int]]:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return type(self).__name__
-
-
-# ---- multi-level tiling (shared by two rules) --------------------------------------------
-
-
-def multi_level_tile(state: State, i: int, structure: str) -> tuple[State, list[int]]:
-    """Split every spatial iterator of stage i into structure.count('S') levels and every
-    reduction iterator into structure.count('R'), then order the levels as `structure` says.
-    Returns the state and the spatial splits' step ids (axis order)."""
-    n_s, n_r = structure.count("S"), structure.count("R")
-    stage = state.stages[i]
-    levels: dict[str, list[list[str]]] = {SPATIAL: [], REDUCE: []}
-    spatial_ids = []
-    for it in stage.root_iters:
-        n = n_s if it.kind == SPATIAL else n_r
-        if it.kind == SPATIAL:
-            spatial_ids.append(len(state.steps))
-        state = state.split(i, it.name, [None] * (n - 1))
-        levels[it.kind].append(level_names(it.name, n))
-    order, used = [], {SPATIAL: 0, REDUCE: 0}
-    for ch in structure:
-        kind = SPATIAL if ch == "S" else REDUCE
-        order += [names[used[kind]] for names in levels[kind]]
-        used[kind] += 1
-    return state.reorder(i, order), spatial_ids
-
-
-def outermost_reduce_tile_iter(state: State, i: int, n_reduce_levels: int) -> str | None:
-    """The last iterator of the outermost reduction tile of a multi-level tiled stage (where
-    Ansor attaches shared-memory caches), or None if the stage has no such tile."""
-    stage = state.stages[i]
-    outer = {
-        level_names(it.name, n_reduce_levels)[0] for it in stage.root_iters if it.kind == REDUCE
-    }
-    names = [it.name for it in stage.iters if it.name in outer]
-    return names[-1] if names else None
-
-
-# ---- the rules ------------------------------------------------------------------------------
+__all__ = [
+    "Cond",
+    "CrossBlockReduction",
+    "CrossThreadReduction",
+    "SketchContext",
+    "SketchRule",
+    "SplitKReduction",
+    "GPU_RULES",
+    "generate",
+]
 
 
 class AlwaysInline(SketchRule):
@@ -189,351 +135,6 @@ class AddCacheRead(SketchRule):
         cache, t = i + 1, t + 1
         at = outermost_reduce_tile_iter(state, t, ctx.params.n_reduce_levels)
         return [(state.compute_at(cache, t, at), i)]
-
-
-class CrossThreadReduction(SketchRule):
-    """Ansor's cross-thread reduction, for a reduction with little spatial parallelism (a
-    stage to tile whose spatial length is below its reduction length and fits in a block) or
-    a long one (over a warp): fuse the reduction iterators, split them by a thread count (the
-    init rules draw it) and bind the inner part to threadIdx.x, so that a block's threads
-    share each reduction. When the stage's consumers have one root that needs no tiling
-    and shares leading axes with it, that root's last axis is split by the thread count
-    (inner part on threadIdx.x) unless a reduction fused before already did, the reduction
-    follows that split and is computed at the last shared axis: one kernel, whose shared
-    spatial loops the init rules bind to blockIdx.x. When that consumer has no split yet and
-    shares all its axes with the reduction (one consumer element per reduction output), a
-    second sketch computes the reduction at the consumer's last axis without splitting it: one
-    output element per block, all of the block's threads on its reduction. This suits a
-    matrix-vector product: the first sketch has a block's threads reduce one output after
-    another, so there are too few blocks to keep most SMs busy. Where the reduction has its
-    own thread split (no consumer to follow, or one output per block), a further sketch has
-    each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`);
-    and for a DAG output, or one computed inside a consumer with one element per output,
-    one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`).
-    APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
-    as well."""
-
-    # a warp per output only where the outputs give every SM this many warps: fewer rows (a
-    # few long ones) leave most of the GPU idle, and are the cross-block reductions' case
-    MIN_WARPS_PER_SM: ClassVar[int] = 8
-
-    def condition(self, ctx, state, i):
-        stage = state.stages[i]
-        if (
-            not isinstance(stage.op, ComputeOp)
-            or is_inlined(stage)
-            or stage.compute_at == ATTACHED  # placed by an earlier rule (softmax_fusion.py)
-            or not has_reduce_iter(stage)
-            or has_cache_write_stage(state, i)
-        ):
-            return Cond.SKIP
-        space, red = spatial_and_reduce_length(stage)
-        if needs_multi_level_tiling(state, i):
-            wanted = space < red and space <= ctx.hardware.max_threads_per_block
-        else:
-            wanted = red > ctx.hardware.warp_size
-        return Cond.APPLY if wanted else Cond.SKIP
-
-    def apply(self, ctx, state, i):
-        reduce_iters = [it.name for it in state.stages[i].iters if it.kind == REDUCE]
-        if len(reduce_iters) > 1:
-            state = state.fuse(i, reduce_iters)
-        fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
-        target = self.fusible_consumer(state, i)
-        if target is None:
-            own = self.own_thread_splits(ctx, state, i, fused)
-            return [(split, i - 1) for split in own + self.rows_on_warps(ctx, state, i, fused)]
-        t, n_common = target
-        one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
-        out = []
-        if one_per_block:
-            for per_block in self.own_thread_splits(ctx, state, i, fused):
-                at = per_block.stages[t].iters[n_common - 1].name
-                out.append((per_block.compute_at(i, t, at), i - 1))
-        warps = self.rows_on_warps(ctx, state, i, fused, t) if one_per_block else []
-        followed = []
-        for consumer, split in self.thread_splits(ctx, state, i, t):
-            n = len(split_at(consumer.steps, split).lengths)  # 1: threads; 2: and lanes
-            names = level_names(fused, n + 1)
-            st = consumer.follow_split(i, fused, split, n).bind(i, names[1], "threadIdx.x")
-            if n == 2:
-                st = st.vectorize(i, names[2])
-            followed.append((st.compute_at(i, t, st.stages[t].iters[n_common - 1].name), i - 1))
-        return followed[:1] + out + followed[1:] + [(st, i - 1) for st in warps]
-
-    def own_thread_splits(
-        self, ctx: SketchContext, state: State, i: int, fused: str
-    ) -> list[State]:
-        """The fused reduction iterator split by a thread count of its own (inner part on
-        threadIdx.x); and, where its inputs allow vectors, split [threads, lanes] with each
-        thread's lanes (consecutive reduction steps) vectorised: 16-byte reads."""
-        out = [state.split(i, fused, [None]).bind(i, fused + "_i", "threadIdx.x")]
-        lanes = self.vector_lanes(ctx, state, i)
-        if lanes > 1:
-            _, threads, vector = level_names(fused, 3)
-            vec = state.split(i, fused, [None, lanes]).bind(i, threads, "threadIdx.x")
-            out.append(vec.vectorize(i, vector))
-        return out
-
-    def rows_on_warps(
-        self, ctx: SketchContext, state: State, i: int, fused: str, consumer: int | None = None
-    ) -> list[State]:
-        """Several outputs per block, one per warp, for a reduction that runs along memory and
-        is a DAG output (a row sum) or is computed inside an element-wise `consumer` with one
-        element per output (a matrix-vector product and its cast): the outputs' loops (the
-        consumer's, where there is one) fused and split by an unknown row count bound to
-        threadIdx.y, the reduction split [warp, lanes] with the warp on threadIdx.x and each
-        lane's consecutive steps vectorised (16 bytes a read, when the reduction has a vector
-        for every lane), and computed at the consumer's row loop. Each output is then a warp
-        reduction (shuffles, no shared memory or barrier) and a block reads as many rows as it
-        has warps: many short rows neither leave each block too little to read (a block per
-        row) nor read across rows (a thread per row). Empty when the stage does not qualify,
-        or has fewer outputs than `MIN_WARPS_PER_SM` per SM."""
-        stage = state.stages[i]
-        warp = ctx.hardware.warp_size
-        space, red = spatial_and_reduce_length(stage)
-        if (
-            stage.origin != "dag"
-            or (consumer is None and not is_output(state, i))
-            or needs_multi_level_tiling(state, i)
-            or is_column_reduction(stage)
-            or space < max(2, self.MIN_WARPS_PER_SM * ctx.hardware.num_sms)
-            or red < warp
-        ):
-            return []
-        rows_at = i if consumer is None else consumer
-        spatial = [it.name for it in state.stages[rows_at].iters if it.kind == SPATIAL]
-        if len(spatial) > 1:
-            state = state.fuse(rows_at, spatial)
-        row = state.stages[rows_at].iters[0].name
-        state = state.split(rows_at, row, [None]).bind(rows_at, f"{row}_i", "threadIdx.y")
-        lanes = self.vector_lanes(ctx, state, i)
-        if lanes == 1 or red < warp * lanes:
-            state = state.split(i, fused, [warp]).bind(i, f"{fused}_i", "threadIdx.x")
-        else:
-            _, threads, vector = level_names(fused, 3)
-            state = state.split(i, fused, [warp, lanes]).bind(i, threads, "threadIdx.x")
-            state = state.vectorize(i, vector)
-        if consumer is not None:
-            state = state.compute_at(i, consumer, f"{row}_i")
-        return [state]
-
-    @staticmethod
-    def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:
-        """Reduction steps a thread takes at once when it reads them as one vector: as many as
-        `SketchParams.max_vector_bytes` holds of the stage's widest input element (1: no
-        vector). Where they do not divide the reduction, the guarded steps print as a loop."""
-        return vector_lanes(state.stages[i], ctx.params.max_vector_bytes, reads_only=True)
-
-    @staticmethod
-    def fusible_consumer(state: State, i: int) -> tuple[int, int] | None:
-        """(root consumer, number of shared leading axes) when stage i can be computed inside
-        its consumers' root stage: one root that needs no tiling, is computed at root, has no
-        reduction and at most one split (a cross-thread one made before)."""
-        t = single_consumer_root(state, i)
-        if t is None:
-            return None
-        n_common = common_outer_iters(state, i, t)
-        target = state.stages[t]
-        if (
-            n_common == 0
-            or needs_multi_level_tiling(state, t)
-            or target.compute_at != ROOT
-            or has_reduce_iter(target)
-            or len(split_step_ids(state, t)) > 1
-        ):
-            return None
-        return t, n_common
-
-    def thread_splits(
-        self, ctx: SketchContext, state: State, i: int, t: int
-    ) -> list[tuple[State, int]]:
-        """Consumer t's split with a part on threadIdx.x, and its step id: the existing one
-        (made for a reduction fused before), or a new split of its last iterator (unknown
-        length) and, where the reduction and the consumer both read vectors, a second one
-        [threads, lanes] whose lanes are vectorised: the consumer then stores and the
-        reduction reads 16 bytes per thread."""
-        ids = split_step_ids(state, t)
-        if ids:
-            return [(state, ids[0])]
-        last = state.stages[t].iters[-1].name
-        split = len(state.steps)
-        out = [(state.split(t, last, [None]).bind(t, last + "_i", "threadIdx.x"), split)]
-        consumer_lanes = vector_lanes(state.stages[t], ctx.params.max_vector_bytes)
-        lanes = min(self.vector_lanes(ctx, state, i), consumer_lanes)
-        if lanes > 1:
-            _, threads, vector = level_names(last, 3)
-            vec = state.split(t, last, [None, lanes]).bind(t, threads, "threadIdx.x")
-            out.append((vec.vectorize(t, vector), split))
-        return out
-
-
-class SplitKReduction(SketchRule):
-    """Split-K, for a reduction to tile whose output is too small to occupy the GPU but whose
-    reduction is long (a 64x64 matmul over K = 65536): its reduction iterators (fused when
-    several) are cut into P parts, and the outer part is factored out (rfactor): a first
-    kernel, tiled by the rules that follow like any reduction, computes the P partial sums
-    of every output element in a global buffer, with P times the parallelism; a second sums
-    them. One sketch per P in `SketchParams.split_k_parts` that leaves every part at least
-    `split_k_min_chunk` long. With `SketchParams.split_k_outer_axis`, the outermost reduction
-    axis alone is cut where P divides it (a convolution's input channels): the partial-sum
-    stage keeps the other reduction axes (the window), so its tiles stay aligned with them and
-    its indices free of the divisions by the window a fused axis needs. A Tensor Core product
-    (a half-precision matmul or conv) is cut on its K axis (a conv's input channels) where
-    whole 16-wide tiles fill each part: its partial sums are then a Tensor Core product too,
-    for few output tiles (a batch-1 conv of 7x7 pixels). Where the reduction
-    has an element-wise consumer (a conv's bias and relu), the sum of the parts is computed
-    inside the consumer's loop, one output element at a time in a register, so the second
-    kernel also applies the epilogue and no third kernel or buffer is needed. APPLY: the
-    unsplit sketches are made as well."""
-
-    def condition(self, ctx, state, i):
-        stage = state.stages[i]
-        if (
-            stage.origin != "dag"
-            or not isinstance(stage.op, ComputeOp)
-            or not has_reduce_iter(stage)
-            or not needs_multi_level_tiling(state, i)
-            or not reuses_inputs(stage)  # CrossBlockReduction's
-            or is_tiled(stage)
-            or has_cache_write_stage(state, i)
-        ):
-            return Cond.SKIP
-        space, _ = spatial_and_reduce_length(stage)
-        wanted = space < ctx.params.split_k_max_outputs and self.parts(ctx, stage)
-        return Cond.APPLY if wanted else Cond.SKIP
-
-    @staticmethod
-    def parts(ctx, stage) -> list[int]:
-        _, red = spatial_and_reduce_length(stage)
-        return [p for p in ctx.params.split_k_parts if red // p >= ctx.params.split_k_min_chunk]
-
-    def apply(self, ctx, state, i):
-        parts = self.parts(ctx, state.stages[i])
-        reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
-        outer = reduce_iters[0]
-        whole = self.fused(state, i, [it.name for it in reduce_iters])
-        tensor_core_k = self.tensor_core_k(ctx, state, i)
-        out = []
-        for p in parts:
-            outer_only = ctx.params.split_k_outer_axis and outer.extent % p == 0
-            cut, name = (state, outer.name) if outer_only else whole
-            if tensor_core_k is not None and tensor_core_k.extent % (p * MMA) == 0:
-                cut, name = state, tensor_core_k.name
-            split = cut.split(i, name, [p], inner_to_outer=False)
-            factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
-            out.append((self.sum_in_consumer(factored, i + 1), i))
-        return out
-
-    @staticmethod
-    def tensor_core_k(ctx, state: State, i: int):
-        """The K axis of stage i's Tensor Core product (direct or implicit GEMM), or None: cut
-        where whole 16-wide tiles fill every part, the partial sums are a Tensor Core product
-        too (K offset by the part), with the other reduction axes (a conv's window) kept."""
-        tf32 = ctx.params.allow_tf32
-        found = match_tensor_core(state, i, tf32) or match_implicit_gemm(state, i, tf32)
-        if found is None:
-            return None
-        return next(it for it in state.stages[i].iters if it.name == found.k)
-
-    @staticmethod
-    def sum_in_consumer(state: State, final: int) -> State:
-        """`state` with stage `final` (the one adding the parts) computed at the innermost loop
-        of its element-wise consumer, when it has one computed at root and not tiled; else
-        `state` unchanged. The thread binding fuses and splits that loop later, and the attach
-        point follows it to the thread's own element."""
-        j = elementwise_matched_consumer(state, final)
-        if j is None or state.stages[j].compute_at != ROOT or is_tiled(state.stages[j]):
-            return state
-        return state.compute_at(final, j, state.stages[j].iters[-1].name)
-
-    @staticmethod
-    def fused(state, i, names: list[str]) -> tuple[State, str]:
-        """The stage's reduction iterators fused into one (unchanged when there is one), and
-        the fused iterator's name."""
-        if len(names) > 1:
-            state = state.fuse(i, names)
-        return state, next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
-
-
-class CrossBlockReduction(SketchRule):
-    """Split-K for the reductions that are not tiled (the cross-thread path): a reduction
-    whose outputs are too few to occupy the GPU (the sum or 2-norm of a whole matrix, a few
-    long rows, the columns of a tall matrix) is cut into P parts and the parts factored out
-    (rfactor). The partial-sum stage, P times as parallel, is then left to the rules that
-    follow: a cross-thread reduction with one block per (part, output) where the reduction
-    runs along memory (rows), or one thread per (part, output), reading across the threads,
-    where it does not (columns); the final stage, which sums the P parts, is itself drawn as
-    a small cross-thread reduction or a loop. P comes from the output count against the SM
-    count (`SketchParams.cross_block_blocks_per_sm` blocks, or `cross_block_threads_per_sm`
-    threads for a column reduction, per SM in all), rounded up to a power of two and kept to
-    parts of at least `cross_block_min_chunk` elements.
-    The outermost reduction axis alone is cut where P divides it (the parts then stay whole
-    rows); else the reduction axes are fused and cut. Where the parts' sum has an element-wise
-    consumer along rows (RMSNorm of a few long rows), a second sketch sums the parts inside
-    that consumer, a warp per chunk of a row (parts_in_consumer.py): two kernels, not three.
-    APPLY: the unsplit sketches are made as well."""
-
-    MIN_PARTS: ClassVar[int] = 4
-
-    def condition(self, ctx, state, i):
-        stage = state.stages[i]
-        if (
-            stage.origin != "dag"
-            or not isinstance(stage.op, ComputeOp)
-            or not has_reduce_iter(stage)
-            or reuses_inputs(stage)
-            or is_tiled(stage)
-            or has_cache_write_stage(state, i)
-            or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
-        ):
-            return Cond.SKIP
-        return Cond.APPLY if self.parts(ctx, stage) else Cond.SKIP
-
-    def parts(self, ctx: SketchContext, stage) -> int:
-        """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or
-        threads wanted: fewer parts would not pay for the second kernel and the sketches they
-        add) or a reduction too short to cut in `MIN_PARTS`."""
-        space, red = spatial_and_reduce_length(stage)
-        p = ctx.params
-        column = is_column_reduction(stage)
-        per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
-        wanted = -(-ctx.hardware.num_sms * per_sm // space)
-        most = red // p.cross_block_min_chunk
-        if wanted < self.MIN_PARTS or most < self.MIN_PARTS:
-            return 0
-        return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
-
-    def apply(self, ctx, state, i):
-        p = self.parts(ctx, state.stages[i])
-        reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
-        outer = reduce_iters[0]
-        if outer.extent % p == 0:
-            cut, name = state, outer.name
-        else:
-            cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
-        split = cut.split(i, name, [p], inner_to_outer=False)
-        factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
-        ordered = self.memory_order(factored, i, f"{name}_i")
-        out = [(ordered, i + 1)]
-        if ctx.params.cross_block_parts_in_consumer:
-            warp, vector = ctx.hardware.warp_size, ctx.params.max_vector_bytes
-            placed = sum_parts_in_consumer_warps(ordered, i + 1, warp, vector)
-            if placed is not None:
-                out.append((placed, i))  # the parts' sum placed: on to the partial sums
-        return out
-
-    @staticmethod
-    def memory_order(state: State, rf: int, rest: str) -> State:
-        """The partial sums' reduction loops in the reduction's own order: rfactor puts the
-        rest of the cut axis (`rest`) after the axes it left whole, which would make a fused
-        loop over them step across rows."""
-        its = state.stages[rf].iters
-        reduce = [it.name for it in its if it.kind == REDUCE]
-        if len(reduce) < 2 or reduce[-1] != rest:
-            return state
-        spatial = [it.name for it in its if it.kind != REDUCE]
-        return state.reorder(rf, spatial + [rest] + reduce[:-1])
 
 
 class MultiLevelTilingTensorCore(SketchRule):
