@@ -44,7 +44,7 @@ keep their own barriers inside the computation.
 from __future__ import annotations
 
 from autosched.errors import LoweringError
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.plan import LoweringPlan
 from autosched.te.expr import BinOp, Expr, Load, Var
@@ -105,12 +105,12 @@ def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
         exprs[at] = BinOp("+", tile.offset, offsets[id(tile.buffer)], I32)
         return w.with_exprs(exprs)
 
-    return ir.map_exprs(s, load, target, warp)
+    return stmt_walk.map_exprs(s, load, target, warp)
 
 
 def _at_iteration(s: ir.Stmt, v: Var, value: Expr) -> ir.Stmt:
     """`s` with loop variable `v` replaced by `value`."""
-    return ir.map_exprs(s, lambda e: substitute(e, {v: value}))
+    return stmt_walk.map_exprs(s, lambda e: substitute(e, {v: value}))
 
 
 def emit_double_buffered(

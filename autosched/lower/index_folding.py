@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower.arith import fold_digits
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.te.expr import Expr, Load
@@ -28,5 +28,5 @@ def fold_index_digits(kernel: ir.Kernel) -> ir.Kernel:
             ),
         )
 
-    body = ir.map_exprs(kernel.body, lambda e: fold_digits(fold_loads(e), bounds))
+    body = stmt_walk.map_exprs(kernel.body, lambda e: fold_digits(fold_loads(e), bounds))
     return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=body)

@@ -8,7 +8,6 @@ GPU block and thread indices are the Vars in `THREAD_VARS`, shared by every kern
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
 from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -427,60 +426,6 @@ def iter_stmts(s: Stmt) -> PyIterator[Stmt]:
         yield from iter_stmts(s.then_case)
         if s.else_case is not None:
             yield from iter_stmts(s.else_case)
-
-
-def _same_target(buffer: Buffer, index: Expr) -> tuple[Buffer, Expr]:
-    return buffer, index
-
-
-def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
-    """`s` rebuilt with `fe` applied to every expression (conditions, indices, values) and
-    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did);
-    `warp(stmt)`, when given, then rebuilds each warp statement (e.g. to redirect its buffers)."""
-    if isinstance(s, Seq):
-        return Seq([map_exprs(c, fe, target, warp) for c in s.stmts])
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, map_exprs(s.body, fe, target, warp))
-    if isinstance(s, IfThenElse):
-        els = map_exprs(s.else_case, fe, target, warp) if s.else_case is not None else None
-        return IfThenElse(fe(s.cond), map_exprs(s.then_case, fe, target, warp), els)
-    if isinstance(s, Store):
-        buffer, index = target(s.buffer, fe(s.index))
-        return Store(buffer, index, fe(s.value))
-    if isinstance(s, AllReduce):
-        buffer, index = target(s.buffer, fe(s.index))
-        cond = fe(s.cond) if s.cond is not None else None
-        return AllReduce(s.reducer, fe(s.value), cond, buffer, index, s.thread_tag, s.extent)
-    if isinstance(s, WarpStmt):
-        s = s.with_exprs([fe(e) for e in s.exprs()])
-        return s if warp is None else warp(s)
-    return s
-
-
-def executed_statements(
-    s: Stmt,
-    loop_kinds: Collection[str] | None = None,
-    small_loops: int = 0,
-    weight: Callable[[Stmt], int] | None = None,
-) -> int:
-    """How many statements `s` executes (an if counts both branches): every loop multiplies its
-    body by its extent, or only loops of `loop_kinds` when given (e.g. {"unroll"}: the statements
-    in the code once unrolled), and then also any loop whose copies come to at most
-    `small_loops` statements (what a compiler unrolls on its own). `weight(stmt)`, when given,
-    counts each other statement (default 1)."""
-    if isinstance(s, Seq):
-        return sum(executed_statements(c, loop_kinds, small_loops, weight) for c in s.stmts)
-    if isinstance(s, For):
-        body = executed_statements(s.body, loop_kinds, small_loops, weight)
-        copies = loop_kinds is None or s.kind in loop_kinds or s.extent * body <= small_loops
-        return s.extent * body if copies else body
-    if isinstance(s, IfThenElse):
-        return executed_statements(s.then_case, loop_kinds, small_loops, weight) + (
-            executed_statements(s.else_case, loop_kinds, small_loops, weight)
-            if s.else_case is not None
-            else 0
-        )
-    return 1 if weight is None else weight(s)
 
 
 def seq(stmts: list[Stmt]) -> Stmt:

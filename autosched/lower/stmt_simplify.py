@@ -4,7 +4,7 @@ with what they guard, and empty statements and back-to-back barriers removed."""
 
 from __future__ import annotations
 
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower.arith import Bounds, simplify
 from autosched.te.expr import BinOp, Const, Expr
 
@@ -34,7 +34,7 @@ def simplify_stmt(s: ir.Stmt, bounds: Bounds) -> ir.Stmt | None:
         if then is None and els is None:
             return None
         return ir.IfThenElse(c, then if then is not None else ir.Seq([]), els)
-    return ir.map_exprs(s, lambda e: simplify(e, bounds))
+    return stmt_walk.map_exprs(s, lambda e: simplify(e, bounds))
 
 
 def distinct_conjuncts(cond: Expr) -> Expr:

@@ -14,7 +14,7 @@ few copies at a time spills less but makes the best kernels much slower.
 
 from __future__ import annotations
 
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.te.expr import Load
 from autosched.te.visitor import free_vars, walk
 
@@ -28,7 +28,11 @@ def auto_unroll(s: ir.Stmt, max_step: int) -> ir.Stmt:
         return ir.IfThenElse(s.cond, auto_unroll(s.then_case, max_step), els)
     if isinstance(s, ir.For):
         body = auto_unroll(s.body, max_step)
-        kind = "unroll" if s.kind == "serial" and ir.executed_statements(s) <= max_step else s.kind
+        kind = (
+            "unroll"
+            if s.kind == "serial" and stmt_walk.executed_statements(s) <= max_step
+            else s.kind
+        )
         return ir.For(s.var, s.extent, kind, body)
     return s
 
@@ -93,7 +97,7 @@ def compiled_statements(s: ir.Stmt, compiler_unroll: int = COMPILER_UNROLL_STATE
     statements (nvcc unrolls those on its own). An estimate of compile time: it ranks build
     times better than source length or the unrolled loops alone, so the builder starts the
     builds of a batch in its order."""
-    return ir.executed_statements(s, ("unroll", "vectorize"), compiler_unroll)
+    return stmt_walk.executed_statements(s, ("unroll", "vectorize"), compiler_unroll)
 
 
 __all__ = [

@@ -41,7 +41,7 @@ import dataclasses
 from collections import Counter
 
 from autosched.errors import LoweringError
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
 from autosched.te.visitor import children, rebuild, rewrite, walk
@@ -211,7 +211,9 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
             changes[s.MEMORY_TILE] = ir.MatrixTile(swap[id(m.buffer)], offset, m.ldm, m.layout)
         return dataclasses.replace(s, **changes) if changes else s
 
-    return ir.map_exprs(body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target, warp)
+    return stmt_walk.map_exprs(
+        body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target, warp
+    )
 
 
 class _Pusher:
@@ -275,7 +277,7 @@ class _Pusher:
         """`s` as virtual thread `v` runs it."""
         value = Const(v, self.var.dtype)
         done: dict[int, Expr] = {}
-        return ir.map_exprs(s, lambda e: self.substitute(e, value, done))
+        return stmt_walk.map_exprs(s, lambda e: self.substitute(e, value, done))
 
     def substitute(self, e: Expr, value: Const, done: dict[int, Expr]) -> Expr:
         """`e` with the variable replaced by `value`; only the nodes above a use of the

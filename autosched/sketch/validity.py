@@ -17,7 +17,7 @@ import logging
 
 from autosched.codegen.lanes import is_accumulation
 from autosched.errors import LoweringError, ScheduleError
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower.lowering import lower
 from autosched.schedule.loop_state import State
 from autosched.sketch.params import SketchParams
@@ -126,7 +126,7 @@ def unrolled_statements(s: ir.Stmt) -> int:
     """How many statements the kernel body has once its unrolled loops are unrolled (the code
     nvcc has to compile and keep in registers), stores to global memory counted
     `GLOBAL_STORE_STATEMENTS` times."""
-    return ir.executed_statements(s, ("unroll",), weight=_statement_weight)
+    return stmt_walk.executed_statements(s, ("unroll",), weight=_statement_weight)
 
 
 def check_program(

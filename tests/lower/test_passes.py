@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower.emission import emit_program
 from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
@@ -139,7 +139,7 @@ def free_var_ids(program: ir.Program) -> set[int]:
         return e
 
     for kernel in program.kernels:
-        ir.map_exprs(kernel.body, collect)
+        stmt_walk.map_exprs(kernel.body, collect)
     return found
 
 
