@@ -50,7 +50,11 @@ def _bias(b: Any, gm: fx.GraphModule) -> list[Operand] | None:
 # ---- convolutions ----------------------------------------------------------------------------
 
 
-def _conv(node, gm, x, w, b, stride, padding, dilation, groups) -> Anchor | None:
+def _conv(node, gm, a: dict) -> Anchor | None:
+    """A 2-D convolution's anchor from its ATen arguments `a` (aten.conv2d's names, which
+    aten.convolution shares)."""
+    x, w, b, stride, padding = a["input"], a["weight"], a["bias"], a["stride"], a["padding"]
+    dilation, groups = a["dilation"], a["groups"]
     xs, out = shape_of(x), shape_of(node)
     data = operand("data", x, gm)
     weight = operand("weight", w, gm)
@@ -82,18 +86,7 @@ def _conv(node, gm, x, w, b, stride, padding, dilation, groups) -> Anchor | None
 
 @register(ANCHORS, aten.conv2d.default, aten.conv2d.padding)
 def _conv2d(node, gm):
-    a = args_of(node)
-    return _conv(
-        node,
-        gm,
-        a["input"],
-        a["weight"],
-        a["bias"],
-        a["stride"],
-        a["padding"],
-        a["dilation"],
-        a["groups"],
-    )
+    return _conv(node, gm, args_of(node))
 
 
 @register(ANCHORS, aten.convolution.default)
@@ -101,17 +94,7 @@ def _convolution(node, gm):
     a = args_of(node)
     if a["transposed"] or len(a["stride"]) != 2:
         return None
-    return _conv(
-        node,
-        gm,
-        a["input"],
-        a["weight"],
-        a["bias"],
-        a["stride"],
-        a["padding"],
-        a["dilation"],
-        a["groups"],
-    )
+    return _conv(node, gm, a)
 
 
 # ---- matrix products -------------------------------------------------------------------------
