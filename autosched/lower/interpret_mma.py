@@ -29,7 +29,7 @@ import numpy as np
 
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
-from autosched.lower.warp_context import WarpContext, track_warp_read
+from autosched.lower.warp_context import WarpContext, fill_fragment, track_warp_read
 from autosched.te.dtype import BYTES, from_storage, round_tf32
 
 _LANES = np.arange(ml.LANES)
@@ -66,13 +66,6 @@ def _ldmatrix_sources(trans: bool) -> np.ndarray:
 def _check_dtype(ctx: WarpContext, frag: ir.Buffer) -> None:
     if frag.dtype not in ml.MMA_TYPES:
         ctx.fail(f"mma fragments hold {tuple(ml.MMA_TYPES)}, but {frag.name} is {frag.dtype}")
-
-
-def _fill(run: Any, s: ir.FragmentFill, mask: Any) -> None:
-    ctx = WarpContext(run, s, mask)
-    ((arr, tiles),) = ctx.tiles()
-    value = np.asarray(from_storage(ctx.value(s.value, "the fill value"), s.value.dtype))
-    arr[ctx.warps, tiles] = value.astype(np.float32)[:, None, None]
 
 
 def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
@@ -174,7 +167,7 @@ def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
 
 # the mma flavour's handler of each warp statement type (handler(run, statement, lane mask))
 MMA_HANDLERS: dict[type, Any] = {
-    ir.FragmentFill: _fill,
+    ir.FragmentFill: fill_fragment,
     ir.FragmentLoad: _load,
     ir.FragmentStore: _store,
     ir.FragmentMma: _mma,

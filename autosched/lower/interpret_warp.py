@@ -36,7 +36,7 @@ import numpy as np
 from autosched.lower import ir
 from autosched.lower.dispatch import TypeTable
 from autosched.lower.interpret_mma import MMA_HANDLERS
-from autosched.lower.warp_context import WarpContext, track_warp_read
+from autosched.lower.warp_context import WarpContext, fill_fragment, track_warp_read
 from autosched.te.dtype import from_storage, round_tf32
 
 # matrix fragment dtype -> what a load does to the values it reads (float32: TF32 rounding)
@@ -53,13 +53,6 @@ def fragment_storage(buffer: ir.Buffer, warps: int) -> np.ndarray:
             (warps, tiles, ir.WARP_SIZE, (rows * cols) // ir.WARP_SIZE), np.nan, np.float32
         )
     return np.full((warps, tiles, rows, cols), np.nan, np.float32)
-
-
-def _fill(run: Any, s: ir.FragmentFill, mask: Any) -> None:
-    ctx = WarpContext(run, s, mask)
-    ((arr, tiles),) = ctx.tiles()
-    value = np.asarray(from_storage(ctx.value(s.value, "the fill value"), s.value.dtype))
-    arr[ctx.warps, tiles] = value.astype(np.float32)[:, None, None]
 
 
 def _load(run: Any, s: ir.FragmentLoad, mask: Any) -> None:
@@ -108,7 +101,7 @@ def _mma(run: Any, s: ir.FragmentMma, mask: Any) -> None:
 
 # the wmma flavour's handler of each warp statement type (handler(run, statement, lane mask))
 WMMA_HANDLERS: dict[type, Any] = {
-    ir.FragmentFill: _fill,
+    ir.FragmentFill: fill_fragment,
     ir.FragmentLoad: _load,
     ir.FragmentStore: _store,
     ir.FragmentMma: _mma,

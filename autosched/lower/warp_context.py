@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from autosched.lower import ir
-from autosched.te.dtype import BYTES
+from autosched.te.dtype import BYTES, from_storage
 
 
 @functools.cache
@@ -133,3 +133,12 @@ def track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarray
 
 
 __all__ = ["WarpContext", "layout_steps", "track_warp_read"]
+
+
+def fill_fragment(run: Any, s: ir.FragmentFill, mask: Any) -> None:
+    """FragmentFill, for either fragment flavour: every element of the warp's tile (a 16x16
+    tile, or the per-lane registers of an mma fragment) becomes the value."""
+    ctx = WarpContext(run, s, mask)
+    ((arr, tiles),) = ctx.tiles()
+    value = np.asarray(from_storage(ctx.value(s.value, "the fill value"), s.value.dtype))
+    arr[ctx.warps, tiles] = value.astype(np.float32)[:, None, None]
