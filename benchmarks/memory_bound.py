@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import autosched
 from autosched import te, topi
 from benchmarks import report
-from benchmarks.report import Column, Results, Table, command_line, git_commit, machine
+from benchmarks.report import Column, Results, Table
 
 # ---- the operators, as tensor expressions ---------------------------------------------------
 
@@ -365,25 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default="bench_out", help="logs; the tables go to OUT/memory_bound/")
-    ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
     ap.add_argument("--peak-bandwidth", type=float, default=None, help="bytes/s (default: GPU's)")
-    ap.add_argument(
-        "--publish",
-        action="store_true",
-        help="also write the tables to benchmarks/results/memory_bound/ and docs/PERFORMANCE.md",
-    )
+    report.add_publishing_arguments(ap, "memory_bound", "bench_out")
     ns = ap.parse_args(argv)
     from autosched.roofline import dag_bytes, peak_for
 
     os.makedirs(ns.out, exist_ok=True)
-    gpu = machine()
-    where = {
-        "machine": gpu,
-        "commit": ns.commit or git_commit(),
-        "command": command_line("benchmarks.memory_bound", sys.argv[1:] if argv is None else argv),
-        "peak_bandwidth": peak_for(gpu, bandwidth=ns.peak_bandwidth).bandwidth,
-    }
+    where: dict = report.provenance("benchmarks.memory_bound", ns.commit, argv)
+    where["peak_bandwidth"] = peak_for(where["machine"], bandwidth=ns.peak_bandwidth).bandwidth
     runs = []
     for name in selected(ns):
         task, state, recorded, trials, wall = tune(name, ns)

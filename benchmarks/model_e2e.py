@@ -30,9 +30,6 @@ from benchmarks.report import (
     Column,
     Results,
     Table,
-    command_line,
-    git_commit,
-    machine,
     write_results,
 )
 
@@ -271,23 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--parallel-tasks", type=int, default=None, help="default: one more than the GPUs"
     )
-    ap.add_argument("--out", default="model_out", help="logs; the tables go to OUT/models/")
-    ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
-    ap.add_argument(
-        "--publish",
-        action="store_true",
-        help="also write the tables to benchmarks/results/models/ and docs/PERFORMANCE.md",
-    )
+    report.add_publishing_arguments(ap, "models", "model_out")
     ns = ap.parse_args(argv)
     if ns.minutes is None and ns.trials is None:
         ap.error("give --minutes, --trials or both")
     os.makedirs(ns.out, exist_ok=True)
     where = {
-        "machine": machine(),
-        "commit": ns.commit or git_commit(),
+        **report.provenance("benchmarks.model_e2e", ns.commit, argv),
         "minutes": ns.minutes,
         "budget_trials": ns.trials,
-        "command": command_line("benchmarks.model_e2e", sys.argv[1:] if argv is None else argv),
     }
     runs = []
     for config in configs(ns.models, ns.batches, ns.dtypes):

@@ -198,6 +198,29 @@ def command_line(module: str, argv: list[str]) -> str:
     return " ".join(["python -m", module, *argv])
 
 
+def add_publishing_arguments(ap: argparse.ArgumentParser, folder: str, out: str) -> None:
+    """--out (logs, and the tables under OUT/`folder`/), --commit and --publish: how a
+    benchmark says where its results go and which commit they name."""
+    ap.add_argument("--out", default=out, help=f"logs; the tables go to OUT/{folder}/")
+    ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help=f"also write the tables to benchmarks/results/{folder}/ and docs/PERFORMANCE.md",
+    )
+
+
+def provenance(module: str, commit: str | None, argv: list[str] | None) -> dict[str, str]:
+    """The machine, commit (`commit`, else git HEAD) and command line a run's rows carry
+    (`argv` None: this process's own arguments)."""
+    args = sys.argv[1:] if argv is None else argv
+    return {
+        "machine": machine(),
+        "commit": commit or git_commit(),
+        "command": command_line(module, args),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write docs/PERFORMANCE.md from benchmarks/results.")
     ap.add_argument("--check", action="store_true", help="only check that the page is current")

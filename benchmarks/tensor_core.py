@@ -40,9 +40,6 @@ from benchmarks.report import (
     Column,
     Results,
     Table,
-    command_line,
-    git_commit,
-    machine,
     write_results,
 )
 from benchmarks.timing import TORCH_EQUIVALENTS
@@ -377,8 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="bench_out", help="logs; the tables go to OUT/tensor_cores/")
-    ap.add_argument("--commit", default=None, help="commit to name (default: git HEAD)")
     ap.add_argument(
         "--resume", default=None, help="folder of earlier logs (<name>.json) to continue from"
     )
@@ -397,18 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=[2, 3, 4, 5],
         help="the shared-memory slot counts a double-buffered Tensor Core stage is drawn from",
     )
-    ap.add_argument(
-        "--publish",
-        action="store_true",
-        help="also write the tables to benchmarks/results/tensor_cores/ and docs/PERFORMANCE.md",
-    )
+    report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)
     os.makedirs(ns.out, exist_ok=True)
-    where = {
-        "machine": machine(),
-        "commit": ns.commit or git_commit(),
-        "command": command_line("benchmarks.tensor_core", sys.argv[1:] if argv is None else argv),
-    }
+    where = report.provenance("benchmarks.tensor_core", ns.commit, argv)
     runs = []
     for name in expand_names(ns.workloads):
         import autosched
