@@ -47,8 +47,12 @@ class TunedCall(nn.Module):
         super().__init__()
         self.kernel = kernel
         self.use_interpreter = use_interpreter
-        self.out_shape = tuple(group.output.meta["val"].shape)
-        self.out_dtype = group.output.meta["val"].dtype
+        value = group.output.meta["val"]
+        self.out_shape = tuple(value.shape)
+        self.out_dtype = value.dtype
+        # the strides PyTorch's op gave its output: the graph's later views may rely on them
+        # (scaled_dot_product_attention's output is laid out batch, sequence, head)
+        self.out_strides = None if value.is_contiguous() else tuple(value.stride())
         self.dag_out_shape = tuple(kernel.outputs[0].shape)
         names = [t.name for t in group.dag.tensors[: len(group.operands)]]
         # slots[name]: ("const", buffer name, operand) or ("input", runtime index, operand)
@@ -110,7 +114,16 @@ class TunedCall(nn.Module):
             if launcher is None:  # built for the interpreter
                 raise RuntimeError("this TunedCall was built to run on the CPU interpreter")
             launcher.launch([t.data_ptr() for t in tensors], stream)
-        return result.reshape(self.out_shape)
+        return self._laid_out(result.reshape(self.out_shape))
+
+    def _laid_out(self, out: torch.Tensor) -> torch.Tensor:
+        """`out` (contiguous) in the memory layout of the replaced op's output."""
+        if self.out_strides is None:
+            return out
+        strided = torch.empty_strided(
+            self.out_shape, self.out_strides, dtype=out.dtype, device=out.device
+        )
+        return strided.copy_(out)
 
 
 def tensor_to_storage(value: torch.Tensor) -> np.ndarray:

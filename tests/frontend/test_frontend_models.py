@@ -57,6 +57,27 @@ def test_vit_block_with_multihead_attention():
     check_groups(ex, (x,))
 
 
+def test_a_tuned_attention_keeps_the_output_layout_of_pytorchs(tmp_path):
+    """scaled_dot_product_attention lays its output out (batch, sequence, head) and the graph
+    views it through a permute; the tuned call hands on the same strides, and the compiled
+    block matches eager."""
+    torch.manual_seed(0)
+    model = ViTBlock().eval()
+    x = torch.randn(1, 5, 16)
+    ex = extract(model, (x,))
+    (attention,) = [t for t in ex.tasks if t.name == "attention"]
+    want_strides = attention.groups[0].output.meta["val"].stride()
+    log = str(tmp_path / "vit.json")
+    tune_one(attention.task, log)
+    compiled = at.compile(model, (x,), log=log, use_interpreter=True)
+    seen = []
+    call = next(m for n, m in compiled.named_children() if n.startswith("autosched_"))
+    call.register_forward_hook(lambda _m, _i, out: seen.append(out.stride()))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert seen == [want_strides] != [(80, 40, 8, 1)]
+
+
 def test_transformer_encoder_layer_extracts_inside_a_users_module():
     class Encoder(nn.Module):
         def __init__(self) -> None:
