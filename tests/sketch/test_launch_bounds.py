@@ -11,7 +11,7 @@ from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import PragmaStep, Step, print_python_schedule, replay
-from autosched.search.mutations import structure_key
+from autosched.search.mutations import is_decision, structure_key
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.launch_bounds import launch_shape, one_wave_blocks
 from autosched.sketch.params import SketchParams
@@ -85,6 +85,7 @@ def test_switched_off_no_kernel_asks_for_more_than_one_block():
 def test_the_pragma_record_round_trips(pragma):
     step = PragmaStep(3, 0, pragma)
     assert Step.from_record(step.to_record()) == step
+    assert not is_decision(step.to_record())  # the unroll mutation leaves it alone
 
 
 def test_a_pragma_asking_for_no_block_is_refused():
