@@ -26,6 +26,7 @@ from autosched.schedule.stage import ATTACHED, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.utils import has_cross_thread_reduction, is_inlined
+from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -75,9 +76,26 @@ def unrolled_reduction_steps(state: State, root: int) -> int:
     return most
 
 
+def row_cache_bytes(state: State, root: int) -> int:
+    """The shared memory of the rows root stage `root`'s kernel keeps (row_in_shared.py): for
+    each shared stage attached at one of the root's loops, the elements of its tensor past the
+    axes that loop and those outside it fix."""
+    names = [it.name for it in state.stages[root].iters]
+    total = 0
+    for j in kernel_stages(state, root)[1:]:
+        stage = state.stages[j]
+        if stage.scope != "shared" or stage.attach is None or stage.attach[0] != root:
+            continue
+        shape = stage.op.output(0).shape
+        fixed = names.index(stage.attach[1]) + 1
+        total += math.prod(shape[fixed:]) * BYTES[stage.op.dtype]
+    return total
+
+
 def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
     """The blocks per SM that make root stage `root`'s grid resident at once: ceil(blocks /
-    SMs) when that is 2 or more, fits an SM's thread and block limits, and leaves each thread
+    SMs) when that is 2 or more, fits an SM's thread, block and shared memory limits (the rows
+    the kernel keeps in shared memory), and leaves each thread
     at least the registers its kernel's wholly unrolled reduction steps take; else 1 (one wave
     already, never, or a cap that would surely spill; the builder rejects those that spill
     all the same)."""
@@ -87,6 +105,7 @@ def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
         need < 2
         or need > hardware.max_blocks_per_sm
         or need * threads > hardware.max_threads_per_sm
+        or need * row_cache_bytes(state, root) > hardware.max_shared_memory_per_sm
         or unrolled_reduction_steps(state, root)
         > hardware.registers_per_thread_limit(need * threads)
     ):
@@ -122,5 +141,6 @@ __all__ = [
     "kernel_stages",
     "launch_shape",
     "one_wave_blocks",
+    "row_cache_bytes",
     "unrolled_reduction_steps",
 ]
