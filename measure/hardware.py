@@ -24,6 +24,9 @@ class HardwareParams:
     num_sms: int = 132
     warp_size: int = 32
     max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048  # resident threads of one SM (all its blocks)
+    max_blocks_per_sm: int = 32  # resident blocks of one SM
+    max_shared_memory_per_sm: int = 228 * 1024  # shared memory of one SM (all its blocks)
     max_block_dims: tuple[int, int, int] = (1024, 1024, 64)
     max_grid_dims: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
     max_shared_memory_per_block: int = 48 * 1024
@@ -126,6 +129,11 @@ def _query_device(device: int) -> dict:
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", base.max_shared_memory_per_block_optin
         ),
         "max_registers_per_block": get("MAX_REGISTERS_PER_BLOCK", base.max_registers_per_block),
+        "max_threads_per_sm": get("MAX_THREADS_PER_MULTIPROCESSOR", base.max_threads_per_sm),
+        "max_blocks_per_sm": get("MAX_BLOCKS_PER_MULTIPROCESSOR", base.max_blocks_per_sm),
+        "max_shared_memory_per_sm": get(
+            "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", base.max_shared_memory_per_sm
+        ),
         "arch": f"sm_{major}{minor}",
     }
 

@@ -1,8 +1,10 @@
 """CUDA source from the lowered IR (`autosched.lower.ir.Program`).
 
 `codegen_program` prints every kernel of a program into one source: `extern "C" __global__`
-functions with `__launch_bounds__(threads, 1)` (one block per SM is enough: without the 1, ptxas
-trades registers for occupancy and spills), `local` buffers as register arrays, `__shared__`
+functions with `__launch_bounds__(threads, min_blocks)` (min_blocks 1 unless the schedule asks
+for more: one block per SM is enough for most kernels, and without the bound ptxas trades
+registers for occupancy and spills; a reduction of a few hundred blocks may need two or more per
+SM to run in one wave, `sketch/launch_bounds.py`), `local` buffers as register arrays, `__shared__`
 arrays (or pointers into dynamic shared memory: `shared_memory.py`), loops with
 `#pragma unroll`, float4/float2/half2/__nv_bfloat162 and packed 8- and 16-byte half accesses for
 aligned `vectorize` loops (`vectors.py`), a block reduction for `AllReduce` (`allreduce.py`),
@@ -86,7 +88,8 @@ class KernelPrinter(PrintContext):
         for b in self.params:
             const = "" if id(b) in written else "const "
             args.append(f"{const}{t.types[b.dtype]}* {t.restrict} {self.ex.buffer_names[id(b)]}")
-        self.emit(0, f"{t.kernel_prefix} __launch_bounds__({k.threads_per_block}, 1) {k.name}(")
+        bounds = f"{k.threads_per_block}, {k.min_blocks_per_sm}"
+        self.emit(0, f"{t.kernel_prefix} __launch_bounds__({bounds}) {k.name}(")
         self.lines[-1] += ", ".join(args) + ") {"
         dynamic = self.dynamic_shared()
         for b in k.allocs:

@@ -38,14 +38,18 @@ stage of a loop must have the same S.
 
 A stage whose attach loop is bound to a thread index or runs once has nothing to fetch ahead:
 its mark is ignored (one buffer, the plain emission). Other stages attached at the same loop
-keep their own barriers inside the computation.
+keep their own barriers inside the computation. One attached at a block loop (a row kept in
+shared memory, `sketch/row_in_shared.py`) is fetched once per block; its mark makes that fetch
+asynchronous (`fetched_async_once`): one buffer, filled by `cp.async` copies that the barrier
+after the fetch waits for, so every copy of the row is in flight at once without a register
+each.
 """
 
 from __future__ import annotations
 
 from autosched.errors import LoweringError
 from autosched.lower import ir, stmt_walk
-from autosched.lower.ir import I32, LAUNCH_TAGS, int32
+from autosched.lower.ir import BLOCK_TAGS, I32, LAUNCH_TAGS, int32
 from autosched.lower.plan import LoweringPlan
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import rewrite, substitute
@@ -61,6 +65,15 @@ def is_double_buffered(plan: LoweringPlan, j: int) -> bool:
         return False
     target, name = st.attach
     return plan.annotation((target, name)) not in LAUNCH_TAGS and plan.info[target].ext[name] > 1
+
+
+def fetched_async_once(plan: LoweringPlan, j: int) -> bool:
+    """Whether stage j is a marked shared stage attached at a block loop: one buffer, filled
+    asynchronously (`cp.async`) once per block."""
+    st = plan.stages[j]
+    if not st.double_buffer or plan.info[j].scope != "shared" or st.attach is None:
+        return False
+    return plan.annotation(st.attach) in BLOCK_TAGS
 
 
 def slots(plan: LoweringPlan, j: int) -> int:
@@ -159,4 +172,10 @@ def emit_double_buffered(
     return ir.seq([*prologue, loop, ir.AsyncWait(0), ir.Barrier()])
 
 
-__all__ = ["emit_double_buffered", "is_double_buffered", "slot_shape", "slots"]
+__all__ = [
+    "emit_double_buffered",
+    "fetched_async_once",
+    "is_double_buffered",
+    "slot_shape",
+    "slots",
+]

@@ -184,6 +184,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         [b for b in allocs if b.scope != "global"],
         body,
         unit_vars=unit_vars(plan, root),
+        min_blocks_per_sm=plan.stages[root].launch_min_blocks,
     )
 
 

@@ -382,7 +382,9 @@ class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
     virtual threads per thread that were injected into the body (product of nested vthread
     extents; 1 when none). `unit_vars`: loop variables of iterators that run once, which
-    emission gives no loop; each is 0 (the simplification pass folds them and empties it)."""
+    emission gives no loop; each is 0 (the simplification pass folds them and empties it).
+    `min_blocks_per_sm`: the blocks of this kernel that must fit on one SM at once, the second
+    argument of its `__launch_bounds__` (ptxas caps each thread's registers to fit them)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -391,6 +393,7 @@ class Kernel:
     body: Stmt
     vthread: int = 1
     unit_vars: tuple[Var, ...] = ()
+    min_blocks_per_sm: int = 1
 
     @property
     def threads_per_block(self) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.bound_inference import infer_bounds, tensor_loads
-from autosched.lower.double_buffer import is_double_buffered, slot_shape
+from autosched.lower.double_buffer import fetched_async_once, is_double_buffered, slot_shape
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.storage import storage_shape
@@ -168,9 +168,10 @@ def make_buffers(plan: LoweringPlan) -> None:
             shape = tuple(inf.region)
             if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
                 shape = slot_shape(plan, i, storage_shape(shape, st.storage_align))
-            # two slots: filled by asynchronous copies (double_buffer.py)
-            slots = is_double_buffered(plan, i)
-            b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope, async_copy=slots)
+            # two slots, or one fetched once per block: filled by asynchronous copies
+            # (double_buffer.py)
+            copies = is_double_buffered(plan, i) or fetched_async_once(plan, i)
+            b = ir.Buffer(unique(st.name), shape, st.op.dtype, inf.scope, async_copy=copies)
         inf.buffer = b
 
 

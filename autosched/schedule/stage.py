@@ -92,6 +92,8 @@ class Stage:
     redirects: tuple[tuple[Operation, Operation], ...] = ()
     auto_unroll_max_step: int = 0
     unroll_explicit: bool = False
+    # a root stage: the blocks per SM its kernel's `__launch_bounds__` asks ptxas to fit
+    launch_min_blocks: int = 1
     storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
     double_buffer: bool = False  # a shared stage fetched one iteration ahead (two buffers)
     # a double-buffered stage: its buffers (PIPELINE_STAGES), fetched that many - 1 ahead
@@ -150,6 +152,7 @@ class Stage:
             self.scope,
             self.auto_unroll_max_step,
             self.unroll_explicit,
+            self.launch_min_blocks,
             self.storage_align,
             self.double_buffer,
             self.pipeline_stages,

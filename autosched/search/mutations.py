@@ -36,6 +36,7 @@ from autosched.sketch.utils import divisors, next_annotates
 Records = tuple  # a candidate: the tuple of its step records
 
 AUTO_UNROLL = "auto_unroll_max_step"
+LAUNCH_MIN_BLOCKS = "launch_min_blocks"
 
 
 def as_step(record: tuple) -> Step:
@@ -73,6 +74,8 @@ def _blank(record: tuple) -> tuple:
         return record[:4] + (None,) + record[5:]
     if is_unroll_pragma(record):
         return record[:3] + (AUTO_UNROLL,)
+    if record[0] == PragmaStep.TAG and record[3].startswith(LAUNCH_MIN_BLOCKS):
+        return record[:3] + (LAUNCH_MIN_BLOCKS,)  # either value: one sketch
     return record
 
 

@@ -20,6 +20,8 @@ the random decisions for one state:
                   (tensor_core_instruction.py)
   PipelineStages  2 to 5 shared-memory slots for a double-buffered Tensor Core stage
                   (pipeline_stages.py); these two last, so the other rules' draws are unchanged
+  LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
+                  1 or enough for one wave (launch_bounds.py); last, for the same reason
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -36,6 +38,7 @@ from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
 from autosched.sketch.init_base import InitContext, InitRule
+from autosched.sketch.launch_bounds import LaunchBounds
 from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
@@ -449,6 +452,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     AutoUnroll(),
     TensorCoreInstruction(),
     PipelineStages(),
+    LaunchBounds(),
 )
 
 

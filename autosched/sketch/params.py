@@ -90,6 +90,10 @@ class SketchParams:
     # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
     # per chunk of a row (sketch/parts_in_consumer.py)
     cross_block_parts_in_consumer: bool = True
+    # a cross-thread reduction's kernel whose grid fills the SMs more than once but could be
+    # resident at once is given `__launch_bounds__` of 1 or of ceil(blocks / SMs) blocks per
+    # SM, with even odds (sketch/launch_bounds.py)
+    one_wave_launch_bounds: bool = True
 
     def __post_init__(self) -> None:
         for name in ("double_buffer_probability", "shared_padding_probability"):

@@ -25,6 +25,7 @@ from autosched.sketch.reduction_rules import (
     CrossThreadReduction,
     SplitKReduction,
 )
+from autosched.sketch.row_in_shared import RowInSharedMemory
 from autosched.sketch.rule_base import (
     Cond,
     SketchContext,
@@ -249,6 +250,7 @@ GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheWrite(),
     MultiLevelTilingWithFusion(),
     MultiLevelTiling(),
+    RowInSharedMemory(),
     SkipStage(),
 )
 

@@ -87,12 +87,14 @@ class AnnotationStep(Step):
         return [f"s[{S}].{self.annotation}({it})"]
 
 
-PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
+PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "launch_min_blocks")
 
 
 @dataclass(frozen=True, slots=True)
 class PragmaStep(Step):
-    """`auto_unroll_max_step$N` (unroll inner loops up to N steps) or `unroll_explicit$0/1`."""
+    """`auto_unroll_max_step$N` (unroll inner loops up to N steps), `unroll_explicit$0/1`, or
+    `launch_min_blocks$N` (a root stage: its kernel's `__launch_bounds__` asks for N blocks per
+    SM, N >= 1)."""
 
     TAG: ClassVar[str] = "PR"
     stage_id: int
@@ -114,6 +116,9 @@ class PragmaStep(Step):
         name, value = self.parsed()
         if name == "auto_unroll_max_step":
             new = replace(stage, auto_unroll_max_step=value, unroll_explicit=True)
+        elif name == "launch_min_blocks":
+            check(value >= 1, lambda: f"launch_min_blocks must be 1 or more, got {value}")
+            new = replace(stage, launch_min_blocks=value)
         else:
             new = replace(stage, unroll_explicit=bool(value))
         return state.replace_stage(self.stage_id, new)
@@ -128,6 +133,8 @@ class PragmaStep(Step):
                 f's[{S}].pragma({it}, "auto_unroll_max_step", {value})',
                 f's[{S}].pragma({it}, "unroll_explicit", True)',
             ]
+        if name == "launch_min_blocks":
+            return [f's[{S}].pragma({it}, "launch_min_blocks", {value})']
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
 
 
