@@ -23,6 +23,25 @@ current one. The loop is unrolled, so every slot index is a constant in the prin
 (registers cannot be indexed at run time). The interpreter runs this very program: a load
 into the slot being multiplied, or an mma on the wrong slot, computes a wrong product there.
 
+Within a shared tile ptxas schedules the unrolled loads ahead by itself; what it cannot do is
+move a load across the barrier at the head of the next tile. So where the k-step loop is the
+body of a double-buffered (or pipelined) shared tile loop (double_buffer.py) and has an even
+number of steps, the pass also carries the loads across tiles, as CUTLASS's multistage
+mainloop does:
+
+    wait; barrier; load the fragments of tile 0, step 0 into slot 0
+    for t < T:
+        fetch tile t + S - 1 ahead; commit                  (cp.async, as before)
+        for s < S_k - 1 (unrolled): load step s + 1 into slot (s + 1) % 2; mma on slot s % 2
+        wait; barrier                                       (tile t + 1 has landed)
+        if t + 1 < T: load tile t + 1, step 0 into slot 0
+        mma of the last step on slot 1
+
+One barrier per tile, as before: it follows every read of tile t's shared slot (the last
+step's fragments were loaded a step earlier) and precedes the fetch that overwrites it, and
+the wait before it covers tile t + 1's group. The multiplies of the last step now run while
+the next tile's first fragments load, instead of after the barrier.
+
 A loop qualifies when its body is the loads of marked fragments (in nests of loops and guards)
 followed by the multiply-accumulates that read them, and it runs more than once. Where the
 marked fragments are also used elsewhere the kernel is left as it is (the mark is ignored,
@@ -108,10 +127,11 @@ class _Doubler:
 
         return stmt_walk.map_exprs(s, lambda e: e, warp=warp)
 
-    def at_step(self, stmts: list[ir.Stmt], v: Var, step: Expr) -> ir.Stmt:
-        body = ir.seq(stmts)
-        body = stmt_walk.map_exprs(body, lambda e: substitute(e, {v: step}))
-        return self.into_slot(body, step)
+    def at_step(self, stmts: list[ir.Stmt], v: Var, step: Expr, slot: Expr | None = None):
+        """`stmts` at k-step `step` (loop variable `v` replaced), their fragments in the
+        slot of `slot` (default: of `step`)."""
+        body = stmt_walk.map_exprs(ir.seq(stmts), lambda e: substitute(e, {v: step}))
+        return self.into_slot(body, step if slot is None else slot)
 
     def rewrite(self, s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.Seq):
@@ -121,6 +141,9 @@ class _Doubler:
             return ir.IfThenElse(s.cond, self.rewrite(s.then_case), els)
         if not isinstance(s, ir.For):
             return s
+        across = self.across_tiles(s)
+        if across is not None:
+            return across
         parts = _split(s, self.marked)
         if parts is None:
             return ir.For(s.var, s.extent, s.kind, self.rewrite(s.body))
@@ -133,6 +156,51 @@ class _Doubler:
         compute = self.into_slot(ir.seq(rest), s.var)
         loop = ir.For(s.var, s.extent, "unroll", ir.seq([ahead, compute]))
         return ir.seq([self.at_step(loads, s.var, int32(0)), loop])
+
+    def across_tiles(self, tile_loop: ir.For) -> ir.Stmt | None:
+        """The cross-tile form of a double-buffered shared tile loop whose body is
+        `[wait?, barrier, fetch ahead, commit?, k-step loop]` (double_buffer.py's) with an even
+        number of k-steps, else None: the wait and barrier move from the head of iteration t + 1
+        to before the last k-step of iteration t, and the fragments of tile t + 1's first
+        k-step are loaded there, into slot 0, while the last k-step of tile t multiplies."""
+        body = tile_loop.body
+        if not isinstance(body, ir.Seq) or not body.stmts:
+            return None
+        *pre, steps = body.stmts
+        if not isinstance(steps, ir.For) or steps.extent % SLOTS:
+            return None
+        parts = _split(steps, self.marked)
+        barriers = [i for i, x in enumerate(pre) if isinstance(x, ir.Barrier)]
+        if parts is None or len(barriers) != 1:
+            return None
+        sync, issue = pre[: barriers[0] + 1], pre[barriers[0] + 1 :]
+        if not all(isinstance(x, ir.AsyncWait) for x in sync[:-1]) or any(
+            isinstance(y, (ir.Barrier, ir.WarpStmt)) for x in issue for y in ir.iter_stmts(x)
+        ):
+            return None
+        loads, rest = parts
+        t, k, last = tile_loop.var, steps.var, steps.extent - 1
+        following = BinOp("+", k, int32(1), I32)
+        within = ir.For(
+            k,
+            last,
+            "unroll",
+            ir.seq([self.at_step(loads, k, following), self.into_slot(ir.seq(rest), k)]),
+        )
+        next_tile = BinOp("+", t, int32(1), I32)
+        first_of_next = stmt_walk.map_exprs(ir.seq(loads), lambda e: substitute(e, {t: next_tile}))
+        ahead = ir.guarded(
+            self.at_step([first_of_next], k, int32(0)),
+            [BinOp("<", next_tile, int32(tile_loop.extent), "bool")],
+        )
+        final = self.at_step(rest, k, int32(last))
+        loop = ir.For(
+            t, tile_loop.extent, tile_loop.kind, ir.seq([*issue, within, *sync, ahead, final])
+        )
+        first = stmt_walk.map_exprs(
+            self.at_step(loads, k, int32(0)), lambda e: substitute(e, {t: int32(0)})
+        )
+        return ir.seq([*sync, first, loop])
 
 
 def _uses(s: ir.Stmt, buffers: dict[int, ir.Buffer]) -> bool:

@@ -173,3 +173,60 @@ def test_nvcc_compiles_without_spills():
         source = codegen_program(device_program(lower(state.fragment_double_buffer(acc))))
         for name, res in compile_resources(source, arch="sm_90").items():
             assert res.spill_bytes == 0 and res.stack_bytes == 0, (name, res)
+
+
+# ---- across shared tiles ---------------------------------------------------------------------
+
+
+def pipelined(stages: int):
+    """The hand-built mma matmul (2 shared tiles of 2 k-steps), its shared caches fetched
+    `stages` - 1 tiles ahead, its fragments double-buffered."""
+    dag, state = tz.matmul_state()
+    acc = _acc(state)
+    state = state.tensor_core_instruction(acc, "mma")
+    for cache in ("A.shared", "B.shared"):
+        state = state.double_buffer(cache)
+        if stages > 2:
+            state = state.pipeline_stages(cache, stages)
+    return dag, state.fragment_double_buffer(acc)
+
+
+def tile_loop(program: ir.Program) -> ir.For:
+    (kernel,) = program.kernels
+    return next(
+        s
+        for s in ir.iter_stmts(kernel.body)
+        if isinstance(s, ir.For) and any(isinstance(x, ir.Barrier) for x in ir.iter_stmts(s.body))
+    )
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_the_next_tiles_first_step_is_loaded_before_the_last_step_multiplies(stages):
+    """A double-buffered tile loop: its wait and barrier move before the last k-step, where
+    the next tile's first fragments are loaded (guarded) while the last step multiplies; the
+    loop starts with the fetch ahead and a k-step whose fragments are already loaded."""
+    dag, state = pipelined(stages)
+    program = lower(state, verify=True)
+    loop = tile_loop(program)
+    kinds = [type(s) for s in loop.body.stmts]
+    barrier = kinds.index(ir.Barrier)
+    assert kinds.count(ir.Barrier) == 1 and kinds[-1] is not ir.Barrier
+    if stages > 2:
+        assert kinds[barrier - 1] is ir.AsyncWait and ir.AsyncCommit in kinds[:barrier]
+    after = loop.body.stmts[barrier + 1 :]
+    assert isinstance(after[0], ir.IfThenElse) and f"{loop.var.name} + 1" in str(after[0].cond)
+    loaded = [s for s in ir.iter_stmts(after[0]) if isinstance(s, ir.WarpStmt)]
+    assert loaded and all(isinstance(s, ir.FragmentLoad) for s in loaded)
+    assert any(isinstance(s, ir.FragmentMma) for c in after[1:] for s in ir.iter_stmts(c))
+    tz.run_and_compare(dag, device_program(program, verify=True))
+
+
+def test_a_missing_wait_before_the_next_tile_is_caught():
+    """Without the wait moved into the loop, the next tile's fragments read a shared tile whose
+    copies are still in flight: the interpreter computes a wrong product."""
+    dag, state = pipelined(3)
+    program = lower(state)
+    loop = tile_loop(program)
+    loop.body = ir.Seq([s for s in loop.body.stmts if not isinstance(s, ir.AsyncWait)])
+    with pytest.raises(AssertionError):
+        tz.run_and_compare(dag, program)
