@@ -32,9 +32,11 @@ from autosched.schedule.steps import (
     Step,
     replace,
 )
+from autosched.sketch.params import SketchParams
 from autosched.sketch.plan import SketchPlan
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 from autosched.sketch.utils import divisors, next_annotates
+from measure.hardware import HardwareParams
 
 Records = tuple  # a candidate: the tuple of its step records
 
@@ -104,23 +106,26 @@ class TensorCoreChoices:
 
     instructions: tuple[str, ...]  # SketchParams.tensor_core_instructions
     pipeline_stages: tuple[int, ...]  # SketchParams.pipeline_stages
-    shared_memory_limit: int  # bytes: the device's opt-in shared memory per block
+    fragment_double_buffers: tuple[bool, ...]  # SketchParams.fragment_double_buffers
+    hardware: HardwareParams  # its opt-in shared memory and registers bound the choices
     # (structure key of a sketch's records, its Tensor Core groups), for sketches that have any
     sketches: tuple[tuple[tuple, tuple[TensorCoreGroup, ...]], ...] = ()
 
     @classmethod
     def of(
-        cls,
-        plans: Sequence[SketchPlan],
-        instructions: tuple[str, ...],
-        pipeline_stages: tuple[int, ...],
-        shared_memory_limit: int,
+        cls, plans: Sequence[SketchPlan], params: SketchParams, hardware: HardwareParams
     ) -> TensorCoreChoices:
         """The choices of a task whose sketches have these plans."""
         sketches = tuple(
             (structure_key(p.sketch.key()), tuple(p.tensor_core)) for p in plans if p.tensor_core
         )
-        return cls(instructions, pipeline_stages, shared_memory_limit, sketches)
+        return cls(
+            params.tensor_core_instructions,
+            params.pipeline_stages,
+            params.fragment_double_buffers,
+            hardware,
+            sketches,
+        )
 
     def groups(self, records: Records) -> tuple[TensorCoreGroup, ...]:
         """The Tensor Core groups of the sketch `records` were drawn from (empty if none)."""

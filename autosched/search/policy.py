@@ -151,12 +151,7 @@ class SketchPolicy:
             max(sketch_params.vector_lengths),
             sketch_params.auto_unroll_configs,
             sketch_params.tensor_core_unroll_configs,
-            TensorCoreChoices.of(
-                self.sampler.plans,
-                sketch_params.tensor_core_instructions,
-                sketch_params.pipeline_stages,
-                context.hardware.max_shared_memory_per_block_optin,
-            ),
+            TensorCoreChoices.of(self.sampler.plans, sketch_params, context.hardware),
         )
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)

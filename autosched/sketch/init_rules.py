@@ -19,7 +19,10 @@ the random decisions for one state:
   TensorCoreInstruction  wmma or ldmatrix + mma.sync for each 16-bit Tensor Core stage
                   (tensor_core_instruction.py)
   PipelineStages  2 to 5 shared-memory slots for a double-buffered Tensor Core stage
-                  (pipeline_stages.py); these two last, so the other rules' draws are unchanged
+                  (pipeline_stages.py)
+  FragmentDoubleBuffer  two register slots for an mma stage's operand fragments
+                  (fragment_double_buffer.py); these three last, so the other rules' draws are
+                  unchanged
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -35,6 +38,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
+from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
@@ -449,6 +453,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     AutoUnroll(),
     TensorCoreInstruction(),
     PipelineStages(),
+    FragmentDoubleBuffer(),
 )
 
 
@@ -456,6 +461,7 @@ __all__ = [
     "GPU_INIT_RULES",
     "AutoUnroll",
     "DoubleBuffer",
+    "FragmentDoubleBuffer",
     "FillTileSize",
     "InitContext",
     "InitRule",

@@ -230,3 +230,54 @@ def test_a_missing_wait_before_the_next_tile_is_caught():
     loop.body = ir.Seq([s for s in loop.body.stmts if not isinstance(s, ir.AsyncWait)])
     with pytest.raises(AssertionError):
         tz.run_and_compare(dag, program)
+
+
+# ---- the init rule ---------------------------------------------------------------------------
+
+
+def test_the_init_rule_draws_it_where_the_fragments_cross_tiles():
+    from autosched.sketch.fragment_double_buffer import eligible, group_lengths
+    from tests.sketch.test_tensor_core_sketch import tc_dag
+
+    dag = tc_dag("matmul_fp16", reduced=False)
+    sketches = generate_sketches(dag)
+    sampler = SketchSampler(sketches, verify=False)
+    drawn = 0
+    for state in sampler.sample(40, 0):
+        (g,) = sampler.plans[sampler.sketch_of[state.key()]].tensor_core
+        buffered = {i for i, s in enumerate(state.stages) if s.double_buffer}
+        acc = state.stages[g.acc]
+        if acc.fragment_double_buffer:
+            drawn += 1
+            lengths = group_lengths(state, g)
+            assert eligible(sampler.hardware, g, lengths, acc.tensor_core_instruction, buffered)
+    assert drawn
+    never = SketchParams(fragment_double_buffers=(False,))
+    off = SketchSampler(sketches, None, never, False).sample(40, 0)
+    assert not any(s.fragment_double_buffer for state in off for s in state.stages)
+    with pytest.raises(ValueError, match="fragment_double_buffers"):
+        SketchParams(fragment_double_buffers=())
+
+
+def test_sampled_double_buffered_states_match_numpy():
+    """mma states drawn with double-buffered shared tiles (4 tiles of 2 k-steps) and doubled
+    fragments, on the interpreter."""
+    from tests.sketch.test_tensor_core_sketch import tc_dag
+
+    dag = tc_dag("matmul_fp16", args=(32, 32, 128))
+    params = SketchParams(
+        tensor_core_instructions=("mma",),
+        double_buffer_probability=1.0,
+        fragment_double_buffers=(True,),
+    )
+    sampler = SketchSampler(generate_sketches(dag, None, params), None, params)
+    inputs = half_inputs(dag)
+    expected = evaluate(dag, inputs)
+    crossed = 0
+    for state in sampler.sample(6, 0):
+        program = sampler.programs[state.key()]
+        if any(s.fragment_double_buffer for s in state.stages):
+            loop = tile_loop(program)
+            crossed += any(isinstance(s, ir.FragmentLoad) for s in ir.iter_stmts(loop.body))
+        assert_half_outputs_match(dag, device_program(program), inputs, expected)
+    assert crossed

@@ -6,6 +6,7 @@ these rules, and draw the other rules as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -13,14 +14,15 @@ import pytest
 
 from autosched.lower import ir
 from autosched.lower.lowering import lower
-from autosched.schedule.steps import PipelineStagesStep, Step, TensorCoreInstructionStep
+from autosched.schedule.steps import (
+    FragmentDoubleBufferStep,
+    PipelineStagesStep,
+    Step,
+    TensorCoreInstructionStep,
+)
 from autosched.search.mutations import MUTATIONS, MutationContext, Records, TensorCoreChoices
 from autosched.search.policy import SearchParams
-from autosched.search.tensor_core_mutations import (
-    PipelineStagesMutation,
-    depth_of,
-    instruction_of,
-)
+from autosched.search.tensor_core_mutations import GroupChoices, PipelineStagesMutation
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.pipeline_stages import shared_bytes
 from autosched.sketch.utils import SketchParams
@@ -30,7 +32,7 @@ from tests.interpreter_check import assert_half_outputs_match, half_inputs
 from tests.search.test_search import make_policy, small_task
 from tests.sketch.test_tensor_core_sketch import tc_dag
 
-TAIL = (TensorCoreInstructionStep.TAG, PipelineStagesStep.TAG)
+TAIL = (TensorCoreInstructionStep.TAG, PipelineStagesStep.TAG, FragmentDoubleBufferStep.TAG)
 
 
 def _sampled(
@@ -42,12 +44,7 @@ def _sampled(
     params = SketchParams()
     sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
     records = [s.key() for s in sampler.sample(n, seed)]
-    choices = TensorCoreChoices.of(
-        sampler.plans,
-        params.tensor_core_instructions,
-        params.pipeline_stages,
-        hardware.max_shared_memory_per_block_optin,
-    )
+    choices = TensorCoreChoices.of(sampler.plans, params, hardware)
     ctx = MutationContext(64, 8, params.auto_unroll_configs, params.tensor_core_unroll_configs)
     ctx.tensor_core = choices
     return dag, sampler, records, ctx
@@ -58,18 +55,30 @@ def replay(dag, records: Records):
     return dag.replay_steps([Step.from_record(r) for r in records])
 
 
-def _by_rules(dag, records: Records, groups, instructions, depths) -> Records:
-    """The records the TensorCoreInstruction and PipelineStages rules write for these choices,
-    by the State methods they call, on the replayed records without TC and PS."""
+def _by_rules(dag, records: Records, groups, choices) -> Records:
+    """The records the TensorCoreInstruction, PipelineStages and FragmentDoubleBuffer rules
+    write for these choices, by the State methods they call, on the replayed records without
+    their tail."""
     state = replay(dag, tuple(r for r in records if r[0] not in TAIL))
     for g in groups:
-        if instructions[g.acc] == "mma":
+        if choices[g.acc].instruction == "mma":
             state = state.tensor_core_instruction(g.acc, "mma")
     for g in groups:
-        if depths[g.acc] != 2:
+        if choices[g.acc].depth != 2:
             for c in g.shared:
-                state = state.pipeline_stages(c, depths[g.acc])
+                state = state.pipeline_stages(c, choices[g.acc].depth)
+    for g in groups:
+        if choices[g.acc].doubled_fragments:
+            state = state.fragment_double_buffer(g.acc)
     return state.key()
+
+
+def instruction_of(records: Records, g) -> str:
+    return GroupChoices.of(records, g).instruction
+
+
+def depth_of(records: Records, g) -> int:
+    return GroupChoices.of(records, g).depth
 
 
 @pytest.mark.parametrize("name", ["matmul_fp16", "conv2d_nhwc_fp16"])
@@ -84,12 +93,13 @@ def test_instruction_mutation_flips_the_family_as_the_init_rule_would(name):
         assert child is not None and child != parent
         assert instruction_of(child, g) != instruction_of(parent, g)
         assert depth_of(child, g) == depth_of(parent, g)
-        flipped = {g.acc: instruction_of(child, g)}
-        assert child == _by_rules(dag, parent, groups, flipped, {g.acc: depth_of(parent, g)})
+        assert child == _by_rules(dag, parent, groups, {g.acc: GroupChoices.of(child, g)})
+        assert not GroupChoices.of(child, g).doubled_fragments
         state = replay(dag, child)
         assert state.key() == child  # record -> replay -> the same records
         assert state.stages[g.acc].tensor_core_instruction == instruction_of(child, g)
-        assert rule.apply(ctx, [child], rng) == parent  # two families: flipping back
+        if not GroupChoices.of(parent, g).doubled_fragments:  # two families: flipping back
+            assert rule.apply(ctx, [child], rng) == parent
 
 
 def test_pipeline_mutation_moves_the_depth_within_the_shared_memory():
@@ -174,3 +184,28 @@ def test_a_tensor_core_task_draws_them():
     made = policy.mutation_stats
     assert made["tensor_core_instruction"][0] > 0, made
     assert made["pipeline_stages"][0] > 0, made
+
+
+def test_fragment_mutation_toggles_where_the_init_rule_may_draw():
+    from autosched.sketch.fragment_double_buffer import eligible
+
+    dag, _, parents, ctx = _sampled("matmul_fp16", 24, seed=4, reduced=False)
+    rule, rng = MUTATIONS["fragment_double_buffer"], random.Random(0)
+    flips = {True: 0, False: 0}
+    for parent in parents:
+        (g,) = ctx.tensor_core.groups(parent)
+        before = GroupChoices.of(parent, g)
+        child = rule.apply(ctx, [parent], rng)
+        lengths = [r[4] for r in (parent[k] for k in g.split_ids)]
+        buffered = {r[1] for r in parent if r[0] == "DB"}
+        allowed = eligible(ctx.tensor_core.hardware, g, lengths, "mma", buffered)
+        if child is None:
+            assert before.instruction != "mma" or not (allowed or before.doubled_fragments)
+            continue
+        after = GroupChoices.of(child, g)
+        assert after == dataclasses.replace(before, doubled_fragments=not before.doubled_fragments)
+        assert allowed or not after.doubled_fragments
+        assert child == _by_rules(dag, parent, (g,), {g.acc: after})
+        assert replay(dag, child).key() == child
+        flips[after.doubled_fragments] += 1
+    assert flips[True] and flips[False]
