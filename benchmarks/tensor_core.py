@@ -4,12 +4,13 @@ process.
 
     python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
-        [--instructions wmma mma] [--pipeline-stages 2 3 4 5]
+        [--instructions wmma mma] [--pipeline-stages 2 3 4 5] [--fragment-double-buffers off on]
 
-`--instructions` and `--pipeline-stages` restrict what the search draws (SketchParams'
-tensor_core_instructions and pipeline_stages; default: all): `--instructions wmma` and
-`--instructions mma` in two --out folders compare the instruction families. The table's
-"instructions" column says what the best kernel uses.
+`--instructions`, `--pipeline-stages` and `--fragment-double-buffers` restrict what the search
+draws (SketchParams' tensor_core_instructions, pipeline_stages and fragment_double_buffers;
+default: all): `--instructions wmma` and `--instructions mma` in two --out folders compare the
+instruction families, `--fragment-double-buffers off` and `on` the register double buffering of
+mma fragments. The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
 that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels)
@@ -225,6 +226,7 @@ def tune(name: str, ns) -> tuple:
             SketchParams.for_task(task),
             tensor_core_instructions=tuple(ns.instructions),
             pipeline_stages=tuple(ns.pipeline_stages),
+            fragment_double_buffers=tuple(x == "on" for x in ns.fragment_double_buffers),
         )
         policy = SketchPolicy(
             task, model, params, init_search_callbacks=callbacks, sketch_params=sketch_params
@@ -302,7 +304,8 @@ def tensorized(kernel) -> bool:
 
 def instructions(state) -> str:
     """The Tensor Core instruction family and shared-memory pipeline slots of a state's
-    stages ("-" without Tensor Cores): e.g. "mma, 4 slots"."""
+    stages ("-" without Tensor Cores), and whether its mma fragments are double-buffered in
+    registers: e.g. "mma, 4 slots" or "mma, 4 slots, 2 fragment slots"."""
     families = sorted(
         {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
     )
@@ -310,7 +313,9 @@ def instructions(state) -> str:
         return "-"
     slots = [st.pipeline_stages if st.double_buffer else 1 for st in state.stages]
     shared = [n for n, st in zip(slots, state.stages, strict=True) if st.scope == "shared"]
-    return f"{'+'.join(families)}, {max(shared, default=1)} slots"
+    doubled = any(st.fragment_double_buffer for st in state.stages)
+    fragments = ", 2 fragment slots" if doubled else ""
+    return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}"
 
 
 COLUMNS = [
@@ -391,6 +396,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[2, 3, 4, 5],
         choices=[2, 3, 4, 5],
         help="the shared-memory slot counts a double-buffered Tensor Core stage is drawn from",
+    )
+    ap.add_argument(
+        "--fragment-double-buffers",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on"],
+        help="whether mma fragments are double-buffered in registers (where they may be)",
     )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)

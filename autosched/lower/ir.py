@@ -78,6 +78,9 @@ class Buffer:
     # fragment scopes only: the instruction family its warp statements print as (one of
     # FRAGMENT_FLAVOURS); set by lowering from the multiply-accumulate that uses the fragment
     fragment_flavour: str = DEFAULT_FLAVOUR
+    # mma operand fragments only: held in two register slots across the warp's k-steps (set by
+    # lowering from the accumulator stage; lower/fragment_double_buffer.py)
+    fragment_double_buffer: bool = False
 
     @property
     def size(self) -> int:

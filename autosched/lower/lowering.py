@@ -3,7 +3,8 @@
   1. planning    the per-stage plan: bodies, attach tree, bounds, buffers, fragment tiling
                  (`planning.PLAN_STEPS`, filling a `plan.LoweringPlan`)
   2. emission    one kernel per root stage, its loop nests from the plan (`emission.py`)
-  3. passes      simplification, virtual threads, register-index unrolling
+  3. passes      register double buffering of mma fragments, simplification, virtual
+                 threads, register-index unrolling
                  (`passes.LOWERING_PASSES`, each a program -> program function)
 
 The result is the analysis program; `passes.device_program` turns it into the program printed

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autosched.lower import ir
+from autosched.lower.fragment_double_buffer import double_buffer_fragments
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.stmt_simplify import simplify_stmt
@@ -60,6 +61,7 @@ def unroll_register_index_loops(kernel: ir.Kernel) -> ir.Kernel:
 
 # From the emitted program to the analysis program, in the order they run.
 LOWERING_PASSES: tuple[KernelPass, ...] = (
+    KernelPass("double_buffer_fragments", double_buffer_fragments),
     KernelPass("simplify", simplify_kernel),
     KernelPass("inject_virtual_threads", inject_virtual_threads),
     KernelPass("fold_virtual_thread_copies", fold_virtual_thread_copies),

@@ -283,6 +283,8 @@ def plan_fragments(plan: LoweringPlan) -> None:
                     f"{out[access.stage]} and {dims} by different multiply-accumulates"
                 )
         fragment_flavours(plan.stages[i].tensor_core_instruction, mma, name, flavours)
+        if plan.stages[i].fragment_double_buffer:  # lower/fragment_double_buffer.py
+            mma.a.buffer.fragment_double_buffer = mma.b.buffer.fragment_double_buffer = True
 
 
 def fragment_flavours(flavour: str, mma: MmaPlan, name: str, given: dict[int, str]) -> None:

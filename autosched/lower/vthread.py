@@ -111,7 +111,14 @@ class _Injection:
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""
         shape = (n,) + tuple(b.shape)
-        new = ir.Buffer(b.name, shape, b.dtype, b.scope, fragment_flavour=b.fragment_flavour)
+        new = ir.Buffer(
+            b.name,
+            shape,
+            b.dtype,
+            b.scope,
+            fragment_flavour=b.fragment_flavour,
+            fragment_double_buffer=b.fragment_double_buffer,
+        )
         self.expanded[id(b)] = new
         return new
 

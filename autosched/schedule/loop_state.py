@@ -29,6 +29,7 @@ from autosched.schedule.steps import (
     DoubleBufferStep,
     FollowFusedSplitStep,
     FollowSplitStep,
+    FragmentDoubleBufferStep,
     FuseStep,
     ImplicitGemmStep,
     PipelineStagesStep,
@@ -271,6 +272,11 @@ class State:
         """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s
         multiply-accumulate and the fragments it reads (see `TensorCoreInstructionStep`)."""
         return self.apply(TensorCoreInstructionStep(self.stage_index(stage), instruction))
+
+    def fragment_double_buffer(self, stage) -> State:
+        """Hold two k-steps of mma accumulator stage `stage`'s operand fragments in registers,
+        loading step s + 1 before the mma of step s (see `FragmentDoubleBufferStep`)."""
+        return self.apply(FragmentDoubleBufferStep(self.stage_index(stage)))
 
     def __str__(self) -> str:
         return state_str(self)

@@ -100,6 +100,9 @@ class Stage:
     pipeline_stages: int = 2
     # an accumulator stage: the Tensor Core instruction family (TENSOR_CORE_INSTRUCTIONS)
     tensor_core_instruction: str = "wmma"
+    # an mma accumulator stage: its operand fragments hold two k-steps in registers, the
+    # ldmatrix of step s + 1 issued before the mma of step s (`FragmentDoubleBufferStep`)
+    fragment_double_buffer: bool = False
     origin: str = "dag"
 
     @property
@@ -157,6 +160,7 @@ class Stage:
             self.double_buffer,
             self.pipeline_stages,
             self.tensor_core_instruction,
+            self.fragment_double_buffer,
             tuple((a.name, b.name) for a, b in self.redirects),
         )
 

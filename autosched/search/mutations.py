@@ -1,9 +1,10 @@
 """The evolutionary search's mutations: small classes that register by name and rewrite decisions.
 
 A candidate is its tuple of step records (`State.key()`): hashable, cheap to copy, compare and
-pickle. A mutation rewrites *decision* records only (split lengths, auto-unroll pragmas), never
-the structure the sketch fixed (nor the lengths a Tensor Core sketch fixed: `fixed_levels`),
-and does not replay: whether the result is a valid state is the
+pickle. A mutation rewrites *decision* records only (split lengths, auto-unroll pragmas; the
+instruction family and pipeline depth records of Tensor Core stages, tensor_core_mutations.py),
+never the structure the sketch fixed (nor the lengths a Tensor Core sketch fixed:
+`fixed_levels`), and does not replay: whether the result is a valid state is the
 evaluation's job (replay, lowering, GPU limits: workers.py with sketch/validity.py), which drops
 the invalid.
 
@@ -31,7 +32,11 @@ from autosched.schedule.steps import (
     Step,
     replace,
 )
+from autosched.sketch.params import SketchParams
+from autosched.sketch.plan import SketchPlan
+from autosched.sketch.tensor_core_plan import TensorCoreGroup
 from autosched.sketch.utils import divisors, next_annotates
+from measure.hardware import HardwareParams
 
 Records = tuple  # a candidate: the tuple of its step records
 
@@ -95,6 +100,45 @@ def is_decision(record: tuple) -> bool:
     return record[0] == SplitStep.TAG or is_unroll_pragma(record)
 
 
+@dataclass(frozen=True)
+class TensorCoreChoices:
+    """What the Tensor Core mutations (tensor_core_mutations.py) choose among, the init rules'
+    menus, and where a candidate's Tensor Core stages are: the groups of the sketch it was drawn
+    from, found by the sketch's records (a candidate's records start with its sketch's, the
+    split lengths filled in)."""
+
+    instructions: tuple[str, ...]  # SketchParams.tensor_core_instructions
+    pipeline_stages: tuple[int, ...]  # SketchParams.pipeline_stages
+    fragment_double_buffers: tuple[bool, ...]  # SketchParams.fragment_double_buffers
+    hardware: HardwareParams  # its opt-in shared memory and registers bound the choices
+    # (structure key of a sketch's records, its Tensor Core groups), for sketches that have any
+    sketches: tuple[tuple[tuple, tuple[TensorCoreGroup, ...]], ...] = ()
+
+    @classmethod
+    def of(
+        cls, plans: Sequence[SketchPlan], params: SketchParams, hardware: HardwareParams
+    ) -> TensorCoreChoices:
+        """The choices of a task whose sketches have these plans."""
+        sketches = tuple(
+            (structure_key(p.sketch.key()), tuple(p.tensor_core)) for p in plans if p.tensor_core
+        )
+        return cls(
+            params.tensor_core_instructions,
+            params.pipeline_stages,
+            params.fragment_double_buffers,
+            hardware,
+            sketches,
+        )
+
+    def groups(self, records: Records) -> tuple[TensorCoreGroup, ...]:
+        """The Tensor Core groups of the sketch `records` were drawn from (empty if none)."""
+        for key, groups in self.sketches:
+            n = len(key)
+            if len(records) >= n and structure_key(records[:n]) == key:
+                return groups
+        return ()
+
+
 @dataclass
 class MutationContext:
     """What mutations may consult besides their parents: the sketch parameters' limits and the
@@ -105,6 +149,8 @@ class MutationContext:
     unroll_configs: tuple[int, ...]
     # the depths of tensorized (Tensor Core) stages (default: unroll_configs)
     tensor_core_unroll_configs: tuple[int, ...] = ()
+    # the instruction families and pipeline depths of Tensor Core stages (None: not mutated)
+    tensor_core: TensorCoreChoices | None = None
     # structure key -> positions of its decision records (filled on first use)
     decisions: dict = field(default_factory=dict)
     # structure key -> fixed_levels of its records (filled on first use)
@@ -135,6 +181,8 @@ class Mutation:
 
     NAME: ClassVar[str] = ""
     N_PARENTS: ClassVar[int] = 1
+    # the rule changes only Tensor Core stages: the search draws it for their candidates only
+    TENSOR_CORE_ONLY: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -289,6 +337,7 @@ __all__ = [
     "Mutation",
     "MutationContext",
     "Records",
+    "TensorCoreChoices",
     "TileSizeMutation",
     "fixed_levels",
     "as_step",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from autosched.search import tensor_core_mutations  # noqa: F401  (registers its mutations)
 from autosched.search.mutations import MUTATIONS
 
 
@@ -52,7 +53,17 @@ class SearchParams:
     # many times over, and a long search settles on one tiling and misses a faster one a few
     # mutations away. 0: no cap
     launch_cap: int = 4
-    mutation_weights: tuple = (("tile_size", 0.8), ("auto_unroll", 0.1), ("crossover", 0.1))
+    # the rules and their weights; a rule that changes only Tensor Core stages
+    # (`Mutation.TENSOR_CORE_ONLY`) is drawn for their candidates only, so the other candidates
+    # draw among the rest with the same odds as without it
+    mutation_weights: tuple = (
+        ("tile_size", 0.8),
+        ("auto_unroll", 0.1),
+        ("crossover", 0.1),
+        ("tensor_core_instruction", 0.05),
+        ("pipeline_stages", 0.05),
+        ("fragment_double_buffer", 0.05),
+    )
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure
     feature_cache_size: int = 16384  # candidates whose features are kept (a few KB each)
     # worker processes (spawned without re-running the main script: no guard needed):

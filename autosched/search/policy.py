@@ -30,7 +30,13 @@ import numpy as np
 from autosched.records import load_records, seal_torn_line
 from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
 from autosched.search.cost_model import default_cost_model, train_on_measured
-from autosched.search.mutations import MUTATIONS, MutationContext, Records
+from autosched.search.mutations import (
+    MUTATIONS,
+    MutationContext,
+    Records,
+    TensorCoreChoices,
+    tensorized_stages,
+)
 from autosched.search.params import SearchParams
 from autosched.search.workers import TaskContext, TaskSpec, Workers
 from autosched.sketch import SketchParams
@@ -145,6 +151,7 @@ class SketchPolicy:
             max(sketch_params.vector_lengths),
             sketch_params.auto_unroll_configs,
             sketch_params.tensor_core_unroll_configs,
+            TensorCoreChoices.of(self.sampler.plans, sketch_params, context.hardware),
         )
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
@@ -273,8 +280,8 @@ class SketchPolicy:
         w = np.nan_to_num(finite - np.nanmin(finite), nan=0.0) + 1e-9
         w /= w.sum()
         draws = iter(self.np_rng.choice(len(pop), size=6 * self.round_population, p=w).tolist())
-        names = [n for n, _ in p.mutation_weights]
-        weights = [x for _, x in p.mutation_weights]
+        every = p.mutation_weights
+        plain = tuple((n, w) for n, w in every if not MUTATIONS[n].TENSOR_CORE_ONLY)
         out: list[Records] = []
         for i in draws:
             if len(out) >= self.round_population:
@@ -282,7 +289,11 @@ class SketchPolicy:
             if self.rng.random() >= p.mutation_prob:
                 out.append(pop[i])
                 continue
-            name = self.rng.choices(names, weights)[0]
+            menu = every if tensorized_stages(pop[i]) else plain
+            if not any(w for _, w in menu):  # only Tensor Core rules, and no Tensor Core stage
+                out.append(pop[i])
+                continue
+            name = self.rng.choices([n for n, _ in menu], [w for _, w in menu])[0]
             rule = MUTATIONS[name]
             parents = [pop[i]] + [pop[next(draws, i)] for _ in range(rule.N_PARENTS - 1)]
             child = rule.apply(self.mutation_ctx, parents, self.rng)

@@ -19,9 +19,12 @@ the random decisions for one state:
   TensorCoreInstruction  wmma or ldmatrix + mma.sync for each 16-bit Tensor Core stage
                   (tensor_core_instruction.py)
   PipelineStages  2 to 5 shared-memory slots for a double-buffered Tensor Core stage
-                  (pipeline_stages.py); these two last, so the other rules' draws are unchanged
+                  (pipeline_stages.py)
+  FragmentDoubleBuffer  two register slots for an mma stage's operand fragments
+                  (fragment_double_buffer.py)
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
-                  1 or enough for one wave (launch_bounds.py); last, for the same reason
+                  1 or enough for one wave (launch_bounds.py); these four last, so the other
+                  rules' draws are unchanged
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -37,6 +40,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
+from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.launch_bounds import LaunchBounds
 from autosched.sketch.pipeline_stages import PipelineStages
@@ -452,6 +456,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     AutoUnroll(),
     TensorCoreInstruction(),
     PipelineStages(),
+    FragmentDoubleBuffer(),
     LaunchBounds(),
 )
 
@@ -460,6 +465,7 @@ __all__ = [
     "GPU_INIT_RULES",
     "AutoUnroll",
     "DoubleBuffer",
+    "FragmentDoubleBuffer",
     "FillTileSize",
     "InitContext",
     "InitRule",

@@ -67,6 +67,9 @@ class SketchParams:
     # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
     # among those that fit the shared memory (PipelineStages): 2 is plain double buffering
     pipeline_stages: tuple[int, ...] = (2, 3, 4, 5)
+    # whether an mma stage whose fragments would cross double-buffered shared tiles holds them
+    # in two register slots (FragmentDoubleBuffer), drawn uniformly where the registers fit
+    fragment_double_buffers: tuple[bool, ...] = (False, True)
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two
@@ -118,6 +121,13 @@ class SketchParams:
             raise ValueError(
                 f"SketchParams: pipeline_stages must be one or more of 2..5, got "
                 f"{self.pipeline_stages}"
+            )
+        if not self.fragment_double_buffers or not all(
+            isinstance(x, bool) for x in self.fragment_double_buffers
+        ):
+            raise ValueError(
+                "SketchParams: fragment_double_buffers must be one or more of False, True, got "
+                f"{self.fragment_double_buffers}"
             )
         if self.min_threads_per_sm < 0:
             raise ValueError(

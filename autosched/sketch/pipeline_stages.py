@@ -12,6 +12,8 @@ buffering) and last, so that their draws are those they would be without it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autosched.schedule.loop_state import State
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
@@ -29,17 +31,26 @@ def _row_pad(state: State, c: int) -> int:
     return 0 if align is None else align[2]
 
 
-def shared_bytes(state: State, g: TensorCoreGroup, slots: int) -> int:
+def group_draw(split_lengths: Sequence[tuple[int, ...]], pads: tuple[int, ...]) -> TensorCoreDraw:
+    """The tiles drawn for a Tensor Core group, read back from the lengths of its M, N and K
+    splits (`TensorCoreGroup.split_ids`) and its shared stages' row padding `pads`."""
+    (wm, rm, _), (wn, rn, _), (chunk, k_tile) = split_lengths
+    return TensorCoreDraw((wm, wn), (rm, rn), chunk, pads, k_tile)
+
+
+def pipelined_bytes(draw: TensorCoreDraw, g: TensorCoreGroup, slots: int) -> int:
     """The shared memory of group `g`'s kernel with `slots` slots of its operand tiles: the
     drawn tiles' (FillTensorCore's estimate; bound inference may clip a padded edge below it)."""
-    (wm, rm, _), (wn, rn, _), (chunk, k_tile) = (
-        split_at(state.steps, k).lengths for k in g.split_ids
-    )
-    pads = tuple(_row_pad(state, c) for c in g.shared)
-    draw = TensorCoreDraw((wm, wn), (rm, rn), chunk, pads, k_tile)
     ext = draw.extents()
     epilogue = ext["m"] * ext["n"] * BYTES["float32"] if g.epilogue else 0
     return epilogue + slots * (draw.shared_bytes(g) - epilogue)
+
+
+def shared_bytes(state: State, g: TensorCoreGroup, slots: int) -> int:
+    """`pipelined_bytes` of the tiles drawn in `state`."""
+    lengths = [split_at(state.steps, k).lengths for k in g.split_ids]
+    pads = tuple(_row_pad(state, c) for c in g.shared)
+    return pipelined_bytes(group_draw(lengths, pads), g, slots)
 
 
 class PipelineStages(InitRule):
@@ -59,4 +70,4 @@ class PipelineStages(InitRule):
         return state
 
 
-__all__ = ["PipelineStages", "shared_bytes"]
+__all__ = ["DOUBLE", "PipelineStages", "group_draw", "pipelined_bytes", "shared_bytes"]

@@ -55,8 +55,19 @@ def conv_fetch_state() -> State:
     return seed_conv_state(dag, tiles, {"kernel.shared": 1, "pad_temp.shared": 1}, unroll=0)
 
 
+def mma_double_buffered_state() -> State:
+    """A 64^3 fp16 Tensor Core matmul on mma fragments, double-buffered in registers over its
+    two k-steps per shared tile."""
+    from tests.lower.test_tensorize import matmul_state
+
+    _, state = matmul_state()
+    acc = "T_matmul.wmma.accumulator"
+    return state.tensor_core_instruction(acc, "mma").fragment_double_buffer(acc)
+
+
 # pass name -> the workload its golden test lowers
 WORKLOAD_OF: dict[str, Callable[[], State]] = {
+    "double_buffer_fragments": mma_double_buffered_state,
     "simplify": matmul_vthread_state,
     "inject_virtual_threads": matmul_vthread_state,
     "fold_virtual_thread_copies": matmul_vthread_state,
@@ -100,6 +111,7 @@ def test_plan_golden(name, golden):
 
 def test_the_passes_run_in_this_order():
     assert [p.name for p in LOWERING_PASSES] == [
+        "double_buffer_fragments",
         "simplify",
         "inject_virtual_threads",
         "fold_virtual_thread_copies",

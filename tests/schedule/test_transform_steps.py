@@ -53,7 +53,8 @@ def _examples():
     sources.append((mm_dag, mm_dag.get_init_state().split("C", "k", [4]).rfactor("C", "k_o", 0)))
     sources.append((conv_dag, conv_dag.get_init_state().implicit_gemm(CONV)))
     tensor_core = mm_dag.get_init_state().cache_write("C", "wmma.accumulator")
-    sources.append((mm_dag, tensor_core.tensor_core_instruction("C.wmma.accumulator", "mma")))
+    mma = tensor_core.tensor_core_instruction("C.wmma.accumulator", "mma")
+    sources.append((mm_dag, mma.fragment_double_buffer("C.wmma.accumulator")))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -87,6 +88,7 @@ def test_every_registered_step_has_an_example():
         "DB",
         "TC",
         "PS",
+        "FB",
     }
 
 

@@ -8,13 +8,14 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - compute_location: compute_at, compute_root, compute_inline;
 - cache: cache_read, cache_write, rfactor, implicit_gemm (the steps that add a stage);
 - annotation: annotations, pragmas, storage_align, double_buffer, pipeline_stages,
-  tensor_core_instruction;
+  tensor_core_instruction, fragment_double_buffer;
 - replay: replaying steps and printing a state as a Python schedule.
 """
 
 from autosched.schedule.steps.annotation import (
     AnnotationStep,
     DoubleBufferStep,
+    FragmentDoubleBufferStep,
     PipelineStagesStep,
     PragmaStep,
     StorageAlignStep,
@@ -50,6 +51,7 @@ __all__ = [
     "ComputeInlineStep",
     "ComputeRootStep",
     "DoubleBufferStep",
+    "FragmentDoubleBufferStep",
     "FollowFusedSplitStep",
     "FollowSplitStep",
     "FuseStep",

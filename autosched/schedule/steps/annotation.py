@@ -1,7 +1,7 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
 unroll, vectorize, parallel, tensorize), unroll pragmas, the storage alignment and double
 buffering (or deeper pipelining) of a shared cache buffer, and the Tensor Core instructions of an
-accumulator stage."""
+accumulator stage and the double buffering of its operand fragments in registers."""
 
 from __future__ import annotations
 
@@ -261,3 +261,32 @@ class PipelineStagesStep(Step):
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].pipeline_stages({self.stages})"]
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentDoubleBufferStep(Step):
+    """Double-buffer the operand fragments of mma accumulator stage `stage_id` in registers
+    across the warp's k-steps (CUTLASS's warp-level mainloop): two register slots per fragment,
+    the ldmatrix of k-step s + 1 issued before the mma of step s, so the shared-memory loads of
+    the next step are in flight while the Tensor Cores work. Lowering
+    (lower/fragment_double_buffer.py) does the rest; a k-step loop that runs once is left as
+    it is."""
+
+    TAG: ClassVar[str] = "FB"
+    stage_id: int
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            stage.scope == "wmma.accumulator" and stage.tensor_core_instruction == "mma",
+            lambda: (
+                f"fragment_double_buffer on {stage.name!r}: only an accumulator stage of the mma "
+                f"instructions double-buffers its fragments (scope {stage.scope!r}, "
+                f"instructions {stage.tensor_core_instruction!r}); "
+                "tensor_core_instruction(stage, 'mma') first"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, fragment_double_buffer=True))
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        return [f"s[{pyname(before.stages[self.stage_id])}].fragment_double_buffer()"]
