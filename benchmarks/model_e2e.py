@@ -232,9 +232,52 @@ def model_row(run: dict) -> list:
     ]
 
 
+SUMMARY_COLUMNS = [
+    Column("model"),
+    Column("batch"),
+    Column("precision"),
+    Column("tasks tuned"),
+    Column("tuning min", "{:.1f}"),
+    Column("ours µs", "{:.1f}"),
+    Column("eager µs", "{:.1f}"),
+    Column("torch.compile µs", "{:.1f}"),
+    Column("torch.compile / ours", "{:.2f}"),
+    Column("matches eager"),
+    Column("commit"),
+]
+
+
+def summary_table(runs: list[dict]) -> Table:
+    """Every configuration in one table (the per-model tables below give the details)."""
+    rows = []
+    for run in runs:
+        full = model_row(run)
+        tuning_s = run.get("tuning_s")
+        rows.append(
+            [run["model"], *full[:3], None if tuning_s is None else tuning_s / 60]
+            + [full[6], full[7], full[8], full[10], full[13], run.get("commit")]
+        )
+    machines = ", ".join(sorted({r.get("machine", "?") for r in runs}))
+    commits = ", ".join(sorted({r.get("commit", "?") for r in runs}))
+    note = (
+        "ours: the model compiled with its tuned log; torch.compile: default mode; GPU time by"
+        " CUDA graph replay. A ratio under 1: torch.compile is faster."
+    )
+    return Table(
+        "All models",
+        machines,
+        commits,
+        "the commands of the tables below",
+        SUMMARY_COLUMNS,
+        rows,
+        note,
+    )
+
+
 def model_results(runs: list[dict]) -> Results:
-    """The models folder's document: one table per model, machine, commit and command."""
-    tables = []
+    """The models folder's document: all configurations in one table, then one table per
+    model, machine, commit and command."""
+    tables = [summary_table(runs)] if len({r["model"] for r in runs}) > 1 else []
     groups = report.runs_by(runs, "model", "machine", "commit", "command")
     for (model, where, commit, command), group in groups.items():
         title = f"{model}: {_budget(group[0])}"

@@ -20,6 +20,7 @@ from torch import fx
 from autosched import te
 from autosched.frontend.dag_builder import ACC_DTYPE, ANCHOR_BUILDERS
 from autosched.frontend.graph import args_of, constant, operand, register, shape_of
+from autosched.frontend.layout import memory_layout
 from autosched.frontend.ops import ANCHORS
 from autosched.frontend.specs import Anchor, Operand
 
@@ -68,6 +69,8 @@ def _attention(node, gm):
     operands = [o for o in qkv if o is not None]
     if len(operands) != 3:
         return None
+    for o in operands:  # q, k, v are often transposed views of a projection: read in place
+        o.layout = memory_layout(o.node.meta.get("val") if o.node is not None else None, o.shape)
     mask = a["attn_mask"]
     if mask is not None:
         m = _mask_operand(mask, gm, (*qs[:-1], ks[-2]), operands[0].dtype)

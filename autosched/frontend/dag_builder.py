@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from autosched import te, topi
+from autosched.frontend.layout import logical_view
 from autosched.frontend.specs import Anchor, Epilogue, Operand
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.topi.utils import cast_to
@@ -224,8 +225,15 @@ EPILOGUE_BUILDERS: dict[str, Callable] = {
 }
 
 
-def _placeholders(operands: list[Operand], suffix: str) -> list[te.Tensor]:
-    return [te.placeholder(o.shape, o.dtype, f"{o.role}{suffix}") for o in operands]
+def _placeholders(operands: list[Operand], suffix: str) -> tuple[list[te.Tensor], list[te.Tensor]]:
+    """The operands' placeholders (the DAG's arguments) and the tensors the builders read: the
+    placeholder itself, or its logical view for an operand read through a memory layout."""
+    args, reads = [], []
+    for o in operands:
+        arg = te.placeholder(o.placeholder_shape, o.dtype, f"{o.role}{suffix}")
+        args.append(arg)
+        reads.append(arg if o.layout is None else logical_view(o.layout, arg, o.shape))
+    return args, reads
 
 
 def build_dag(
@@ -234,11 +242,11 @@ def build_dag(
     """The DAG of a group: its args are the anchor's operands, the epilogues' operands in
     order, then the output. The anchor accumulates and the epilogues compute in float32; the
     output is rounded to `out_dtype` by a final `T_cast` (float16 and bfloat16 groups)."""
-    inputs = _placeholders(anchor.operands, "")
-    out = ANCHOR_BUILDERS[anchor.kind](anchor, inputs)
+    inputs, reads = _placeholders(anchor.operands, "")
+    out = ANCHOR_BUILDERS[anchor.kind](anchor, reads)
     for k, e in enumerate(epilogues, 1):
-        extra = _placeholders(e.operands, str(k))
-        inputs += extra
+        args, extra = _placeholders(e.operands, str(k))
+        inputs += args
         out = EPILOGUE_BUILDERS[e.kind](e, out, extra, f"T_{e.label}{k}")
     if out.dtype != out_dtype:
         out = topi.cast(out, out_dtype)

@@ -69,11 +69,13 @@ class FusedGroup:
 
 def operand_value(o: Operand, value: torch.Tensor) -> torch.Tensor:
     """A torch value laid out as its operand's DAG placeholder (broadcast, then reshaped; a
-    boolean mask made additive)."""
+    boolean mask made additive; a permuted buffer read through its layout as it lies)."""
     if o.additive and value.dtype == torch.bool:
         value = torch.zeros(
             value.shape, dtype=TORCH_DTYPES[o.dtype], device=value.device
         ).masked_fill(~value, float("-inf"))
+    if o.layout is not None:
+        return value.permute(o.layout.order).contiguous()  # no copy: the buffer as it lies
     if o.expand is not None:
         value = value.expand(o.expand)
     return value.reshape(o.shape).contiguous()

@@ -4,7 +4,8 @@ An operand is either a runtime tensor (an fx node, passed to the kernel on each 
 constant bound once at compile time (a parameter, a folded batch-norm scale). `shape` is the
 shape the DAG's placeholder has; the runtime reshapes the torch value to it (a linear layer's
 leading dims flattened, a depthwise kernel viewed as (C, M, KH, KW)), after broadcasting it
-to `expand` when that is set (an attention mask); `dtype` is the placeholder's te dtype, the
+to `expand` when that is set (an attention mask), or passes it as it lies in memory when it
+has a `layout`; `dtype` is the placeholder's te dtype, the
 tensor's own (float32, float16 or bfloat16).
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from autosched.frontend.layout import MemoryLayout
 
 
 @dataclass
@@ -25,6 +28,12 @@ class Operand:
     dtype: str = "float32"
     expand: tuple[int, ...] | None = None  # the torch shape to broadcast to before reshaping
     additive: bool = False  # a boolean attention mask, passed as 0 (True) / -inf (False)
+    layout: MemoryLayout | None = None  # read as it lies in memory (layout.py), not copied
+
+    @property
+    def placeholder_shape(self) -> tuple[int, ...]:
+        """The shape of the DAG's placeholder: the physical one when read through a layout."""
+        return self.shape if self.layout is None else self.layout.physical_shape
 
     @property
     def is_constant(self) -> bool:

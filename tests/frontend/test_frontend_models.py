@@ -59,14 +59,16 @@ def test_vit_block_with_multihead_attention():
 
 def test_a_tuned_attention_keeps_the_output_layout_of_pytorchs(tmp_path):
     """scaled_dot_product_attention lays its output out (batch, sequence, head) and the graph
-    views it through a permute; the tuned call hands on the same strides, and the compiled
-    block matches eager."""
+    views it through a permute; the tuned call reads q, k, v in place, hands on the output's
+    strides, and the compiled block matches eager."""
     torch.manual_seed(0)
     model = ViTBlock().eval()
     x = torch.randn(1, 5, 16)
     ex = extract(model, (x,))
     (attention,) = [t for t in ex.tasks if t.name == "attention"]
     want_strides = attention.groups[0].output.meta["val"].stride()
+    # q, k and v are transposed views of the projection: read where they lie, not copied
+    assert all(o.layout is not None for o in attention.groups[0].anchor.operands)
     log = str(tmp_path / "vit.json")
     tune_one(attention.task, log)
     compiled = at.compile(model, (x,), log=log, use_interpreter=True)
