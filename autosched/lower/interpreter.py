@@ -15,7 +15,9 @@ so padded loads are legal. Freshly allocated `shared`/`local`/temporary buffers 
 or a poison integer, so reading uninitialised memory shows in the results.
 
 Warp-collective Tensor Core statements (`ir.WarpStmt`) and their per-warp fragment buffers are
-run by `autosched.lower.interpret_warp`, whose handlers are registered in the statement table.
+run by `autosched.lower.interpret_warp`, the warpgroup statements (`lower/wgmma_ir.py`) and
+their per-warpgroup accumulators by `autosched.lower.interpret_wgmma`; their handlers are
+registered in the statement table.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from autosched.lower import ir
 from autosched.lower.dispatch import TypeTable
 from autosched.lower.interpret_hoist import Hoister, Let
 from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
+from autosched.lower.interpret_wgmma import accumulator_storage, register_wgmma_handlers
+from autosched.lower.wgmma_ir import uses_wgmma
 from autosched.te.dtype import compute_dtype, numpy_dtype, to_storage
 from autosched.te.expr import Expr, Load
 from autosched.te.npeval import eval_expr
@@ -121,6 +125,9 @@ class _KernelRun:
         self.open_group: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.committed: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
         for b in kernel.allocs:
+            if b.fragment_flavour == ir.WGMMA_FLAVOUR:  # per warpgroup (see interpret_wgmma)
+                self.bufs[id(b)] = (b, accumulator_storage(b, self.L))
+                continue
             if b.scope in ir.FRAGMENT_SCOPES:  # per warp (see interpret_warp)
                 self.bufs[id(b)] = (b, fragment_storage(b, -(-self.L // ir.WARP_SIZE)))
                 continue
@@ -140,6 +147,10 @@ class _KernelRun:
         self.table.register(ir.AllReduce, self._allreduce)
         self.table.register(Let, self._let)
         register_warp_handlers(self.table, self)
+        # warpgroup statements (interpret_wgmma): told of every ordinary shared store, which a
+        # wgmma may read only after the writer's fence.proxy.async
+        wgmma = register_wgmma_handlers(self.table, self)
+        self.wgmma = wgmma if uses_wgmma(kernel) else None
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -331,6 +342,8 @@ class _KernelRun:
         else:
             keys = self.ix["block"][lanes] * buf.size + idx
             self._track_write(buf, arr, keys, val, lanes, shared_owner)
+            if self.wgmma is not None:
+                self.wgmma.shared_written(buf, keys, lanes)
             if self.async_groups and buf.async_copy:
                 self.open_group.append((arr, keys, np.array(val)))
                 return

@@ -16,6 +16,7 @@ from autosched.lower.ir import (
     Store,
     WarpStmt,
 )
+from autosched.lower.wgmma_ir import WarpgroupStmt
 from autosched.te.expr import Expr
 
 
@@ -44,6 +45,8 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
     if isinstance(s, WarpStmt):
         s = s.with_exprs([fe(e) for e in s.exprs()])
         return s if warp is None else warp(s)
+    if isinstance(s, WarpgroupStmt):
+        return s.with_exprs([fe(e) for e in s.exprs()])
     return s
 
 
