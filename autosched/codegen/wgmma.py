@@ -27,6 +27,7 @@ from autosched.codegen.context import PrintContext, StmtTable
 from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
+from autosched.lower.arith import simplify
 
 DESC_HELPER = """__device__ __forceinline__ unsigned long long as_wgmma_desc(const void* p, unsigned long long fields) {
   unsigned long long address = static_cast<unsigned long long>(__cvta_generic_to_shared(p));
@@ -72,7 +73,12 @@ class WgmmaPrinter:
         table.register(wi.ProxyFence, self.proxy_fence)
 
     def reg(self, b: ir.Buffer, tile, i) -> str:
-        return f"{self.p.ex.buffer_names[id(b)]}[{self.p.ex(tile)}][{i}]"
+        """Register i of a wgmma's accumulator at `tile`: of a warpgroup accumulator's tile, or
+        value i % 8 of tile tile + i / 8 of an mma-flavour one (`WgmmaMma`)."""
+        name = self.p.ex.buffer_names[id(b)]
+        if b.fragment_flavour == ir.WGMMA_FLAVOUR or not isinstance(i, int):
+            return f"{name}[{self.p.ex(tile)}][{i}]"
+        return f"{name}[{self.p.ex(simplify(tile + i // 8))}][{i % 8}]"
 
     def fill(self, s: wi.WgmmaFill, d: int) -> None:
         e = FILL_ELEM
@@ -87,13 +93,14 @@ class WgmmaPrinter:
         """Every accumulator register through an empty asm: the compiler may not move its
         reads or writes across this point."""
         for b in self.accumulators:
-            name, tiles = self.p.ex.buffer_names[id(b)], b.size // (wl.M * b.shape[-1])
+            name, tiles = self.p.ex.buffer_names[id(b)], b.size // ir.tile_elems(b)
+            values = b.shape[-1] // 2 if b.fragment_flavour == ir.WGMMA_FLAVOUR else 8
             self.p.emit(d, "#pragma unroll")
             self.p.emit(d, f"for (int wg_t = 0; wg_t < {tiles}; ++wg_t) {{")
             self.p.emit(d + 1, "#pragma unroll")
             self.p.emit(
                 d + 1,
-                f'for (int wg_e = 0; wg_e < {b.shape[-1] // 2}; ++wg_e) asm volatile("" : '
+                f'for (int wg_e = 0; wg_e < {values}; ++wg_e) asm volatile("" : '
                 f'"+f"({name}[wg_t][wg_e]) :: "memory");',
             )
             self.p.emit(d, "}")

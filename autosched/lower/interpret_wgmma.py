@@ -3,20 +3,25 @@ defines it (`wgmma_layout.py`).
 
 A warpgroup is 128 consecutive thread ids of a block (`tid // 128`). Its accumulators are
 (warpgroups, tiles, 128 threads, N / 2 values): thread t's registers, value i at the position
-`accumulator_position(t, i)` of the 64 x N tile. Every warpgroup with an active thread must have
-all 128 active, and they must agree on every expression of the statement.
+`accumulator_position(t, i)` of the 64 x N tile. A wgmma may also accumulate into an "mma"
+flavour accumulator (per warp (tiles, 32 lanes, 8 values)): its registers as the wgmma sees
+them are those of N / 16 consecutive tiles of the warpgroup's 4 warps (`_registers`). Every
+warpgroup with an active thread must have all 128 active, and they must agree on every
+expression of the statement.
 
 - `WgmmaMma` encodes each operand's descriptor from the tile's shared address (the buffer's
   start is address 0: the printer aligns it to its swizzle pattern) with `wgmma_layout.encode`,
   decodes it as the hardware does and gathers the 64 x 16 A and N x 16 B from the addresses the
   descriptor gives (`element_address`): a wrong LBO, SBO, major-ness or swizzle reads wrong
-  elements. The operation is then only queued in the warpgroup's open group: `WgmmaCommit`
-  closes the group, `WgmmaWait(n)` completes every group but the newest n, in order,
-  computing `A @ B + acc` in float64 rounded once to float32 into the registers.
-- Asynchrony is enforced: reading or writing an accumulator tile that a queued wgmma writes
-  (`WgmmaStore`, `WgmmaFill`), or changing a shared operand before the wgmma that reads it
-  completes, is an error, as is a wgmma on an accumulator written by other instructions since the
-  warpgroup's last `WgmmaFence` (or never fenced).
+  elements. It computes `A @ B + C` in float64 rounded once to float32 (C: the registers, or
+  the result of a wgmma still in flight on the same registers), but the registers hold NaN, as
+  undefined, until the `WgmmaWait` that covers its commit group (`WgmmaCommit` closes a group,
+  `WgmmaWait(n)` completes every group but the newest n, in order) writes the result there.
+- Asynchrony is enforced: registers written while a wgmma on them is in flight, a shared
+  operand changed before the wgmma that reads it completes, a wgmma on registers written by
+  other instructions since the warpgroup's last `WgmmaFence` (or never fenced), and the
+  warpgroup statements' own accesses to registers in flight are errors; other reads in flight
+  read NaN.
 - Shared memory: a wgmma's read goes through the race tracker (another thread's write since the
   last barrier races), and an element written by an ordinary store must have been fenced by its
   writer (`ProxyFence`) before the wgmma reads it.
@@ -55,14 +60,15 @@ def _positions(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class _Pending:
-    """One queued wgmma of one warpgroup: its accumulator tile and operand snapshots."""
+    """One wgmma in flight in one warpgroup: its registers and what they will hold."""
 
     stmt: wi.WgmmaMma
-    acc: np.ndarray
+    arr: np.ndarray
+    group: int
     tile: int
-    a: np.ndarray  # (64, 16) values read at issue
-    b: np.ndarray  # (N, 16)
-    reread: Any  # () -> (a, b) as shared memory holds them now
+    result: np.ndarray  # (128, N / 2)
+    operands: tuple[np.ndarray, np.ndarray]  # A (64, 16) and B (N, 16) as read at issue
+    reread: Any  # () -> (A, B) as shared memory holds them now
 
 
 @dataclass
@@ -78,13 +84,34 @@ class _WarpgroupQueues:
             yield from group
 
 
+def _span(acc: ir.Buffer, tile: int, n: int) -> set[int]:
+    """The tiles of `acc` a wgmma of width N on tile `tile` reads and writes."""
+    return {tile} if acc.fragment_flavour == ir.WGMMA_FLAVOUR else set(range(tile, tile + n // 16))
+
+
+def _registers(acc: ir.Buffer, arr: np.ndarray, g: int, tile: int, n: int) -> np.ndarray:
+    """The (128, N / 2) registers of warpgroup g that a wgmma on `acc[tile]` of width N reads
+    and writes, as an index into `arr` (a tuple of arrays): a warpgroup accumulator's tile, or
+    tiles tile .. tile + N / 16 - 1 of the 4 warps of an mma-flavour one (thread 32 w + l's
+    value 8 j + e is warp w's lane l's value e of tile tile + j)."""
+    t, i = np.meshgrid(np.arange(G), np.arange(n // 2), indexing="ij")
+    if acc.fragment_flavour == ir.WGMMA_FLAVOUR:
+        return (np.full_like(t, g), np.full_like(t, tile), t, i)  # type: ignore[return-value]
+    warps = g * wl.WARPGROUP_WARPS + t // ir.WARP_SIZE
+    return (warps, tile + i // 8, t % ir.WARP_SIZE, i % 8)  # type: ignore[return-value]
+
+
 class WgmmaRun:
     """The warpgroup statements of one kernel run (`interpreter._KernelRun`)."""
 
     def __init__(self, run: Any) -> None:
         self.run = run
         self.queues: dict[int, _WarpgroupQueues] = {}
-        self.fenced: set[tuple[int, int]] = set()  # (id(accumulator), warpgroup)
+        # (id(accumulator), warpgroup) -> the accumulator's storage at the warpgroup's last
+        # wgmma.fence, kept up to date with what wgmmas wrote since
+        self.fenced: dict[tuple[int, int], np.ndarray] = {}
+        # (id(accumulator), warpgroup, tile) -> what the registers of wgmmas in flight hold
+        self.expected: dict[tuple[int, int, int], np.ndarray] = {}
         # per shared buffer: writer thread id + 1 of an ordinary store not yet proxy-fenced
         self.unfenced: dict[int, np.ndarray] = {}
 
@@ -121,17 +148,27 @@ class WgmmaRun:
         return got[:, 0]
 
     def accumulator(self, s: Any, acc: ir.Buffer, tile, groups, mask) -> tuple[np.ndarray, Any]:
-        if acc.scope != ir.ACCUMULATOR_SCOPE or acc.fragment_flavour != ir.WGMMA_FLAVOUR:
+        """(storage, tile per warpgroup) of a warpgroup accumulator operand (or, for a wgmma,
+        an mma-flavour one), checked."""
+        mma = isinstance(s, wi.WgmmaMma) and acc.fragment_flavour == "mma"
+        if acc.scope != ir.ACCUMULATOR_SCOPE or not (
+            mma or acc.fragment_flavour == ir.WGMMA_FLAVOUR
+        ):
             self.fail(s, f"{acc.name} is no warpgroup accumulator ({acc.scope})")
-        if acc.shape[-1] not in wl.VALID_N or acc.dtype != "float32":
+        n = s.n if isinstance(s, wi.WgmmaMma) else acc.shape[-1]
+        wide = n if not mma else n if n % ir.WMMA_TILE == 0 else -1
+        if wide not in wl.VALID_N or acc.dtype != "float32":
             self.fail(
                 s,
-                f"{acc.name}: N = {acc.shape[-1]} {acc.dtype}; wgmma takes float32, "
-                f"N a multiple of {wl.N_STEP} up to {wl.N_MAX}",
+                f"{acc.name}: N = {n} {acc.dtype}; wgmma takes float32, N a multiple of "
+                f"{wl.N_STEP} up to {wl.N_MAX} (of 16 into an mma accumulator)",
             )
+        if not mma and n != acc.shape[-1]:
+            self.fail(s, f"N = {n} but {acc.name}'s tiles are {acc.shape[-1]} wide")
         _, arr = self.run.bufs_of(acc)
         tiles = self.value(s, tile, groups, mask, f"the tile number of {acc.name}").astype(int)
-        bad = np.flatnonzero((tiles < 0) | (tiles >= arr.shape[1]))
+        span = n // ir.WMMA_TILE if mma else 1
+        bad = np.flatnonzero((tiles < 0) | (tiles + span > arr.shape[1]))
         if bad.size:
             self.fail(s, f"tile {int(tiles[bad[0]])} of {acc.name} is out of range")
         return arr, tiles
@@ -153,12 +190,14 @@ class WgmmaRun:
         self.check_not_in_flight(s, s.acc, groups, tiles)
         value = self.value(s, s.value, groups, mask, "the fill value").astype(np.float32)
         arr[groups, tiles] = value[:, None, None]
-        self.fenced -= {(id(s.acc), int(g)) for g in groups}
 
     def fence(self, s: wi.WgmmaFence, mask: Any) -> None:
-        groups = self.groups(s, mask)
-        accs = [b for b in self.run.k.allocs if b.fragment_flavour == ir.WGMMA_FLAVOUR]
-        self.fenced |= {(id(b), int(g)) for b in accs for g in groups}
+        """Remember the accumulators' registers: a wgmma may use them while they hold this
+        (or what wgmmas wrote since)."""
+        for g in self.groups(s, mask):
+            for b in wi.wgmma_accumulators(self.run.k):
+                _, arr = self.run.bufs_of(b)
+                self.fenced[(id(b), int(g))] = arr.copy()
 
     def mma(self, s: wi.WgmmaMma, mask: Any) -> None:
         groups = self.groups(s, mask)
@@ -169,21 +208,37 @@ class WgmmaRun:
                 f"multiplies {s.a.buffer.dtype} by {s.b.buffer.dtype}; wgmma takes "
                 f"{tuple(wl.TYPES)} pairs",
             )
-        for g in groups:
-            if (id(s.acc), int(g)) not in self.fenced:
-                self.fail(
-                    s,
-                    f"{s.acc.name} was written by other instructions since the warpgroup of "
-                    f"{self.run.where(int(g) * G)} last ran wgmma.fence",
-                )
         a_idx = self.operand(s, s.a, wl.M, groups, mask)  # (groups, 64, 16)
         b_idx = self.operand(s, s.b, s.n, groups, mask)  # (groups, N, 16)
-        a_now, b_now = (
-            self.read(s, s.a.buffer, a_idx, groups),
-            self.read(s, s.b.buffer, b_idx, groups),
-        )
+        a_all = self.read(s, s.a.buffer, a_idx, groups)
+        b_all = self.read(s, s.b.buffer, b_idx, groups)
         for j, g in enumerate(groups):
-            q = self.queues.setdefault(int(g), _WarpgroupQueues())
+            g, tile = int(g), int(tiles[j])
+            q = self.queues.setdefault(g, _WarpgroupQueues())
+            regs = _registers(s.acc, arr, g, tile, s.n)
+            chained = [p for p in q.pending() if p.stmt.acc is s.acc and p.tile == tile]
+            span = _span(s.acc, tile, s.n)
+            if any(
+                p.stmt.acc is s.acc and p.tile != tile and _span(s.acc, p.tile, p.stmt.n) & span
+                for p in q.pending()
+            ):
+                self.fail(s, f"overlaps the registers of another wgmma in flight on {s.acc.name}")
+            if chained:
+                c = chained[-1].result
+            else:
+                fenced = self.fenced.get((id(s.acc), g))
+                if fenced is None or not np.array_equal(fenced[regs], arr[regs], equal_nan=True):
+                    self.fail(
+                        s,
+                        f"{s.acc.name} was written by other instructions since the warpgroup of "
+                        f"{self.run.where(g * G)} last ran wgmma.fence",
+                    )
+                c = arr[regs]
+            rows, cols = _positions(s.n)
+            c_mat = np.full((wl.M, s.n), np.nan)
+            c_mat[rows, cols] = c
+            d = a_all[j].astype(np.float64) @ b_all[j].astype(np.float64).T + c_mat
+            result = d.astype(np.float32)[rows, cols]
 
             def reread(j=j, g=g) -> tuple[np.ndarray, np.ndarray]:
                 one = np.array([g])
@@ -192,7 +247,16 @@ class WgmmaRun:
                     self.read(s, s.b.buffer, b_idx[j : j + 1], one, track=False)[0],
                 )
 
-            q.open.append(_Pending(s, arr, int(tiles[j]), a_now[j], b_now[j], reread))
+            q.open.append(_Pending(s, arr, g, tile, result, (a_all[j], b_all[j]), reread))
+            self.undefined(s.acc, arr, g, tile, regs)
+
+    def undefined(self, acc: ir.Buffer, arr: np.ndarray, g: int, tile: int, regs) -> None:
+        """Registers in flight hold nothing defined: NaN, what the fence record expects too."""
+        arr[regs] = np.nan
+        self.expected[(id(acc), g, tile)] = arr[regs]
+        fenced = self.fenced.get((id(acc), g))
+        if fenced is not None:
+            fenced[regs] = np.nan
 
     def commit(self, s: wi.WgmmaCommit, mask: Any) -> None:
         for g in self.groups(s, mask):
@@ -201,7 +265,6 @@ class WgmmaRun:
             q.open = []
 
     def wait(self, s: wi.WgmmaWait, mask: Any) -> None:
-        rows, cols = None, None
         for g in self.groups(s, mask):
             q = self.queues.get(int(g))
             if q is None:
@@ -209,22 +272,34 @@ class WgmmaRun:
             done = max(0, len(q.committed) - s.pending)
             for group in q.committed[:done]:
                 for p in group:
-                    a, b = p.reread()
-                    if not (
-                        np.array_equal(a, p.a, equal_nan=True)
-                        and np.array_equal(b, p.b, equal_nan=True)
-                    ):
-                        self.fail(
-                            p.stmt,
-                            "a shared operand changed before the wgmma reading it completed "
-                            "(overwritten before its wgmma.wait_group)",
-                        )
-                    rows, cols = _positions(p.stmt.n)
-                    c = np.full((wl.M, p.stmt.n), np.nan)
-                    c[rows, cols] = p.acc[g, p.tile]
-                    d = p.a.astype(np.float64) @ p.b.astype(np.float64).T + c
-                    p.acc[g, p.tile] = d.astype(np.float32)[rows, cols]
+                    self.complete(p)
             del q.committed[:done]
+
+    def complete(self, p: _Pending) -> None:
+        """The registers of a wgmma in flight receive its result, once checked untouched."""
+        a, b = p.reread()
+        if not (
+            np.array_equal(a, p.operands[0], equal_nan=True)
+            and np.array_equal(b, p.operands[1], equal_nan=True)
+        ):
+            self.fail(
+                p.stmt,
+                "a shared operand changed before the wgmma reading it completed "
+                "(overwritten before its wgmma.wait_group)",
+            )
+        regs = _registers(p.stmt.acc, p.arr, p.group, p.tile, p.stmt.n)
+        key = (id(p.stmt.acc), p.group, p.tile)
+        if not np.array_equal(p.arr[regs], self.expected[key], equal_nan=True):
+            self.fail(
+                p.stmt,
+                f"registers of {p.stmt.acc.name} were written while the wgmma writing them was "
+                "in flight (before its wgmma.wait_group)",
+            )
+        self.expected[key] = p.result
+        p.arr[regs] = p.result
+        fenced = self.fenced.get((id(p.stmt.acc), p.group))
+        if fenced is not None:
+            fenced[regs] = p.result
 
     def store(self, s: wi.WgmmaStore, mask: Any) -> None:
         run = self.run

@@ -59,7 +59,7 @@ class WarpgroupRules:
         if isinstance(s, wi.WgmmaFill):
             self.accumulator(s.acc, s.tile, where)
         elif isinstance(s, wi.WgmmaMma):
-            self.accumulator(s.acc, s.acc_tile, where)
+            self.mma_accumulator(s, where)
             for op in (s.a, s.b):
                 self.operand(op, where)
             if s.a.buffer.dtype != s.b.buffer.dtype:
@@ -85,6 +85,29 @@ class WarpgroupRules:
             kv.fail(
                 f"{where}: tile {expr_str(tile)} of {acc.name} ranges over {lo}..{hi}, "
                 f"beyond its {tiles} tiles"
+            )
+
+    def mma_accumulator(self, s: wi.WgmmaMma, where: str) -> None:
+        """A wgmma's accumulator: a warpgroup one of width N, or N / 16 tiles of an mma-flavour
+        one (N a multiple of 16 then)."""
+        kv, acc = self.kv, s.acc
+        if acc.fragment_flavour == ir.WGMMA_FLAVOUR:
+            self.accumulator(acc, s.acc_tile, where)
+            if s.n != acc.shape[-1]:
+                kv.fail(f"{where}: N = {s.n} but {acc.name}'s tiles are {acc.shape[-1]} wide")
+            return
+        kv.buffer(acc, where, fragment=True)
+        if acc.scope != ir.ACCUMULATOR_SCOPE or acc.fragment_flavour != "mma":
+            kv.fail(f"{where}: {acc.name} is neither a warpgroup nor an mma accumulator")
+        if s.n not in wl.VALID_N or s.n % ir.WMMA_TILE:
+            kv.fail(f"{where}: N = {s.n} into mma tiles must be a multiple of 16 up to 256")
+        kv.expr(s.acc_tile, where, "int")
+        tiles = acc.size // ir.tile_elems(acc)
+        lo, hi = expr_bounds(s.acc_tile, kv.ranges)
+        if lo < 0 or hi + s.n // ir.WMMA_TILE > tiles:
+            kv.fail(
+                f"{where}: tiles {expr_str(s.acc_tile)} .. + {s.n // ir.WMMA_TILE} of "
+                f"{acc.name} reach past its {tiles} tiles"
             )
 
     def operand(self, op: Any, where: str) -> None:

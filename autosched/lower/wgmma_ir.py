@@ -92,18 +92,19 @@ class WgmmaFill(WarpgroupStmt):
 
 @dataclass(eq=False)
 class WgmmaMma(WarpgroupStmt):
-    """`acc[acc_tile] += a @ b`: `wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t>` with N the
-    accumulator's tile width, A (64 x 16) and B (16 x N, described as N rows of 16 k) read from
-    shared memory through their descriptors."""
+    """`acc[acc_tile] += a @ b`: `wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t>`, A (64 x 16)
+    and B (16 x N, described as N rows of 16 k) read from shared memory through their
+    descriptors. The accumulator is either a warpgroup accumulator (`ir.WGMMA_FLAVOUR`, N its
+    tile width) or an accumulator of the "mma" flavour, whose per-warp 16x16 tiles `acc_tile`
+    .. `acc_tile + N / 16 - 1` of the warpgroup's 4 warps hold, register for register, what
+    wgmma's m64nN accumulator holds (warp w: rows 16w .. 16w + 15): so the mma flavour's fill,
+    stores and epilogues work on what the wgmma computed."""
 
     acc: ir.Buffer
     acc_tile: Expr
     a: SharedOperand
     b: SharedOperand
-
-    @property
-    def n(self) -> int:
-        return int(self.acc.shape[-1])
+    n: int
 
     def macs(self) -> int:
         return wl.M * self.n * wl.K
@@ -118,7 +119,7 @@ class WgmmaMma(WarpgroupStmt):
         b = SharedOperand(
             self.b.buffer, new[2], self.b.major, self.b.lbo, self.b.sbo, self.b.swizzle
         )
-        return WgmmaMma(self.acc, new[0], a, b)
+        return WgmmaMma(self.acc, new[0], a, b, self.n)
 
     def buffers(self):
         return [self.acc, self.a.buffer, self.b.buffer]
@@ -184,6 +185,17 @@ def uses_wgmma(kernel: ir.Kernel) -> bool:
     )
 
 
+def wgmma_accumulators(kernel: ir.Kernel) -> list[ir.Buffer]:
+    """The accumulators wgmmas write (either flavour), in allocation order."""
+    used = {id(s.acc) for s in ir.iter_stmts(kernel.body) if isinstance(s, WgmmaMma)}
+    return [
+        b
+        for b in kernel.allocs
+        if id(b) in used
+        or (b.scope == ir.ACCUMULATOR_SCOPE and b.fragment_flavour == ir.WGMMA_FLAVOUR)
+    ]
+
+
 def wgmma_operands(kernel: ir.Kernel) -> dict[int, str]:
     """The shared buffers wgmmas read (by id) and the swizzle of their tiles, for alignment."""
     out: dict[int, str] = {}
@@ -207,5 +219,6 @@ __all__ = [
     "WgmmaStore",
     "WgmmaWait",
     "uses_wgmma",
+    "wgmma_accumulators",
     "wgmma_operands",
 ]

@@ -17,6 +17,7 @@ import pytest
 from autosched.codegen.cuda import codegen_program
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower import mma_layout as ml
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.interpreter import InterpreterError, run_program
@@ -86,11 +87,34 @@ def test_canonical_layouts_are_the_isa_ones():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_interpreter_matches_numpy(dtype, shape):
-    program = wgmma_program(dtype, **SHAPES[shape])
+@pytest.mark.parametrize("mma_accumulator", [False, True])
+def test_interpreter_matches_numpy(dtype, shape, mma_accumulator):
+    program = wgmma_program(dtype, mma_accumulator=mma_accumulator, **SHAPES[shape])
     verify_program(program)
     c, ref = run(program, dtype)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_mma_accumulator_holds_the_wgmma_registers_tile_by_tile():
+    """Warp w's lane l's value e of tile j is the warpgroup's thread 32 w + l's value 8 j + e."""
+    for w, lane, j, e in ((1, 5, 0, 3), (3, 30, 2, 6)):
+        row, col = wl.accumulator_position(32 * w + lane, 8 * j + e)
+        r, c = ml.tile_position(ir.ACCUMULATOR_SCOPE, e).at(lane)
+        assert (row, col) == (16 * w + r, 16 * j + c)
+
+
+def test_registers_written_while_in_flight_are_caught():
+    program = wgmma_program(mma_accumulator=True)
+    kernel = program.kernels[0]
+    fill, loop, store = kernel.body.stmts
+    step = loop.body.stmts
+    wait = next(i for i, x in enumerate(step) if isinstance(x, wi.WgmmaWait))
+    step.insert(wait, fill)  # the accumulator's fill before the wait
+    with pytest.raises(InterpreterError, match="written while the wgmma"):
+        run(program)
+    program = wgmma_program(mma_accumulator=True, wait=False)
+    with pytest.raises(AssertionError):  # stored before the wait: undefined (NaN) values
+        np.testing.assert_allclose(*run(program), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -174,10 +198,11 @@ def test_printed_ptx():
 
 @needs_nvcc
 def test_compiles_for_sm_90a_without_spills():
-    program = wgmma_program("float16", m=128, n=256, k=64, bn=256, bk=32)
-    resources = compile_resources(codegen_program(program), arch="sm_90")  # made sm_90a
-    (res,) = resources.values()
-    assert res.spill_bytes == 0 and res.stack_bytes == 0
+    for mma_accumulator in (False, True):
+        program = wgmma_program(m=128, n=256, k=64, bn=256, bk=32, mma_accumulator=mma_accumulator)
+        resources = compile_resources(codegen_program(program), arch="sm_90")  # made sm_90a
+        (res,) = resources.values()
+        assert res.spill_bytes == 0 and res.stack_bytes == 0
 
 
 def test_build_path_chooses_sm_90a_for_marked_sources_on_hopper_only():
@@ -202,10 +227,11 @@ def wgmma_program_without_wgmma() -> ir.Program:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_gpu_matches_numpy(dtype, shape):
+@pytest.mark.parametrize("mma_accumulator", [False, True])
+def test_gpu_matches_numpy(dtype, shape, mma_accumulator):
     from autosched.codegen.build import build_program
 
-    program = wgmma_program(dtype, **SHAPES[shape])
+    program = wgmma_program(dtype, mma_accumulator=mma_accumulator, **SHAPES[shape])
     A, B, C = program.params
     a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
     c = np.full(C.shape, np.nan, np.float32)

@@ -64,17 +64,24 @@ def wgmma_program(
     wait: bool = True,
     fence: bool = True,
     a_layout: OperandLayout | None = None,
+    mma_accumulator: bool = False,
 ) -> ir.Program:
     """C = A @ B by (m / 64) x (n / bn) blocks of one warpgroup (32, 4, 1); the flags drop
     a ProxyFence, the WgmmaWait or the WgmmaFence (programs the interpreter must refuse);
-    `a_layout` describes A to the wgmma differently from how it is stored."""
+    `a_layout` describes A to the wgmma differently from how it is stored. With
+    `mma_accumulator` the wgmmas accumulate into the bn / 16 tiles of each warp of an "mma"
+    flavour accumulator, filled and stored by the mma flavour's warp statements."""
     A, B = ir.Buffer("A", (m, k), dtype), ir.Buffer("B", (k, n), dtype)
     C = ir.Buffer("C", (m, n), "float32")
     lay_a, lay_b = layouts(bn, bk, swizzle)
     a_s = ir.Buffer("A_shared", (wl.M * bk,), dtype, "shared")
     b_s = ir.Buffer("B_shared", (bk * bn,), dtype, "shared")
-    acc = ir.Buffer("C_acc", (1, wl.M, bn), "float32", ir.ACCUMULATOR_SCOPE)
-    acc.fragment_flavour = ir.WGMMA_FLAVOUR
+    if mma_accumulator:
+        acc = ir.Buffer("C_acc", (bn // 16 * ir.TILE_ELEMS,), "float32", ir.ACCUMULATOR_SCOPE)
+        acc.fragment_flavour = "mma"
+    else:
+        acc = ir.Buffer("C_acc", (1, wl.M, bn), "float32", ir.ACCUMULATOR_SCOPE)
+        acc.fragment_flavour = ir.WGMMA_FLAVOUR
     tid = TY * 32 + TX
     m0, n0 = BX * wl.M, BY * bn
     ko = Var("ko")
@@ -106,6 +113,7 @@ def wgmma_program(
                 lay_b.sbo,
                 lay_b.swizzle,
             ),
+            bn,
         )
         for s in range(bk // wl.K)
     ]
@@ -116,13 +124,20 @@ def wgmma_program(
     step += [*mmas, wi.WgmmaCommit()]
     step += [wi.WgmmaWait(0)] if wait else []
     step += [ir.Barrier()]
-    body = ir.seq(
-        [
-            wi.WgmmaFill(acc, ZERO, FZERO),
-            ir.For(ko, k // bk, "serial", ir.seq(step)),
-            wi.WgmmaStore(ir.MatrixTile(C, m0 * n + n0, n, "row_major"), acc, ZERO),
-        ]
-    )
+    fill: ir.Stmt = wi.WgmmaFill(acc, ZERO, FZERO)
+    store: ir.Stmt = wi.WgmmaStore(ir.MatrixTile(C, m0 * n + n0, n, "row_major"), acc, ZERO)
+    if mma_accumulator:
+        j = Var("j")
+        fill = ir.For(j, bn // 16, "unroll", ir.FragmentFill(acc, j, FZERO))
+        j = Var("j")
+        origin = (m0 + TY * 16) * n + n0 + j * 16
+        store = ir.For(
+            j,
+            bn // 16,
+            "unroll",
+            ir.FragmentStore(ir.MatrixTile(C, origin, n, "row_major"), acc, j),
+        )
+    body = ir.seq([fill, ir.For(ko, k // bk, "serial", ir.seq(step)), store])
     kernel = ir.Kernel("wgmma_kernel", (m // wl.M, n // bn, 1), (32, 4, 1), [a_s, b_s, acc], body)
     return ir.Program([kernel], [A, B, C], [C])
 
