@@ -170,6 +170,32 @@ class WgmmaWait(WarpgroupStmt):
 
 
 @dataclass(eq=False)
+class WgmmaOperandTile(WarpgroupStmt):
+    """Lowering's stand-in for the load of tile `tile` of a matrix fragment that wgmmas read
+    (flavour `ir.WGMMA_FLAVOUR`): the 16x16 tile of shared memory it stands for, as a
+    descriptor sees it. The `warpgroup_mma` pass turns the multiply-accumulates that read such
+    fragments into wgmmas and removes these; no printed or interpreted program has one."""
+
+    frag: ir.Buffer
+    tile: Expr
+    operand: SharedOperand
+
+    def exprs(self):
+        return [self.tile, self.operand.offset]
+
+    def with_exprs(self, new):
+        op = self.operand
+        return WgmmaOperandTile(
+            self.frag,
+            new[0],
+            SharedOperand(op.buffer, new[1], op.major, op.lbo, op.sbo, op.swizzle),
+        )
+
+    def buffers(self):
+        return [self.frag, self.operand.buffer]
+
+
+@dataclass(eq=False)
 class ProxyFence(ir.Stmt):
     """`fence.proxy.async.shared::cta`: the executing thread's earlier shared-memory stores
     become visible to the async proxy (wgmma's operand reads), after the next barrier."""
@@ -216,6 +242,7 @@ __all__ = [
     "WgmmaFence",
     "WgmmaFill",
     "WgmmaMma",
+    "WgmmaOperandTile",
     "WgmmaStore",
     "WgmmaWait",
     "uses_wgmma",

@@ -1,0 +1,56 @@
+"""How lowering stores a shared operand tile that wgmmas read, and how it describes it.
+
+The choice: the canonical layout without swizzle, made from the stage's row-major tile by cutting
+its contiguous (last) dimension into groups of 8 elements (16 bytes) and putting the groups
+outermost: element (r, c) of an R x C tile is at `(c / 8) * 8R + 8r + c % 8`
+(`canonical_index`). Rows r are then 16 bytes apart, 8-row groups 128 bytes apart, column
+groups 16R bytes apart: 8 x 16-byte core matrices, as wgmma's descriptors describe them
+(`wgmma_layout`). A cooperative fetch of 8 consecutive elements of a row still writes 16
+contiguous bytes, so 16-byte vectors and cp.async copies stay whole.
+
+`operand_fields` gives the descriptor of such a tile: its major-ness (the contiguous dimension is
+K: "k"; M or N: "mn"), and the leading / stride byte offsets: K steps of 8 are column groups
+(16R bytes) when K is contiguous, row groups (128 bytes) otherwise.
+"""
+
+from __future__ import annotations
+
+from autosched.errors import LoweringError
+from autosched.lower import ir
+from autosched.lower import wgmma_layout as wl
+from autosched.te.expr import BinOp, Expr
+
+GROUP = 8  # elements of a core matrix row (16 bytes of a 16-bit type)
+
+
+def canonical_index(indices: list[Expr], shape: tuple[int, ...], name: str) -> Expr:
+    """The flat index of element `indices` of a wgmma operand stage of storage `shape`: outer
+    dimensions row-major over whole R x C tiles, the last two in the canonical layout."""
+    if len(indices) < 2:
+        raise LoweringError(f"wgmma: the shared operand {name} has fewer than two dimensions")
+    rows, cols = shape[-2], shape[-1]
+    if rows % GROUP or cols % GROUP:
+        raise LoweringError(
+            f"wgmma: the shared operand {name} is {rows} x {cols}; its canonical layout needs "
+            f"both multiples of {GROUP}"
+        )
+    r, c = indices[-2], indices[-1]
+    flat = c // GROUP * ir.int32(GROUP * rows) + r * ir.int32(GROUP) + c % GROUP
+    outer: Expr | None = None
+    for d, idx in enumerate(indices[:-2]):
+        outer = idx if outer is None else outer * ir.int32(shape[d]) + idx
+    if outer is None:
+        return flat
+    return BinOp("+", outer * ir.int32(rows * cols), flat, ir.I32)
+
+
+def operand_fields(contiguous_is_k: bool, rows: int) -> tuple[str, int, int]:
+    """(major, LBO, SBO) of a canonical tile of `rows` rows (`canonical_index`)."""
+    groups = GROUP * rows * wl.ELEMENT_BYTES  # bytes between column groups
+    core = GROUP * wl.UNIT_BYTES  # bytes between row groups
+    if contiguous_is_k:
+        return "k", groups, core
+    return "mn", core, groups
+
+
+__all__ = ["GROUP", "canonical_index", "operand_fields"]
