@@ -66,7 +66,7 @@ class SketchParams:
     # the instruction families a float16 / bfloat16 Tensor Core stage is drawn from, uniformly
     # (TensorCoreInstruction): "wmma" (nvcuda::wmma) and "mma" (ldmatrix + mma.sync m16n8k16);
     # "wgmma" (Hopper's warpgroup MMA, sm_90) is off by default and drawn, where listed, only
-    # for stages whose drawn tiles are warpgroup-shaped (`tensor_core_instruction.py`)
+    # for stages whose drawn block tile warpgroups can compute (`tensor_core_instruction.py`)
     tensor_core_instructions: tuple[str, ...] = ("wmma", "mma")
     # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
     # among those that fit the shared memory (PipelineStages): 2 is plain double buffering

@@ -89,7 +89,7 @@ def test_the_rule_draws_wgmma_only_where_listed_and_on_hopper():
     assert states and not drawn
     every = SketchParams(tensor_core_instructions=("wmma", "mma", "wgmma"))
     _, states, drawn = sample(dag, every, n=12, seed=1)
-    assert drawn and len(drawn) < len(states)  # only warpgroup-shaped tiles get it
+    assert drawn and len(drawn) < len(states)  # only block tiles warpgroups can compute get it
 
 
 def test_the_recipe_state_computes_the_matmul():
