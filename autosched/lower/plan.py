@@ -169,7 +169,8 @@ class LoweringPlan:
         if relative and inf.base:
             indices = [BinOp("-", idx, inf.base[d], I32) for d, idx in enumerate(indices)]
         if j in self.wgmma_stages:
-            return canonical_index(indices, shape, self.stages[j].name)
+            columns = inf.region[-1] if inf.region else shape[-1]
+            return canonical_index(indices, shape, columns, self.stages[j].name)
         flat: Expr | None = None
         for d, idx in enumerate(indices):
             flat = (

@@ -175,8 +175,8 @@ def _wgmmas(region: ir.Stmt, bounds) -> ir.Stmt:
 def _step(op: wi.SharedOperand, along_contiguous: bool) -> int:
     """Elements between a canonical tile's 16-element steps along its contiguous dimension
     (two column groups) or across it (two 8-row groups)."""
-    rows = (op.lbo if op.major == "k" else op.sbo) // (GROUP * wl.ELEMENT_BYTES)
-    return 2 * GROUP * rows if along_contiguous else 2 * GROUP * GROUP
+    groups = (op.lbo if op.major == "k" else op.sbo) // wl.ELEMENT_BYTES  # column group stride
+    return 2 * groups if along_contiguous else 2 * GROUP * GROUP
 
 
 def _same(e: Expr, f: Expr) -> bool:
