@@ -133,11 +133,12 @@ def test_lowering_stores_operands_canonically_and_orders_the_async_work():
     assert "WgmmaFence" in kinds[:first] and "WgmmaCommit" in kinds[first:]
     assert kinds.index("WgmmaWait") > kinds.index("WgmmaCommit")
     r, c = Var("r"), Var("c")
-    flat = canonical_index([r, c], (16, 32), "tile")
-    # element (r, c) of a 16 x 32 tile: 8-element column groups of 16 rows each
-    values = {(3, 9): 1 * 128 + 3 * 8 + 1, (10, 31): 3 * 128 + 10 * 8 + 7}
-    for (rv, cv), want in values.items():
-        assert eval_expr(flat, {id(r): rv, id(c): cv}, None, None) == want
+    # element (r, c) of a 16 x 32 tile: 8-element column groups of 16 rows each, 8 x 16 apart;
+    # 8 x 16 + 8 apart where the rows are padded (32 of 40 storage columns used)
+    for shape, stride in (((16, 32), 128), ((16, 40), 136)):
+        flat = canonical_index([r, c], shape, 32, "tile")
+        for (rv, cv), want in {(3, 9): stride + 3 * 8 + 1, (10, 31): 3 * stride + 87}.items():
+            assert eval_expr(flat, {id(r): rv, id(c): cv}, None, None) == want
 
 
 def test_a_state_whose_tiles_are_not_warpgroup_shaped_does_not_lower():
