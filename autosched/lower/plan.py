@@ -18,7 +18,7 @@ from graphlib import TopologicalSorter
 from autosched.lower import ir
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.mma_plan import MmaPlan
-from autosched.lower.wgmma_operands import canonical_index
+from autosched.lower.wgmma_operands import canonical_index, tile_dims
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import INLINED, Stage
 from autosched.te.expr import BinOp, Expr, Reduce, Var
@@ -169,7 +169,8 @@ class LoweringPlan:
         if relative and inf.base:
             indices = [BinOp("-", idx, inf.base[d], I32) for d, idx in enumerate(indices)]
         if j in self.wgmma_stages:
-            columns = inf.region[-1] if inf.region else shape[-1]
+            _, col_dim = tile_dims(shape, self.stages[j].name)
+            columns = inf.region[col_dim] if len(inf.region) == len(shape) else shape[col_dim]
             return canonical_index(indices, shape, columns, self.stages[j].name)
         flat: Expr | None = None
         for d, idx in enumerate(indices):

@@ -42,7 +42,7 @@ from autosched.lower.tensor_access import (
     var_dim,
 )
 from autosched.lower.wgmma_ir import SharedOperand, WgmmaOperandTile
-from autosched.lower.wgmma_operands import group_stride, operand_fields
+from autosched.lower.wgmma_operands import group_stride, operand_fields, tile_dims
 from autosched.schedule.stage import TENSORIZE
 from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
 from autosched.te.tensor import Tensor
@@ -374,15 +374,19 @@ def wgmma_operand_tile(
     frag: ir.Buffer, tile: Expr, src: Access, columns: int, row: Var, col: Var, bounds, name
 ) -> ir.Stmt:
     """The stand-in of a tile load into a fragment that wgmmas read: the 16x16 shared tile
-    (rows `row`, columns `col` of the fragment), in its stage's canonical layout (rows of
-    `columns` elements)."""
-    last = len(src.dims) - 1
-    contiguous = col if var_dim(src, col, bounds, name) == last else row
-    if var_dim(src, contiguous, bounds, name) != last:
-        raise LoweringError(f"tensorize: {name} tiles neither of the last dimension's axes")
+    (rows `row`, columns `col` of the fragment), in its stage's canonical layout (whose rows
+    hold `columns` elements)."""
+    shape = src.buffer.shape[len(src.buffer.shape) - len(src.dims) :]  # past any slots
+    row_dim, col_dim = tile_dims(shape, src.buffer.name)
+    dims = {var_dim(src, v, bounds, name): v for v in (row, col)}
+    if set(dims) != {row_dim, col_dim}:
+        raise LoweringError(
+            f"tensorize: {name} tiles dimensions {sorted(dims)} of {src.buffer.name}, not the "
+            f"{(row_dim, col_dim)} its canonical layout spans"
+        )
     k_is_col = frag.scope == "wmma.matrix_a"  # matrix_a: M x K; matrix_b: K x N
-    contiguous_is_k = (contiguous is col) == k_is_col
-    stride = group_stride(src.buffer.shape, columns)
+    contiguous_is_k = (dims[col_dim] is col) == k_is_col
+    stride = group_stride(shape[row_dim], shape[col_dim], columns)
     major, lbo, sbo = operand_fields(contiguous_is_k, stride)
     origin = simplify(at_origin(src.flat, [row, col]), bounds)
     operand = SharedOperand(src.buffer, origin, major, lbo, sbo)
@@ -426,7 +430,9 @@ def emit_tensorized(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     if role == "load" and own.buffer.fragment_flavour == ir.WGMMA_FLAVOUR:
         row, col, dims = _row_col(plan, own, tvars, bounds, name)
         number = fragment_tile(own, dims, tvars, bounds, name)
-        columns = plan.info[src.stage].region[-1]
+        shared = plan.info[src.stage]
+        _, col_dim = tile_dims(shared.buf.shape[len(shared.buf.shape) - len(src.dims) :], name)
+        columns = shared.region[col_dim]
         operand_tile = wgmma_operand_tile(own.buffer, number, src, columns, row, col, bounds, name)
         conds = guards(plan, i, spatial_only=True)
         if conds:

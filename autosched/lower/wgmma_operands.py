@@ -26,11 +26,20 @@ from autosched.te.expr import BinOp, Expr
 GROUP = 8  # elements of a core matrix row (16 bytes of a 16-bit type)
 
 
-def group_stride(shape: tuple[int, ...], columns: int) -> int:
-    """Elements between the column groups of a canonical tile of storage `shape` whose rows
-    hold `columns` elements: 8R, or 8R + 8 where the storage's rows are padded by at least 8
-    and the groups still fit in it."""
-    rows, cols = shape[-2], shape[-1]
+def tile_dims(shape: tuple[int, ...], name: str) -> tuple[int, int]:
+    """The (row, column) dimensions of a stage's storage that its canonical tiles span: its last
+    two dimensions of extent above 1 (an implicit GEMM's gather keeps unit window dimensions
+    between its pixels and its channels)."""
+    wide = [d for d, n in enumerate(shape) if n > 1]
+    if len(wide) < 2:
+        raise LoweringError(f"wgmma: the shared operand {name} {list(shape)} is not a matrix")
+    return wide[-2], wide[-1]
+
+
+def group_stride(rows: int, cols: int, columns: int) -> int:
+    """Elements between the column groups of a canonical tile of `rows` x `cols` storage
+    whose rows hold `columns` elements: 8R, or 8R + 8 where the storage's rows are padded by at
+    least 8 and the groups still fit in it."""
     dense = GROUP * rows
     padded = dense + GROUP
     fits = -(-columns // GROUP) * padded <= rows * cols
@@ -39,22 +48,22 @@ def group_stride(shape: tuple[int, ...], columns: int) -> int:
 
 def canonical_index(indices: list[Expr], shape: tuple[int, ...], columns: int, name: str) -> Expr:
     """The flat index of element `indices` of a wgmma operand stage of storage `shape` whose
-    rows hold `columns` elements: outer dimensions row-major over whole R x C tiles, the last
-    two in the canonical layout."""
-    if len(indices) < 2:
-        raise LoweringError(f"wgmma: the shared operand {name} has fewer than two dimensions")
-    rows, cols = shape[-2], shape[-1]
+    rows hold `columns` elements: the tile dimensions (`tile_dims`) in the canonical layout,
+    the others row-major over whole tiles."""
+    rd, cd = tile_dims(shape, name)
+    rows, cols = shape[rd], shape[cd]
     if rows % GROUP or cols % GROUP:
         raise LoweringError(
             f"wgmma: the shared operand {name} is {rows} x {cols}; its canonical layout needs "
             f"both multiples of {GROUP}"
         )
-    r, c = indices[-2], indices[-1]
-    stride = group_stride(shape, columns)
+    r, c = indices[rd], indices[cd]
+    stride = group_stride(rows, cols, columns)
     flat = c // GROUP * ir.int32(stride) + r * ir.int32(GROUP) + c % GROUP
     outer: Expr | None = None
-    for d, idx in enumerate(indices[:-2]):
-        outer = idx if outer is None else outer * ir.int32(shape[d]) + idx
+    for d, idx in enumerate(indices):
+        if d not in (rd, cd):
+            outer = idx if outer is None else outer * ir.int32(shape[d]) + idx
     if outer is None:
         return flat
     return BinOp("+", outer * ir.int32(rows * cols), flat, ir.I32)
@@ -70,4 +79,4 @@ def operand_fields(contiguous_is_k: bool, stride: int) -> tuple[str, int, int]:
     return "mn", core, groups
 
 
-__all__ = ["GROUP", "canonical_index", "group_stride", "operand_fields"]
+__all__ = ["GROUP", "canonical_index", "group_stride", "operand_fields", "tile_dims"]

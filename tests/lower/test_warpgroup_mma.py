@@ -80,6 +80,15 @@ def test_sampled_wgmma_states_compute_the_dag_on_the_interpreter(make):
         tz.run_and_compare(dag, program)
 
 
+def test_a_sampled_wgmma_convolution_computes_the_dag():
+    """A conv2d's shared operands keep unit window dimensions between their tile dimensions
+    (`wgmma_operands.tile_dims`)."""
+    dag = tz.conv_dag()
+    sampler, _, drawn = sample(dag, n=4, seed=0)
+    assert drawn, sampler.rejected
+    tz.run_and_compare(dag, sampler.programs[drawn[0].key()])
+
+
 def test_the_rule_draws_wgmma_only_where_listed_and_on_hopper():
     dag = tz.matmul_dag(n=128)
     _, states, drawn = sample(dag, SketchParams(), n=8)
