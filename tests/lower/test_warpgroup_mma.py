@@ -69,9 +69,9 @@ def is_wgmma(program: ir.Program) -> bool:
 )
 def test_sampled_wgmma_states_compute_the_dag_on_the_interpreter(make):
     dag = make()
-    sampler, states, drawn = sample(dag)
+    sampler, states, drawn = sample(dag, n=4)
     assert drawn, sampler.rejected
-    for s in drawn:
+    for s in drawn[:2]:
         program = sampler.programs[s.key()]
         assert is_wgmma(program)
         kernel = program.kernels[0]
