@@ -17,9 +17,11 @@ Every warp then still multiplies 16x16 tiles. This pass regroups them per warpgr
   So a warpgroup's wgmma of width N computes what its warps' tiles held: the mma flavour's
   per-warp accumulator tiles are its registers (`WgmmaMma`).
 - Ordering: `WgmmaFence` before the region (before its enclosing serial K loop when the region
-  is that loop's whole body), then `WgmmaCommit` and `WgmmaWait(0)` after it; a
-  `ProxyFence` before every barrier of the kernel (the shared tiles are written by ordinary
-  stores or cp.async).
+  is that loop's whole body), then `WgmmaCommit` after it; the `WgmmaWait(0)` comes before the
+  kernel's next barrier (with a `ProxyFence`: the shared tiles are written by ordinary stores
+  or cp.async), which precedes any overwrite of the operands, and after the loop that holds
+  the wgmmas, before the accumulators are read; so a K step's wgmmas run while the next step
+  waits for its tiles (cp.async.wait_group).
 
 Anything else (a guarded product, a warp layout that is not warpgroup-shaped, a block that is not
 whole warpgroups) raises LoweringError: the state is not a wgmma program.
@@ -80,16 +82,28 @@ def _has_mma(s: ir.Stmt) -> bool:
     return any(isinstance(x, ir.FragmentMma) for x in ir.iter_stmts(s))
 
 
-def _rewrite(s: ir.Stmt, bounds) -> ir.Stmt:
+def _has_wgmma(s: ir.Stmt) -> bool:
+    return any(isinstance(x, wi.WgmmaMma) for x in ir.iter_stmts(s))
+
+
+def _wait() -> ir.Stmt:
+    return wi.WgmmaWait(0)
+
+
+def _rewrite(s: ir.Stmt, bounds, in_loop: bool = False) -> ir.Stmt:
+    """`s` with its regions as wgmmas. Inside a loop a K step's wgmmas stay in flight past the
+    step's end: the wait comes before the next barrier (before anything overwrites their
+    operands) or after the loop (before the accumulators are read)."""
     if isinstance(s, ir.Barrier):
-        return ir.Seq([wi.ProxyFence(), s])
+        return ir.Seq([_wait(), wi.ProxyFence(), s])
     if isinstance(s, ir.For):
         if _is_region(s.body) and _has_mma(s.body) and s.kind != "unroll":
             loop = ir.For(s.var, s.extent, s.kind, _wgmmas(s.body, bounds))
-            return ir.seq([wi.WgmmaFence(), loop, wi.WgmmaCommit(), wi.WgmmaWait(0)])
+            return _issued(loop, in_loop)
         if _is_region(s) and _has_mma(s):
-            return _fenced(s, bounds)
-        return ir.For(s.var, s.extent, s.kind, _rewrite(s.body, bounds))
+            return _issued(_wgmmas(s, bounds), in_loop)
+        loop = ir.For(s.var, s.extent, s.kind, _rewrite(s.body, bounds, in_loop=True))
+        return ir.seq([loop, _wait()]) if _has_wgmma(loop) else loop
     if isinstance(s, ir.Seq):
         out: list[ir.Stmt] = []
         run: list[ir.Stmt] = []  # consecutive region statements
@@ -98,22 +112,26 @@ def _rewrite(s: ir.Stmt, bounds) -> ir.Stmt:
                 run.append(c)
                 continue
             if run:
+                region = ir.seq(run)
                 # operand tiles that no product of their run reads need nothing
-                out.append(_fenced(ir.seq(run), bounds) if _has_mma(ir.seq(run)) else ir.Seq([]))
+                if _has_mma(region):
+                    out.append(_issued(_wgmmas(region, bounds), in_loop))
                 run = []
             if c is not None:
-                out.append(_rewrite(c, bounds))
+                out.append(_rewrite(c, bounds, in_loop))
         return ir.seq(out)
     if isinstance(s, ir.IfThenElse):
         if _has_mma(s):
             raise LoweringError("wgmma: a multiply-accumulate under a guard (padded tiles)")
-        els = _rewrite(s.else_case, bounds) if s.else_case is not None else None
-        return ir.IfThenElse(s.cond, _rewrite(s.then_case, bounds), els)
+        els = _rewrite(s.else_case, bounds, in_loop) if s.else_case is not None else None
+        return ir.IfThenElse(s.cond, _rewrite(s.then_case, bounds, in_loop), els)
     return s
 
 
-def _fenced(region: ir.Stmt, bounds) -> ir.Stmt:
-    return ir.seq([wi.WgmmaFence(), _wgmmas(region, bounds), wi.WgmmaCommit(), wi.WgmmaWait(0)])
+def _issued(wgmmas: ir.Stmt, in_loop: bool) -> ir.Stmt:
+    """A K step's wgmmas between a fence and a commit; waited for at once outside a loop."""
+    out = [wi.WgmmaFence(), wgmmas, wi.WgmmaCommit()]
+    return ir.seq([*out, _wait()] if not in_loop else out)
 
 
 def _expand(s: ir.Stmt, env: dict) -> Iterator[ir.Stmt]:

@@ -135,12 +135,14 @@ def test_lowering_stores_operands_canonically_and_orders_the_async_work():
     kernel = sampler.programs[drawn[0].key()].kernels[0]
     stmts = list(ir.iter_stmts(kernel.body))
     kinds = [type(s).__name__ for s in stmts]
-    for i, s in enumerate(stmts):
+    for i, s in enumerate(stmts):  # every barrier: wgmmas done, stores fenced for them
         if isinstance(s, ir.Barrier):
-            assert any(isinstance(x, wi.ProxyFence) for x in stmts[max(0, i - 2) : i])
+            assert kinds[i - 2 : i] == ["WgmmaWait", "ProxyFence"]
     first = kinds.index("WgmmaMma")
-    assert "WgmmaFence" in kinds[:first] and "WgmmaCommit" in kinds[first:]
-    assert kinds.index("WgmmaWait") > kinds.index("WgmmaCommit")
+    commit = kinds.index("WgmmaCommit")
+    assert "WgmmaFence" in kinds[:first] and commit > first
+    # the K loop's wgmmas are waited for after it, before the accumulators are stored
+    assert "WgmmaWait" in kinds[commit : kinds.index("FragmentStore")]
     r, c = Var("r"), Var("c")
     # element (r, c) of a 16 x 32 tile: 8-element column groups of 16 rows each, 8 x 16 apart;
     # 8 x 16 + 8 apart where the rows are padded (32 of 40 storage columns used)
