@@ -24,7 +24,8 @@ expression of the statement.
   read NaN.
 - Shared memory: a wgmma's read goes through the race tracker (another thread's write since the
   last barrier races), and an element written by an ordinary store must have been fenced by its
-  writer (`ProxyFence`) before the wgmma reads it.
+  writer (`ProxyFence`) after it landed (a cp.async's at the wait that completes it) and before
+  the wgmma reads it.
 """
 
 from __future__ import annotations

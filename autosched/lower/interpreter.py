@@ -122,8 +122,9 @@ class _KernelRun:
         self.async_groups = any(
             isinstance(x, ir.AsyncGroupStmt) for x in ir.iter_stmts(kernel.body)
         )
-        self.open_group: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.committed: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
+        # a held-back store: (storage, keys, values, buffer, lanes)
+        self.open_group: list[tuple[np.ndarray, np.ndarray, np.ndarray, ir.Buffer, Any]] = []
+        self.committed: list[list[tuple[np.ndarray, np.ndarray, np.ndarray, ir.Buffer, Any]]] = []
         for b in kernel.allocs:
             if b.fragment_flavour == ir.WGMMA_FLAVOUR:  # per warpgroup (see interpret_wgmma)
                 self.bufs[id(b)] = (b, accumulator_storage(b, self.L))
@@ -313,8 +314,10 @@ class _KernelRun:
         self._uniform(mask, f"cp.async.wait_group {s.pending}")
         done = max(0, len(self.committed) - s.pending)
         for group in self.committed[:done]:
-            for arr, keys, val in group:
+            for arr, keys, val, buf, lanes in group:
                 arr.reshape(-1)[keys] = val
+                if self.wgmma is not None:  # landed: now the writers' fences cover it
+                    self.wgmma.shared_written(buf, keys, lanes)
         del self.committed[:done]
 
     def _store(self, s: ir.Store, mask: Any) -> None:
@@ -342,12 +345,12 @@ class _KernelRun:
         else:
             keys = self.ix["block"][lanes] * buf.size + idx
             self._track_write(buf, arr, keys, val, lanes, shared_owner)
-            if self.wgmma is not None:
-                self.wgmma.shared_written(buf, keys, lanes)
             if self.async_groups and buf.async_copy:
-                self.open_group.append((arr, keys, np.array(val)))
+                self.open_group.append((arr, keys, np.array(val), buf, lanes))
                 return
             arr.reshape(-1)[keys] = val
+            if self.wgmma is not None:
+                self.wgmma.shared_written(buf, keys, lanes)
 
     def _track_write(self, buf, arr, keys, val, lanes, shared_owner: bool) -> None:
         """Race checks of a shared-memory write. Writing the value an element already holds is
