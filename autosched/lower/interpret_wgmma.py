@@ -157,8 +157,7 @@ class WgmmaRun:
         ):
             self.fail(s, f"{acc.name} is no warpgroup accumulator ({acc.scope})")
         n = s.n if isinstance(s, wi.WgmmaMma) else acc.shape[-1]
-        wide = n if not mma else n if n % ir.WMMA_TILE == 0 else -1
-        if wide not in wl.VALID_N or acc.dtype != "float32":
+        if n not in wl.VALID_N or (mma and n % ir.WMMA_TILE) or acc.dtype != "float32":
             self.fail(
                 s,
                 f"{acc.name}: N = {n} {acc.dtype}; wgmma takes float32, N a multiple of "
@@ -194,11 +193,13 @@ class WgmmaRun:
 
     def fence(self, s: wi.WgmmaFence, mask: Any) -> None:
         """Remember the accumulators' registers: a wgmma may use them while they hold this
-        (or what wgmmas wrote since)."""
-        for g in self.groups(s, mask):
-            for b in wi.wgmma_accumulators(self.run.k):
-                _, arr = self.run.bufs_of(b)
-                self.fenced[(id(b), int(g))] = arr.copy()
+        (or what wgmmas wrote since). One snapshot serves the statement's warpgroups, whose
+        registers are disjoint parts of it."""
+        groups = self.groups(s, mask)
+        for b in wi.wgmma_accumulators(self.run.k):
+            snapshot = self.run.bufs_of(b)[1].copy()
+            for g in groups:
+                self.fenced[(id(b), int(g))] = snapshot
 
     def mma(self, s: wi.WgmmaMma, mask: Any) -> None:
         groups = self.groups(s, mask)
