@@ -4,13 +4,16 @@ process.
 
     python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
-        [--instructions wmma mma] [--pipeline-stages 2 3 4 5] [--fragment-double-buffers off on]
+        [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
+        [--fragment-double-buffers off on]
 
 `--instructions`, `--pipeline-stages` and `--fragment-double-buffers` restrict what the search
 draws (SketchParams' tensor_core_instructions, pipeline_stages and fragment_double_buffers;
-default: all): `--instructions wmma` and `--instructions mma` in two --out folders compare the
-instruction families, `--fragment-double-buffers off` and `on` the register double buffering of
-mma fragments. The table's "instructions" column says what the best kernel uses.
+default: wmma and mma, every slot count, both): `--instructions wmma` and `--instructions mma`
+in two --out folders compare the instruction families; `--instructions wgmma` (Hopper's
+warpgroup MMA, opt-in) adds the third; `--fragment-double-buffers off` and `on` compare the
+register double buffering of mma fragments. The table's "instructions" column says what the
+best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
 that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels)
@@ -294,11 +297,14 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
 
 
 def tensorized(kernel) -> bool:
-    """Does the kernel's program use Tensor Core statements?"""
+    """Does the kernel's program use Tensor Core statements (warp ones, or wgmmas)?"""
     from autosched.lower import ir
+    from autosched.lower.wgmma_ir import WgmmaMma
 
     return any(
-        isinstance(s, ir.WarpStmt) for k in kernel.program.kernels for s in ir.iter_stmts(k.body)
+        isinstance(s, (ir.WarpStmt, WgmmaMma))
+        for k in kernel.program.kernels
+        for s in ir.iter_stmts(k.body)
     )
 
 
@@ -386,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         "--instructions",
         nargs="+",
         default=["wmma", "mma"],
-        choices=["wmma", "mma"],
-        help="the Tensor Core instruction families the search draws",
+        choices=["wmma", "mma", "wgmma"],
+        help="the Tensor Core instruction families the search draws (wgmma: Hopper only, opt-in)",
     )
     ap.add_argument(
         "--pipeline-stages",

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from measure.artifact import KernelArtifact
+from measure.compile_options import compile_arch
 from measure.compiler import COMPILERS, CompileOutcome, compile_kernel, compile_source
 from measure.errors import CompileError, MeasureErrorKind, NvccNotFoundError
 from measure.hardware import HardwareParams, device_arch
@@ -246,6 +247,10 @@ class LocalBuilder:
         return self.kernel_cache.get_or_compile(key, lambda: self._compile(source))
 
     def _compile(self, source: str) -> CompileOutcome:
+        if compile_arch(source, self.arch) != self.arch:  # sm_90a: not this builder's workers
+            return compile_kernel(
+                source, self.arch, self.extra_flags, self.compile_timeout, self.compiler_used
+            )
         if self.compiler_used == "nvcc":
             return compile_source(
                 source, self.arch, self.extra_flags, self.compile_timeout, self.nvcc

@@ -29,3 +29,27 @@ NVCC_OPTIONS = (
     "-Xcicc",
     "--sharedmem32=0",
 )
+
+# A source whose text holds this line uses instructions of an arch-specific target (wgmma:
+# sm_90a); `compile_arch` compiles it for that target on the GPUs that have one.
+ARCH_SPECIFIC_MARKER = "// autosched: uses arch-specific instructions (sm_90a)"
+# arch -> its arch-specific target (features of that chip only, such as wgmma and setmaxnreg)
+ARCH_SPECIFIC_TARGETS = {"sm_90": "sm_90a"}
+
+
+def compile_arch(source: str, arch: str) -> str:
+    """The arch to compile `source` for on a GPU of `arch`: its arch-specific target when the
+    source is marked with `ARCH_SPECIFIC_MARKER` and the GPU has one; else `arch` (a marked
+    source then fails to compile, with ptxas naming the instruction)."""
+    if ARCH_SPECIFIC_MARKER in source:
+        return ARCH_SPECIFIC_TARGETS.get(arch, arch)
+    return arch
+
+
+def nvcc_arch_options(arch: str) -> tuple[str, ...]:
+    """nvcc's options for one target: `-arch=sm_XX`, or the `-gencode` form for an
+    arch-specific one (nvcc 13.0's `-arch=sm_90a` shorthand also runs a plain sm_90 pass, which
+    rejects wgmma)."""
+    if arch.endswith("a"):
+        return (f"-gencode=arch=compute_{arch[len('sm_') :]},code={arch}",)
+    return (f"-arch={arch}",)

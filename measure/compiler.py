@@ -16,7 +16,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 
-from measure.compile_options import NVCC_OPTIONS
+from measure.compile_options import NVCC_OPTIONS, compile_arch, nvcc_arch_options
 from measure.errors import MeasureErrorKind, NvccNotFoundError
 from measure.nvrtc import ENV_VAR as NVRTC_ENV_VAR
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
@@ -72,6 +72,7 @@ def compile_kernel(
     to the back end as given (NVRTC and nvcc spell options differently). Raises
     NvccNotFoundError when no compiler is there; a source that does not compile is a result.
     """
+    arch = compile_arch(source, arch)
     name, path = find_compiler(compiler)
     if name == "nvrtc":
         try:
@@ -111,12 +112,22 @@ def compile_source(
     """nvcc's back end: `nvcc -cubin` on `source` in a temporary directory, with the options
     that make its code NVRTC's: (error kind, message, cubin, resources)."""
     nvcc = nvcc or find_nvcc()
+    arch = compile_arch(source, arch)
     with tempfile.TemporaryDirectory(prefix="autosched_build_") as tmp:
         src = os.path.join(tmp, SOURCE_NAME)
         out = os.path.join(tmp, "kernel.cubin")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_OPTIONS, *extra_flags, "-o", out, src]
+        cmd = [
+            nvcc,
+            "-cubin",
+            *nvcc_arch_options(arch),
+            *NVCC_OPTIONS,
+            *extra_flags,
+            "-o",
+            out,
+            src,
+        ]
         # Own session so that a timeout kills nvcc's children (cicc, ptxas) too.
         proc = subprocess.Popen(
             cmd,

@@ -10,6 +10,7 @@ puts it in the kernel's `Launch`).
 
 from __future__ import annotations
 
+from autosched.codegen.wgmma import shared_alignment
 from autosched.codegen.wmma import SHARED_ALIGN, warp_memory
 from autosched.lower import ir
 from autosched.te.dtype import BYTES
@@ -25,13 +26,15 @@ DYNAMIC_SHARED_NAME = "as_dynamic_shared"
 def shared_layout(kernel: ir.Kernel) -> tuple[dict[int, int], int, int]:
     """The kernel's shared buffers packed in allocation order: (byte offset by buffer id, the
     largest alignment, the total bytes). A buffer that warp statements access starts at a
-    multiple of wmma's 32 bytes, every other one at a multiple of 16."""
-    wmma = warp_memory(kernel)
+    multiple of wmma's 32 bytes, one that wgmmas read at its swizzle pattern's alignment (1024
+    bytes for the 128-byte swizzle), every other one at a multiple of 16."""
+    wmma, wgmma = warp_memory(kernel), shared_alignment(kernel)
     offsets, align, end = {}, SHARED_ALIGN_BYTES, 0
     for b in kernel.allocs:
         if b.scope != "shared":
             continue
         a = SHARED_ALIGN if id(b) in wmma else SHARED_ALIGN_BYTES
+        a = max(a, wgmma.get(id(b), 0))
         offsets[id(b)] = end = -(-end // a) * a
         end += b.size * BYTES[b.dtype]
         align = max(align, a)

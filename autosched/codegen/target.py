@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from autosched.lower import ir
 from autosched.te.dtype import CUDA_TYPE, DTYPES, HALF_DTYPES
+from measure.compile_options import ARCH_SPECIFIC_MARKER
 
 _F32_MATH = {
     "exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})",
@@ -75,6 +76,9 @@ class CUDATarget:
         **{(half, n): (packed, "", "") for half in CUDA_HALF for n, packed in PACKED.items()},
     }
     warp_size = 32
+    # the line a source that uses arch-specific instructions (wgmma) begins with: the builder
+    # then compiles it for the GPU's arch-specific target (`measure.compile_options`)
+    arch_specific_marker = ARCH_SPECIFIC_MARKER
     # printed before a loop of each kind ("" prints nothing: nvcc decides for serial loops)
     loop_pragma: ClassVar[dict[str, str]] = {
         "unroll": "#pragma unroll",

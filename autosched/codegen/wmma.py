@@ -49,7 +49,8 @@ TF32_ELEM = "tf32_e"  # the element loop variable of the conversion after a TF32
 
 def uses_wmma(kernel: ir.Kernel) -> bool:
     """Whether `kernel` has warp statements (or fragment allocations)."""
-    return any(b.scope in ir.FRAGMENT_SCOPES for b in kernel.allocs) or any(
+    fragments = (b for b in kernel.allocs if b.fragment_flavour != ir.WGMMA_FLAVOUR)
+    return any(b.scope in ir.FRAGMENT_SCOPES for b in fragments) or any(
         isinstance(s, ir.WarpStmt) for s in ir.iter_stmts(kernel.body)
     )
 

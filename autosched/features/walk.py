@@ -23,8 +23,9 @@ from autosched.features.analysis import (
     touched_regions,
 )
 from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
-from autosched.features.warp import ELEM, lane_view, warp_record
+from autosched.features.warp import ELEM, lane_view, warp_record, wgmma_record
 from autosched.lower import ir
+from autosched.lower import wgmma_ir as wi
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.te.dtype import BYTES, FLOAT_DTYPES
 from autosched.te.expr import Expr
@@ -137,9 +138,14 @@ class ProgramWalker:
         roots = (s.value,) if s.cond is None else (s.value, s.cond)
         self.store(s.buffer, s.index, roots, guards, s)
 
-    def visit_warp(self, s: ir.WarpStmt, guards: Guards) -> None:
-        """A warp statement: a store in a pseudo loop over each lane's elements of the tile."""
-        rec = warp_record(s, self.lane_view)
+    def visit_warp(self, s: ir.WarpStmt | wi.WgmmaMma, guards: Guards) -> None:
+        """A warp statement: a store in a pseudo loop over each lane's elements of the tile
+        (a wgmma: over each thread's accumulator values)."""
+        rec = (
+            wgmma_record(s, self.lane_view)
+            if isinstance(s, wi.WgmmaMma)
+            else warp_record(s, self.lane_view)
+        )
         counts = [0] * len(OP_KINDS)
         loads: list = []
         count_ops(rec.roots + guards, counts, loads)
@@ -316,8 +322,12 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
     ir.Store: ProgramWalker.visit_store,
     ir.AllReduce: ProgramWalker.visit_allreduce,
     **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
-    # cp.async groups order copies as a barrier does: they record nothing
-    **dict.fromkeys((ir.AsyncCommit, ir.AsyncWait), lambda walker, s, guards: None),
+    wi.WgmmaMma: ProgramWalker.visit_warp,
+    # cp.async groups and the wgmma fences order work as a barrier does: they record nothing
+    **dict.fromkeys(
+        (ir.AsyncCommit, ir.AsyncWait, wi.WgmmaFence, wi.WgmmaCommit, wi.WgmmaWait, wi.ProxyFence),
+        lambda walker, s, guards: None,
+    ),
 }
 
 

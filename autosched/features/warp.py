@@ -25,6 +25,8 @@ from collections.abc import Callable
 from autosched.features.exprs import OP_KINDS
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
+from autosched.lower import wgmma_ir as wi
+from autosched.lower import wgmma_layout as wl
 from autosched.te.expr import Expr, Var
 
 PER_LANE = ir.TILE_ELEMS // ir.WARP_SIZE  # elements of a 16x16 tile per lane
@@ -103,4 +105,31 @@ def warp_record(s: ir.WarpStmt, view: Callable[[ir.Buffer], ir.Buffer]) -> WarpR
     return WarpRecord(write, reads, roots, mads, per_lane)
 
 
-__all__ = ["ELEM", "PER_LANE", "WarpRecord", "lane_view", "per_lane_elems", "warp_record"]
+def wgmma_record(s: wi.WgmmaMma, view: Callable[[ir.Buffer], ir.Buffer]) -> WarpRecord:
+    """The record of a wgmma, as each thread of the warpgroup sees it: its N / 2 accumulator
+    values (the pseudo loop), each taking 16 multiply-adds, read from and written to its
+    registers; its share of A's and B's shared tiles (64 x 16 and N x 16 elements over 128
+    threads: 8 and N / 8 contiguous elements a thread, read again over the loop)."""
+    values = s.n // 2
+    per_tile = PER_LANE if s.acc.fragment_flavour == "mma" else values
+    acc = (view(s.acc), s.acc_tile * per_tile + ELEM)
+    thread = _LANE + ir.WARP_SIZE * (ir.THREAD_VARS["threadIdx.y"] % wl.WARPGROUP_WARPS)
+    a_share = wl.M * wl.K // wl.WARPGROUP_THREADS
+    b_share = s.n * wl.K // wl.WARPGROUP_THREADS
+    reads = [
+        acc,
+        (s.a.buffer, s.a.offset + thread * a_share + ELEM % a_share),
+        (s.b.buffer, s.b.offset + thread * b_share + ELEM % b_share),
+    ]
+    return WarpRecord(acc, reads, tuple(s.exprs()), dict.fromkeys(_MAD_KINDS, wl.K), values)
+
+
+__all__ = [
+    "ELEM",
+    "PER_LANE",
+    "WarpRecord",
+    "lane_view",
+    "per_lane_elems",
+    "warp_record",
+    "wgmma_record",
+]

@@ -15,7 +15,9 @@ so padded loads are legal. Freshly allocated `shared`/`local`/temporary buffers 
 or a poison integer, so reading uninitialised memory shows in the results.
 
 Warp-collective Tensor Core statements (`ir.WarpStmt`) and their per-warp fragment buffers are
-run by `autosched.lower.interpret_warp`, whose handlers are registered in the statement table.
+run by `autosched.lower.interpret_warp`, the warpgroup statements (`lower/wgmma_ir.py`) and
+their per-warpgroup accumulators by `autosched.lower.interpret_wgmma`; their handlers are
+registered in the statement table.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from autosched.lower import ir
 from autosched.lower.dispatch import TypeTable
 from autosched.lower.interpret_hoist import Hoister, Let
 from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
+from autosched.lower.interpret_wgmma import accumulator_storage, register_wgmma_handlers
+from autosched.lower.wgmma_ir import uses_wgmma
 from autosched.te.dtype import compute_dtype, numpy_dtype, to_storage
 from autosched.te.expr import Expr, Load
 from autosched.te.npeval import eval_expr
@@ -118,9 +122,13 @@ class _KernelRun:
         self.async_groups = any(
             isinstance(x, ir.AsyncGroupStmt) for x in ir.iter_stmts(kernel.body)
         )
-        self.open_group: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.committed: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
+        # a held-back store: (storage, keys, values, buffer, lanes)
+        self.open_group: list[tuple[np.ndarray, np.ndarray, np.ndarray, ir.Buffer, Any]] = []
+        self.committed: list[list[tuple[np.ndarray, np.ndarray, np.ndarray, ir.Buffer, Any]]] = []
         for b in kernel.allocs:
+            if b.fragment_flavour == ir.WGMMA_FLAVOUR:  # per warpgroup (see interpret_wgmma)
+                self.bufs[id(b)] = (b, accumulator_storage(b, self.L))
+                continue
             if b.scope in ir.FRAGMENT_SCOPES:  # per warp (see interpret_warp)
                 self.bufs[id(b)] = (b, fragment_storage(b, -(-self.L // ir.WARP_SIZE)))
                 continue
@@ -140,6 +148,10 @@ class _KernelRun:
         self.table.register(ir.AllReduce, self._allreduce)
         self.table.register(Let, self._let)
         register_warp_handlers(self.table, self)
+        # warpgroup statements (interpret_wgmma): told of every ordinary shared store, which a
+        # wgmma may read only after the writer's fence.proxy.async
+        wgmma = register_wgmma_handlers(self.table, self)
+        self.wgmma = wgmma if uses_wgmma(kernel) else None
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -302,8 +314,10 @@ class _KernelRun:
         self._uniform(mask, f"cp.async.wait_group {s.pending}")
         done = max(0, len(self.committed) - s.pending)
         for group in self.committed[:done]:
-            for arr, keys, val in group:
+            for arr, keys, val, buf, lanes in group:
                 arr.reshape(-1)[keys] = val
+                if self.wgmma is not None:  # landed: now the writers' fences cover it
+                    self.wgmma.shared_written(buf, keys, lanes)
         del self.committed[:done]
 
     def _store(self, s: ir.Store, mask: Any) -> None:
@@ -332,9 +346,11 @@ class _KernelRun:
             keys = self.ix["block"][lanes] * buf.size + idx
             self._track_write(buf, arr, keys, val, lanes, shared_owner)
             if self.async_groups and buf.async_copy:
-                self.open_group.append((arr, keys, np.array(val)))
+                self.open_group.append((arr, keys, np.array(val), buf, lanes))
                 return
             arr.reshape(-1)[keys] = val
+            if self.wgmma is not None:
+                self.wgmma.shared_written(buf, keys, lanes)
 
     def _track_write(self, buf, arr, keys, val, lanes, shared_owner: bool) -> None:
         """Race checks of a shared-memory write. Writing the value an element already holds is

@@ -41,6 +41,11 @@ OFFSET_ALIGN_BYTES, LDM_ALIGN_BYTES = 32, 16
 # float16 / bfloat16 operands only). `lower/mma_layout.py` holds the mma layouts.
 FRAGMENT_FLAVOURS = ("wmma", "mma")
 DEFAULT_FLAVOUR = "wmma"
+# The flavour of a warpgroup accumulator (`lower/wgmma_ir.py`): a 64 x N tile of float32 values
+# spread over the registers of a warpgroup's 128 threads, written by `wgmma.mma_async`. Its
+# statements are `WarpgroupStmt`s, not warp statements, so it is not among FRAGMENT_FLAVOURS.
+WGMMA_FLAVOUR = "wgmma"
+WGMMA_M = 64
 # per flavour, the alignment of a memory tile's offset: wmma's pointers, or the 16 bytes of an
 # ldmatrix row address (the ldm and the 8-element steps between rows keep the rest aligned)
 TILE_OFFSET_ALIGN_BYTES = {"wmma": OFFSET_ALIGN_BYTES, "mma": 16}
@@ -182,6 +187,8 @@ def tile_shape(b: Buffer) -> tuple[int, int]:
         return WMMA_TILE, operand_k(b.dtype)
     if b.scope == "wmma.matrix_b":
         return operand_k(b.dtype), WMMA_TILE
+    if b.fragment_flavour == WGMMA_FLAVOUR:  # shape (tiles, 64, N)
+        return WGMMA_M, b.shape[-1]
     return WMMA_TILE, WMMA_TILE
 
 

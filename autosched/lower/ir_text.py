@@ -17,6 +17,30 @@ from autosched.lower.ir import (
     Store,
     WarpStmt,
 )
+from autosched.lower.wgmma_ir import (
+    ProxyFence,
+    WarpgroupStmt,
+    WgmmaMma,
+    WgmmaOperandTile,
+    WgmmaWait,
+)
+
+
+def warpgroup_text(s: WarpgroupStmt) -> str:
+    """One warpgroup statement: its name, buffers and expressions, a wgmma's operands' layouts
+    and width, a wait's pending count."""
+    parts = [", ".join(b.name for b in s.buffers())] if s.buffers() else []
+    if s.exprs():
+        parts.append(", ".join(repr(e) for e in s.exprs()))
+    if isinstance(s, WgmmaMma):
+        parts.append(f"N {s.n}")
+        parts += [f"{o.major}-major lbo {o.lbo} sbo {o.sbo} {o.swizzle}" for o in (s.a, s.b)]
+    if isinstance(s, WgmmaOperandTile):
+        o = s.operand
+        parts.append(f"{o.major}-major lbo {o.lbo} sbo {o.sbo} {o.swizzle}")
+    if isinstance(s, WgmmaWait):
+        parts.append(f"pending {s.pending}")
+    return f"{type(s).__name__}({'; '.join(parts)})"
 
 
 def program_text(p: Program) -> str:
@@ -50,6 +74,10 @@ def program_text(p: Program) -> str:
             out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")
         elif isinstance(s, WarpStmt):
             out.append(pad + s.describe(", ".join(repr(e) for e in s.exprs())))
+        elif isinstance(s, WarpgroupStmt):
+            out.append(pad + warpgroup_text(s))
+        elif isinstance(s, ProxyFence):
+            out.append(f"{pad}fence.proxy.async.shared::cta")
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 

@@ -23,6 +23,7 @@ from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.unrolling import unroll_register_indices
 from autosched.lower.verify import verify_program, verifying_every_lowering
 from autosched.lower.vthread import inject_virtual_threads
+from autosched.lower.warpgroup_mma import warpgroup_mma
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ LOWERING_PASSES: tuple[KernelPass, ...] = (
     KernelPass("inject_virtual_threads", inject_virtual_threads),
     KernelPass("fold_virtual_thread_copies", fold_virtual_thread_copies),
     KernelPass("unroll_register_indices", unroll_register_index_loops),
+    KernelPass("warpgroup_mma", warpgroup_mma),
 )
 
 # From the analysis program to the device program, in the order they run.

@@ -18,6 +18,7 @@ from graphlib import TopologicalSorter
 from autosched.lower import ir
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.mma_plan import MmaPlan
+from autosched.lower.wgmma_operands import canonical_index, tile_dims
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import INLINED, Stage
 from autosched.te.expr import BinOp, Expr, Reduce, Var
@@ -74,6 +75,9 @@ class LoweringPlan:
     # the kernel being emitted
     fragment_dims: dict[int, tuple[int, int]] = field(default_factory=dict)  # (row, col) dims
     mma_plans: dict[int, MmaPlan] = field(default_factory=dict)  # accumulator stage -> plan
+    # shared stages that wgmmas read: stored in the canonical core-matrix layout
+    # (`wgmma_operands.canonical_index`) instead of row-major
+    wgmma_stages: set[int] = field(default_factory=set)
 
     @classmethod
     def of(cls, state: State) -> LoweringPlan:
@@ -162,10 +166,14 @@ class LoweringPlan:
         """Flat buffer index of stage j's element at global `indices` (minus its base)."""
         inf = self.info[j]
         shape = inf.buf.shape[len(inf.buf.shape) - len(indices) :]  # past any slots
+        if relative and inf.base:
+            indices = [BinOp("-", idx, inf.base[d], I32) for d, idx in enumerate(indices)]
+        if j in self.wgmma_stages:
+            _, col_dim = tile_dims(shape, self.stages[j].name)
+            columns = inf.region[col_dim] if len(inf.region) == len(shape) else shape[col_dim]
+            return canonical_index(indices, shape, columns, self.stages[j].name)
         flat: Expr | None = None
         for d, idx in enumerate(indices):
-            if relative and inf.base:
-                idx = BinOp("-", idx, inf.base[d], I32)
             flat = (
                 idx
                 if flat is None

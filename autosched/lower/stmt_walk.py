@@ -4,6 +4,7 @@ with its expressions mapped (`map_exprs`), and how many statements a tree execut
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection
 
 from autosched.lower.ir import (
@@ -16,6 +17,7 @@ from autosched.lower.ir import (
     Store,
     WarpStmt,
 )
+from autosched.lower.wgmma_ir import WarpgroupStmt, WgmmaOperandTile
 from autosched.te.expr import Expr
 
 
@@ -25,7 +27,8 @@ def _same_target(buffer: Buffer, index: Expr) -> tuple[Buffer, Expr]:
 
 def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
     """`s` rebuilt with `fe` applied to every expression (conditions, indices, values) and
-    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did);
+    `target(buffer, index)` choosing where each Store / AllReduce writes (default: where it did)
+    and where a wgmma operand's tile (`WgmmaOperandTile`) starts;
     `warp(stmt)`, when given, then rebuilds each warp statement (e.g. to redirect its buffers)."""
     if isinstance(s, Seq):
         return Seq([map_exprs(c, fe, target, warp) for c in s.stmts])
@@ -44,6 +47,14 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
     if isinstance(s, WarpStmt):
         s = s.with_exprs([fe(e) for e in s.exprs()])
         return s if warp is None else warp(s)
+    if isinstance(s, WgmmaOperandTile):  # an access of its shared tile at the tile's origin
+        mapped = s.with_exprs([fe(e) for e in s.exprs()])
+        assert isinstance(mapped, WgmmaOperandTile)
+        buffer, offset = target(mapped.operand.buffer, mapped.operand.offset)
+        operand = dataclasses.replace(mapped.operand, buffer=buffer, offset=offset)
+        return WgmmaOperandTile(mapped.frag, mapped.tile, operand)
+    if isinstance(s, WarpgroupStmt):
+        return s.with_exprs([fe(e) for e in s.exprs()])
     return s
 
 

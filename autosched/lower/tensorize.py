@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import is_multiple
+from autosched.lower.arith import is_multiple, simplify
 from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.guards import guards
 from autosched.lower.mma_layout import MMA_TYPES
@@ -41,6 +41,8 @@ from autosched.lower.tensor_access import (
     own_access,
     var_dim,
 )
+from autosched.lower.wgmma_ir import SharedOperand, WgmmaOperandTile
+from autosched.lower.wgmma_operands import group_stride, operand_fields, tile_dims
 from autosched.schedule.stage import TENSORIZE
 from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
 from autosched.te.tensor import Tensor
@@ -285,17 +287,33 @@ def plan_fragments(plan: LoweringPlan) -> None:
         fragment_flavours(plan.stages[i].tensor_core_instruction, mma, name, flavours)
         if plan.stages[i].fragment_double_buffer:  # lower/fragment_double_buffer.py
             mma.a.buffer.fragment_double_buffer = mma.b.buffer.fragment_double_buffer = True
+        if plan.stages[i].tensor_core_instruction == ir.WGMMA_FLAVOUR:
+            plan.wgmma_stages |= {shared_source(plan, op.stage) for op in (mma.a, mma.b)}
+
+
+def shared_source(plan: LoweringPlan, frag_stage: int) -> int:
+    """The shared stage a matrix fragment stage copies (what wgmmas read instead)."""
+    body = plan.info[frag_stage].body
+    if isinstance(body, Load) and isinstance(body.buffer, Tensor):
+        j = plan.producer_stage[id(body.buffer.op)]
+        if plan.info[j].scope == "shared":
+            return j
+    raise LoweringError(
+        f"tensorize: wgmma reads its operands from shared memory, but "
+        f"{plan.stages[frag_stage].name} does not copy a shared stage"
+    )
 
 
 def fragment_flavours(flavour: str, mma: MmaPlan, name: str, given: dict[int, str]) -> None:
     """Give the accumulator and operand fragments of one multiply-accumulate (of stage `name`)
     its instruction family; one fragment is of one family (`given`: those given so far, by
-    id)."""
-    if flavour not in ir.FRAGMENT_FLAVOURS:
+    id). The "wgmma" family keeps an mma-flavour accumulator and marks the operand fragments
+    `ir.WGMMA_FLAVOUR`: wgmmas read their tiles from shared memory (`warpgroup_mma`)."""
+    if flavour not in (*ir.FRAGMENT_FLAVOURS, ir.WGMMA_FLAVOUR):
         raise LoweringError(f"tensorize: unknown instruction family {flavour!r} of {name!r}")
-    if flavour == "mma" and mma.a.buffer.dtype not in MMA_TYPES:
+    if flavour in ("mma", ir.WGMMA_FLAVOUR) and mma.a.buffer.dtype not in MMA_TYPES:
         raise LoweringError(
-            f"tensorize: {name!r} multiplies {mma.a.buffer.dtype} fragments; mma.sync takes "
+            f"tensorize: {name!r} multiplies {mma.a.buffer.dtype} fragments; {flavour} takes "
             f"{tuple(MMA_TYPES)} (use wmma)"
         )
     for access in (mma.acc, mma.a, mma.b):
@@ -306,7 +324,8 @@ def fragment_flavours(flavour: str, mma: MmaPlan, name: str, given: dict[int, st
                 f"tensorize: fragment {buf.name} is used by {first} and {flavour} "
                 "multiply-accumulates"
             )
-        buf.fragment_flavour = flavour
+        operand = access is not mma.acc
+        buf.fragment_flavour = "mma" if flavour == ir.WGMMA_FLAVOUR and not operand else flavour
 
 
 def _row_col(plan, frag: Access, tvars: list[Var], bounds, what) -> tuple[Var, Var, tuple]:
@@ -353,6 +372,29 @@ def check_orientation(frag: ir.Buffer, row: Var, col: Var, exts: dict[int, int],
         )
 
 
+def wgmma_operand_tile(
+    frag: ir.Buffer, tile: Expr, src: Access, columns: int, row: Var, col: Var, bounds, name
+) -> ir.Stmt:
+    """The stand-in of a tile load into a fragment that wgmmas read: the 16x16 shared tile
+    (rows `row`, columns `col` of the fragment), in its stage's canonical layout (whose rows
+    hold `columns` elements)."""
+    shape = src.buffer.shape[len(src.buffer.shape) - len(src.dims) :]  # past any slots
+    row_dim, col_dim = tile_dims(shape, src.buffer.name)
+    dims = {var_dim(src, v, bounds, name): v for v in (row, col)}
+    if set(dims) != {row_dim, col_dim}:
+        raise LoweringError(
+            f"tensorize: {name} tiles dimensions {sorted(dims)} of {src.buffer.name}, not the "
+            f"{(row_dim, col_dim)} its canonical layout spans"
+        )
+    k_is_col = frag.scope == "wmma.matrix_a"  # matrix_a: M x K; matrix_b: K x N
+    contiguous_is_k = (dims[col_dim] is col) == k_is_col
+    stride = group_stride(shape[row_dim], shape[col_dim], columns)
+    major, lbo, sbo = operand_fields(contiguous_is_k, stride)
+    origin = simplify(at_origin(src.flat, [row, col]), bounds)
+    operand = SharedOperand(src.buffer, origin, major, lbo, sbo)
+    return WgmmaOperandTile(frag, tile, operand)
+
+
 def emit_tensorized(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     """The warp statement replacing stage i's loops from iterator `pos` inward (the update of
     a reduction; its fill comes from `emit_fill`)."""
@@ -387,6 +429,17 @@ def emit_tensorized(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
     if not (isinstance(body, Load) and isinstance(body.buffer, Tensor)):
         raise LoweringError(f"tensorize: {name!r} must copy one tensor to load or store a tile")
     src = load_access(plan, i, body)
+    if role == "load" and own.buffer.fragment_flavour == ir.WGMMA_FLAVOUR:
+        row, col, dims = _row_col(plan, own, tvars, bounds, name)
+        number = fragment_tile(own, dims, tvars, bounds, name)
+        shared = plan.info[src.stage]
+        _, col_dim = tile_dims(shared.buf.shape[len(shared.buf.shape) - len(src.dims) :], name)
+        columns = shared.region[col_dim]
+        operand_tile = wgmma_operand_tile(own.buffer, number, src, columns, row, col, bounds, name)
+        conds = guards(plan, i, spatial_only=True)
+        if conds:
+            raise LoweringError(f"tensorize: wgmma operand {name} is guarded (padded tiles)")
+        return operand_tile
     if role == "load":
         row, col, dims = _row_col(plan, own, tvars, bounds, name)
         check_orientation(own.buffer, row, col, exts, name)

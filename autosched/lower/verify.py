@@ -6,7 +6,7 @@ variables, buffers that are neither params nor the kernel's allocations, bad loo
 kinds, dtype mismatches, barriers (or AllReduces) under thread-dependent conditions, shared or
 local buffers reused across kernels, launch sizes beyond the device's limits
 (`measure.HardwareParams`), and the rules of the warp-collective Tensor Core statements
-(docs/TENSOR_CORES.md; `_WarpRules`).
+(docs/TENSOR_CORES.md; `_WarpRules`) and of the warpgroup statements (`verify_wgmma.py`).
 
 `verify_every_lowering(True)` makes `lower` and `device_program` verify every program they
 return, without the launch limits (the tests turn it on for the whole session).
@@ -21,6 +21,8 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.verify_wgmma import WarpgroupRules
+from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
 from autosched.te.dtype import BYTES, DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
 from autosched.te.visitor import free_vars, walk
@@ -82,6 +84,9 @@ class _KernelVerifier:
         self.table.register(ir.AllReduce, self._allreduce)
         for warp_stmt in ir.WARP_STMTS:
             self.table.register(warp_stmt, self.warp.check)
+        warpgroup = WarpgroupRules(self)
+        for stmt_type in (*WARPGROUP_STMTS, ProxyFence):
+            self.table.register(stmt_type, warpgroup.check)
 
     def fail(self, what: str) -> NoReturn:
         raise LoweringError(f"kernel {self.k.name}: {what}")
@@ -335,10 +340,11 @@ class _WarpRules:
 def _check_fragment(b: ir.Buffer, owner: str) -> None:
     """A fragment allocation's dtype and size (whole tiles of its shape, `ir.tile_shape`)."""
     dtypes = FRAGMENT_DTYPES[b.scope]
+    wgmma_accumulator = b.scope == ir.ACCUMULATOR_SCOPE and b.fragment_flavour == ir.WGMMA_FLAVOUR
     check(
-        b.fragment_flavour in ir.FRAGMENT_FLAVOURS,
+        b.fragment_flavour in ir.FRAGMENT_FLAVOURS or wgmma_accumulator,
         f"{owner}: fragment {b.name} has flavour {b.fragment_flavour!r}, not one of "
-        f"{ir.FRAGMENT_FLAVOURS}",
+        f"{ir.FRAGMENT_FLAVOURS} (or {ir.WGMMA_FLAVOUR!r} for an accumulator)",
     )
     check(b.dtype in dtypes, f"{owner}: {b.scope} {b.name} is {b.dtype}, not one of {dtypes}")
     elems = ir.tile_elems(b)

@@ -36,7 +36,7 @@ THREAD_ANNOTATIONS = frozenset(a for a in ANNOTATIONS if "Idx" in a or a == "vth
 TENSORIZE = "tensorize"
 # The instruction families of a tensorized multiply-accumulate (`Stage.tensor_core_instruction`,
 # lowering's `ir.Buffer.fragment_flavour`): nvcuda::wmma, or ldmatrix + mma.sync
-TENSOR_CORE_INSTRUCTIONS = ("wmma", "mma")
+TENSOR_CORE_INSTRUCTIONS = ("wmma", "mma", "wgmma")
 # The buffers a double-buffered shared stage may cycle through (`Stage.pipeline_stages`)
 PIPELINE_STAGES = (2, 3, 4, 5)
 

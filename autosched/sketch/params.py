@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from autosched.schedule.stage import TENSOR_CORE_INSTRUCTIONS
+
 
 class TaskOptions(Protocol):
     """What of a search task reaches the sketch rules (a SearchTask is one)."""
@@ -62,7 +64,9 @@ class SketchParams:
     # conflicts cost more than the padding's shared memory depends on how the warp walks the tile
     shared_padding_probability: float = 0.5
     # the instruction families a float16 / bfloat16 Tensor Core stage is drawn from, uniformly
-    # (TensorCoreInstruction): "wmma" (nvcuda::wmma) and "mma" (ldmatrix + mma.sync m16n8k16)
+    # (TensorCoreInstruction): "wmma" (nvcuda::wmma) and "mma" (ldmatrix + mma.sync m16n8k16);
+    # "wgmma" (Hopper's warpgroup MMA, sm_90) is off by default and drawn, where listed, only
+    # for stages whose drawn block tile warpgroups can compute (`tensor_core_instruction.py`)
     tensor_core_instructions: tuple[str, ...] = ("wmma", "mma")
     # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
     # among those that fit the shared memory (PipelineStages): 2 is plain double buffering
@@ -109,7 +113,7 @@ class SketchParams:
                 raise ValueError(
                     f"SketchParams: {name} must be one or more depths >= 0, got {configs}"
                 )
-        known = ("wmma", "mma")
+        known = TENSOR_CORE_INSTRUCTIONS
         if not self.tensor_core_instructions or not set(self.tensor_core_instructions) <= set(
             known
         ):

@@ -80,7 +80,8 @@ def test_tile_positions_cover_each_16x16_tile_once():
 def test_flavour_names_agree_between_schedule_and_ir():
     from autosched.lower.verify import FRAGMENT_DTYPES
 
-    assert TENSOR_CORE_INSTRUCTIONS == ir.FRAGMENT_FLAVOURS
+    # every instruction family is a fragment flavour, but wgmma's (its accumulators are mma's)
+    assert TENSOR_CORE_INSTRUCTIONS == (*ir.FRAGMENT_FLAVOURS, ir.WGMMA_FLAVOUR)
     for scope in ir.OPERAND_SCOPES:  # every operand fragment dtype has an mma shape
         assert set(FRAGMENT_DTYPES[scope]) == set(ml.SHAPES) == set(ml.MMA_TYPES)
 

@@ -23,6 +23,7 @@ from autosched.lower.planning import PLAN_STEPS, make_plan
 from autosched.schedule.loop_state import State
 from autosched.te.expr import Expr
 from autosched.te.visitor import free_vars
+from tests.lower.test_warpgroup_mma import wgmma_matmul_state
 from tests.workloads_for_tests import (
     conv2d_bias_relu_dag,
     matmul_dag,
@@ -72,6 +73,7 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "inject_virtual_threads": matmul_vthread_state,
     "fold_virtual_thread_copies": matmul_vthread_state,
     "unroll_register_indices": matmul_vthread_state,
+    "warpgroup_mma": wgmma_matmul_state,
     "fold_index_digits": conv_fetch_state,
 }
 
@@ -116,6 +118,7 @@ def test_the_passes_run_in_this_order():
         "inject_virtual_threads",
         "fold_virtual_thread_copies",
         "unroll_register_indices",
+        "warpgroup_mma",
     ]
     assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits"]
 

@@ -1,0 +1,82 @@
+"""How lowering stores a shared operand tile that wgmmas read, and how it describes it.
+
+The choice: the canonical layout without swizzle, made from the stage's row-major tile by cutting
+its contiguous (last) dimension into groups of 8 elements (16 bytes) and putting the groups
+outermost: element (r, c) of an R x C tile is at `(c / 8) * G + 8r + c % 8`
+(`canonical_index`), with G = 8R elements between column groups, or 8R + 8 where the stage's
+rows are padded (`group_stride`: the padding the sketch draws against bank conflicts is spent
+here instead, so the 16-byte pieces of one row fall in distinct banks). Rows r are then 16
+bytes apart, 8-row groups 128 bytes apart, column groups 2G bytes apart: 8 x 16-byte core
+matrices, as wgmma's descriptors describe them (`wgmma_layout`). A cooperative fetch of 8
+consecutive elements of a row still writes 16 contiguous bytes, so 16-byte vectors and cp.async
+copies stay whole.
+
+`operand_fields` gives the descriptor of such a tile: its major-ness (the contiguous dimension is
+K: "k"; M or N: "mn"), and the leading / stride byte offsets: K steps of 8 are column groups
+(2G bytes) when K is contiguous, row groups (128 bytes) otherwise.
+"""
+
+from __future__ import annotations
+
+from autosched.errors import LoweringError
+from autosched.lower import ir
+from autosched.lower import wgmma_layout as wl
+from autosched.te.expr import BinOp, Expr
+
+GROUP = 8  # elements of a core matrix row (16 bytes of a 16-bit type)
+
+
+def tile_dims(shape: tuple[int, ...], name: str) -> tuple[int, int]:
+    """The (row, column) dimensions of a stage's storage that its canonical tiles span: its last
+    two dimensions of extent above 1 (an implicit GEMM's gather keeps unit window dimensions
+    between its pixels and its channels)."""
+    wide = [d for d, n in enumerate(shape) if n > 1]
+    if len(wide) < 2:
+        raise LoweringError(f"wgmma: the shared operand {name} {list(shape)} is not a matrix")
+    return wide[-2], wide[-1]
+
+
+def group_stride(rows: int, cols: int, columns: int) -> int:
+    """Elements between the column groups of a canonical tile of `rows` x `cols` storage
+    whose rows hold `columns` elements: 8R, or 8R + 8 where the storage's rows are padded by at
+    least 8 and the groups still fit in it."""
+    dense = GROUP * rows
+    padded = dense + GROUP
+    fits = -(-columns // GROUP) * padded <= rows * cols
+    return padded if cols >= columns + GROUP and fits else dense
+
+
+def canonical_index(indices: list[Expr], shape: tuple[int, ...], columns: int, name: str) -> Expr:
+    """The flat index of element `indices` of a wgmma operand stage of storage `shape` whose
+    rows hold `columns` elements: the tile dimensions (`tile_dims`) in the canonical layout,
+    the others row-major over whole tiles."""
+    rd, cd = tile_dims(shape, name)
+    rows, cols = shape[rd], shape[cd]
+    if rows % GROUP or cols % GROUP:
+        raise LoweringError(
+            f"wgmma: the shared operand {name} is {rows} x {cols}; its canonical layout needs "
+            f"both multiples of {GROUP}"
+        )
+    r, c = indices[rd], indices[cd]
+    stride = group_stride(rows, cols, columns)
+    flat = c // GROUP * ir.int32(stride) + r * ir.int32(GROUP) + c % GROUP
+    outer: Expr | None = None
+    for d, idx in enumerate(indices):
+        if d not in (rd, cd):
+            outer = idx if outer is None else outer * ir.int32(shape[d]) + idx
+    if outer is None:
+        return flat
+    return BinOp("+", outer * ir.int32(rows * cols), flat, ir.I32)
+
+
+def operand_fields(contiguous_is_k: bool, stride: int) -> tuple[str, int, int]:
+    """(major, LBO, SBO) of a canonical tile whose column groups are `stride` elements apart
+    (`group_stride`)."""
+    groups = stride * wl.ELEMENT_BYTES  # bytes between column groups
+    core = GROUP * wl.UNIT_BYTES  # bytes between row groups
+    if contiguous_is_k:
+        return "k", groups, core
+    return "mn", core, groups
+
+
+__all__ = ["GROUP", "canonical_index", "group_stride", "operand_fields", "tile_dims"]
