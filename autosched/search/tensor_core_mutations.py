@@ -37,7 +37,7 @@ from autosched.search.mutations import (
 from autosched.sketch.factorization import pick
 from autosched.sketch.fragment_double_buffer import eligible
 from autosched.sketch.pipeline_stages import DOUBLE, group_draw, pipelined_bytes
-from autosched.sketch.tensor_core_instruction import MMA
+from autosched.sketch.tensor_core_instruction import MMA, WGMMA
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 
 WMMA = "wmma"  # the family of a stage without a TC record
@@ -69,9 +69,9 @@ def with_choices(
     the accumulator's stage index), in the order and form the init rules write them."""
     head = tuple(r for r in records if r[0] not in _TAIL_TAGS)
     tc = tuple(
-        TensorCoreInstructionStep(g.acc, MMA).to_record()
+        TensorCoreInstructionStep(g.acc, choices[g.acc].instruction).to_record()
         for g in groups
-        if choices[g.acc].instruction == MMA
+        if choices[g.acc].instruction != WMMA
     )
     ps = tuple(
         PipelineStagesStep(c, choices[g.acc].depth).to_record()
@@ -107,9 +107,9 @@ def _buffered(records: Records) -> set[int]:
 
 
 class TensorCoreInstructionMutation(Mutation):
-    """The other instruction family (of `SketchParams.tensor_core_instructions`) for one Tensor
-    Core stage: its tiles, fetch and pipeline stay as they are (a stage leaving mma leaves its
-    doubled fragments too)."""
+    """The other instruction family (of `SketchParams.tensor_core_instructions`; wmma or mma)
+    for one Tensor Core stage: its tiles, fetch and pipeline stay as they are (a stage leaving
+    mma leaves its doubled fragments too). A wgmma stage keeps its family."""
 
     NAME = "tensor_core_instruction"
     TENSOR_CORE_ONLY = True
@@ -121,8 +121,10 @@ class TensorCoreInstructionMutation(Mutation):
             return None
         g = pick(groups, rng)
         current = GroupChoices.of(records, g).instruction
-        options = [f for f in space.instructions if f != current]
-        if not options:
+        # wgmma re-tiles the warps when drawn (tensor_core_instruction.py): only the init rule
+        # enters or leaves it
+        options = [f for f in space.instructions if f not in (current, WGMMA)]
+        if current == WGMMA or not options:
             return None
         return _rewrite(records, groups, g, instruction=pick(options, rng), doubled_fragments=False)
 

@@ -27,7 +27,7 @@ from autosched.sketch.init_base import InitRule
 from autosched.sketch.stage_steps import split_at
 from autosched.sketch.tensor_core_init import REGISTERS_PER_TILE, fragment_register_budget
 
-WMMA, WGMMA = "wmma", "wgmma"
+WMMA, MMA, WGMMA = "wmma", "mma", "wgmma"
 WGMMA_ARCHS = ("sm_90",)
 
 

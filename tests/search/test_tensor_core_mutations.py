@@ -209,3 +209,25 @@ def test_fragment_mutation_toggles_where_the_init_rule_may_draw():
         assert replay(dag, child).key() == child
         flips[after.doubled_fragments] += 1
     assert flips[True] and flips[False]
+
+
+def test_a_wgmma_stage_keeps_its_family_and_its_record_through_the_mutations():
+    """wgmma re-tiles the warps when the init rule draws it: the instruction mutation leaves
+    such a stage alone, and the pipeline mutation keeps its TC record."""
+    dag = tc_dag("matmul_fp16", False)
+    hardware = HardwareParams()
+    params = SketchParams(tensor_core_instructions=("wmma", "mma", "wgmma"))
+    sampler = SketchSampler(generate_sketches(dag, hardware, params), hardware, params, False)
+    ctx = MutationContext(64, 8, params.auto_unroll_configs, params.tensor_core_unroll_configs)
+    ctx.tensor_core = TensorCoreChoices.of(sampler.plans, params, hardware)
+    parents = [s.key() for s in sampler.sample(24, 0)]
+    wgmma = [p for p in parents if instruction_of(p, ctx.tensor_core.groups(p)[0]) == "wgmma"]
+    assert wgmma, "no state drew wgmma"
+    rng = random.Random(0)
+    for parent in wgmma:
+        assert MUTATIONS["tensor_core_instruction"].apply(ctx, [parent], rng) is None
+        child = MUTATIONS["pipeline_stages"].apply(ctx, [parent], rng)
+        if child is not None:
+            (g,) = ctx.tensor_core.groups(child)
+            assert instruction_of(child, g) == "wgmma"
+            assert replay(dag, child).key() == child
