@@ -69,7 +69,11 @@ def test_one_table_per_model_with_ratios_and_failed_configurations():
         run("resnet50", 1, "float16", error="ModelError: cannot trace"),
         run("bert_base", 16, "float32", **done),
     ]
-    resnet, bert_table = model_results(runs).tables
+    summary, resnet, bert_table = model_results(runs).tables
+    assert summary.title == "All models" and len(summary.rows) == 3
+    assert summary.rows[0][:3] == ["resnet50", 1, "float32"]
+    assert summary.rows[0][-3:] == [750.0 / 500.0, True, "abc1234"]  # torch.compile / ours
+    assert summary.rows[1][5] is None  # the failed configuration has no time
     assert resnet.title == "resnet50: 4 minutes of tuning per configuration"
     lines = resnet.markdown().splitlines()
     assert (
