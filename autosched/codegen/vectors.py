@@ -134,7 +134,11 @@ def _vector_loads(p: PrintContext, value, s: ir.For) -> dict:
     """The loads of `value` read as vectors: id(load) -> (load, base index, guarding Select or
     None)."""
     out: dict = {}
-    for ld, sel in guarded_loads(value, s.var, s.extent):
+    found = guarded_loads(value, s.var, s.extent)
+    unguarded = {ld._key for ld, sel in found if sel is None}
+    for ld, sel in found:
+        if sel is not None and ld._key in unguarded:
+            sel = None  # the same elements are read unguarded too: one vector serves both
         if sel is not None and ld.buffer.dtype not in GUARDED_VECTOR_DTYPES:
             continue
         if ld.buffer.scope != "local" and (ld.buffer.dtype, s.extent) in p.t.vector_types:

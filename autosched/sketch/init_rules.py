@@ -15,7 +15,8 @@ the random decisions for one state:
   SharedPadding   the rows of shared caches of tiled stages padded against bank conflicts, or
                   not (shared_padding.py; after ThreadBind, whose fetch vectors it keeps aligned)
   DoubleBuffer    the shared caches of an attach loop fetched one iteration ahead, or not
-  AutoUnroll      auto_unroll_max_step on every stage with a reduction
+  AutoUnroll      auto_unroll_max_step on every stage with a reduction (and on the one that
+                  sums a cross-block reduction's parts)
   TensorCoreInstruction  wmma or ldmatrix + mma.sync for each 16-bit Tensor Core stage
                   (tensor_core_instruction.py)
   PipelineStages  2 to 5 shared-memory slots for a double-buffered Tensor Core stage
@@ -43,6 +44,7 @@ from autosched.sketch.factorization import factorization_schemes, pick, tiling_e
 from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.launch_bounds import LaunchBounds
+from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
@@ -375,7 +377,8 @@ class DoubleBuffer(InitRule):
 
 class AutoUnroll(InitRule):
     """auto_unroll_max_step, drawn from the GPU configs (a Tensor Core stage's from its own),
-    on every stage with a reduction.
+    on every stage with a reduction, and on the element-wise stage inside which a cross-block
+    reduction's parts are summed (parts_in_consumer.py: its steps' loads then issue together).
 
     For a tiled stage only the configs whose unrolled inner loops fit in the registers are
     drawn: nvcc hoists the shared-memory loads of a fully unrolled nest, so the accumulators
@@ -388,7 +391,9 @@ class AutoUnroll(InitRule):
         tiled = {g.tiled: g for g in plan.groups}
         tensor_core = {g.acc: g for g in plan.tensor_core}
         for i, stage in enumerate(state.stages):
-            if stage.is_placeholder or is_inlined(stage) or not has_reduce_iter(stage):
+            if stage.is_placeholder or is_inlined(stage):
+                continue
+            if not has_reduce_iter(stage) and not sums_parts_inside(state, i):
                 continue
             options = configs
             if i in tensor_core:

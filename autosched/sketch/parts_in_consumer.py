@@ -6,21 +6,25 @@ one kernel computes the P partial sums of every row with many blocks, and the su
 is needed by every element of the row's consumer. Left as a kernel of its own (one thread per
 row), that sum costs a third launch between the two passes over the rows; computed per element
 inside the consumer, P loads per element. Here instead the consumer's row axis is cut into
-chunks of one warp each, [chunks, steps, 32 lanes, vector]: a block is one warp, which first
-sums the P parts of its row (a part per lane, a warp reduction by shuffles) and then writes its
-chunk, each lane one 16-byte vector per step. The parts are read once per chunk, the row's
-elements in 16-byte vectors, and the whole row normalisation is two kernels. The number of
-steps per chunk is the init rules' decision (an unknown split): more steps read the parts
-fewer times, fewer give more blocks.
+chunks of one block each, [chunks, warps, steps, 32 lanes, vector]: each of the block's warps
+(threadIdx.y) first sums the P parts of its row (a part per lane, a warp reduction by
+shuffles), and then each lane writes one 16-byte vector per step. The parts are read once per
+warp of a chunk, the row's elements in 16-byte vectors, and the whole row normalisation is two
+kernels. The warps per block and steps per warp are the init rules' decisions (unknown
+splits): more steps read the parts fewer times, fewer give more blocks; more warps per block
+let an SM hold more of the rows' bytes in flight than one-warp blocks can (an SM holds at most
+32 blocks, so one-warp blocks fill half its threads), and AutoUnroll draws the consumer's
+unrolling (`sums_parts_inside`) so that a warp's steps are loads issued together.
 """
 
 from __future__ import annotations
 
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import REDUCE, ROOT
+from autosched.schedule.stage import ATTACHED, REDUCE, ROOT
 from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.utils import (
     common_outer_iters,
+    direct_producers,
     has_reduce_iter,
     needs_multi_level_tiling,
     single_consumer_root,
@@ -32,10 +36,11 @@ def sum_parts_in_consumer_warps(
     state: State, final: int, warp: int, max_vector_bytes: int
 ) -> State | None:
     """`state` with stage `final` (the sum of a cross-block reduction's parts) computed at the
-    chunk loop of its element-wise consumer, whose last axis is split [chunks, steps (unknown),
-    warp lanes on threadIdx.x, vector], the parts on the same lanes; None when the consumer is
-    not one root stage computed at root, untiled, unsplit, without reduction, sharing all of
-    `final`'s axes and one more (the row) that whole warps of vectors fill at least twice."""
+    chunk loop of its element-wise consumer, whose last axis is split [chunks, warps (unknown,
+    on threadIdx.y), steps (unknown), warp lanes on threadIdx.x, vector], the parts on the same
+    lanes; None when the consumer is not one root stage computed at root, untiled, unsplit,
+    without reduction, sharing all of `final`'s axes and one more (the row) that whole warps of
+    vectors fill at least twice."""
     t = single_consumer_root(state, final)
     if t is None:
         return None
@@ -65,10 +70,30 @@ def sum_parts_in_consumer_warps(
     else:
         outer, threads = level_names(row.name, 2)
         state = state.split(t, row.name, [warp]).bind(t, threads, "threadIdx.x")
-    state = state.split(t, outer, [None])  # [chunks, steps]
+    chunks, warps, _ = level_names(outer, 3)
+    state = state.split(t, outer, [None, None]).bind(t, warps, "threadIdx.y")
     parts = next(it.name for it in state.stages[final].iters if it.kind == REDUCE)
     state = state.split(final, parts, [warp]).bind(final, f"{parts}_i", "threadIdx.x")
-    return state.compute_at(final, t, level_names(outer, 2)[0])
+    return state.compute_at(final, t, chunks)
 
 
-__all__ = ["sum_parts_in_consumer_warps"]
+def sums_parts_inside(state: State, i: int) -> bool:
+    """Is stage i a root stage inside which the sum of a cross-block reduction's parts is
+    computed by its threads (an attached stage reads a partial-sum stage and reduces it on
+    threadIdx.x), as `sum_parts_in_consumer_warps` places it, or as CrossThreadReduction does
+    at a whole row? Split-K's epilogue, which adds the parts one element at a time in a loop,
+    is not."""
+    stage = state.stages[i]
+    if stage.compute_at != ROOT or has_reduce_iter(stage):
+        return False
+    return any(
+        other.compute_at == ATTACHED
+        and other.attach is not None
+        and other.attach[0] == i
+        and any(state.stages[p].origin == "rfactor" for p in direct_producers(state, j))
+        and any(it.kind == REDUCE and it.annotation == "threadIdx.x" for it in other.iters)
+        for j, other in enumerate(state.stages)
+    )
+
+
+__all__ = ["sum_parts_in_consumer_warps", "sums_parts_inside"]

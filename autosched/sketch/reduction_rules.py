@@ -103,6 +103,7 @@ class CrossThreadReduction(SketchRule):
             st = consumer.follow_split(i, fused, split, n).bind(i, names[1], "threadIdx.x")
             if n == 2:
                 st = st.vectorize(i, names[2])
+            st = self.outputs_inside_steps(st, i, n_common)
             followed.append((st.compute_at(i, t, st.stages[t].iters[n_common - 1].name), i - 1))
         return followed[:1] + out + followed[1:] + [(st, i - 1) for st in warps]
 
@@ -162,6 +163,28 @@ class CrossThreadReduction(SketchRule):
         if consumer is not None:
             state = state.compute_at(i, consumer, f"{row}_i")
         return [state]
+
+    # the most outputs of one reduction a thread keeps in registers along its steps
+    MAX_OUTPUTS_INSIDE_STEPS: ClassVar[int] = 4
+
+    @classmethod
+    def outputs_inside_steps(cls, state: State, i: int, n_common: int) -> State:
+        """Stage i with the spatial iterators its consumer does not share (the moments axis of
+        layer_norm(moments=True): the mean of x and of x^2) moved inside its outer reduction
+        loop, where they are few (`MAX_OUTPUTS_INSIDE_STEPS` outputs in all): each thread then
+        adds every output's term at each step it reads (one pass over the row, one partial
+        sum a register per output, a cross-thread sum per output at the end) rather than
+        reading its steps once per output."""
+        its = state.stages[i].iters
+        inner = [it for it in its[n_common:] if it.kind == SPATIAL]
+        reduce = [it.name for it in its if it.kind == REDUCE]
+        count = 1
+        for it in inner:
+            count *= it.extent or 0
+        if not inner or not reduce or not 1 < count <= cls.MAX_OUTPUTS_INSIDE_STEPS:
+            return state
+        shared = [it.name for it in its[:n_common]]
+        return state.reorder(i, shared + reduce[:1] + [it.name for it in inner] + reduce[1:])
 
     @staticmethod
     def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:

@@ -66,29 +66,28 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
 
 
 def layer_norm(
-    data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any = -1, epsilon: float = 1e-5
+    data: te.Tensor,
+    gamma: te.Tensor,
+    beta: te.Tensor,
+    axis: Any = -1,
+    epsilon: float = 1e-5,
+    moments: bool = False,
 ) -> te.Tensor:
     """`(x - mean) * rsqrt(var + epsilon) * gamma + beta` over `axis` (an int or ints).
 
     Ops: T_layer_norm_mean (sum of x/N), T_layer_norm_var (sum of (x - mean)^2/N, the biased
     variance), T_layer_norm. gamma and beta have the shape of the normalised axes.
+
+    With `moments`, the statistics are one reduction instead: T_layer_norm_moments, the mean
+    of x and of x^2 along a last axis of 2, read in one pass over the data (the variance
+    E[x^2] - E[x]^2, kept from going below 0). Two passes over a row read it twice: rows too
+    long for a block's shared memory then cost one more read from L2 or DRAM each. The
+    centred form is the more accurate where the mean is large against the spread.
     """
-    op = "layer_norm"
-    check_tensor(data, None, op, "data")
-    check(data.dtype.startswith("float"), f"{op}: needs a float tensor, got {data.dtype}")
-    axes = normalize_axes(axis, data.ndim, op)
-    norm_shape = tuple(data.shape[a] for a in axes)
-    for what, t in (("gamma", gamma), ("beta", beta)):
-        check_tensor(t, None, op, what)
-        check(
-            tuple(t.shape) == norm_shape,
-            f"{op}: {what} has shape {list(t.shape)}, need {list(norm_shape)} (data axes "
-            f"{list(axes)})",
-        )
+    if moments:
+        return _layer_norm_moments(data, gamma, beta, axis, epsilon)
+    axes, count = _layer_norm_checks(data, gamma, beta, axis)
     rshape, project = _reduced(data.shape, axes)
-    count = 1
-    for s in norm_shape:
-        count *= s
     inv_n = const(1.0 / count, data.dtype)
     ks = [te.reduce_axis((0, data.shape[a]), name=f"k{j}") for j, a in enumerate(axes)]
     vs = [te.reduce_axis((0, data.shape[a]), name=f"k{j}") for j, a in enumerate(axes)]
@@ -112,6 +111,57 @@ def layer_norm(
         g = tuple(i[a] for a in axes)
         scale = te.rsqrt(var[project(i)] + const(epsilon, data.dtype))
         return (data[i] - mean[project(i)]) * scale * gamma[g] + beta[g]
+
+    return te.compute(data.shape, normed, name="T_layer_norm", tag="injective")
+
+
+def _layer_norm_checks(
+    data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any
+) -> tuple[tuple[int, ...], int]:
+    """layer_norm's argument checks: the normalised axes and how many elements each
+    normalisation covers."""
+    op = "layer_norm"
+    check_tensor(data, None, op, "data")
+    check(data.dtype.startswith("float"), f"{op}: needs a float tensor, got {data.dtype}")
+    axes = normalize_axes(axis, data.ndim, op)
+    norm_shape = tuple(data.shape[a] for a in axes)
+    for what, t in (("gamma", gamma), ("beta", beta)):
+        check_tensor(t, None, op, what)
+        check(
+            tuple(t.shape) == norm_shape,
+            f"{op}: {what} has shape {list(t.shape)}, need {list(norm_shape)} (data axes "
+            f"{list(axes)})",
+        )
+    count = 1
+    for s in norm_shape:
+        count *= s
+    return axes, count
+
+
+def _layer_norm_moments(
+    data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, axis: Any, epsilon: float
+) -> te.Tensor:
+    """layer_norm with its statistics as one reduction of the first two moments."""
+    axes, count = _layer_norm_checks(data, gamma, beta, axis)
+    rshape, project = _reduced(data.shape, axes)
+    inv_n = const(1.0 / count, data.dtype)
+    ks = [te.reduce_axis((0, data.shape[a]), name=f"k{j}") for j, a in enumerate(axes)]
+
+    def moment(*i: Expr) -> Expr:
+        x = data[_expand(i[:-1], axes, ks, data.ndim)]
+        # x * (1 or x): x also read outside the Select, so that one vector read serves both
+        power = te.if_then_else(i[-1] == 1, x, const(1.0, data.dtype))
+        return te.sum(x * power * inv_n, axis=ks)
+
+    moments = te.compute(rshape + (2,), moment, name="T_layer_norm_moments")
+
+    def normed(*i: Expr) -> Expr:
+        g = tuple(i[a] for a in axes)
+        row = project(i)
+        mean = moments[row + (0,)]
+        var = te.max(moments[row + (1,)] - mean * mean, const(0.0, data.dtype))
+        scale = te.rsqrt(var + const(epsilon, data.dtype))
+        return (data[i] - mean) * scale * gamma[g] + beta[g]
 
     return te.compute(data.shape, normed, name="T_layer_norm", tag="injective")
 

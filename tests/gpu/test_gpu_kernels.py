@@ -274,6 +274,20 @@ def test_rms_norm_of_few_long_rows_sums_its_parts_where_it_reads_them():
         assert len(kernel.launches) == 2
 
 
+def test_layer_norm_of_long_rows_reads_its_moments_in_one_pass():
+    """Sampled block-per-row states of layer_norm(moments=True) at the memory-bound benchmark's
+    128 x 65536: both moments summed in one pass over each row, then the row normalised."""
+    from autosched.sketch import SketchSampler, generate_sketches
+    from tests.sketch.test_layer_norm_moments import MOMENTS, layer_norm, one_pass
+
+    dag = layer_norm(128, 65536, moments=True)
+    rows = [s for s in generate_sketches(dag) if s[MOMENTS].attach is not None]
+    assert rows and all(map(one_pass, rows))
+    for state in SketchSampler(rows).sample(3, 0):
+        kernel = run_on_gpu(dag, state, rtol=1e-3, atol=1e-3)
+        assert len(kernel.launches) == 1
+
+
 # ---- timings: (a) and (b) beside PyTorch's conv2d ------------------------------------------------
 
 

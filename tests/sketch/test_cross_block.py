@@ -17,6 +17,7 @@ from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches, sketch_context
 from autosched.sketch.params import SketchParams
+from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.rules import CrossBlockReduction
 from autosched.sketch.validity import vector_bytes
 from measure.hardware import HardwareParams
@@ -315,23 +316,32 @@ def parts_in_output(sketch) -> bool:
 @pytest.mark.parametrize("m, n, sms, p", [(4, 2048, 16, 8), (2, 8192, 64, 64)])
 def test_a_normalisation_of_few_long_rows_sums_the_parts_where_it_reads_them(m, n, sms, p):
     """RMSNorm of a few long rows, its sum of squares cut into P parts: a sketch sums the parts
-    inside the output's kernel, a warp per chunk of a row (P/32 parts a lane, or lanes left
-    idle where P < 32), which then writes the chunk in 16-byte vectors: two kernels. None
+    inside the output's kernel, each warp of a block of a chunk of a row (P/32 parts a lane,
+    or lanes left idle where P < 32), which then writes the chunk in 16-byte vectors: two
+    kernels. The warps per block are drawn, and so is the output stage's unrolling. None
     does with `cross_block_parts_in_consumer` off."""
     dag = rms_norm(m, n)
     hardware = HardwareParams(num_sms=sms)
-    in_output = [s for s in generate_sketches(dag, hardware) if parts_in_output(s)]
+    sketches = generate_sketches(dag, hardware)
+    in_output = [s for s in sketches if parts_in_output(s)]
     assert [parts(s) for s in in_output] == [p] * 3  # partial sums as in test_matrix_norm...
+    for s in sketches:  # the output's unrolling is drawn where its threads sum the parts
+        summed_in_rms = sums_parts_inside(s, s.stage_index("rms"))
+        assert summed_in_rms if parts_in_output(s) else not (summed_in_rms and not parts(s))
     off = SketchParams(cross_block_parts_in_consumer=False)
     assert not any(map(parts_in_output, generate_sketches(dag, hardware, off)))
     sampler = SketchSampler(in_output[:1], hardware)
-    states = sampler.sample(3, 0)
-    assert len(states) == 3, sampler.rejected
+    states = sampler.sample(6, 0)
+    assert len(states) == 6, sampler.rejected
+    warps = set()
     for state in states:
         program = sampler.programs[state.key()]
         assert [b.name for b in program.temps] == ["ms_rf"]
         partial, normalised = program.kernels
-        assert normalised.block == (32, 1, 1)
+        assert normalised.block[0] == 32 and normalised.block[2] == 1
+        warps.add(normalised.block[1])
+        assert state["rms"].auto_unroll_max_step > 0
         source = codegen_program(program)
         assert "*reinterpret_cast<float4*>(&rms[" in source and "__shfl_xor_sync" in source
         interpret_and_compare(dag, program, rtol=1e-4)
+    assert len(warps) > 1  # one-warp blocks and blocks of several warps

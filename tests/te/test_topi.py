@@ -335,15 +335,21 @@ def test_softmax(shape, axis):
     close(run(out, x=v), ref.softmax_python(v, axis))
 
 
+@pytest.mark.parametrize("moments", [False, True])
 @pytest.mark.parametrize(
     "shape,axis", [((4, 16), -1), ((2, 3, 8), (1, 2)), ((3, 4, 5), 1), ((6,), 0)]
 )
-def test_layer_norm(shape, axis):
+def test_layer_norm(shape, axis, moments):
+    """Both forms of the statistics (the centred variance after the mean, or the two moments
+    in one reduction) give numpy's layer norm."""
     axes = (axis,) if isinstance(axis, int) else axis
     gshape = tuple(shape[a] for a in axes)
     x = te.placeholder(shape, name="x")
     g, b = te.placeholder(gshape, name="gamma"), te.placeholder(gshape, name="beta")
-    out = topi.nn.layer_norm(x, g, b, axis, 1e-5)
+    out = topi.nn.layer_norm(x, g, b, axis, 1e-5, moments=moments)
+    stats = [t.name for t in out.op.input_tensors if t.name.startswith("T_layer_norm")]
+    expected = ["T_layer_norm_moments"] if moments else ["T_layer_norm_mean", "T_layer_norm_var"]
+    assert sorted(set(stats)) == expected
     v, gv, bv = rand(*shape) * 3 + 1, rand(*gshape), rand(*gshape)
     close(
         run(out, x=v, gamma=gv, beta=bv),
