@@ -178,18 +178,18 @@ class NvrtcCompiler:
         cannot."""
         self.close()  # a worker that died, and its folder
         self.worker_starts += 1
-        self.pch_dir = tempfile.mkdtemp(prefix="autosched_nvrtc_pch_")
-        # also when this compiler is collected, or at exit (after the worker is killed)
-        self._remove_pch_dir = weakref.finalize(self, shutil.rmtree, self.pch_dir, True)
+        try:
+            self.pch_dir = tempfile.mkdtemp(prefix="autosched_nvrtc_pch_")
+        except OSError:  # no temporary folder: the worker parses the headers every time
+            self.pch_dir = None
+        else:
+            # also when this compiler is collected, or at exit (after the worker is killed)
+            self._remove_pch_dir = weakref.finalize(self, shutil.rmtree, self.pch_dir, True)
+        folder = [self.pch_dir] if self.pch_dir is not None else []
         # start-up (interpreter, imports, loading libnvrtc) is not counted in a kernel's timeout
         try:
             worker = start_ready_worker(
-                self,
-                "measure._nvrtc_worker",
-                self.path,
-                self.arch,
-                self.pch_dir,
-                timeout=START_TIMEOUT,
+                self, "measure._nvrtc_worker", self.path, self.arch, *folder, timeout=START_TIMEOUT
             )
         except WorkerStartError as exc:
             self.close()

@@ -92,3 +92,20 @@ def test_a_killed_worker_takes_its_header_folder_and_the_next_one_makes_another(
         assert compiler.pch_dir not in (None, first) and os.path.isdir(compiler.pch_dir)
     finally:
         compiler.close()
+
+
+@needs_nvrtc
+def test_without_a_temporary_folder_the_worker_compiles_without_precompiled_headers(monkeypatch):
+    assert NVRTC is not None
+
+    def no_folder(*args, **kwargs):
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr("measure.nvrtc.tempfile.mkdtemp", no_folder)
+    compiler = NvrtcCompiler(NVRTC, "sm_90")
+    try:
+        kind, message, cubin, _ = compiler.compile(HALF_KERNEL)
+        assert kind == MeasureErrorKind.NO_ERROR and cubin is not None, message
+        assert compiler.pch_dir is None and "pch" not in compiler.speed_options
+    finally:
+        compiler.close()
