@@ -1,5 +1,5 @@
 """Tests of benchmarks/compile_cost.py: it samples a search's first candidates and compiles each
-with and without the NVRTC speed options (skipped without libnvrtc)."""
+with and without the NVRTC speed options, and entry by entry (skipped without libnvrtc)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from measure.nvrtc import find_nvrtc
 @pytest.mark.skipif(
     find_nvrtc() is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)"
 )
-def test_compile_cost_times_every_sampled_kernel_both_ways(tmp_path, capsys):
+def test_compile_cost_times_every_sampled_kernel_every_way(tmp_path, capsys):
     out = tmp_path / "cost.json"
     assert (
-        compile_cost.main(["matmul", "64", "48", "32", "--samples", "2", "--json", str(out)]) == 0
+        compile_cost.main(
+            ["matmul", "64", "48", "32", "--samples", "2", "--json", str(out), "--split-entries"]
+        )
+        == 0
     )
     data = json.loads(out.read_text())
-    assert set(data["kernels"]) == {"plain", "speed options"}
+    assert set(data["kernels"]) == {"plain", "speed options", "apart, cached"}
     plain, fast = data["kernels"]["plain"], data["kernels"]["speed options"]
     assert len(plain) == len(fast) and 1 <= len(plain) <= 2
     for run in plain + fast:
