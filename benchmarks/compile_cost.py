@@ -2,12 +2,12 @@
 phase, with and without the worker's speed options. Needs libnvrtc, no GPU.
 
     python -m benchmarks.compile_cost [WORKLOAD [ARGS...]] [--samples 40] [--seed 0]
-        [--arch sm_90] [--json FILE]
+        [--fresh] [--split-entries] [--arch sm_90] [--json FILE]
 
-Samples candidates as a search's first round measures them (an untrained model picks among
-fresh random states of every sketch: `SketchPolicy.sample_fresh`) and prints their CUDA as the
-builder gets it.
-Each source is then compiled in this process, as the NVRTC worker compiles it
+Samples the candidates a search's first round measures (`SketchPolicy.search_one_round`, with
+`tune`'s defaults: the shipped cost model ranks them), or with `--fresh` random states of every
+sketch (`SketchPolicy.sample_fresh`: faster, but no model's choice), and prints their CUDA as
+the builder gets it. Each source is then compiled in this process, as the NVRTC worker compiles it
 (`compile_options.NVRTC_OPTIONS`, the include path, a unique extra kernel), twice in turn: with
 no speed option, and with the speed options this library accepts
 (`compile_options.NVRTC_SPEED_OPTIONS`, precompiled headers in a folder of this run). Each
@@ -57,9 +57,11 @@ class Compilation:
     spills: bool
 
 
-def sample_sources(workload: str, args: list[str], samples: int, seed: int) -> list[str]:
-    """The CUDA sources of `samples` fresh random candidates of `workload` (as `tune` names
-    it)."""
+def sample_sources(
+    workload: str, args: list[str], samples: int, seed: int, fresh: bool = False
+) -> list[str]:
+    """The CUDA sources of the `samples` candidates of `workload` (as `tune` names it) that a
+    first search round measures, or of `samples` fresh random ones."""
     from autosched.cli.workload import resolve
     from autosched.codegen.build import build
     from autosched.search.params import SearchParams
@@ -67,9 +69,12 @@ def sample_sources(workload: str, args: list[str], samples: int, seed: int) -> l
 
     task = resolve(workload, args).task()
     policy = SketchPolicy(task, params=SearchParams(seed=seed, n_jobs=1), verbose=0)
-    replay = policy.workers.context.replay
-    fresh = policy.sample_fresh(samples)[:samples]
-    return [build(task.compute_dag, replay(r)).source for r in fresh]
+    if fresh:
+        replay = policy.workers.context.replay
+        states = [replay(r) for r in policy.sample_fresh(samples)[:samples]]
+    else:
+        states = policy.search_one_round(samples)
+    return [build(task.compute_dag, state).source for state in states]
 
 
 def compile_once(lib: NvrtcLibrary, source: str, options: list[str], timing: str) -> Compilation:
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs="*", help="the workload's arguments (as for `tune`)")
     ap.add_argument("--samples", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fresh", action="store_true", help="random states, not a search's picks")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--json", help="write the per-kernel results and the summaries here")
     ap.add_argument(
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         print("libnvrtc was not found (pip install nvidia-cuda-nvrtc)", file=sys.stderr)
         return 2
-    sources = sample_sources(ns.workload, ns.args, ns.samples, ns.seed)
+    sources = sample_sources(ns.workload, ns.args, ns.samples, ns.seed, ns.fresh)
     lib = NvrtcLibrary(path)
     include = find_cuda_include()
     plain = [f"--gpu-architecture={ns.arch}", *NVRTC_OPTIONS]

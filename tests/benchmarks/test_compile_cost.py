@@ -18,7 +18,18 @@ def test_compile_cost_times_every_sampled_kernel_every_way(tmp_path, capsys):
     out = tmp_path / "cost.json"
     assert (
         compile_cost.main(
-            ["matmul", "64", "48", "32", "--samples", "2", "--json", str(out), "--split-entries"]
+            [
+                "matmul",
+                "64",
+                "48",
+                "32",
+                "--samples",
+                "2",
+                "--json",
+                str(out),
+                "--split-entries",
+                "--fresh",
+            ]
         )
         == 0
     )
