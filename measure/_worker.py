@@ -116,7 +116,9 @@ class Worker:
         args = [ArgSpec.from_dict(a) for a in req["args"]]
         launches = [Launch.from_dict(x) for x in req["launches"]]
         module = drv.module_from_buffer(req["cubin"])
-        calls = [self._prepare(module, launch) for launch in launches]
+        # entry functions compiled apart: each from its own module (all kept alive to the end)
+        apart = {name: drv.module_from_buffer(c) for name, c in req.get("entry_cubins", {}).items()}
+        calls = [self._prepare(apart.get(x.kernel_name, module), x) for x in launches]
         buffers = [drv.mem_alloc(max(1, a.nbytes)) for a in args]
         rotated: list = []  # the extra buffer sets timing cycles through, freed with the rest
         try:

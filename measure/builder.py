@@ -16,6 +16,7 @@ from measure.compiler import COMPILERS, CompileOutcome, compile_kernel, compile_
 from measure.errors import CompileError, MeasureErrorKind, NvccNotFoundError
 from measure.hardware import HardwareParams, device_arch
 from measure.kernel_cache import KernelCache, cache_key, compiler_identity
+from measure.kernel_split import split_entries
 from measure.nvrtc import ENV_VAR as NVRTC_ENV_VAR
 from measure.nvrtc import NvrtcCompiler, find_nvrtc
 from measure.ptxas import KernelResources, find_nvcc
@@ -31,6 +32,9 @@ class BuildResult:
     error_msg: str = ""
     build_seconds: float = 0.0
     finished_at: float = 0.0  # time.perf_counter() when the build ended (this process's clock)
+    # entry functions compiled apart (`LocalBuilder(split_entries=True)`) that `cubin` does not
+    # hold: entry name -> the cubin that does; empty when `cubin` holds every entry
+    entry_cubins: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -45,6 +49,7 @@ class BuildResult:
             "error_kind": int(self.error_kind),
             "error_msg": self.error_msg,
             "build_seconds": self.build_seconds,
+            "entry_cubins": self.entry_cubins,
         }
 
     @classmethod
@@ -56,6 +61,7 @@ class BuildResult:
             MeasureErrorKind(data["error_kind"]),
             data["error_msg"],
             data["build_seconds"],
+            entry_cubins=dict(data.get("entry_cubins") or {}),
         )
 
 
@@ -86,7 +92,10 @@ class LocalBuilder:
     Compiled kernels are kept (`kernel_cache`, measure/kernel_cache.py), keyed by source, arch,
     options and compiler: a source met again is not compiled again. In memory by default;
     `cache_dir` (e.g. `kernel_cache.DEFAULT_FOLDER`) keeps them on disk as well, for later
-    processes.
+    processes. `split_entries=True` compiles each entry function of a source of several apart
+    (measure/kernel_split.py), each its own cache entry: a candidate that changes only one
+    kernel of a program compiles only that one. The machine code is the same; the result then
+    holds one cubin per entry (`BuildResult.entry_cubins`). Off by default.
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
@@ -103,6 +112,7 @@ class LocalBuilder:
         extra_flags: Sequence[str] = (),
         compiler: str = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
+        split_entries: bool = False,
     ) -> None:
         if compiler not in COMPILERS:
             raise ValueError(f"compiler must be one of {COMPILERS}, got {compiler!r}")
@@ -116,6 +126,7 @@ class LocalBuilder:
         self.hardware = hardware or HardwareParams()
         self.arch = arch or device_arch() or self.hardware.arch
         self.extra_flags = tuple(extra_flags)
+        self.split_entries = split_entries
         self.compiler_used = self._choose_compiler(compiler)
         self.nvcc = find_nvcc() if self.compiler_used == "nvcc" else None
         self.kernel_cache = KernelCache(cache_dir)
@@ -183,6 +194,13 @@ class LocalBuilder:
         problem = artifact.validate()
         if problem:
             return BuildResult(None, {}, MeasureErrorKind.INSTANTIATION_ERROR, problem)
+        apart = self._compile_apart(artifact.source) if self.split_entries else None
+        if apart is not None:
+            first, entry_cubins, every_kernel = apart
+            kind, message = check_resources(artifact, every_kernel, self.hardware)
+            if kind != MeasureErrorKind.NO_ERROR:
+                return BuildResult(None, every_kernel, kind, message)
+            return BuildResult(first, every_kernel, entry_cubins=entry_cubins)
         kind, message, cubin, kernels = self._compile_cached(artifact.source)
         if kind == MeasureErrorKind.COMPILE_ERROR and kernels:
             # ptxas reported the kernel and then failed: NVRTC's log names no reason when a
@@ -245,6 +263,31 @@ class LocalBuilder:
         being compiled by another build thread)."""
         key = cache_key(source, self.arch, self._compiler_identity, self.extra_flags)
         return self.kernel_cache.get_or_compile(key, lambda: self._compile(source))
+
+    def _compile_apart(
+        self, source: str
+    ) -> tuple[bytes, dict[str, bytes], dict[str, KernelResources]] | None:
+        """(the first entry's cubin, the other entries' cubins by name, every entry's resources)
+        with each entry function compiled apart (and cached), or None when the source does not
+        split or a part does not compile: then the whole source is compiled, and reports its
+        errors as it would unsplit."""
+        parts = split_entries(source)
+        if not parts:
+            return None
+        first: bytes | None = None
+        entry_cubins: dict[str, bytes] = {}
+        kernels: dict[str, KernelResources] = {}
+        for part in parts:
+            kind, _, cubin, part_kernels = self._compile_cached(part)
+            if kind != MeasureErrorKind.NO_ERROR or cubin is None:
+                return None
+            if first is None:
+                first = cubin
+            else:
+                entry_cubins.update(dict.fromkeys(part_kernels, cubin))
+            kernels.update(part_kernels)
+        assert first is not None  # split_entries gives two parts or more
+        return first, entry_cubins, kernels
 
     def _compile(self, source: str) -> CompileOutcome:
         if compile_arch(source, self.arch) != self.arch:  # sm_90a: not this builder's workers

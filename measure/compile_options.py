@@ -13,6 +13,23 @@ ptxas, but their defaults differ in two ways that change the code:
 `-O3` is nvcc's host optimisation level (the device code is optimised fully by default in both);
 `-Xptxas -v` / `--ptxas-options=--verbose` make ptxas print the resources that `parse_ptxas`
 reads. tests/measure/test_measure_compiler.py checks that both back ends give the same SASS.
+
+`NVRTC_SPEED_OPTIONS` only make NVRTC compile faster; they never change the code (the same
+test, and the SASS of sampled search candidates, compared with and without them):
+
+- `no-cache`: NVRTC 12.9+ keeps every program it compiles in the driver's compute cache (a key
+  hashed from source and options, the cubin written to disk). The builder has its own cache
+  (measure/kernel_cache.py), and each source it compiles carries a unique kernel (`nvrtc.py`),
+  so NVRTC's cache is only ever written, never read.
+- `pch`: NVRTC 12.8+ precompiles the headers a source starts with (cuda_fp16.h, cuda_bf16.h,
+  mma.h: the front end's largest cost for half-precision kernels) into a file of the folder
+  named, and later compilations of the same worker with the same leading directives load it
+  instead of parsing them again. One folder per worker (`nvrtc.NvrtcCompiler`). Warning 630
+  ("the initial directives are not compatible with the precompiled header") only says that a
+  source of other headers makes its own.
+
+Each group is used only where the worker's library accepts it (older NVRTC does not know
+them); `{pch_dir}` stands for the worker's folder.
 """
 
 from __future__ import annotations
@@ -20,6 +37,12 @@ from __future__ import annotations
 MAX_REGISTERS = 255
 
 NVRTC_OPTIONS = ("--ptxas-options=--verbose", f"--maxrregcount={MAX_REGISTERS}")
+
+# group name -> options (str.format fields: pch_dir)
+NVRTC_SPEED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "no-cache": ("--no-cache",),
+    "pch": ("--pch", "--pch-dir={pch_dir}", "--pch-messages=false", "--diag-suppress=630"),
+}
 
 NVCC_OPTIONS = (
     "-O3",

@@ -7,10 +7,12 @@ still runs (in-process), and `--ptxas-options=--verbose` gives the same resource
 `parse_ptxas` reads.
 
 Each `NvrtcCompiler` owns one worker process (`python -m measure._nvrtc_worker`, like the
-runner's) that loads libnvrtc once; a compilation that runs past its timeout kills the worker,
-and the next compilation starts a fresh one. `find_nvrtc()` locates the library:
-`$AUTOSCHED_NVRTC` (a path, or `0`/`off` to disable NVRTC), the CUDA toolkit next to nvcc,
-`$CUDA_HOME`, the NVIDIA pip wheels on `sys.path`, then the loader's search path.
+runner's) that loads libnvrtc once, and a folder for the worker's precompiled headers (removed
+with the worker: NVRTC removes its files only when its process ends normally); a compilation
+that runs past its timeout kills the worker, and the next compilation starts a fresh one.
+`find_nvrtc()` locates the library: `$AUTOSCHED_NVRTC` (a path, or `0`/`off` to disable
+NVRTC), the CUDA toolkit next to nvcc, `$CUDA_HOME`, the NVIDIA pip wheels on `sys.path`, then
+the loader's search path.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import functools
 import glob
 import itertools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 
 from measure.compile_options import NVRTC_OPTIONS
@@ -159,6 +164,8 @@ class NvrtcCompiler:
         self.path = path
         self.arch = arch
         self._worker: ReadyWorker | None = None
+        self._remove_pch_dir: weakref.finalize | None = None
+        self.pch_dir: str | None = None  # the running worker's folder of precompiled headers
         self.worker_starts = 0
 
     @property
@@ -169,11 +176,20 @@ class NvrtcCompiler:
     def start(self) -> ReadyWorker:
         """Start the worker now (compile starts it when needed) and return it; OSError when it
         cannot."""
+        self.close()  # a worker that died, and its folder
         self.worker_starts += 1
+        try:
+            self.pch_dir = tempfile.mkdtemp(prefix="autosched_nvrtc_pch_")
+        except OSError:  # no temporary folder: the worker parses the headers every time
+            self.pch_dir = None
+        else:
+            # also when this compiler is collected, or at exit (after the worker is killed)
+            self._remove_pch_dir = weakref.finalize(self, shutil.rmtree, self.pch_dir, True)
+        folder = [self.pch_dir] if self.pch_dir is not None else []
         # start-up (interpreter, imports, loading libnvrtc) is not counted in a kernel's timeout
         try:
             worker = start_ready_worker(
-                self, "measure._nvrtc_worker", self.path, self.arch, timeout=START_TIMEOUT
+                self, "measure._nvrtc_worker", self.path, self.arch, *folder, timeout=START_TIMEOUT
             )
         except WorkerStartError as exc:
             self.close()
@@ -222,8 +238,17 @@ class NvrtcCompiler:
             return kind, message, None, kernels
         return MeasureErrorKind.NO_ERROR, "", cubin, kernels
 
+    @property
+    def speed_options(self) -> list[str]:
+        """The groups of `compile_options.NVRTC_SPEED_OPTIONS` the running worker compiles with
+        (those its library accepts); empty when no worker runs."""
+        return list(self._worker.hello.get("speed_options", [])) if self._worker else []
+
     def close(self) -> None:
-        """Stop the worker (it restarts on the next `compile`)."""
+        """Stop the worker (it restarts on the next `compile`) and remove its folder."""
         if self._worker is not None:
             self._worker.finalizer()  # kill_worker, once
         self._worker = None
+        if self._remove_pch_dir is not None:
+            self._remove_pch_dir()  # once
+        self._remove_pch_dir = self.pch_dir = None

@@ -240,12 +240,20 @@ class LocalRunner:
                 results.append(RunResult((), kind, build.error_msg or "no cubin"))
                 continue
             ref = references.get(artifact.reference_id) if artifact.reference_id else None
-            results.append(self._run_one(artifact, build.cubin, ref))
+            results.append(self._run_one(artifact, build.cubin, ref, build.entry_cubins))
         return results
 
-    def _run_one(self, artifact: KernelArtifact, cubin: bytes, ref: Reference | None) -> RunResult:
+    def _run_one(
+        self,
+        artifact: KernelArtifact,
+        cubin: bytes,
+        ref: Reference | None,
+        entry_cubins: dict[str, bytes] | None = None,
+    ) -> RunResult:
         worker = self.start()
         request = self._request(artifact, cubin, ref)
+        if entry_cubins:  # entry functions compiled apart: the cubins `cubin` does not hold
+            request["entry_cubins"] = entry_cubins
         started = time.monotonic()
         try:
             write_frame(worker.stdin, request)

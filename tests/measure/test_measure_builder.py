@@ -332,6 +332,8 @@ def test_artifact_and_results_roundtrip_through_msgpack():
     assert back.launches[0].grid == (4, 2, 1)
     build = BuildResult(b"\x7fELF..", {"k1": KernelResources(10, 1024)}, build_seconds=1.5)
     assert BuildResult.from_dict(unpack(pack(build.to_dict()))) == build
+    apart = dataclasses.replace(build, entry_cubins={"k2": b"\x7fELF.."})
+    assert BuildResult.from_dict(unpack(pack(apart.to_dict()))) == apart
     hw = HardwareParams(num_sms=108, arch="sm_80")
     assert HardwareParams.from_dict(unpack(pack(hw.to_dict()))) == hw
     result = MeasureResult((1e-5, 2e-5), MeasureErrorKind.NO_ERROR, "", 1.0, 0.5, build.kernels)

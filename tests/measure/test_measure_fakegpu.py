@@ -418,3 +418,17 @@ def test_worker_settles_its_streams_before_every_timing(fake_pycuda):
     assert worker.settler is settler
     assert len(drv.prepared) == 6 * SETTLE_LAUNCHES
     assert {stream for _, stream, _ in drv.prepared} == {None, worker.side_stream, worker.stream}
+
+
+def test_an_entry_compiled_apart_runs_from_its_own_cubin(fake_pycuda):
+    """`BuildResult.entry_cubins` names the cubin of each entry function compiled apart: the
+    worker launches that entry from it, not from `cubin` (whose kernel here adds wrongly)."""
+    art, _ = candidate("add")
+    apart = BuildResult(b"wrong", {}, entry_cubins={"k": b"add"})
+    whole = BuildResult(b"wrong", {})
+    with LocalRunner(number=1, repeat=1, timeout=20.0, rotate_inputs=False) as runner:
+        results = runner.run([art, art], [apart, whole], {"add": add_reference()})
+    assert [r.error_kind for r in results] == [
+        MeasureErrorKind.NO_ERROR,
+        MeasureErrorKind.WRONG_ANSWER,
+    ], [r.error_msg for r in results]
