@@ -28,6 +28,7 @@ import pytest
 
 from autosched import build
 from autosched.task.evaluate import evaluate
+from autosched.te.dtype import from_storage, to_storage
 from tests.workloads_for_tests import (
     AUTOTVM_CONV_CFG,
     AUTOTVM_SEED_BEST,
@@ -60,10 +61,10 @@ def run_on_gpu(dag, state, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-4
     temps = {b.name for b in kernel.program.temps}
     rng = np.random.default_rng(seed)
     args = [a for a in kernel.args if a.name not in temps]
-    arrays = [
-        np.full(a.shape, np.nan, a.dtype)
+    arrays = [  # in their storage dtypes (bfloat16 as uint16 bits)
+        to_storage(np.full(a.shape, np.nan), a.dtype)
         if a.is_output
-        else rng.uniform(-1, 1, a.shape).astype(a.dtype)
+        else to_storage(rng.uniform(-1, 1, a.shape), a.dtype)
         for a in args
     ]
     named = {a.name: x for a, x in zip(args, arrays, strict=True)}
@@ -73,9 +74,11 @@ def run_on_gpu(dag, state, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-4
     outputs = [a.name for a in kernel.args if a.is_output and a.name not in temps]
     assert outputs, "the kernel has no output argument"
     for name in outputs:
-        got = named[name]
+        dtype = next(a.dtype for a in args if a.name == name)
+        got = from_storage(named[name], dtype)
         assert np.isfinite(got).all(), f"{name}: the GPU left NaNs (elements not written)"
-        np.testing.assert_allclose(got, expected[name], rtol=rtol, atol=atol, err_msg=name)
+        want = from_storage(expected[name], dtype)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
     return kernel
 
 
