@@ -40,6 +40,7 @@ from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.warp_context import active_units
 from autosched.te.dtype import BYTES, from_storage
 
 G = wl.WARPGROUP_THREADS
@@ -125,18 +126,14 @@ class WgmmaRun:
         run = self.run
         if run.T % G or run.k.block[0] != ir.WARP_SIZE:
             self.fail(s, f"needs blockDim.x == 32 and whole warpgroups ({run.k.block} threads)")
-        lanes = np.ones(run.L, bool) if mask is None else np.broadcast_to(mask, (run.L,))
-        per = lanes.reshape(-1, G)
-        active = per.any(axis=1)
-        partial = np.flatnonzero(active & ~per.all(axis=1))
-        if partial.size:
-            w = int(partial[0])
+        groups, w, count = active_units(run, mask, G)
+        if w is not None:
             self.fail(
                 s,
-                f"reached by {int(per[w].sum())} of {G} threads of the warpgroup of "
+                f"reached by {count} of {G} threads of the warpgroup of "
                 f"{run.where(w * G)} (divergent warpgroup op)",
             )
-        return np.flatnonzero(active)
+        return groups
 
     def value(self, s: Any, e: Any, groups: np.ndarray, mask: Any, what: str) -> np.ndarray:
         """`e` per warpgroup, checking that its 128 threads agree."""

@@ -114,6 +114,18 @@ class _KernelVerifier:
                     )
                 self.expr(node.indices[0], where, "int")
 
+    def tile_number(self, frag: Any, tile: Expr, where: str) -> None:
+        """`tile`, a tile of fragment `frag`, is an int expression within its tiles over the
+        loop extents (warp and warpgroup statements alike)."""
+        self.expr(tile, where, "int")
+        tiles = frag.size // ir.tile_elems(frag)
+        lo, hi = expr_bounds(tile, self.ranges)
+        if lo < 0 or hi >= tiles:
+            self.fail(
+                f"{where}: tile number {expr_str(tile)} of {frag.name} ranges over {lo}..{hi}, "
+                f"beyond its {tiles} tiles"
+            )
+
     def buffer(self, b: Any, where: str, fragment: bool = False) -> None:
         """`b` is a param or allocation of the kernel; a fragment only where `fragment`."""
         if not isinstance(b, ir.Buffer):
@@ -292,14 +304,7 @@ class _WarpRules:
         kv.buffer(frag, where, fragment=True)
         if frag.scope not in scopes:
             kv.fail(f"{where}: {frag.name} has scope {frag.scope}, expected one of {scopes}")
-        kv.expr(tile, where, "int")
-        tiles = frag.size // ir.tile_elems(frag)
-        lo, hi = expr_bounds(tile, kv.ranges)
-        if lo < 0 or hi >= tiles:
-            kv.fail(
-                f"{where}: tile number {expr_str(tile)} of {frag.name} ranges over {lo}..{hi}, "
-                f"beyond its {tiles} tiles"
-            )
+        kv.tile_number(frag, tile, where)
 
     def memory_tile(self, s: ir.WarpStmt, m: Any, where: str) -> None:
         kv = self.kv

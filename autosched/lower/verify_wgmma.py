@@ -78,14 +78,7 @@ class WarpgroupRules:
                 f"{where}: {acc.name} is {acc.dtype} with N = {acc.shape[-1]}; wgmma "
                 f"accumulates float32, N a multiple of {wl.N_STEP} up to {wl.N_MAX}"
             )
-        kv.expr(tile, where, "int")
-        tiles = acc.size // ir.tile_elems(acc)
-        lo, hi = expr_bounds(tile, kv.ranges)
-        if lo < 0 or hi >= tiles:
-            kv.fail(
-                f"{where}: tile {expr_str(tile)} of {acc.name} ranges over {lo}..{hi}, "
-                f"beyond its {tiles} tiles"
-            )
+        kv.tile_number(acc, tile, where)
 
     def mma_accumulator(self, s: wi.WgmmaMma, where: str) -> None:
         """A wgmma's accumulator: a warpgroup one of width N, or N / 16 tiles of an mma-flavour

@@ -28,6 +28,20 @@ def layout_steps(shape: tuple[int, int]) -> dict[str, tuple[np.ndarray, np.ndarr
     return dict(zip(ir.MATRIX_LAYOUTS, ((rows, cols), (cols, rows)), strict=True))
 
 
+def active_units(run: Any, mask: Any, size: int) -> tuple[np.ndarray, int | None, int]:
+    """The units of `size` consecutive threads (warps, warpgroups; global ids) with an active
+    lane under `mask`, and the first unit only partly active with its active count (None, 0
+    when every active unit is whole): what a collective instruction needs."""
+    lanes = np.ones(run.L, bool) if mask is None else np.broadcast_to(mask, (run.L,))
+    per_unit = lanes.reshape(-1, size)
+    active = per_unit.any(axis=1)
+    partial = np.flatnonzero(active & ~per_unit.all(axis=1))
+    if partial.size:
+        w = int(partial[0])
+        return np.flatnonzero(active), w, int(per_unit[w].sum())
+    return np.flatnonzero(active), None, 0
+
+
 class WarpContext:
     """The active warps of one warp statement and the lane-uniform values of its expressions."""
 
@@ -37,17 +51,13 @@ class WarpContext:
             self.fail(
                 f"needs whole warps, but a block has {run.T} threads (blockDim.x == {ir.WARP_SIZE})"
             )
-        lanes = np.ones(run.L, bool) if mask is None else np.broadcast_to(mask, (run.L,))
-        per_warp = lanes.reshape(-1, ir.WARP_SIZE)
-        active = per_warp.any(axis=1)
-        partial = np.flatnonzero(active & ~per_warp.all(axis=1))
-        if partial.size:
-            w = int(partial[0])
+        warps, w, count = active_units(run, mask, ir.WARP_SIZE)
+        if w is not None:
             self.fail(
-                f"reached by only {int(per_warp[w].sum())} of {ir.WARP_SIZE} lanes of the warp of "
+                f"reached by only {count} of {ir.WARP_SIZE} lanes of the warp of "
                 f"{run.where(w * ir.WARP_SIZE)} (divergent warp op)"
             )
-        self.warps = np.flatnonzero(active)  # global warp ids
+        self.warps = warps  # global warp ids
         self.lane0 = self.warps * ir.WARP_SIZE  # the lane standing for each warp
         self.blocks = run.ix["block"][self.lane0]
         self.mask = mask
