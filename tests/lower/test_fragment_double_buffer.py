@@ -260,18 +260,23 @@ def test_the_init_rule_draws_it_where_the_fragments_cross_tiles():
         SketchParams(fragment_double_buffers=())
 
 
+def doubled_mma_sampler(dag) -> SketchSampler:
+    """A sampler of mma states whose shared tiles and fragments are all double-buffered."""
+    params = SketchParams(
+        tensor_core_instructions=("mma",),
+        double_buffer_probability=1.0,
+        fragment_double_buffers=(True,),
+    )
+    return SketchSampler(generate_sketches(dag, None, params), None, params)
+
+
 def test_sampled_double_buffered_states_match_numpy():
     """mma states drawn with double-buffered shared tiles (4 tiles of 2 k-steps) and doubled
     fragments, on the interpreter."""
     from tests.sketch.test_tensor_core_sketch import tc_dag
 
     dag = tc_dag("matmul_fp16", args=(32, 32, 128))
-    params = SketchParams(
-        tensor_core_instructions=("mma",),
-        double_buffer_probability=1.0,
-        fragment_double_buffers=(True,),
-    )
-    sampler = SketchSampler(generate_sketches(dag, None, params), None, params)
+    sampler = doubled_mma_sampler(dag)
     inputs = half_inputs(dag)
     expected = evaluate(dag, inputs)
     crossed = 0
@@ -295,12 +300,7 @@ def test_gpu_matches_numpy():
     from tests.sketch.test_tensor_core_sketch import tc_dag
 
     dag = tc_dag("matmul_fp16", args=(256, 256, 512))
-    params = SketchParams(
-        tensor_core_instructions=("mma",),
-        double_buffer_probability=1.0,
-        fragment_double_buffers=(True,),
-    )
-    sampler = SketchSampler(generate_sketches(dag, None, params), None, params)
+    sampler = doubled_mma_sampler(dag)
     inputs = half_inputs(dag)
     expected = evaluate(dag, inputs)
     (out,) = dag.outputs
