@@ -209,14 +209,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _tasks_tuned(run: dict) -> str | None:
+    """ "tuned / tasks" of a run that got as far as tuning."""
+    if "tasks_tuned" not in run:
+        return None
+    return f"{run['tasks_tuned']} / {len(run.get('tasks', []))}"
+
+
 def model_row(run: dict) -> list:
     """A run's cells under COLUMNS (blank where it failed before the figure)."""
-    n_tasks = len(run.get("tasks", []))
-    tuned = f"{run['tasks_tuned']} / {n_tasks}" if "tasks_tuned" in run else None
     return [
         run["batch"],
         run["dtype"],
-        tuned,
+        _tasks_tuned(run),
         run.get("flop_coverage"),
         run.get("trials"),
         run.get("tuning_s"),
@@ -251,11 +256,21 @@ def summary_table(runs: list[dict]) -> Table:
     """Every configuration in one table (the per-model tables below give the details)."""
     rows = []
     for run in runs:
-        full = model_row(run)
         tuning_s = run.get("tuning_s")
         rows.append(
-            [run["model"], *full[:3], None if tuning_s is None else tuning_s / 60]
-            + [full[6], full[7], full[8], full[10], full[13], run.get("commit")]
+            [
+                run["model"],
+                run["batch"],
+                run["dtype"],
+                _tasks_tuned(run),
+                None if tuning_s is None else tuning_s / 60,
+                run.get("ours_us"),
+                run.get("eager_us"),
+                run.get("inductor_us"),
+                _ratio(run.get("inductor_us"), run.get("ours_us")),
+                run.get("matches_eager"),
+                run.get("commit"),
+            ]
         )
     machines = ", ".join(sorted({r.get("machine", "?") for r in runs}))
     commits = ", ".join(sorted({r.get("commit", "?") for r in runs}))

@@ -38,11 +38,12 @@ class MemoryLayout:
         for x, group in zip(index, self.groups, strict=True):
             sizes = [self.torch_shape[d] for d in group]
             for j, d in enumerate(group):
-                inner = math.prod(sizes[j + 1 :])
-                digit = x // inner if inner > 1 else x
-                logical[d] = digit % sizes[j] if j > 0 and sizes[j] > 1 else digit
                 if sizes[j] == 1:
                     logical[d] = 0
+                    continue
+                inner = math.prod(sizes[j + 1 :])
+                digit = x // inner if inner > 1 else x
+                logical[d] = digit % sizes[j] if j > 0 else digit
         return tuple(logical[d] for d in self.order)
 
 

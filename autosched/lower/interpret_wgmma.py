@@ -40,7 +40,7 @@ from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.dispatch import TypeTable
-from autosched.lower.warp_context import active_units
+from autosched.lower.warp_context import active_units, track_collective_read
 from autosched.te.dtype import BYTES, from_storage
 
 G = wl.WARPGROUP_THREADS
@@ -378,15 +378,7 @@ class WgmmaRun:
         return from_storage(mem[blocks[:, None, None], idx], buf.dtype).astype(np.float32)
 
     def _track_read(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
-        run = self.run
-        tr = run.trackers[id(buf)]
-        t = run.ix["tid"][lanes]
-        bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            run._race(buf, int(keys[j]), int(lanes[j]), "reads (wgmma)", "wrote")
-        np.minimum.at(tr.rmin, keys, t)
-        np.maximum.at(tr.rmax, keys, t + G - 1)
+        track_collective_read(self.run, buf, keys, lanes, G, "reads (wgmma)")
 
     def shared_written(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
         """Record ordinary stores into shared memory: a wgmma may read them after a ProxyFence."""

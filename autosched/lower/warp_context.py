@@ -128,21 +128,35 @@ class WarpContext:
         return buf, arr, idx
 
 
-def track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarray) -> None:
-    """Race checks of a warp's shared-memory read: what another thread wrote since the last
-    barrier races; the warp's 32 lanes are recorded as readers."""
+def track_collective_read(
+    run: Any, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray, size: int, what: str
+) -> None:
+    """Race checks of a shared-memory read by units of `size` threads (warps, warpgroups),
+    `lanes` the first thread of the unit reading each key: what another thread wrote since the
+    last barrier races; the unit's threads are recorded as readers."""
     tr = run.trackers[id(buf)]
-    lanes = np.repeat(ctx.lane0, keys.size // ctx.lane0.size)
     t = run.ix["tid"][lanes]
     bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
-        run._race(buf, int(keys[j]), int(lanes[j]), "reads", "wrote")
+        run._race(buf, int(keys[j]), int(lanes[j]), what, "wrote")
     np.minimum.at(tr.rmin, keys, t)
-    np.maximum.at(tr.rmax, keys, t + ir.WARP_SIZE - 1)
+    np.maximum.at(tr.rmax, keys, t + size - 1)
 
 
-__all__ = ["WarpContext", "layout_steps", "track_warp_read"]
+def track_warp_read(run: Any, ctx: WarpContext, buf: ir.Buffer, keys: np.ndarray) -> None:
+    """Race checks of a warp's shared-memory read (`track_collective_read`)."""
+    lanes = np.repeat(ctx.lane0, keys.size // ctx.lane0.size)
+    track_collective_read(run, buf, keys, lanes, ir.WARP_SIZE, "reads")
+
+
+__all__ = [
+    "WarpContext",
+    "active_units",
+    "layout_steps",
+    "track_collective_read",
+    "track_warp_read",
+]
 
 
 def fill_fragment(run: Any, s: ir.FragmentFill, mask: Any) -> None:

@@ -37,10 +37,9 @@ from autosched.search.mutations import (
 from autosched.sketch.factorization import pick
 from autosched.sketch.fragment_double_buffer import eligible
 from autosched.sketch.pipeline_stages import DOUBLE, group_draw, pipelined_bytes
-from autosched.sketch.tensor_core_instruction import MMA, WGMMA
+from autosched.sketch.tensor_core_instruction import MMA, WGMMA, WMMA
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 
-WMMA = "wmma"  # the family of a stage without a TC record
 _TAIL_TAGS = (TensorCoreInstructionStep.TAG, PipelineStagesStep.TAG, FragmentDoubleBufferStep.TAG)
 
 

@@ -200,10 +200,11 @@ class DoubleBufferStep(Step):
 @dataclass(frozen=True, slots=True)
 class TensorCoreInstructionStep(Step):
     """The instruction family that the tensorized multiply-accumulate of accumulator stage
-    `stage_id` and the fragments it reads become: "wmma" (nvcuda::wmma fragments, the default)
-    or "mma" (per-lane registers, `ldmatrix` from shared memory and `mma.sync` m16n8k16;
-    float16 / bfloat16 operands). Lowering gives the choice to the fragment buffers
-    (`ir.Buffer.fragment_flavour`)."""
+    `stage_id` and the fragments it reads become: "wmma" (nvcuda::wmma fragments, the default),
+    "mma" (per-lane registers, `ldmatrix` from shared memory and `mma.sync` m16n8k16;
+    float16 / bfloat16 operands) or "wgmma" (Hopper's warpgroup MMA reading shared memory
+    through descriptors, `lower/warpgroup_mma.py`). Lowering gives the choice to the fragment
+    buffers (`ir.Buffer.fragment_flavour`)."""
 
     TAG: ClassVar[str] = "TC"
     stage_id: int
