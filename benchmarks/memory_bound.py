@@ -380,14 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for name in selected(ns):
         task, state, recorded, trials, wall = tune(name, ns)
-        kernel = autosched.build(task.compute_dag, state)
-        with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
-            f.write(kernel.source)
-        try:
-            timed = compare(name, kernel)
-        except Exception as exc:  # the search's records are kept; say why this row is missing
-            print(f"{name}: comparison with PyTorch failed: {exc!r}", flush=True)
+        compared = report.compared_kernel(name, task, state, ns.out, compare)
+        if compared is None:
             continue
+        _, timed = compared
         runs.append(
             {
                 "name": name,
@@ -401,11 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         report.write_results(memory_bound_results(runs), root=ns.out)  # kept if cut short
         print(f"{name}: {row(runs[-1])}", flush=True)
-    results = memory_bound_results(runs)
-    if ns.publish:
-        report.write_results(results)
-        report.main([])
-    print(results.markdown(), flush=True)
+    report.finish(memory_bound_results(runs), ns.publish)
     return 0
 
 

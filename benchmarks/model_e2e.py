@@ -340,11 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     for config in configs(ns.models, ns.batches, ns.dtypes):
         runs.append({**run_config(config, ns.trials, ns.minutes, ns), **where})
         write_results(model_results(runs), root=ns.out)  # a run cut short keeps what it measured
-    results = model_results(runs)
-    if ns.publish:
-        write_results(results)
-        report.main([])
-    print(results.markdown(), flush=True)
+    report.finish(model_results(runs), ns.publish)
     return 0
 
 

@@ -379,11 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         args = (ns.model, ns.model_batch, budget, ns.model_per_round, ns.model_parallel)
         section("model_1gpu", model_tuning, *args, devices[:1], ns.out, "1gpu")
         section("model_all", model_tuning, *args, devices, ns.out, "all")
-    results = multi_gpu_results(figures, where)
-    if ns.publish:
-        write_results(results)
-        report.main([])
-    print(results.markdown(), flush=True)
+    report.finish(multi_gpu_results(figures, where), ns.publish)
     return 0
 
 

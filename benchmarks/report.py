@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -219,6 +220,33 @@ def provenance(module: str, commit: str | None, argv: list[str] | None) -> dict[
         "commit": commit or git_commit(),
         "command": command_line(module, args),
     }
+
+
+def compared_kernel(
+    name: str, task: Any, state: Any, out: str, compare: Callable[[str, Any], dict]
+) -> tuple[Any, dict] | None:
+    """The kernel of a search's best `state` of workload `name`, its CUDA source written to
+    OUT/<name>.cu, and `compare(name, kernel)`'s figures beside PyTorch; None, with one line
+    saying why, where the comparison failed (the search's records are kept)."""
+    import autosched
+
+    kernel = autosched.build(task.compute_dag, state)
+    with open(os.path.join(out, f"{name}.cu"), "w") as f:
+        f.write(kernel.source)
+    try:
+        return kernel, compare(name, kernel)
+    except Exception as exc:
+        print(f"{name}: comparison with PyTorch failed: {exc!r}", flush=True)
+        return None
+
+
+def finish(results: Results, publish: bool) -> None:
+    """The end of a benchmark run: with --publish its results folder and docs/PERFORMANCE.md
+    rewritten; its tables printed."""
+    if publish:
+        write_results(results)
+        main([])
+    print(results.markdown(), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

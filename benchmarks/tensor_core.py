@@ -416,17 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     where = report.provenance("benchmarks.tensor_core", ns.commit, argv)
     runs = []
     for name in expand_names(ns.workloads):
-        import autosched
-
         task, state, recorded, trials, wall = tune(name, ns)
-        kernel = autosched.build(task.compute_dag, state)
-        with open(os.path.join(ns.out, f"{name}.cu"), "w") as f:
-            f.write(kernel.source)
-        try:
-            timed = compare(name, kernel)
-        except Exception as exc:  # the search's records are kept; say why this row is missing
-            print(f"{name}: comparison with PyTorch failed: {exc!r}", flush=True)
+        compared = report.compared_kernel(name, task, state, ns.out, compare)
+        if compared is None:
             continue
+        kernel, timed = compared
         run = {
             "name": name,
             "flop": task.compute_dag.flop_count,
@@ -440,11 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         runs.append(run)
         write_results(tensor_core_results(runs), root=ns.out)  # kept if the run is cut short
-    results = tensor_core_results(runs)
-    if ns.publish:
-        write_results(results)
-        report.main([])
-    print(results.markdown(), flush=True)
+    report.finish(tensor_core_results(runs), ns.publish)
     return 0
 
 
