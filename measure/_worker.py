@@ -10,12 +10,13 @@ Timing replays CUDA graphs of the candidate's launches (measure.cuda_graph), so 
 a few microseconds is timed by the GPU's time, not by the host's launch rate; where the driver
 refuses graphs it times back-to-back launches instead and says so in the reply (`timing`). A
 request's `rotate_bytes` makes consecutive timed runs cycle through copies of the buffers
-(measure.rotation), so that operands are read from memory, not from a warm L2 cache.
+(measure.rotation), so that operands are read from memory, not from a warm L2 cache. How many
+runs and repeats a candidate gets, and whether it stops early at the request's `cost_bound`, is
+measure.timing_plan's decision; measure.timers does the timing.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 import sys
@@ -25,19 +26,16 @@ import numpy as np
 
 from measure.artifact import ArgSpec, Launch
 from measure.bfloat16 import storage_dtype
-from measure.cuda_graph import Graph, GraphDriver, GraphError, load_graph_driver, stream_handle
+from measure.cuda_graph import GraphDriver, GraphError, load_graph_driver
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
 from measure.launch_state import LaunchSettler
+from measure.lead_in import LeadIn
 from measure.reference import Reference, compare_outputs, random_array
 from measure.rotation import copy_sets, rotation_copies, set_pointers
+from measure.timers import BackToBackTimer, GraphTimer
+from measure.timing_plan import Timing, TimingSettings, time_candidate
 
-MAX_NUMBER = 1 << 20  # runs of the launch sequence per repeat, at most
-# Kernel launches per captured graph, at most: a longer repeat replays the graph several times.
-# Capturing and instantiating cost host time per launch, and the gap between consecutive replays
-# on the GPU is small beside a replay of this many launches, so a larger graph would only cost
-# time.
-MAX_GRAPH_LAUNCHES = 1024
 _STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
 
 
@@ -58,9 +56,11 @@ class Worker:
         self.stream = None  # the stream graphs are captured and replayed on, made on first use
         self.side_stream = None  # where settling launches besides the graph stream, made with it
         self.settler: LaunchSettler | None = None  # made with the streams
+        self.lead_in: LeadIn | None = None  # the probes' spin kernel, made with the streams
         self.unsettled_said = False  # whether a failed settling was reported (once)
         self.graph_failures = 0
         self.back_to_back = False  # whether the last candidate was timed back-to-back
+        self.stopped_early = False  # whether the last candidate's timing stopped at its bound
         self.references: dict[str, Reference] = {}
         self.phases: dict[str, float] = {}  # seconds per phase of the last candidate
         self.bounds: dict = {}  # ref_id -> output name -> allowed error (compare_outputs' cache)
@@ -82,6 +82,7 @@ class Worker:
             return _reply(MeasureErrorKind.UNKNOWN, f"reference {ref_id!r} was never sent")
         self.phases = {}
         self.back_to_back = False
+        self.stopped_early = False
         try:
             costs = self._measure(req, reference)
         except _Failure as exc:
@@ -102,6 +103,7 @@ class Worker:
             "fatal": False,
             "phases": self.phases,
             "timing": "back-to-back" if self.back_to_back else "graph",
+            "stopped_early": self.stopped_early,
         }
 
     def _forget(self, ref_id) -> None:
@@ -154,9 +156,10 @@ class Worker:
                 if message:
                     raise _Failure(MeasureErrorKind.WRONG_ANSWER, message)
             t2 = time.perf_counter()
-            costs = self._time(_Rotation(sequences), len(calls), req)
+            timing = self._time(_Rotation(sequences), len(calls), req)
             self.phases = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
-            return costs
+            self.stopped_early = timing.stopped_early
+            return timing.costs
         finally:
             for buf in buffers + rotated:
                 try:
@@ -213,14 +216,15 @@ class Worker:
                 self.drv.memcpy_htod(pristine[arg.name], data)
             self.drv.memcpy_dtod(buf, pristine[arg.name], data.nbytes)
 
-    def _time(self, run, launches_per_run: int, req: dict) -> list[float]:
+    def _time(self, run, launches_per_run: int, req: dict) -> Timing:
         """Seconds per run of the launch sequence (`run(stream, k)` enqueues the k-th), one per
-        repeat: from CUDA graph replays when the driver's graph API is usable and the request
-        does not say `graphs: False`, else (flagged in `back_to_back`) from back-to-back
-        launches."""
+        repeat, as measure.timing_plan decides (stopping early at the request's `cost_bound`):
+        from CUDA graph replays when the driver's graph API is usable and the request does not
+        say `graphs: False`, else (flagged in `back_to_back`) from back-to-back launches."""
+        settings = TimingSettings.from_request(req, run.sets)
         if self.graphs is not None and req.get("graphs", True):
             try:
-                return self._time_graph(run, launches_per_run, req)
+                return self._time_graph(run, launches_per_run, settings)
             except (GraphError, self.drv.Error) as exc:
                 # A capture refused by the driver is no fault of the candidate. Should the
                 # context be broken instead, the back-to-back launches below fail for real.
@@ -228,72 +232,29 @@ class Worker:
                     print(f"measure worker: timing back-to-back, not by graph: {exc}", flush=True)
                 self.graph_failures += 1
         self.back_to_back = True
-        return self._time_back_to_back(run, req)
+        return time_candidate(BackToBackTimer(self.drv, run), settings)
 
-    def _time_graph(self, run, launches_per_run: int, req: dict) -> list[float]:
-        """`number` runs captured in a CUDA graph (at most MAX_GRAPH_LAUNCHES launches, replayed
-        as often as needed), timed between events without the host's launch cost: the GPU time
-        of the kernels. `number` is calibrated as in `_time_back_to_back`."""
+    def _time_graph(self, run, launches_per_run: int, settings: TimingSettings) -> Timing:
+        """Runs captured in a CUDA graph and replayed (measure.timers.GraphTimer), timed between
+        events without the host's launch cost: the GPU time of the kernels."""
         assert self.graphs is not None
         if self.stream is None:
             self.stream = self.drv.Stream(_STREAM_NON_BLOCKING)
             self.side_stream = self.drv.Stream(_STREAM_NON_BLOCKING)
             self.settler = LaunchSettler(self.drv, self.device)
+            self.lead_in = LeadIn(self.drv, self.device)
+            if self.lead_in.error:
+                print(f"measure worker: probes lead in by replay: {self.lead_in.error}", flush=True)
         assert self.settler is not None
         unsettled = self.settler.settle([None, self.side_stream, self.stream])
         if unsettled and not self.unsettled_said:
             print(f"measure worker: timing in an unsettled context: {unsettled}", flush=True)
             self.unsettled_said = True
-        timer = _GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run)
+        timer = GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run, self.lead_in)
         try:
-            number, min_ms = max(run.sets, int(req["number"])), float(req["min_repeat_ms"])
-            repeat, cooldown = max(1, int(req["repeat"])), float(req.get("cooldown", 0))
-            # Calibrate from a probe of `number` runs (a replay carries no launch latency, so the
-            # probe's time per run predicts the next well); then the repeats, consecutively.
-            number, times = timer.repeats(number, 1)
-            while times[-1] < min_ms and number < MAX_NUMBER:
-                per_run = max(times[-1] / number, 1e-5)
-                number = min(MAX_NUMBER, max(number + 1, math.ceil(min_ms * 1.05 / per_run)))
-                number, times = timer.repeats(number, repeat if cooldown <= 0 else 1)
-            while len(times) < repeat:
-                if cooldown > 0:
-                    time.sleep(cooldown)
-                number, more = timer.repeats(number, repeat - len(times) if cooldown <= 0 else 1)
-                times += more
-            return [ms / number * 1e-3 for ms in times[:repeat]]
+            return time_candidate(timer, settings)
         finally:
             timer.close()
-
-    def _time_back_to_back(self, run, req: dict) -> list[float]:
-        """CUDA events around `number` back-to-back launches of the sequence per repeat: the
-        fallback without graphs, bounded below by the host's launch rate."""
-        drv = self.drv
-        start, end = drv.Event(), drv.Event()
-
-        def timed(count: int) -> float:
-            start.record()
-            for k in range(count):
-                run(None, k)
-            end.record()
-            end.synchronize()
-            return end.time_since(start)  # milliseconds
-
-        # Calibrate: raise `number` until one repeat lasts min_repeat_ms. Aim 5% above it from the
-        # last estimate (a small first probe overestimates the time per run by the launch
-        # latency, so this converges from below, in two or three probes, without overshooting).
-        number = max(run.sets, int(req["number"]))
-        min_ms = float(req["min_repeat_ms"])
-        elapsed = timed(number)
-        while elapsed < min_ms and number < MAX_NUMBER:
-            per_run = max(elapsed / number, 1e-5)
-            number = min(MAX_NUMBER, max(number + 1, math.ceil(min_ms * 1.05 / per_run)))
-            elapsed = timed(number)
-        costs = [elapsed / number * 1e-3]  # the last probe is a full repeat: it counts
-        for _ in range(max(1, int(req["repeat"])) - 1):
-            if req.get("cooldown", 0) > 0:
-                time.sleep(req["cooldown"])
-            costs.append(timed(number) / number * 1e-3)
-        return costs
 
 
 def _sequence(calls, pointers: list[int]):
@@ -332,53 +293,6 @@ class _Rotation:
 
     def __call__(self, stream, k: int) -> None:
         self.sequences[k % self.sets](stream)
-
-
-class _GraphTimer:
-    """Times repeats of `number` runs of a launch sequence by replaying a captured graph of at
-    most MAX_GRAPH_LAUNCHES launches; captures again only when the graph's size changes."""
-
-    def __init__(self, drv, graphs: GraphDriver, stream, run, launches_per_run: int):
-        self.drv, self.graphs, self.stream = drv, graphs, stream
-        self.handle = stream_handle(stream)
-        self.run = run
-        # a graph holds every buffer set's run at least, however many launches that takes
-        self.most_runs = max(run.sets, MAX_GRAPH_LAUNCHES // max(1, launches_per_run))
-        self.graph: Graph | None = None
-        self.graph_runs = 0
-
-    def repeats(self, number: int, count: int) -> tuple[int, list[float]]:
-        """(runs per repeat, at least `number`; milliseconds of `count` consecutive repeats)."""
-        replays = -(-number // self.most_runs)
-        runs = -(-number // replays)  # as even as possible over the replays
-        graph = self._graph(runs)
-        events = [self.drv.Event() for _ in range(count + 1)]
-        # One untimed replay first: the GPU is busy while the host enqueues the timed ones, so
-        # no repeat includes the host's time to submit it.
-        graph.launch(self.handle)
-        events[0].record(self.stream)
-        for event in events[1:]:
-            for _ in range(replays):
-                graph.launch(self.handle)
-            event.record(self.stream)
-        events[-1].synchronize()
-        return runs * replays, [b.time_since(a) for a, b in zip(events, events[1:], strict=False)]
-
-    def _graph(self, runs: int) -> Graph:
-        if self.graph is None or runs != self.graph_runs:
-            self.close()
-            stream, run = self.stream, self.run
-            self.graph = self.graphs.capture(
-                self.handle, lambda: [run(stream, k) for k in range(runs)]
-            )
-            self.graph_runs = runs
-        return self.graph
-
-    def close(self) -> None:
-        """Release the graph."""
-        if self.graph is not None:
-            self.graph.close()
-            self.graph = None
 
 
 def _reply(kind: MeasureErrorKind, message: str, fatal: bool = False) -> dict:

@@ -137,6 +137,10 @@ class RunnerPool:
         return sum(getattr(r, "back_to_back_timings", 0) for r in self.runners)
 
     @property
+    def early_stops(self) -> int:
+        return sum(getattr(r, "early_stops", 0) for r in self.runners)
+
+    @property
     def phase_seconds(self) -> dict[str, float]:
         total: dict[str, float] = {}
         for r in self.runners:

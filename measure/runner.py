@@ -27,7 +27,8 @@ from measure.rotation import ROTATION_BYTES
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """Timing of one candidate: `costs` holds seconds per run of the launch sequence, one per
-    repeat (empty on error)."""
+    repeat (empty on error); `stopped_early` when it was shown slower than the run's
+    `cost_bound` before all its repeats (its costs are then the readings it had)."""
 
     costs: tuple[float, ...]
     error_kind: MeasureErrorKind = MeasureErrorKind.NO_ERROR
@@ -36,6 +37,7 @@ class RunResult:
     # the worker process died (killed, or crashed outside a CUDA call): no fault of the candidate
     # for sure, so a pool of runners retries it elsewhere
     worker_lost: bool = False
+    stopped_early: bool = False
 
     @property
     def mean_cost(self) -> float:
@@ -52,6 +54,7 @@ class RunResult:
             "error_msg": self.error_msg,
             "run_seconds": self.run_seconds,
             "worker_lost": self.worker_lost,
+            "stopped_early": self.stopped_early,
         }
 
     @classmethod
@@ -63,6 +66,7 @@ class RunResult:
             data["error_msg"],
             data["run_seconds"],
             bool(data.get("worker_lost", False)),
+            bool(data.get("stopped_early", False)),
         )
 
 
@@ -109,6 +113,9 @@ class LocalRunner:
     random candidates rank them almost identically (repeat differences of a few tenths of a
     percent), while a longer
     `min_repeat_ms` costs proportionally more time per candidate. Raise them for final numbers.
+    `run(..., cost_bound=s)` lets a candidate stop timing once a reading shows it slower than `s`
+    seconds per run (measure.timing_plan): its result then has fewer repeats and says
+    `stopped_early`; a candidate within the bound is timed exactly as without one.
     With `rotate_inputs` (the default) consecutive runs cycle through copies of the candidate's
     buffers spanning 128 MB (measure.rotation), so that every run reads its operands from
     memory as the benchmarks time kernels and as an operator meets them in a model, not from
@@ -152,6 +159,7 @@ class LocalRunner:
         self.device_name: str | None = None
         self.worker_starts = 0
         self.back_to_back_timings = 0  # candidates timed without graphs (asked, or refused)
+        self.early_stops = 0  # candidates whose timing stopped at their cost bound
         self._worker: ReadyWorker | None = None
         self._sent: collections.OrderedDict[str, Reference] = collections.OrderedDict()
         # Diagnostics: seconds spent per phase, summed over candidates (load = cubin, buffers and
@@ -220,9 +228,11 @@ class LocalRunner:
         artifacts: Sequence[KernelArtifact],
         build_results: Sequence[BuildResult],
         references: Mapping[str, Reference] | None = None,
+        cost_bound: float | None = None,
     ) -> list[RunResult]:
         """Run and time each built artifact, in order. A failed build is not run: its result
-        carries the build's error. Every `reference_id` must be a key of `references`."""
+        carries the build's error. Every `reference_id` must be a key of `references`.
+        `cost_bound` (seconds per run): stop timing a candidate shown slower than it."""
         if len(artifacts) != len(build_results):
             raise ValueError(f"{len(artifacts)} artifacts but {len(build_results)} build results")
         references = references or {}
@@ -240,7 +250,9 @@ class LocalRunner:
                 results.append(RunResult((), kind, build.error_msg or "no cubin"))
                 continue
             ref = references.get(artifact.reference_id) if artifact.reference_id else None
-            results.append(self._run_one(artifact, build.cubin, ref, build.entry_cubins))
+            results.append(
+                self._run_one(artifact, build.cubin, ref, build.entry_cubins, cost_bound)
+            )
         return results
 
     def _run_one(
@@ -249,11 +261,14 @@ class LocalRunner:
         cubin: bytes,
         ref: Reference | None,
         entry_cubins: dict[str, bytes] | None = None,
+        cost_bound: float | None = None,
     ) -> RunResult:
         worker = self.start()
         request = self._request(artifact, cubin, ref)
         if entry_cubins:  # entry functions compiled apart: the cubins `cubin` does not hold
             request["entry_cubins"] = entry_cubins
+        if cost_bound is not None:
+            request["cost_bound"] = float(cost_bound)
         started = time.monotonic()
         try:
             write_frame(worker.stdin, request)
@@ -285,11 +300,14 @@ class LocalRunner:
             self._stop_worker()
         if reply.get("timing") == "back-to-back":
             self.back_to_back_timings += 1
+        if reply.get("stopped_early"):
+            self.early_stops += 1
         return RunResult(
             tuple(float(c) for c in reply["costs"]),
             MeasureErrorKind(reply["error_kind"]),
             reply["error_msg"],
             elapsed,
+            stopped_early=bool(reply.get("stopped_early", False)),
         )
 
     def _request(self, artifact: KernelArtifact, cubin: bytes, ref: Reference | None) -> dict:

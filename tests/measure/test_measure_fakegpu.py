@@ -19,6 +19,7 @@ from measure import (
     Launch,
     LocalRunner,
     MeasureErrorKind,
+    RunResult,
     make_reference,
 )
 
@@ -301,9 +302,9 @@ def test_worker_times_by_graph_replay_or_falls_back(fake_pycuda, monkeypatch, fa
     times back-to-back launches and says so in the reply."""
     import pycuda.driver as drv
 
-    from measure import _worker
+    from measure import _worker, timers
 
-    monkeypatch.setattr(_worker, "MAX_GRAPH_LAUNCHES", 8)
+    monkeypatch.setattr(timers, "MAX_GRAPH_LAUNCHES", 8)
     graphs = FakeGraphs(drv, fail)
     worker = _worker.Worker(drv, drv.Device(0), graphs)
     art, build = candidate("add")
@@ -402,22 +403,49 @@ def test_worker_settles_its_streams_before_every_timing(fake_pycuda):
     with LocalRunner(number=2, repeat=2, min_repeat_ms=0.0, rotate_inputs=False) as runner:
         request = runner._request(art, build.cubin, add_reference())
     assert worker.handle(request)["error_kind"] == 0
-    assert len(drv.prepared) == 3 * SETTLE_LAUNCHES
-    streams = [stream for _, stream, _ in drv.prepared]
+    settles = [p for p in drv.prepared if b"entry settle" in p[0]]
+    assert len(settles) == 3 * SETTLE_LAUNCHES
+    streams = [stream for _, stream, _ in settles]
     assert [streams.count(s) for s in (None, worker.side_stream, worker.stream)] == [
         SETTLE_LAUNCHES
     ] * 3
     assert worker.side_stream is not worker.stream
-    assert {data.split(b"\n")[0] for data, _, _ in drv.prepared} == {b".version 7.8"}
+    assert {data.split(b"\n")[0] for data, _, _ in settles} == {b".version 7.8"}
     assert worker.stream.flags == worker.side_stream.flags == 1  # non-blocking, like PyTorch's
-    assert {before for *_, before in drv.prepared} == {1}  # after the checked run only
+    assert {before for *_, before in settles} == {1}  # after the checked run only
     assert len(drv.launched) > 1
     request.pop("ref", None)
     settler = worker.settler
     assert worker.handle(request)["error_kind"] == 0
     assert worker.settler is settler
-    assert len(drv.prepared) == 6 * SETTLE_LAUNCHES
-    assert {stream for _, stream, _ in drv.prepared} == {None, worker.side_stream, worker.stream}
+    settles = [p for p in drv.prepared if b"entry settle" in p[0]]
+    assert len(settles) == 6 * SETTLE_LAUNCHES
+    assert {stream for _, stream, _ in settles} == {None, worker.side_stream, worker.stream}
+
+
+def test_a_graph_probe_leads_in_with_the_spin_kernel(fake_pycuda):
+    """Each candidate's calibration probe is preceded by one spin of the lead-in kernel on the
+    graph's stream, after the settling launches and before any timed run; the repeats lead in
+    with a replay of their graph, so the probe's graph is replayed once and the repeats' graph
+    once more than the repeats."""
+    import pycuda.driver as drv
+
+    from measure import _worker
+    from measure.lead_in import LEAD_IN_NS
+
+    graphs = FakeGraphs(drv)
+    worker = _worker.Worker(drv, drv.Device(0), graphs)
+    art, build = candidate("add")
+    with LocalRunner(number=2, repeat=3, min_repeat_ms=0.0, rotate_inputs=False) as runner:
+        request = runner._request(art, build.cubin, add_reference())
+    assert worker.handle(request)["error_kind"] == 0
+    spins = [p for p in drv.prepared if b"entry spin" in p[0]]
+    # after the checked run and the capture of the probe's two runs
+    assert [(stream, before) for _, stream, before in spins] == [(worker.stream, 1 + 2)]
+    assert drv.prepared.index(spins[0]) == len(drv.prepared) - 1  # after every settling launch
+    assert worker.lead_in is not None and worker.lead_in.ns == LEAD_IN_NS
+    # probe: one timed replay after the spin; repeats: one lead-in replay and three timed
+    assert graphs.captured == [2] and graphs.replays == 1 + 1 + 3
 
 
 def test_an_entry_compiled_apart_runs_from_its_own_cubin(fake_pycuda):
@@ -432,3 +460,24 @@ def test_an_entry_compiled_apart_runs_from_its_own_cubin(fake_pycuda):
         MeasureErrorKind.NO_ERROR,
         MeasureErrorKind.WRONG_ANSWER,
     ], [r.error_msg for r in results]
+
+
+def test_a_candidate_slower_than_the_bound_stops_with_the_readings_it_has(fake_pycuda):
+    """`run(..., cost_bound=s)` reaches the worker: a candidate whose probe is slower than the
+    bound (any is, against a bound of a picosecond) reports that one reading and says it stopped
+    early, still checked first; without a bound the same candidate gets every repeat."""
+    refs = {"add": add_reference()}
+    arts, builds = zip(*(candidate(n) for n in ["add", "wrong", "add"]), strict=True)
+    with LocalRunner(number=2, repeat=3, min_repeat_ms=0.0, rotate_inputs=False) as runner:
+        bounded = runner.run(arts, builds, refs, cost_bound=1e-12)
+        full = runner.run(arts[:1], builds[:1], refs)[0]
+        assert runner.early_stops == 2
+    assert [r.error_kind for r in bounded] == [
+        MeasureErrorKind.NO_ERROR,
+        MeasureErrorKind.WRONG_ANSWER,
+        MeasureErrorKind.NO_ERROR,
+    ]
+    assert [len(r.costs) for r in bounded] == [1, 0, 1]
+    assert [r.stopped_early for r in bounded] == [True, False, True]
+    assert len(full.costs) == 3 and not full.stopped_early
+    assert RunResult.from_dict(bounded[0].to_dict()) == bounded[0]
