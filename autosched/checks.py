@@ -35,3 +35,14 @@ def boolean(name: str, value: Any) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise OptionError(f"{name} must be True or False, got {_shown(value)}")
+
+
+def optional_number(name: str, value: Any, least: float) -> float | None:
+    """None, or `value` as a float when it is a finite real number >= `least` (a bool is not
+    one), else OptionError."""
+    if value is None:
+        return None
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not real or not np.isfinite(value) or value < least:
+        raise OptionError(f"{name} must be None or a number >= {least:g}, got {_shown(value)}")
+    return float(value)

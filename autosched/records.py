@@ -72,7 +72,8 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class MeasureRecordResult:
-    """How it went: costs in seconds (one per repeat), error kind and message, timings."""
+    """How it went: costs in seconds (one per repeat), error kind and message, timings;
+    `stopped_early` when the timing stopped at the search's cost bound (fewer repeats)."""
 
     costs: tuple[float, ...]
     error_kind: int = 0
@@ -80,6 +81,7 @@ class MeasureRecordResult:
     build_seconds: float = 0.0
     run_seconds: float = 0.0
     timestamp: float = 0.0
+    stopped_early: bool = False
 
     @property
     def ok(self) -> bool:
@@ -99,20 +101,23 @@ def encode(inp: MeasureInput, res: MeasureRecordResult, with_dag: bool = False) 
         task["config"] = inp.config
     if inp.trace is not None:
         task["trace"] = inp.trace
+    result = {
+        "costs": list(res.costs),
+        "error_kind": int(res.error_kind),
+        "error_name": MeasureErrorKind(res.error_kind).name,
+        "error_msg": res.error_msg[:500],
+        "build_s": round(res.build_seconds, 4),
+        "run_s": round(res.run_seconds, 4),
+        "timestamp": res.timestamp,
+    }
+    if res.stopped_early:  # written only when true: a record without it was timed in full
+        result["stopped_early"] = True
     return json.dumps(
         {
             "v": RECORD_VERSION,
             "task": task,
             "steps": [list(s) for s in inp.steps],
-            "result": {
-                "costs": list(res.costs),
-                "error_kind": int(res.error_kind),
-                "error_name": MeasureErrorKind(res.error_kind).name,
-                "error_msg": res.error_msg[:500],
-                "build_s": round(res.build_seconds, 4),
-                "run_s": round(res.run_seconds, 4),
-                "timestamp": res.timestamp,
-            },
+            "result": result,
         },
         separators=(",", ":"),
     )
@@ -151,6 +156,7 @@ def decode(line: str) -> tuple[MeasureInput, MeasureRecordResult]:
             float(r.get("build_s", 0)),
             float(r.get("run_s", 0)),
             float(r.get("timestamp", 0)),
+            bool(r.get("stopped_early", False)),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, RecordError):

@@ -20,7 +20,8 @@ from measure.runner import LocalRunner, RunResult
 
 @dataclasses.dataclass(frozen=True)
 class MeasureResult:
-    """Build and run outcome of one candidate. `costs` are seconds per run, one per repeat."""
+    """Build and run outcome of one candidate. `costs` are seconds per run, one per repeat
+    (fewer when `stopped_early`: its timing stopped at the batch's `cost_bound`)."""
 
     costs: tuple[float, ...]
     error_kind: MeasureErrorKind
@@ -28,6 +29,7 @@ class MeasureResult:
     build_seconds: float
     run_seconds: float
     resources: dict[str, KernelResources]
+    stopped_early: bool = False
 
     @property
     def mean_cost(self) -> float:
@@ -50,6 +52,7 @@ class MeasureResult:
             build.build_seconds,
             run.run_seconds,
             build.kernels,
+            run.stopped_early,
         )
 
     def to_dict(self) -> dict:
@@ -61,6 +64,7 @@ class MeasureResult:
             "build_seconds": self.build_seconds,
             "run_seconds": self.run_seconds,
             "resources": {k: v.to_dict() for k, v in self.resources.items()},
+            "stopped_early": self.stopped_early,
         }
 
     @classmethod
@@ -73,6 +77,7 @@ class MeasureResult:
             data["build_seconds"],
             data["run_seconds"],
             {k: KernelResources.from_dict(v) for k, v in data.get("resources", {}).items()},
+            bool(data.get("stopped_early", False)),
         )
 
 
@@ -136,11 +141,13 @@ class LocalMeasureContext:
         self,
         artifacts: Sequence[KernelArtifact],
         references: Mapping[str, Reference] | None = None,
+        cost_bound: float | None = None,
     ) -> list[MeasureResult]:
-        """Build and run every artifact; one result per artifact, in the artifacts' order."""
+        """Build and run every artifact; one result per artifact, in the artifacts' order.
+        `cost_bound` (seconds per run): a candidate shown slower stops timing early."""
         references = references or {}
         if isinstance(self.runner, RunnerPool):
-            return self._measure_on_pool(self.runner, artifacts, references)
+            return self._measure_on_pool(self.runner, artifacts, references, cost_bound)
         results: dict[int, MeasureResult] = {}
         start, timeline = time.perf_counter(), []
         for i, build in self.builder.build_as_completed(artifacts):
@@ -149,7 +156,7 @@ class LocalMeasureContext:
             if build.ok:
                 with self._run_lock:
                     run_start = time.perf_counter()
-                    run = self.runner.run([artifacts[i]], [build], references)[0]
+                    run = self.runner.run([artifacts[i]], [build], references, cost_bound)[0]
                 run_end = time.perf_counter()
             results[i] = MeasureResult.combine(build, run)
             timeline.append(_event(i, build, start, run_start, run_end))
@@ -157,7 +164,11 @@ class LocalMeasureContext:
         return [results[i] for i in range(len(artifacts))]
 
     def _measure_on_pool(
-        self, pool: RunnerPool, artifacts: Sequence[KernelArtifact], references
+        self,
+        pool: RunnerPool,
+        artifacts: Sequence[KernelArtifact],
+        references,
+        cost_bound: float | None,
     ) -> list[MeasureResult]:
         """`measure_batch` over several GPUs: each candidate is queued as soon as it is built
         and runs on the first free runner while the others compile and run."""
@@ -168,7 +179,11 @@ class LocalMeasureContext:
         def run(i: int, build: BuildResult) -> RunResult:
             started: list[float] = []  # when a runner took it (each try; the first counts)
             result = pool.submit(
-                artifacts[i], build, references, lambda: started.append(time.perf_counter())
+                artifacts[i],
+                build,
+                references,
+                lambda: started.append(time.perf_counter()),
+                cost_bound,
             ).result()
             end = time.perf_counter()
             with lock:

@@ -155,12 +155,15 @@ class RunnerPool:
         artifacts: Sequence[KernelArtifact],
         build_results: Sequence[BuildResult],
         references: Mapping[str, Reference] | None = None,
+        cost_bound: float | None = None,
     ) -> list[RunResult]:
-        """Run and time each built artifact on whichever runner is free; results in order."""
+        """Run and time each built artifact on whichever runner is free; results in order.
+        `cost_bound`: as `LocalRunner.run`'s."""
         if len(artifacts) != len(build_results):
             raise ValueError(f"{len(artifacts)} artifacts but {len(build_results)} build results")
         futures = [
-            self.submit(a, b, references) for a, b in zip(artifacts, build_results, strict=True)
+            self.submit(a, b, references, cost_bound=cost_bound)
+            for a, b in zip(artifacts, build_results, strict=True)
         ]
         return [f.result() for f in futures]
 
@@ -170,14 +173,16 @@ class RunnerPool:
         build: BuildResult,
         references: Mapping[str, Reference] | None = None,
         on_start: Callable[[], object] | None = None,
+        cost_bound: float | None = None,
     ) -> concurrent.futures.Future[RunResult]:
         """Queue one candidate; its future gives its RunResult (never an error of the
         candidate's; GPUUnavailableError when no runner can be used any more). `on_start()` is
-        called when a runner takes the candidate (after its wait for a free one), at each try."""
+        called when a runner takes the candidate (after its wait for a free one), at each try.
+        `cost_bound`: as `LocalRunner.run`'s."""
         self.start()
         assert self._executor is not None
         return self._executor.submit(
-            self._run_one, artifact, build, references or {}, on_start or _nothing
+            self._run_one, artifact, build, references or {}, on_start or _nothing, cost_bound
         )
 
     def time_on_each(
@@ -199,23 +204,23 @@ class RunnerPool:
                 self._give_back(i)
         return results
 
-    def _run_one(self, artifact, build, references, on_start) -> RunResult:
+    def _run_one(self, artifact, build, references, on_start, cost_bound) -> RunResult:
         if not build.ok or build.cubin is None:  # nothing to run: no runner needed
             on_start()
-            return self.runners[0].run([artifact], [build], references)[0]
-        first, result = self._attempt(artifact, build, references, None, on_start)
+            return self.runners[0].run([artifact], [build], references, cost_bound)[0]
+        first, result = self._attempt(artifact, build, references, None, on_start, cost_bound)
         if not result.worker_lost:
             return result
         with self._cond:
             self.retries += 1
-        where, again = self._attempt(artifact, build, references, first, on_start)
+        where, again = self._attempt(artifact, build, references, first, on_start, cost_bound)
         if again.error_kind == MeasureErrorKind.NO_ERROR:
             return again
         note = f" (retried on runner {where} after runner {first}'s worker died)"
         return dataclasses.replace(again, error_msg=again.error_msg + note)
 
     def _attempt(
-        self, artifact, build, references, avoid: int | None, on_start
+        self, artifact, build, references, avoid: int | None, on_start, cost_bound=None
     ) -> tuple[int, RunResult]:
         """(runner index, result) of one try on a free runner (not `avoid` when another can be
         used). A runner whose device cannot be used any more leaves the rotation, and the
@@ -224,7 +229,7 @@ class RunnerPool:
             i = self._take(avoid=avoid)
             try:
                 on_start()
-                result = self.runners[i].run([artifact], [build], references)[0]
+                result = self.runners[i].run([artifact], [build], references, cost_bound)[0]
             except GPUUnavailableError:
                 with self._cond:
                     self._lost.add(i)

@@ -25,9 +25,12 @@ class MeasureContext(Protocol):
         self,
         artifacts: Sequence[KernelArtifact],
         references: Mapping[str, Reference] | None = None,
+        cost_bound: float | None = None,
     ) -> list[MeasureResult]:
         """Build and run every artifact (checked against its reference, by `reference_id`);
-        one result per artifact, in order, a failure as a result that says why."""
+        one result per artifact, in order, a failure as a result that says why. With a
+        `cost_bound` (seconds per run), a candidate shown slower than it may stop timing with
+        fewer repeats (`MeasureResult.stopped_early`); None times every candidate in full."""
         ...
 
     def gpu_count(self) -> int:

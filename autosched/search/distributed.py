@@ -83,15 +83,17 @@ def measure_chunk(
     artifacts: Sequence[KernelArtifact],
     references: Mapping[str, Reference],
     setup: WorkerSetup,
+    cost_bound: float | None = None,
 ) -> list[MeasureResult]:
-    """Build and run a chunk of candidates on this worker's GPU (the Dask task)."""
+    """Build and run a chunk of candidates on this worker's GPU (the Dask task); `cost_bound`
+    as `MeasureContext.measure_batch`'s."""
     key = (_worker_address(), setup)
     with _CONTEXTS_LOCK:
         if key not in _CONTEXTS:
             _CONTEXTS[key] = (setup.make_context(), threading.Lock())
         context, lock = _CONTEXTS[key]
     with lock:
-        return context.measure_batch(artifacts, references)
+        return context.measure_batch(artifacts, references, cost_bound)
 
 
 def close_worker_contexts() -> int:
@@ -197,10 +199,12 @@ class DaskMeasureContext:
         self,
         artifacts: Sequence[KernelArtifact],
         references: Mapping[str, Reference] | None = None,
+        cost_bound: float | None = None,
     ) -> list[MeasureResult]:
         """Build and run every artifact on the cluster; one result per artifact, in order.
         At most one chunk per GPU worker is in flight at a time (the next goes out when one
-        comes back), so that a lost worker takes only the chunk it was given."""
+        comes back), so that a lost worker takes only the chunk it was given. `cost_bound`
+        goes with every chunk (`MeasureContext.measure_batch`)."""
         if not artifacts:
             return []
         workers = self._require_workers()  # refused now, not after `timeout`, when none
@@ -223,6 +227,7 @@ class DaskMeasureContext:
                     [artifacts[i] for i in chunk],
                     refs,
                     self.setup,
+                    cost_bound,
                     resources={RESOURCE: 1},
                     pure=False,
                 )

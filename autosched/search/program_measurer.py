@@ -9,10 +9,16 @@ Where kernels are built and run is the measure context's business: `measure.Loca
 (this host, every visible GPU by default) or `autosched.search.distributed.DaskMeasureContext`
 (workers of a Dask cluster, one per GPU). Both take the same artifacts and references and give
 the same results, so the records and callbacks stay here, on the tuner's host.
+
+The measurer knows its task's best cost so far, and asks the context to stop timing a candidate
+once it shows slower than `early_stop_factor` times that (`MeasureContext.measure_batch`'s
+`cost_bound`): a search needs a slow candidate's rank, not its fourth digit, and the best kernel
+and every candidate within the factor are still timed in full.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -38,6 +44,9 @@ if TYPE_CHECKING:
 
 # the tolerance dtype of each task option that loosens a kernel's arithmetic
 TF32_TOLERANCE_DTYPE = "tf32"
+# A candidate shown slower than this times the task's best so far stops timing early. Its
+# probe, already a reading of a millisecond or more, ranks it well enough for the search.
+EARLY_STOP_FACTOR = 1.5
 
 
 def task_reference(task, args, seed: int = 0):
@@ -82,7 +91,10 @@ class ProgramMeasurer:
     `workers` (a workers.Workers, e.g. the policy's) lowers and generates the sources,
     in its process pool when it has one. `devices` picks this host's GPUs (default: all);
     `context` replaces the local context (one shared by several tasks, or a distributed one):
-    this measurer then leaves it open at `close()`, for its owner to close."""
+    this measurer then leaves it open at `close()`, for its owner to close.
+    `early_stop_factor`: a candidate shown slower than this times the best cost measured so far
+    (`best_cost`) stops timing with the readings it has (its record says `stopped_early`);
+    None times every candidate in full."""
 
     def __init__(
         self,
@@ -94,7 +106,12 @@ class ProgramMeasurer:
         *,
         devices: Sequence[int] | None = None,
         context: MeasureContext | None = None,
+        early_stop_factor: float | None = EARLY_STOP_FACTOR,
     ) -> None:
+        from autosched.checks import optional_number
+
+        self.early_stop_factor = optional_number("early_stop_factor", early_stop_factor, 1.0)
+        self.best_cost = math.inf  # the fastest mean cost this measurer measured, seconds
         self.task = task
         self.owns_context = context is None
         self.context: MeasureContext = context or LocalMeasureContext(
@@ -129,7 +146,7 @@ class ProgramMeasurer:
         run = 0.0
         if artifacts and self.reference is not None:  # made from the first built artifact
             measured = self.context.measure_batch(
-                artifacts, {self.task.workload_key: self.reference}
+                artifacts, {self.task.workload_key: self.reference}, self.cost_bound()
             )
             # the runners' seconds (each candidate's own) per GPU, as the GPUs run side by side;
             # the rest of the wall time waits for the compilers
@@ -142,7 +159,9 @@ class ProgramMeasurer:
                     m.build_seconds,
                     m.run_seconds,
                     now(),
+                    m.stopped_early,
                 )
+                self.best_cost = min(self.best_cost, m.mean_cost)
         wall = time.perf_counter() - t0
         self.last_times = {"build": wall - run, "run": run}
         self.time["codegen"] += codegen
@@ -155,6 +174,13 @@ class ProgramMeasurer:
         for cb in self.callbacks:
             cb(inputs, finished)
         return finished
+
+    def cost_bound(self) -> float | None:
+        """Seconds per run past which a candidate of the next batch stops timing early: the
+        best so far times `early_stop_factor`; None before a first success or when off."""
+        if self.early_stop_factor is None or not math.isfinite(self.best_cost):
+            return None
+        return self.best_cost * self.early_stop_factor
 
     def close(self) -> None:
         """Close the measure context, unless it was given (a shared one)."""

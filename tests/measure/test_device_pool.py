@@ -68,7 +68,7 @@ class FakeRunner:
             self.alive, self.device_name = True, self.name
             self.worker_starts += 1
 
-    def run(self, artifacts, builds, references):
+    def run(self, artifacts, builds, references, cost_bound=None):
         self.start()
         with self._lock:
             self.busy += 1
@@ -215,7 +215,7 @@ def test_the_cli_takes_a_device_list_or_a_scheduler():
 class LostRunner(FakeRunner):
     """A runner whose GPU cannot be used any more (its device fell off the bus)."""
 
-    def run(self, artifacts, builds, references):
+    def run(self, artifacts, builds, references, cost_bound=None):
         raise GPUUnavailableError("device 1 is gone")
 
 

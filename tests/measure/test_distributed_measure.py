@@ -34,13 +34,15 @@ from measure import (  # noqa: E402
 DELAY = 0.03  # seconds per fake candidate
 EVENTS: list[tuple[str, str | None, float, float]] = []  # (worker, reference id, start, end)
 EVENTS_LOCK = threading.Lock()
+BOUNDS: list[float | None] = []  # the cost bound each chunk was measured with
 
 
 class FakeContext:
     """A worker's measure context without a GPU: `DELAY` seconds per candidate, a cost from
     the source's length, and an event per chunk."""
 
-    def measure_batch(self, artifacts, references=None):
+    def measure_batch(self, artifacts, references=None, cost_bound=None):
+        BOUNDS.append(cost_bound)
         worker = distributed.get_worker().address
         start = time.monotonic()
         results = []
@@ -94,7 +96,9 @@ def test_a_batch_is_measured_on_every_gpu_worker(cluster):
     cl, client = cluster
     context = DaskMeasureContext(client, context_factory=fake_context, chunk_size=2)
     assert context.gpu_workers() == 2
-    results = context.measure_batch(artifacts(12))
+    BOUNDS.clear()
+    results = context.measure_batch(artifacts(12), cost_bound=2e-6)
+    assert BOUNDS == [2e-6] * 6  # every chunk carries the batch's cost bound
     assert all(r.error_kind == MeasureErrorKind.NO_ERROR for r in results)
     assert [r.costs[0] for r in results] == [1e-6 * (1 + len(a.source) % 97) for a in artifacts(12)]
     assert len({w for w, *_ in EVENTS}) == 2 and len(EVENTS) == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -15,7 +16,7 @@ from measure import (
     MeasureErrorKind,
     RunResult,
 )
-from measure.context import LocalMeasureContext
+from measure.context import LocalMeasureContext, MeasureResult
 
 ARGS = (ArgSpec("a", (4,), "float32"), ArgSpec("b", (4,), "float32", is_output=True))
 
@@ -58,7 +59,7 @@ class LoggingRunner:
     def __init__(self, log):
         self.log = log
 
-    def run(self, artifacts, builds, references):
+    def run(self, artifacts, builds, references, cost_bound=None):
         (art,) = artifacts
         assert builds[0].ok
         self.log.append(("ran", art.tag))
@@ -112,3 +113,39 @@ def test_build_as_completed_yields_each_index_once_in_completion_order():
     assert order == [1, 0], (
         f"the fast kernel should finish first ({time.perf_counter() - start:.1f} s)"
     )
+
+
+class BoundedRunner:
+    """Records the cost bound of each run; a kernel (of cost from its tag) slower than its
+    bound stops early."""
+
+    def __init__(self):
+        self.bounds = []
+
+    def run(self, artifacts, builds, references, cost_bound=None):
+        (art,) = artifacts
+        self.bounds.append(cost_bound)
+        cost = float(art.tag[1:])
+        stopped = cost_bound is not None and cost > cost_bound
+        return [RunResult((cost,) if stopped else (cost,) * 3, stopped_early=stopped)]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_the_cost_bound_reaches_every_runner_and_stopped_early_comes_back(gpus):
+    from measure import RunnerPool
+
+    runners = [BoundedRunner() for _ in range(gpus)]
+    runner = runners[0] if gpus == 1 else RunnerPool(runners, check_models=False)
+    arts = [_artifact(f"k{i}") for i in range(4)]
+    ctx = LocalMeasureContext(ScriptedBuilder([0, 1, 2, 3], log=[]), runner)
+    with contextlib.closing(runner):
+        results = ctx.measure_batch(arts, cost_bound=1.5)
+        assert [r.stopped_early for r in results] == [False, False, True, True]
+        assert [len(r.costs) for r in results] == [3, 3, 1, 1]
+        assert [MeasureResult.from_dict(r.to_dict()) for r in results] == results
+        assert sorted(b for r in runners for b in r.bounds) == [1.5] * 4
+        ctx.measure_batch(arts)
+        assert sum(b is None for r in runners for b in r.bounds) == 4

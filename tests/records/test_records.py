@@ -44,6 +44,19 @@ def test_round_trip_and_load_best(tmp_path):
     assert task.apply_best(str(log)) == state
 
 
+def test_a_stopped_early_result_round_trips_and_older_records_read_as_timed_in_full():
+    from autosched.records import decode, encode
+
+    task, state = seed_task_and_state()
+    inp = MeasureInput(task.workload_key, tuple(s.to_record() for s in state.steps))
+    stopped = MeasureRecordResult((3e-4,), 0, "", 1.0, 0.5, 1.0, stopped_early=True)
+    full = MeasureRecordResult((1e-4, 1e-4), 0, "", 1.0, 0.5, 2.0)
+    assert decode(encode(inp, stopped))[1] == stopped
+    line = encode(inp, full)
+    assert "stopped_early" not in line  # a record timed in full reads as older ones did
+    assert decode(line)[1] == full and not decode(line)[1].stopped_early
+
+
 def test_torn_and_garbage_lines_load_with_one_warning_that_counts_them(tmp_path):
     task, state = seed_task_and_state()
     log = tmp_path / "log.json"

@@ -236,7 +236,7 @@ class FakeBuilder:
 class FakeRunner:
     """Times nothing: returns 1 us after a pause of 20 ms per kernel."""
 
-    def run(self, artifacts, builds, references):
+    def run(self, artifacts, builds, references, cost_bound=None):
         from measure import RunResult
 
         assert set(references) == {a.reference_id for a in artifacts}
@@ -284,6 +284,62 @@ def test_program_measurer_counts_run_seconds_per_gpu(sampled, monkeypatch):
     monkeypatch.setattr(measurer.context, "gpu_count", lambda: 2)
     measurer.measure(states)
     assert measurer.last_times["run"] == pytest.approx(4 * 0.02 / 2)
+
+
+class BoundRunner:
+    """Runs kernels of the given costs in turn, recording the cost bound of each run; a kernel
+    slower than its bound stops early, with one reading."""
+
+    def __init__(self, costs) -> None:
+        self.costs, self.bounds = list(costs), []
+
+    def run(self, artifacts, builds, references, cost_bound=None):
+        from measure import RunResult
+
+        self.bounds.append(cost_bound)
+        cost = self.costs.pop(0)
+        if cost_bound is not None and cost > cost_bound:
+            return [RunResult((cost,), stopped_early=True)]
+        return [RunResult((cost,) * 3)]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("factor", [1.5, None])
+def test_program_measurer_bounds_a_batch_by_its_best_so_far(sampled, factor):
+    """The first batch is timed in full; the next carries the best so far times the factor, and
+    a candidate that stopped at it is logged as stopped early. No factor: never a bound."""
+    from autosched.search.program_measurer import ProgramMeasurer
+
+    policy, fresh = sampled
+    states = [policy.workers.context.replay(r) for r in fresh[:3]]
+    runner = BoundRunner([4e-6, 2e-6, 3e-6, 2.5e-6, 3.5e-6, 1e-6])
+    logged = []
+    measurer = ProgramMeasurer(
+        policy.task,
+        FakeBuilder(),
+        runner,
+        [lambda i, r: logged.extend(r)],
+        workers=policy.workers,
+        early_stop_factor=factor,
+    )
+    first = measurer.measure(states)
+    assert measurer.best_cost == 2e-6 and [r.stopped_early for r in first] == [False] * 3
+    second = measurer.measure(states)
+    bound = None if factor is None else 2e-6 * factor
+    assert runner.bounds == [None] * 3 + [bound] * 3
+    stopped = [False, factor is not None, False]  # 3.5 us is over the bound of 3 us
+    assert [r.stopped_early for r in second] == stopped == [r.stopped_early for r in logged[3:]]
+    assert measurer.best_cost == 1e-6 and measurer.cost_bound() == (factor and 1e-6 * factor)
+
+
+def test_program_measurer_refuses_an_early_stop_factor_under_one(sampled):
+    from autosched.errors import OptionError
+    from autosched.search.program_measurer import ProgramMeasurer
+
+    with pytest.raises(OptionError, match="early_stop_factor must be None or a number >= 1"):
+        ProgramMeasurer(sampled[0].task, FakeBuilder(), FakeRunner(), early_stop_factor=0.5)
 
 
 def test_workers_rebuild_a_workload_registered_only_in_this_process_from_its_dag():

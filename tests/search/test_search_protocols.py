@@ -157,7 +157,7 @@ class FakeContext:
     def __init__(self) -> None:
         self.closed = False
 
-    def measure_batch(self, artifacts, references=None):
+    def measure_batch(self, artifacts, references=None, cost_bound=None):
         assert references, "the measurer hands its task's reference over"
         return [
             MeasureResult((c, c), MeasureErrorKind.NO_ERROR, "", 0.0, 0.0, {})
