@@ -1,9 +1,11 @@
 """Measure the measurer: build and run a batch of distinct matmul kernels, report throughput.
 
-    python -m measure.throughput --count 64 --parallel 16 [--json out.json]
+    python -m measure.throughput --count 64 --parallel 16 [--early-stop 1.5] [--json out.json]
 
 Prints candidates per second for the build (nvcc, in parallel), the run (one worker, checked and
-timed) and both together, plus the best kernel and the timing floor of an empty kernel.
+timed) and both together, plus the best kernel and the timing floor of an empty kernel. With
+`--early-stop F` each candidate is run with a cost bound of F times the best so far, as a
+search's are (measure.timing_plan), and the summary counts those that stopped early.
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import time
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from measure.artifact import ArgSpec, KernelArtifact, Launch
-from measure.builder import LocalBuilder
+from measure.builder import BuildResult, LocalBuilder
 from measure.errors import MeasureErrorKind
-from measure.reference import make_reference
-from measure.runner import LocalRunner
+from measure.reference import Reference, make_reference
+from measure.runner import LocalRunner, RunResult
 
 BLOCKS = [(8, 8), (16, 16), (32, 8), (8, 32), (16, 8), (32, 4), (4, 32), (32, 32),
           (64, 4), (4, 64), (16, 4), (8, 16), (16, 32), (32, 16), (64, 8), (8, 64)]  # fmt: skip
@@ -53,6 +57,25 @@ def matmul_variants(n: int, count: int) -> list[KernelArtifact]:
     return arts
 
 
+def run_bounded(
+    runner: LocalRunner,
+    arts: Sequence[KernelArtifact],
+    builds: Sequence[BuildResult],
+    refs: Mapping[str, Reference],
+    factor: float | None,
+) -> list[RunResult]:
+    """Run the candidates in order, each bounded by `factor` times the best mean cost so far
+    (None: in one call, unbounded)."""
+    if factor is None:
+        return runner.run(arts, builds, refs)
+    runs, best = [], math.inf
+    for art, build in zip(arts, builds, strict=True):
+        bound = best * factor if math.isfinite(best) else None
+        runs.append(runner.run([art], [build], refs, cost_bound=bound)[0])
+        best = min(best, runs[-1].mean_cost)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the throughput benchmark and print (and return) a summary dict."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -64,6 +87,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--min-repeat-ms", type=float, default=5.0)
     p.add_argument("--twice", action="store_true", help="run the batch again; report agreement")
+    p.add_argument(
+        "--early-stop",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="bound each candidate by F times the best so far (0: time every one in full)",
+    )
     opts = p.parse_args(argv)
 
     arts = matmul_variants(opts.n, opts.count)
@@ -75,10 +105,12 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         builds = builder.build(arts)
         t1 = time.perf_counter()
-        runs = runner.run(arts, builds, {"mm": ref})
+        factor = opts.early_stop or None
+        runs = run_bounded(runner, arts, builds, {"mm": ref}, factor)
         t2 = time.perf_counter()
         phases = dict(runner.phase_seconds)
-        again = runner.run(arts, builds, {"mm": ref}) if opts.twice else None
+        early_stops = runner.early_stops
+        again = run_bounded(runner, arts, builds, {"mm": ref}, factor) if opts.twice else None
         empty = KernelArtifact(EMPTY, (Launch("empty", (1,), (32,)),), arts[0].args, None, "empty")
         floor = runner.run([empty], builder.build([empty]))[0]
         device = runner.device_name
@@ -107,6 +139,8 @@ def main(argv: list[str] | None = None) -> dict:
         "empty_kernel_us": floor.mean_cost * 1e6,
         "mean_run_seconds_per_candidate": sum(r.run_seconds for r in runs) / len(runs),
         "timing": timing,
+        "early_stop": factor,
+        "early_stops": early_stops,
         "phase_seconds": phases,
         "costs_us": {a.tag: r.mean_cost * 1e6 for a, r in zip(arts, runs, strict=True)},
     }

@@ -20,8 +20,32 @@ def device_list(text: str) -> list[int]:
     return devices
 
 
+def early_stop_factor(text: str) -> float | None:
+    """argparse type: a factor >= 1 of the task's best cost past which a candidate stops timing
+    early, or 0 for None (every candidate timed in full)."""
+    try:
+        factor = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if factor == 0:
+        return None
+    if not factor >= 1 or factor == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 0 (off) nor a factor >= 1")
+    return factor
+
+
 def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that say where candidates are measured."""
+    """The options that say where and how candidates are measured."""
+    from autosched.search.program_measurer import EARLY_STOP_FACTOR
+
+    parser.add_argument(
+        "--early-stop",
+        type=early_stop_factor,
+        default=EARLY_STOP_FACTOR,
+        metavar="FACTOR",
+        help="stop timing a candidate once it shows slower than FACTOR times the task's best so "
+        f"far, with fewer repeats (default {EARLY_STOP_FACTOR:g}; 0: time every one in full)",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--devices",

@@ -159,6 +159,7 @@ def run_tune(ns: argparse.Namespace) -> int:
             devices=ns.devices,
             measure_context=context,
             parallel_tasks=ns.parallel_tasks,
+            early_stop_factor=ns.early_stop,
         )
     finally:
         if context is not None:

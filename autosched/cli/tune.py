@@ -50,7 +50,12 @@ def run(ns: argparse.Namespace) -> int:
         task, params=search_params(ns), init_search_callbacks=[SkipLoggedStates(log)]
     )
     measurer = ProgramMeasurer(
-        task, callbacks=[record], workers=policy.workers, devices=ns.devices, context=context
+        task,
+        callbacks=[record],
+        workers=policy.workers,
+        devices=ns.devices,
+        context=context,
+        early_stop_factor=ns.early_stop,
     )
     opts = TuningOptions(
         num_measure_trials=ns.trials,

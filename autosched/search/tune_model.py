@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from autosched.errors import OptionError
 from autosched.records import load_records
 from autosched.search.auto_schedule import BestSoFar, TuningOptions, run_trials
+from autosched.search.program_measurer import EARLY_STOP_FACTOR
 from autosched.search.protocols import MeasureCallback, Measurer, SearchPolicy
 from autosched.search.task_scheduler import SchedulerParams, SchedulerResult, TaskScheduler
 
@@ -131,13 +132,15 @@ def tune_tasks(
     devices: Sequence[int] | None = None,
     measure_context: MeasureContext | None = None,
     parallel_tasks: int | None = None,
+    early_stop_factor: float | None = EARLY_STOP_FACTOR,
 ) -> SchedulerResult:
     """Tune `tasks` (weighted by how often the model runs each; default 1) for `total_trials`
     trials in all, those already in `log` included, and/or `time_budget_s` seconds (no round
     starts after it), appending to `log`. `fallback_costs[i]`: seconds task i costs while it has
     no kernel (PyTorch's time), for the estimate. `measurer_factory(task, callbacks)` replaces
     the GPU measurer (tests pass a simulated one); `parallel_tasks` (default: 1 with a factory,
-    else one more than the GPUs) tasks are tuned at once. Returns the scheduler's result: best
+    else one more than the GPUs) tasks are tuned at once. `early_stop_factor`: as
+    `ProgramMeasurer`'s. Returns the scheduler's result: best
     cost and State per task, the estimated end-to-end latency, the tasks left to PyTorch and
     the trials per second. Ctrl-C ends it early with the result so far; calling it again on the
     same log goes on from there."""
@@ -193,7 +196,12 @@ def tune_tasks(
             make = partial(measurer_factory, task, [record])
         else:
             make = partial(
-                ProgramMeasurer, task, callbacks=[record], workers=policy.workers, context=context
+                ProgramMeasurer,
+                task,
+                callbacks=[record],
+                workers=policy.workers,
+                context=context,
+                early_stop_factor=early_stop_factor,
             )
         curve = logged_curve(log, task.workload_key) if resuming else []
         return PolicyTuner(task, policy, make, curve, verbose=max(0, verbose - 1))

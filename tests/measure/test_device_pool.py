@@ -257,3 +257,17 @@ def test_a_candidates_run_starts_when_a_runner_takes_it_not_when_it_is_queued():
     for before, after in zip(events, events[1:], strict=False):
         assert after.run_start >= before.run_end - 1e-3  # it waited for the one runner
         assert after.run_end - after.run_start == pytest.approx(0.05, abs=0.03)
+
+
+def test_the_cli_takes_an_early_stop_factor_or_0_for_off():
+    from autosched.cli.app import build_parser
+    from autosched.errors import AutoschedError
+    from autosched.search.program_measurer import EARLY_STOP_FACTOR
+
+    parser = build_parser()
+    assert parser.parse_args(["tune", "matmul"]).early_stop == EARLY_STOP_FACTOR
+    assert parser.parse_args(["tune", "matmul", "--early-stop", "2"]).early_stop == 2.0
+    assert parser.parse_args(["tune-model", "m:f", "--early-stop", "0"]).early_stop is None
+    for bad, why in (("0.5", "neither 0 .off. nor a factor >= 1"), ("x", "not a number")):
+        with pytest.raises(AutoschedError, match=why):
+            parser.parse_args(["tune", "matmul", "--early-stop", bad])
