@@ -100,8 +100,13 @@ def collect(
     t1 = time.perf_counter()
     path = os.path.join(out, f"{name}.jsonl")
     builder = LocalBuilder(n_parallel=build_parallel, timeout=build_timeout, compiler=compiler)
+    # a dataset's costs train cost models: every candidate timed in full, not stopped early
     measurer = ProgramMeasurer(
-        task, builder, LocalRunner(), callbacks=[autosched.RecordToFile(path)]
+        task,
+        builder,
+        LocalRunner(),
+        callbacks=[autosched.RecordToFile(path)],
+        early_stop_factor=None,
     )
     kinds, best, batch_seconds = collections.Counter(), float("inf"), []
     build_run_seconds = []  # a batch's wall time less its lowering + codegen (measure/'s part)
