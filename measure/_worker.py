@@ -224,7 +224,8 @@ class Worker:
         settings = TimingSettings.from_request(req, run.sets)
         if self.graphs is not None and req.get("graphs", True):
             try:
-                return self._time_graph(run, launches_per_run, settings)
+                rotate_bytes = int(req.get("rotate_bytes", 0))
+                return self._time_graph(run, launches_per_run, settings, rotate_bytes)
             except (GraphError, self.drv.Error) as exc:
                 # A capture refused by the driver is no fault of the candidate. Should the
                 # context be broken instead, the back-to-back launches below fail for real.
@@ -234,7 +235,9 @@ class Worker:
         self.back_to_back = True
         return time_candidate(BackToBackTimer(self.drv, run), settings)
 
-    def _time_graph(self, run, launches_per_run: int, settings: TimingSettings) -> Timing:
+    def _time_graph(
+        self, run, launches_per_run: int, settings: TimingSettings, rotate_bytes: int
+    ) -> Timing:
         """Runs captured in a CUDA graph and replayed (measure.timers.GraphTimer), timed between
         events without the host's launch cost: the GPU time of the kernels."""
         assert self.graphs is not None
@@ -250,7 +253,10 @@ class Worker:
         if unsettled and not self.unsettled_said:
             print(f"measure worker: timing in an unsettled context: {unsettled}", flush=True)
             self.unsettled_said = True
-        timer = GraphTimer(self.drv, self.graphs, self.stream, run, launches_per_run, self.lead_in)
+        flush = rotate_bytes if run.sets > 1 else 0  # a probe's lead-in evicts rotated sets
+        timer = GraphTimer(
+            self.drv, self.graphs, self.stream, run, launches_per_run, self.lead_in, flush
+        )
         try:
             return time_candidate(timer, settings)
         finally:

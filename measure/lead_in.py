@@ -1,4 +1,5 @@
-"""A kernel that keeps a stream busy for a set time: the cheap lead-in of a calibration probe.
+"""The cheap lead-in of a calibration probe: a kernel that keeps a stream busy for a set time,
+after a write that leaves the L2 cache holding none of the candidate's buffers.
 
 A reading between two CUDA events counts the host's time to enqueue the timed work unless the
 GPU is busy when the first event is enqueued. The full timing gets that from an untimed replay
@@ -7,6 +8,12 @@ probe only needs the stream to be busy for as long as the host takes to enqueue 
 event: a one-thread kernel spinning on the GPU's nanosecond timer for LEAD_IN_NS does that at a
 fraction of a replay's cost. It touches no memory, and it runs on the graph's own stream, where
 launches do not change how fast a graph's kernels run (measure.launch_state).
+
+With input rotation, a replay in front also left the probe's buffer sets out of the L2 cache
+(each read `sets` runs before); without one, the sets last written when they were copied would
+still be there, and the probe would time part of its runs from the cache. So a rotating probe's
+lead-in first writes a scratch buffer as large as the rotation's span (`flush_bytes`), which
+evicts them as a replay would, in a few tens of microseconds.
 """
 
 from __future__ import annotations
@@ -44,12 +51,15 @@ def spin_kernel_ptx(compute_capability: tuple[int, int]) -> str:
 
 
 class LeadIn:
-    """The spin kernel loaded once in the current context; `launch(stream)` enqueues one spin
-    of `ns` nanoseconds. `function` is None (and `error` says why) when the driver refused the
-    PTX: the caller then leads in some other way."""
+    """The spin kernel loaded once in the current context; `launch(stream, flush_bytes)`
+    enqueues a write of `flush_bytes` of scratch, then one spin of `ns` nanoseconds. `function`
+    is None (and `error` says why) when the driver refused the PTX: the caller then leads in
+    some other way."""
 
     def __init__(self, drv, device, ns: int = LEAD_IN_NS) -> None:
-        self.ns = ns
+        self.drv, self.ns = drv, ns
+        self.scratch = None  # the flush's buffer, grown on demand, kept for the process
+        self.scratch_bytes = 0
         self.function = None
         self.error: str | None = None
         try:
@@ -59,7 +69,21 @@ class LeadIn:
         except Exception as exc:
             self.function, self.error = None, f"{type(exc).__name__}: {exc}"
 
-    def launch(self, stream) -> None:
-        """Enqueue one spin on `stream` (a pycuda Stream); asynchronous."""
+    def launch(self, stream, flush_bytes: int = 0) -> None:
+        """Enqueue on `stream` (a pycuda Stream) a write of `flush_bytes` of scratch (rounded up
+        to 4 bytes; none for 0), then one spin; asynchronous."""
         assert self.function is not None, "the spin kernel did not load"
+        words = -(-flush_bytes // 4)
+        if words:
+            self.drv.memset_d32_async(int(self._scratch(4 * words)), 0, words, stream)
         self.function.prepared_async_call((1, 1), (1, 1, 1), stream, self.ns)
+
+    def _scratch(self, nbytes: int):
+        """The scratch buffer, of `nbytes` at least (a smaller one is freed first)."""
+        if self.scratch is None or self.scratch_bytes < nbytes:
+            if self.scratch is not None:
+                self.scratch.free()
+                self.scratch, self.scratch_bytes = None, 0
+            self.scratch = self.drv.mem_alloc(nbytes)
+            self.scratch_bytes = nbytes
+        return self.scratch

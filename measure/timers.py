@@ -25,8 +25,9 @@ class GraphTimer:
 
     Repeats follow one untimed replay of their graph, so that the GPU is busy while the host
     enqueues them and every repeat follows the work it times. A probe (calibration only) leads
-    in with `lead_in`'s spin kernel instead, a fraction of a replay's cost; without one it leads
-    in as the repeats do, and then counts as a repeat."""
+    in with `lead_in` instead (measure.lead_in: `flush_bytes` of scratch written, for a rotating
+    timing, then a spin), a fraction of a replay's cost; without one it leads in as the repeats
+    do, and then counts as a repeat."""
 
     batches_repeats = True
 
@@ -38,12 +39,14 @@ class GraphTimer:
         run,
         launches_per_run: int,
         lead_in: LeadIn | None = None,
+        flush_bytes: int = 0,
     ):
         self.drv, self.graphs, self.stream = drv, graphs, stream
         self.handle = stream_handle(stream)
         self.run = run
         self.lead_in = lead_in if lead_in is not None and lead_in.function is not None else None
         self.probe_counts = self.lead_in is None
+        self.flush_bytes = flush_bytes
         # a graph holds every buffer set's run at least, however many launches that takes
         self.most_runs = max(run.sets, MAX_GRAPH_LAUNCHES // max(1, launches_per_run))
         self.graph: Graph | None = None
@@ -56,7 +59,10 @@ class GraphTimer:
             number, (ms,) = self.repeats(number, 1)
             return number, ms
         graph, replays, runs = self._replays_of(number)
-        self.lead_in.launch(self.stream)
+        try:
+            self.lead_in.launch(self.stream, self.flush_bytes)
+        except self.drv.Error:  # no memory for the flush's scratch: lead in by a replay
+            graph.launch(self.handle)
         return runs * replays, self._timed(graph, replays, 1)[0]
 
     def repeats(self, number: int, count: int) -> tuple[int, list[float]]:

@@ -42,6 +42,7 @@ _pending = []
 _N = 4096  # floats per kernel argument (the tests' ARGS)
 launched = []  # the first buffer of every kernel launch, in order
 prepared = []  # (module data, stream, kernels launched before) of every prepared call
+flushed = []  # (bytes, stream, prepared calls before) of every asynchronous 32-bit memset
 
 def init(): pass
 
@@ -76,6 +77,9 @@ def _at(ptr, n):
     return memoryview(_memory[base])[ptr - base: ptr - base + n]
 
 def memset_d8(dst, value, n): _at(dst, n)[:] = bytes([value]) * n
+def memset_d32_async(dst, value, count, stream=None):
+    flushed.append((4 * count, stream, len(prepared)))
+    _pending.append(lambda: _at(dst, 4 * count).__setitem__(slice(None), bytes(4 * count)))
 def memcpy_htod(dst, src): b = src.tobytes(); _at(dst, len(b))[:] = b
 def memcpy_dtod(dst, src, n): _at(dst, n)[:] = bytes(_at(src, n))
 def memcpy_dtoh(dst, src):
@@ -423,11 +427,13 @@ def test_worker_settles_its_streams_before_every_timing(fake_pycuda):
     assert {stream for _, stream, _ in settles} == {None, worker.side_stream, worker.stream}
 
 
-def test_a_graph_probe_leads_in_with_the_spin_kernel(fake_pycuda):
+@pytest.mark.parametrize("sets", [1, 3])
+def test_a_graph_probe_leads_in_with_the_spin_kernel(fake_pycuda, sets):
     """Each candidate's calibration probe is preceded by one spin of the lead-in kernel on the
-    graph's stream, after the settling launches and before any timed run; the repeats lead in
-    with a replay of their graph, so the probe's graph is replayed once and the repeats' graph
-    once more than the repeats."""
+    graph's stream, after the settling launches and before any timed run, and, when the timing
+    rotates buffer sets, by a write of as many bytes as the rotation spans; the repeats lead
+    in with a replay of their graph, so the probe's graph is replayed once and the repeats'
+    graph once more than the repeats."""
     import pycuda.driver as drv
 
     from measure import _worker
@@ -438,14 +444,20 @@ def test_a_graph_probe_leads_in_with_the_spin_kernel(fake_pycuda):
     art, build = candidate("add")
     with LocalRunner(number=2, repeat=3, min_repeat_ms=0.0, rotate_inputs=False) as runner:
         request = runner._request(art, build.cubin, add_reference())
+    rotate_bytes = sets * sum(a.nbytes for a in ARGS) if sets > 1 else 0
+    request["rotate_bytes"] = rotate_bytes
     assert worker.handle(request)["error_kind"] == 0
     spins = [p for p in drv.prepared if b"entry spin" in p[0]]
-    # after the checked run and the capture of the probe's two runs
-    assert [(stream, before) for _, stream, before in spins] == [(worker.stream, 1 + 2)]
+    # after the checked run and the capture of the probe's runs (one per set, two at least)
+    runs = max(2, sets)
+    assert [(stream, before) for _, stream, before in spins] == [(worker.stream, 1 + runs)]
     assert drv.prepared.index(spins[0]) == len(drv.prepared) - 1  # after every settling launch
     assert worker.lead_in is not None and worker.lead_in.ns == LEAD_IN_NS
-    # probe: one timed replay after the spin; repeats: one lead-in replay and three timed
-    assert graphs.captured == [2] and graphs.replays == 1 + 1 + 3
+    expected_flush = [(rotate_bytes, worker.stream, len(drv.prepared) - 1)] if sets > 1 else []
+    assert drv.flushed == expected_flush  # just before the spin
+    # one graph for the probe and the repeats (the probe lasted min_repeat_ms: 0 ms); the
+    # probe: one timed replay after the spin; the repeats: one lead-in replay and three timed
+    assert graphs.captured == [runs] and graphs.replays == 1 + 1 + 3
 
 
 def test_an_entry_compiled_apart_runs_from_its_own_cubin(fake_pycuda):
