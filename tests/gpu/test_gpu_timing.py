@@ -30,6 +30,9 @@ RESOLUTION_S = 0.1e-6
 # The mean benchmark-minus-record offset allowed over a few two-kernel programs (plus 0.5% for
 # timing noise): half of the 0.7 µs by which the two launch states differ for them.
 SPLIT_OFFSET_S = 0.35e-6
+# A candidate stopped early (its probe's reading) against its full timing: run-to-run noise
+# between two timings of one kernel, with room for the probe's shorter reading.
+STOPPED_AGREEMENT = 0.05
 
 
 def _params(seed: int = 0) -> SearchParams:
@@ -114,6 +117,38 @@ def test_worker_time_does_not_move_once_the_process_launches_on_side_streams():
         f"{after * 1e6:.2f} us"
     )
     assert abs(after - before) <= max(0.01 * before, RESOLUTION_S), (before * 1e6, after * 1e6)
+
+
+def test_a_candidate_stopped_at_its_bound_reads_what_its_full_timing_reads():
+    """Eight sampled conv2d_bias_relu states timed in full, then again with a cost bound of 1.5
+    times the fastest: those over it stop early (with the probe's reading, one cost) and that
+    reading is within STOPPED_AGREEMENT of their full timing; the others get every repeat."""
+    task = suite_task("conv2d_bias_relu")
+    policy = SketchPolicy(task, autosched.RandomModel(), _params(), verbose=0)
+    states = policy.search_one_round(8)
+    kernels = [autosched.build(task.compute_dag, s) for s in states]
+    ref = task_reference(task, kernels[0].args)
+    artifacts = [k.artifact(reference_id="ref", tag=str(i)) for i, k in enumerate(kernels)]
+    runner = LocalRunner()
+    with LocalMeasureContext(LocalBuilder(timeout=60.0), runner) as ctx:
+        full = ctx.measure_batch(artifacts, {"ref": ref})
+        ok = [i for i, r in enumerate(full) if r.error_kind.name == "NO_ERROR"]
+        assert len(ok) >= 2, [r.error_msg for r in full]
+        bound = 1.5 * min(full[i].mean_cost for i in ok)
+        bounded = ctx.measure_batch(artifacts, {"ref": ref}, cost_bound=bound)
+    stopped = [i for i in ok if bounded[i].stopped_early]
+    assert stopped, "no state was slower than 1.5 times the fastest"
+    assert all(bounded[i].mean_cost > bound for i in stopped)
+    assert runner.early_stops == len(stopped)
+    for i in ok:
+        if i in stopped:
+            line = f"state {i}: stopped {bounded[i].mean_cost * 1e6:.2f} us"
+            line += f", full {full[i].mean_cost * 1e6:.2f} us"
+            print(line)
+            assert len(bounded[i].costs) < len(full[i].costs), line
+            assert abs(bounded[i].mean_cost / full[i].mean_cost - 1) <= STOPPED_AGREEMENT, line
+        else:
+            assert len(bounded[i].costs) == len(full[i].costs)
 
 
 @pytest.mark.parametrize("name", list(SUITE))
