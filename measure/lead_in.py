@@ -22,11 +22,13 @@ from measure.launch_state import PTX_ISA_OF_TARGET
 
 # Longer than the host takes to enqueue a probe's replays and events, many times over.
 LEAD_IN_NS = 200_000
+# Reads of the timer at most: a spin ends even on a timer that does not advance.
+MAX_SPIN_READS = 1 << 20
 
 
 def spin_kernel_ptx(compute_capability: tuple[int, int]) -> str:
-    """PTX of `spin(ns)`, a kernel that returns once `ns` nanoseconds of %globaltimer passed,
-    for a device of `compute_capability`."""
+    """PTX of `spin(ns)`, a kernel that returns once `ns` nanoseconds of %globaltimer passed
+    (or it read the timer MAX_SPIN_READS times), for a device of `compute_capability`."""
     arch = compute_capability[0] * 10 + compute_capability[1]
     known = [t for t in PTX_ISA_OF_TARGET if t <= arch]
     if not known:
@@ -37,15 +39,19 @@ def spin_kernel_ptx(compute_capability: tuple[int, int]) -> str:
         f".target sm_{target}\n"
         ".address_size 64\n"
         ".visible .entry spin(.param .u64 spin_ns)\n{\n"
-        "\t.reg .pred %p;\n"
+        "\t.reg .pred %p, %more;\n"
+        "\t.reg .b32 %reads;\n"
         "\t.reg .b64 %ns, %start, %now, %passed;\n"
         "\tld.param.u64 %ns, [spin_ns];\n"
+        "\tmov.u32 %reads, 0;\n"
         "\tmov.u64 %start, %globaltimer;\n"
         "$wait:\n"
         "\tmov.u64 %now, %globaltimer;\n"
+        "\tadd.u32 %reads, %reads, 1;\n"
         "\tsub.u64 %passed, %now, %start;\n"
         "\tsetp.lt.u64 %p, %passed, %ns;\n"
-        "\t@%p bra $wait;\n"
+        f"\tsetp.lt.and.u32 %more, %reads, {MAX_SPIN_READS}, %p;\n"
+        "\t@%more bra $wait;\n"
         "\tret;\n}\n"
     )
 
