@@ -4,8 +4,10 @@ live here, apart from the GPU, so that they are tested with a fake timer.
 
 A timing first calibrates: a probe times `number` runs (at least one per rotated buffer set) as
 one reading; while a reading lasts less than `min_repeat_ms`, `number` is raised to what the
-last reading says will last 5% more, and timed again. Then `repeat` consecutive repeats of that
-`number` make the timing: seconds per run, one per repeat.
+last reading says will last 5% more, and timed again (a short back-to-back probe overestimates
+the time per run by the launch latency, so calibration converges from below, in two or three
+readings, without overshooting). Then `repeat` consecutive repeats of that `number` make the
+timing: seconds per run, one per repeat.
 
 With a `cost_bound` (seconds per run; the search sends its task's best so far times a factor) a
 candidate that a trusted reading shows slower than the bound stops there: its costs are the
