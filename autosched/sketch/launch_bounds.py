@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, ROOT
+from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.utils import has_cross_thread_reduction, is_inlined
@@ -48,9 +48,12 @@ def kernel_stages(state: State, root: int) -> list[int]:
 
 def launch_shape(state: State, root: int) -> tuple[int, int]:
     """(blocks, threads per block) of root stage `root`'s kernel: the product of its iterators
-    bound to blockIdx, and of the largest extent each threadIdx tag has inside the kernel."""
+    bound to blockIdx or to the cluster rank (each row's blocks of a cluster,
+    sketch/row_cluster.py), and of the largest extent each threadIdx tag has inside the kernel."""
     blocks = math.prod(
-        it.extent or 1 for it in state.stages[root].iters if it.annotation in BLOCK_TAGS
+        it.extent or 1
+        for it in state.stages[root].iters
+        if it.annotation in (*BLOCK_TAGS, CLUSTER_RANK_TAG)
     )
     threads = dict.fromkeys(THREAD_TAGS, 1)
     for j in kernel_stages(state, root):

@@ -1,0 +1,102 @@
+"""Long rows split over a thread-block cluster (sketch/row_cluster.py `RowOverCluster`): off by
+default; with `SketchParams.row_cluster_sizes`, the block-per-row sketches of softmax, layer norm
+(centred and moments forms) and RMSNorm also split each row over C blocks of a cluster, which
+exchange their partial statistics through distributed shared memory. The sampled kernels
+compute the DAG on the interpreter, replay from their steps, print as a Python schedule and
+(with nvcc) compile for sm_90 without spills."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched import te, topi
+from autosched.codegen.build import build
+from autosched.lower import cluster_ir as ci
+from autosched.lower import ir
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.stage import CLUSTER_RANK_TAG
+from autosched.schedule.steps import print_python_schedule, replay
+from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.launch_bounds import launch_shape
+from autosched.sketch.params import SketchParams
+from measure import compile_resources
+from measure.hardware import HardwareParams
+from tests.compilers import needs_nvcc
+from tests.interpreter_check import interpret_and_compare
+from tests.sketch.test_row_in_shared import rms_norm, softmax
+
+CLUSTERS = SketchParams(row_cluster_sizes=(2, 4))
+
+
+def layer_norm(m: int, n: int, moments: bool) -> ComputeDAG:
+    x = te.placeholder((m, n), name="x")
+    gamma, beta = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
+    return ComputeDAG([x, gamma, beta, topi.layer_norm(x, gamma, beta, moments=moments)])
+
+
+DAGS = {
+    "softmax": lambda: softmax(4, 2048),
+    "layer_norm": lambda: layer_norm(4, 2048, moments=False),
+    "layer_norm_moments": lambda: layer_norm(4, 2048, moments=True),
+    "rms_norm": lambda: rms_norm(4, 2048),
+}
+
+
+def cluster_sizes(sketch) -> set[int]:
+    """The extents of the sketch's iterators bound to the cluster rank."""
+    return {
+        it.extent for st in sketch.stages for it in st.iters if it.annotation == CLUSTER_RANK_TAG
+    }
+
+
+def clustered(sketches) -> list:
+    return [s for s in sketches if cluster_sizes(s)]
+
+
+@pytest.mark.parametrize("name", list(DAGS))
+def test_rows_over_clusters_compute_the_dag(name):
+    dag = DAGS[name]()
+    assert not clustered(generate_sketches(dag))  # off by default
+    sketches = clustered(generate_sketches(dag, params=CLUSTERS))
+    assert {frozenset(cluster_sizes(s)) for s in sketches} == {frozenset({2}), frozenset({4})}
+    sampler = SketchSampler(sketches, params=CLUSTERS)
+    states = sampler.sample(4, 0)
+    assert states, sampler.rejected
+    for state in states:
+        kernel = build(dag, state)
+        (k,) = kernel.program.kernels
+        assert k.cluster in (2, 4) and k.grid[0] == 4 * k.cluster
+        loads = [s for s in ir.iter_stmts(k.body) if isinstance(s, ci.ClusterLoad)]
+        assert loads and all(s.src.scope == "shared" for s in loads)
+        interpret_and_compare(dag, kernel.program, rtol=1e-4)
+        assert 'te.thread_axis("clusterCtaIdx.x")' in print_python_schedule(state)
+        assert replay(dag, state.steps) == state
+        root = len(state.stages) - 1
+        assert launch_shape(state, root)[0] == 4 * max(cluster_sizes(state))
+
+
+def test_no_clusters_before_hopper():
+    ampere = HardwareParams(arch="sm_80")
+    assert not clustered(generate_sketches(softmax(4, 2048), ampere, CLUSTERS))
+
+
+def test_no_clusters_for_rows_too_short_to_split():
+    assert not clustered(generate_sketches(softmax(4, 512), params=CLUSTERS))
+    four_only = clustered(generate_sketches(softmax(4, 1024), params=CLUSTERS))
+    assert {frozenset(cluster_sizes(s)) for s in four_only} == {frozenset({2})}
+
+
+def test_cluster_sizes_are_checked():
+    with pytest.raises(ValueError, match="row_cluster_sizes must be among"):
+        SketchParams(row_cluster_sizes=(3,))
+
+
+@needs_nvcc
+def test_cluster_kernels_compile_for_sm_90_without_spills():
+    dag = layer_norm(4, 2048, moments=True)
+    sampler = SketchSampler(clustered(generate_sketches(dag, params=CLUSTERS)), params=CLUSTERS)
+    for state in sampler.sample(2, 1):
+        source = build(dag, state).source
+        assert "__cluster_dims__(" in source and "ld.shared::cluster" in source
+        (res,) = compile_resources(source, arch="sm_90").values()
+        assert res.spill_bytes == 0 and res.stack_bytes == 0
