@@ -34,24 +34,23 @@ __device__ __forceinline__ unsigned as_cluster_address(const void* p, int rank) 
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"(remote) : "r"(local), "r"(rank));
   return remote;
 }
+template <int BYTES> struct as_cluster_word;
+template <> struct as_cluster_word<2> { typedef unsigned short type; };
+template <> struct as_cluster_word<4> { typedef unsigned type; };
+template <> struct as_cluster_word<8> { typedef unsigned long long type; };
+__device__ __forceinline__ void as_cluster_ld(unsigned a, unsigned short& w) {
+  asm volatile("ld.shared::cluster.b16 %0, [%1];\\n" : "=h"(w) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void as_cluster_ld(unsigned a, unsigned& w) {
+  asm volatile("ld.shared::cluster.b32 %0, [%1];\\n" : "=r"(w) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void as_cluster_ld(unsigned a, unsigned long long& w) {
+  asm volatile("ld.shared::cluster.b64 %0, [%1];\\n" : "=l"(w) : "r"(a) : "memory");
+}
 template <typename T> __device__ __forceinline__ T as_cluster_load(const T* p, int rank) {
-  unsigned a = as_cluster_address(p, rank);
-  T v;
-  if constexpr (sizeof(T) == 2) {
-    unsigned short b;
-    asm volatile("ld.shared::cluster.b16 %0, [%1];\\n" : "=h"(b) : "r"(a) : "memory");
-    v = *reinterpret_cast<T*>(&b);
-  } else if constexpr (sizeof(T) == 4) {
-    unsigned b;
-    asm volatile("ld.shared::cluster.b32 %0, [%1];\\n" : "=r"(b) : "r"(a) : "memory");
-    v = *reinterpret_cast<T*>(&b);
-  } else {
-    static_assert(sizeof(T) == 8, "cluster loads read 2, 4 or 8 bytes");
-    unsigned long long b;
-    asm volatile("ld.shared::cluster.b64 %0, [%1];\\n" : "=l"(b) : "r"(a) : "memory");
-    v = *reinterpret_cast<T*>(&b);
-  }
-  return v;
+  typename as_cluster_word<sizeof(T)>::type w;
+  as_cluster_ld(as_cluster_address(p, rank), w);
+  return *reinterpret_cast<const T*>(&w);
 }
 """
 # the element widths a cluster load reads (bool and 1-byte ints are not read remotely)
