@@ -4,7 +4,8 @@
   its rank once, at the top, from `%cluster_ctarank`;
 - `ClusterBarrier`: `barrier.cluster.arrive.release.aligned` then
   `barrier.cluster.wait.acquire.aligned` (every thread of the cluster reaches it, so the
-  aligned forms hold);
+  aligned forms hold), after waiting for the thread's asynchronous copies where `__syncthreads`
+  would (it orders the block's threads as that barrier does: `async_copy.py`);
 - `ClusterLoad`: the source element's shared address (`cvta.to.shared`), mapped to the same
   address in the block of the given rank (`mapa.shared::cluster`), read with
   `ld.shared::cluster` of the element's width.
@@ -12,6 +13,9 @@
 
 from __future__ import annotations
 
+from autosched.codegen.async_copy import HELPER as ASYNC_HELPER
+from autosched.codegen.async_copy import WAIT as ASYNC_WAIT
+from autosched.codegen.async_copy import uses_async_copy, uses_async_groups
 from autosched.codegen.context import PrintContext, StmtTable
 from autosched.errors import LoweringError
 from autosched.lower import cluster_ir as ci
@@ -81,6 +85,9 @@ class ClusterPrinter:
         self.p.emit(depth, f"const int {name} = as_cluster_rank();")
 
     def barrier(self, s: ci.ClusterBarrier, d: int) -> None:
+        if uses_async_copy(self.p.k) and not uses_async_groups(self.p.k):
+            self.p.ex.helpers.add(ASYNC_HELPER)
+            self.p.emit(d, ASYNC_WAIT)
         self.p.ex.helpers.add(HELPER)
         self.p.emit(d, "as_cluster_sync();")
 

@@ -21,8 +21,8 @@ from autosched.lower.cluster_launch import cluster_size, clustered
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
 from autosched.lower.double_buffer import emit_double_buffered, is_double_buffered
 from autosched.lower.guards import guards, zero_fills
-from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
-from autosched.lower.plan import LoweringPlan
+from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
+from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.lower.tensorize import emit_fill, emit_tensorized, tensorize_position
 from autosched.lower.unrolling import auto_unroll
 from autosched.schedule.stage import ROOT
@@ -164,7 +164,7 @@ def unit_vars(plan: LoweringPlan, root: int) -> tuple[Var, ...]:
         plan.var_of(j, it.name)
         for j in plan.subtree(root)
         for it in plan.stages[j].iters
-        if it.annotation not in LAUNCH_TAGS and plan.info[j].ext[it.name] == 1
+        if it.annotation not in NO_LOOP_TAGS and plan.info[j].ext[it.name] == 1
     )
 
 

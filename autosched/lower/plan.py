@@ -25,6 +25,10 @@ from autosched.schedule.stage import CLUSTER_RANK_TAG, INLINED, Stage
 from autosched.te.expr import BinOp, Expr, Reduce, Var
 from autosched.te.tensor import ComputeOp
 
+# the annotations of iterators that are no loop: launch indices, and the cluster rank (each runs
+# once per block, at the block's index)
+NO_LOOP_TAGS = (*LAUNCH_TAGS, CLUSTER_RANK_TAG)
+
 
 @dataclass
 class StageInfo:
@@ -193,7 +197,7 @@ class LoweringPlan:
     def loop(self, i: int, name: str, body: ir.Stmt) -> ir.Stmt:
         """`body` inside the loop of stage i's iterator `name`; no loop for an iterator bound to
         a launch index or the cluster rank, or of extent 1."""
-        if self.annotation((i, name)) in (*LAUNCH_TAGS, CLUSTER_RANK_TAG):
+        if self.annotation((i, name)) in NO_LOOP_TAGS:
             return body
         ext = self.info[i].ext[name]
         if ext == 1:

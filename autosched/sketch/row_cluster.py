@@ -11,13 +11,15 @@ each reduction computed at the row loop is cut the same way. Each block then rea
 the row, reduces it over its threads, and the C blocks exchange their partial results through
 distributed shared memory after a cluster barrier (lower/cross_thread.py `cluster_exchange`),
 so every block holds the row's statistics and normalises its part: C times the blocks, each
-with 1 / C of the row, which its later passes find in L1.
+with 1 / C of the row. A second sketch per C reads each block's part once from DRAM into
+shared memory, where every pass then reads it (`part_in_shared`, as RowInSharedMemory keeps a
+whole row); the first leaves the later passes to find the part in L1 or L2.
 
 The rule applies where the GPU has clusters (sm_90 or later), the kernel is a block-per-row
 kernel whose stages computed at the row loop are all cross-thread reductions (no row kept in
 shared memory), the row divides into C parts of at least `MIN_PART_ELEMENTS`, and a part fits a
 block's share of an SM's shared memory at two blocks per SM (where a later rule may keep it).
-It adds one sketch per C and keeps the unsplit sketch (APPLY). Off by default:
+It adds two sketches per C and keeps the unsplit sketch (APPLY). Off by default:
 `row_cluster_sizes` is empty.
 """
 
@@ -27,9 +29,9 @@ from typing import ClassVar
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, SPATIAL
-from autosched.sketch.row_in_shared import is_cross_thread_reduction, row_kernel
+from autosched.sketch.row_in_shared import direct_readers, is_cross_thread_reduction, row_kernel
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
-from autosched.sketch.stage_steps import split_step_ids
+from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
@@ -140,8 +142,33 @@ class RowOverCluster(SketchRule):
             for stage, name in cuts:
                 split = split.split(stage, name, [c], inner_to_outer=False)
                 split = split.bind(stage, f"{name}_o", CLUSTER_RANK_TAG)
-            out.append((split, i - 1))
+            out += [(split, i - 1), (self.part_in_shared(split, i, cuts), i - 1)]
         return out
+
+    @staticmethod
+    def part_in_shared(state: State, i: int, cuts: list[tuple[int, str]]) -> State:
+        """The cluster sketch `state` with each block's part of the row read once into shared
+        memory: the reductions computed at the output's rank iterator (which runs once, so
+        nothing changes), and there a shared cache of placeholder i, whose region is then the
+        block's part only (the rank fixed there), cut and bound as the output's threads, as
+        RowInSharedMemory cuts the whole row's."""
+        (root, root_cut), *reductions = cuts
+        rank_iter = f"{root_cut}_o"
+        for j, _ in reductions:
+            state = state.compute_at(j, root, rank_iter)
+        thread_split = split_step_ids(state, root)[0]
+        readers = [j for j in direct_readers(state, i) if not state.stages[j].is_placeholder]
+        cached = state.cache_read(i, "shared", readers)
+        cache = i + 1
+        cached = cached.compute_at(cache, root + 1, rank_iter)
+        last = cached.stages[cache].iters[-1].name
+        lanes = split_at(cached.steps, thread_split).lengths
+        cached = cached.follow_split(cache, last, thread_split, len(lanes))
+        levels = level_names(last, len(lanes) + 1)
+        cached = cached.bind(cache, levels[1], "threadIdx.x")
+        if len(lanes) > 1:
+            cached = cached.vectorize(cache, levels[-1])
+        return cached
 
 
 __all__ = ["RowOverCluster", "has_clusters"]

@@ -1,7 +1,8 @@
 """Long rows split over a thread-block cluster (sketch/row_cluster.py `RowOverCluster`): off by
 default; with `SketchParams.row_cluster_sizes`, the block-per-row sketches of softmax, layer norm
 (centred and moments forms) and RMSNorm also split each row over C blocks of a cluster, which
-exchange their partial statistics through distributed shared memory. The sampled kernels
+exchange their partial statistics through distributed shared memory, each block's part read
+from global memory by every pass or once into shared memory. The sampled kernels
 compute the DAG on the interpreter, replay from their steps, print as a Python schedule and
 (with nvcc) compile for sm_90 without spills."""
 
@@ -60,19 +61,24 @@ def test_rows_over_clusters_compute_the_dag(name):
     sketches = clustered(generate_sketches(dag, params=CLUSTERS))
     assert {frozenset(cluster_sizes(s)) for s in sketches} == {frozenset({2}), frozenset({4})}
     sampler = SketchSampler(sketches, params=CLUSTERS)
-    states = sampler.sample(4, 0)
+    states = sampler.sample(6, 0)
     assert states, sampler.rejected
+    cached: set[int] = set()  # the parts kept in shared memory, times the cluster size
     for state in states:
         kernel = build(dag, state)
         (k,) = kernel.program.kernels
         assert k.cluster in (2, 4) and k.grid[0] == 4 * k.cluster
         loads = [s for s in ir.iter_stmts(k.body) if isinstance(s, ci.ClusterLoad)]
         assert loads and all(s.src.scope == "shared" for s in loads)
+        cached.update(b.size * k.cluster for b in k.allocs if b.name == "x_shared")
+        if any(b.async_copy for b in k.allocs):  # copies land before the cluster barrier too
+            assert "as_cp_async_wait_all();\n  as_cluster_sync();" in kernel.source
         interpret_and_compare(dag, kernel.program, rtol=1e-4)
         assert 'te.thread_axis("clusterCtaIdx.x")' in print_python_schedule(state)
         assert replay(dag, state.steps) == state
         root = len(state.stages) - 1
         assert launch_shape(state, root)[0] == 4 * max(cluster_sizes(state))
+    assert cached == {2048}  # a block keeps its part of the row, no more
 
 
 def test_no_clusters_before_hopper():
