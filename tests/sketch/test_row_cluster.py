@@ -101,8 +101,9 @@ def test_cluster_sizes_are_checked():
 
 
 @needs_nvcc
-def test_cluster_kernels_compile_for_sm_90_without_spills():
-    dag = layer_norm(4, 2048, moments=True)
+@pytest.mark.parametrize("name", list(DAGS))
+def test_cluster_kernels_compile_for_sm_90_without_spills(name):
+    dag = DAGS[name]()
     sampler = SketchSampler(clustered(generate_sketches(dag, params=CLUSTERS)), params=CLUSTERS)
     for state in sampler.sample(2, 1):
         source = build(dag, state).source
