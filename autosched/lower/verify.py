@@ -22,7 +22,12 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
-from autosched.lower.verify_cluster import ClusterRules, check_cluster_launch, check_cluster_order
+from autosched.lower.verify_cluster import (
+    ClusterRules,
+    check_cluster_barriers,
+    check_cluster_launch,
+    check_cluster_order,
+)
 from autosched.lower.verify_wgmma import WarpgroupRules
 from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
 from autosched.te.dtype import BYTES, DTYPES, is_int
@@ -440,6 +445,7 @@ def verify_program(
         verifier = _KernelVerifier(k, program.params)
         verifier.stmt(k.body, None)
         check_cluster_order(k, verifier.fail)
+        check_cluster_barriers(k, verifier.fail)
 
 
 __all__ = ["check", "verify_every_lowering", "verify_program", "verifying_every_lowering"]

@@ -3,7 +3,8 @@
 - launch: a kernel's cluster size is 1 or one of `CLUSTER_SIZES`, and its grid's x extent a
   multiple of it;
 - the cluster statements and the rank variable appear only in cluster kernels;
-- a `ClusterBarrier` is reached by every thread (no thread-dependent guard);
+- a `ClusterBarrier` is reached by every thread of the cluster (no guard that depends on a
+  thread or block index or on the rank);
 - a `ClusterLoad` reads a shared buffer into a local or shared one of its dtype, its indices
   are ints, its rank provably within the cluster, and it is not in a vectorize loop;
 - in program order, a cluster load of a shared buffer comes after a cluster barrier that follows
@@ -21,6 +22,7 @@ from autosched.lower import ir
 from autosched.lower.arith import expr_bounds
 from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import expr_str
+from autosched.te.visitor import free_vars
 
 
 def check_cluster_launch(k: ir.Kernel, check: Any) -> None:
@@ -86,6 +88,29 @@ class ClusterRules:
             )
 
 
+def check_cluster_barriers(k: ir.Kernel, fail: Any) -> None:
+    """No cluster barrier under a condition that may differ between the blocks of a cluster
+    (one that uses a block index or the rank; the thread-dependent ones are `barrier`'s)."""
+    per_block = {id(ir.THREAD_VARS[tag]) for tag in ir.BLOCK_TAGS} | {id(ci.CLUSTER_RANK)}
+
+    def walk(s: ir.Stmt, guard: str | None) -> None:
+        if isinstance(s, ci.ClusterBarrier) and guard is not None:
+            fail(f"barrier.cluster under the block-dependent condition {guard}")
+        elif isinstance(s, ir.Seq):
+            for c in s.stmts:
+                walk(c, guard)
+        elif isinstance(s, ir.For):
+            walk(s.body, guard)
+        elif isinstance(s, ir.IfThenElse):
+            varying = any(id(v) in per_block for v in free_vars(s.cond))
+            inner = guard if guard is not None or not varying else expr_str(s.cond)
+            walk(s.then_case, inner)
+            if s.else_case is not None:
+                walk(s.else_case, inner)
+
+    walk(k.body, None)
+
+
 def check_cluster_order(k: ir.Kernel, fail: Any) -> None:
     """In program order: a cluster load of a shared buffer only after a cluster barrier that
     follows the buffer's last write, a write of it only after one that follows its last cluster
@@ -129,4 +154,4 @@ def check_cluster_order(k: ir.Kernel, fail: Any) -> None:
         )
 
 
-__all__ = ["ClusterRules", "check_cluster_launch", "check_cluster_order"]
+__all__ = ["ClusterRules", "check_cluster_barriers", "check_cluster_launch", "check_cluster_order"]

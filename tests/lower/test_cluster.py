@@ -137,6 +137,15 @@ def test_verifier_rejects_a_cluster_load_from_global_memory():
         verify_program(ir.Program([kernel], [X, Y], [Y]))
 
 
+def test_verifier_rejects_a_cluster_barrier_some_blocks_skip():
+    program = cluster_softmax_program(cluster=2, threads=128, n=256, rows=1)
+    (kernel,) = program.kernels
+    first = binary("==", ci.CLUSTER_RANK, ir.int32(0))
+    body = ir.seq([ir.IfThenElse(first, ir.Barrier(), ci.ClusterBarrier()), kernel.body])
+    with pytest.raises(LoweringError, match=r"block-dependent condition \(cluster_rank == 0\)"):
+        verify_program(with_kernel(program, body=body))
+
+
 def test_verifier_rejects_a_divergent_cluster_barrier():
     program = cluster_softmax_program(cluster=2, threads=128, n=256, rows=1)
     (kernel,) = program.kernels
