@@ -82,16 +82,20 @@ def unrolled_reduction_steps(state: State, root: int) -> int:
 def row_cache_bytes(state: State, root: int) -> int:
     """The shared memory of the rows root stage `root`'s kernel keeps (row_in_shared.py): for
     each shared stage attached at one of the root's loops, the elements of its tensor past the
-    axes that loop and those outside it fix."""
-    names = [it.name for it in state.stages[root].iters]
+    axes that loop and those outside it fix; at the cluster rank (a block's part of the rows,
+    sketch/row_cluster.py), 1 / C of those the loop outside it fixes."""
+    its = state.stages[root].iters
+    names = [it.name for it in its]
     total = 0
     for j in kernel_stages(state, root)[1:]:
         stage = state.stages[j]
         if stage.scope != "shared" or stage.attach is None or stage.attach[0] != root:
             continue
         shape = stage.op.output(0).shape
-        fixed = names.index(stage.attach[1]) + 1
-        total += math.prod(shape[fixed:]) * BYTES[stage.op.dtype]
+        at, parts = names.index(stage.attach[1]), 1
+        if its[at].annotation == CLUSTER_RANK_TAG:
+            at, parts = at - 1, its[at].extent or 1
+        total += math.prod(shape[at + 1 :]) * BYTES[stage.op.dtype] // parts
     return total
 
 

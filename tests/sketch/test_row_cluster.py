@@ -20,7 +20,7 @@ from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
-from autosched.sketch.launch_bounds import launch_shape
+from autosched.sketch.launch_bounds import launch_shape, row_cache_bytes
 from autosched.sketch.params import SketchParams
 from measure import compile_resources
 from measure.hardware import HardwareParams
@@ -73,13 +73,15 @@ def test_rows_over_clusters_compute_the_dag(name):
         loads = [s for s in ir.iter_stmts(k.body) if isinstance(s, ci.ClusterLoad)]
         assert loads and all(s.src.scope == "shared" for s in loads)
         cached.update(b.size * k.cluster for b in k.allocs if b.name == "x_shared")
+        root = len(state.stages) - 1
+        if any(b.name == "x_shared" for b in k.allocs):  # what LaunchBounds counts per block
+            assert row_cache_bytes(state, root) == 2048 * 4 // max(cluster_sizes(state))
         if any(b.async_copy for b in k.allocs):  # copies land before the cluster barrier too
             assert "as_cp_async_wait_all();\n  as_cluster_sync();" in kernel.source
         interpret_and_compare(dag, kernel.program, rtol=1e-4)
         assert 'te.thread_axis("clusterCtaIdx.x")' in print_python_schedule(state)
         records = json.loads(json.dumps([step.to_record() for step in state.steps]))
         assert replay(dag, records) == state
-        root = len(state.stages) - 1
         assert launch_shape(state, root)[0] == 4 * max(cluster_sizes(state))
     assert cached == {2048}  # a block keeps its part of the row, no more
 
