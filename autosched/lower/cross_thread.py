@@ -104,20 +104,31 @@ def emit_cross_thread(
     finish: list[ir.Stmt] = [
         ir.AllReduce(body.reducer.name, value, None, red, int32(0), tag, plan.block_extent[tag])
     ]
-    cluster = cluster_extent(plan, i)
-    if cluster > 1:
-        finish += cluster_exchange(plan, i, pidx, cluster)
     conds = guards(plan, i, spatial_only=True, skip_tag=tag)
     if inf.buf.scope != "local":
         conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
     idx = plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False)
-    finish.append(ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds))
+    store = ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds)
     tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
-    init_nest, finish_nest = init, ir.seq(finish)
-    for it in reversed(tile):
-        init_nest = plan.loop(i, it.name, init_nest)
-        finish_nest = plan.loop(i, it.name, finish_nest)
-    return ir.seq([init_nest, reduce_nest, finish_nest])
+
+    def over_tile(stmt: ir.Stmt) -> ir.Stmt:
+        for it in reversed(tile):
+            stmt = plan.loop(i, it.name, stmt)
+        return stmt
+
+    cluster = cluster_extent(plan, i)
+    if cluster > 1:  # the tile's results published, one cluster barrier, then folded
+        publish, fold = cluster_exchange(plan, i, pidx, cluster)
+        return ir.seq(
+            [
+                over_tile(init),
+                reduce_nest,
+                over_tile(ir.seq([*finish, publish])),
+                ClusterBarrier(),
+                over_tile(ir.seq([*fold, store])),
+            ]
+        )
+    return ir.seq([over_tile(init), reduce_nest, over_tile(ir.seq([*finish, store]))])
 
 
 def cluster_extent(plan: LoweringPlan, i: int) -> int:
@@ -127,11 +138,14 @@ def cluster_extent(plan: LoweringPlan, i: int) -> int:
     return plan.info[i].ext[bound[0].name] if bound else 1
 
 
-def cluster_exchange(plan: LoweringPlan, i: int, pidx: Expr, cluster: int) -> list[ir.Stmt]:
-    """After the block's AllReduce of element `pidx` of stage i's tile: every thread stores the
-    block's result in a shared slot, the cluster's blocks wait at a cluster barrier, and every
-    thread folds the `cluster` blocks' slots (read through distributed shared memory) into its
-    result, in rank order, so that every block of the cluster holds the same value."""
+def cluster_exchange(
+    plan: LoweringPlan, i: int, pidx: Expr, cluster: int
+) -> tuple[ir.Stmt, list[ir.Stmt]]:
+    """(publish, fold) of element `pidx` of stage i's tile, around one cluster barrier after
+    the tile's AllReduces: every thread stores its block's result in a shared slot (publish);
+    after the barrier every thread folds the `cluster` blocks' slots, read through distributed
+    shared memory, into its result in rank order (fold), so that every block of the cluster
+    holds the same value."""
     name, inf = plan.stages[i].name, plan.info[i]
     red = plan.extra_allocs[i][1]
     tile = plan.extra_allocs[i][0].shape
@@ -142,11 +156,10 @@ def cluster_exchange(plan: LoweringPlan, i: int, pidx: Expr, cluster: int) -> li
     rank = Var(plan.unique_name(f"{name}_rank"), I32)
     result, zero = Load(red, (int32(0),)), int32(0)
     op = "+" if reducer.name == "sum" else reducer.name
-    fold = ir.Store(red, zero, BinOp(op, result, Load(got, (zero,)), red.dtype))
-    gather = ir.seq([ClusterLoad(got, zero, slots, pidx, rank), fold])
-    return [
-        ir.Store(slots, pidx, result),
-        ClusterBarrier(),
+    combine = ir.Store(red, zero, BinOp(op, result, Load(got, (zero,)), red.dtype))
+    gather = ir.seq([ClusterLoad(got, zero, slots, pidx, rank), combine])
+    fold: list[ir.Stmt] = [
         ir.Store(red, zero, plan.reduction(i).identity),
         ir.For(rank, cluster, "unroll", gather),
     ]
+    return ir.Store(slots, pidx, result), fold
