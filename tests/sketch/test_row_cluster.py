@@ -27,6 +27,7 @@ from measure.hardware import HardwareParams
 from tests.compilers import needs_nvcc
 from tests.interpreter_check import interpret_and_compare
 from tests.sketch.test_row_in_shared import rms_norm, softmax
+from tests.sketch.test_sketch import sketches_text
 
 CLUSTERS = SketchParams(row_cluster_sizes=(2, 4))
 
@@ -84,6 +85,12 @@ def test_rows_over_clusters_compute_the_dag(name):
         assert replay(dag, records) == state
         assert launch_shape(state, root)[0] == 4 * max(cluster_sizes(state))
     assert cached == {2048}  # a block keeps its part of the row, no more
+
+
+def test_cluster_sketches_golden(golden):
+    """The cluster sketches of layer norm's moments form, as tests/golden holds them."""
+    sketches = clustered(generate_sketches(DAGS["layer_norm_moments"](), params=CLUSTERS))
+    golden("sketch_row_cluster_layer_norm_moments.txt", sketches_text(sketches))
 
 
 def test_no_clusters_before_hopper():
