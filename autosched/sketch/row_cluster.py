@@ -29,7 +29,12 @@ from typing import ClassVar
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, SPATIAL
-from autosched.sketch.row_in_shared import direct_readers, is_cross_thread_reduction, row_kernel
+from autosched.sketch.row_in_shared import (
+    RESERVED_SHARED_BYTES,
+    direct_readers,
+    is_cross_thread_reduction,
+    row_kernel,
+)
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
 from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.te.dtype import BYTES
@@ -122,7 +127,11 @@ class RowOverCluster(SketchRule):
         if planned is None:
             return []
         length, _ = planned
-        share = ctx.hardware.max_shared_memory_per_sm // 2
+        hardware = ctx.hardware
+        share = min(
+            hardware.max_shared_memory_per_sm // 2, hardware.max_shared_memory_per_block_optin
+        )
+        share -= RESERVED_SHARED_BYTES  # the reductions' own buffers
         element = BYTES[state.stages[i].op.dtype]
         return [
             c
