@@ -14,22 +14,34 @@ from __future__ import annotations
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.cluster_ir import CLUSTER_SIZES, ClusterBarrier
+from autosched.lower.cross_thread import cross_thread_tag
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.stmt_walk import map_exprs
-from autosched.schedule.stage import CLUSTER_RANK_TAG
+from autosched.schedule.stage import CLUSTER_RANK_TAG, REDUCE
 from autosched.te.expr import BinOp
 from autosched.te.visitor import substitute
 
 
 def cluster_size(plan: LoweringPlan, root: int) -> int:
     """The extent of the iterators root stage `root`'s kernel binds to the cluster rank (all
-    of one extent, in `CLUSTER_SIZES`); 1 when none is."""
-    sizes = {
-        plan.info[j].ext[it.name]
-        for j in plan.subtree(root)
-        for it in plan.stages[j].iters
-        if it.annotation == CLUSTER_RANK_TAG
-    }
+    of one extent, in `CLUSTER_SIZES`); 1 when none is. Only the root's iterators and the
+    reduction iterators of cross-thread reductions may be bound to it: the root's blocks then
+    share its elements, a reduction's blocks exchange their parts (`cross_thread`); any other
+    stage would compute only its block's part of what its readers need."""
+    sizes = set()
+    for j in plan.subtree(root):
+        st = plan.stages[j]
+        for it in st.iters:
+            if it.annotation != CLUSTER_RANK_TAG:
+                continue
+            reduces = it.kind == REDUCE
+            if (reduces and cross_thread_tag(plan, j) is None) or (not reduces and j != root):
+                raise LoweringError(
+                    f"stage {st.name!r} binds {it.name} to the cluster rank, which only the "
+                    "kernel's root stage and the reduction iterators of cross-thread reductions "
+                    "may"
+                )
+            sizes.add(plan.info[j].ext[it.name])
     if not sizes:
         return 1
     if len(sizes) > 1 or not sizes <= set(CLUSTER_SIZES):

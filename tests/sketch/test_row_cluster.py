@@ -14,8 +14,10 @@ import pytest
 
 from autosched import te, topi
 from autosched.codegen.build import build
+from autosched.errors import LoweringError
 from autosched.lower import cluster_ir as ci
 from autosched.lower import ir
+from autosched.lower.lowering import lower
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.schedule.steps import print_python_schedule, replay
@@ -91,6 +93,16 @@ def test_cluster_sketches_golden(golden):
     """The cluster sketches of layer norm's moments form, as tests/golden holds them."""
     sketches = clustered(generate_sketches(DAGS["layer_norm_moments"](), params=CLUSTERS))
     golden("sketch_row_cluster_layer_norm_moments.txt", sketches_text(sketches))
+
+
+def test_only_cross_thread_reductions_bind_a_reduction_to_the_cluster_rank():
+    dag = softmax(4, 2048)
+    state = dag.get_init_state()
+    i = next(k for k, st in enumerate(state.stages) if st.name == "T_softmax_maxelem")
+    state = state.split(i, "k", [2], inner_to_outer=False).bind(i, "k_o", CLUSTER_RANK_TAG)
+    state = state.bind(i, "i0", "blockIdx.x")
+    with pytest.raises(LoweringError, match="binds k_o to the cluster rank, which only"):
+        lower(state)
 
 
 def test_no_clusters_before_hopper():
