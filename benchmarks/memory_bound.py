@@ -4,7 +4,7 @@ Reductions, normalisations, matrix-vector products, pooling and an element-wise 
 with PyTorch eager and `torch.compile` of the same function, in one process.
 
     python -m benchmarks.memory_bound --trials 64 --out runs/ [--quick] [--workloads NAME ...]
-        [--publish]
+        [--row-clusters 2 4 8] [--publish]
 
 Per workload: tune through `auto_schedule` (`--trials` records), run the best kernel and both
 PyTorch versions on the same random inputs (ours checked against eager), then time the three by
@@ -23,7 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import autosched
 from autosched import te, topi
@@ -229,6 +229,17 @@ def task_of(name: str, small: bool = False):
 # ---- tuning and timing (GPU) ----------------------------------------------------------------
 
 
+def sketch_params_of(task, ns):
+    """The task's SketchParams, with the cluster sizes of `--row-clusters` (normalisations'
+    rows also split over thread-block clusters of that many blocks, sm_90)."""
+    from autosched.sketch import SketchParams
+
+    params = SketchParams.for_task(task)
+    if not ns.row_clusters:
+        return params
+    return replace(params, row_cluster_sizes=tuple(ns.row_clusters))
+
+
 def tune(name: str, ns) -> tuple:
     """Tune `name` up to `ns.trials` records in `ns.out/<name>.json`. Returns (task, best state,
     its recorded seconds, records in the log, wall seconds)."""
@@ -236,11 +247,13 @@ def tune(name: str, ns) -> tuple:
     from autosched.search.policy import SearchParams, SketchPolicy
 
     task = task_of(name)
+    sketch_params = sketch_params_of(task, ns)
     log = os.path.join(ns.out, f"{name}.json")
     done = sum(1 for _ in load_records(log)) if os.path.exists(log) else 0
     t0 = time.perf_counter()
     if ns.trials > done:
-        policy = SketchPolicy(task, autosched.XGBModel(), SearchParams(n_jobs=ns.n_jobs))
+        search = SearchParams(n_jobs=ns.n_jobs)
+        policy = SketchPolicy(task, autosched.XGBModel(), search, sketch_params=sketch_params)
         options = autosched.TuningOptions(
             num_measure_trials=ns.trials - done,
             num_measures_per_round=ns.per_round,
@@ -370,6 +383,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--peak-bandwidth", type=float, default=None, help="bytes/s (default: GPU's)")
+    ap.add_argument(
+        "--row-clusters",
+        type=int,
+        nargs="*",
+        default=[],
+        choices=(2, 4, 8),
+        help="also sketch normalisations' rows split over clusters of these many blocks (sm_90)",
+    )
     report.add_publishing_arguments(ap, "memory_bound", "bench_out")
     ns = ap.parse_args(argv)
     from autosched.roofline import dag_bytes, peak_for

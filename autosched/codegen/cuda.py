@@ -9,7 +9,9 @@ arrays (or pointers into dynamic shared memory: `shared_memory.py`), loops with
 `#pragma unroll`, float4/float2/half2/__nv_bfloat162 and packed 8- and 16-byte half accesses for
 aligned `vectorize` loops (`vectors.py`), a block reduction for `AllReduce` (`allreduce.py`),
 nvcuda::wmma calls for the warp-collective Tensor Core statements (`wmma.py`), and `cp.async`
-for copies into double-buffered shared buffers (`async_copy.py`). Statements are printed
+for copies into double-buffered shared buffers (`async_copy.py`), and the cluster attribute,
+rank, barrier and distributed-shared-memory loads of a thread-block cluster kernel
+(`cluster.py`). Statements are printed
 through a table from node type to printer, expressions through `expr_printer.ExprPrinter`; the
 spellings that depend on the target are class attributes of `target.CUDATarget`. The helper
 printers take the `context.PrintContext` this printer is, and import nothing from here.
@@ -32,6 +34,9 @@ from autosched.codegen.async_copy import (
     uses_async_copy,
     uses_async_groups,
 )
+from autosched.codegen.cluster import HELPER as CLUSTER_HELPER
+from autosched.codegen.cluster import HELPERS as CLUSTER_HELPERS
+from autosched.codegen.cluster import ClusterPrinter
 from autosched.codegen.context import PrintContext, StmtTable
 from autosched.codegen.expr_printer import FLOOR_HELPERS, is_nonneg, literal
 from autosched.codegen.lanes import aligned_unit_stride, linear_form
@@ -71,6 +76,8 @@ class KernelPrinter(PrintContext):
         self.warp.register(self.table)
         self.wgmma = WgmmaPrinter(self)
         self.wgmma.register(self.table)
+        self.cluster = ClusterPrinter(self)
+        self.cluster.register(self.table)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         fn = self.table.handler(s)
@@ -94,7 +101,8 @@ class KernelPrinter(PrintContext):
             const = "" if id(b) in written else "const "
             args.append(f"{const}{t.types[b.dtype]}* {t.restrict} {self.ex.buffer_names[id(b)]}")
         bounds = f"{k.threads_per_block}, {k.min_blocks_per_sm}"
-        self.emit(0, f"{t.kernel_prefix} __launch_bounds__({bounds}) {k.name}(")
+        cluster = self.cluster.attribute()
+        self.emit(0, f"{t.kernel_prefix} __launch_bounds__({bounds}){cluster} {k.name}(")
         self.lines[-1] += ", ".join(args) + ") {"
         dynamic = self.dynamic_shared()
         for b in k.allocs:
@@ -103,6 +111,7 @@ class KernelPrinter(PrintContext):
             self.emit(
                 1, line or f"{prefix}{t.types[b.dtype]} {self.ex.buffer_names[id(b)]}[{b.size}];"
             )
+        self.cluster.prologue(1)
         self.stmt(k.body, 1)
         self.emit(0, "}")
         return "\n".join(self.lines)
@@ -190,6 +199,8 @@ def codegen_program(
         head.append(DESC_HELPER)
     if ASYNC_HELPER in helpers:
         head.append(ASYNC_HELPERS.rstrip("\n"))
+    if CLUSTER_HELPER in helpers:
+        head.append(CLUSTER_HELPERS.rstrip("\n"))
     return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"
 
 

@@ -4,8 +4,12 @@ Each thread reduces its share of the reduction into a per-thread accumulator til
 buffer), then per element of the tile an `ir.AllReduce` over the tag combines the threads'
 parts and one thread (or every thread, for a per-thread buffer) stores the result.
 
-The functions take the `LoweringPlan` of the stage; `partial_of` records the temporaries it
-makes in `LoweringPlan.extra_allocs`.
+A reduction that also binds a reduction iterator to the cluster rank (`CLUSTER_RANK_TAG`,
+sketch/row_cluster.py) has each block of a cluster reduce its part of the row that way; the
+blocks' results are then exchanged through distributed shared memory (`cluster_exchange`).
+
+The functions take the `LoweringPlan` of the stage; `partial_of` and `cluster_exchange` record
+the temporaries they make in `LoweringPlan.extra_allocs`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import math
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
+from autosched.lower.cluster_ir import ClusterBarrier, ClusterLoad
 from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
 from autosched.lower.ir import I32, int32
 from autosched.lower.plan import LoweringPlan
-from autosched.schedule.stage import SPATIAL
-from autosched.te.expr import BinOp, Expr, Load, Reduce
+from autosched.schedule.stage import CLUSTER_RANK_TAG, SPATIAL
+from autosched.te.expr import BinOp, Expr, Load, Reduce, Var
 from autosched.te.reduce import BUILTIN_REDUCERS
 
 
@@ -103,10 +108,58 @@ def emit_cross_thread(
     if inf.buf.scope != "local":
         conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
     idx = plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False)
-    finish.append(ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds))
+    store = ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds)
     tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
-    init_nest, finish_nest = init, ir.seq(finish)
-    for it in reversed(tile):
-        init_nest = plan.loop(i, it.name, init_nest)
-        finish_nest = plan.loop(i, it.name, finish_nest)
-    return ir.seq([init_nest, reduce_nest, finish_nest])
+
+    def over_tile(stmt: ir.Stmt) -> ir.Stmt:
+        for it in reversed(tile):
+            stmt = plan.loop(i, it.name, stmt)
+        return stmt
+
+    cluster = cluster_extent(plan, i)
+    if cluster > 1:  # the tile's results published, one cluster barrier, then folded
+        publish, fold = cluster_exchange(plan, i, pidx, cluster)
+        return ir.seq(
+            [
+                over_tile(init),
+                reduce_nest,
+                over_tile(ir.seq([*finish, publish])),
+                ClusterBarrier(),
+                over_tile(ir.seq([*fold, store])),
+            ]
+        )
+    return ir.seq([over_tile(init), reduce_nest, over_tile(ir.seq([*finish, store]))])
+
+
+def cluster_extent(plan: LoweringPlan, i: int) -> int:
+    """The extent of stage i's reduction iterator bound to the cluster rank (1: none)."""
+    st = plan.stages[i]
+    bound = [it for it in st.iters if it.kind != SPATIAL and it.annotation == CLUSTER_RANK_TAG]
+    return plan.info[i].ext[bound[0].name] if bound else 1
+
+
+def cluster_exchange(
+    plan: LoweringPlan, i: int, pidx: Expr, cluster: int
+) -> tuple[ir.Stmt, list[ir.Stmt]]:
+    """(publish, fold) of element `pidx` of stage i's tile, around one cluster barrier after
+    the tile's AllReduces: every thread stores its block's result in a shared slot (publish);
+    after the barrier every thread folds the `cluster` blocks' slots, read through distributed
+    shared memory, into its result in rank order (fold), so that every block of the cluster
+    holds the same value."""
+    name, inf = plan.stages[i].name, plan.info[i]
+    red = plan.extra_allocs[i][1]
+    tile = plan.extra_allocs[i][0].shape
+    slots = ir.Buffer(plan.unique_name(f"{name}_cluster"), tile, inf.buf.dtype, "shared")
+    got = ir.Buffer(plan.unique_name(f"{name}_remote"), (1,), inf.buf.dtype, "local")
+    plan.extra_allocs[i] += [slots, got]
+    reducer = plan.reduction(i).reducer
+    rank = Var(plan.unique_name(f"{name}_rank"), I32)
+    result, zero = Load(red, (int32(0),)), int32(0)
+    op = "+" if reducer.name == "sum" else reducer.name
+    combine = ir.Store(red, zero, BinOp(op, result, Load(got, (zero,)), red.dtype))
+    gather = ir.seq([ClusterLoad(got, zero, slots, pidx, rank), combine])
+    fold: list[ir.Stmt] = [
+        ir.Store(red, zero, plan.reduction(i).identity),
+        ir.For(rank, cluster, "unroll", gather),
+    ]
+    return ir.Store(slots, pidx, result), fold

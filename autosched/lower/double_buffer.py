@@ -49,8 +49,9 @@ from __future__ import annotations
 
 from autosched.errors import LoweringError
 from autosched.lower import ir, stmt_walk
-from autosched.lower.ir import BLOCK_TAGS, I32, LAUNCH_TAGS, int32
-from autosched.lower.plan import LoweringPlan
+from autosched.lower.ir import BLOCK_TAGS, I32, int32
+from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
+from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import rewrite, substitute
 
@@ -64,16 +65,17 @@ def is_double_buffered(plan: LoweringPlan, j: int) -> bool:
     if not st.double_buffer or plan.info[j].scope != "shared" or st.attach is None:
         return False
     target, name = st.attach
-    return plan.annotation((target, name)) not in LAUNCH_TAGS and plan.info[target].ext[name] > 1
+    return plan.annotation((target, name)) not in NO_LOOP_TAGS and plan.info[target].ext[name] > 1
 
 
 def fetched_async_once(plan: LoweringPlan, j: int) -> bool:
-    """Whether stage j is a marked shared stage attached at a block loop: one buffer, filled
-    asynchronously (`cp.async`) once per block."""
+    """Whether stage j is a marked shared stage attached at a block loop (or at the cluster
+    rank, which is fixed per block too): one buffer, filled asynchronously (`cp.async`) once
+    per block."""
     st = plan.stages[j]
     if not st.double_buffer or plan.info[j].scope != "shared" or st.attach is None:
         return False
-    return plan.annotation(st.attach) in BLOCK_TAGS
+    return plan.annotation(st.attach) in (*BLOCK_TAGS, CLUSTER_RANK_TAG)
 
 
 def slots(plan: LoweringPlan, j: int) -> int:

@@ -17,11 +17,12 @@ from __future__ import annotations
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.bound_inference import root_value_map
+from autosched.lower.cluster_launch import cluster_size, clustered
 from autosched.lower.cross_thread import cross_thread_tag, emit_cross_thread, partial_of
 from autosched.lower.double_buffer import emit_double_buffered, is_double_buffered
 from autosched.lower.guards import guards, zero_fills
-from autosched.lower.ir import BLOCK_TAGS, LAUNCH_TAGS, THREAD_TAGS
-from autosched.lower.plan import LoweringPlan
+from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
+from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.lower.tensorize import emit_fill, emit_tensorized, tensorize_position
 from autosched.lower.unrolling import auto_unroll
 from autosched.schedule.stage import ROOT
@@ -163,7 +164,7 @@ def unit_vars(plan: LoweringPlan, root: int) -> tuple[Var, ...]:
         plan.var_of(j, it.name)
         for j in plan.subtree(root)
         for it in plan.stages[j].iters
-        if it.annotation not in LAUNCH_TAGS and plan.info[j].ext[it.name] == 1
+        if it.annotation not in NO_LOOP_TAGS and plan.info[j].ext[it.name] == 1
     )
 
 
@@ -173,6 +174,9 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
     grid, block = launch_dims(plan, root)
     plan.block_extent = block
     body = emit_stage(plan, root)
+    cluster = cluster_size(plan, root)
+    if cluster > 1:
+        body, grid = clustered(body, grid, cluster)
     inside = plan.subtree(root)
     allocs = [plan.info[j].buf for j in inside[1:]]
     allocs += [b for j in inside for b in plan.extra_allocs.get(j, [])]
@@ -185,6 +189,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         body,
         unit_vars=unit_vars(plan, root),
         min_blocks_per_sm=plan.stages[root].launch_min_blocks,
+        cluster=cluster,
     )
 
 

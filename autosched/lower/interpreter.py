@@ -17,7 +17,10 @@ or a poison integer, so reading uninitialised memory shows in the results.
 Warp-collective Tensor Core statements (`ir.WarpStmt`) and their per-warp fragment buffers are
 run by `autosched.lower.interpret_warp`, the warpgroup statements (`lower/wgmma_ir.py`) and
 their per-warpgroup accumulators by `autosched.lower.interpret_wgmma`; their handlers are
-registered in the statement table.
+registered in the statement table. Thread-block clusters (`lower/cluster_ir.py`): the blocks of
+a cluster run together like all others, and `autosched.lower.interpret_cluster` runs their
+distributed-shared-memory reads and cluster barriers and flags a read or an overwrite that no
+cluster barrier orders.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.lower import ir
+from autosched.lower.cluster_ir import uses_cluster
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.interpret_cluster import register_cluster_handlers
 from autosched.lower.interpret_hoist import Hoister, Let
 from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
 from autosched.lower.interpret_wgmma import accumulator_storage, register_wgmma_handlers
@@ -152,6 +157,9 @@ class _KernelRun:
         # wgmma may read only after the writer's fence.proxy.async
         wgmma = register_wgmma_handlers(self.table, self)
         self.wgmma = wgmma if uses_wgmma(kernel) else None
+        # cluster statements (interpret_cluster): told of every shared store, which may race
+        # with another block's cluster read
+        self.cluster = register_cluster_handlers(self.table, self) if uses_cluster(kernel) else None
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -249,6 +257,8 @@ class _KernelRun:
     # ---- statements ------------------------------------------------------------------------
     def run(self) -> None:
         self.stmt(Hoister().scoped(self.k.body, 0), None)
+        if self.cluster is not None:
+            self.cluster.finish()
 
     def _let(self, s: Let, mask: Any) -> None:
         self.env[id(s.var)] = self.eval(s.value, None)
@@ -345,6 +355,8 @@ class _KernelRun:
         else:
             keys = self.ix["block"][lanes] * buf.size + idx
             self._track_write(buf, arr, keys, val, lanes, shared_owner)
+            if self.cluster is not None:
+                self.cluster.shared_write(buf, arr, keys, val, lanes)
             if self.async_groups and buf.async_copy:
                 self.open_group.append((arr, keys, np.array(val), buf, lanes))
                 return

@@ -394,7 +394,9 @@ class Kernel:
     extents; 1 when none). `unit_vars`: loop variables of iterators that run once, which
     emission gives no loop; each is 0 (the simplification pass folds them and empties it).
     `min_blocks_per_sm`: the blocks of this kernel that must fit on one SM at once, the second
-    argument of its `__launch_bounds__` (ptxas caps each thread's registers to fit them)."""
+    argument of its `__launch_bounds__` (ptxas caps each thread's registers to fit them).
+    `cluster`: the blocks of one thread-block cluster along x (1: no cluster; sm_90), which
+    the kernel declares as `__cluster_dims__(cluster, 1, 1)` (`lower/cluster_ir.py`)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -404,6 +406,7 @@ class Kernel:
     vthread: int = 1
     unit_vars: tuple[Var, ...] = ()
     min_blocks_per_sm: int = 1
+    cluster: int = 1
 
     @property
     def threads_per_block(self) -> int:

@@ -4,6 +4,7 @@ print when debugging a lowering."""
 
 from __future__ import annotations
 
+from autosched.lower.cluster_ir import ClusterBarrier, ClusterLoad
 from autosched.lower.ir import (
     AllReduce,
     AsyncCommit,
@@ -78,11 +79,17 @@ def program_text(p: Program) -> str:
             out.append(pad + warpgroup_text(s))
         elif isinstance(s, ProxyFence):
             out.append(f"{pad}fence.proxy.async.shared::cta")
+        elif isinstance(s, ClusterBarrier):
+            out.append(f"{pad}barrier.cluster")
+        elif isinstance(s, ClusterLoad):
+            src = f"{s.src.name}[{s.src_index!r}] of cluster block {s.rank!r}"
+            out.append(f"{pad}{s.dst.name}[{s.dst_index!r}] = {src}")
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 
     for k in p.kernels:
-        out.append(f"kernel {k.name} grid={k.grid} block={k.block}")
+        cluster = f" cluster={k.cluster}" if k.cluster > 1 else ""
+        out.append(f"kernel {k.name} grid={k.grid} block={k.block}{cluster}")
         if k.unit_vars:
             out.append(f"  unit vars {', '.join(v.name for v in k.unit_vars)}")
         for b in k.allocs:

@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 
 from autosched.lower import ir
+from autosched.lower.cluster_ir import CLUSTER_RANK
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.mma_plan import MmaPlan
 from autosched.lower.wgmma_operands import canonical_index, tile_dims
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import INLINED, Stage
+from autosched.schedule.stage import CLUSTER_RANK_TAG, INLINED, Stage
 from autosched.te.expr import BinOp, Expr, Reduce, Var
 from autosched.te.tensor import ComputeOp
+
+# the annotations of iterators that are no loop: launch indices, and the cluster rank (each runs
+# once per block, at the block's index)
+NO_LOOP_TAGS = (*LAUNCH_TAGS, CLUSTER_RANK_TAG)
 
 
 @dataclass
@@ -139,7 +144,8 @@ class LoweringPlan:
     # ---- names and variables -----------------------------------------------------------------
     def var_of(self, i: int, name: str) -> Var:
         """The loop variable of stage i's iterator `name`: a launch index when it is bound to
-        one, else one Var per (stage, iterator), made on first use."""
+        one (the cluster rank for `CLUSTER_RANK_TAG`), else one Var per (stage, iterator), made
+        on first use."""
         key = (i, name)
         v = self.loop_vars.get(key)
         if v is None:  # the stages are frozen: the answer for a key never changes
@@ -147,6 +153,8 @@ class LoweringPlan:
             ann = st.iters[st.iter_index(name)].annotation
             if ann in LAUNCH_TAGS:
                 v = ir.THREAD_VARS[ann]
+            elif ann == CLUSTER_RANK_TAG:
+                v = CLUSTER_RANK
             else:
                 v = Var(f"{st.name.replace('.', '_')}_{name}", I32)
             self.loop_vars[key] = v
@@ -188,8 +196,8 @@ class LoweringPlan:
 
     def loop(self, i: int, name: str, body: ir.Stmt) -> ir.Stmt:
         """`body` inside the loop of stage i's iterator `name`; no loop for an iterator bound to
-        a launch index or of extent 1."""
-        if self.annotation((i, name)) in LAUNCH_TAGS:
+        a launch index or the cluster rank, or of extent 1."""
+        if self.annotation((i, name)) in NO_LOOP_TAGS:
             return body
         ext = self.info[i].ext[name]
         if ext == 1:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 
+from autosched.lower.cluster_ir import ClusterLoad
 from autosched.lower.ir import (
     AllReduce,
     Buffer,
@@ -55,6 +56,9 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
         return WgmmaOperandTile(mapped.frag, mapped.tile, operand)
     if isinstance(s, WarpgroupStmt):
         return s.with_exprs([fe(e) for e in s.exprs()])
+    if isinstance(s, ClusterLoad):  # its destination is where `target` says; its source stays
+        dst, dst_index = target(s.dst, fe(s.dst_index))
+        return ClusterLoad(dst, dst_index, s.src, fe(s.src_index), fe(s.rank))
     return s
 
 

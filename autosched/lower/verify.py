@@ -6,7 +6,8 @@ variables, buffers that are neither params nor the kernel's allocations, bad loo
 kinds, dtype mismatches, barriers (or AllReduces) under thread-dependent conditions, shared or
 local buffers reused across kernels, launch sizes beyond the device's limits
 (`measure.HardwareParams`), and the rules of the warp-collective Tensor Core statements
-(docs/TENSOR_CORES.md; `_WarpRules`) and of the warpgroup statements (`verify_wgmma.py`).
+(docs/TENSOR_CORES.md; `_WarpRules`), of the warpgroup statements (`verify_wgmma.py`) and of
+thread-block clusters (`verify_cluster.py`).
 
 `verify_every_lowering(True)` makes `lower` and `device_program` verify every program they
 return, without the launch limits (the tests turn it on for the whole session).
@@ -21,6 +22,12 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.verify_cluster import (
+    ClusterRules,
+    check_cluster_barriers,
+    check_cluster_launch,
+    check_cluster_order,
+)
 from autosched.lower.verify_wgmma import WarpgroupRules
 from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
 from autosched.te.dtype import BYTES, DTYPES, is_int
@@ -87,6 +94,7 @@ class _KernelVerifier:
         warpgroup = WarpgroupRules(self)
         for stmt_type in (*WARPGROUP_STMTS, ProxyFence):
             self.table.register(stmt_type, warpgroup.check)
+        ClusterRules(self).register(self.table)
 
     def fail(self, what: str) -> NoReturn:
         raise LoweringError(f"kernel {self.k.name}: {what}")
@@ -367,6 +375,7 @@ def _check_launch(k: ir.Kernel, hardware: HardwareParams | None) -> None:
             len(dims) == 3 and all(isinstance(d, int) and d > 0 for d in dims),
             f"kernel {k.name}: {what} {tuple(dims)} must be 3 positive ints",
         )
+    check_cluster_launch(k, check)
     if hardware is None:
         return
     limits = (("grid", k.grid, hardware.max_grid_dims), ("block", k.block, hardware.max_block_dims))
@@ -433,7 +442,10 @@ def verify_program(
                 f"kernel {k.name}: buffer {b.name} is also allocated by kernel {owner.get(id(b))}",
             )
             owner[id(b)] = k.name
-        _KernelVerifier(k, program.params).stmt(k.body, None)
+        verifier = _KernelVerifier(k, program.params)
+        verifier.stmt(k.body, None)
+        check_cluster_order(k, verifier.fail)
+        check_cluster_barriers(k, verifier.fail)
 
 
 __all__ = ["check", "verify_every_lowering", "verify_program", "verifying_every_lowering"]

@@ -29,7 +29,12 @@ ANNOTATIONS = (
     "threadIdx.y",
     "threadIdx.z",
     "tensorize",
+    "clusterCtaIdx.x",
 )
+# The block's rank in its thread-block cluster (sm_90; lower/cluster_ir.py): an iterator bound
+# to it runs over the cluster's blocks, its extent the cluster size; the kernel's blocks along
+# blockIdx.x become clusters of that many blocks (sketch/row_cluster.py).
+CLUSTER_RANK_TAG = "clusterCtaIdx.x"
 THREAD_ANNOTATIONS = frozenset(a for a in ANNOTATIONS if "Idx" in a or a == "vthread")
 # Marks the first iterator of a 16x16(x16) nest that lowering emits as one warp-collective
 # Tensor Core operation (docs/TENSOR_CORES.md); not a thread binding.

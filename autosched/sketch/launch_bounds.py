@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, ROOT
+from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.utils import has_cross_thread_reduction, is_inlined
@@ -48,9 +48,12 @@ def kernel_stages(state: State, root: int) -> list[int]:
 
 def launch_shape(state: State, root: int) -> tuple[int, int]:
     """(blocks, threads per block) of root stage `root`'s kernel: the product of its iterators
-    bound to blockIdx, and of the largest extent each threadIdx tag has inside the kernel."""
+    bound to blockIdx or to the cluster rank (each row's blocks of a cluster,
+    sketch/row_cluster.py), and of the largest extent each threadIdx tag has inside the kernel."""
     blocks = math.prod(
-        it.extent or 1 for it in state.stages[root].iters if it.annotation in BLOCK_TAGS
+        it.extent or 1
+        for it in state.stages[root].iters
+        if it.annotation in (*BLOCK_TAGS, CLUSTER_RANK_TAG)
     )
     threads = dict.fromkeys(THREAD_TAGS, 1)
     for j in kernel_stages(state, root):
@@ -79,16 +82,20 @@ def unrolled_reduction_steps(state: State, root: int) -> int:
 def row_cache_bytes(state: State, root: int) -> int:
     """The shared memory of the rows root stage `root`'s kernel keeps (row_in_shared.py): for
     each shared stage attached at one of the root's loops, the elements of its tensor past the
-    axes that loop and those outside it fix."""
-    names = [it.name for it in state.stages[root].iters]
+    axes that loop and those outside it fix; at the cluster rank (a block's part of the rows,
+    sketch/row_cluster.py), 1 / C of those the loop outside it fixes."""
+    its = state.stages[root].iters
+    names = [it.name for it in its]
     total = 0
     for j in kernel_stages(state, root)[1:]:
         stage = state.stages[j]
         if stage.scope != "shared" or stage.attach is None or stage.attach[0] != root:
             continue
         shape = stage.op.output(0).shape
-        fixed = names.index(stage.attach[1]) + 1
-        total += math.prod(shape[fixed:]) * BYTES[stage.op.dtype]
+        at, parts = names.index(stage.attach[1]), 1
+        if its[at].annotation == CLUSTER_RANK_TAG:
+            at, parts = at - 1, its[at].extent or 1
+        total += math.prod(shape[at + 1 :]) * BYTES[stage.op.dtype] // parts
     return total
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from autosched.lower.cluster_ir import CLUSTER_SIZES
 from autosched.schedule.stage import TENSOR_CORE_INSTRUCTIONS
 
 
@@ -101,6 +102,9 @@ class SketchParams:
     # resident at once is given `__launch_bounds__` of 1 or of ceil(blocks / SMs) blocks per
     # SM, with even odds (sketch/launch_bounds.py)
     one_wave_launch_bounds: bool = True
+    # the cluster sizes a block-per-row normalisation's rows are also sketched split over, a
+    # block of a thread-block cluster per part (sm_90; sketch/row_cluster.py); empty: never
+    row_cluster_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("double_buffer_probability", "shared_padding_probability"):
@@ -132,6 +136,11 @@ class SketchParams:
             raise ValueError(
                 "SketchParams: fragment_double_buffers must be one or more of False, True, got "
                 f"{self.fragment_double_buffers}"
+            )
+        if not set(self.row_cluster_sizes) <= set(CLUSTER_SIZES):
+            raise ValueError(
+                f"SketchParams: row_cluster_sizes must be among {CLUSTER_SIZES}, got "
+                f"{self.row_cluster_sizes}"
             )
         if self.min_threads_per_sm < 0:
             raise ValueError(

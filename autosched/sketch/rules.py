@@ -25,6 +25,7 @@ from autosched.sketch.reduction_rules import (
     CrossThreadReduction,
     SplitKReduction,
 )
+from autosched.sketch.row_cluster import RowOverCluster
 from autosched.sketch.row_in_shared import RowInSharedMemory
 from autosched.sketch.rule_base import (
     Cond,
@@ -238,7 +239,8 @@ class SkipStage(SketchRule):
 # The GPU rule order (Ansor's, less the rules for attributes this DAG language lacks:
 # SpecialComputeLocationGPU and SimplifyComputeWithConstTensor; plus keeping a fetched
 # normalisation, split-K, and the Tensor Core rule, which takes a half-precision product before
-# the fp32 tiling rules would).
+# the fp32 tiling rules would; and, on a normalisation's input, its rows split over clusters and
+# kept in shared memory).
 GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheRead(),
     KeepFetchedNormalization(),
@@ -250,6 +252,7 @@ GPU_RULES: tuple[SketchRule, ...] = (
     AddCacheWrite(),
     MultiLevelTilingWithFusion(),
     MultiLevelTiling(),
+    RowOverCluster(),
     RowInSharedMemory(),
     SkipStage(),
 )

@@ -8,8 +8,17 @@ import argparse
 import numpy as np
 import pytest
 
+from autosched.schedule.stage import CLUSTER_RANK_TAG
+from autosched.sketch import generate_sketches
 from autosched.task.evaluate import evaluate
-from benchmarks.memory_bound import WORKLOADS, memory_bound_results, row, selected, task_of
+from benchmarks.memory_bound import (
+    WORKLOADS,
+    memory_bound_results,
+    row,
+    selected,
+    sketch_params_of,
+    task_of,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -42,6 +51,19 @@ def test_quick_runs_six_rows_and_workloads_override_it():
 
     moved = [dag_bytes(d) for d in sizes]
     assert min(moved) <= 2 << 20 and max(moved) >= 256 << 20  # from 1 MB to 256 MB and more
+
+
+def test_row_clusters_add_the_cluster_sketches_of_long_rows():
+    task = task_of("softmax_256x32768")
+
+    def cluster_sizes(row_clusters: list[int]) -> set[int]:
+        params = sketch_params_of(task, argparse.Namespace(row_clusters=row_clusters))
+        sketches = generate_sketches(task.compute_dag, task.hardware_params, params)
+        its = [it for s in sketches for st in s.stages for it in st.iters]
+        return {it.extent for it in its if it.annotation == CLUSTER_RANK_TAG}
+
+    assert cluster_sizes([]) == set()
+    assert cluster_sizes([2, 4, 8]) == {2, 4, 8}
 
 
 def _run(name: str, ours_us: float, commit: str = "abc1234") -> dict:

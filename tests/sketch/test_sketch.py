@@ -73,6 +73,7 @@ def test_gpu_rule_order():
         R.AddCacheWrite,
         R.MultiLevelTilingWithFusion,
         R.MultiLevelTiling,
+        R.RowOverCluster,
         R.RowInSharedMemory,
         R.SkipStage,
     ]

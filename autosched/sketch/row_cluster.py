@@ -1,0 +1,183 @@
+"""Long rows split over a thread-block cluster (Hopper, sm_90): the sketch rule `RowOverCluster`.
+
+A block-per-row normalisation (softmax, layer norm in either form, RMSNorm: CrossThreadReduction
+computes its reductions at the output's row loop) with few long rows keeps one block busy per
+row: 128 rows of 65,536 floats leave an H100 with one 512-thread block per SM, which cannot keep
+enough loads in flight to read DRAM at its peak, and 256 rows of 32,768 floats a block per SM
+that reduces while the DRAM idles. This rule splits each row over a cluster of C blocks (C in
+`SketchParams.row_cluster_sizes`): the output's loop over its row, outside the threads, is cut
+[C, rest] with the C part bound to the block's rank in its cluster (`CLUSTER_RANK_TAG`), and
+each reduction computed at the row loop is cut the same way. Each block then reads its 1 / C of
+the row, reduces it over its threads, and the C blocks exchange their partial results through
+distributed shared memory after a cluster barrier (lower/cross_thread.py `cluster_exchange`),
+so every block holds the row's statistics and normalises its part: C times the blocks, each
+with 1 / C of the row. A second sketch per C reads each block's part once from DRAM into
+shared memory, where every pass then reads it (`part_in_shared`, as RowInSharedMemory keeps a
+whole row); the first leaves the later passes to find the part in L1 or L2.
+
+The rule applies where the GPU has clusters (sm_90 or later), the kernel is a block-per-row
+kernel whose stages computed at the row loop are all cross-thread reductions (no row kept in
+shared memory), the row divides into C parts of at least `MIN_PART_ELEMENTS`, and a part fits a
+block's share of an SM's shared memory at two blocks per SM (where a later rule may keep it).
+It adds two sketches per C and keeps the unsplit sketch (APPLY). Off by default:
+`row_cluster_sizes` is empty.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, SPATIAL
+from autosched.sketch.row_in_shared import (
+    RESERVED_SHARED_BYTES,
+    direct_readers,
+    is_cross_thread_reduction,
+    row_kernel,
+)
+from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
+from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
+from autosched.te.dtype import BYTES
+from measure.hardware import HardwareParams
+
+# the first GPU architecture with thread-block clusters
+CLUSTER_ARCH = 90
+
+
+def has_clusters(hardware: HardwareParams) -> bool:
+    """Whether the GPU launches thread-block clusters (sm_90 or later)."""
+    digits = hardware.arch.removeprefix("sm_").rstrip("a")
+    return digits.isdigit() and int(digits) >= CLUSTER_ARCH
+
+
+def row_stages(state: State, root: int, row: str) -> list[int]:
+    """The stages computed at root stage `root`'s loop `row`."""
+    return [
+        j
+        for j, s in enumerate(state.stages)
+        if s.compute_at == ATTACHED and s.attach == (root, row)
+    ]
+
+
+def outer_row_iter(state: State, i: int, at: int, kind: str) -> str | None:
+    """The name of stage i's iterator `at` when it is of `kind`, unbound, and a later iterator
+    of that kind is bound to threadIdx.x (it is the loop over the row outside the threads;
+    a moments axis may lie between); None otherwise."""
+    its = state.stages[i].iters
+    if at >= len(its) or its[at].kind != kind or its[at].annotation != "none":
+        return None
+    later = [it for it in its[at + 1 :] if it.kind == kind]
+    if not any(it.annotation == "threadIdx.x" for it in later):
+        return None
+    return its[at].name
+
+
+class RowOverCluster(SketchRule):
+    """For a placeholder read by one block-per-row kernel: that kernel's rows split over
+    clusters of C blocks, one sketch per C that fits (the module's description)."""
+
+    # the fewest elements of a row one block of the cluster keeps
+    MIN_PART_ELEMENTS: ClassVar[int] = 512
+
+    def condition(self, ctx, state, i):
+        if not state.stages[i].is_placeholder or not self.sizes(ctx, state, i):
+            return Cond.SKIP
+        return Cond.APPLY
+
+    @staticmethod
+    def plan(state: State, i: int) -> tuple[int, list[tuple[int, str]]] | None:
+        """(the row's length, [(stage, iterator to cut)]: the kernel's root and each stage
+        computed at its row loop) when placeholder i's readers form a block-per-row kernel
+        whose row stages are all cross-thread reductions; None otherwise."""
+        found = row_kernel(state, i)
+        if found is None:
+            return None
+        root, row = found
+        out = state.stages[root]
+        names = [it.name for it in out.iters]
+        if row not in names or len(split_step_ids(state, root)) != 1:
+            return None
+        if any(it.annotation == CLUSTER_RANK_TAG for it in out.iters):
+            return None
+        at = names.index(row) + 1
+        cut = outer_row_iter(state, root, at, SPATIAL)
+        if cut is None:
+            return None
+        cuts = [(root, cut)]
+        for j in row_stages(state, root, row):
+            if not is_cross_thread_reduction(state, j):
+                return None
+            its = state.stages[j].iters
+            first = next(k for k, it in enumerate(its) if it.kind == REDUCE)
+            reduce_cut = outer_row_iter(state, j, first, REDUCE)
+            if reduce_cut is None:
+                return None
+            cuts.append((j, reduce_cut))
+        if len(cuts) < 2:
+            return None
+        length = out.root_iters[-1].extent
+        return (length or 0), cuts
+
+    def sizes(self, ctx: SketchContext, state: State, i: int) -> list[int]:
+        """The cluster sizes of `SketchParams.row_cluster_sizes` that fit placeholder i's row
+        kernel (none where there is none, or the GPU has no clusters)."""
+        if not ctx.params.row_cluster_sizes or not has_clusters(ctx.hardware):
+            return []
+        planned = self.plan(state, i)
+        if planned is None:
+            return []
+        length, _ = planned
+        hardware = ctx.hardware
+        share = min(
+            hardware.max_shared_memory_per_sm // 2, hardware.max_shared_memory_per_block_optin
+        )
+        share -= RESERVED_SHARED_BYTES  # the reductions' own buffers
+        element = BYTES[state.stages[i].op.dtype]
+        return [
+            c
+            for c in ctx.params.row_cluster_sizes
+            if length % c == 0
+            and length // c >= self.MIN_PART_ELEMENTS
+            and length // c * element <= share
+        ]
+
+    def apply(self, ctx, state, i):
+        planned = self.plan(state, i)
+        assert planned is not None
+        _, cuts = planned
+        out = []
+        for c in self.sizes(ctx, state, i):
+            split = state
+            for stage, name in cuts:
+                split = split.split(stage, name, [c], inner_to_outer=False)
+                split = split.bind(stage, f"{name}_o", CLUSTER_RANK_TAG)
+            out += [(split, i - 1), (self.part_in_shared(split, i, cuts), i - 1)]
+        return out
+
+    @staticmethod
+    def part_in_shared(state: State, i: int, cuts: list[tuple[int, str]]) -> State:
+        """The cluster sketch `state` with each block's part of the row read once into shared
+        memory: the reductions computed at the output's rank iterator (which runs once, so
+        nothing changes), and there a shared cache of placeholder i, whose region is then the
+        block's part only (the rank fixed there), cut and bound as the output's threads, as
+        RowInSharedMemory cuts the whole row's."""
+        (root, root_cut), *reductions = cuts
+        rank_iter = f"{root_cut}_o"
+        for j, _ in reductions:
+            state = state.compute_at(j, root, rank_iter)
+        thread_split = split_step_ids(state, root)[0]
+        readers = [j for j in direct_readers(state, i) if not state.stages[j].is_placeholder]
+        cached = state.cache_read(i, "shared", readers)
+        cache = i + 1
+        cached = cached.compute_at(cache, root + 1, rank_iter)
+        last = cached.stages[cache].iters[-1].name
+        lanes = split_at(cached.steps, thread_split).lengths
+        cached = cached.follow_split(cache, last, thread_split, len(lanes))
+        levels = level_names(last, len(lanes) + 1)
+        cached = cached.bind(cache, levels[1], "threadIdx.x")
+        if len(lanes) > 1:
+            cached = cached.vectorize(cache, levels[-1])
+        return cached
+
+
+__all__ = ["RowOverCluster", "has_clusters"]

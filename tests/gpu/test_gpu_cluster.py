@@ -1,0 +1,60 @@
+"""On the GPU (sm_90 or later): thread-block cluster kernels against numpy. The hand-built
+cluster softmax (`tests/lower/cluster_programs.py`) for each cluster size and a long row, and
+sampled states of the sketch rule that splits normalisations' rows over a cluster
+(sketch/row_cluster.py) for softmax, layer norm (both forms) and RMSNorm.
+
+    python -m pytest -q -n 0 -m gpu -s tests/gpu/test_gpu_cluster.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosched.schedule.stage import CLUSTER_RANK_TAG
+from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from tests.gpu.test_gpu_kernels import run_on_gpu
+from tests.lower.cluster_programs import cluster_softmax_program, softmax_reference
+from tests.sketch.test_row_cluster import layer_norm
+from tests.sketch.test_row_in_shared import rms_norm, softmax
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize(
+    ("rows", "n", "cluster", "threads"),
+    [(4, 2048, 2, 128), (4, 2048, 4, 128), (4, 2048, 8, 64), (8, 32768, 8, 512)],
+)
+def test_hand_built_cluster_softmax_matches_numpy(rows, n, cluster, threads):
+    from autosched.codegen.build import build_program
+
+    program = cluster_softmax_program(rows=rows, n=n, cluster=cluster, threads=threads)
+    x = np.random.default_rng(0).standard_normal((rows, n)).astype(np.float32) * 4
+    y = np.full_like(x, np.nan)
+    build_program(program)(x, y)
+    np.testing.assert_allclose(y, softmax_reference(x), rtol=1e-5, atol=1e-7)
+
+
+SKETCHED = {
+    "softmax": lambda: softmax(16, 16384),
+    "layer_norm": lambda: layer_norm(16, 16384, moments=False),
+    "layer_norm_moments": lambda: layer_norm(16, 16384, moments=True),
+    "rms_norm": lambda: rms_norm(16, 16384),
+}
+
+
+@pytest.mark.parametrize("name", list(SKETCHED))
+def test_rows_over_clusters_match_numpy(name):
+    dag = SKETCHED[name]()
+    params = SketchParams(row_cluster_sizes=(2, 4, 8))
+    sketches = [
+        s
+        for s in generate_sketches(dag, params=params)
+        if any(it.annotation == CLUSTER_RANK_TAG for st in s.stages for it in st.iters)
+    ]
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(6, 0)
+    assert states, sampler.rejected
+    for state in states:
+        kernel = run_on_gpu(dag, state)
+        assert "__cluster_dims__(" in kernel.source
