@@ -22,6 +22,7 @@ from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
 from autosched.lower.verify_wgmma import WarpgroupRules
+from autosched.lower.verify_wgmma_order import check_async_reads
 from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
 from autosched.te.dtype import BYTES, DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
@@ -434,6 +435,7 @@ def verify_program(
             )
             owner[id(b)] = k.name
         _KernelVerifier(k, program.params).stmt(k.body, None)
+        check_async_reads(k)
 
 
 __all__ = ["check", "verify_every_lowering", "verify_program", "verifying_every_lowering"]

@@ -21,7 +21,9 @@ Every warp then still multiplies 16x16 tiles. This pass regroups them per warpgr
   kernel's next barrier (with a `ProxyFence`: the shared tiles are written by ordinary stores
   or cp.async), which precedes any overwrite of the operands, and after the loop that holds
   the wgmmas, before the accumulators are read; so a K step's wgmmas run while the next step
-  waits for its tiles (cp.async.wait_group).
+  waits for its tiles (cp.async.wait_group). A cp.async pipeline of three or more slots gets
+  the Hopper mainloop order instead (`wgmma_mainloop`): one group of wgmmas stays in flight
+  across the next step's barrier and fetch.
 
 Anything else (a guarded product, a warp layout that is not warpgroup-shaped, a block that is not
 whole warpgroups) raises LoweringError: the state is not a wgmma program.
@@ -39,6 +41,7 @@ from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import simplify
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.tensor_access import at_origin, coefficients
+from autosched.lower.wgmma_mainloop import overlapped_loop
 from autosched.lower.wgmma_operands import GROUP
 from autosched.te.expr import BinOp, Const, Expr
 from autosched.te.visitor import free_vars, substitute
@@ -61,7 +64,7 @@ def warpgroup_mma(kernel: ir.Kernel) -> ir.Kernel:
             f"wgmma: kernel {kernel.name} has blockDim {kernel.block}, not whole warpgroups of "
             "(32, 4g, 1)"
         )
-    body = _rewrite(kernel.body, kernel_bounds(kernel))
+    body = _rewrite(kernel.body, kernel_bounds(kernel), kernel.block)
     if any(isinstance(s, (wi.WgmmaOperandTile, ir.FragmentMma)) for s in ir.iter_stmts(body)):
         raise LoweringError(f"wgmma: kernel {kernel.name} keeps products no wgmma covers")
     allocs = [b for b in kernel.allocs if b.fragment_flavour != ir.WGMMA_FLAVOUR]
@@ -90,19 +93,22 @@ def _wait() -> ir.Stmt:
     return wi.WgmmaWait(0)
 
 
-def _rewrite(s: ir.Stmt, bounds, in_loop: bool = False) -> ir.Stmt:
+def _rewrite(s: ir.Stmt, bounds, block: tuple[int, int, int], in_loop: bool = False) -> ir.Stmt:
     """`s` with its regions as wgmmas. Inside a loop a K step's wgmmas stay in flight past the
     step's end: the wait comes before the next barrier (before anything overwrites their
     operands) or after the loop (before the accumulators are read)."""
     if isinstance(s, ir.Barrier):
         return ir.Seq([_wait(), wi.ProxyFence(), s])
     if isinstance(s, ir.For):
+        overlapped = overlapped_loop(s, block, lambda c: _rewrite(c, bounds, block, True))
+        if overlapped is not None:
+            return overlapped
         if _is_region(s.body) and _has_mma(s.body) and s.kind != "unroll":
             loop = ir.For(s.var, s.extent, s.kind, _wgmmas(s.body, bounds))
             return _issued(loop, in_loop)
         if _is_region(s) and _has_mma(s):
             return _issued(_wgmmas(s, bounds), in_loop)
-        loop = ir.For(s.var, s.extent, s.kind, _rewrite(s.body, bounds, in_loop=True))
+        loop = ir.For(s.var, s.extent, s.kind, _rewrite(s.body, bounds, block, in_loop=True))
         return ir.seq([loop, _wait()]) if _has_wgmma(loop) else loop
     if isinstance(s, ir.Seq):
         out: list[ir.Stmt] = []
@@ -118,13 +124,13 @@ def _rewrite(s: ir.Stmt, bounds, in_loop: bool = False) -> ir.Stmt:
                     out.append(_issued(_wgmmas(region, bounds), in_loop))
                 run = []
             if c is not None:
-                out.append(_rewrite(c, bounds, in_loop))
+                out.append(_rewrite(c, bounds, block, in_loop))
         return ir.seq(out)
     if isinstance(s, ir.IfThenElse):
         if _has_mma(s):
             raise LoweringError("wgmma: a multiply-accumulate under a guard (padded tiles)")
-        els = _rewrite(s.else_case, bounds, in_loop) if s.else_case is not None else None
-        return ir.IfThenElse(s.cond, _rewrite(s.then_case, bounds, in_loop), els)
+        els = _rewrite(s.else_case, bounds, block, in_loop) if s.else_case is not None else None
+        return ir.IfThenElse(s.cond, _rewrite(s.then_case, bounds, block, in_loop), els)
     return s
 
 

@@ -1,0 +1,222 @@
+"""The verifier's rule for shared memory that wgmmas read asynchronously: no store may reach an
+element a wgmma may still be reading (`check_async_reads`).
+
+A wgmma reads its shared operands at any time until a `wgmma.wait_group` retires it (its commit
+group and every older one, when at most `pending` newer groups remain). In a block of several
+warpgroups a thread learns of another warpgroup's wait only through a barrier after it, so there
+a retired wgmma's operands stay reserved until the next barrier. A store (a cp.async as soon as
+it is issued) into such an element is an error: the Hopper mainloop (`wgmma_mainloop`) may
+fetch into a pipeline slot only after the wait that frees it.
+
+The check walks the kernel in program order with the wgmmas that may be reading (each operand
+as the range of elements its descriptor reaches from its start, and how many groups were
+committed after its own). A loop body is walked three times, the reads left in flight by one
+step carried into the next with the loop variable one less (valid from the step where that is
+not negative), so a fetch is checked against the two steps before it as well. A store and a
+read conflict when, for some value of the loops both depend on, their element ranges (bounded
+over every other variable) meet.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autosched.errors import LoweringError
+from autosched.lower import ir
+from autosched.lower import wgmma_ir as wi
+from autosched.lower import wgmma_layout as wl
+from autosched.lower.arith import expr_bounds, simplify
+from autosched.te.expr import BinOp, Expr, Var, expr_str
+from autosched.te.visitor import free_vars, substitute
+
+CARRIED_STEPS = 2  # earlier steps of a loop whose reads a step is checked against
+MAX_POINTS = 4096  # loop-value combinations enumerated before bounding over all of them
+# what changes the reads in flight: a loop without them ends each step as it began it
+_ASYNC_ORDER = (wi.WgmmaMma, wi.WgmmaCommit, wi.WgmmaWait, ir.Barrier)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """Elements `first` .. `first + span - 1` of `buffer` that wgmma `stmt` may be reading,
+    where every `(var, n)` of `after` has var >= n; `age` groups were committed after its own
+    (None: its group is still open)."""
+
+    stmt: wi.WgmmaMma
+    buffer: ir.Buffer
+    first: Expr
+    span: int
+    after: tuple[tuple[Var, int], ...] = ()
+    age: int | None = None
+
+    def key(self) -> tuple:
+        after = tuple((id(v), n) for v, n in self.after)
+        return (id(self.stmt), id(self.buffer), repr(self.first), self.span, after, self.age)
+
+
+@dataclass(frozen=True)
+class _State:
+    """The reads in flight, and (in a block of several warpgroups) the retired reads no
+    barrier has followed yet."""
+
+    pending: tuple[_Read, ...] = ()
+    retired: tuple[_Read, ...] = ()
+
+    def merge(self, other: _State) -> _State:
+        def union(a, b):
+            return tuple({r.key(): r for r in (*a, *b)}.values())
+
+        return _State(union(self.pending, other.pending), union(self.retired, other.retired))
+
+
+def _span(op: wi.SharedOperand, rows: int) -> int:
+    """Elements from a tile's start to the last one its descriptor reaches."""
+    d = wl.decode(wl.encode(0, op.lbo, op.sbo, op.swizzle))
+    row, k = np.meshgrid(np.arange(rows), np.arange(wl.K), indexing="ij")
+    return int(wl.element_address(d, op.major, row, k).max()) // wl.ELEMENT_BYTES + 1
+
+
+class _OrderCheck:
+    """One kernel's walk (`check_async_reads`)."""
+
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.k = kernel
+        launch = zip(ir.LAUNCH_TAGS, (*kernel.grid, *kernel.block), strict=True)
+        self.ranges: dict[int, tuple[int, int]] = {
+            id(ir.THREAD_VARS[tag]): (0, n - 1) for tag, n in launch
+        }
+        self.loops: dict[int, tuple[Var, int]] = {}
+        self.several = kernel.block[1] > wl.WARPGROUP_WARPS
+
+    def fail(self, what: str) -> None:
+        raise LoweringError(f"kernel {self.k.name}: {what}")
+
+    def walk(self, s: ir.Stmt, st: _State) -> _State:
+        if isinstance(s, ir.Seq):
+            for c in s.stmts:
+                st = self.walk(c, st)
+            return st
+        if isinstance(s, ir.For):
+            return self.loop(s, st)
+        if isinstance(s, ir.IfThenElse):
+            then = self.walk(s.then_case, st)
+            return then.merge(self.walk(s.else_case, st) if s.else_case is not None else st)
+        if isinstance(s, wi.WgmmaMma):
+            reads = (
+                _Read(s, op.buffer, op.offset, _span(op, rows))
+                for op, rows in ((s.a, wl.M), (s.b, s.n))
+            )
+            return replace(st, pending=(*st.pending, *reads))
+        if isinstance(s, wi.WgmmaCommit):
+            aged = tuple(replace(r, age=0 if r.age is None else r.age + 1) for r in st.pending)
+            return replace(st, pending=aged)
+        if isinstance(s, wi.WgmmaWait):
+            done = [r for r in st.pending if r.age is not None and r.age >= s.pending]
+            left = tuple(r for r in st.pending if all(r is not d for d in done))
+            retired = (*st.retired, *done) if self.several else st.retired
+            return _State(left, retired)
+        if isinstance(s, ir.Barrier):
+            return replace(st, retired=())
+        if isinstance(s, ir.Store) and s.buffer.scope == "shared":
+            self.store(s.buffer, s.index, 1, st)
+        elif isinstance(s, wi.WgmmaStore) and s.dst.buffer.scope == "shared":
+            rows, n = wl.M, s.acc.shape[-1]
+            self.store(s.dst.buffer, s.dst.offset, (rows - 1) * s.dst.ldm + n, st)
+        return st
+
+    def loop(self, s: ir.For, st: _State) -> _State:
+        self.ranges[id(s.var)] = (0, s.extent - 1)
+        self.loops[id(s.var)] = (s.var, s.extent)
+        end = self.walk(s.body, st)
+        steps = s.extent > 1 and any(isinstance(x, _ASYNC_ORDER) for x in ir.iter_stmts(s.body))
+        for _ in range(CARRIED_STEPS if steps else 0):
+            end = self.walk(s.body, st.merge(self.carried(end, s.var)))
+        del self.ranges[id(s.var)], self.loops[id(s.var)]
+        return self.after_loop(end, s.var, s.extent)
+
+    @staticmethod
+    def carried(st: _State, v: Var) -> _State:
+        """`st` at the end of step v, seen from step v + 1: the reads' v is one less, and they
+        exist only from step 1 (2, ...) on."""
+        earlier = BinOp("-", v, ir.int32(1), ir.I32)
+
+        def shift(r: _Read) -> _Read:
+            after = dict((id(w), (w, n)) for w, n in r.after)
+            n = after.get(id(v), (v, 0))[1] + 1
+            after[id(v)] = (v, n)
+            first = simplify(substitute(r.first, {v: earlier}))
+            return replace(r, first=first, after=tuple(after.values()))
+
+        return _State(tuple(map(shift, st.pending)), tuple(map(shift, st.retired)))
+
+    @staticmethod
+    def after_loop(st: _State, v: Var, extent: int) -> _State:
+        """`st` after the loop's last step: v is extent - 1."""
+
+        def settle(reads: tuple[_Read, ...]) -> tuple[_Read, ...]:
+            out = []
+            for r in reads:
+                if any(w is v and extent - 1 < n for w, n in r.after):
+                    continue  # a step that never ran
+                first = simplify(substitute(r.first, {v: ir.int32(extent - 1)}))
+                after = tuple((w, n) for w, n in r.after if w is not v)
+                out.append(replace(r, first=first, after=after))
+            return tuple(out)
+
+        return _State(settle(st.pending), settle(st.retired))
+
+    def store(self, buf: ir.Buffer, index: Expr, width: int, st: _State) -> None:
+        for r in st.pending:
+            if r.buffer is buf and self.meet(index, width, r):
+                self.fail(
+                    f"a store into {buf.name}[{expr_str(index)}] may reach what the "
+                    f"wgmma reading {buf.name}[{expr_str(r.first)}] still reads (in flight: "
+                    "no wgmma.wait_group retired it)"
+                )
+        for r in st.retired:
+            if r.buffer is buf and self.meet(index, width, r):
+                self.fail(
+                    f"a store into {buf.name}[{expr_str(index)}] may reach what the "
+                    f"wgmma reading {buf.name}[{expr_str(r.first)}] of another warpgroup "
+                    "still reads (retired by its wgmma.wait_group, but no barrier since)"
+                )
+
+    def meet(self, index: Expr, width: int, r: _Read) -> bool:
+        """Whether the store's elements and the read's may overlap for some loop values."""
+        if not self.overlap(index, width, r, self.ranges):
+            return False
+        shared = {id(v) for v in free_vars(index)} & (
+            {id(v) for v in free_vars(r.first)} | {id(w) for w, _ in r.after}
+        )
+        loops = [self.loops[i] for i in shared if i in self.loops]
+        points = 1
+        for _, extent in loops:
+            points *= extent
+        if points > MAX_POINTS:
+            loops = []
+        for values in itertools.product(*(range(e) for _, e in loops)):
+            fixed = {id(v): x for (v, _), x in zip(loops, values, strict=True)}
+            if any(fixed.get(id(w), n) < n for w, n in r.after):
+                continue
+            ranges = {**self.ranges, **{i: (x, x) for i, x in fixed.items()}}
+            if self.overlap(index, width, r, ranges):
+                return True
+        return False
+
+    @staticmethod
+    def overlap(index: Expr, width: int, r: _Read, ranges: dict[int, tuple[int, int]]) -> bool:
+        lo, hi = expr_bounds(index, ranges)
+        first, last = expr_bounds(r.first, ranges)
+        return lo <= last + r.span - 1 and first <= hi + width - 1
+
+
+def check_async_reads(kernel: ir.Kernel) -> None:
+    """Raise LoweringError where a store into shared memory may reach what a wgmma still reads
+    (see the module docstring); kernels without wgmmas pass at once."""
+    if any(isinstance(s, wi.WgmmaMma) for s in ir.iter_stmts(kernel.body)):
+        _OrderCheck(kernel).walk(kernel.body, _State())
+
+
+__all__ = ["check_async_reads"]
