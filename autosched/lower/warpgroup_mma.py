@@ -199,6 +199,8 @@ def _wgmmas(region: ir.Stmt, bounds) -> ir.Stmt:
 def _step(op: wi.SharedOperand, along_contiguous: bool) -> int:
     """Elements between a canonical tile's 16-element steps along its contiguous dimension
     (two column groups) or across it (two 8-row groups)."""
+    if op.swizzle == "128B":  # K-major lines of 128 bytes: 16 elements within a line
+        return 2 * GROUP if along_contiguous else 2 * op.sbo // wl.ELEMENT_BYTES
     groups = (op.lbo if op.major == "k" else op.sbo) // wl.ELEMENT_BYTES  # column group stride
     return 2 * groups if along_contiguous else 2 * GROUP * GROUP
 

@@ -140,12 +140,11 @@ def test_the_plain_order_is_kept_without_a_deep_pipeline():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("warpgroups", [1, 2])
-def test_the_mainloop_order_compiles_for_sm_90a_without_spills(warpgroups):
+def test_the_mainloop_order_compiles_for_sm_90a_without_spills():
     from autosched import build
 
     dag = matmul_dag("float16")
-    state, _ = overlapped(dag, 3, warpgroups)
+    state, _ = overlapped(dag, 3, warpgroups=1)
     source = build(dag, state).source
     assert "wgmma.wait_group.sync.aligned 1;" in source
     (res,) = compile_resources(source, arch="sm_90").values()
