@@ -12,9 +12,10 @@ The check walks the kernel in program order with the wgmmas that may be reading 
 as the range of elements its descriptor reaches from its start, and how many groups were
 committed after its own). A loop body is walked three times, the reads left in flight by one
 step carried into the next with the loop variable one less (valid from the step where that is
-not negative), so a fetch is checked against the two steps before it as well. A store and a
-read conflict when, for some value of the loops both depend on, their element ranges (bounded
-over every other variable) meet.
+not negative), so a fetch is checked against the two steps before it as well; reads that
+outlive those are kept as reads of any earlier step, and reads left after a loop as reads of
+any of its steps. A store and a read conflict when, for some value of the loops both depend
+on, their element ranges (bounded over every other variable) meet.
 """
 
 from __future__ import annotations
@@ -133,8 +134,36 @@ class _OrderCheck:
         steps = s.extent > 1 and any(isinstance(x, _ASYNC_ORDER) for x in ir.iter_stmts(s.body))
         for _ in range(CARRIED_STEPS if steps else 0):
             end = self.walk(s.body, st.merge(self.carried(end, s.var)))
-        del self.ranges[id(s.var)], self.loops[id(s.var)]
+        stale = self.older_steps(end, s.var, s.extent)
+        if stale is not None:  # reads outlive the steps carried: any earlier step's may be
+            end = self.walk(s.body, st.merge(self.carried(end, s.var)).merge(stale))
+        del self.loops[id(s.var)]  # its range stays: reads after the loop span every step
         return self.after_loop(end, s.var, s.extent)
+
+    def older_steps(self, st: _State, v: Var, extent: int) -> _State | None:
+        """The reads of `st` carried from the oldest step walked, as reads of any earlier step
+        (v replaced by a variable over every step, not enumerated); None if there are none."""
+
+        def oldest(r: _Read) -> bool:
+            return any(w is v and n >= CARRIED_STEPS for w, n in r.after)
+
+        if not any(oldest(r) for r in (*st.pending, *st.retired)):
+            return None
+        any_step = Var(f"{v.name}_earlier", v.dtype)
+        self.ranges[id(any_step)] = (0, extent - 1)
+
+        def widen(reads: tuple[_Read, ...]) -> tuple[_Read, ...]:
+            return tuple(
+                replace(
+                    r,
+                    first=substitute(r.first, {v: any_step}),
+                    after=tuple((w, n) for w, n in r.after if w is not v),
+                )
+                for r in reads
+                if oldest(r)
+            )
+
+        return _State(widen(st.pending), widen(st.retired))
 
     @staticmethod
     def carried(st: _State, v: Var) -> _State:
@@ -153,16 +182,15 @@ class _OrderCheck:
 
     @staticmethod
     def after_loop(st: _State, v: Var, extent: int) -> _State:
-        """`st` after the loop's last step: v is extent - 1."""
+        """`st` after the loop: its reads of any step (v keeps its range over every step)."""
 
         def settle(reads: tuple[_Read, ...]) -> tuple[_Read, ...]:
             out = []
             for r in reads:
                 if any(w is v and extent - 1 < n for w, n in r.after):
                     continue  # a step that never ran
-                first = simplify(substitute(r.first, {v: ir.int32(extent - 1)}))
                 after = tuple((w, n) for w, n in r.after if w is not v)
-                out.append(replace(r, first=first, after=after))
+                out.append(replace(r, after=after))
             return tuple(out)
 
         return _State(settle(st.pending), settle(st.retired))

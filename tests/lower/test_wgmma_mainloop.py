@@ -25,6 +25,7 @@ from measure import compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
 from tests.lower.test_warpgroup_mma import WGMMA_ONLY, sample
+from tests.lower.wgmma_programs import wgmma_program
 
 
 def matmul_dag(dtype: str) -> ComputeDAG:
@@ -149,3 +150,11 @@ def test_the_mainloop_order_compiles_for_sm_90a_without_spills():
     assert "wgmma.wait_group.sync.aligned 1;" in source
     (res,) = compile_resources(source, arch="sm_90").values()
     assert res.spill_bytes == 0
+
+
+def test_the_verifier_refuses_a_copy_over_operands_never_waited_for():
+    """The hand-built program without its wgmma.wait_group: each K step's copy overwrites the
+    tiles the wgmmas of the steps before still read."""
+    verify_program(wgmma_program(k=64, bk=16))
+    with pytest.raises(LoweringError, match="in flight"):
+        verify_program(wgmma_program(k=64, bk=16, wait=False))
