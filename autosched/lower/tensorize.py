@@ -290,17 +290,17 @@ def plan_fragments(plan: LoweringPlan) -> None:
         if plan.stages[i].tensor_core_instruction == ir.WGMMA_FLAVOUR:
             for op, k_at in ((mma.a, 1), (mma.b, 0)):  # matrix_a is M x K, matrix_b K x N
                 j = shared_source(plan, op.stage)
-                plan.wgmma_stages[j] = operand_swizzle(plan, j, out[op.stage][k_at])
+                plan.wgmma_stages[j] = operand_swizzle(plan, j, out[op.stage][k_at], op is mma.b)
 
 
-def operand_swizzle(plan: LoweringPlan, j: int, k_dim: int) -> str:
-    """The layout of shared stage j that wgmmas read, K being its dimension `k_dim`
-    (`wgmma_operands.swizzle_of`)."""
+def operand_swizzle(plan: LoweringPlan, j: int, k_dim: int, is_b: bool) -> str:
+    """The layout of shared stage j that wgmmas read (as B where `is_b`), K being its
+    dimension `k_dim` (`wgmma_operands.swizzle_of`)."""
     inf = plan.info[j]
     shape = inf.buf.shape[len(inf.buf.shape) - len(inf.region) :]  # past any slots
     row_dim, col_dim = tile_dims(shape, plan.stages[j].name)
     rows, cols = shape[row_dim], shape[col_dim]
-    return swizzle_of(rows, cols, inf.region[col_dim], col_dim == k_dim)
+    return swizzle_of(rows, cols, inf.region[col_dim], col_dim == k_dim, is_b)
 
 
 def shared_source(plan: LoweringPlan, frag_stage: int) -> int:
@@ -409,9 +409,7 @@ def wgmma_operand_tile(
     k_is_col = frag.scope == "wmma.matrix_a"  # matrix_a: M x K; matrix_b: K x N
     contiguous_is_k = (dims[col_dim] is col) == k_is_col
     stride = group_stride(shape[row_dim], shape[col_dim], columns)
-    if swizzle != "none" and not contiguous_is_k:
-        raise LoweringError(f"tensorize: {name} swizzles {src.buffer.name}, which is not K-major")
-    major, lbo, sbo = operand_fields(contiguous_is_k, stride, swizzle)
+    major, lbo, sbo = operand_fields(contiguous_is_k, stride, swizzle, shape[row_dim])
     origin = simplify(at_origin(src.flat, [row, col]), bounds)
     operand = SharedOperand(src.buffer, origin, major, lbo, sbo, swizzle)
     return WgmmaOperandTile(frag, tile, operand)

@@ -42,7 +42,7 @@ from autosched.lower.arith import simplify
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.tensor_access import at_origin, coefficients
 from autosched.lower.wgmma_mainloop import overlapped_loop
-from autosched.lower.wgmma_operands import GROUP
+from autosched.lower.wgmma_operands import GROUP, SWIZZLE_COLUMNS
 from autosched.te.expr import BinOp, Const, Expr
 from autosched.te.visitor import free_vars, substitute
 
@@ -198,11 +198,21 @@ def _wgmmas(region: ir.Stmt, bounds) -> ir.Stmt:
 
 def _step(op: wi.SharedOperand, along_contiguous: bool) -> int:
     """Elements between a canonical tile's 16-element steps along its contiguous dimension
-    (two column groups) or across it (two 8-row groups)."""
-    if op.swizzle == "128B":  # K-major lines of 128 bytes: 16 elements within a line
+    (two column groups) or across it (two 8-row groups); within a swizzled atom, 16 elements of
+    a 128-byte line or 16 lines."""
+    if op.swizzle == "128B":
         return 2 * GROUP if along_contiguous else 2 * op.sbo // wl.ELEMENT_BYTES
     groups = (op.lbo if op.major == "k" else op.sbo) // wl.ELEMENT_BYTES  # column group stride
     return 2 * groups if along_contiguous else 2 * GROUP * GROUP
+
+
+def _tile_offset(op: wi.SharedOperand, j: int, along_contiguous: bool) -> int:
+    """Elements from a tile's start to its j-th 16-element step: an N-major swizzled tile
+    steps into the next 64-element atom (LBO away) every 4 steps."""
+    if op.swizzle == "128B" and along_contiguous:
+        per_atom = SWIZZLE_COLUMNS // wl.K
+        return j // per_atom * op.lbo // wl.ELEMENT_BYTES + j % per_atom * _step(op, True)
+    return j * _step(op, along_contiguous)
 
 
 def _same(e: Expr, f: Expr) -> bool:
@@ -229,9 +239,10 @@ def _a_slab(a: wi.SharedOperand, bounds) -> wi.SharedOperand:
 def _b_slab(tiles: list[wi.SharedOperand]) -> wi.SharedOperand:
     """The 16 x N B tile of consecutive 16x16 ones, which every warp must read alike."""
     b = tiles[0]
-    n_step = _step(b, along_contiguous=b.major == "mn")  # 16 columns of N
+    along = b.major == "mn"  # 16 columns of N
     for j, t in enumerate(tiles):
-        if t.buffer is not b.buffer or not _same(t.offset, b.offset + ir.int32(j * n_step)):
+        at = b.offset + ir.int32(_tile_offset(b, j, along))
+        if t.buffer is not b.buffer or not _same(t.offset, at):
             raise LoweringError("wgmma: a product's B tiles are not one 16 x N tile")
     if any(v is TY for v in free_vars(b.offset)):
         raise LoweringError("wgmma: the warps of a warpgroup read different B tiles")

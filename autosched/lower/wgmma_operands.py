@@ -15,11 +15,13 @@ copies stay whole.
 K: "k"; M or N: "mn"), and the leading / stride byte offsets: K steps of 8 are column groups
 (2G bytes) when K is contiguous, row groups (128 bytes) otherwise.
 
-The 128-byte swizzle (`swizzle_of`): a K-major tile whose rows are whole 128-byte lines (K a
-multiple of 64 halfs, rows not padded, a multiple of 8 of them) is stored as wgmma's K-major
-128B-swizzled atoms instead: K cut into 64-element atoms of R rows each, atom after atom; in an
-atom row r holds 128 bytes whose 16-byte chunk j lies at chunk j XOR (r % 8)
-(`swizzled_index`). A 16-byte fetch of 8 consecutive elements of a row still writes 16
+The 128-byte swizzle (`swizzle_of`): a K-major tile (or a B tile with N contiguous) whose rows
+are whole 128-byte lines (a multiple of 64 halfs, rows not padded, a multiple of 8 of them) is
+stored as wgmma's 128B-swizzled atoms instead: the contiguous dimension cut into 64-element
+atoms of R rows each, atom after atom; in an atom row r holds 128 bytes whose 16-byte chunk j
+lies at chunk j XOR (r % 8) (`swizzled_index`). A K-major descriptor reads 64-row slabs of an
+atom (SBO 1024 bytes between 8-row groups), an N-major one a 16-row K slice across atoms (LBO
+the atom's size). A 16-byte fetch of 8 consecutive elements of a row still writes 16
 contiguous bytes, the 8 chunks of a row cover the 32 banks, and 8 consecutive rows put a
 given chunk in 8 distinct bank groups, so neither the fetch nor the wgmma's reads conflict, and
 no padding is spent. Every atom is R * 128 bytes, a multiple of 1024: with the buffer aligned to
@@ -60,11 +62,13 @@ def group_stride(rows: int, cols: int, columns: int) -> int:
     return padded if cols >= columns + GROUP and fits else dense
 
 
-def swizzle_of(rows: int, cols: int, columns: int, contiguous_is_k: bool) -> str:
+def swizzle_of(rows: int, cols: int, columns: int, contiguous_is_k: bool, is_b: bool) -> str:
     """The layout of a wgmma operand tile of `rows` x `cols` storage whose rows hold `columns`
-    elements: "128B" where its K-major rows are whole, unpadded 128-byte lines, else "none"."""
+    elements: "128B" where its rows are whole, unpadded 128-byte lines, K-major or (B only:
+    `is_b`) N-major, else "none". An M-major A keeps the canonical layout: its warps' 16-row
+    slabs must lie a constant step apart, which atoms of 64 rows break."""
     lines = cols == columns and cols % SWIZZLE_COLUMNS == 0 and rows % GROUP == 0
-    return "128B" if contiguous_is_k and lines else "none"
+    return "128B" if lines and (contiguous_is_k or is_b) else "none"
 
 
 def _xor(a: Expr, b: Expr) -> Expr:
@@ -123,13 +127,17 @@ def canonical_index(
 
 
 def operand_fields(
-    contiguous_is_k: bool, stride: int, swizzle: str = "none"
+    contiguous_is_k: bool, stride: int, swizzle: str = "none", rows: int = 0
 ) -> tuple[str, int, int]:
     """(major, LBO, SBO) of a canonical tile whose column groups are `stride` elements apart
-    (`group_stride`), or of a K-major swizzled one (`swizzle` "128B": 8-row groups of 128-byte
-    lines 1024 bytes apart; LBO unused, 16 by convention)."""
+    (`group_stride`), or of a swizzled one of `rows` rows (`swizzle` "128B": 8-row groups of
+    128-byte lines 1024 bytes apart; K-major: LBO unused, 16 by convention; N-major: LBO the
+    distance between 64-column atoms)."""
     if swizzle == "128B":
-        return "k", wl.UNIT_BYTES, GROUP * wl.SWIZZLE_ROW_BYTES
+        line_groups = GROUP * wl.SWIZZLE_ROW_BYTES
+        if contiguous_is_k:
+            return "k", wl.UNIT_BYTES, line_groups
+        return "mn", rows * wl.SWIZZLE_ROW_BYTES, line_groups
     groups = stride * wl.ELEMENT_BYTES  # bytes between column groups
     core = GROUP * wl.UNIT_BYTES  # bytes between row groups
     if contiguous_is_k:

@@ -1,5 +1,6 @@
 """The 128-byte swizzle in sampled wgmma states (`lower/wgmma_operands.py`): a K-major shared
-operand whose rows are whole 128-byte lines is stored as wgmma's swizzled atoms, fetched by
+operand (or an N-major B) whose rows are whole 128-byte lines is stored as wgmma's swizzled
+atoms, fetched by
 16-byte cp.async at the swizzled addresses, described by a 128B descriptor; sampled float16 /
 bfloat16 matmul and batch_matmul states run on the CPU interpreter against numpy (which reads
 the operands through the descriptors) and compile for sm_90a without spills.
@@ -50,13 +51,18 @@ def swizzles(program: ir.Program) -> dict[str, str]:
     }
 
 
-def swizzled(dag: ComputeDAG, operand: str):
-    """(state, program) of the first sampled wgmma state whose `operand` tiles are swizzled."""
-    for seed in range(4):
+def widest(program: ir.Program) -> int:
+    return max(s.n for s in ir.iter_stmts(program.kernels[0].body) if isinstance(s, wi.WgmmaMma))
+
+
+def swizzled(dag: ComputeDAG, operand: str, seeds=range(4), n: int = 16):
+    """(state, program) of the first sampled wgmma state whose `operand` tiles are swizzled
+    and whose wgmmas reach N = `n`."""
+    for seed in seeds:
         sampler, _, drawn = sample(dag, WGMMA_ONLY, n=4, seed=seed)
         for s in drawn:
             program = sampler.programs[s.key()]
-            if swizzles(program).get(operand) == "128B":
+            if swizzles(program).get(operand) == "128B" and widest(program) >= n:
                 return s, program
     raise AssertionError(f"no sampled state swizzles {operand}")
 
@@ -89,12 +95,13 @@ def test_a_swizzled_tile_is_where_its_descriptor_reads_it():
         np.testing.assert_array_equal(read, stored)
 
 
-def test_only_whole_unpadded_k_major_lines_are_swizzled():
-    assert swizzle_of(64, 64, 64, contiguous_is_k=True) == "128B"
-    assert swizzle_of(64, 128, 128, contiguous_is_k=True) == "128B"
-    assert swizzle_of(64, 72, 64, contiguous_is_k=True) == "none"  # padded rows
-    assert swizzle_of(64, 32, 32, contiguous_is_k=True) == "none"  # half a line
-    assert swizzle_of(64, 64, 64, contiguous_is_k=False) == "none"  # MN-major
+def test_only_whole_unpadded_lines_of_k_major_tiles_or_n_major_b_are_swizzled():
+    assert swizzle_of(64, 64, 64, contiguous_is_k=True, is_b=False) == "128B"
+    assert swizzle_of(64, 128, 128, contiguous_is_k=True, is_b=True) == "128B"
+    assert swizzle_of(64, 128, 128, contiguous_is_k=False, is_b=True) == "128B"  # N-major B
+    assert swizzle_of(64, 72, 64, contiguous_is_k=True, is_b=False) == "none"  # padded rows
+    assert swizzle_of(64, 32, 32, contiguous_is_k=True, is_b=False) == "none"  # half a line
+    assert swizzle_of(64, 64, 64, contiguous_is_k=False, is_b=False) == "none"  # M-major A
 
 
 @pytest.mark.parametrize(
@@ -102,6 +109,7 @@ def test_only_whole_unpadded_k_major_lines_are_swizzled():
     [
         (lambda: matmul_dag("float16"), "A_shared"),
         (lambda: matmul_dag("bfloat16"), "A_shared"),
+        (lambda: matmul_dag("float16"), "B_shared"),
         (batch_matmul_dag, "B_shared"),
     ],
 )
@@ -111,6 +119,13 @@ def test_sampled_swizzled_states_compute_the_dag(make, operand):
     kernel = program.kernels[0]
     (buf,) = [b for b in kernel.allocs if b.name == operand]
     assert buf.size * 2 % 1024 == 0  # whole swizzle patterns
+    tz.run_and_compare(dag, program)
+
+
+def test_an_n_major_b_swizzled_across_atoms_computes_the_dag():
+    """A wgmma of N = 128 reads two 64-column atoms of its N-major B tile, LBO apart."""
+    dag = matmul_dag("float16")
+    _, program = swizzled(dag, "B_shared", seeds=range(6, 8), n=128)
     tz.run_and_compare(dag, program)
 
 
@@ -125,13 +140,16 @@ def test_a_swizzled_tile_read_without_the_swizzle_computes_a_wrong_product():
 
 
 @needs_nvcc
-def test_a_swizzled_state_compiles_for_sm_90a_without_spills():
+@pytest.mark.parametrize(
+    "operand, seeds, n", [("A_shared", range(4), 16), ("B_shared", range(6, 8), 128)]
+)
+def test_a_swizzled_state_compiles_for_sm_90a_without_spills(operand, seeds, n):
     from autosched import build
 
     dag = matmul_dag("float16")
-    state, _ = swizzled(dag, "A_shared")
+    state, _ = swizzled(dag, operand, seeds, n)
     source = build(dag, state).source
-    assert "as_cp_async_16(&A_shared[" in source  # 16-byte fetches at swizzled addresses
+    assert f"as_cp_async_16(&{operand}[" in source  # 16-byte fetches at swizzled addresses
     assert "__align__(1024)" in source
     (res,) = compile_resources(source, arch="sm_90").values()
     assert res.spill_bytes == 0
