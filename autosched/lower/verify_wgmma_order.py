@@ -79,6 +79,18 @@ def _span(op: wi.SharedOperand, rows: int) -> int:
     return int(wl.element_address(d, op.major, row, k).max()) // wl.ELEMENT_BYTES + 1
 
 
+def _over_every_step(r: _Read, v: Var, step: Var) -> _Read:
+    """Read `r` of a step where `v` >= n (its condition), as a read of step `step` + n: over
+    `step`'s range, every step it may have been (and more), none before the loop."""
+    n = next((n for w, n in r.after if w is v), 0)
+    shifted = BinOp("+", step, ir.int32(n), ir.I32) if n else step
+    return replace(
+        r,
+        first=simplify(substitute(r.first, {v: shifted})),
+        after=tuple((w, m) for w, m in r.after if w is not v),
+    )
+
+
 class _OrderCheck:
     """One kernel's walk (`check_async_reads`)."""
 
@@ -153,15 +165,7 @@ class _OrderCheck:
         self.ranges[id(any_step)] = (0, extent - 1)
 
         def widen(reads: tuple[_Read, ...]) -> tuple[_Read, ...]:
-            return tuple(
-                replace(
-                    r,
-                    first=substitute(r.first, {v: any_step}),
-                    after=tuple((w, n) for w, n in r.after if w is not v),
-                )
-                for r in reads
-                if oldest(r)
-            )
+            return tuple(_over_every_step(r, v, any_step) for r in reads if oldest(r))
 
         return _State(widen(st.pending), widen(st.retired))
 
@@ -189,8 +193,7 @@ class _OrderCheck:
             for r in reads:
                 if any(w is v and extent - 1 < n for w, n in r.after):
                     continue  # a step that never ran
-                after = tuple((w, n) for w, n in r.after if w is not v)
-                out.append(replace(r, after=after))
+                out.append(_over_every_step(r, v, v))
             return tuple(out)
 
         return _State(settle(st.pending), settle(st.retired))

@@ -18,12 +18,14 @@ from autosched.errors import LoweringError
 from autosched.lower import ir, wgmma_mainloop
 from autosched.lower import wgmma_ir as wi
 from autosched.lower.interpreter import InterpreterError
+from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
 from autosched.lower.verify import verify_program
 from autosched.schedule.compute_dag import ComputeDAG
 from measure import compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
+from tests.lower.test_passes import programs_around
 from tests.lower.test_warpgroup_mma import WGMMA_ONLY, sample
 from tests.lower.wgmma_programs import wgmma_program
 
@@ -158,3 +160,25 @@ def test_the_verifier_refuses_a_copy_over_operands_never_waited_for():
     verify_program(wgmma_program(k=64, bk=16))
     with pytest.raises(LoweringError, match="in flight"):
         verify_program(wgmma_program(k=64, bk=16, wait=False))
+
+
+def mainloop_recipe_state():
+    """test_tensorize's recipe on a 128 x 128 x 128 float16 matmul, one warpgroup (4 warps
+    along M, two 16-column tiles each) drawn as wgmma, its shared tiles in a 3-slot pipeline:
+    4 K steps of two wgmmas each, issued by a serial loop (one group, chained)."""
+    with mock.patch.multiple(tz, WARPS=(4, 1), REPS=(1, 2)):
+        dag = tz.matmul_dag(n=128)
+        state = tz.tensor_core_state(dag, "T_matmul", tz.MATMUL_TILES, "i", "j", "k")
+    state = state.tensor_core_instruction("T_matmul.wmma.accumulator", "wgmma")
+    for name in ("A.shared", "B.shared"):
+        state = state.double_buffer(name).pipeline_stages(name, 3)
+    return state
+
+
+def test_the_mainloop_golden_computes_the_matmul(golden):
+    state = mainloop_recipe_state()
+    before, after = programs_around(state, "warpgroup_mma")
+    text = f"# before warpgroup_mma\n{program_text(before)}\n# after\n{program_text(after)}\n"
+    golden("pass_warpgroup_mma_mainloop.txt", text)
+    verify_program(after, launch_limits=False)
+    tz.run_and_compare(state.dag, lower(state))
