@@ -15,13 +15,16 @@ step carried into the next with the loop variable one less (valid from the step 
 not negative), so a fetch is checked against the two steps before it as well; reads that
 outlive those are kept as reads of any earlier step, and reads left after a loop as reads of
 any of its steps. A store and a read conflict when, for some value of the loops both depend
-on, their element ranges (bounded over every other variable) meet.
+on, their element ranges (bounded over every other variable) meet, and enumerating the other
+variables' values (the store's under its guards) confirms it.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -30,11 +33,14 @@ from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import expr_bounds, simplify
-from autosched.te.expr import BinOp, Expr, Var, expr_str
+from autosched.te.expr import BinOp, Const, Expr, Not, Var, expr_str
+from autosched.te.npeval import eval_expr
 from autosched.te.visitor import free_vars, substitute
 
 CARRIED_STEPS = 2  # earlier steps of a loop whose reads a step is checked against
 MAX_POINTS = 4096  # loop-value combinations enumerated before bounding over all of them
+EXACT_POINTS = 1 << 20  # thread and loop values enumerated to settle an overlap the bounds see
+_BLOCK_VARS = {id(ir.THREAD_VARS[tag]) for tag in ir.BLOCK_TAGS}
 # what changes the reads in flight: a loop without them ends each step as it began it
 _ASYNC_ORDER = (wi.WgmmaMma, wi.WgmmaCommit, wi.WgmmaWait, ir.Barrier)
 
@@ -79,6 +85,43 @@ def _span(op: wi.SharedOperand, rows: int) -> int:
     return int(wl.element_address(d, op.major, row, k).max()) // wl.ELEMENT_BYTES + 1
 
 
+def _period(v: Var, exprs: list[Expr]) -> int | None:
+    """A P with every expression of `exprs` the same at v + P as at v, or None: v must occur
+    only in `floormod(a, m)`s whose `a` steps by a constant c with v (then P is a multiple of
+    each m / gcd(c, m))."""
+    periods: list[int] = []
+    later = BinOp("+", v, ir.int32(1), ir.I32)
+
+    def periodic(e: Expr) -> bool:
+        if e is v:
+            return False  # v outside a floormod
+        if (
+            isinstance(e, BinOp)
+            and e.op == "floormod"
+            and isinstance(e.b, Const)
+            and any(w is v for w in free_vars(e.a))
+        ):
+            step = simplify(BinOp("-", substitute(e.a, {v: later}), e.a, ir.I32))
+            if not isinstance(step, Const):
+                return False
+            m = int(e.b.value)
+            periods.append(m // math.gcd(int(step.value), m))
+            return True
+        return all(periodic(c) for c in e.children())
+
+    if not all(periodic(e) for e in exprs) or not periods:
+        return None
+    return math.lcm(*periods)
+
+
+class _NeedsMemory(Exception):
+    """An index or guard that reads memory: its values are not enumerated."""
+
+
+def _no_loads(node, indices, mask):
+    raise _NeedsMemory(node)
+
+
 def _over_every_step(r: _Read, v: Var, step: Var) -> _Read:
     """Read `r` of a step where `v` >= n (its condition), as a read of step `step` + n: over
     `step`'s range, every step it may have been (and more), none before the loop."""
@@ -102,6 +145,7 @@ class _OrderCheck:
         }
         self.loops: dict[int, tuple[Var, int]] = {}
         self.several = kernel.block[1] > wl.WARPGROUP_WARPS
+        self.guards: list[Expr] = []  # the conditions around the statement walked
 
     def fail(self, what: str) -> None:
         raise LoweringError(f"kernel {self.k.name}: {what}")
@@ -114,8 +158,10 @@ class _OrderCheck:
         if isinstance(s, ir.For):
             return self.loop(s, st)
         if isinstance(s, ir.IfThenElse):
-            then = self.walk(s.then_case, st)
-            return then.merge(self.walk(s.else_case, st) if s.else_case is not None else st)
+            then = self.guarded(s.cond, s.then_case, st)
+            if s.else_case is None:
+                return then.merge(st)
+            return then.merge(self.guarded(Not(s.cond), s.else_case, st))
         if isinstance(s, wi.WgmmaMma):
             reads = (
                 _Read(s, op.buffer, op.offset, _span(op, rows))
@@ -138,6 +184,13 @@ class _OrderCheck:
             rows, n = wl.M, s.acc.shape[-1]
             self.store(s.dst.buffer, s.dst.offset, (rows - 1) * s.dst.ldm + n, st)
         return st
+
+    def guarded(self, cond: Expr, s: ir.Stmt, st: _State) -> _State:
+        self.guards.append(cond)
+        try:
+            return self.walk(s, st)
+        finally:
+            self.guards.pop()
 
     def loop(self, s: ir.For, st: _State) -> _State:
         self.ranges[id(s.var)] = (0, s.extent - 1)
@@ -215,26 +268,88 @@ class _OrderCheck:
                 )
 
     def meet(self, index: Expr, width: int, r: _Read) -> bool:
-        """Whether the store's elements and the read's may overlap for some loop values."""
+        """Whether the store's elements and the read's may overlap for some loop values. A
+        loop variable that both reach only through `floormod` (a pipeline's slot) is
+        enumerated over one period, from the first step the read exists in; the guards that
+        use it are then left out (which only adds elements to the store)."""
         if not self.overlap(index, width, r, self.ranges):
             return False
         shared = {id(v) for v in free_vars(index)} & (
             {id(v) for v in free_vars(r.first)} | {id(w) for w, _ in r.after}
         )
-        loops = [self.loops[i] for i in shared if i in self.loops]
-        points = 1
-        for _, extent in loops:
-            points *= extent
-        if points > MAX_POINTS:
-            loops = []
-        for values in itertools.product(*(range(e) for _, e in loops)):
-            fixed = {id(v): x for (v, _), x in zip(loops, values, strict=True)}
-            if any(fixed.get(id(w), n) < n for w, n in r.after):
+        starts = {id(w): n for w, n in r.after}
+        axes: list[tuple[Var, range]] = []
+        periodic: set[int] = set()
+        for i in shared:
+            if i not in self.loops:
                 continue
+            v, extent = self.loops[i]
+            first = starts.get(i, 0)
+            period = _period(v, [index, r.first])
+            if period is not None and first + period < extent:
+                periodic.add(i)
+                axes.append((v, range(first, first + period)))
+            else:
+                axes.append((v, range(first, extent)))
+        if math.prod(len(a) for _, a in axes) > MAX_POINTS:
+            axes = []
+        for values in itertools.product(*(a for _, a in axes)):
+            fixed = {id(v): x for (v, _), x in zip(axes, values, strict=True)}
             ranges = {**self.ranges, **{i: (x, x) for i, x in fixed.items()}}
-            if self.overlap(index, width, r, ranges):
+            if self.overlap(index, width, r, ranges) and self.exact_overlap(
+                index, width, r, fixed, periodic
+            ):
                 return True
         return False
+
+    def domain(self, exprs: list[Expr], fixed: dict[int, int], after=()) -> dict[int, Any] | None:
+        """Broadcast arrays of every value of the variables of `exprs` but the `fixed` ones
+        (a loop variable v of an `after` condition from n on), each along its own axis; None
+        where a variable has no known range (or is a block index) or the points are too many."""
+        names = {id(v): v for e in exprs for v in free_vars(e) if id(v) not in fixed}
+        if any(i not in self.ranges or i in _BLOCK_VARS for i in names):
+            return None
+        starts = {id(w): n for w, n in after}
+        axes = {
+            i: range(max(self.ranges[i][0], starts.get(i, 0)), self.ranges[i][1] + 1) for i in names
+        }
+        if math.prod(len(a) for a in axes.values()) > EXACT_POINTS:
+            return None
+        env: dict[int, Any] = dict(fixed)
+        for axis, (i, values) in enumerate(axes.items()):
+            shape = [1] * len(axes)
+            shape[axis] = len(values)
+            env[i] = np.arange(values.start, values.stop).reshape(shape)
+        return env
+
+    def exact_overlap(
+        self, index: Expr, width: int, r: _Read, fixed: dict[int, int], periodic: set[int]
+    ) -> bool:
+        """Whether, with the loop variables `fixed`, an element the store writes (where its
+        guards hold, over every thread and inner loop) lies in what the read reaches (over
+        every warpgroup): the interval bounds lose the guards and the ties between a fused
+        index's digits. Where the points cannot be enumerated, the answer is yes."""
+        skip = _BLOCK_VARS | periodic
+        guards = [g for g in self.guards if all(id(v) not in skip for v in free_vars(g))]
+        env = self.domain([index, *guards], fixed)
+        reads = self.domain([r.first], fixed, r.after)
+        if env is None or reads is None:
+            return True
+        try:
+            written = np.asarray(eval_expr(index, env, _no_loads))
+            mask = np.ones((), bool)
+            for g in guards:
+                mask = mask & np.asarray(eval_expr(g, env, _no_loads)).astype(bool)
+            starts = np.unique(np.asarray(eval_expr(r.first, reads, _no_loads)))
+        except _NeedsMemory:
+            return True
+        shape = np.broadcast_shapes(written.shape, mask.shape)
+        written = np.broadcast_to(written, shape)[np.broadcast_to(mask, shape)]
+        if written.size == 0:
+            return False
+        last = written + width - 1  # the store's last element
+        at = np.searchsorted(starts, last, side="right") - 1  # the latest read starting by it
+        return bool(((at >= 0) & (written < starts[np.maximum(at, 0)] + r.span)).any())
 
     @staticmethod
     def overlap(index: Expr, width: int, r: _Read, ranges: dict[int, tuple[int, int]]) -> bool:
