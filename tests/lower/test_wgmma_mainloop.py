@@ -206,3 +206,21 @@ def test_a_guarded_fetch_is_checked_element_by_element():
             tz.run_and_compare(dag, sampler.programs[s.key()])
             return
     raise AssertionError("no sampled state whose fetch the bounds alone refuse")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "make, stages, warpgroups",
+    [
+        (lambda: matmul_dag("float16"), 3, 1),
+        (lambda: matmul_dag("bfloat16"), 4, 1),
+        (lambda: matmul_dag("float16"), 4, 2),
+        (batch_matmul_dag, 3, 2),
+    ],
+)
+def test_gpu_mainloop_states_match_numpy(make, stages, warpgroups):
+    from tests.gpu.test_gpu_kernels import run_on_gpu
+
+    dag = make()
+    state, _ = overlapped(dag, stages, warpgroups)
+    run_on_gpu(dag, state, rtol=1e-2, atol=1e-2)

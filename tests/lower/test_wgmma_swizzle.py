@@ -153,3 +153,20 @@ def test_a_swizzled_state_compiles_for_sm_90a_without_spills(operand, seeds, n):
     assert "__align__(1024)" in source
     (res,) = compile_resources(source, arch="sm_90").values()
     assert res.spill_bytes == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "make, operand, seeds, n",
+    [
+        (lambda: matmul_dag("float16"), "A_shared", range(4), 16),
+        (lambda: matmul_dag("float16"), "B_shared", range(6, 8), 128),
+        (batch_matmul_dag, "B_shared", range(4), 16),
+    ],
+)
+def test_gpu_swizzled_states_match_numpy(make, operand, seeds, n):
+    from tests.gpu.test_gpu_kernels import run_on_gpu
+
+    dag = make()
+    state, _ = swizzled(dag, operand, seeds, n)
+    run_on_gpu(dag, state, rtol=1e-2, atol=1e-2)
