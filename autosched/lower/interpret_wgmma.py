@@ -26,6 +26,12 @@ expression of the statement.
   last barrier races), and an element written by an ordinary store must have been fenced by its
   writer (`ProxyFence`) after it landed (a cp.async's at the wait that completes it) and before
   the wgmma reads it.
+- A wgmma reads its operands at any time until the wait that retires it, and a thread knows
+  another warpgroup's wait only through a barrier after it: a shared store (a cp.async when it
+  is issued, since the copy may land at once) into an element that a wgmma in flight reads, or
+  that a wgmma of another warpgroup read and no barrier has followed its retirement, is an
+  error (`AsyncReads`). So a fetch into a pipeline slot before the wait that frees it fails
+  even where the copy would land late enough in this lock-step run.
 """
 
 from __future__ import annotations
@@ -60,6 +66,53 @@ def _positions(n: int) -> tuple[np.ndarray, np.ndarray]:
     return wl.accumulator_position(t, i)
 
 
+class AsyncReads:
+    """Which shared elements the wgmmas of each block may still be reading: a count of the
+    wgmmas in flight that read each element, and the warpgroups (a bit each, by place in the
+    block) whose wgmmas that read it retired since the block's last barrier."""
+
+    def __init__(self, nblocks: int) -> None:
+        self.nblocks = nblocks
+        self.inflight: dict[int, np.ndarray] = {}
+        self.retired: dict[int, np.ndarray] = {}
+
+    def _arrays(self, buf: ir.Buffer) -> tuple[np.ndarray, np.ndarray]:
+        if id(buf) not in self.inflight:
+            self.inflight[id(buf)] = np.zeros(self.nblocks * buf.size, np.int64)
+            self.retired[id(buf)] = np.zeros(self.nblocks * buf.size, np.int64)
+        return self.inflight[id(buf)], self.retired[id(buf)]
+
+    def issued(self, buf: ir.Buffer, keys: np.ndarray) -> None:
+        np.add.at(self._arrays(buf)[0], np.unique(keys), 1)
+
+    def retire(self, buf: ir.Buffer, keys: np.ndarray, place: int) -> None:
+        inflight, retired = self._arrays(buf)
+        keys = np.unique(keys)
+        np.subtract.at(inflight, keys, 1)
+        retired[keys] |= 1 << place
+
+    def barrier(self) -> None:
+        for retired in self.retired.values():
+            retired.fill(0)
+
+    def conflict(self, buf: ir.Buffer, keys: np.ndarray, places: np.ndarray) -> tuple[int, str]:
+        """The first of `keys` that writers at warpgroup `places` may not store into yet
+        (-1 if none) and why."""
+        if id(buf) not in self.inflight:
+            return -1, ""
+        inflight, retired = self._arrays(buf)
+        busy = np.flatnonzero(inflight[keys] > 0)
+        if busy.size:
+            return int(busy[0]), "a wgmma in flight reads it (no wgmma.wait_group retired it)"
+        other = np.flatnonzero(retired[keys] & ~(np.int64(1) << places))
+        if other.size:
+            return int(other[0]), (
+                "a wgmma of another warpgroup read it and no barrier followed the "
+                "wgmma.wait_group that retired it"
+            )
+        return -1, ""
+
+
 @dataclass
 class _Pending:
     """One wgmma in flight in one warpgroup: its registers and what they will hold."""
@@ -71,6 +124,7 @@ class _Pending:
     result: np.ndarray  # (128, N / 2)
     operands: tuple[np.ndarray, np.ndarray]  # A (64, 16) and B (N, 16) as read at issue
     reread: Any  # () -> (A, B) as shared memory holds them now
+    keys: tuple[tuple[ir.Buffer, np.ndarray], ...]  # the shared elements it reads
 
 
 @dataclass
@@ -81,9 +135,11 @@ class _WarpgroupQueues:
     committed: list[list[_Pending]] = field(default_factory=list)
 
     def pending(self):
-        yield from self.open
+        """The wgmmas in flight in issue order: the committed groups, oldest first, then the
+        open one (a wgmma on registers in flight chains onto the newest of them)."""
         for group in self.committed:
             yield from group
+        yield from self.open
 
 
 def _span(acc: ir.Buffer, tile: int, n: int) -> set[int]:
@@ -116,6 +172,7 @@ class WgmmaRun:
         self.expected: dict[tuple[int, int, int], np.ndarray] = {}
         # per shared buffer: writer thread id + 1 of an ordinary store not yet proxy-fenced
         self.unfenced: dict[int, np.ndarray] = {}
+        self.async_reads = AsyncReads(run.nblocks)
 
     # ---- shared context -------------------------------------------------------------------
     def fail(self, s: Any, what: str) -> None:
@@ -246,7 +303,15 @@ class WgmmaRun:
                     self.read(s, s.b.buffer, b_idx[j : j + 1], one, track=False)[0],
                 )
 
-            q.open.append(_Pending(s, arr, g, tile, result, (a_all[j], b_all[j]), reread))
+            block = int(self.run.ix["block"][g * G]) * np.int64(1)
+            keys = (
+                (s.a.buffer, block * s.a.buffer.size + a_idx[j].reshape(-1)),
+                (s.b.buffer, block * s.b.buffer.size + b_idx[j].reshape(-1)),
+            )
+            for buf, k in keys:
+                self.async_reads.issued(buf, k)
+            pending = _Pending(s, arr, g, tile, result, (a_all[j], b_all[j]), reread, keys)
+            q.open.append(pending)
             self.undefined(s.acc, arr, g, tile, regs)
 
     def undefined(self, acc: ir.Buffer, arr: np.ndarray, g: int, tile: int, regs) -> None:
@@ -286,6 +351,9 @@ class WgmmaRun:
                 "a shared operand changed before the wgmma reading it completed "
                 "(overwritten before its wgmma.wait_group)",
             )
+        place = p.group % (self.run.T // G)  # the warpgroup's place in its block
+        for buf, keys in p.keys:
+            self.async_reads.retire(buf, keys, place)
         regs = _registers(p.stmt.acc, p.arr, p.group, p.tile, p.stmt.n)
         key = (id(p.stmt.acc), p.group, p.tile)
         if not np.array_equal(p.arr[regs], self.expected[key], equal_nan=True):
@@ -380,6 +448,21 @@ class WgmmaRun:
     def _track_read(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
         track_collective_read(self.run, buf, keys, lanes, G, "reads (wgmma)")
 
+    def check_overwrite(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
+        """A shared store into `keys` by `lanes` (issued now: a cp.async may land at once) must
+        not reach what a wgmma may still read (`AsyncReads`)."""
+        places = self.run.ix["tid"][lanes] // G
+        j, why = self.async_reads.conflict(buf, keys, places)
+        if j >= 0:
+            self.run.fail(
+                f"{self.run.where(int(lanes[j]))} stores into {buf.name}[{int(keys[j] % buf.size)}]"
+                f" in kernel {self.run.k.name}, but {why}"
+            )
+
+    def barrier(self) -> None:
+        """A barrier: every warpgroup's retired wgmmas are done for every thread after it."""
+        self.async_reads.barrier()
+
     def shared_written(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
         """Record ordinary stores into shared memory: a wgmma may read them after a ProxyFence."""
         dirty = self.unfenced.get(id(buf))
@@ -412,4 +495,4 @@ def register_wgmma_handlers(table: TypeTable[ir.Stmt, [Any], None], run: Any) ->
     return state
 
 
-__all__ = ["WgmmaRun", "accumulator_storage", "register_wgmma_handlers"]
+__all__ = ["AsyncReads", "WgmmaRun", "accumulator_storage", "register_wgmma_handlers"]

@@ -313,6 +313,8 @@ class _KernelRun:
         self._uniform(mask, "__syncthreads()")
         for tr in self.trackers.values():
             tr.clear()
+        if self.wgmma is not None:
+            self.wgmma.barrier()
 
     def _commit(self, s: ir.AsyncCommit, mask: Any) -> None:
         self._uniform(mask, "cp.async.commit_group")
@@ -380,6 +382,8 @@ class _KernelRun:
         if not changed.any():
             return
         keys, t, lanes = keys[changed], t[changed], lanes[changed]
+        if self.wgmma is not None:  # what wgmmas may still read (a cp.async may land now)
+            self.wgmma.check_overwrite(buf, keys, lanes)
         for lo, hi, other in ((tr.wmin, tr.wmax, "wrote"), (tr.rmin, tr.rmax, "read")):
             bad = tr.others(lo[keys], hi[keys], t)
             if bad.any():

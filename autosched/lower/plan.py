@@ -80,9 +80,9 @@ class LoweringPlan:
     # the kernel being emitted
     fragment_dims: dict[int, tuple[int, int]] = field(default_factory=dict)  # (row, col) dims
     mma_plans: dict[int, MmaPlan] = field(default_factory=dict)  # accumulator stage -> plan
-    # shared stages that wgmmas read: stored in the canonical core-matrix layout
-    # (`wgmma_operands.canonical_index`) instead of row-major
-    wgmma_stages: set[int] = field(default_factory=set)
+    # shared stages that wgmmas read -> their swizzle: stored in the canonical core-matrix
+    # layout, or swizzled, (`wgmma_operands.canonical_index`) instead of row-major
+    wgmma_stages: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: State) -> LoweringPlan:
@@ -179,7 +179,8 @@ class LoweringPlan:
         if j in self.wgmma_stages:
             _, col_dim = tile_dims(shape, self.stages[j].name)
             columns = inf.region[col_dim] if len(inf.region) == len(shape) else shape[col_dim]
-            return canonical_index(indices, shape, columns, self.stages[j].name)
+            swizzle = self.wgmma_stages[j]
+            return canonical_index(indices, shape, columns, self.stages[j].name, swizzle)
         flat: Expr | None = None
         for d, idx in enumerate(indices):
             flat = (

@@ -42,7 +42,7 @@ from autosched.lower.tensor_access import (
     var_dim,
 )
 from autosched.lower.wgmma_ir import SharedOperand, WgmmaOperandTile
-from autosched.lower.wgmma_operands import group_stride, operand_fields, tile_dims
+from autosched.lower.wgmma_operands import group_stride, operand_fields, swizzle_of, tile_dims
 from autosched.schedule.stage import TENSORIZE
 from autosched.te.expr import BinOp, Cast, Const, Expr, Load, Reduce, Var
 from autosched.te.tensor import Tensor
@@ -288,7 +288,19 @@ def plan_fragments(plan: LoweringPlan) -> None:
         if plan.stages[i].fragment_double_buffer:  # lower/fragment_double_buffer.py
             mma.a.buffer.fragment_double_buffer = mma.b.buffer.fragment_double_buffer = True
         if plan.stages[i].tensor_core_instruction == ir.WGMMA_FLAVOUR:
-            plan.wgmma_stages |= {shared_source(plan, op.stage) for op in (mma.a, mma.b)}
+            for op, k_at in ((mma.a, 1), (mma.b, 0)):  # matrix_a is M x K, matrix_b K x N
+                j = shared_source(plan, op.stage)
+                plan.wgmma_stages[j] = operand_swizzle(plan, j, out[op.stage][k_at], op is mma.b)
+
+
+def operand_swizzle(plan: LoweringPlan, j: int, k_dim: int, is_b: bool) -> str:
+    """The layout of shared stage j that wgmmas read (as B where `is_b`), K being its
+    dimension `k_dim` (`wgmma_operands.swizzle_of`)."""
+    inf = plan.info[j]
+    shape = inf.buf.shape[len(inf.buf.shape) - len(inf.region) :]  # past any slots
+    row_dim, col_dim = tile_dims(shape, plan.stages[j].name)
+    rows, cols = shape[row_dim], shape[col_dim]
+    return swizzle_of(rows, cols, inf.region[col_dim], col_dim == k_dim, is_b)
 
 
 def shared_source(plan: LoweringPlan, frag_stage: int) -> int:
@@ -373,11 +385,19 @@ def check_orientation(frag: ir.Buffer, row: Var, col: Var, exts: dict[int, int],
 
 
 def wgmma_operand_tile(
-    frag: ir.Buffer, tile: Expr, src: Access, columns: int, row: Var, col: Var, bounds, name
+    frag: ir.Buffer,
+    tile: Expr,
+    src: Access,
+    columns: int,
+    row: Var,
+    col: Var,
+    bounds,
+    name,
+    swizzle: str = "none",
 ) -> ir.Stmt:
     """The stand-in of a tile load into a fragment that wgmmas read: the 16x16 shared tile
     (rows `row`, columns `col` of the fragment), in its stage's canonical layout (whose rows
-    hold `columns` elements)."""
+    hold `columns` elements) or its swizzled one."""
     shape = src.buffer.shape[len(src.buffer.shape) - len(src.dims) :]  # past any slots
     row_dim, col_dim = tile_dims(shape, src.buffer.name)
     dims = {var_dim(src, v, bounds, name): v for v in (row, col)}
@@ -389,9 +409,9 @@ def wgmma_operand_tile(
     k_is_col = frag.scope == "wmma.matrix_a"  # matrix_a: M x K; matrix_b: K x N
     contiguous_is_k = (dims[col_dim] is col) == k_is_col
     stride = group_stride(shape[row_dim], shape[col_dim], columns)
-    major, lbo, sbo = operand_fields(contiguous_is_k, stride)
+    major, lbo, sbo = operand_fields(contiguous_is_k, stride, swizzle, shape[row_dim])
     origin = simplify(at_origin(src.flat, [row, col]), bounds)
-    operand = SharedOperand(src.buffer, origin, major, lbo, sbo)
+    operand = SharedOperand(src.buffer, origin, major, lbo, sbo, swizzle)
     return WgmmaOperandTile(frag, tile, operand)
 
 
@@ -435,7 +455,10 @@ def emit_tensorized(plan: LoweringPlan, i: int, pos: int) -> ir.Stmt:
         shared = plan.info[src.stage]
         _, col_dim = tile_dims(shared.buf.shape[len(shared.buf.shape) - len(src.dims) :], name)
         columns = shared.region[col_dim]
-        operand_tile = wgmma_operand_tile(own.buffer, number, src, columns, row, col, bounds, name)
+        swizzle = plan.wgmma_stages.get(src.stage, "none")
+        operand_tile = wgmma_operand_tile(
+            own.buffer, number, src, columns, row, col, bounds, name, swizzle
+        )
         conds = guards(plan, i, spatial_only=True)
         if conds:
             raise LoweringError(f"tensorize: wgmma operand {name} is guarded (padded tiles)")

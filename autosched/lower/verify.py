@@ -29,6 +29,7 @@ from autosched.lower.verify_cluster import (
     check_cluster_order,
 )
 from autosched.lower.verify_wgmma import WarpgroupRules
+from autosched.lower.verify_wgmma_order import check_async_reads
 from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
 from autosched.te.dtype import BYTES, DTYPES, is_int
 from autosched.te.expr import Expr, Load, Var, expr_str
@@ -446,6 +447,7 @@ def verify_program(
         verifier.stmt(k.body, None)
         check_cluster_order(k, verifier.fail)
         check_cluster_barriers(k, verifier.fail)
+        check_async_reads(k)
 
 
 __all__ = ["check", "verify_every_lowering", "verify_program", "verifying_every_lowering"]

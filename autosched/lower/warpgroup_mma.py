@@ -21,7 +21,9 @@ Every warp then still multiplies 16x16 tiles. This pass regroups them per warpgr
   kernel's next barrier (with a `ProxyFence`: the shared tiles are written by ordinary stores
   or cp.async), which precedes any overwrite of the operands, and after the loop that holds
   the wgmmas, before the accumulators are read; so a K step's wgmmas run while the next step
-  waits for its tiles (cp.async.wait_group).
+  waits for its tiles (cp.async.wait_group). A cp.async pipeline of three or more slots gets
+  the Hopper mainloop order instead (`wgmma_mainloop`): one group of wgmmas stays in flight
+  across the next step's barrier and fetch.
 
 Anything else (a guarded product, a warp layout that is not warpgroup-shaped, a block that is not
 whole warpgroups) raises LoweringError: the state is not a wgmma program.
@@ -39,7 +41,8 @@ from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import simplify
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.tensor_access import at_origin, coefficients
-from autosched.lower.wgmma_operands import GROUP
+from autosched.lower.wgmma_mainloop import overlapped_loop
+from autosched.lower.wgmma_operands import GROUP, SWIZZLE_COLUMNS
 from autosched.te.expr import BinOp, Const, Expr
 from autosched.te.visitor import free_vars, substitute
 
@@ -61,7 +64,7 @@ def warpgroup_mma(kernel: ir.Kernel) -> ir.Kernel:
             f"wgmma: kernel {kernel.name} has blockDim {kernel.block}, not whole warpgroups of "
             "(32, 4g, 1)"
         )
-    body = _rewrite(kernel.body, kernel_bounds(kernel))
+    body = _rewrite(kernel.body, kernel_bounds(kernel), kernel.block)
     if any(isinstance(s, (wi.WgmmaOperandTile, ir.FragmentMma)) for s in ir.iter_stmts(body)):
         raise LoweringError(f"wgmma: kernel {kernel.name} keeps products no wgmma covers")
     allocs = [b for b in kernel.allocs if b.fragment_flavour != ir.WGMMA_FLAVOUR]
@@ -90,19 +93,22 @@ def _wait() -> ir.Stmt:
     return wi.WgmmaWait(0)
 
 
-def _rewrite(s: ir.Stmt, bounds, in_loop: bool = False) -> ir.Stmt:
+def _rewrite(s: ir.Stmt, bounds, block: tuple[int, int, int], in_loop: bool = False) -> ir.Stmt:
     """`s` with its regions as wgmmas. Inside a loop a K step's wgmmas stay in flight past the
     step's end: the wait comes before the next barrier (before anything overwrites their
     operands) or after the loop (before the accumulators are read)."""
     if isinstance(s, ir.Barrier):
         return ir.Seq([_wait(), wi.ProxyFence(), s])
     if isinstance(s, ir.For):
+        overlapped = overlapped_loop(s, block, lambda c: _rewrite(c, bounds, block, True))
+        if overlapped is not None:
+            return overlapped
         if _is_region(s.body) and _has_mma(s.body) and s.kind != "unroll":
             loop = ir.For(s.var, s.extent, s.kind, _wgmmas(s.body, bounds))
             return _issued(loop, in_loop)
         if _is_region(s) and _has_mma(s):
             return _issued(_wgmmas(s, bounds), in_loop)
-        loop = ir.For(s.var, s.extent, s.kind, _rewrite(s.body, bounds, in_loop=True))
+        loop = ir.For(s.var, s.extent, s.kind, _rewrite(s.body, bounds, block, in_loop=True))
         return ir.seq([loop, _wait()]) if _has_wgmma(loop) else loop
     if isinstance(s, ir.Seq):
         out: list[ir.Stmt] = []
@@ -118,13 +124,13 @@ def _rewrite(s: ir.Stmt, bounds, in_loop: bool = False) -> ir.Stmt:
                     out.append(_issued(_wgmmas(region, bounds), in_loop))
                 run = []
             if c is not None:
-                out.append(_rewrite(c, bounds, in_loop))
+                out.append(_rewrite(c, bounds, block, in_loop))
         return ir.seq(out)
     if isinstance(s, ir.IfThenElse):
         if _has_mma(s):
             raise LoweringError("wgmma: a multiply-accumulate under a guard (padded tiles)")
-        els = _rewrite(s.else_case, bounds, in_loop) if s.else_case is not None else None
-        return ir.IfThenElse(s.cond, _rewrite(s.then_case, bounds, in_loop), els)
+        els = _rewrite(s.else_case, bounds, block, in_loop) if s.else_case is not None else None
+        return ir.IfThenElse(s.cond, _rewrite(s.then_case, bounds, block, in_loop), els)
     return s
 
 
@@ -192,9 +198,21 @@ def _wgmmas(region: ir.Stmt, bounds) -> ir.Stmt:
 
 def _step(op: wi.SharedOperand, along_contiguous: bool) -> int:
     """Elements between a canonical tile's 16-element steps along its contiguous dimension
-    (two column groups) or across it (two 8-row groups)."""
+    (two column groups) or across it (two 8-row groups); within a swizzled atom, 16 elements of
+    a 128-byte line or 16 lines."""
+    if op.swizzle == "128B":
+        return 2 * GROUP if along_contiguous else 2 * op.sbo // wl.ELEMENT_BYTES
     groups = (op.lbo if op.major == "k" else op.sbo) // wl.ELEMENT_BYTES  # column group stride
     return 2 * groups if along_contiguous else 2 * GROUP * GROUP
+
+
+def _tile_offset(op: wi.SharedOperand, j: int, along_contiguous: bool) -> int:
+    """Elements from a tile's start to its j-th 16-element step: an N-major swizzled tile
+    steps into the next 64-element atom (LBO away) every 4 steps."""
+    if op.swizzle == "128B" and along_contiguous:
+        per_atom = SWIZZLE_COLUMNS // wl.K
+        return j // per_atom * op.lbo // wl.ELEMENT_BYTES + j % per_atom * _step(op, True)
+    return j * _step(op, along_contiguous)
 
 
 def _same(e: Expr, f: Expr) -> bool:
@@ -221,9 +239,10 @@ def _a_slab(a: wi.SharedOperand, bounds) -> wi.SharedOperand:
 def _b_slab(tiles: list[wi.SharedOperand]) -> wi.SharedOperand:
     """The 16 x N B tile of consecutive 16x16 ones, which every warp must read alike."""
     b = tiles[0]
-    n_step = _step(b, along_contiguous=b.major == "mn")  # 16 columns of N
+    along = b.major == "mn"  # 16 columns of N
     for j, t in enumerate(tiles):
-        if t.buffer is not b.buffer or not _same(t.offset, b.offset + ir.int32(j * n_step)):
+        at = b.offset + ir.int32(_tile_offset(b, j, along))
+        if t.buffer is not b.buffer or not _same(t.offset, at):
             raise LoweringError("wgmma: a product's B tiles are not one 16 x N tile")
     if any(v is TY for v in free_vars(b.offset)):
         raise LoweringError("wgmma: the warps of a warpgroup read different B tiles")
