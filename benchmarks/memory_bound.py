@@ -235,7 +235,7 @@ def sketch_params_of(task, ns):
     from autosched.sketch import SketchParams
 
     params = SketchParams.for_task(task)
-    if not ns.row_clusters:
+    if ns.row_clusters is None:
         return params
     return replace(params, row_cluster_sizes=tuple(ns.row_clusters))
 
@@ -387,9 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         "--row-clusters",
         type=int,
         nargs="*",
-        default=[],
+        default=None,
         choices=(2, 4, 8),
-        help="also sketch normalisations' rows split over clusters of these many blocks (sm_90)",
+        help="the cluster sizes normalisations' rows are also sketched split over (sm_90; "
+        "default: SketchParams'; no sizes: none)",
     )
     report.add_publishing_arguments(ap, "memory_bound", "bench_out")
     ns = ap.parse_args(argv)

@@ -104,7 +104,7 @@ class SketchParams:
     one_wave_launch_bounds: bool = True
     # the cluster sizes a block-per-row normalisation's rows are also sketched split over, a
     # block of a thread-block cluster per part (sm_90; sketch/row_cluster.py); empty: never
-    row_cluster_sizes: tuple[int, ...] = ()
+    row_cluster_sizes: tuple[int, ...] = (2, 4, 8)
 
     def __post_init__(self) -> None:
         for name in ("double_buffer_probability", "shared_padding_probability"):

@@ -17,10 +17,10 @@ whole row); the first leaves the later passes to find the part in L1 or L2.
 
 The rule applies where the GPU has clusters (sm_90 or later), the kernel is a block-per-row
 kernel whose stages computed at the row loop are all cross-thread reductions (no row kept in
-shared memory), the row divides into C parts of at least `MIN_PART_ELEMENTS`, and a part fits a
-block's share of an SM's shared memory at two blocks per SM (where a later rule may keep it).
-It adds two sketches per C and keeps the unsplit sketch (APPLY). Off by default:
-`row_cluster_sizes` is empty.
+shared memory) with at most `MAX_ROWS_PER_SM` rows per SM, the row divides into C parts of at
+least `MIN_PART_ELEMENTS`, and a part fits a block's share of an SM's shared memory at two
+blocks per SM (where a later rule may keep it). It adds two sketches per C and keeps the
+unsplit sketch (APPLY). Off where `row_cluster_sizes` is empty (the default is 2, 4 and 8).
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ class RowOverCluster(SketchRule):
 
     # the fewest elements of a row one block of the cluster keeps
     MIN_PART_ELEMENTS: ClassVar[int] = 512
+    # rows per SM above which a block per row already fills every SM several times over, so
+    # splitting rows only adds cluster barriers (and sketches for the search to tell apart)
+    MAX_ROWS_PER_SM: ClassVar[int] = 2
 
     def condition(self, ctx, state, i):
         if not state.stages[i].is_placeholder or not self.sizes(ctx, state, i):
@@ -85,9 +88,9 @@ class RowOverCluster(SketchRule):
         return Cond.APPLY
 
     @staticmethod
-    def plan(state: State, i: int) -> tuple[int, list[tuple[int, str]]] | None:
-        """(the row's length, [(stage, iterator to cut)]: the kernel's root and each stage
-        computed at its row loop) when placeholder i's readers form a block-per-row kernel
+    def plan(state: State, i: int) -> tuple[int, int, list[tuple[int, str]]] | None:
+        """(the row's length, the rows, [(stage, iterator to cut)]: the kernel's root and each
+        stage computed at its row loop) when placeholder i's readers form a block-per-row kernel
         whose row stages are all cross-thread reductions; None otherwise."""
         found = row_kernel(state, i)
         if found is None:
@@ -116,7 +119,10 @@ class RowOverCluster(SketchRule):
         if len(cuts) < 2:
             return None
         length = out.root_iters[-1].extent
-        return (length or 0), cuts
+        rows = 1
+        for it in out.root_iters[:-1]:
+            rows *= it.extent or 1
+        return (length or 0), rows, cuts
 
     def sizes(self, ctx: SketchContext, state: State, i: int) -> list[int]:
         """The cluster sizes of `SketchParams.row_cluster_sizes` that fit placeholder i's row
@@ -126,8 +132,10 @@ class RowOverCluster(SketchRule):
         planned = self.plan(state, i)
         if planned is None:
             return []
-        length, _ = planned
+        length, rows, _ = planned
         hardware = ctx.hardware
+        if rows > self.MAX_ROWS_PER_SM * hardware.num_sms:
+            return []
         share = min(
             hardware.max_shared_memory_per_sm // 2, hardware.max_shared_memory_per_block_optin
         )
@@ -144,7 +152,7 @@ class RowOverCluster(SketchRule):
     def apply(self, ctx, state, i):
         planned = self.plan(state, i)
         assert planned is not None
-        _, cuts = planned
+        _, _, cuts = planned
         out = []
         for c in self.sizes(ctx, state, i):
             split = state

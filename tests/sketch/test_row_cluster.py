@@ -1,10 +1,10 @@
-"""Long rows split over a thread-block cluster (sketch/row_cluster.py `RowOverCluster`): off by
-default; with `SketchParams.row_cluster_sizes`, the block-per-row sketches of softmax, layer norm
-(centred and moments forms) and RMSNorm also split each row over C blocks of a cluster, which
-exchange their partial statistics through distributed shared memory, each block's part read
-from global memory by every pass or once into shared memory. The sampled kernels
-compute the DAG on the interpreter, replay from their steps, print as a Python schedule and
-(with nvcc) compile for sm_90 without spills."""
+"""Long rows split over a thread-block cluster (sketch/row_cluster.py `RowOverCluster`): with
+`SketchParams.row_cluster_sizes` (default 2, 4, 8; empty: off), the block-per-row sketches of
+softmax, layer norm (centred and moments forms) and RMSNorm with few rows also split each row
+over C blocks of a cluster, which exchange their partial statistics through distributed shared
+memory, each block's part read from global memory by every pass or once into shared memory.
+The sampled kernels compute the DAG on the interpreter, replay from their steps, print as a
+Python schedule and (with nvcc) compile for sm_90 without spills."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def clustered(sketches) -> list:
 @pytest.mark.parametrize("name", list(DAGS))
 def test_rows_over_clusters_compute_the_dag(name):
     dag = DAGS[name]()
-    assert not clustered(generate_sketches(dag))  # off by default
+    assert clustered(generate_sketches(dag))  # on by default (sm_90)
+    assert not clustered(generate_sketches(dag, params=SketchParams(row_cluster_sizes=())))
     sketches = clustered(generate_sketches(dag, params=CLUSTERS))
     assert {frozenset(cluster_sizes(s)) for s in sketches} == {frozenset({2}), frozenset({4})}
     sampler = SketchSampler(sketches, params=CLUSTERS)
@@ -114,6 +115,12 @@ def test_no_clusters_for_rows_too_short_to_split():
     assert not clustered(generate_sketches(softmax(4, 512), params=CLUSTERS))
     four_only = clustered(generate_sketches(softmax(4, 1024), params=CLUSTERS))
     assert {frozenset(cluster_sizes(s)) for s in four_only} == {frozenset({2})}
+
+
+def test_no_clusters_where_rows_already_fill_the_sms():
+    two_sms = HardwareParams(num_sms=2)
+    assert clustered(generate_sketches(softmax(4, 2048), two_sms, CLUSTERS))  # 2 rows per SM
+    assert not clustered(generate_sketches(softmax(8, 2048), two_sms, CLUSTERS))  # 4 per SM
 
 
 def test_cluster_sizes_are_checked():
