@@ -72,6 +72,13 @@ def add_search_arguments(parser: argparse.ArgumentParser, trials: int) -> None:
         help="a random first round (default: ranked by the cost model shipped in the package, "
         "pre-trained on other workloads)",
     )
+    parser.add_argument(
+        "--population",
+        type=positive_int,
+        default=None,
+        help="states the evolutionary search evolves per round, at most (default: "
+        "SearchParams.population); fewer make a round's search cheaper",
+    )
 
 
 def add_tf32_argument(parser: argparse.ArgumentParser) -> None:
@@ -89,4 +96,7 @@ def search_params(ns: argparse.Namespace):
     """The SearchParams the search options ask for."""
     from autosched.search.policy import SearchParams
 
-    return SearchParams(n_jobs=ns.n_jobs, seed=ns.seed, pretrained=not ns.no_pretrained)
+    population = {} if ns.population is None else {"population": ns.population}
+    return SearchParams(
+        n_jobs=ns.n_jobs, seed=ns.seed, pretrained=not ns.no_pretrained, **population
+    )

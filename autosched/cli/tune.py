@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_search_arguments(parser, trials=200)
     add_tf32_argument(parser)
     parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="search the next round while this one is built and timed (the search's workers "
+        "then share the cores with the compilers)",
+    )
+    parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"
     )
     add_measure_arguments(parser)
@@ -62,6 +68,7 @@ def run(ns: argparse.Namespace) -> int:
         num_measures_per_round=ns.per_round,
         verbose=1,
         measurer=measurer,
+        pipeline=ns.pipeline,
     )
     try:
         res = auto_schedule(task, policy, opts)

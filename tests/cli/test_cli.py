@@ -305,3 +305,17 @@ def test_no_pretrained_gives_a_random_first_round():
     for command in (["tune", "matmul"], ["resume", "log.json"], ["tune-model", "mod:mlp"]):
         ns = parser.parse_args([*command, "--no-pretrained"])
         assert not search_params(ns).pretrained
+
+
+def test_tune_takes_a_population_and_the_pipelined_loop():
+    from autosched.cli.app import build_parser
+    from autosched.cli.arguments import search_params
+    from autosched.search.policy import SearchParams
+
+    parser = build_parser()
+    plain = parser.parse_args(["tune", "matmul"])
+    assert not plain.pipeline
+    assert search_params(plain).population == SearchParams().population
+    asked = parser.parse_args(["tune", "matmul", "--population", "256", "--pipeline"])
+    assert asked.pipeline
+    assert search_params(asked).population == 256
