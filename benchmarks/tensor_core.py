@@ -9,9 +9,10 @@ process.
 
 `--instructions`, `--pipeline-stages` and `--fragment-double-buffers` restrict what the search
 draws (SketchParams' tensor_core_instructions, pipeline_stages and fragment_double_buffers;
-default: wmma and mma, every slot count, both): `--instructions wmma` and `--instructions mma`
-in two --out folders compare the instruction families; `--instructions wgmma` (Hopper's
-warpgroup MMA, opt-in) adds the third; `--fragment-double-buffers off` and `on` compare the
+default: wmma, mma and wgmma, every slot count, both): `--instructions wmma`,
+`--instructions mma` and `--instructions wgmma` (Hopper's warpgroup MMA, drawn only on sm_90
+where warpgroups can compute the block tile) in three --out folders compare the instruction
+families; `--fragment-double-buffers off` and `on` compare the
 register double buffering of mma fragments. The table's "instructions" column says what the
 best kernel uses.
 
@@ -391,9 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--instructions",
         nargs="+",
-        default=["wmma", "mma"],
+        default=["wmma", "mma", "wgmma"],
         choices=["wmma", "mma", "wgmma"],
-        help="the Tensor Core instruction families the search draws (wgmma: Hopper only, opt-in)",
+        help="the Tensor Core instruction families the search draws (wgmma: Hopper only)",
     )
     ap.add_argument(
         "--pipeline-stages",

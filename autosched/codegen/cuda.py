@@ -166,7 +166,7 @@ class KernelPrinter(PrintContext):
         if s.kind == "vectorize" and emit_vector_loop(self, s, d):
             return
         name = self.ex.names[id(s.var)] = self.fresh(s.var.name)
-        pragma = self.t.loop_pragma.get(s.kind, "")
+        pragma = self.wgmma.fetch_loop_pragma(s) or self.t.loop_pragma.get(s.kind, "")
         if pragma:
             self.emit(d, pragma)
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")

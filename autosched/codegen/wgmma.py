@@ -14,6 +14,8 @@ fences as inline PTX, for the sm_90a target (`measure.compile_options.compile_ar
 - WgmmaStore: each thread's values where the accumulator layout puts them (float2 pairs into a
   row-major tile); WgmmaFill: the thread's N / 2 values.
 - ProxyFence: `fence.proxy.async.shared::cta`.
+- A long scalar fetch into a shared tile wgmmas read is unrolled `FETCH_UNROLL` iterations at
+  a time (`fetch_loop_pragma`), so its swizzled addresses do not all live at once.
 
 Shared buffers that wgmmas read are aligned to their swizzle pattern (16 bytes, 1024 for the
 128-byte swizzle), whose addresses the interpreter assumes (`interpret_wgmma`). A source with
@@ -34,6 +36,8 @@ DESC_HELPER = """__device__ __forceinline__ unsigned long long as_wgmma_desc(con
   return fields | ((address & 0x3FFFFULL) >> 4);
 }"""  # noqa: E501
 FILL_ELEM = "wg_e"
+# the unroll depth of a long fetch into a shared tile wgmmas read (`fetch_loop_pragma`)
+FETCH_UNROLL = 8
 # the thread's place in its warpgroup: blockDim.x is the warp size, warp w = threadIdx.y % 4
 ROW0 = "(16 * ((int)threadIdx.y & 3) + ((int)threadIdx.x >> 2))"
 COL0 = "(2 * ((int)threadIdx.x & 3))"
@@ -62,6 +66,22 @@ class WgmmaPrinter:
             align = max(self.align[id(b)], 16)
             return f"__shared__ __align__({align}) {self.p.t.types[b.dtype]} {name}[{b.size}];"
         return None
+
+    def fetch_loop_pragma(self, s: ir.For) -> str | None:
+        """`#pragma unroll FETCH_UNROLL` for an innermost serial or unrolled loop of more than
+        `FETCH_UNROLL` iterations that stores into a shared tile wgmmas read; None for every
+        other loop. Unrolled whole (by nvcc's choice or the schedule's), such a loop has every
+        iteration's swizzled address and global load hoisted: a scalar gather (an NCHW im2col
+        tile, 64 iterations) then needs more than 255 registers and spills, where 8 iterations
+        at a time need under 100. Vectorized fetches (an inner `vectorize` loop) and loops of
+        at most 8 iterations print as before."""
+        if s.kind not in ("serial", "unroll") or s.extent <= FETCH_UNROLL:
+            return None
+        body = list(ir.iter_stmts(s.body))
+        if any(isinstance(c, ir.For) for c in body):
+            return None
+        fetches = any(isinstance(c, ir.Store) and id(c.buffer) in self.align for c in body)
+        return f"#pragma unroll {FETCH_UNROLL}" if fetches else None
 
     def register(self, table: StmtTable) -> None:
         table.register(wi.WgmmaFill, self.fill)

@@ -65,10 +65,11 @@ class SketchParams:
     # conflicts cost more than the padding's shared memory depends on how the warp walks the tile
     shared_padding_probability: float = 0.5
     # the instruction families a float16 / bfloat16 Tensor Core stage is drawn from, uniformly
-    # (TensorCoreInstruction): "wmma" (nvcuda::wmma) and "mma" (ldmatrix + mma.sync m16n8k16);
-    # "wgmma" (Hopper's warpgroup MMA, sm_90) is off by default and drawn, where listed, only
-    # for stages whose drawn block tile warpgroups can compute (`tensor_core_instruction.py`)
-    tensor_core_instructions: tuple[str, ...] = ("wmma", "mma")
+    # (TensorCoreInstruction): "wmma" (nvcuda::wmma), "mma" (ldmatrix + mma.sync m16n8k16) and
+    # "wgmma" (Hopper's warpgroup MMA), the last drawn only on sm_90 and only for stages whose
+    # drawn block tile warpgroups can compute (`tensor_core_instruction.py`); elsewhere the
+    # draws are those of ("wmma", "mma")
+    tensor_core_instructions: tuple[str, ...] = ("wmma", "mma", "wgmma")
     # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
     # among those that fit the shared memory (PipelineStages): 2 is plain double buffering
     pipeline_stages: tuple[int, ...] = (2, 3, 4, 5)

@@ -91,14 +91,17 @@ def test_a_sampled_wgmma_convolution_computes_the_dag():
 
 def test_the_rule_draws_wgmma_only_where_listed_and_on_hopper():
     dag = tz.matmul_dag(n=128)
-    _, states, drawn = sample(dag, SketchParams(), n=8)
-    assert states and not drawn  # off by default
+    assert "wgmma" in SketchParams().tensor_core_instructions  # on by default
+    _, states, drawn = sample(dag, SketchParams(), n=12, seed=1)
+    assert drawn and len(drawn) < len(states)  # only block tiles warpgroups can compute get it
+    unlisted = SketchParams(tensor_core_instructions=("wmma", "mma"))
+    _, states, drawn = sample(dag, unlisted, n=8)
+    assert states and not drawn
     sm80 = dataclasses.replace(HardwareParams(), arch="sm_80")
     _, states, drawn = sample(dag, WGMMA_ONLY, n=8, hardware=sm80)
     assert states and not drawn
-    every = SketchParams(tensor_core_instructions=("wmma", "mma", "wgmma"))
-    _, states, drawn = sample(dag, every, n=12, seed=1)
-    assert drawn and len(drawn) < len(states)  # only block tiles warpgroups can compute get it
+    _, states, drawn = sample(dag, SketchParams(), n=8, hardware=sm80)
+    assert states and not drawn
 
 
 def test_the_recipe_state_computes_the_matmul():

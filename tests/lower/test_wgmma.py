@@ -239,3 +239,18 @@ def test_gpu_matches_numpy(dtype, shape, mma_accumulator):
     c = np.full(C.shape, np.nan, np.float32)
     build_program(program)(a, b, c)
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_long_fetches_into_wgmma_operands_unroll_eight_iterations_at_a_time():
+    """A copy into a wgmma operand tile of more than 8 iterations a thread prints
+    `#pragma unroll 8` (nvcc would unroll it whole and spill a long gather); shorter copies and
+    every other loop print as before."""
+    short = codegen_program(wgmma_program(k=32, bk=16))  # A: 8 iterations a thread, B: 4
+    assert "#pragma unroll 8" not in short
+    long = wgmma_program(**SHAPES["swizzle_128b"])  # A and B: 32 iterations a thread
+    lines = codegen_program(long).splitlines()
+    pragmas = [i for i, line in enumerate(lines) if "#pragma unroll 8" in line]
+    assert len(pragmas) == 2
+    assert all("_it = 0;" in lines[i + 1] for i in pragmas)  # the two copy loops
+    c, ref = run(long)  # the program printed with them computes the product
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)

@@ -176,17 +176,22 @@ def _block_tiles(state, g) -> tuple[int, int]:
 
 def test_the_tile_space_reaches_128x128_blocks_of_4_to_8_warps():
     """fp16 matmul 1024^3 with a float32 output (no epilogue tile in shared memory): block
-    tiles up to 128 x 128, mostly 4 or 8 warps, most shared stages padded, all within the
-    opt-in shared memory."""
+    tiles up to 128 x 128, mostly 4 or 8 warps (warpgroup states: a warp per 16 rows, whole
+    warpgroups), most shared stages padded, all within the opt-in shared memory."""
     dag = _full_matmul_fp32_out()
     sampler, states = _sample(dag, 60, 0)
     g = _group(dag)
     tiles = collections.Counter(_block_tiles(s, g) for s in states)
-    warps = collections.Counter(
-        sampler.programs[s.key()].kernels[0].threads_per_block // 32 for s in states
-    )
+    plain, warpgroup = collections.Counter(), []  # warps a block, by instruction family
+    for s in states:
+        warps = sampler.programs[s.key()].kernels[0].threads_per_block // 32
+        if '.tensor_core_instruction("wgmma")' in dag.print_python_schedule(s):
+            warpgroup.append((warps, _block_tiles(s, g)[0]))
+        else:
+            plain[warps] += 1
     assert (128, 128) in tiles and max(max(t) for t in tiles) <= MAX_BLOCK_TILES * 16
-    assert set(warps) <= {2, 4, 8} and warps[4] + warps[8] > 2 * warps[2]
+    assert set(plain) <= {2, 4, 8} and plain[4] + plain[8] > 2 * plain[2]
+    assert warpgroup and all(w % 4 == 0 and w * 16 == rows for w, rows in warpgroup)
     assert sum(len(_padded(s)) for s in states) > len(states)  # over half the stages
     limit = sampler.hardware.max_shared_memory_per_block_optin
     assert all(k.shared_bytes <= limit for s in states for k in sampler.programs[s.key()].kernels)
@@ -222,7 +227,8 @@ def test_padded_full_size_states_compile_without_spills():
     picked = [s for s in big if _padded(s)][:4]
     assert math.prod(_block_tiles(picked[0], g)) >= 128 * 128
     jobs = [codegen_program(device_program(sampler.programs[s.key()])) for s in picked]
-    assert all("load_matrix_sync" in src or "ldmatrix" in src for src in jobs)  # wmma or mma
+    reads = ("load_matrix_sync", "ldmatrix", "wgmma.mma_async")  # wmma, mma or wgmma
+    assert all(any(r in src for r in reads) for src in jobs)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(compile_resources, jobs))
     assert not [r for res in results for r in res.values() if r.spill_bytes]

@@ -216,7 +216,8 @@ def test_full_size_states_compile_without_spills():
         sampler = SketchSampler(generate_sketches(tc_dag(name, reduced=False)))
         for s in sampler.sample(1, 6):
             jobs.append(codegen_program(device_program(sampler.programs[s.key()])))
-    assert all("mma_sync" in src or "mma.sync" in src for src in jobs)  # wmma or mma
+    mmas = ("mma_sync", "mma.sync", "wgmma.mma_async")  # wmma, mma or wgmma
+    assert all(any(m in src for m in mmas) for src in jobs)
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(compile_resources, jobs))  # raises if one does not compile
     assert not [r for res in results for r in res.values() if r.spill_bytes]
