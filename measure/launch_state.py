@@ -34,19 +34,20 @@ PTX_ISA_OF_TARGET = {
 }
 
 
-def empty_kernel_ptx(compute_capability: tuple[int, int]) -> str:
-    """PTX of `settle`, an empty kernel, for a device of `compute_capability`."""
+def ptx_header(compute_capability: tuple[int, int]) -> str:
+    """The `.version`, `.target` and `.address_size` lines of a PTX module for a device of
+    `compute_capability`: the newest target we know at or below it, and its PTX ISA."""
     arch = compute_capability[0] * 10 + compute_capability[1]
     known = [t for t in PTX_ISA_OF_TARGET if t <= arch]
     if not known:
         raise ValueError(f"no PTX target known for compute capability {compute_capability}")
     target = max(known)
-    return (
-        f".version {PTX_ISA_OF_TARGET[target]}\n"
-        f".target sm_{target}\n"
-        ".address_size 64\n"
-        ".visible .entry settle()\n{\n\tret;\n}\n"
-    )
+    return f".version {PTX_ISA_OF_TARGET[target]}\n.target sm_{target}\n.address_size 64\n"
+
+
+def empty_kernel_ptx(compute_capability: tuple[int, int]) -> str:
+    """PTX of `settle`, an empty kernel, for a device of `compute_capability`."""
+    return ptx_header(compute_capability) + ".visible .entry settle()\n{\n\tret;\n}\n"
 
 
 class LaunchSettler:

@@ -18,7 +18,7 @@ evicts them as a replay would, in a few tens of microseconds.
 
 from __future__ import annotations
 
-from measure.launch_state import PTX_ISA_OF_TARGET
+from measure.launch_state import ptx_header
 
 # Longer than the host takes to enqueue a probe's replays and events, many times over.
 LEAD_IN_NS = 200_000
@@ -29,15 +29,7 @@ MAX_SPIN_READS = 1 << 20
 def spin_kernel_ptx(compute_capability: tuple[int, int]) -> str:
     """PTX of `spin(ns)`, a kernel that returns once `ns` nanoseconds of %globaltimer passed
     (or it read the timer MAX_SPIN_READS times), for a device of `compute_capability`."""
-    arch = compute_capability[0] * 10 + compute_capability[1]
-    known = [t for t in PTX_ISA_OF_TARGET if t <= arch]
-    if not known:
-        raise ValueError(f"no PTX target known for compute capability {compute_capability}")
-    target = max(known)
-    return (
-        f".version {PTX_ISA_OF_TARGET[target]}\n"
-        f".target sm_{target}\n"
-        ".address_size 64\n"
+    return ptx_header(compute_capability) + (
         ".visible .entry spin(.param .u64 spin_ns)\n{\n"
         "\t.reg .pred %p, %more;\n"
         "\t.reg .b32 %reads;\n"

@@ -13,7 +13,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autosched import te, topi
 from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
@@ -26,19 +25,7 @@ from measure import compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
 from tests.lower.test_warpgroup_mma import WGMMA_ONLY, sample
-
-
-def matmul_dag(dtype: str) -> ComputeDAG:
-    a = te.placeholder((128, 256), dtype, "A")
-    b = te.placeholder((256, 128), dtype, "B")
-    return ComputeDAG([a, b, topi.matmul(a, b, out_dtype="float32")])
-
-
-def batch_matmul_dag() -> ComputeDAG:
-    """B is (batch, N, K): K-major, so its tiles may be swizzled too."""
-    a = te.placeholder((2, 128, 256), "bfloat16", "A")
-    b = te.placeholder((2, 64, 256), "bfloat16", "B")
-    return ComputeDAG([a, b, topi.batch_matmul(a, b, out_dtype="float32")])
+from tests.lower.test_wgmma_mainloop import batch_matmul_dag, matmul_dag  # B K-major: swizzled
 
 
 def swizzles(program: ir.Program) -> dict[str, str]:
