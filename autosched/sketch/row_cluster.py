@@ -31,12 +31,12 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, SPATIAL
 from autosched.sketch.row_in_shared import (
     RESERVED_SHARED_BYTES,
-    direct_readers,
     is_cross_thread_reduction,
     row_kernel,
+    shared_row_cache,
 )
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
-from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
+from autosched.sketch.stage_steps import split_step_ids
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
@@ -173,19 +173,7 @@ class RowOverCluster(SketchRule):
         rank_iter = f"{root_cut}_o"
         for j, _ in reductions:
             state = state.compute_at(j, root, rank_iter)
-        thread_split = split_step_ids(state, root)[0]
-        readers = [j for j in direct_readers(state, i) if not state.stages[j].is_placeholder]
-        cached = state.cache_read(i, "shared", readers)
-        cache = i + 1
-        cached = cached.compute_at(cache, root + 1, rank_iter)
-        last = cached.stages[cache].iters[-1].name
-        lanes = split_at(cached.steps, thread_split).lengths
-        cached = cached.follow_split(cache, last, thread_split, len(lanes))
-        levels = level_names(last, len(lanes) + 1)
-        cached = cached.bind(cache, levels[1], "threadIdx.x")
-        if len(lanes) > 1:
-            cached = cached.vectorize(cache, levels[-1])
-        return cached
+        return shared_row_cache(state, i, root, rank_iter, split_step_ids(state, root)[0])
 
 
 __all__ = ["RowOverCluster", "has_clusters"]

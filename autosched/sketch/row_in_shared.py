@@ -103,18 +103,32 @@ class RowInSharedMemory(SketchRule):
         planned = self.plan(ctx, state, i)
         assert planned is not None
         root, row, split = planned
-        readers = [j for j in direct_readers(state, i) if not state.stages[j].is_placeholder]
-        cached = state.cache_read(i, "shared", readers)
-        cache = i + 1
-        cached = cached.compute_at(cache, root + 1, row)  # the cache comes before the root
-        last = cached.stages[cache].iters[-1].name
-        lanes = split_at(cached.steps, split).lengths
-        cached = cached.follow_split(cache, last, split, len(lanes))
-        levels = level_names(last, len(lanes) + 1)
-        cached = cached.bind(cache, levels[1], "threadIdx.x")
-        if len(lanes) > 1:
-            cached = cached.vectorize(cache, levels[-1])
-        return [(state, i - 1), (cached, i - 1)]
+        return [(state, i - 1), (shared_row_cache(state, i, root, row, split), i - 1)]
 
 
-__all__ = ["RESERVED_SHARED_BYTES", "RowInSharedMemory", "direct_readers", "row_kernel"]
+def shared_row_cache(state: State, i: int, root: int, at: str, thread_split: int) -> State:
+    """`state` with a shared cache of placeholder i for its readers, computed at iterator `at`
+    of the kernel's root stage (which the cache then precedes), its last axis cut as the root's
+    threads are (split step `thread_split`): bound to threadIdx.x, vectorized where the split
+    has an inner lane part. The region `at` fixes is what the cache holds: the whole row at the
+    row loop, one block's part at a cluster's rank iterator."""
+    readers = [j for j in direct_readers(state, i) if not state.stages[j].is_placeholder]
+    cached = state.cache_read(i, "shared", readers)
+    cache = i + 1
+    cached = cached.compute_at(cache, root + 1, at)
+    last = cached.stages[cache].iters[-1].name
+    lanes = split_at(cached.steps, thread_split).lengths
+    cached = cached.follow_split(cache, last, thread_split, len(lanes))
+    levels = level_names(last, len(lanes) + 1)
+    cached = cached.bind(cache, levels[1], "threadIdx.x")
+    if len(lanes) > 1:
+        cached = cached.vectorize(cache, levels[-1])
+    return cached
+
+
+__all__ = [
+    "RESERVED_SHARED_BYTES",
+    "RowInSharedMemory",
+    "row_kernel",
+    "shared_row_cache",
+]
