@@ -18,6 +18,8 @@ from here; launching where a PyTorch process launches puts the context where tha
 
 from __future__ import annotations
 
+from typing import Any
+
 SETTLE_LAUNCHES = 64  # empty launches: eight were enough on an H200, the rest is margin
 
 # The PTX ISA version that first knows each target (the empty kernel's PTX names the newest
@@ -50,20 +52,28 @@ def empty_kernel_ptx(compute_capability: tuple[int, int]) -> str:
     return ptx_header(compute_capability) + ".visible .entry settle()\n{\n\tret;\n}\n"
 
 
+def load_ptx_kernel(drv, ptx: str, name: str, arg_types: str) -> tuple[Any, str | None]:
+    """(the prepared kernel `name` of `ptx`, loaded by pycuda's `drv` in the current context,
+    None) or (None, why the driver refused it): a kernel of our own PTX is a convenience the
+    timing does without, so its refusal is reported, not raised."""
+    try:
+        function = drv.module_from_buffer(ptx.encode() + b"\0").get_function(name)
+        function.prepare(arg_types)
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    return function, None
+
+
 class LaunchSettler:
     """The empty kernel, loaded once in the current context, launched `launches` times on each
     of a list of streams before a timing."""
 
     def __init__(self, drv, device, launches: int = SETTLE_LAUNCHES) -> None:
         self.drv, self.launches = drv, launches
-        self.function = None
-        self.error: str | None = None
-        try:
-            ptx = empty_kernel_ptx(device.compute_capability()).encode() + b"\0"
-            self.function = drv.module_from_buffer(ptx).get_function("settle")
-            self.function.prepare("")
-        except Exception as exc:  # a driver that cannot load the PTX: time unsettled, say so
-            self.function, self.error = None, f"{type(exc).__name__}: {exc}"
+        # a driver that cannot load the PTX: time unsettled, say so
+        self.function, self.error = load_ptx_kernel(
+            drv, empty_kernel_ptx(device.compute_capability()), "settle", ""
+        )
 
     def settle(self, streams) -> str | None:
         """Launch on each of `streams` (pycuda Streams of the current context; None for the

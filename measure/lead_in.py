@@ -18,7 +18,7 @@ evicts them as a replay would, in a few tens of microseconds.
 
 from __future__ import annotations
 
-from measure.launch_state import ptx_header
+from measure.launch_state import load_ptx_kernel, ptx_header
 
 # Longer than the host takes to enqueue a probe's replays and events, many times over.
 LEAD_IN_NS = 200_000
@@ -58,14 +58,9 @@ class LeadIn:
         self.drv, self.ns = drv, ns
         self.scratch = None  # the flush's buffer, grown on demand, kept for the process
         self.scratch_bytes = 0
-        self.function = None
-        self.error: str | None = None
-        try:
-            ptx = spin_kernel_ptx(device.compute_capability()).encode() + b"\0"
-            self.function = drv.module_from_buffer(ptx).get_function("spin")
-            self.function.prepare("Q")
-        except Exception as exc:
-            self.function, self.error = None, f"{type(exc).__name__}: {exc}"
+        self.function, self.error = load_ptx_kernel(
+            drv, spin_kernel_ptx(device.compute_capability()), "spin", "Q"
+        )
 
     def launch(self, stream, flush_bytes: int = 0) -> None:
         """Enqueue on `stream` (a pycuda Stream) a write of `flush_bytes` of scratch (rounded up

@@ -10,6 +10,7 @@ import pytest
 
 from measure.errors import NvccNotFoundError
 from measure.launch_state import PTX_ISA_OF_TARGET, LaunchSettler, empty_kernel_ptx
+from measure.lead_in import spin_kernel_ptx
 from measure.ptxas import find_nvcc
 
 
@@ -38,12 +39,14 @@ def _ptxas() -> str | None:
 
 
 @pytest.mark.skipif(_ptxas() is None, reason="no CUDA toolkit (ptxas)")
+@pytest.mark.parametrize("kernel_ptx", [empty_kernel_ptx, spin_kernel_ptx])
 @pytest.mark.parametrize("target", [t for t in PTX_ISA_OF_TARGET if t >= 75])
-def test_ptxas_accepts_the_ptx(tmp_path, target):
-    path = tmp_path / "settle.ptx"
-    path.write_text(empty_kernel_ptx((target // 10, target % 10)))
+def test_ptxas_accepts_the_ptx(tmp_path, target, kernel_ptx):
+    """The settling kernel and the probes' spin (measure.lead_in) on every target from sm_75."""
+    path = tmp_path / "kernel.ptx"
+    path.write_text(kernel_ptx((target // 10, target % 10)))
     done = subprocess.run(
-        [str(_ptxas()), f"-arch=sm_{target}", str(path), "-o", str(tmp_path / "settle.cubin")],
+        [str(_ptxas()), f"-arch=sm_{target}", str(path), "-o", str(tmp_path / "kernel.cubin")],
         capture_output=True,
         text=True,
     )
