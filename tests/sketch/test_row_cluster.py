@@ -28,7 +28,8 @@ from measure import compile_resources
 from measure.hardware import HardwareParams
 from tests.compilers import needs_nvcc
 from tests.interpreter_check import interpret_and_compare
-from tests.sketch.test_row_in_shared import rms_norm, softmax
+from tests.sketch.test_cross_block import rms_norm
+from tests.sketch.test_row_in_shared import softmax
 from tests.sketch.test_sketch import sketches_text
 
 CLUSTERS = SketchParams(row_cluster_sizes=(2, 4))

@@ -18,6 +18,7 @@ from autosched.sketch.launch_bounds import row_cache_bytes
 from autosched.sketch.params import SketchParams
 from measure.hardware import HardwareParams
 from tests.interpreter_check import interpret_and_compare
+from tests.sketch.test_cross_block import rms_norm
 
 
 def softmax(m: int, n: int) -> ComputeDAG:
@@ -29,14 +30,6 @@ def layer_norm(m: int, n: int) -> ComputeDAG:
     x = te.placeholder((m, n), name="x")
     gamma, beta = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
     return ComputeDAG([x, gamma, beta, topi.layer_norm(x, gamma, beta)])
-
-
-def rms_norm(m: int, n: int) -> ComputeDAG:
-    x, w = te.placeholder((m, n), name="x"), te.placeholder((n,), name="w")
-    k = te.reduce_axis((0, n), name="k")
-    ms = te.compute((m,), lambda i: te.sum(x[i, k] * x[i, k] * (1.0 / n), axis=k), name="ms")
-    out = te.compute((m, n), lambda i, j: x[i, j] * te.rsqrt(ms[i] + 1e-6) * w[j], name="rms")
-    return ComputeDAG([x, w, out])
 
 
 def row_kept(sketch) -> bool:
