@@ -152,11 +152,9 @@ def cluster_exchange(
     slots = ir.Buffer(plan.unique_name(f"{name}_cluster"), tile, inf.buf.dtype, "shared")
     got = ir.Buffer(plan.unique_name(f"{name}_remote"), (1,), inf.buf.dtype, "local")
     plan.extra_allocs[i] += [slots, got]
-    reducer = plan.reduction(i).reducer
     rank = Var(plan.unique_name(f"{name}_rank"), I32)
     result, zero = Load(red, (int32(0),)), int32(0)
-    op = "+" if reducer.name == "sum" else reducer.name
-    combine = ir.Store(red, zero, BinOp(op, result, Load(got, (zero,)), red.dtype))
+    combine = ir.Store(red, zero, plan.reduction(i).reducer.combine(result, Load(got, (zero,))))
     gather = ir.seq([ClusterLoad(got, zero, slots, pidx, rank), combine])
     fold: list[ir.Stmt] = [
         ir.Store(red, zero, plan.reduction(i).identity),
