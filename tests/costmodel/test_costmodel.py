@@ -123,7 +123,8 @@ def pack_sum_trained(benchmark_data):
     [
         ({}, config_programs),
         ({"objective": "pairwise"}, config_programs),
-        (PACK_SUM, synthetic_programs),
+        # 120 boosting rounds rank these programs about as well as 300, in 40% of the time
+        ({**PACK_SUM, "num_boost_round": 120}, synthetic_programs),
     ],
     ids=["default-on-shared-config", "pairwise-on-shared-config", "pack-sum-on-additive"],
 )
