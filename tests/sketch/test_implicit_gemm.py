@@ -11,17 +11,14 @@ import pytest
 from autosched import te, topi
 from autosched.lower import ir
 from autosched.lower.planning import make_plan
-from autosched.lower.wgmma_ir import WgmmaMma
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.implicit_gemm import implicit_gemm_ops, row_axes
-from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.tensor_core import match_implicit_gemm
 from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.task.evaluate import evaluate
-from autosched.task.search_task import SearchTask
 from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
-from measure.hardware import HardwareParams
 from tests.interpreter_check import assert_half_outputs_match, half_inputs
 
 
@@ -83,36 +80,6 @@ def test_every_resnet50_conv_gets_a_tensor_core_sketch(batch):
         if match_implicit_gemm(init, conv_stage(init)) is None:
             missing.append(conv)
     assert missing == []
-
-
-@pytest.mark.parametrize("batch", [1, 32])
-def test_every_resnet50_conv_samples_a_tensorized_state_on_sm_90(batch):
-    """The benchmark's resnet50_convs group, at full size: each conv's task for sm_90 has a
-    Tensor Core sketch, and a state drawn from those lowers to Tensor Core statements (warp
-    products or wgmmas). Only lowered, not interpreted."""
-    hardware = HardwareParams(arch="sm_90")
-    untensorized = []
-    for conv in RESNET50_CONVS:
-        task = SearchTask(
-            "conv2d_nhwc_fp16", resnet50_conv_args(batch, conv), hardware_params=hardware
-        )
-        sketches = generate_sketches(
-            task.compute_dag, task.hardware_params, SketchParams.for_task(task)
-        )
-        tensor_core = [s for s in sketches if tensor_core_groups(s)]
-        sampler = SketchSampler(tensor_core, hardware)
-        states = sampler.sample(1, 0) if tensor_core else []
-        body = [
-            s
-            for st in states
-            for k in sampler.programs[st.key()].kernels
-            for s in ir.iter_stmts(k.body)
-        ]
-        if not any(isinstance(s, (ir.WarpStmt, WgmmaMma)) for s in body):
-            untensorized.append(
-                (conv, len(tensor_core), dict(sampler.rejected) if tensor_core else None)
-            )
-    assert untensorized == []
 
 
 def test_the_batch_8_conv_that_was_not_tensorized():
