@@ -10,8 +10,10 @@ import pytest
 
 from autosched.lower import ir
 from autosched.lower.wgmma_ir import WgmmaMma
+from autosched.schedule.compute_dag import ComputeDAG
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.task.search_task import SearchTask
+from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from measure.hardware import HardwareParams
 from tests.sketch.test_implicit_gemm import check_implicit_gemm, conv_nhwc
@@ -67,22 +69,45 @@ def split_k_parts(sketch) -> int | None:
 
 def test_which_batch_1_convs_get_tensor_core_split_k():
     """Split-K on the Tensor Cores is sketched where the output is small (under
-    `split_k_max_outputs` elements) and each of the P parts keeps `split_k_min_chunk` of the
-    reduction: the 3x3 convs of 14x14 and 7x7 outputs and the widest reducing 1x1s. At batch
-    32 no conv has so few outputs."""
+    `split_k_tensor_core_output_factor` x `split_k_max_outputs` elements: 13 to 25 blocks of
+    64 x 128) and each of the P parts keeps `split_k_min_chunk` of the reduction in whole
+    16-wide K tiles: the 3x3 convs of 28x28 pixels and fewer and the widest reducing or
+    strided 1x1s; a sampled split state lowers to two kernels whose partial sums are a Tensor
+    Core product. At batch 32 no conv has so few outputs."""
     drawn = {}
     for conv in RESNET50_CONVS:
-        parts = sorted(filter(None, map(split_k_parts, tensor_core_sketches(1, conv)[2])))
-        if parts:
-            drawn[conv] = parts
+        task, params, sketches = tensor_core_sketches(1, conv)
+        split = [s for s in sketches if split_k_parts(s)]
+        if not split:
+            continue
+        drawn[conv] = sorted(map(split_k_parts, split))
+        sampler = SketchSampler(split, task.hardware_params, params)
+        (state,) = sampler.sample(1, 0)
+        program = sampler.programs[state.key()]
+        assert len(program.kernels) == 2
+        assert {"FragmentMma", "WgmmaMma"} & tensor_core_statements(program), conv
     assert drawn == {
+        (56, 128, 128, 3, 2, 1): [4],
+        (28, 128, 128, 3, 1, 1): [4],
         (28, 256, 256, 3, 2, 1): [4],
         (14, 256, 256, 3, 1, 1): [4],
         (14, 1024, 256, 1, 1, 0): [4],
         (14, 512, 512, 3, 2, 1): [4, 16],
+        (14, 1024, 2048, 1, 2, 0): [4],
         (7, 512, 512, 3, 1, 1): [4, 16],
         (7, 2048, 512, 1, 1, 0): [4],
     }
+
+
+def test_tensor_core_products_split_k_at_more_outputs_than_other_reductions():
+    """784 outputs, over `split_k_max_outputs` (256) but under 4 times it: the fp16 conv is
+    split on the Tensor Cores (and computes the conv), the fp32 one is not."""
+    params = SketchParams(split_k_max_outputs=256, split_k_min_chunk=64)
+    args = (1, 7, 7, 16, 128, 3, 3, 1, 1)
+    fp32 = ComputeDAG(workload_tensors(make_workload_key("conv2d", args)))
+    assert not any(split_k_parts(s) for s in generate_sketches(fp32, params=params))
+    dag, sampler, states = half_split_states("conv2d_nhwc_fp16", args, 1, params)
+    check_half(dag, sampler, states)
 
 
 @pytest.mark.parametrize(
