@@ -24,6 +24,7 @@ from autosched.lower.wgmma_operands import canonical_index
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import replay
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.tensor_core_instruction import rounded_to_warpgroups, warpgroup_divisible
 from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.sketch.utils import SketchParams
 from autosched.te.expr import Var
@@ -104,11 +105,14 @@ def padded_matmul_dag(m: int, n: int, k: int) -> ComputeDAG:
         lambda: padded_matmul_dag(50, 64, 64),  # M padded: a 64-row tile holding 50 rows
         lambda: padded_matmul_dag(64, 64, 40),  # K padded: zero-filled past 40
         lambda: conv_nhwc(1, 7, 16, 32, 1, 1, 0),  # a batch-1 conv of 7x7 pixels: M = 49
+        # M = 784 = 49 tiles, which no block tile of whole warpgroups divides: rounded up
+        lambda: conv_nhwc(1, 28, 16, 32, 1, 1, 0),
     ],
 )
 def test_wgmma_runs_whole_tiles_past_padded_edges(make):
-    """A warpgroup's warps issue each wgmma together: where M, N or K is padded its wgmmas
-    run whole, untested, on zero-filled shared tiles (states the other families guard)."""
+    """A warpgroup's warps issue each wgmma together: where M, N or K is padded, or a block
+    tile rounded up to whole warpgroups runs past M, its wgmmas run whole, untested, on
+    zero-filled shared tiles (states the other families guard)."""
     dag = make()
     sketches = [s for s in generate_sketches(dag) if tensor_core_groups(s)]
     sampler = SketchSampler(sketches, params=WGMMA_ONLY)
@@ -116,6 +120,14 @@ def test_wgmma_runs_whole_tiles_past_padded_edges(make):
     drawn = [s for s in states if is_wgmma(sampler.programs[s.key()])]
     assert drawn, sampler.rejected
     tz.run_and_compare(dag, sampler.programs[drawn[0].key()])
+
+
+def test_block_tiles_are_rounded_up_to_warpgroups_only_where_none_divides_m():
+    assert not warpgroup_divisible(49) and not warpgroup_divisible(98)
+    assert warpgroup_divisible(196) and warpgroup_divisible(4) and not warpgroup_divisible(2)
+    # 49 tiles: blocks of 4 or 8 cover 52 or 56; 2 tiles: a block of 4 would double M
+    assert [rounded_to_warpgroups(w, 49) for w in (1, 7)] == [4, 8]
+    assert rounded_to_warpgroups(2, 2) == 2 and rounded_to_warpgroups(6, 14) == 8
 
 
 def test_the_rule_draws_wgmma_only_where_listed_and_on_hopper():
