@@ -31,6 +31,7 @@ BENCHMARKS = (
     "operators",
     "models",
     "tensor_cores",
+    "resnet50_convs",
     "memory_bound",
     "multi_gpu",
     "pretrained_model",

@@ -17,17 +17,24 @@ register double buffering of mma fragments. The table's "instructions" column sa
 best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
-that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels)
-and `resnet50` (a representative subset of ResNet-50's NHWC convs at batch 1 and 32, implicit
-GEMM); the default is `core`.
+that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels),
+`resnet50` (a representative subset of ResNet-50's NHWC convs at batch 1 and 32, implicit
+GEMM) and `resnet50_convs` (every distinct 3x3 and 1x1 conv of ResNet-50, strides 1 and 2, at
+batch 1 and 32: 40 workloads, 64 trials each unless `--trials` says otherwise; its tables go
+to the `resnet50_convs` results folder, with the geometric mean of torch µs / ours µs per
+batch and the count of tensorized kernels); the default is `core`.
+
+    python -m benchmarks.tensor_core --workloads resnet50_convs --out runs/ --publish
 
 Per workload: tune through `auto_schedule` (no hand-written schedule), check that the best kernel
 is tensorized, run it and PyTorch on the same random inputs (ours checked against PyTorch's
 output), then time both by GPU time: 100 calls captured in one CUDA graph on one stream, replayed
 20 times, median (benchmarks/timing.py, the suite's method); inputs rotated past the L2
 cache (the headline), and the same inputs every call (as the search's runner times, beside the
-search's own record). Writes the tables to OUT/tensor_cores/results.json and .md, updated after
-each workload (with `--publish`, to benchmarks/results/tensor_cores/ and docs/PERFORMANCE.md).
+search's own record). Writes the tables to OUT/tensor_cores/results.json and .md (the
+`resnet50_convs` group's rows to OUT/resnet50_convs/), updated after each workload (with
+`--publish`, to benchmarks/results/<folder>/ and docs/PERFORMANCE.md); a `resnet50_convs` run
+ends by printing one summary line per batch size.
 """
 
 from __future__ import annotations
@@ -41,12 +48,8 @@ import time
 
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from benchmarks import report
-from benchmarks.report import (
-    Column,
-    Results,
-    Table,
-    write_results,
-)
+from benchmarks.report import write_results
+from benchmarks.tensor_core_tables import resnet50_conv_results, summary_line, tensor_core_results
 from benchmarks.timing import TORCH_EQUIVALENTS
 
 
@@ -189,9 +192,20 @@ def _resnet50(batch: int, conv: tuple[int, ...]) -> tuple[str, tuple[str, tuple,
 # 1x1 (expand, reduce, the widest), at batch 1 (M = H*W pixels) and 32
 RESNET50_SUBSET = tuple(RESNET50_CONVS[i] for i in (1, 2, 7, 10, 12, 14, 17, 18))
 RESNET50 = dict(_resnet50(b, c) for b in (1, 32) for c in RESNET50_SUBSET)
-GROUPS = {"core": list(WORKLOADS), "awkward": list(AWKWARD), "resnet50": list(RESNET50)}
+# all of them: every distinct 3x3 and 1x1 conv past the stem, at batch 1 and 32
+RESNET50_ALL = dict(_resnet50(b, c) for b in (1, 32) for c in RESNET50_CONVS)
+GROUPS = {
+    "core": list(WORKLOADS),
+    "awkward": list(AWKWARD),
+    "resnet50": list(RESNET50),
+    "resnet50_convs": list(RESNET50_ALL),
+}
 WORKLOADS.update(AWKWARD)
-WORKLOADS.update(RESNET50)
+WORKLOADS.update(RESNET50_ALL)
+# trials per workload where `--trials` is not given: a group of many workloads gets fewer,
+# so that one run fits a few minutes per workload set on one GPU (see `default_trials`)
+DEFAULT_TRIALS = 1000
+GROUP_TRIALS = {"resnet50_convs": 64}
 
 
 def expand_names(names: list[str]) -> list[str]:
@@ -202,6 +216,23 @@ def expand_names(names: list[str]) -> list[str]:
             if w not in out:
                 out.append(w)
     return out
+
+
+def default_trials(names: list[str]) -> int:
+    """The trials per workload when --trials is not given: the smallest of `GROUP_TRIALS` where
+    every name asked for is such a group, else `DEFAULT_TRIALS`."""
+    if names and all(n in GROUP_TRIALS for n in names):
+        return min(GROUP_TRIALS[n] for n in names)
+    return DEFAULT_TRIALS
+
+
+def documents(runs: list[dict], conv_names: set[str]) -> list:
+    """The results documents of `runs`: the ResNet-50 conv group's rows (`conv_names`) in their
+    own, every other row in the tensor_cores one; only those with rows."""
+    convs = [r for r in runs if r["name"] in conv_names]
+    others = [r for r in runs if r["name"] not in conv_names]
+    docs = [tensor_core_results(others)] if others else []
+    return docs + ([resnet50_conv_results(convs)] if convs else [])
 
 
 def tune(name: str, ns) -> tuple:
@@ -325,54 +356,6 @@ def instructions(state) -> str:
     return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}"
 
 
-COLUMNS = [
-    Column("workload"),
-    Column("GFLOP", "{:.2f}"),
-    Column("autosched µs", "{:.1f}"),
-    Column("torch µs", "{:.1f}"),
-    Column("torch/ours speed", "{:.2f}"),
-    Column("TFLOP/s", "{:.0f}"),
-    Column("same inputs µs: ours / torch"),
-    Column("search record µs", "{:.1f}"),
-    Column("tensorized"),
-    Column("instructions"),
-    Column("trials"),
-    Column("matches torch"),
-]
-NOTE = (
-    "PyTorch runs its own half-precision kernels (cuBLAS / cuDNN on Tensor Cores), TF32 for the"
-    " tf32 row. Same inputs: both timed without rotating the inputs (L2-warm, as the search's"
-    " runner times candidates)."
-)
-
-
-def tensor_core_results(runs: list[dict]) -> Results:
-    """The tensor_cores folder's document: one table per machine and commit."""
-    tables = []
-    groups = report.runs_by(runs, "machine", "commit", "command")
-    for (where, commit, command), group in groups.items():
-        rows = [
-            [
-                r["name"],
-                r["flop"] / 1e9,
-                r["ours_us"],
-                r["torch_us"],
-                r["torch_us"] / r["ours_us"],
-                r["flop"] / r["ours_us"] / 1e6,
-                f"{r['ours_same_inputs_us']:.1f} / {r['torch_same_inputs_us']:.1f}",
-                r["record_us"],
-                r["tensorized"],
-                r.get("instructions", "-"),
-                r["trials"],
-                r["matches_torch"],
-            ]
-            for r in group
-        ]
-        title = "fp16 / bf16 on Tensor Cores, and fp32 with TF32 allowed"
-        tables.append(Table(title, where, commit, command, COLUMNS, rows, NOTE))
-    return Results("tensor_cores", "Tensor Cores against PyTorch", tables, runs)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -380,9 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=["core"],
         choices=[*GROUPS, *WORKLOADS],
-        help="workloads or groups (core, awkward, resnet50)",
+        help="workloads or groups (core, awkward, resnet50, resnet50_convs)",
     )
-    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help=f"trials per workload (default {DEFAULT_TRIALS}; {GROUP_TRIALS} for those groups)",
+    )
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--n-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
@@ -413,7 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)
+    if ns.trials is None:
+        ns.trials = default_trials(ns.workloads)
     os.makedirs(ns.out, exist_ok=True)
+    conv_names = set(GROUPS["resnet50_convs"]) if "resnet50_convs" in ns.workloads else set()
     where = report.provenance("benchmarks.tensor_core", ns.commit, argv)
     runs = []
     for name in expand_names(ns.workloads):
@@ -430,12 +421,18 @@ def main(argv: list[str] | None = None) -> int:
             "record_us": recorded * 1e6,
             "tensorized": tensorized(kernel),
             "instructions": instructions(state),
+            **({"batch": WORKLOADS[name][1][0]} if name in conv_names else {}),
             **timed,
             **where,
         }
         runs.append(run)
-        write_results(tensor_core_results(runs), root=ns.out)  # kept if the run is cut short
-    report.finish(tensor_core_results(runs), ns.publish)
+        for doc in documents(runs, conv_names):  # kept if the run is cut short
+            write_results(doc, root=ns.out)
+    for doc in documents(runs, conv_names):
+        report.finish(doc, ns.publish)
+    convs = [r for r in runs if r["name"] in conv_names]
+    for (batch,), rows in report.runs_by(convs, "batch").items():
+        print(summary_line(batch, rows), flush=True)
     return 0
 
 

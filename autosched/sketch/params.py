@@ -82,6 +82,11 @@ class SketchParams:
     # accumulators a thread, keep too few threads resident to fill an H100 or H200
     split_k_parts: tuple[int, ...] = (4, 16)
     split_k_max_outputs: int = 65536
+    # a Tensor Core product, whose blocks compute thousands of outputs each, is split below
+    # this many times `split_k_max_outputs` outputs, with the parts whole 16-wide K tiles fill
+    # (a batch-1 conv of 28x28 pixels and 128 channels fills 13 blocks of 64 x 128); 1: no more
+    # than any reduction
+    split_k_tensor_core_output_factor: int = 4
     split_k_min_chunk: int = 256
     # cut only the outermost reduction axis (where the parts divide it) instead of all of them
     # fused: the partial sums of a convolution then keep its window axes, so their tiles stay
@@ -142,6 +147,11 @@ class SketchParams:
             raise ValueError(
                 f"SketchParams: row_cluster_sizes must be among {CLUSTER_SIZES}, got "
                 f"{self.row_cluster_sizes}"
+            )
+        if self.split_k_tensor_core_output_factor < 1:
+            raise ValueError(
+                "SketchParams: split_k_tensor_core_output_factor must be >= 1, got "
+                f"{self.split_k_tensor_core_output_factor}"
             )
         if self.min_threads_per_sm < 0:
             raise ValueError(

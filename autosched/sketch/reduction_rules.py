@@ -267,17 +267,28 @@ class SplitKReduction(SketchRule):
             or has_cache_write_stage(state, i)
         ):
             return Cond.SKIP
-        space, _ = spatial_and_reduce_length(stage)
-        wanted = space < ctx.params.split_k_max_outputs and self.parts(ctx, stage)
-        return Cond.APPLY if wanted else Cond.SKIP
+        return Cond.APPLY if self.parts(ctx, state, i) else Cond.SKIP
 
-    @staticmethod
-    def parts(ctx, stage) -> list[int]:
-        _, red = spatial_and_reduce_length(stage)
-        return [p for p in ctx.params.split_k_parts if red // p >= ctx.params.split_k_min_chunk]
+    @classmethod
+    def parts(cls, ctx, state: State, i: int) -> list[int]:
+        """The part counts P of stage i's split-K sketches: those of `split_k_parts` that leave
+        every part `split_k_min_chunk` of the reduction, for outputs under
+        `split_k_max_outputs`; for a Tensor Core product with up to
+        `split_k_tensor_core_output_factor` times more outputs, those whose parts whole 16-wide
+        K tiles fill (its blocks hold thousands of outputs each, so that such a product still
+        leaves most SMs idle)."""
+        params = ctx.params
+        space, red = spatial_and_reduce_length(state.stages[i])
+        fit = [p for p in params.split_k_parts if red // p >= params.split_k_min_chunk]
+        if space < params.split_k_max_outputs or not fit:
+            return fit
+        if space >= params.split_k_max_outputs * params.split_k_tensor_core_output_factor:
+            return []
+        k = cls.tensor_core_k(ctx, state, i)
+        return [p for p in fit if k is not None and k.extent % (p * MMA) == 0]
 
     def apply(self, ctx, state, i):
-        parts = self.parts(ctx, state.stages[i])
+        parts = self.parts(ctx, state, i)
         reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
         outer = reduce_iters[0]
         whole = self.fused(state, i, [it.name for it in reduce_iters])

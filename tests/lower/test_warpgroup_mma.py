@@ -2,8 +2,9 @@
 it (only where listed, on sm_90, for warpgroup-shaped tiles), the schedule records and prints
 it, lowering stores the shared operands in the canonical layout (`lower/wgmma_operands.py`) and
 the `warpgroup_mma` pass turns the warps' 16x16 products into wgmmas
-(`lower/warpgroup_mma.py`); sampled states of float16 / bfloat16 matmul and batch_matmul run
-on the CPU interpreter against numpy, compile for sm_90a without spills, and run on the GPU.
+(`lower/warpgroup_mma.py`); sampled states of float16 / bfloat16 matmul and batch_matmul (and
+of padded M, N or K: a conv of 7x7 pixels) run on the CPU interpreter against numpy, compile for
+sm_90a without spills, and run on the GPU.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from autosched.lower.wgmma_operands import canonical_index
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import replay
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.tensor_core_instruction import rounded_to_warpgroups, warpgroup_divisible
+from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.sketch.utils import SketchParams
 from autosched.te.expr import Var
 from autosched.te.npeval import eval_expr
 from measure import HardwareParams, compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
+from tests.sketch.test_implicit_gemm import conv_nhwc
 
 WGMMA_ONLY = SketchParams(tensor_core_instructions=("wgmma",))
 ACC = "T_matmul.wmma.accumulator"
@@ -87,6 +91,43 @@ def test_a_sampled_wgmma_convolution_computes_the_dag():
     sampler, _, drawn = sample(dag, n=4, seed=0)
     assert drawn, sampler.rejected
     tz.run_and_compare(dag, sampler.programs[drawn[0].key()])
+
+
+def padded_matmul_dag(m: int, n: int, k: int) -> ComputeDAG:
+    a = te.placeholder((m, k), "float16", "A")
+    b = te.placeholder((k, n), "float16", "B")
+    return ComputeDAG([a, b, topi.matmul(a, b, out_dtype="float32")])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: padded_matmul_dag(50, 64, 64),  # M padded: a 64-row tile holding 50 rows
+        lambda: padded_matmul_dag(64, 64, 40),  # K padded: zero-filled past 40
+        lambda: conv_nhwc(1, 7, 16, 32, 1, 1, 0),  # a batch-1 conv of 7x7 pixels: M = 49
+        # M = 784 = 49 tiles, which no block tile of whole warpgroups divides: rounded up
+        lambda: conv_nhwc(1, 28, 16, 32, 1, 1, 0),
+    ],
+)
+def test_wgmma_runs_whole_tiles_past_padded_edges(make):
+    """A warpgroup's warps issue each wgmma together: where M, N or K is padded, or a block
+    tile rounded up to whole warpgroups runs past M, its wgmmas run whole, untested, on
+    zero-filled shared tiles (states the other families guard)."""
+    dag = make()
+    sketches = [s for s in generate_sketches(dag) if tensor_core_groups(s)]
+    sampler = SketchSampler(sketches, params=WGMMA_ONLY)
+    states = sampler.sample(4, 1)
+    drawn = [s for s in states if is_wgmma(sampler.programs[s.key()])]
+    assert drawn, sampler.rejected
+    tz.run_and_compare(dag, sampler.programs[drawn[0].key()])
+
+
+def test_block_tiles_are_rounded_up_to_warpgroups_only_where_none_divides_m():
+    assert not warpgroup_divisible(49) and not warpgroup_divisible(98)
+    assert warpgroup_divisible(196) and warpgroup_divisible(4) and not warpgroup_divisible(2)
+    # 49 tiles: blocks of 4 or 8 cover 52 or 56; 2 tiles: a block of 4 would double M
+    assert [rounded_to_warpgroups(w, 49) for w in (1, 7)] == [4, 8]
+    assert rounded_to_warpgroups(2, 2) == 2 and rounded_to_warpgroups(6, 14) == 8
 
 
 def test_the_rule_draws_wgmma_only_where_listed_and_on_hopper():

@@ -11,6 +11,7 @@ import pytest
 from autosched import te, topi
 from autosched.lower import ir
 from autosched.lower.planning import make_plan
+from autosched.lower.wgmma_ir import WgmmaMma
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.implicit_gemm import implicit_gemm_ops, row_axes
 from autosched.sketch import SketchSampler, generate_sketches
@@ -107,9 +108,8 @@ def check_implicit_gemm(dag: ComputeDAG, n: int = 2) -> None:
     for state in states:
         program = sampler.programs[state.key()]
         assert len(program.kernels) == 1  # the reshape and epilogue in the product's kernel
-        assert any(
-            isinstance(s, ir.FragmentMma) for k in program.kernels for s in ir.iter_stmts(k.body)
-        )
+        products = (ir.FragmentMma, WgmmaMma)  # warp products, or a warpgroup's
+        assert any(isinstance(s, products) for k in program.kernels for s in ir.iter_stmts(k.body))
         assert_half_outputs_match(dag, program, inputs, expected)
 
 

@@ -171,10 +171,13 @@ def test_a_consumer_that_reads_across_elements_keeps_its_own_kernel():
         lower_and_compare(dag, state, rtol=1e-3)
 
 
-def half_split_states(workload: str, args: tuple, count: int = 2):
-    """(dag, sampler, states) of a half-precision workload's split-K Tensor Core sketches."""
+def half_split_states(
+    workload: str, args: tuple, count: int = 2, params: SketchParams | None = None
+):
+    """(dag, sampler, states) of a half-precision workload's split-K Tensor Core sketches
+    (`params` default: parts of 64 or more)."""
     dag = ComputeDAG(workload_tensors(make_workload_key(workload, args)))
-    params = SketchParams(split_k_min_chunk=64)
+    params = params or SketchParams(split_k_min_chunk=64)
     split = [
         s
         for s in generate_sketches(dag, params=params)
