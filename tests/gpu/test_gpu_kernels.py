@@ -83,9 +83,9 @@ def run_on_gpu(dag, state, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-4
 
 
 def tensor_core_instructions(source: str) -> bool:
-    """Whether a kernel multiplies on the Tensor Cores: wmma's `mma_sync` or the PTX
-    `mma.sync` of the mma flavour (the search draws either)."""
-    return "mma_sync" in source or "mma.sync" in source
+    """Whether a kernel multiplies on the Tensor Cores: wmma's `mma_sync`, the PTX `mma.sync`
+    of the mma flavour or Hopper's `wgmma.mma_async` (the search draws any of them)."""
+    return any(op in source for op in ("mma_sync", "mma.sync", "wgmma.mma_async"))
 
 
 def _is_output(kernel, name: str) -> bool:
