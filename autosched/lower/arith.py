@@ -293,8 +293,38 @@ def is_multiple(e: Expr, m: int, bounds: Bounds) -> bool:
     return to_affine(e, bounds).is_multiple_of(m)
 
 
+class MemoBounds(dict):
+    """Variable bounds (a `Bounds` dict) that remember `to_affine`'s answer per expression
+    object while they are in use: a pass that simplifies a whole kernel under one set of bounds
+    meets the same index sub-expressions (a split or fused loop's index, its guards) in many
+    statements, and the floor-division rules re-derive the forms of their operands.
+
+    The memo is keyed by the object's id and keeps the object alive, so an id is never reused
+    while it is remembered; Affine forms are never changed once made, so sharing them is safe.
+    The bounds must not change once made (make a new MemoBounds instead)."""
+
+    __slots__ = ("affine",)
+
+    def __init__(self, bounds: Bounds) -> None:
+        super().__init__(bounds)
+        self.affine: dict[int, tuple[Expr, Affine]] = {}
+
+
 def to_affine(e: Expr, bounds: Bounds) -> Affine:
-    """The affine form of an integer expression (sub-terms simplified)."""
+    """The affine form of an integer expression (sub-terms simplified); remembered per
+    expression object when `bounds` is a MemoBounds."""
+    if type(bounds) is not MemoBounds:
+        return _to_affine(e, bounds)
+    got = bounds.affine.get(id(e))
+    if got is not None:
+        return got[1]
+    aff = _to_affine(e, bounds)
+    bounds.affine[id(e)] = (e, aff)
+    return aff
+
+
+def _to_affine(e: Expr, bounds: Bounds) -> Affine:
+    """`to_affine` without the memo."""
     if isinstance(e, Const):
         return Affine({}, int(e.value))
     if isinstance(e, Var):
