@@ -4,7 +4,7 @@ stages store 0 past their tensor's edge instead of skipping it."""
 from __future__ import annotations
 
 from autosched.lower import ir
-from autosched.lower.arith import affine_bounds, expr_bounds, to_affine
+from autosched.lower.arith import MemoBounds, affine_bounds, expr_bounds, to_affine
 from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
 from autosched.lower.plan import LoweringPlan
@@ -25,7 +25,7 @@ def guards(
     inf, st = plan.info[i], plan.stages[i]
     conds: list[Expr] = []
     edge = conds if edges is None else edges
-    bounds = loop_bounds(plan, inf.context + [(i, it.name) for it in st.iters])
+    bounds = MemoBounds(loop_bounds(plan, inf.context + [(i, it.name) for it in st.iters]))
     for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
         off_affine = to_affine(off, bounds)  # once for both tests: the offset, base + offset

@@ -30,10 +30,10 @@ def interval(e: Expr, relaxed: dict[int, tuple[int, int]]) -> Interval | None:
     sym: dict = {}
     lo_num, hi_num = aff.const, aff.const
     for key, (c, atom) in aff.terms.items():
-        if not depends_on(atom, set(relaxed)):
+        free = free_vars(atom)
+        if not any(id(v) in relaxed for v in free):
             sym[key] = [c, atom]
             continue
-        free = free_vars(atom)
         if all(id(v) in relaxed for v in free):
             alo, ahi = atom_bounds(atom, relaxed)
         elif isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, Const):

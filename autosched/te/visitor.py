@@ -67,12 +67,22 @@ def substitute(e: Expr, mapping: dict) -> Expr:
 
 
 def free_vars(e: Expr) -> list[Var]:
-    """Variables used in `e`, in order of first appearance."""
-    out, seen = [], set()
-    for node in walk(e):
-        if isinstance(node, Var) and id(node) not in seen:
-            seen.add(id(node))
+    """Variables used in `e`, in order of first appearance (`walk`'s order, written out here:
+    lowering asks this of every index term, and the generator's overhead would dominate)."""
+    out: list[Var] = []
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Var):
             out.append(node)
+            continue
+        kids = node.children()
+        if kids:
+            stack.extend(reversed(kids))
     return out
 
 
