@@ -356,6 +356,8 @@ def _affine_sub(e: BinOp, bounds: Bounds) -> Affine:
 
 
 def _affine_mul(e: BinOp, bounds: Bounds) -> Affine:
+    if type(e.b) is Const:  # the usual `x * stride`: what the general case gives, sooner
+        return to_affine(e.a, bounds).scale(int(e.b.value))
     a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
     if a.is_const():
         return b.scale(a.const)
@@ -365,6 +367,8 @@ def _affine_mul(e: BinOp, bounds: Bounds) -> Affine:
 
 
 def _affine_divmod(e: BinOp, bounds: Bounds) -> Affine:
+    if type(e.b) is Const and int(e.b.value) > 0:  # the usual `x // c`, `x % c`: as below
+        return _divmod(to_affine(e.a, bounds), int(e.b.value), e.op, bounds, e.dtype)
     a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
     if b.is_const() and b.const > 0:
         return _divmod(a, b.const, e.op, bounds, e.dtype)

@@ -63,7 +63,29 @@ def substitute(e: Expr, mapping: dict) -> Expr:
     if not mapping:
         return e
     by_id = {id(k): v for k, v in mapping.items()}
-    return rewrite(e, lambda n: by_id.get(id(n)) if isinstance(n, Var) else None)
+    memo: dict[int, Expr] = {}
+
+    # `rewrite` with the replacement written in: only a leaf can be one of the variables
+    # (they are alive as the mapping's keys, so no other node has their id). Lowering
+    # substitutes into every index it derives.
+    def go(node: Expr) -> Expr:
+        got = memo.get(id(node))
+        if got is not None:
+            return got
+        kids = node.children()
+        if not kids:
+            repl = by_id.get(id(node), node)
+        else:
+            repl = node
+            new_kids = tuple([go(k) for k in kids])
+            for n, k in zip(new_kids, kids, strict=True):
+                if n is not k:
+                    repl = node.with_children(new_kids)
+                    break
+        memo[id(node)] = repl
+        return repl
+
+    return go(e)
 
 
 def free_vars(e: Expr) -> list[Var]:
