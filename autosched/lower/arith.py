@@ -265,7 +265,7 @@ def fold_digits(e: Expr, bounds: Bounds | None = None) -> Expr:
     the top-level sum is looked at: flat indices keep their digits there."""
     if e.dtype not in ("int32", "int64") or _top_level_divisions(e) < 2:
         return e
-    bounds = bounds or {}
+    bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
     aff = to_affine(e, bounds)
     folded = _merge_digits(aff, bounds, e.dtype)
     return e if folded is aff else folded.to_expr(e.dtype)
@@ -434,7 +434,7 @@ def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
 
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
-    bounds = bounds or {}
+    bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
     if isinstance(e, Var):
         rng = bounds.get(id(e))
         return Const(int(rng[0]), e.dtype) if rng is not None and rng[0] == rng[1] else e
