@@ -15,6 +15,8 @@ digits, from which the features read per-dimension accesses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autosched.te.expr import BinOp, Cast, Const, Expr, Not, Select, Var
 from autosched.te.visitor import children, rebuild
 
@@ -31,7 +33,7 @@ class Affine:
     __slots__ = ("terms", "const")
 
     def __init__(self, terms: dict | None = None, const: int = 0) -> None:
-        self.terms: dict = terms or {}  # atom key -> (coeff, atom expr)
+        self.terms: dict = {} if terms is None else terms  # atom key -> (coeff, atom expr)
         self.const = const
 
     @staticmethod
@@ -40,6 +42,8 @@ class Affine:
 
     def add(self, other: Affine, sign: int = 1) -> Affine:
         """self + sign * other (terms in the order of self, then those new in other)."""
+        if not other.terms:  # a constant: the terms are self's (shared, as neither changes)
+            return Affine(self.terms, self.const + sign * other.const)
         terms = dict(self.terms)
         for k, (c, a) in other.terms.items():
             got = terms.get(k)
@@ -55,6 +59,8 @@ class Affine:
         return Affine(terms, self.const + sign * other.const)
 
     def scale(self, f: int) -> Affine:
+        if f == 1:
+            return self
         if f == 0:
             return Affine()
         return Affine({k: (c * f, a) for k, (c, a) in self.terms.items()}, self.const * f)
@@ -259,7 +265,7 @@ def fold_digits(e: Expr, bounds: Bounds | None = None) -> Expr:
     the top-level sum is looked at: flat indices keep their digits there."""
     if e.dtype not in ("int32", "int64") or _top_level_divisions(e) < 2:
         return e
-    bounds = bounds or {}
+    bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
     aff = to_affine(e, bounds)
     folded = _merge_digits(aff, bounds, e.dtype)
     return e if folded is aff else folded.to_expr(e.dtype)
@@ -293,51 +299,112 @@ def is_multiple(e: Expr, m: int, bounds: Bounds) -> bool:
     return to_affine(e, bounds).is_multiple_of(m)
 
 
+class MemoBounds(dict):
+    """Variable bounds (a `Bounds` dict) that remember `to_affine`'s answer per expression
+    object while they are in use: a pass that simplifies a whole kernel under one set of bounds
+    meets the same index sub-expressions (a split or fused loop's index, its guards) in many
+    statements, and the floor-division rules re-derive the forms of their operands.
+
+    The memo is keyed by the object's id and keeps the object alive, so an id is never reused
+    while it is remembered; Affine forms are never changed once made, so sharing them is safe.
+    The bounds must not change once made (make a new MemoBounds instead)."""
+
+    __slots__ = ("affine",)
+
+    def __init__(self, bounds: Bounds) -> None:
+        super().__init__(bounds)
+        self.affine: dict[int, tuple[Expr, Affine]] = {}
+
+
 def to_affine(e: Expr, bounds: Bounds) -> Affine:
-    """The affine form of an integer expression (sub-terms simplified)."""
-    if isinstance(e, Const):
+    """The affine form of an integer expression (sub-terms simplified); remembered per
+    expression object when `bounds` is a MemoBounds."""
+    if type(bounds) is not MemoBounds:
+        return _to_affine(e, bounds)
+    got = bounds.affine.get(id(e))
+    if got is not None:
+        return got[1]
+    aff = _to_affine(e, bounds)
+    bounds.affine[id(e)] = (e, aff)
+    return aff
+
+
+def _to_affine(e: Expr, bounds: Bounds) -> Affine:
+    """`to_affine` without the memo. The node's class is tested exactly, most frequent first
+    (BinOp has no subclasses; Var does: IterVar)."""
+    if type(e) is BinOp:
+        rule = _AFFINE_RULES.get(e.op)
+        if rule is not None:
+            return rule(e, bounds)
+        return Affine.atom(simplify(e, bounds))
+    if type(e) is Const:
         return Affine({}, int(e.value))
     if isinstance(e, Var):
         rng = bounds.get(id(e))
         if rng is not None and rng[0] == rng[1]:
             return Affine({}, int(rng[0]))
         return Affine.atom(e)
-    if isinstance(e, BinOp):
-        op = e.op
-        if op == "+":
-            return to_affine(e.a, bounds).add(to_affine(e.b, bounds))
-        if op == "-":
-            return to_affine(e.a, bounds).add(to_affine(e.b, bounds), -1)
-        if op == "*":
-            a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
-            if a.is_const():
-                return b.scale(a.const)
-            if b.is_const():
-                return a.scale(b.const)
-            return Affine.atom(BinOp("*", a.to_expr(e.dtype), b.to_expr(e.dtype), e.dtype))
-        if op in ("floordiv", "floormod"):
-            a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
-            if b.is_const() and b.const > 0:
-                return _divmod(a, b.const, op, bounds, e.dtype)
-            return Affine.atom(BinOp(op, a.to_expr(e.dtype), b.to_expr(e.dtype), e.dtype))
-        if op in ("min", "max"):
-            a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
-            if a.is_const() and b.is_const():
-                return Affine({}, min(a.const, b.const) if op == "min" else max(a.const, b.const))
-            la, ha = affine_bounds(a, bounds)
-            lb, hb = affine_bounds(b, bounds)
-            if op == "min":
-                if ha <= lb:
-                    return a
-                if hb <= la:
-                    return b
-            else:
-                if la >= hb:
-                    return a
-                if lb >= ha:
-                    return b
-            return Affine.atom(BinOp(op, a.to_expr(e.dtype), b.to_expr(e.dtype), e.dtype))
     return Affine.atom(simplify(e, bounds) if children(e) else e)
+
+
+def _affine_add(e: BinOp, bounds: Bounds) -> Affine:
+    return to_affine(e.a, bounds).add(to_affine(e.b, bounds))
+
+
+def _affine_sub(e: BinOp, bounds: Bounds) -> Affine:
+    return to_affine(e.a, bounds).add(to_affine(e.b, bounds), -1)
+
+
+def _affine_mul(e: BinOp, bounds: Bounds) -> Affine:
+    if type(e.b) is Const:  # the usual `x * stride`: what the general case gives, sooner
+        return to_affine(e.a, bounds).scale(int(e.b.value))
+    a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
+    if a.is_const():
+        return b.scale(a.const)
+    if b.is_const():
+        return a.scale(b.const)
+    return Affine.atom(BinOp("*", a.to_expr(e.dtype), b.to_expr(e.dtype), e.dtype))
+
+
+def _affine_divmod(e: BinOp, bounds: Bounds) -> Affine:
+    if type(e.b) is Const and int(e.b.value) > 0:  # the usual `x // c`, `x % c`: as below
+        return _divmod(to_affine(e.a, bounds), int(e.b.value), e.op, bounds, e.dtype)
+    a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
+    if b.is_const() and b.const > 0:
+        return _divmod(a, b.const, e.op, bounds, e.dtype)
+    return Affine.atom(BinOp(e.op, a.to_expr(e.dtype), b.to_expr(e.dtype), e.dtype))
+
+
+def _affine_min_max(e: BinOp, bounds: Bounds) -> Affine:
+    op = e.op
+    a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
+    if a.is_const() and b.is_const():
+        return Affine({}, min(a.const, b.const) if op == "min" else max(a.const, b.const))
+    la, ha = affine_bounds(a, bounds)
+    lb, hb = affine_bounds(b, bounds)
+    if op == "min":
+        if ha <= lb:
+            return a
+        if hb <= la:
+            return b
+    else:
+        if la >= hb:
+            return a
+        if lb >= ha:
+            return b
+    return Affine.atom(BinOp(op, a.to_expr(e.dtype), b.to_expr(e.dtype), e.dtype))
+
+
+# How each integer operator enters the affine form; any other BinOp is an opaque atom.
+_AFFINE_RULES: dict[str, Callable[[BinOp, Bounds], Affine]] = {
+    "+": _affine_add,
+    "-": _affine_sub,
+    "*": _affine_mul,
+    "floordiv": _affine_divmod,
+    "floormod": _affine_divmod,
+    "min": _affine_min_max,
+    "max": _affine_min_max,
+}
 
 
 COMPARE = {
@@ -367,7 +434,7 @@ def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
 
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
-    bounds = bounds or {}
+    bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
     if isinstance(e, Var):
         rng = bounds.get(id(e))
         return Const(int(rng[0]), e.dtype) if rng is not None and rng[0] == rng[1] else e

@@ -7,7 +7,15 @@ index lies in `lo .. lo + span`. None stands for an index that cannot be bounded
 
 from __future__ import annotations
 
-from autosched.lower.arith import INF, Affine, atom_bounds, fold_digits, simplify, to_affine
+from autosched.lower.arith import (
+    INF,
+    Affine,
+    MemoBounds,
+    atom_bounds,
+    fold_digits,
+    simplify,
+    to_affine,
+)
 from autosched.lower.ir import I32
 from autosched.te.expr import BinOp, Const, Expr
 from autosched.te.visitor import free_vars
@@ -26,14 +34,16 @@ def interval(e: Expr, relaxed: dict[int, tuple[int, int]]) -> Interval | None:
     digits of one value are folded first (`arith.fold_digits`): a fused loop's decomposition
     recombined into the fused index (an implicit GEMM's epilogue reading its product at
     `(n*OH + y)*OW + x`) has the fused loop's exact range, not each digit's whole one."""
-    aff = to_affine(fold_digits(simplify(e)), {})
+    # no bounds, so one memo serves the three: the second and third meet the first's atoms
+    memo = MemoBounds({})
+    aff = to_affine(fold_digits(simplify(e, memo), memo), memo)
     sym: dict = {}
     lo_num, hi_num = aff.const, aff.const
     for key, (c, atom) in aff.terms.items():
-        if not depends_on(atom, set(relaxed)):
+        free = free_vars(atom)
+        if not any(id(v) in relaxed for v in free):
             sym[key] = [c, atom]
             continue
-        free = free_vars(atom)
         if all(id(v) in relaxed for v in free):
             alo, ahi = atom_bounds(atom, relaxed)
         elif isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, Const):

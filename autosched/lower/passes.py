@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autosched.lower import ir
+from autosched.lower.arith import MemoBounds
 from autosched.lower.fragment_double_buffer import double_buffer_fragments
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
@@ -42,7 +43,7 @@ def simplify_kernel(kernel: ir.Kernel) -> ir.Kernel:
     """Every expression simplified under the kernel's variable ranges, settled guards and empty
     statements dropped (`stmt_simplify`). The unit variables fold to 0, so the result has
     none."""
-    body = simplify_stmt(kernel.body, kernel_bounds(kernel))
+    body = simplify_stmt(kernel.body, MemoBounds(kernel_bounds(kernel)))
     if body is None:  # nothing left to run
         body = ir.Seq([])
     return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=body, unit_vars=())

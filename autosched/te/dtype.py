@@ -22,6 +22,7 @@ DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "bool")
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 HALF_DTYPES = frozenset({"float16", "bfloat16"})
 INT_DTYPES = frozenset({"int32", "int64"})
+_DTYPE_SET = frozenset(DTYPES)
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 CUDA_TYPE = {
     "float16": "half",
@@ -36,6 +37,9 @@ CUDA_TYPE = {
 
 def check_dtype(dtype: str) -> str:
     """Return `dtype` as a canonical string, or raise DTypeError naming it."""
+    # the common case first: every expression node's constructor checks its dtype
+    if type(dtype) is str and dtype in _DTYPE_SET:
+        return dtype
     if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
         dtype = np.dtype(dtype).name
     if dtype not in DTYPES:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from autosched.errors import DTypeError, TEError
+from autosched.te.dtype import INT_DTYPES as _INT_DTYPES
 from autosched.te.dtype import check_dtype, is_float, is_int
 
 
@@ -169,7 +170,9 @@ class Const(Expr):
 
     def __init__(self, value: Any, dtype: str) -> None:
         dtype = check_dtype(dtype)
-        if dtype == "bool":
+        if type(value) is int and dtype in _INT_DTYPES:  # the common case, nothing to convert
+            pass
+        elif dtype == "bool":
             value = bool(value)
         elif is_int(dtype):
             if isinstance(value, float) and not float(value).is_integer():
@@ -218,7 +221,10 @@ class BinOp(Expr):
     __slots__ = ("op", "a", "b")
 
     def __init__(self, op: str, a: Expr, b: Expr, dtype: str) -> None:
-        super().__init__(dtype, ("b", op, a._key, b._key))
+        # Expr.__init__'s three fields set here directly: lowering builds many of these nodes
+        self.dtype = dtype
+        self._key = ("b", op, a._key, b._key)
+        self._hash = None
         self.op = op
         self.a = a
         self.b = b

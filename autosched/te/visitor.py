@@ -63,16 +63,48 @@ def substitute(e: Expr, mapping: dict) -> Expr:
     if not mapping:
         return e
     by_id = {id(k): v for k, v in mapping.items()}
-    return rewrite(e, lambda n: by_id.get(id(n)) if isinstance(n, Var) else None)
+    memo: dict[int, Expr] = {}
+
+    # `rewrite` with the replacement written in: only a leaf can be one of the variables
+    # (they are alive as the mapping's keys, so no other node has their id). Lowering
+    # substitutes into every index it derives.
+    def go(node: Expr) -> Expr:
+        got = memo.get(id(node))
+        if got is not None:
+            return got
+        kids = node.children()
+        if not kids:
+            repl = by_id.get(id(node), node)
+        else:
+            repl = node
+            new_kids = tuple([go(k) for k in kids])
+            for n, k in zip(new_kids, kids, strict=True):
+                if n is not k:
+                    repl = node.with_children(new_kids)
+                    break
+        memo[id(node)] = repl
+        return repl
+
+    return go(e)
 
 
 def free_vars(e: Expr) -> list[Var]:
-    """Variables used in `e`, in order of first appearance."""
-    out, seen = [], set()
-    for node in walk(e):
-        if isinstance(node, Var) and id(node) not in seen:
-            seen.add(id(node))
+    """Variables used in `e`, in order of first appearance (`walk`'s order, written out here:
+    lowering asks this of every index term, and the generator's overhead would dominate)."""
+    out: list[Var] = []
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Var):
             out.append(node)
+            continue
+        kids = node.children()
+        if kids:
+            stack.extend(reversed(kids))
     return out
 
 

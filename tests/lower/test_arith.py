@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from autosched.lower import ir
-from autosched.lower.arith import fold_digits
+from autosched.lower.arith import MemoBounds, fold_digits, to_affine
 from autosched.te.expr import BinOp, Const, Expr, Var
 from autosched.te.visitor import walk
 
@@ -199,3 +199,24 @@ def test_comparisons_simplify_to_their_affine_sides():
     assert repr(simplify(cond, bounds)) == repr(BinOp("<", mul(i, 3), add(j, c(3)), "bool"))
     assert simplify(BinOp("<", i, c(8), "bool"), bounds).value is True
     assert simplify(BinOp(">", i, add(j, c(7)), "bool"), bounds).value is False
+
+
+def test_memo_bounds_give_the_forms_plain_bounds_give():
+    """to_affine under MemoBounds answers as under the same plain bounds, and from the memo the
+    second time (the same Affine object), per expression object."""
+    i, j = Var("i"), Var("j")
+    plain = {id(i): (0, 7), id(j): (0, 3)}
+    memo = MemoBounds(plain)
+    fused = add(mul(i, 4), j)
+    exprs = [
+        div(fused, 4),
+        mod(fused, 4),
+        add(BinOp("min", i, c(9), I32), mul(j, 2)),
+        div(fused, 4),
+    ]
+    for e in exprs:
+        got = to_affine(e, memo)
+        assert got.to_expr().same_as(to_affine(e, plain).to_expr())
+        assert to_affine(e, memo) is got
+    assert to_affine(exprs[0], memo).to_expr().same_as(i)
+    assert to_affine(exprs[0], memo) is not to_affine(exprs[3], memo)  # two objects, two entries
