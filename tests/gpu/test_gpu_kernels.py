@@ -253,13 +253,14 @@ def test_non_dividing_splits(shape, tiles):
 
 @pytest.mark.parametrize("shape", [(32768, 512), (4224, 48)])
 def test_row_sums_a_warp_per_row(shape):
-    """Sampled states of the warp-per-row sketch (tests/sketch/test_cross_block.py)."""
+    """Sampled states of the warp-per-row sketches, one to four rows a warp
+    (tests/sketch/test_cross_block.py)."""
     from autosched.sketch import SketchSampler, generate_sketches
     from tests.sketch.test_cross_block import on_warps, row_sums
 
     dag = row_sums(shape)
     sampler = SketchSampler([s for s in generate_sketches(dag) if on_warps(s)])
-    for state in sampler.sample(3, 0):
+    for state in sampler.sample(6, 0):
         kernel = run_on_gpu(dag, state)
         assert "__shfl_xor_sync" in kernel.source and "__syncthreads" not in kernel.source
 
