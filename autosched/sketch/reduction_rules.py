@@ -136,8 +136,11 @@ class CrossThreadReduction(SketchRule):
         has warps: many short rows neither leave each block too little to read (a block per
         row) nor read across rows (a thread per row). A DAG output also gets one state per
         `ROWS_PER_WARP` count that divides its rows and leaves `MIN_WARPS_PER_SM` warps per
-        SM: each warp sums that many rows at once (`_warp_rows`). Empty when the stage does
-        not qualify, or has fewer outputs than `MIN_WARPS_PER_SM` per SM."""
+        SM: each warp sums that many rows at once (`_warp_rows`); and each of those states
+        once more with its input read by streaming loads (`stream_reads`, with
+        `SketchParams.stream_reads`): the row is read once, so evict-first loads keep it from
+        displacing anything in L1 and L2. Empty when the stage does not qualify, or has fewer
+        outputs than `MIN_WARPS_PER_SM` per SM."""
         stage = state.stages[i]
         warp = ctx.hardware.warp_size
         space, red = spatial_and_reduce_length(stage)
@@ -162,6 +165,8 @@ class CrossThreadReduction(SketchRule):
                 for n in self.ROWS_PER_WARP
                 if space % n == 0 and space // n >= self.MIN_WARPS_PER_SM * ctx.hardware.num_sms
             ]
+            if ctx.params.stream_reads:
+                out += [st.pragma(i, 0, "stream_reads", 1) for st in out]
         if consumer is not None:
             out = [st.compute_at(i, consumer, f"{row}_i") for st in out]
         return out
