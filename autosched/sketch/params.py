@@ -50,9 +50,6 @@ class SketchParams:
     # whether a row sum's warp-per-row sketches also come with their input read by streaming
     # (evict-first) loads (`CrossThreadReduction.rows_on_warps`)
     stream_reads: bool = True
-    # whether a row sum's warp-per-row sketches also come with their input read by streaming
-    # (evict-first) loads (`CrossThreadReduction.rows_on_warps`)
-    stream_reads: bool = True
     # elements of `local` buffers per thread: states with more spill registers far more often,
     # and none is among the fastest
     max_local_elems: int = 128
