@@ -96,6 +96,8 @@ class KernelPrinter(PrintContext):
         }
         written |= {id(b) for b in map(written_buffer, ir.iter_stmts(k.body)) if b is not None}
         written |= {id(s.dst.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, WgmmaStore)}
+        if k.stream_reads:
+            self.ex.streamed = {id(b) for b in self.params if id(b) not in written}
         args = []
         for b in self.params:
             const = "" if id(b) in written else "const "

@@ -75,6 +75,13 @@ def _via_float(template: str, args: list[str], dtype: str) -> str:
     return f"{to_half}({template.format(*(f'{to_float}({a})' for a in args))})"
 
 
+# the element types whose scalar loads a streaming read prints as `__ldcs` (CUDA declares it
+# for these without a header); other types read plainly
+STREAMED_SCALARS = ("float32", "float64", "int32")
+# the vector types `__ldcs` takes
+STREAMED_VECTORS = ("float2", "float4", "double2", "int2", "int4", "uint2", "uint4")
+
+
 class ExprPrinter:
     """Prints te expressions as CUDA; `names` maps id(Var) or id(Load) to replacement text."""
 
@@ -84,6 +91,8 @@ class ExprPrinter:
         self.fast_math = fast_math
         self.names: dict[int, str] = {}
         self.helpers: set[str] = set()
+        # ids of the buffers read with streaming loads (`Kernel.stream_reads`)
+        self.streamed: set[int] = set()
         self.table: TypeTable[Expr, [], str] = TypeTable()
         self.table.register(Const, literal)
         self.table.register(Var, self._unbound)
@@ -156,4 +165,7 @@ class ExprPrinter:
 
     def _load(self, e: Load) -> str:
         (index,) = e.indices  # lowered loads take one flat index (the verifier checks)
-        return f"{self.buffer_names[id(e.buffer)]}[{self(index)}]"
+        at = f"{self.buffer_names[id(e.buffer)]}[{self(index)}]"
+        if id(e.buffer) in self.streamed and e.buffer.dtype in STREAMED_SCALARS:
+            return f"__ldcs(&{at})"
+        return at

@@ -18,6 +18,7 @@ import math
 
 from autosched.codegen.async_copy import async_copy_text
 from autosched.codegen.context import PrintContext
+from autosched.codegen.expr_printer import STREAMED_VECTORS
 from autosched.codegen.lanes import guarded_loads, is_accumulation, lane_free_guard, vector_base
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
@@ -160,6 +161,8 @@ def _emit_loads(p: PrintContext, d: int, width: int, vloads: dict, preds: dict) 
         temps[key] = tmp = p.fresh("vec")
         at = f"{p.ex.buffer_names[id(ld.buffer)]}[{p.ex(base)}]"
         read = f"*reinterpret_cast<const {ltype}*>(&{at})"
+        if id(ld.buffer) in p.ex.streamed and ltype in STREAMED_VECTORS:
+            read = f"__ldcs(reinterpret_cast<const {ltype}*>(&{at}))"
         if sel is None:
             p.emit(d, f"{ltype} {tmp} = {read};")
         else:  # read only where the Select takes its true branch (all lanes agree)

@@ -190,6 +190,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         unit_vars=unit_vars(plan, root),
         min_blocks_per_sm=plan.stages[root].launch_min_blocks,
         cluster=cluster,
+        stream_reads=plan.stages[root].stream_reads,
     )
 
 

@@ -396,7 +396,9 @@ class Kernel:
     `min_blocks_per_sm`: the blocks of this kernel that must fit on one SM at once, the second
     argument of its `__launch_bounds__` (ptxas caps each thread's registers to fit them).
     `cluster`: the blocks of one thread-block cluster along x (1: no cluster; sm_90), which
-    the kernel declares as `__cluster_dims__(cluster, 1, 1)` (`lower/cluster_ir.py`)."""
+    the kernel declares as `__cluster_dims__(cluster, 1, 1)` (`lower/cluster_ir.py`).
+    `stream_reads`: the printer reads the global buffers the kernel never writes with
+    streaming (evict-first) loads; a cache hint, nothing the values depend on."""
 
     name: str
     grid: tuple[int, int, int]
@@ -407,6 +409,7 @@ class Kernel:
     unit_vars: tuple[Var, ...] = ()
     min_blocks_per_sm: int = 1
     cluster: int = 1
+    stream_reads: bool = False
 
     @property
     def threads_per_block(self) -> int:

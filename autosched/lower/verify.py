@@ -79,6 +79,7 @@ class _KernelVerifier:
         self.ranges = {id(ir.THREAD_VARS[tag]): (0, n - 1) for tag, n in launch}
         self.lane_guard: str | None = None  # the innermost condition that uses threadIdx.x
         self.vector_loop: str | None = None  # the enclosing vectorize loop's variable
+        self.loaded: set[int] = set()  # ids of the buffers the kernel's expressions load
         self.warp = _WarpRules(self)
         # statement type -> check(statement, divergent condition)
         self.table: TypeTable[ir.Stmt, [str | None], None] = TypeTable()
@@ -116,6 +117,7 @@ class _KernelVerifier:
         for node in walk(e):
             if isinstance(node, Load):
                 self.buffer(node.buffer, where)
+                self.loaded.add(id(node.buffer))
                 if len(node.indices) != 1:
                     self.fail(
                         f"{where}: load {expr_str(node)} has {len(node.indices)} indices, "
@@ -403,6 +405,26 @@ def _check_buffer(b: Any, scopes: tuple[str, ...], owner: str) -> None:
     )
 
 
+def _check_stream_reads(k: ir.Kernel, params: list[ir.Buffer], loaded: set[int]) -> None:
+    """A kernel marked `stream_reads` must load some global buffer it never writes: the hint
+    applies only to such reads (the printer leaves every other access plain), so a kernel
+    without one carries a hint that means nothing."""
+    if not k.stream_reads:
+        return
+    written = {
+        id(s.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, (ir.Store, ir.AllReduce))
+    }
+    written |= {
+        id(s.written())
+        for s in ir.iter_stmts(k.body)
+        if isinstance(s, ir.WarpStmt) and s.writes_memory()
+    }
+    check(
+        any(id(b) in loaded and id(b) not in written for b in params),
+        f"kernel {k.name}: stream_reads, but it loads no global buffer that it does not write",
+    )
+
+
 def verify_program(
     program: ir.Program, hardware: HardwareParams | None = None, launch_limits: bool = True
 ) -> None:
@@ -445,6 +467,7 @@ def verify_program(
             owner[id(b)] = k.name
         verifier = _KernelVerifier(k, program.params)
         verifier.stmt(k.body, None)
+        _check_stream_reads(k, program.params, verifier.loaded)
         check_cluster_order(k, verifier.fail)
         check_cluster_barriers(k, verifier.fail)
         check_async_reads(k)

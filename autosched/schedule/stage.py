@@ -99,6 +99,9 @@ class Stage:
     unroll_explicit: bool = False
     # a root stage: the blocks per SM its kernel's `__launch_bounds__` asks ptxas to fit
     launch_min_blocks: int = 1
+    # a root stage: its kernel reads the global buffers it never writes with streaming loads
+    # (`__ldcs`, evict-first: read-once data does not push reused lines out of the caches)
+    stream_reads: bool = False
     storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
     double_buffer: bool = False  # a shared stage fetched one iteration ahead (two buffers)
     # a double-buffered stage: its buffers (PIPELINE_STAGES), fetched that many - 1 ahead
@@ -161,6 +164,7 @@ class Stage:
             self.auto_unroll_max_step,
             self.unroll_explicit,
             self.launch_min_blocks,
+            self.stream_reads,
             self.storage_align,
             self.double_buffer,
             self.pipeline_stages,

@@ -55,6 +55,7 @@ from autosched.sketch.tensor_core_init import (
     tensor_core_unroll_options,
 )
 from autosched.sketch.tensor_core_instruction import TensorCoreInstruction
+from autosched.sketch.thread_work import split_repeats, vectorize_window
 from autosched.sketch.utils import (
     has_cross_thread_reduction,
     has_reduce_iter,
@@ -301,7 +302,9 @@ class ThreadBind(InitRule):
         element-wise stage whose loops are all fused (nothing inside, nothing computed at it)
         may also give each thread a vector of consecutive elements (16 bytes of its widest
         element, when they divide the loop), drawn against none: one vector store, and vector
-        loads where its reads are contiguous."""
+        loads where its reads are contiguous. A large stage may give each thread several
+        elements or vectors a block's width apart, and a pooling may read each window row as
+        a vector (thread_work.py)."""
         stage = state.stages[i]
         n = 0
         its = stage.iters
@@ -319,11 +322,8 @@ class ThreadBind(InitRule):
         options = [t for t in ctx.params.thread_counts if t <= most]
         if not options:
             return state.bind(i, 0, "threadIdx.x")
-        if lanes > 1:
-            state = state.split(i, 0, [pick(options, rng), lanes]).vectorize(i, 2)
-        else:
-            state = state.split(i, 0, [pick(options, rng)])
-        return state.bind(i, 0, "blockIdx.x").bind(i, 1, "threadIdx.x")
+        state = split_repeats(ctx, state, i, pick(options, rng), lanes, rng)
+        return vectorize_window(ctx, state, i, rng)
 
     @staticmethod
     def element_vector(ctx, state: State, i: int, whole: bool, extent: int) -> int:

@@ -40,7 +40,16 @@ class SketchParams:
     # those up to the first that covers the reduction and the block limit)
     cross_thread_counts: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     vector_lengths: tuple[int, ...] = (1, 2, 4)
+    # the elements (or vectors) a thread of a large fuse-split-bind stage may take, a block's
+    # width apart, unrolled (sketch/thread_work.py); 1 is always among the draws
+    thread_repeats: tuple[int, ...] = (1, 2, 4)
+    # whether such a stage's innermost short reduction along memory (a pooling window's row)
+    # may be read as one vector (sketch/thread_work.py)
+    window_vectors: bool = True
     max_vector_bytes: int = 16
+    # whether a row sum's warp-per-row sketches also come with their input read by streaming
+    # (evict-first) loads (`CrossThreadReduction.rows_on_warps`)
+    stream_reads: bool = True
     # elements of `local` buffers per thread: states with more spill registers far more often,
     # and none is among the fastest
     max_local_elems: int = 128

@@ -54,7 +54,8 @@ class CrossThreadReduction(SketchRule):
     own thread split (no consumer to follow, or one output per block), a further sketch has
     each thread read 16 bytes of consecutive reduction steps at once (`own_thread_splits`);
     and for a DAG output, or one computed inside a consumer with one element per output,
-    one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`).
+    one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`;
+    for a row sum, also 2 and 4 outputs per warp, read together).
     APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
     as well."""
 
@@ -133,8 +134,13 @@ class CrossThreadReduction(SketchRule):
         for every lane), and computed at the consumer's row loop. Each output is then a warp
         reduction (shuffles, no shared memory or barrier) and a block reads as many rows as it
         has warps: many short rows neither leave each block too little to read (a block per
-        row) nor read across rows (a thread per row). Empty when the stage does not qualify,
-        or has fewer outputs than `MIN_WARPS_PER_SM` per SM."""
+        row) nor read across rows (a thread per row). A DAG output also gets one state per
+        `ROWS_PER_WARP` count that divides its rows and leaves `MIN_WARPS_PER_SM` warps per
+        SM: each warp sums that many rows at once (`_warp_rows`); and each of those states
+        once more with its input read by streaming loads (`stream_reads`, with
+        `SketchParams.stream_reads`): the row is read once, so evict-first loads keep it from
+        displacing anything in L1 and L2. Empty when the stage does not qualify, or has fewer
+        outputs than `MIN_WARPS_PER_SM` per SM."""
         stage = state.stages[i]
         warp = ctx.hardware.warp_size
         space, red = spatial_and_reduce_length(stage)
@@ -152,17 +158,52 @@ class CrossThreadReduction(SketchRule):
         if len(spatial) > 1:
             state = state.fuse(rows_at, spatial)
         row = state.stages[rows_at].iters[0].name
-        state = state.split(rows_at, row, [None]).bind(rows_at, f"{row}_i", "threadIdx.y")
+        out = [self._warp_rows(ctx, state, i, fused, rows_at, row, 1)]
+        if consumer is None:
+            out += [
+                self._warp_rows(ctx, state, i, fused, rows_at, row, n)
+                for n in self.ROWS_PER_WARP
+                if space % n == 0 and space // n >= self.MIN_WARPS_PER_SM * ctx.hardware.num_sms
+            ]
+            if ctx.params.stream_reads:
+                out += [st.pragma(i, 0, "stream_reads", 1) for st in out]
+        if consumer is not None:
+            out = [st.compute_at(i, consumer, f"{row}_i") for st in out]
+        return out
+
+    # the rows one warp of a row sum may read at once, beyond one (`rows_on_warps`)
+    ROWS_PER_WARP: ClassVar[tuple[int, ...]] = (2, 4)
+
+    def _warp_rows(
+        self, ctx: SketchContext, state: State, i: int, fused: str, rows_at: int, row: str, n: int
+    ) -> State:
+        """`rows_on_warps`' state with `n` rows per warp: the fused row loop `row` split by an
+        unknown warp count bound to threadIdx.y (after `n` rows per warp split off inside it,
+        when n > 1), the reduction split [warp, lanes] on threadIdx.x; a warp's n rows loop
+        inside its outer reduction loop, so each lane keeps n partial sums and issues the
+        loads of its n rows together (n times the bytes in flight of a warp per row, n times
+        fewer blocks), then n warp reductions."""
+        warp = ctx.hardware.warp_size
+        red = spatial_and_reduce_length(state.stages[i])[1]
+        warps = row
+        if n > 1:
+            state = state.split(rows_at, row, [n])
+            warps = f"{row}_o"
+        state = state.split(rows_at, warps, [None]).bind(rows_at, f"{warps}_i", "threadIdx.y")
         lanes = self.vector_lanes(ctx, state, i)
         if lanes == 1 or red < warp * lanes:
-            state = state.split(i, fused, [warp]).bind(i, f"{fused}_i", "threadIdx.x")
+            outer, threads = level_names(fused, 2)
+            state = state.split(i, fused, [warp]).bind(i, threads, "threadIdx.x")
+            inner = [threads]
         else:
-            _, threads, vector = level_names(fused, 3)
+            outer, threads, vector = level_names(fused, 3)
             state = state.split(i, fused, [warp, lanes]).bind(i, threads, "threadIdx.x")
             state = state.vectorize(i, vector)
-        if consumer is not None:
-            state = state.compute_at(i, consumer, f"{row}_i")
-        return [state]
+            inner = [threads, vector]
+        if n > 1:
+            order = [f"{warps}_o", f"{warps}_i", outer, f"{row}_i", *inner]
+            state = state.reorder(i, order)
+        return state
 
     # the most outputs of one reduction a thread keeps in registers along its steps
     MAX_OUTPUTS_INSIDE_STEPS: ClassVar[int] = 4

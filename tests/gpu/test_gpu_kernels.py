@@ -16,7 +16,8 @@ file imports and skips cleanly on a machine without one. Run them with
 (e) softmax: the unscheduled and a scheduled multi-kernel state, and the cross-thread state of
     test_cross_thread.py (warp shuffles + shared memory)
 (f) splits whose factors do not divide their extents
-(g) memory-bound sketches: row sums a warp per row, RMSNorm of few long rows in two kernels
+(g) memory-bound sketches: row sums a warp per row, RMSNorm of few long rows in two kernels,
+    threads taking several vectors of an element-wise chain or of a pooling
 """
 
 from __future__ import annotations
@@ -253,15 +254,32 @@ def test_non_dividing_splits(shape, tiles):
 
 @pytest.mark.parametrize("shape", [(32768, 512), (4224, 48)])
 def test_row_sums_a_warp_per_row(shape):
-    """Sampled states of the warp-per-row sketch (tests/sketch/test_cross_block.py)."""
+    """Sampled states of the warp-per-row sketches, one to four rows a warp
+    (tests/sketch/test_cross_block.py)."""
     from autosched.sketch import SketchSampler, generate_sketches
     from tests.sketch.test_cross_block import on_warps, row_sums
 
     dag = row_sums(shape)
     sampler = SketchSampler([s for s in generate_sketches(dag) if on_warps(s)])
-    for state in sampler.sample(3, 0):
+    for state in sampler.sample(6, 0):
         kernel = run_on_gpu(dag, state)
         assert "__shfl_xor_sync" in kernel.source and "__syncthreads" not in kernel.source
+
+
+@pytest.mark.parametrize("which", ["bias_relu_mul", "max_pool"])
+def test_threads_take_several_vectors_and_window_rows(which):
+    """Sampled states of a large element-wise chain and a 2 x 2 max pooling whose threads take
+    2 or 4 elements or vectors a block's width apart, the pooling's window rows read as
+    float2 where drawn (sketch/thread_work.py; tests/sketch/test_thread_work.py)."""
+    from autosched.sketch import SketchSampler, generate_sketches
+    from tests.sketch.test_thread_work import bias_relu_mul, max_pool, repeats
+
+    dag = bias_relu_mul(4096, 2048) if which == "bias_relu_mul" else max_pool(8, 64, 112, 112)
+    sampler = SketchSampler(generate_sketches(dag))
+    states = [s for s in sampler.sample(12, 0) if repeats(s) > 1][:4]
+    assert states
+    for state in states:
+        run_on_gpu(dag, state)
 
 
 def test_rms_norm_of_few_long_rows_sums_its_parts_where_it_reads_them():

@@ -14,6 +14,7 @@ from autosched.codegen.cuda import codegen_program
 from autosched.features import N_FEATURES, extract_features
 from autosched.lower import ir
 from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.stage import REDUCE, SPATIAL
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches, sketch_context
 from autosched.sketch.params import SketchParams
@@ -247,7 +248,8 @@ def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
     shuffles, no shared memory or barrier; 4 floats a lane at once where every lane has a
     vector of the row (256), else one float (48: 32 lanes, the last 16 steps guarded)."""
     dag = row_sums(shape)
-    (warps,) = [s for s in generate_sketches(dag, ONE_SM) if on_warps(s)]
+    sketches = generate_sketches(dag, ONE_SM)
+    (warps,) = [s for s in sketches if on_warps(s) and rows_per_warp(s) == 1 and not streamed(s)]
     sampler = SketchSampler([warps], ONE_SM)
     states = sampler.sample(4, 0)
     assert len(states) == 4, sampler.rejected
@@ -264,6 +266,44 @@ def test_many_short_rows_may_be_summed_a_warp_per_row(shape, vector):
         interpret_and_compare(dag, program, rtol=1e-4)
         features = extract_features(program)  # what the cost model sees of it
         assert features.shape[1] == N_FEATURES and np.isfinite(features).all()
+    assert replay(dag, states[0].steps) == states[0]
+
+
+def streamed(sketch) -> bool:
+    """Does some stage of the sketch read its inputs with streaming loads (`stream_reads`)?"""
+    return any(st.stream_reads for st in sketch.stages)
+
+
+def rows_per_warp(sketch) -> int:
+    """The rows each warp of a warp-per-row sketch sums: the extent of the spatial loop inside
+    its reduction (1 when there is none)."""
+    its = sketch["rows"].iters
+    first_reduce = next(n for n, it in enumerate(its) if it.kind == REDUCE)
+    inner = [it.extent for it in its[first_reduce:] if it.kind == SPATIAL]
+    return inner[0] if inner else 1
+
+
+@pytest.mark.parametrize("shape, wanted", [((64, 256), (1, 2, 4)), ((16, 96), (1, 2))])
+def test_a_warp_may_sum_several_rows_at_once(shape, wanted):
+    """A row sum also gets sketches with 2 and 4 rows per warp (as long as the rows still
+    give every SM `MIN_WARPS_PER_SM` warps): each lane keeps one partial sum per row, its
+    loads of all the rows inside the reduction's steps (issued together), then a warp
+    reduction per row. Vectors of 4 floats for 256; one float for 96 (32 lanes, 3 steps)."""
+    dag = row_sums(shape)
+    sketches = [s for s in generate_sketches(dag, ONE_SM) if on_warps(s) and not streamed(s)]
+    assert tuple(rows_per_warp(s) for s in sketches) == wanted
+    sampler = SketchSampler(sketches[1:], ONE_SM)
+    states = sampler.sample(4, 0)
+    assert len(states) == 4, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        (kernel,) = program.kernels
+        per_warp = rows_per_warp(state)
+        assert kernel.block[0] == 32 and kernel.grid[0] * kernel.block[1] * per_warp == shape[0]
+        source = codegen_program(program)
+        assert f"rows_part[{per_warp}]" in source and "__syncthreads" not in source, source
+        assert ("float4 vec" in source) == (shape[1] % 128 == 0), source
+        interpret_and_compare(dag, program, rtol=1e-4)
     assert replay(dag, states[0].steps) == states[0]
 
 

@@ -87,14 +87,15 @@ class AnnotationStep(Step):
         return [f"s[{S}].{self.annotation}({it})"]
 
 
-PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "launch_min_blocks")
+PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "launch_min_blocks", "stream_reads")
 
 
 @dataclass(frozen=True, slots=True)
 class PragmaStep(Step):
     """`auto_unroll_max_step$N` (unroll inner loops up to N steps), `unroll_explicit$0/1`, or
     `launch_min_blocks$N` (a root stage: its kernel's `__launch_bounds__` asks for N blocks per
-    SM, N >= 1)."""
+    SM, N >= 1), or `stream_reads$0/1` (a root stage: its kernel reads the global buffers it
+    never writes with streaming, evict-first loads)."""
 
     TAG: ClassVar[str] = "PR"
     stage_id: int
@@ -119,6 +120,9 @@ class PragmaStep(Step):
         elif name == "launch_min_blocks":
             check(value >= 1, lambda: f"launch_min_blocks must be 1 or more, got {value}")
             new = replace(stage, launch_min_blocks=value)
+        elif name == "stream_reads":
+            check(value in (0, 1), lambda: f"stream_reads must be 0 or 1, got {value}")
+            new = replace(stage, stream_reads=bool(value))
         else:
             new = replace(stage, unroll_explicit=bool(value))
         return state.replace_stage(self.stage_id, new)
@@ -133,8 +137,8 @@ class PragmaStep(Step):
                 f's[{S}].pragma({it}, "auto_unroll_max_step", {value})',
                 f's[{S}].pragma({it}, "unroll_explicit", True)',
             ]
-        if name == "launch_min_blocks":
-            return [f's[{S}].pragma({it}, "launch_min_blocks", {value})']
+        if name in ("launch_min_blocks", "stream_reads"):
+            return [f's[{S}].pragma({it}, "{name}", {value})']
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
 
 
