@@ -120,3 +120,19 @@ def test_gpu_matches_numpy(dtype):
     c = np.full(C.shape, np.nan, np.float32)
     build_program(program)(a, b, c)
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_the_build_launches_each_kernel_with_its_tensor_maps():
+    from autosched.codegen.build import build_program
+
+    built = build_program(tma_matmul_program(**SMALL))
+    (launch,) = built.launches
+    a, b = launch.tensor_maps
+    assert (a.arg, a.dims, a.strides_bytes, a.box, a.swizzle) == (
+        "A",
+        (200, 64),
+        (400,),
+        (64, 64),
+        "128B",
+    )
+    assert (b.arg, b.dims, b.box) == ("B", (64, 200), (64, 64))
