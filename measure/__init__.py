@@ -5,7 +5,7 @@ argument specs) and `Reference`s (inputs and expected outputs) and returns resul
 `MeasureErrorKind`. Only the runner's worker process touches the GPU.
 """
 
-from measure.artifact import ArgSpec, KernelArtifact, Launch
+from measure.artifact import ArgSpec, KernelArtifact, Launch, TensorMapSpec
 from measure.builder import BuildResult, LocalBuilder, check_resources, compile_resources
 from measure.compiler import compile_kernel, compile_source, find_compiler
 from measure.context import LocalMeasureContext, MeasureResult
@@ -57,6 +57,7 @@ __all__ = [
     "Reference",
     "RunResult",
     "RunnerPool",
+    "TensorMapSpec",
     "check_resources",
     "compare_output",
     "compare_outputs",

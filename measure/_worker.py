@@ -12,13 +12,14 @@ refuses graphs it times back-to-back launches instead and says so in the reply (
 request's `rotate_bytes` makes consecutive timed runs cycle through copies of the buffers
 (measure.rotation), so that operands are read from memory, not from a warm L2 cache. How many
 runs and repeats a candidate gets, and whether it stops early at the request's `cost_bound`, is
-measure.timing_plan's decision; measure.timers does the timing.
+measure.timing_plan's decision; measure.timers does the timing. A launch's tensor maps
+(`Launch.tensor_maps`) are encoded for each buffer set it runs on (measure.tensor_map) and passed
+by value after the pointers.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import sys
 import time
 
@@ -33,6 +34,14 @@ from measure.launch_state import LaunchSettler
 from measure.lead_in import LeadIn
 from measure.reference import Reference, compare_outputs, random_array
 from measure.rotation import copy_sets, rotation_copies, set_pointers
+from measure.tensor_map import (
+    TensorMapDriver,
+    TensorMapError,
+    encode_launch_maps,
+    load_tensor_map_driver,
+    pack_params,
+    param_format,
+)
 from measure.timers import BackToBackTimer, GraphTimer
 from measure.timing_plan import Timing, TimingSettings, time_candidate
 
@@ -65,6 +74,7 @@ class Worker:
         self.phases: dict[str, float] = {}  # seconds per phase of the last candidate
         self.bounds: dict = {}  # ref_id -> output name -> allowed error (compare_outputs' cache)
         self.pristine: dict = {}  # ref_id -> input name -> device copy of the reference input
+        self.encoder: TensorMapDriver | None = None  # loaded for the first launch with tensor maps
         self.static_smem_limit = device.get_attribute(
             drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK
         )
@@ -126,7 +136,7 @@ class Worker:
         try:
             self._upload(args, buffers, reference, req.get("seed", 0), req.get("ref_id"))
             pointers = [int(b) for b in buffers]
-            run_sequence = _sequence(calls, pointers)
+            run_sequence = _sequence(calls, pointers, self._maps(launches, args, pointers))
             # the sets the timed runs cycle through, inputs copied before any run can touch them
             copies = rotation_copies(sum(a.nbytes for a in args), int(req.get("rotate_bytes", 0)))
             sequences = [run_sequence]
@@ -134,7 +144,8 @@ class Worker:
                 sizes = [a.nbytes for a in args]
                 rotated.append(copy_sets(drv, sizes, buffers, copies - 1))
                 sequences += [
-                    _sequence(calls, p) for p in set_pointers(sizes, rotated[-1], copies - 1)
+                    _sequence(calls, p, self._maps(launches, args, p))
+                    for p in set_pointers(sizes, rotated[-1], copies - 1)
                 ]
 
             t1 = time.perf_counter()
@@ -166,6 +177,17 @@ class Worker:
                     buf.free()
                 except Exception:
                     pass
+
+    def _maps(self, launches: list[Launch], args: list[ArgSpec], pointers: list[int]) -> list:
+        """Each launch's tensor maps encoded over the buffers at `pointers`."""
+        if not any(x.tensor_maps for x in launches):
+            return [[] for _ in launches]
+        try:
+            if self.encoder is None:
+                self.encoder = load_tensor_map_driver()
+            return [encode_launch_maps(self.encoder, x, args, pointers) for x in launches]
+        except TensorMapError as exc:
+            raise _Failure(MeasureErrorKind.INSTANTIATION_ERROR, f"tensor map: {exc}") from exc
 
     def _prepare(self, module, launch: Launch):
         drv = self.drv
@@ -263,27 +285,29 @@ class Worker:
             timer.close()
 
 
-def _sequence(calls, pointers: list[int]):
+def _sequence(calls, pointers: list[int], maps: list[list[bytes]]):
     """A function launching the whole kernel sequence on a pycuda stream (None: the legacy
-    default stream), asynchronously, with the least Python overhead.
+    default stream), asynchronously, with the least Python overhead; call i takes `pointers`,
+    then its encoded tensor maps `maps[i]`.
 
-    The parameter buffer is packed once; `Function._launch_kernel` (pycuda's launch primitive,
-    stable since 2011) takes it as is. Without it, fall back to the public prepared call.
+    The parameter buffers are packed once (`measure.tensor_map.pack_params`);
+    `Function._launch_kernel` (pycuda's launch primitive, stable since 2011) takes them as they
+    are. Without it, fall back to the public prepared call.
     """
-    params = struct.pack("P" * len(pointers), *pointers)
+    params = [pack_params(pointers, m) for m in maps]
     if all(hasattr(func, "_launch_kernel") for func, *_ in calls):
 
         def run_sequence(stream=None) -> None:
-            for func, grid, block, shared in calls:
-                func._launch_kernel(grid, block, params, shared, stream)
+            for (func, grid, block, shared), buf in zip(calls, params, strict=True):
+                func._launch_kernel(grid, block, buf, shared, stream)
 
         return run_sequence
-    for func, *_ in calls:
-        func.prepare("P" * len(pointers))
+    for (func, *_), m in zip(calls, maps, strict=True):
+        func.prepare(param_format(len(pointers), len(m)))
 
     def run_prepared(stream=None) -> None:
-        for func, grid, block, shared in calls:
-            func.prepared_async_call(grid, block, stream, *pointers, shared_size=shared)
+        for (func, grid, block, shared), m in zip(calls, maps, strict=True):
+            func.prepared_async_call(grid, block, stream, *pointers, *m, shared_size=shared)
 
     return run_prepared
 

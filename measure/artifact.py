@@ -1,7 +1,9 @@
 """Kernel artifacts: what `measure` is given to build and run (no knowledge of autosched's IR).
 
 A program is one CUDA source holding one or more `extern "C" __global__` kernels that are launched
-in order; every kernel takes *all* the arguments, as pointers, in `KernelArtifact.args` order.
+in order; every kernel takes *all* the arguments, as pointers, in `KernelArtifact.args` order, then
+the tensor maps of its launch (`Launch.tensor_maps`), each a 128-byte `CUtensorMap` passed by
+value that the runner encodes for the buffers it launches with (`measure.tensor_map`).
 All classes here are frozen values with `to_dict()`/`from_dict()` (msgpack- and JSON-friendly).
 """
 
@@ -14,6 +16,11 @@ from collections.abc import Sequence
 from measure.bfloat16 import dtype_name, storage_dtype
 
 Dim3 = tuple[int, int, int]
+TENSOR_MAP_SWIZZLES = ("none", "128B")
+TENSOR_MAP_MAX_RANK = 5
+TENSOR_MAP_BOX_MAX = 256  # elements per box dimension
+TENSOR_MAP_STRIDE_ALIGN = 16  # bytes: every global stride, and a box's inner extent
+SWIZZLE_SPAN_BYTES = {"none": None, "128B": 128}  # the widest inner box extent a mode takes
 
 
 def _dim3(value: Sequence[int]) -> Dim3:
@@ -60,9 +67,84 @@ class ArgSpec:
         return cls(data["name"], tuple(data["shape"]), data["dtype"], bool(data["is_output"]))
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorMapSpec:
+    """A tensor map kernel parameter (`const __grid_constant__ CUtensorMap`, encoded with the
+    driver's `cuTensorMapEncodeTiled`): a tiled view of the argument named `arg`, starting at
+    its first element. `dims` (elements), `box` (elements one copy moves) and `strides_bytes`
+    (of dimensions 1 .., so one fewer) are innermost dimension first, as the driver takes them;
+    `swizzle` is "none" or "128B". Elements of a box outside `dims` read as zero; element
+    strides are 1, no interleave, L2 promotion 128 bytes. The element type is the argument's."""
+
+    arg: str
+    dims: tuple[int, ...]
+    strides_bytes: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: str = "none"
+
+    def __post_init__(self) -> None:
+        for name in ("dims", "strides_bytes", "box"):
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def problem(self, spec: ArgSpec) -> str | None:
+        """Why this map cannot describe the argument `spec` (the driver's rules), or None."""
+        what = f"tensor map of {self.arg!r}"
+        elem = storage_dtype(spec.dtype).itemsize
+        if not 1 <= self.rank <= TENSOR_MAP_MAX_RANK:
+            return f"{what}: rank {self.rank}, not 1 to {TENSOR_MAP_MAX_RANK}"
+        if len(self.box) != self.rank or len(self.strides_bytes) != self.rank - 1:
+            return f"{what}: {self.rank} dims take as many box extents and one fewer stride"
+        if any(d < 1 for d in self.dims):
+            return f"{what}: dims {self.dims} must be positive"
+        if any(s % TENSOR_MAP_STRIDE_ALIGN or s < 1 for s in self.strides_bytes):
+            return f"{what}: strides {self.strides_bytes} must be positive multiples of 16 bytes"
+        if any(not 1 <= b <= TENSOR_MAP_BOX_MAX for b in self.box):
+            return f"{what}: box {self.box} extents must be 1 to {TENSOR_MAP_BOX_MAX}"
+        inner = self.box[0] * elem
+        if inner % TENSOR_MAP_STRIDE_ALIGN:
+            return f"{what}: the box's inner extent is {inner} bytes, not a multiple of 16"
+        if self.swizzle not in TENSOR_MAP_SWIZZLES:
+            return f"{what}: unknown swizzle {self.swizzle!r} (one of {TENSOR_MAP_SWIZZLES})"
+        span = SWIZZLE_SPAN_BYTES[self.swizzle]
+        if span is not None and inner > span:
+            return f"{what}: a {self.swizzle} swizzle takes box rows of at most {span} bytes"
+        last = (self.dims[0] - 1) * elem + sum(
+            (d - 1) * s for d, s in zip(self.dims[1:], self.strides_bytes, strict=True)
+        )
+        if last >= spec.nbytes:
+            return f"{what}: reaches byte {last} of a {spec.nbytes}-byte argument"
+        return None
+
+    def to_dict(self) -> dict:
+        """Plain-dict form."""
+        return {
+            "arg": self.arg,
+            "dims": list(self.dims),
+            "strides_bytes": list(self.strides_bytes),
+            "box": list(self.box),
+            "swizzle": self.swizzle,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TensorMapSpec:
+        """Inverse of `to_dict`."""
+        return cls(
+            data["arg"],
+            tuple(data["dims"]),
+            tuple(data["strides_bytes"]),
+            tuple(data["box"]),
+            data.get("swizzle", "none"),
+        )
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class Launch:
-    """One kernel launch: entry name, grid and block dimensions, dynamic shared memory bytes.
+    """One kernel launch: entry name, grid and block dimensions, dynamic shared memory bytes,
+    and the tensor maps the kernel takes after the pointers, in parameter order.
 
     `grid` and `block` may be given with 1 to 3 dimensions; they are stored padded to 3 with 1s.
     """
@@ -71,6 +153,7 @@ class Launch:
     grid: Dim3
     block: Dim3
     dynamic_shared_bytes: int = 0
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
     def __init__(
         self,
@@ -78,11 +161,13 @@ class Launch:
         grid: Sequence[int],
         block: Sequence[int],
         dynamic_shared_bytes: int = 0,
+        tensor_maps: Sequence[TensorMapSpec] = (),
     ) -> None:
         object.__setattr__(self, "kernel_name", kernel_name)
         object.__setattr__(self, "grid", _dim3(grid))
         object.__setattr__(self, "block", _dim3(block))
         object.__setattr__(self, "dynamic_shared_bytes", int(dynamic_shared_bytes))
+        object.__setattr__(self, "tensor_maps", tuple(tensor_maps))
 
     @property
     def threads_per_block(self) -> int:
@@ -90,13 +175,17 @@ class Launch:
         return math.prod(self.block)
 
     def to_dict(self) -> dict:
-        """Plain-dict form."""
-        return {
+        """Plain-dict form (`tensor_maps` only when there are some, so that records of kernels
+        without them read as before)."""
+        out = {
             "kernel_name": self.kernel_name,
             "grid": list(self.grid),
             "block": list(self.block),
             "dynamic_shared_bytes": self.dynamic_shared_bytes,
         }
+        if self.tensor_maps:
+            out["tensor_maps"] = [m.to_dict() for m in self.tensor_maps]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Launch:
@@ -106,6 +195,7 @@ class Launch:
             tuple(data["grid"]),
             tuple(data["block"]),
             int(data.get("dynamic_shared_bytes", 0)),
+            tuple(TensorMapSpec.from_dict(m) for m in data.get("tensor_maps", ())),
         )
 
 
@@ -143,6 +233,13 @@ class KernelArtifact:
                 return f"launch of {launch.kernel_name!r} has a zero or negative dimension"
             if launch.dynamic_shared_bytes < 0:
                 return f"launch of {launch.kernel_name!r} has negative dynamic shared memory"
+            by_name = {a.name: a for a in self.args}
+            for m in launch.tensor_maps:
+                if m.arg not in by_name:
+                    return f"launch of {launch.kernel_name!r}: tensor map of unknown {m.arg!r}"
+                problem = m.problem(by_name[m.arg])
+                if problem:
+                    return f"launch of {launch.kernel_name!r}: {problem}"
         if not any(a.is_output for a in self.args):
             return "no argument is marked as an output"
         return None

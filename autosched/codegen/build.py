@@ -11,9 +11,11 @@ from autosched.errors import OptionError
 from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.lowering import lower
+from autosched.lower.tma_ir import tensor_maps
 from autosched.lower.unrolling import compiled_statements
 from autosched.schedule.loop_state import ScheduledDAG, State
 from measure import ArgSpec, KernelArtifact, Launch
+from measure.artifact import TensorMapSpec
 
 
 @dataclass
@@ -149,15 +151,27 @@ def build(dag: ScheduledDAG, state: State, fast_math: bool = False) -> BuiltKern
     return build_program(device_program(lower(state)), fast_math=fast_math)
 
 
+def kernel_tensor_maps(kernel: ir.Kernel) -> tuple[TensorMapSpec, ...]:
+    """The tensor-map parameters of `kernel` (`lower/tma_ir.py`) as `measure` encodes them,
+    in the order the printer declares them."""
+    out = []
+    for m in tensor_maps(kernel):
+        dims, strides, box = m.encoding()
+        out.append(TensorMapSpec(m.buffer.name, dims, strides, box, m.swizzle))
+    return tuple(out)
+
+
 def build_program(program: ir.Program, fast_math: bool = False) -> BuiltKernel:
     """A BuiltKernel of a device program (printed as it is: `build` runs the passes first);
     also for programs built by hand."""
     from autosched.codegen.cuda import codegen_program, dynamic_shared_bytes
 
     source = codegen_program(program, fast_math=fast_math)
-    # a kernel over 48 KB of shared memory declares it dynamic: its launch sizes it
+    # a kernel over 48 KB of shared memory declares it dynamic: its launch sizes it; a kernel
+    # with TMA copies takes its tensor maps after the pointers
     launches = tuple(
-        Launch(k.name, k.grid, k.block, dynamic_shared_bytes(k)) for k in program.kernels
+        Launch(k.name, k.grid, k.block, dynamic_shared_bytes(k), kernel_tensor_maps(k))
+        for k in program.kernels
     )
     outputs = {id(b) for b in program.outputs}
     args = tuple(ArgSpec(b.name, tuple(b.shape), b.dtype, id(b) in outputs) for b in program.params)

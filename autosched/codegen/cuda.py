@@ -47,6 +47,7 @@ from autosched.codegen.shared_memory import (
     shared_layout,
 )
 from autosched.codegen.target import CUDATarget
+from autosched.codegen.tma import DESCRIPTOR_HELPER, TmaPrinter
 from autosched.codegen.vectors import emit_vector_loop
 from autosched.codegen.wgmma import DESC_HELPER, WgmmaPrinter
 from autosched.codegen.wmma import HEADER as WMMA_HEADER
@@ -78,6 +79,8 @@ class KernelPrinter(PrintContext):
         self.wgmma.register(self.table)
         self.cluster = ClusterPrinter(self)
         self.cluster.register(self.table)
+        self.tma = TmaPrinter(self)
+        self.tma.register(self.table)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         fn = self.table.handler(s)
@@ -102,6 +105,7 @@ class KernelPrinter(PrintContext):
         for b in self.params:
             const = "" if id(b) in written else "const "
             args.append(f"{const}{t.types[b.dtype]}* {t.restrict} {self.ex.buffer_names[id(b)]}")
+        args += self.tma.params()
         bounds = f"{k.threads_per_block}, {k.min_blocks_per_sm}"
         cluster = self.cluster.attribute()
         self.emit(0, f"{t.kernel_prefix} __launch_bounds__({bounds}){cluster} {k.name}(")
@@ -199,6 +203,8 @@ def codegen_program(
         head.append(FLOOR_HELPERS.rstrip("\n"))
     if DESC_HELPER in helpers:
         head.append(DESC_HELPER)
+    if DESCRIPTOR_HELPER in helpers:
+        head.append(DESCRIPTOR_HELPER)
     if ASYNC_HELPER in helpers:
         head.append(ASYNC_HELPERS.rstrip("\n"))
     if CLUSTER_HELPER in helpers:

@@ -1,4 +1,8 @@
-"""Running a BuiltKernel in this process on the GPU (pycuda), for users and benchmarks."""
+"""Running a BuiltKernel in this process on the GPU (pycuda), for users and benchmarks.
+
+Every kernel takes the argument pointers, then its launch's tensor maps (`Launch.tensor_maps`),
+encoded here for the buffers it runs on (`measure.tensor_map`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from measure import GPUUnavailableError, compile_kernel
+from measure.tensor_map import encode_launch_maps, load_tensor_map_driver, param_format
 
 
 @functools.lru_cache(maxsize=64)
@@ -31,6 +36,20 @@ def _function(drv, mod, launch):
         attr = drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
         fn.set_attribute(attr, launch.dynamic_shared_bytes)
     return fn
+
+
+@functools.cache
+def _encoder():
+    """libcuda's tensor map encoder, loaded once."""
+    return load_tensor_map_driver()
+
+
+def _prepared(fn, launch, args, pointers: list[int]) -> list[bytes]:
+    """Prepare `fn` for the pointers and the launch's tensor maps over them; the encoded maps,
+    which follow the pointers in its calls."""
+    maps = encode_launch_maps(_encoder(), launch, args, pointers) if launch.tensor_maps else []
+    fn.prepare(param_format(len(pointers), len(maps)))
+    return maps
 
 
 def _context():
@@ -88,23 +107,25 @@ class GPULauncher:
                     f"for {spec.name}"
                 )
         self.calls = []
+        addresses = [int(p) for p in self.pointers]
         for launch in kernel.launches:
             fn = _function(drv, mod, launch)
-            fn.prepare("P" * len(self.pointers))
+            maps = _prepared(fn, launch, kernel.args, addresses)
             self.calls.append(
                 (
                     fn,
                     tuple(launch.grid) + (1,) * (3 - len(launch.grid)),
                     tuple(launch.block) + (1,) * (3 - len(launch.block)),
                     launch.dynamic_shared_bytes,
+                    maps,
                 )
             )
 
     def __call__(self, stream=None) -> None:
         """Launch every kernel in order on `stream` (a pycuda Stream; None: the legacy default
         stream)."""
-        for fn, grid, block, shared in self.calls:
-            fn.prepared_async_call(grid, block, stream, *self.pointers, shared_size=shared)
+        for fn, grid, block, shared, maps in self.calls:
+            fn.prepared_async_call(grid, block, stream, *self.pointers, *maps, shared_size=shared)
 
 
 def new_stream():
@@ -140,9 +161,13 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
             ptrs.append(buf)
             if spec.is_output:
                 copies.append((arrays[len(ptrs) - 1], buf))
+    addresses = [int(p) for p in ptrs]
     for launch in kernel.launches:
         fn = _function(drv, mod, launch)
-        fn(*ptrs, grid=launch.grid, block=launch.block, shared=launch.dynamic_shared_bytes)
+        maps = _prepared(fn, launch, kernel.args, addresses)
+        fn.prepared_call(
+            launch.grid, launch.block, *addresses, *maps, shared_size=launch.dynamic_shared_bytes
+        )
     drv.Context.synchronize()
     for host, buf in copies:
         out = np.empty_like(host)

@@ -30,6 +30,7 @@ from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import simplify
+from autosched.lower.tma_ir import TMA_ALIGN, tma_destinations
 
 DESC_HELPER = """__device__ __forceinline__ unsigned long long as_wgmma_desc(const void* p, unsigned long long fields) {
   unsigned long long address = static_cast<unsigned long long>(__cvta_generic_to_shared(p));
@@ -44,8 +45,12 @@ COL0 = "(2 * ((int)threadIdx.x & 3))"
 
 
 def shared_alignment(kernel: ir.Kernel) -> dict[int, int]:
-    """The byte alignment of each shared buffer wgmmas read (by id)."""
-    return {i: wl.SWIZZLE_ALIGN[sw] for i, sw in wi.wgmma_operands(kernel).items()}
+    """The byte alignment of each shared buffer wgmmas read or TMA copies write (by id): its
+    swizzle pattern's (TMA needs 128 bytes without a swizzle)."""
+    out = {i: wl.SWIZZLE_ALIGN[sw] for i, sw in wi.wgmma_operands(kernel).items()}
+    for i, sw in tma_destinations(kernel).items():
+        out[i] = max(out.get(i, 0), TMA_ALIGN[sw])
+    return out
 
 
 class WgmmaPrinter:

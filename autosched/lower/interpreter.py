@@ -36,8 +36,10 @@ from autosched.lower.cluster_ir import uses_cluster
 from autosched.lower.dispatch import TypeTable
 from autosched.lower.interpret_cluster import register_cluster_handlers
 from autosched.lower.interpret_hoist import Hoister, Let
+from autosched.lower.interpret_tma import register_tma_handlers
 from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
 from autosched.lower.interpret_wgmma import accumulator_storage, register_wgmma_handlers
+from autosched.lower.tma_ir import uses_tma
 from autosched.lower.wgmma_ir import uses_wgmma
 from autosched.te.dtype import compute_dtype, numpy_dtype, to_storage
 from autosched.te.expr import Expr, Load
@@ -157,6 +159,9 @@ class _KernelRun:
         # wgmma may read only after the writer's fence.proxy.async
         wgmma = register_wgmma_handlers(self.table, self)
         self.wgmma = wgmma if uses_wgmma(kernel) else None
+        # TMA and mbarrier statements (interpret_tma): told of barriers and shared reads
+        tma = register_tma_handlers(self.table, self)
+        self.tma = tma if uses_tma(kernel) else None
         # cluster statements (interpret_cluster): told of every shared store, which may race
         # with another block's cluster read
         self.cluster = register_cluster_handlers(self.table, self) if uses_cluster(kernel) else None
@@ -247,6 +252,8 @@ class _KernelRun:
 
     def _track_read(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
         tr, t = self.trackers[id(buf)], self.ix["tid"][lanes]
+        if self.tma is not None:
+            self.tma.check_read(buf, keys, lanes)
         bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
@@ -259,6 +266,8 @@ class _KernelRun:
         self.stmt(Hoister().scoped(self.k.body, 0), None)
         if self.cluster is not None:
             self.cluster.finish()
+        if self.tma is not None:
+            self.tma.finish()
 
     def _let(self, s: Let, mask: Any) -> None:
         self.env[id(s.var)] = self.eval(s.value, None)
@@ -315,6 +324,8 @@ class _KernelRun:
             tr.clear()
         if self.wgmma is not None:
             self.wgmma.barrier()
+        if self.tma is not None:
+            self.tma.barrier()
 
     def _commit(self, s: ir.AsyncCommit, mask: Any) -> None:
         self._uniform(mask, "cp.async.commit_group")

@@ -6,8 +6,8 @@ variables, buffers that are neither params nor the kernel's allocations, bad loo
 kinds, dtype mismatches, barriers (or AllReduces) under thread-dependent conditions, shared or
 local buffers reused across kernels, launch sizes beyond the device's limits
 (`measure.HardwareParams`), and the rules of the warp-collective Tensor Core statements
-(docs/TENSOR_CORES.md; `_WarpRules`), of the warpgroup statements (`verify_wgmma.py`) and of
-thread-block clusters (`verify_cluster.py`).
+(docs/TENSOR_CORES.md; `_WarpRules`), of the warpgroup statements (`verify_wgmma.py`), of
+thread-block clusters (`verify_cluster.py`) and of TMA copies and mbarriers (`verify_tma.py`).
 
 `verify_every_lowering(True)` makes `lower` and `device_program` verify every program they
 return, without the launch limits (the tests turn it on for the whole session).
@@ -28,6 +28,7 @@ from autosched.lower.verify_cluster import (
     check_cluster_launch,
     check_cluster_order,
 )
+from autosched.lower.verify_tma import TmaRules
 from autosched.lower.verify_wgmma import WarpgroupRules
 from autosched.lower.verify_wgmma_order import check_async_reads
 from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
@@ -97,6 +98,7 @@ class _KernelVerifier:
         for stmt_type in (*WARPGROUP_STMTS, ProxyFence):
             self.table.register(stmt_type, warpgroup.check)
         ClusterRules(self).register(self.table)
+        TmaRules(self).register(self.table)
 
     def fail(self, what: str) -> NoReturn:
         raise LoweringError(f"kernel {self.k.name}: {what}")

@@ -136,6 +136,8 @@ def track_collective_read(
     last barrier races; the unit's threads are recorded as readers."""
     tr = run.trackers[id(buf)]
     t = run.ix["tid"][lanes]
+    if getattr(run, "tma", None) is not None:  # TMA copies not yet waited for
+        run.tma.check_read(buf, keys, lanes)
     bad = tr.others(tr.wmin[keys], tr.wmax[keys], t)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])

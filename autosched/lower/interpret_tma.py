@@ -1,0 +1,274 @@
+"""The CPU interpreter's TMA and mbarrier statements (`lower/tma_ir.py`), as the PTX ISA
+defines them.
+
+- An mbarrier slot of a block holds its expected arrival count, the arrivals still pending in
+  the current phase, the transaction count (bytes announced by `expect_tx` and not yet
+  delivered) and the number of completed phases. The current phase completes when no arrival
+  is pending and the transaction count is zero: the pending count is reset, the phase count
+  grows by one. An mbarrier is used only after `MbarrierInit` and a `Barrier` after it.
+- `TmaLoad` reads the box of its tensor map at the block's coordinates from global memory,
+  zero outside the tensor, and writes it into shared memory row-major from the destination
+  offset; with the 128-byte swizzle (its rows are exactly 128 bytes; the destination starts on a
+  1024-byte boundary) the 16-byte piece j of row r lands at piece j ^ (r % 8). Its bytes count
+  against the slot's transaction count (more than announced is an error). The elements it
+  wrote are marked in flight on (slot, phase): reading one (ordinary load or wgmma) before the
+  thread waited for that phase is an error. It must not overwrite what a wgmma may still read
+  (`interpret_wgmma.AsyncReads`), what another copy still has in flight, or what threads read or
+  wrote since the last barrier (the barrier is the slot's release).
+- `MbarrierWait(slot, parity)` returns once the slot's phase of that parity completed: where
+  the current, incomplete phase has that parity nothing in this lock-step run can complete it
+  any more, which on the GPU is a deadlock (or a wait on the wrong parity): an error. A wait
+  that returns makes the copies of every completed phase of the slot visible to the block.
+- The block reaches elected statements and waits together (like a barrier); a kernel that
+  ends with bytes still expected on an mbarrier is an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autosched.lower import ir
+from autosched.lower import tma_ir as ti
+from autosched.lower.dispatch import TypeTable
+from autosched.te.dtype import BYTES
+
+
+def swizzle_128b(byte_offset: np.ndarray) -> np.ndarray:
+    """The 128-byte swizzle of byte offsets from a 1024-byte boundary: bits 4-6 XOR bits 7-9."""
+    return byte_offset ^ (((byte_offset >> 7) & 7) << 4)
+
+
+class _Barriers:
+    """The state of one shared mbarrier array in every block: (blocks, slots) arrays."""
+
+    def __init__(self, nblocks: int, slots: int) -> None:
+        shape = (nblocks, slots)
+        self.count = np.zeros(shape, np.int64)
+        self.pending = np.zeros(shape, np.int64)
+        self.tx = np.zeros(shape, np.int64)
+        self.phase = np.zeros(shape, np.int64)
+        self.inited = np.zeros(shape, bool)
+        self.visible = np.zeros(shape, bool)
+
+    def complete(self, b: int, slot: int) -> None:
+        """Complete the current phase if nothing is pending on it."""
+        if self.pending[b, slot] == 0 and self.tx[b, slot] == 0:
+            self.phase[b, slot] += 1
+            self.pending[b, slot] = self.count[b, slot]
+
+
+class _InFlight:
+    """Which elements of one shared buffer a TMA copy wrote and no wait made visible yet: the
+    mbarrier array, slot (-1: none) and phase of each (blocks * size)."""
+
+    def __init__(self, size: int, bars: ir.Buffer) -> None:
+        self.bars = bars
+        self.slot = np.full(size, -1, np.int64)
+        self.phase = np.zeros(size, np.int64)
+
+
+class TmaRun:
+    """The TMA and mbarrier statements of one kernel run (`interpreter._KernelRun`)."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.barriers: dict[int, _Barriers] = {}
+        self.in_flight: dict[int, _InFlight] = {}
+
+    def fail(self, s: Any, what: str) -> None:
+        self.run.fail(f"{type(s).__name__} in kernel {self.run.k.name}: {what}")
+
+    def blocks(self, s: Any, mask: Any) -> np.ndarray:
+        """The blocks running `s`, all of whose threads must reach it."""
+        run = self.run
+        run._uniform(mask, type(s).__name__)
+        if mask is None:
+            return np.arange(run.nblocks)
+        return np.flatnonzero(np.broadcast_to(mask, (run.L,)).reshape(run.nblocks, run.T)[:, 0])
+
+    def per_block(self, e: Any, blocks: np.ndarray, mask: Any) -> np.ndarray:
+        """`e` as thread 0 of each block evaluates it."""
+        got = np.broadcast_to(np.asarray(self.run.eval(e, mask)), (self.run.L,))
+        return got.reshape(self.run.nblocks, self.run.T)[blocks, 0].astype(np.int64)
+
+    def state(self, s: Any, bars: ir.Buffer, slots: np.ndarray, blocks: np.ndarray) -> _Barriers:
+        """The mbarriers `bars`, checked initialised, made visible and `slots` in range."""
+        st = self.barriers.get(id(bars))
+        if bars.scope != "shared" or bars.dtype != ti.MBARRIER_DTYPE:
+            self.fail(s, f"{bars.name} is no shared {ti.MBARRIER_DTYPE} mbarrier array")
+        if st is None:
+            self.fail(s, f"uses mbarrier {bars.name} before its mbarrier.init")
+        assert st is not None
+        bad = np.flatnonzero((slots < 0) | (slots >= bars.size))
+        if bad.size:
+            self.fail(s, f"slot {int(slots[bad[0]])} of {bars.name} is out of range")
+        if not st.visible[blocks, slots].all():
+            self.fail(s, f"uses mbarrier {bars.name} with no barrier after its mbarrier.init")
+        return st
+
+    # ---- statements -----------------------------------------------------------------------
+    def init(self, s: ti.MbarrierInit, mask: Any) -> None:
+        blocks = self.blocks(s, mask)
+        st = self.barriers.setdefault(id(s.bars), _Barriers(self.run.nblocks, s.bars.size))
+        if (st.tx[blocks] != 0).any():
+            self.fail(s, f"re-initialises {s.bars.name} while copies are in flight on it")
+        if s.count < 1:
+            self.fail(s, f"an mbarrier expects at least one arrival, not {s.count}")
+        for arr, value in ((st.count, s.count), (st.pending, s.count), (st.tx, 0), (st.phase, 0)):
+            arr[blocks] = value
+        st.inited[blocks] = True
+        st.visible[blocks] = False
+
+    def expect_tx(self, s: ti.MbarrierExpectTx, mask: Any) -> None:
+        blocks = self.blocks(s, mask)
+        slots = self.per_block(s.slot, blocks, mask)
+        st = self.state(s, s.bars, slots, blocks)
+        for b, slot in zip(blocks, slots, strict=True):
+            if st.pending[b, slot] < 1:
+                self.fail(s, f"arrives on {s.bars.name}[{slot}] with no arrival pending")
+            st.tx[b, slot] += s.nbytes
+            st.pending[b, slot] -= 1
+            st.complete(b, slot)
+
+    def load(self, s: ti.TmaLoad, mask: Any) -> None:
+        run = self.run
+        problem = s.map.problem()
+        if problem:
+            self.fail(s, problem)
+        dst, src = s.dst, s.map.buffer
+        if dst.scope != "shared" or dst.dtype != src.dtype:
+            self.fail(s, f"copies {src.dtype} {src.name} into {dst.scope} {dst.dtype} {dst.name}")
+        blocks = self.blocks(s, mask)
+        slots = self.per_block(s.slot, blocks, mask)
+        st = self.state(s, s.bars, slots, blocks)
+        offsets = self.per_block(s.offset, blocks, mask)
+        coords = [self.per_block(c, blocks, mask) for c in s.coords]
+        if len(coords) != s.map.rank:
+            self.fail(s, f"{len(coords)} coordinates for a box of rank {s.map.rank}")
+        _, gmem = run.bufs_of(src)
+        _, smem = run.bufs_of(dst)
+        flight = self.in_flight.setdefault(id(dst), _InFlight(run.nblocks * dst.size, s.bars))
+        if flight.bars is not s.bars:
+            self.fail(s, f"copies into {dst.name} complete on two mbarrier arrays")
+        elem = BYTES[dst.dtype]
+        box = np.indices(s.map.box).reshape(s.map.rank, -1)  # (rank, elements), row-major
+        linear = np.arange(box.shape[1], dtype=np.int64) * elem
+        if s.map.swizzle == "128B":
+            linear = swizzle_128b(linear)
+        for j, b in enumerate(blocks):
+            at = np.array([coords[d][j] for d in range(s.map.rank)])[:, None] + box
+            inside = ((at >= 0) & (at < np.array(src.shape)[:, None])).all(axis=0)
+            flat = np.ravel_multi_index(tuple(np.where(inside, at, 0)), src.shape)
+            values = np.where(inside, gmem[flat], np.zeros((), gmem.dtype))
+            start = int(offsets[j]) * elem
+            align = ti.TMA_ALIGN[s.map.swizzle]
+            if start % align:
+                self.fail(
+                    s,
+                    f"a box of swizzle {s.map.swizzle} lands at byte {start} of {dst.name}, not "
+                    f"on a {align}-byte boundary",
+                )
+            idx = (start + linear) // elem
+            lane = int(b) * run.T
+            run._check_bounds(dst, idx, np.full(idx.size, lane), "write (TMA)")
+            keys = int(b) * dst.size + idx
+            self.check_overwrite(s, dst, keys, lane, flight)
+            smem.reshape(-1)[keys] = values
+            flight.slot[keys] = slots[j]
+            flight.phase[keys] = st.phase[b, slots[j]]
+            st.tx[b, slots[j]] -= s.map.box_bytes
+            if st.tx[b, slots[j]] < 0:
+                self.fail(
+                    s,
+                    f"delivers more bytes to {s.bars.name}[{slots[j]}] than its "
+                    "mbarrier.arrive.expect_tx announced",
+                )
+            st.complete(b, slots[j])
+
+    def check_overwrite(self, s: Any, dst: ir.Buffer, keys, lane: int, flight: _InFlight) -> None:
+        run = self.run
+        busy = np.flatnonzero(flight.slot[keys] >= 0)
+        if busy.size:
+            self.fail(
+                s,
+                f"overwrites {dst.name}[{int(keys[busy[0]] % dst.size)}], which a copy "
+                "no thread waited for still writes",
+            )
+        tr = run.trackers[id(dst)]
+        touched = np.flatnonzero((tr.rmax[keys] >= 0) | (tr.wmax[keys] >= 0))
+        if touched.size:
+            self.fail(
+                s,
+                f"overwrites {dst.name}[{int(keys[touched[0]] % dst.size)}], which "
+                "threads accessed since the last barrier (the slot was not released)",
+            )
+        if run.wgmma is not None:
+            run.wgmma.check_overwrite(dst, keys, np.full(keys.size, lane))
+
+    def wait(self, s: ti.MbarrierWait, mask: Any) -> None:
+        blocks = self.blocks(s, mask)
+        slots = self.per_block(s.slot, blocks, mask)
+        parity = self.per_block(s.parity, blocks, mask)
+        st = self.state(s, s.bars, slots, blocks)
+        for b, slot, p in zip(blocks, slots, parity, strict=True):
+            if st.phase[b, slot] % 2 == p % 2:
+                self.fail(
+                    s,
+                    f"waits on parity {int(p)} of {s.bars.name}[{slot}] in "
+                    f"{run_where(self.run, b)}, whose current phase has that parity and "
+                    "nothing left to complete it (deadlock, or the wrong parity)",
+                )
+            for flight in self.in_flight.values():
+                if flight.bars is s.bars:
+                    n = flight.slot.size // self.run.nblocks
+                    part = slice(int(b) * n, (int(b) + 1) * n)
+                    done = (flight.slot[part] == slot) & (flight.phase[part] < st.phase[b, slot])
+                    flight.slot[part][done] = -1
+
+    # ---- hooks ----------------------------------------------------------------------------
+    def check_read(self, buf: ir.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
+        """A shared read must not reach an element a copy writes that no wait made visible."""
+        flight = self.in_flight.get(id(buf))
+        if flight is None:
+            return
+        busy = np.flatnonzero(flight.slot[keys] >= 0)
+        if busy.size:
+            j = int(busy[0])
+            self.run.fail(
+                f"{self.run.where(int(lanes[j]))} reads {buf.name}[{int(keys[j] % buf.size)}] in "
+                f"kernel {self.run.k.name} before waiting on the mbarrier of the TMA copy "
+                "writing it"
+            )
+
+    def barrier(self) -> None:
+        """A barrier: every initialised mbarrier is now visible to every thread."""
+        for st in self.barriers.values():
+            st.visible |= st.inited
+
+    def finish(self) -> None:
+        for st in self.barriers.values():
+            if (st.tx != 0).any():
+                self.run.fail(
+                    f"kernel {self.run.k.name} ends with TMA bytes still expected on an mbarrier"
+                )
+
+
+def run_where(run: Any, block: int) -> str:
+    """The block of lane block * T, for messages."""
+    return run.where(int(block) * run.T).split(" ")[0]
+
+
+def register_tma_handlers(table: TypeTable[ir.Stmt, [Any], None], run: Any) -> TmaRun:
+    """Register the TMA and mbarrier statements' handlers, bound to the kernel run `run`;
+    returns the state they share (the run reports barriers and shared reads to it)."""
+    state = TmaRun(run)
+    table.register(ti.MbarrierInit, state.init)
+    table.register(ti.MbarrierExpectTx, state.expect_tx)
+    table.register(ti.TmaLoad, state.load)
+    table.register(ti.MbarrierWait, state.wait)
+    return state
+
+
+__all__ = ["TmaRun", "register_tma_handlers", "swizzle_128b"]

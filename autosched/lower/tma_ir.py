@@ -1,0 +1,188 @@
+"""Hopper's tensor memory accelerator (TMA) and transaction barriers (`mbarrier`) in the lowered
+IR: how one elected thread of a block copies a whole operand tile from global into shared
+memory, and how every thread then learns that the tile landed.
+
+- `TensorMap`: a `const __grid_constant__ CUtensorMap` kernel parameter describing a global
+  param buffer (row-major, its shape) to the copy engine: the box (the tile one copy moves, in
+  the buffer's dimension order; `encoding()` gives them innermost first, as
+  `cuTensorMapEncodeTiled` takes them), the shared-memory swizzle
+  ("none" or "128B", the wgmma descriptors' modes) and zero fill out of bounds.
+- An mbarrier array is a shared buffer of dtype `MBARRIER_DTYPE` (8 bytes a slot), one slot
+  per pipeline stage.
+- `MbarrierInit`: thread 0 initialises every slot with an arrival count of `count`
+  (`mbarrier.init`) and fences the init for the async proxy (`fence.mbarrier_init`); a
+  `Barrier` after it makes the barriers visible to every thread before any uses them.
+- `MbarrierExpectTx`: `mbarrier.arrive.expect_tx` on slot `slot`: one arrival that also adds
+  `nbytes` to the bytes the slot's current phase waits for.
+- `TmaLoad`: `cp.async.bulk.tensor.<rank>d.shared::cluster.global.mbarrier::complete_tx::bytes`:
+  the box of `map` at element coordinates `coords` (in the buffer's dimension order) into
+  `dst` from element `offset`, completing its bytes on slot `slot`.
+- `MbarrierWait`: every thread that reaches it spins on `mbarrier.try_wait.parity` until the
+  phase of slot `slot` with parity `parity` has completed. A slot's phase completes when its
+  arrivals are all in and every byte it expects has landed; the phases of a slot alternate
+  parity 0, 1, 0, ...
+
+Every statement here is reached by the whole block together, like a barrier (no
+thread-dependent guard); `MbarrierInit`, `MbarrierExpectTx` and `TmaLoad` are issued by thread
+0 alone (the printer guards them: the one elected issuer), so the block agrees on their operands.
+
+Releasing a slot before it is overwritten: the consumers' wgmmas read the slot through the
+async proxy, as the next copy writes it; the block retires its wgmmas (`wgmma.wait_group`) and
+passes a block barrier before the elected thread issues the copy that overwrites the slot. This
+is the simpler of the two correct orders (the other: an "empty" barrier per slot that the
+consumers arrive on); the interpreter rejects a copy into a slot that a wgmma may still read.
+
+The CPU interpreter runs these in `interpret_tma.py`, the verifier checks them in
+`verify_tma.py`, the CUDA printer prints them in `codegen/tma.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autosched.lower import ir
+from autosched.te.dtype import BYTES
+from autosched.te.expr import Expr
+
+MBARRIER_DTYPE = "int64"  # an mbarrier's 8 bytes of shared memory
+SWIZZLES = ("none", "128B")
+SWIZZLE_ROW_BYTES = {"128B": 128}  # a swizzled box's inner row is exactly this wide
+TMA_ALIGN = {"none": 128, "128B": 1024}  # where a box may land in shared memory (bytes)
+BOX_MAX = 256  # elements per box dimension
+RANK_MAX = 5
+TMA_DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass(eq=False)
+class TensorMap:
+    """A tensor map over the global param `buffer` (row-major in its shape): copies move boxes
+    of `box` elements (in the buffer's dimension order) into shared memory in `swizzle` mode,
+    reading zeros outside the buffer."""
+
+    buffer: ir.Buffer
+    box: tuple[int, ...]
+    swizzle: str = "none"
+
+    @property
+    def rank(self) -> int:
+        return len(self.box)
+
+    @property
+    def box_bytes(self) -> int:
+        return math.prod(self.box) * BYTES[self.buffer.dtype]
+
+    def problem(self) -> str:
+        """Why the driver would refuse this map ("" if it would not)."""
+        b = self.buffer
+        if b.scope != "global" or b.dtype not in TMA_DTYPES:
+            return f"a tensor map over {b.scope} {b.dtype} {b.name}; global {TMA_DTYPES} only"
+        if len(b.shape) != self.rank or not 1 <= self.rank <= RANK_MAX:
+            return f"a box of rank {self.rank} over {b.name} of shape {b.shape}"
+        if any(not 1 <= x <= BOX_MAX for x in self.box):
+            return f"box {self.box}: each extent must be 1..{BOX_MAX}"
+        if self.swizzle not in SWIZZLES:
+            return f"unknown swizzle {self.swizzle!r}"
+        inner = self.box[-1] * BYTES[b.dtype]
+        if inner % 16:
+            return f"box rows of {inner} bytes; TMA moves whole 16-byte units"
+        if self.swizzle in SWIZZLE_ROW_BYTES and inner != SWIZZLE_ROW_BYTES[self.swizzle]:
+            return f"box rows of {inner} bytes under the {self.swizzle} swizzle (128 bytes)"
+        strides = self.encoding()[1]
+        if any(s % 16 for s in strides):
+            return f"global strides {strides} bytes of {b.name}: multiples of 16 only"
+        return ""
+
+    def encoding(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(dims, byte strides of dims 1.., box), innermost first: `cuTensorMapEncodeTiled`'s
+        globalDim, globalStrides and boxDim."""
+        dims = tuple(reversed(self.buffer.shape))
+        strides, stride = [], BYTES[self.buffer.dtype]
+        for d in dims[:-1]:
+            stride *= d
+            strides.append(stride)
+        return dims, tuple(strides), tuple(reversed(self.box))
+
+
+@dataclass(eq=False)
+class MbarrierInit(ir.Stmt):
+    """Thread 0 initialises every slot of `bars` to expect `count` arrivals a phase."""
+
+    bars: ir.Buffer
+    count: int = 1
+
+
+@dataclass(eq=False)
+class MbarrierExpectTx(ir.Stmt):
+    """Thread 0's arrival on `bars[slot]`, adding `nbytes` to the bytes its phase waits for."""
+
+    bars: ir.Buffer
+    slot: Expr
+    nbytes: int
+
+
+@dataclass(eq=False)
+class TmaLoad(ir.Stmt):
+    """Thread 0 copies the box of `map` at `coords` (elements, the buffer's dimension order)
+    into `dst[offset:]`, its bytes completing on `bars[slot]`."""
+
+    map: TensorMap
+    dst: ir.Buffer
+    offset: Expr
+    coords: tuple[Expr, ...]
+    bars: ir.Buffer
+    slot: Expr
+
+
+@dataclass(eq=False)
+class MbarrierWait(ir.Stmt):
+    """Wait until the phase of `bars[slot]` of parity `parity` (0 or 1) has completed."""
+
+    bars: ir.Buffer
+    slot: Expr
+    parity: Expr
+
+
+TMA_STMTS = (MbarrierInit, MbarrierExpectTx, TmaLoad, MbarrierWait)
+
+
+def uses_tma(kernel: ir.Kernel) -> bool:
+    """Whether `kernel` has TMA or mbarrier statements."""
+    return any(isinstance(s, TMA_STMTS) for s in ir.iter_stmts(kernel.body))
+
+
+def tensor_maps(kernel: ir.Kernel) -> list[TensorMap]:
+    """The kernel's tensor-map parameters, in order of first use: they follow its pointers."""
+    out: dict[int, TensorMap] = {}
+    for s in ir.iter_stmts(kernel.body):
+        if isinstance(s, TmaLoad):
+            out.setdefault(id(s.map), s.map)
+    return list(out.values())
+
+
+def tma_destinations(kernel: ir.Kernel) -> dict[int, str]:
+    """The shared buffers TMA copies write (by id) and their swizzle, for alignment."""
+    out: dict[int, str] = {}
+    for s in ir.iter_stmts(kernel.body):
+        if isinstance(s, TmaLoad) and out.get(id(s.dst)) != "128B":
+            out[id(s.dst)] = s.map.swizzle
+    return out
+
+
+__all__ = [
+    "BOX_MAX",
+    "MBARRIER_DTYPE",
+    "RANK_MAX",
+    "SWIZZLES",
+    "TMA_ALIGN",
+    "TMA_DTYPES",
+    "TMA_STMTS",
+    "MbarrierExpectTx",
+    "MbarrierInit",
+    "MbarrierWait",
+    "TensorMap",
+    "TmaLoad",
+    "tensor_maps",
+    "tma_destinations",
+    "uses_tma",
+]
