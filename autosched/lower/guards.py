@@ -4,7 +4,7 @@ stages store 0 past their tensor's edge instead of skipping it."""
 from __future__ import annotations
 
 from autosched.lower import ir
-from autosched.lower.arith import MemoBounds, affine_bounds, expr_bounds, to_affine
+from autosched.lower.arith import affine_bounds, expr_bounds, to_affine
 from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
 from autosched.lower.plan import LoweringPlan
@@ -25,7 +25,7 @@ def guards(
     inf, st = plan.info[i], plan.stages[i]
     conds: list[Expr] = []
     edge = conds if edges is None else edges
-    bounds = stage_bounds(plan, i)
+    bounds = loop_bounds(plan, inf.context + [(i, it.name) for it in st.iters])
     for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
         off_affine = to_affine(off, bounds)  # once for both tests: the offset, base + offset
@@ -66,17 +66,6 @@ def guards(
     return conds
 
 
-def stage_bounds(plan: LoweringPlan, i: int) -> MemoBounds:
-    """The bounds of the variables of stage i's own loops and of the loops it is computed in,
-    made once per stage: they remember the affine forms of the offsets and limits its guards
-    test, which the guards of its init, its update and its fragments share."""
-    got = plan.guard_bounds.get(i)
-    if got is None:
-        keys = plan.info[i].context + [(i, it.name) for it in plan.stages[i].iters]
-        got = plan.guard_bounds[i] = MemoBounds(loop_bounds(plan, keys))
-    return got
-
-
 def zero_fills(plan: LoweringPlan, i: int) -> bool:
     """Whether stage i stores 0 where its element is past its tensor's edge, rather than
     skipping it: a shared copy that a Tensor Core matrix fragment reads. Its padded tiles
@@ -88,4 +77,4 @@ def zero_fills(plan: LoweringPlan, i: int) -> bool:
     return operand_fragment_reader(plan, i) is not None
 
 
-__all__ = ["guards", "stage_bounds", "zero_fills"]
+__all__ = ["guards", "zero_fills"]
