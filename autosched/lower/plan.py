@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
+from typing import Any
 
 from autosched.lower import ir
 from autosched.lower.cluster_ir import CLUSTER_RANK
@@ -83,6 +84,8 @@ class LoweringPlan:
     # shared stages that wgmmas read -> their swizzle: stored in the canonical core-matrix
     # layout, or swizzled, (`wgmma_operands.canonical_index`) instead of row-major
     wgmma_stages: dict[int, str] = field(default_factory=dict)
+    # stage -> the ranges its guards test (a `guards.StageRanges`), found on its first guard
+    guard_ranges: dict[int, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: State) -> LoweringPlan:
