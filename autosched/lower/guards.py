@@ -4,7 +4,7 @@ stages store 0 past their tensor's edge instead of skipping it."""
 from __future__ import annotations
 
 from autosched.lower import ir
-from autosched.lower.arith import MemoBounds, affine_bounds, expr_bounds, to_affine
+from autosched.lower.arith import Bounds, affine_bounds, expr_bounds, to_affine
 from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
 from autosched.lower.plan import LoweringPlan
@@ -25,15 +25,13 @@ def guards(
     inf, st = plan.info[i], plan.stages[i]
     conds: list[Expr] = []
     edge = conds if edges is None else edges
-    bounds = stage_bounds(plan, i)
+    ranges = stage_ranges(plan, i)
     for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
-        off_affine = to_affine(off, bounds)  # once for both tests: the offset, base + offset
-        _, hi = affine_bounds(off_affine, bounds)
+        hi, glo, ghi = ranges.axis(d, off, inf.base[d])
         if hi >= inf.region[d]:
             conds.append(BinOp("<", off, int32(inf.region[d]), "bool"))
         g = BinOp("+", inf.base[d], off, I32)
-        glo, ghi = affine_bounds(to_affine(inf.base[d], bounds).add(off_affine), bounds)
         if glo < 0:
             edge.append(BinOp(">=", g, int32(0), "bool"))
         if ghi >= a.extent:
@@ -45,7 +43,7 @@ def guards(
         reduce_axes = [(inf.value[a.name], a.extent) for a in plan.compute_op(i).reduce_axis]
         limits = reduce_axes + inf.inner_limits + limits
     for value, extent in limits:
-        if expr_bounds(value, bounds)[1] >= extent:
+        if ranges.upper(value) >= extent:
             conds.append(BinOp("<", value, int32(extent), "bool"))
     own = {it.annotation for it in st.iters}
     bound = [(it.annotation, inf.ext[it.name]) for it in st.iters]
@@ -66,14 +64,42 @@ def guards(
     return conds
 
 
-def stage_bounds(plan: LoweringPlan, i: int) -> MemoBounds:
-    """The bounds of the variables of stage i's own loops and of the loops it is computed in,
-    made once per stage: they remember the affine forms of the offsets and limits its guards
-    test, which the guards of its init, its update and its fragments share."""
-    got = plan.guard_bounds.get(i)
+class StageRanges:
+    """The ranges guards test, of one stage's root offsets and limit values while its own and
+    its enclosing loops run: found once per stage and read by each of its guards (the init and
+    the update of a reduction test the same spatial offsets and fused limits). The keys are the
+    plan's own expressions, which live as long as the plan."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+        self.axes: dict[int, tuple[float, float, float]] = {}  # axis -> (offset hi, global lo, hi)
+        self.uppers: dict[int, tuple[Expr, float]] = {}  # id(value) -> (value, its upper bound)
+
+    def axis(self, d: int, off: Expr, base: Expr) -> tuple[float, float, float]:
+        """(upper bound of the offset `off`, lower and upper bound of `base + off`) of axis d."""
+        got = self.axes.get(d)
+        if got is None:
+            bounds = self.bounds
+            off_affine = to_affine(off, bounds)  # once for both: the offset, base + offset
+            _, hi = affine_bounds(off_affine, bounds)
+            glo, ghi = affine_bounds(to_affine(base, bounds).add(off_affine), bounds)
+            got = self.axes[d] = (hi, glo, ghi)
+        return got
+
+    def upper(self, value: Expr) -> float:
+        """The upper bound of `value`."""
+        got = self.uppers.get(id(value))
+        if got is None:
+            got = self.uppers[id(value)] = (value, expr_bounds(value, self.bounds)[1])
+        return got[1]
+
+
+def stage_ranges(plan: LoweringPlan, i: int) -> StageRanges:
+    """Stage i's StageRanges, made on its first guard (emission: its extents are final)."""
+    got = plan.guard_ranges.get(i)
     if got is None:
         keys = plan.info[i].context + [(i, it.name) for it in plan.stages[i].iters]
-        got = plan.guard_bounds[i] = MemoBounds(loop_bounds(plan, keys))
+        got = plan.guard_ranges[i] = StageRanges(loop_bounds(plan, keys))
     return got
 
 
@@ -88,4 +114,4 @@ def zero_fills(plan: LoweringPlan, i: int) -> bool:
     return operand_fragment_reader(plan, i) is not None
 
 
-__all__ = ["guards", "stage_bounds", "zero_fills"]
+__all__ = ["StageRanges", "guards", "stage_ranges", "zero_fills"]

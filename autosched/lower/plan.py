@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
+from typing import Any
 
 from autosched.lower import ir
-from autosched.lower.arith import MemoBounds
 from autosched.lower.cluster_ir import CLUSTER_RANK
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.mma_plan import MmaPlan
@@ -84,10 +84,8 @@ class LoweringPlan:
     # shared stages that wgmmas read -> their swizzle: stored in the canonical core-matrix
     # layout, or swizzled, (`wgmma_operands.canonical_index`) instead of row-major
     wgmma_stages: dict[int, str] = field(default_factory=dict)
-    # stage -> the bounds of its own and its enclosing loops' variables, which remember the
-    # affine forms found under them (`guards.stage_bounds`): made while emitting, once the
-    # extents are final, and shared by every guard of the stage (its init, update, fragments)
-    guard_bounds: dict[int, MemoBounds] = field(default_factory=dict)
+    # stage -> the ranges its guards test (a `guards.StageRanges`), found on its first guard
+    guard_ranges: dict[int, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: State) -> LoweringPlan:

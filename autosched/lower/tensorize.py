@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import MemoBounds, is_multiple, simplify
-from autosched.lower.guards import guards, stage_bounds
+from autosched.lower.arith import is_multiple, simplify
+from autosched.lower.bound_inference import loop_bounds
+from autosched.lower.guards import guards
 from autosched.lower.mma_layout import MMA_TYPES
 from autosched.lower.mma_plan import MmaPlan
 from autosched.lower.plan import LoweringPlan
@@ -142,10 +143,9 @@ def nest_vars(
     )
 
 
-def nest_bounds(plan: LoweringPlan, i: int) -> MemoBounds:
-    """The bounds of stage i's loop variables, those its guards use too (`guards.stage_bounds`,
-    made once per stage)."""
-    return stage_bounds(plan, i)
+def nest_bounds(plan: LoweringPlan, i: int):
+    st = plan.stages[i]
+    return loop_bounds(plan, plan.info[i].context + [(i, it.name) for it in st.iters])
 
 
 def whole_tile_guard(

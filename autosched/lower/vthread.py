@@ -96,20 +96,17 @@ class _Injection:
     def inject(self, loop: ir.For, body: ir.Stmt) -> ir.Stmt:
         """One vthread loop (with injected `body`) replaced by the pushed-down copies."""
         touched = _touched_buffers(body, loop.var)
-        kept = [b for b in touched.values() if b.scope != "global"]
-        inside = _access_counts(loop.body) if kept else Counter()  # counted once for all
-        private = [b for b in kept if self.is_private(b, inside)]
+        private = [b for b in touched.values() if b.scope != "global" and self.is_private(b, loop)]
         swap = {id(b): self.expand(b, loop.extent) for b in private}
         body = _expand_accesses(body, swap, loop.var)
         ids = set(touched) | {id(b) for b in swap.values()}
         return _Pusher(loop.var, loop.extent, ids).push(body)
 
-    def is_private(self, b: ir.Buffer, inside: Counter) -> bool:
-        """No access to `b` lies outside the vthread loop whose accesses per buffer id are
-        `inside` (a buffer made by an inner expansion has all its accesses inside that inner
-        loop)."""
+    def is_private(self, b: ir.Buffer, loop: ir.For) -> bool:
+        """No access to `b` lies outside `loop` (a buffer made by an inner expansion has all its
+        accesses inside that inner loop)."""
         total = self.total.get(id(b))
-        return total is None or total == inside.get(id(b), 0)
+        return total is None or total == _access_counts(loop.body).get(id(b), 0)
 
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""
@@ -135,32 +132,18 @@ class _Injection:
 def _touched_buffers(body: ir.Stmt, var: Var) -> dict[int, ir.Buffer]:
     """Buffers (by id) some store of `body` writes differently per value of `var`: its index,
     value or guards use `var` or read a buffer already found (iterated to a fixed point)."""
-    # per write, walked once: whether it uses `var`, and the ids of the buffers it reads
-    writes = [
-        (buffer, _uses_var(exprs, var), {id(r) for r in reads} | _loaded(exprs))
-        for buffer, exprs, reads in _writes(body, ())
-    ]
+    writes = list(_writes(body, ()))
     touched: dict[int, ir.Buffer] = {}
     grew = True
     while grew:
         grew = False
-        for buffer, uses_var, sources in writes:
+        for buffer, exprs, reads in writes:
             if id(buffer) in touched:
                 continue
-            if uses_var or not sources.isdisjoint(touched):
+            if any(id(r) in touched for r in reads) or any(_uses(e, var, touched) for e in exprs):
                 touched[id(buffer)] = buffer
                 grew = True
     return touched
-
-
-def _uses_var(exprs: tuple[Expr, ...], var: Var) -> bool:
-    """Whether one of `exprs` uses `var`."""
-    return any(n is var for e in exprs for n in walk(e))
-
-
-def _loaded(exprs: tuple[Expr, ...]) -> set[int]:
-    """The ids of the buffers `exprs` load."""
-    return {id(n.buffer) for e in exprs for n in walk(e) if isinstance(n, Load)}
 
 
 def _writes(s: ir.Stmt, guards: tuple):

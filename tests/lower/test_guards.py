@@ -1,13 +1,13 @@
-"""Tests of guards.py: the per-stage loop bounds the guards share (`stage_bounds`)."""
+"""Tests of guards.py: the ranges a stage's guards share (`StageRanges`, `stage_ranges`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from autosched.lower.arith import MemoBounds
+from autosched.lower import guards as guards_module
 from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.emission import emit_program
-from autosched.lower.guards import guards, stage_bounds
+from autosched.lower.guards import StageRanges, guards, stage_ranges
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
@@ -36,11 +36,11 @@ def computed_stages(plan: LoweringPlan) -> list[int]:
     return [i for i, inf in enumerate(plan.info) if inf.body is not None]
 
 
-def all_guards(plan: LoweringPlan) -> list[tuple]:
+def all_guards(plan: LoweringPlan) -> list[tuple[str, ...]]:
     """The text of every computed stage's guards, spatial-only and not, in stage order."""
     out = []
     for i in computed_stages(plan):
-        for spatial_only in (True, False):
+        for spatial_only in (True, False, True):
             edges: list = []
             conds = guards(plan, i, spatial_only=spatial_only, edges=edges)
             out.append(tuple(repr(c) for c in conds + edges))
@@ -48,25 +48,26 @@ def all_guards(plan: LoweringPlan) -> list[tuple]:
 
 
 @pytest.mark.parametrize("name", sorted(STATES))
-def test_stage_bounds_are_made_once_per_stage_with_its_loop_bounds(name):
+def test_stage_ranges_are_made_once_per_stage_under_its_loop_bounds(name):
     plan = emitted_plan(STATES[name]())
     for i in computed_stages(plan):
-        got = stage_bounds(plan, i)
-        assert isinstance(got, MemoBounds)
-        assert stage_bounds(plan, i) is got
+        got = stage_ranges(plan, i)
+        assert stage_ranges(plan, i) is got
         keys = plan.info[i].context + [(i, it.name) for it in plan.stages[i].iters]
-        assert dict(got) == loop_bounds(plan, keys)
+        assert got.bounds == loop_bounds(plan, keys)
 
 
 @pytest.mark.parametrize("name", sorted(STATES))
-def test_guards_under_the_shared_bounds_are_those_under_plain_bounds(name):
-    """The remembered affine forms change no guard, on first use or on reuse."""
-    plain = emitted_plan(STATES[name]())
-    for i in computed_stages(plain):  # no memo: plain dicts in place of the MemoBounds
-        plain.guard_bounds[i] = dict(stage_bounds(plain, i))  # type: ignore[assignment]
-    shared = emitted_plan(STATES[name]())
-    expected = all_guards(plain)
+def test_guards_from_shared_ranges_are_those_from_fresh_ones(name, monkeypatch):
+    """The ranges found by a stage's first guard give its later guards what fresh ones would."""
+    shared = all_guards(emitted_plan(STATES[name]()))
+
+    def fresh(plan: LoweringPlan, i: int) -> StageRanges:
+        keys = plan.info[i].context + [(i, it.name) for it in plan.stages[i].iters]
+        return StageRanges(loop_bounds(plan, keys))
+
+    monkeypatch.setattr(guards_module, "stage_ranges", fresh)
+    expected = all_guards(emitted_plan(STATES[name]()))
     if name == "ragged_matmul":
         assert any(expected), "the state has guards to compare"
-    assert all_guards(shared) == expected
-    assert all_guards(shared) == expected  # the memo filled by the first pass
+    assert shared == expected
