@@ -52,6 +52,30 @@ def _prepared(fn, launch, args, pointers: list[int]) -> list[bytes]:
     return maps
 
 
+LAUNCH_ATTRIBUTES = (
+    ("registers a thread", "NUM_REGS"),
+    ("threads a block at most", "MAX_THREADS_PER_BLOCK"),
+    ("static shared bytes", "SHARED_SIZE_BYTES"),
+    ("dynamic shared bytes allowed", "MAX_DYNAMIC_SHARED_SIZE_BYTES"),
+    ("local bytes a thread", "LOCAL_SIZE_BYTES"),
+)
+
+
+def launch_report(drv, fn, launch, maps: list[bytes]) -> str:
+    """What a launch asked for beside what the loaded function needs, for a launch error."""
+    asked = (
+        f"{launch.kernel_name}: grid {launch.grid}, block {launch.block}, "
+        f"{launch.dynamic_shared_bytes} dynamic shared bytes, {len(maps)} tensor maps"
+    )
+    needs = []
+    for what, name in LAUNCH_ATTRIBUTES:
+        try:
+            needs.append(f"{fn.get_attribute(getattr(drv.function_attribute, name))} {what}")
+        except Exception:  # an attribute this driver or pycuda lacks
+            continue
+    return "; ".join([asked, *needs])
+
+
 def _context():
     """pycuda's driver module and the device's arch, with the device's primary context current
     (the one PyTorch uses too, so that torch tensors and our kernels share memory)."""
@@ -165,9 +189,16 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
     for launch in kernel.launches:
         fn = _function(drv, mod, launch)
         maps = _prepared(fn, launch, kernel.args, addresses)
-        fn.prepared_call(
-            launch.grid, launch.block, *addresses, *maps, shared_size=launch.dynamic_shared_bytes
-        )
+        try:
+            fn.prepared_call(
+                launch.grid,
+                launch.block,
+                *addresses,
+                *maps,
+                shared_size=launch.dynamic_shared_bytes,
+            )
+        except drv.LaunchError as exc:
+            raise drv.LaunchError(f"{exc} ({launch_report(drv, fn, launch, maps)})") from exc
     drv.Context.synchronize()
     for host, buf in copies:
         out = np.empty_like(host)

@@ -27,3 +27,24 @@ def test_a_launch_with_a_tensor_map_is_prepared_for_pointers_then_the_map(monkey
     plain = _Function()
     assert gpu_call._prepared(plain, Launch("k", (1,), (32,)), (A, B, C), [16, 32, 48]) == []
     assert plain.format == "PPP"
+
+
+def test_a_launch_error_reports_what_the_launch_asked_for_and_what_the_function_needs():
+    class Attributes:
+        NUM_REGS, MAX_THREADS_PER_BLOCK, SHARED_SIZE_BYTES = "regs", "threads", "static"
+        MAX_DYNAMIC_SHARED_SIZE_BYTES = "dynamic"  # LOCAL_SIZE_BYTES missing: left out
+
+    class Drv:
+        function_attribute = Attributes
+
+    class Fn:
+        def get_attribute(self, name):
+            return {"regs": 90, "threads": 256, "static": 0, "dynamic": 49152}[name]
+
+    launch = Launch("mm", (2, 2), (32, 8), 131104, (A_MAP,))
+    report = gpu_call.launch_report(Drv, Fn(), launch, [b"x" * TENSOR_MAP_BYTES])
+    assert report == (
+        "mm: grid (2, 2, 1), block (32, 8, 1), 131104 dynamic shared bytes, 1 tensor maps; "
+        "90 registers a thread; 256 threads a block at most; 0 static shared bytes; "
+        "49152 dynamic shared bytes allowed"
+    )
