@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 
 from measure import GPUUnavailableError, compile_kernel
-from measure.tensor_map import encode_launch_maps, load_tensor_map_driver, param_format
+from measure.tensor_map import (
+    encode_launch_maps,
+    load_tensor_map_driver,
+    pack_params,
+    param_format,
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -50,6 +55,55 @@ def _prepared(fn, launch, args, pointers: list[int]) -> list[bytes]:
     maps = encode_launch_maps(_encoder(), launch, args, pointers) if launch.tensor_maps else []
     fn.prepare(param_format(len(pointers), len(maps)))
     return maps
+
+
+def _dim3(dims) -> tuple[int, int, int]:
+    return tuple(dims) + (1,) * (3 - len(dims))
+
+
+class _Call:
+    """One kernel launch with its parameter buffer packed once: through pycuda's launch
+    primitive `Function._launch_kernel` (the runner's worker launches the same way), or its
+    public prepared call where a pycuda lacks it."""
+
+    def __init__(self, fn, launch, pointers: list[int], maps: list[bytes]) -> None:
+        self.fn, self.launch = fn, launch
+        self.grid, self.block = _dim3(launch.grid), _dim3(launch.block)
+        self.shared = launch.dynamic_shared_bytes
+        self.args = (*pointers, *maps)
+        self.params = pack_params(pointers, maps)
+
+    def __call__(self, stream=None) -> None:
+        if hasattr(self.fn, "_launch_kernel"):
+            self.fn._launch_kernel(self.grid, self.block, self.params, self.shared, stream)
+        else:
+            self.fn.prepared_async_call(
+                self.grid, self.block, stream, *self.args, shared_size=self.shared
+            )
+
+
+LAUNCH_ATTRIBUTES = (
+    ("registers a thread", "NUM_REGS"),
+    ("threads a block at most", "MAX_THREADS_PER_BLOCK"),
+    ("static shared bytes", "SHARED_SIZE_BYTES"),
+    ("dynamic shared bytes allowed", "MAX_DYNAMIC_SHARED_SIZE_BYTES"),
+    ("local bytes a thread", "LOCAL_SIZE_BYTES"),
+)
+
+
+def launch_report(drv, fn, launch, maps: list[bytes]) -> str:
+    """What a launch asked for beside what the loaded function needs, for a launch error."""
+    asked = (
+        f"{launch.kernel_name}: grid {launch.grid}, block {launch.block}, "
+        f"{launch.dynamic_shared_bytes} dynamic shared bytes, {len(maps)} tensor maps"
+    )
+    needs = []
+    for what, name in LAUNCH_ATTRIBUTES:
+        try:
+            needs.append(f"{fn.get_attribute(getattr(drv.function_attribute, name))} {what}")
+        except Exception:  # an attribute this driver or pycuda lacks
+            continue
+    return "; ".join([asked, *needs])
 
 
 def _context():
@@ -106,26 +160,18 @@ class GPULauncher:
                     f"GPULauncher takes torch CUDA tensors, got {type(arr).__name__} "
                     f"for {spec.name}"
                 )
-        self.calls = []
         addresses = [int(p) for p in self.pointers]
+        self.calls = []
         for launch in kernel.launches:
             fn = _function(drv, mod, launch)
             maps = _prepared(fn, launch, kernel.args, addresses)
-            self.calls.append(
-                (
-                    fn,
-                    tuple(launch.grid) + (1,) * (3 - len(launch.grid)),
-                    tuple(launch.block) + (1,) * (3 - len(launch.block)),
-                    launch.dynamic_shared_bytes,
-                    maps,
-                )
-            )
+            self.calls.append(_Call(fn, launch, addresses, maps))
 
     def __call__(self, stream=None) -> None:
         """Launch every kernel in order on `stream` (a pycuda Stream; None: the legacy default
         stream)."""
-        for fn, grid, block, shared, maps in self.calls:
-            fn.prepared_async_call(grid, block, stream, *self.pointers, *maps, shared_size=shared)
+        for call in self.calls:
+            call(stream)
 
 
 def new_stream():
@@ -165,9 +211,10 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
     for launch in kernel.launches:
         fn = _function(drv, mod, launch)
         maps = _prepared(fn, launch, kernel.args, addresses)
-        fn.prepared_call(
-            launch.grid, launch.block, *addresses, *maps, shared_size=launch.dynamic_shared_bytes
-        )
+        try:
+            _Call(fn, launch, addresses, maps)()
+        except drv.LaunchError as exc:
+            raise drv.LaunchError(f"{exc} ({launch_report(drv, fn, launch, maps)})") from exc
     drv.Context.synchronize()
     for host, buf in copies:
         out = np.empty_like(host)

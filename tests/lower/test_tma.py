@@ -109,14 +109,23 @@ def test_compiles_for_sm_90a_without_spills():
     assert res.spill_bytes == 0 and res.stack_bytes == 0
 
 
+# static shared memory (one warpgroup, 2 slots: 32 KB) and dynamic (two warpgroups, 4 slots:
+# 128 KB, the function attribute raised for it)
+GPU_SHAPES = {
+    "static_shared": {"m": 128, "n": 128, "k": 256, "warpgroups": 1, "bn": 64, "slots": 2},
+    "dynamic_shared": {"m": 256, "n": 256, "k": 256, "warpgroups": 2, "bn": 128, "slots": 4},
+}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_gpu_matches_numpy(dtype):
+@pytest.mark.parametrize("shape", list(GPU_SHAPES))
+def test_gpu_matches_numpy(dtype, shape):
     from autosched.codegen.build import build_program
 
-    program = tma_matmul_program(m=256, n=256, k=256, warpgroups=2, bn=128, slots=4, dtype=dtype)
+    program = tma_matmul_program(dtype=dtype, **GPU_SHAPES[shape])
     A, B, C = program.params
-    a, b, ref = operands(dtype, 256, 256, 256)
+    a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
     c = np.full(C.shape, np.nan, np.float32)
     build_program(program)(a, b, c)
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
