@@ -3,8 +3,9 @@
 parameter buffer of pointers followed by tensor maps.
 
 A tensor map is a 128-byte, 64-byte aligned opaque struct (`CUtensorMap`) that the kernel takes
-by value (`const __grid_constant__`). It holds the buffer's address, so a runner that cycles
-through copies of its buffers (`measure.rotation`) encodes one per copy.
+by value (`const __grid_constant__`), at the parameter offset its cubin records. It holds the
+buffer's address, so a runner that cycles through copies of its buffers (`measure.rotation`)
+encodes one per copy.
 """
 
 from __future__ import annotations
@@ -100,10 +101,12 @@ def load_tensor_map_driver() -> TensorMapDriver:
 
 
 def param_format(pointers: int, maps: int) -> str:
-    """The `struct` format of a kernel's parameter buffer of `pointers` 64-bit pointers, then
-    `maps` tensor maps each at the next 64-byte boundary (the alignment of `CUtensorMap`), as
-    the kernel's parameter layout places them. Without tensor maps: "P" per pointer, as
-    before."""
+    """The `struct` format of a parameter buffer of `pointers` 64-bit pointers, then `maps`
+    tensor maps each at the next 64-byte offset: the layout of a parameter bank that starts
+    64-byte aligned, and the fallback where a cubin does not say. A compiled kernel may place its
+    maps elsewhere (sm_90's bank starts 16 bytes past such a boundary): `kernel_param_offsets`
+    reads its own offsets, which `pack_params` then follows. Without tensor maps: "P" per
+    pointer, as before."""
     fmt, at = "P" * pointers, POINTER_BYTES * pointers
     for _ in range(maps):
         pad = -at % TENSOR_MAP_ALIGN
