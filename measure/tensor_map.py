@@ -169,7 +169,7 @@ def kernel_param_offsets(cubin: bytes, kernel: str) -> list[int] | None:
             while at + 4 <= end:
                 fmt, attr = cubin[at], cubin[at + 1]
                 if fmt != EIFMT_SVAL:
-                    at += 4 if fmt in (0x02, 0x03) else 2
+                    at += 4  # fmt, attr and a 16-bit value
                     continue
                 length = struct.unpack_from("<H", cubin, at + 2)[0]
                 if attr == KPARAM_INFO:
