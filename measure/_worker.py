@@ -38,6 +38,7 @@ from measure.tensor_map import (
     TensorMapDriver,
     TensorMapError,
     encode_launch_maps,
+    kernel_param_offsets,
     load_tensor_map_driver,
     pack_params,
     param_format,
@@ -136,7 +137,8 @@ class Worker:
         try:
             self._upload(args, buffers, reference, req.get("seed", 0), req.get("ref_id"))
             pointers = [int(b) for b in buffers]
-            run_sequence = _sequence(calls, pointers, self._maps(launches, args, pointers))
+            offsets = [_param_offsets(req, x) for x in launches]
+            run_sequence = _sequence(calls, pointers, self._maps(launches, args, pointers), offsets)
             # the sets the timed runs cycle through, inputs copied before any run can touch them
             copies = rotation_copies(sum(a.nbytes for a in args), int(req.get("rotate_bytes", 0)))
             sequences = [run_sequence]
@@ -144,7 +146,7 @@ class Worker:
                 sizes = [a.nbytes for a in args]
                 rotated.append(copy_sets(drv, sizes, buffers, copies - 1))
                 sequences += [
-                    _sequence(calls, p, self._maps(launches, args, p))
+                    _sequence(calls, p, self._maps(launches, args, p), offsets)
                     for p in set_pointers(sizes, rotated[-1], copies - 1)
                 ]
 
@@ -285,16 +287,26 @@ class Worker:
             timer.close()
 
 
-def _sequence(calls, pointers: list[int], maps: list[list[bytes]]):
+def _param_offsets(req: dict, launch: Launch) -> list[int] | None:
+    """Where the compiled kernel of a launch with tensor maps takes each parameter."""
+    if not launch.tensor_maps:
+        return None
+    cubin = req.get("entry_cubins", {}).get(launch.kernel_name, req["cubin"])
+    return kernel_param_offsets(bytes(cubin), launch.kernel_name)
+
+
+def _sequence(calls, pointers: list[int], maps: list[list[bytes]], offsets=None):
     """A function launching the whole kernel sequence on a pycuda stream (None: the legacy
     default stream), asynchronously, with the least Python overhead; call i takes `pointers`,
-    then its encoded tensor maps `maps[i]`.
+    then its encoded tensor maps `maps[i]`, at the parameter offsets `offsets[i]` of its
+    compiled kernel where given.
 
     The parameter buffers are packed once (`measure.tensor_map.pack_params`);
     `Function._launch_kernel` (pycuda's launch primitive, stable since 2011) takes them as they
     are. Without it, fall back to the public prepared call.
     """
-    params = [pack_params(pointers, m) for m in maps]
+    offsets = offsets or [None] * len(maps)
+    params = [pack_params(pointers, m, o) for m, o in zip(maps, offsets, strict=True)]
     if all(hasattr(func, "_launch_kernel") for func, *_ in calls):
 
         def run_sequence(stream=None) -> None:

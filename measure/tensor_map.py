@@ -3,8 +3,9 @@
 parameter buffer of pointers followed by tensor maps.
 
 A tensor map is a 128-byte, 64-byte aligned opaque struct (`CUtensorMap`) that the kernel takes
-by value (`const __grid_constant__`). It holds the buffer's address, so a runner that cycles
-through copies of its buffers (`measure.rotation`) encodes one per copy.
+by value (`const __grid_constant__`), at the parameter offset its cubin records. It holds the
+buffer's address, so a runner that cycles through copies of its buffers (`measure.rotation`)
+encodes one per copy.
 """
 
 from __future__ import annotations
@@ -100,10 +101,12 @@ def load_tensor_map_driver() -> TensorMapDriver:
 
 
 def param_format(pointers: int, maps: int) -> str:
-    """The `struct` format of a kernel's parameter buffer of `pointers` 64-bit pointers, then
-    `maps` tensor maps each at the next 64-byte boundary (the alignment of `CUtensorMap`), as
-    the kernel's parameter layout places them. Without tensor maps: "P" per pointer, as
-    before."""
+    """The `struct` format of a parameter buffer of `pointers` 64-bit pointers, then `maps`
+    tensor maps each at the next 64-byte offset: the layout of a parameter bank that starts
+    64-byte aligned, and the fallback where a cubin does not say. A compiled kernel may place its
+    maps elsewhere (sm_90's bank starts 16 bytes past such a boundary): `kernel_param_offsets`
+    reads its own offsets, which `pack_params` then follows. Without tensor maps: "P" per
+    pointer, as before."""
     fmt, at = "P" * pointers, POINTER_BYTES * pointers
     for _ in range(maps):
         pad = -at % TENSOR_MAP_ALIGN
@@ -113,11 +116,71 @@ def param_format(pointers: int, maps: int) -> str:
     return fmt
 
 
-def pack_params(pointers: Sequence[int], maps: Sequence[bytes] = ()) -> bytes:
-    """The parameter buffer of a kernel taking `pointers` then the encoded `maps`."""
+def pack_params(
+    pointers: Sequence[int], maps: Sequence[bytes] = (), offsets: Sequence[int] | None = None
+) -> bytes:
+    """The parameter buffer of a kernel taking `pointers` then the encoded `maps`: at
+    `offsets` (one per parameter, as the compiled kernel places them: `kernel_param_offsets`)
+    where given, else as `param_format` lays them out."""
     if any(len(m) != TENSOR_MAP_BYTES for m in maps):
         raise ValueError(f"an encoded tensor map is {TENSOR_MAP_BYTES} bytes")
-    return struct.pack(param_format(len(pointers), len(maps)), *pointers, *maps)
+    if offsets is None or not maps:
+        return struct.pack(param_format(len(pointers), len(maps)), *pointers, *maps)
+    if len(offsets) != len(pointers) + len(maps):
+        raise ValueError(f"{len(offsets)} parameter offsets for {len(pointers) + len(maps)}")
+    values = [struct.pack("P", p) for p in pointers] + list(maps)
+    out = bytearray(max(o + len(v) for o, v in zip(offsets, values, strict=True)))
+    for at, value in zip(offsets, values, strict=True):
+        out[at : at + len(value)] = value
+    return bytes(out)
+
+
+KPARAM_INFO = 0x17  # EIATTR_KPARAM_INFO: one parameter's ordinal, offset and size
+EIFMT_SVAL = 0x04  # an attribute with a 16-bit length and that many bytes of value
+
+
+def kernel_param_offsets(cubin: bytes, kernel: str) -> list[int] | None:
+    """Each parameter's byte offset in `kernel`'s parameter buffer, by position, as the cubin's
+    `.nv.info.<kernel>` section records them; None where the cubin is no ELF that says.
+
+    A tensor map is 64-byte aligned in the parameter bank as the hardware addresses it, not in
+    the buffer the driver copies there (on sm_90 the bank's parameters start 16 bytes past a
+    64-byte boundary), so only the compiled kernel knows where its maps go."""
+    try:
+        if cubin[:4] != b"\x7fELF" or cubin[4] != 2:  # ELF64
+            return None
+        shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+        entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+        sections = [
+            struct.unpack_from("<I4xQ8xQQ", cubin, shoff + i * entsize) for i in range(count)
+        ]
+        strings = sections[names][2]
+
+        def name(at: int) -> str:
+            start = strings + at
+            return cubin[start : cubin.index(b"\0", start)].decode()
+
+        wanted = f".nv.info.{kernel}"
+        found: dict[int, int] = {}
+        for label, _, offset, size in sections:
+            if name(label) != wanted:
+                continue
+            at, end = offset, offset + size
+            while at + 4 <= end:
+                fmt, attr = cubin[at], cubin[at + 1]
+                if fmt != EIFMT_SVAL:
+                    at += 4  # fmt, attr and a 16-bit value
+                    continue
+                length = struct.unpack_from("<H", cubin, at + 2)[0]
+                if attr == KPARAM_INFO:
+                    _, ordinal, param_offset = struct.unpack_from("<IHH", cubin, at + 4)
+                    found[ordinal] = param_offset
+                at += 4 + length
+        if not found or sorted(found) != list(range(len(found))):
+            return None
+        return [found[i] for i in range(len(found))]
+    except (struct.error, ValueError, IndexError):
+        return None
 
 
 def encode_launch_maps(
@@ -147,6 +210,7 @@ __all__ = [
     "TensorMapDriver",
     "TensorMapError",
     "encode_launch_maps",
+    "kernel_param_offsets",
     "load_tensor_map_driver",
     "pack_params",
     "param_format",

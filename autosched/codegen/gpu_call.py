@@ -15,6 +15,7 @@ import numpy as np
 from measure import GPUUnavailableError, compile_kernel
 from measure.tensor_map import (
     encode_launch_maps,
+    kernel_param_offsets,
     load_tensor_map_driver,
     pack_params,
     param_format,
@@ -22,15 +23,28 @@ from measure.tensor_map import (
 
 
 @functools.lru_cache(maxsize=64)
-def _module(source: str, arch: str):
-    """The loaded module of `source`, compiled as the search's builder compiles it (NVRTC when
-    found, else nvcc with the options that give the same code), so it runs as it was measured."""
-    import pycuda.driver as drv
-
+def _cubin(source: str, arch: str) -> bytes:
+    """`source` compiled as the search's builder compiles it (NVRTC when found, else nvcc with
+    the options that give the same code), so it runs as it was measured."""
     kind, msg, cubin, _ = compile_kernel(source, arch)
     if cubin is None:
         raise RuntimeError(f"the kernel did not compile ({kind.name}): {msg}")
-    return drv.module_from_buffer(cubin)
+    return cubin
+
+
+@functools.lru_cache(maxsize=64)
+def _module(source: str, arch: str):
+    """The loaded module of `source` (`_cubin`)."""
+    import pycuda.driver as drv
+
+    return drv.module_from_buffer(_cubin(source, arch))
+
+
+def _offsets(kernel, arch: str, launch) -> list[int] | None:
+    """Where the compiled kernel of a launch with tensor maps takes each parameter."""
+    if not launch.tensor_maps:
+        return None
+    return kernel_param_offsets(_cubin(kernel.source, arch), launch.kernel_name)
 
 
 def _function(drv, mod, launch):
@@ -66,12 +80,12 @@ class _Call:
     primitive `Function._launch_kernel` (the runner's worker launches the same way), or its
     public prepared call where a pycuda lacks it."""
 
-    def __init__(self, fn, launch, pointers: list[int], maps: list[bytes]) -> None:
+    def __init__(self, fn, launch, pointers: list[int], maps: list[bytes], offsets=None) -> None:
         self.fn, self.launch = fn, launch
         self.grid, self.block = _dim3(launch.grid), _dim3(launch.block)
         self.shared = launch.dynamic_shared_bytes
         self.args = (*pointers, *maps)
-        self.params = pack_params(pointers, maps)
+        self.params = pack_params(pointers, maps, offsets)
 
     def __call__(self, stream=None) -> None:
         if hasattr(self.fn, "_launch_kernel"):
@@ -165,7 +179,8 @@ class GPULauncher:
         for launch in kernel.launches:
             fn = _function(drv, mod, launch)
             maps = _prepared(fn, launch, kernel.args, addresses)
-            self.calls.append(_Call(fn, launch, addresses, maps))
+            offsets = _offsets(kernel, arch, launch)
+            self.calls.append(_Call(fn, launch, addresses, maps, offsets))
 
     def __call__(self, stream=None) -> None:
         """Launch every kernel in order on `stream` (a pycuda Stream; None: the legacy default
@@ -212,7 +227,7 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
         fn = _function(drv, mod, launch)
         maps = _prepared(fn, launch, kernel.args, addresses)
         try:
-            _Call(fn, launch, addresses, maps)()
+            _Call(fn, launch, addresses, maps, _offsets(kernel, arch, launch))()
         except drv.LaunchError as exc:
             raise drv.LaunchError(f"{exc} ({launch_report(drv, fn, launch, maps)})") from exc
     drv.Context.synchronize()

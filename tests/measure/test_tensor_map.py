@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 
-from measure import _worker
+from measure import _worker, compile_kernel
 from measure.artifact import ArgSpec, KernelArtifact, Launch, TensorMapSpec
 from measure.tensor_map import (
     DATA_TYPES,
@@ -20,9 +20,11 @@ from measure.tensor_map import (
     TensorMapDriver,
     TensorMapError,
     encode_launch_maps,
+    kernel_param_offsets,
     pack_params,
     param_format,
 )
+from tests.compilers import needs_nvcc
 
 A = ArgSpec("A", (256, 192), "float16")
 B = ArgSpec("B", (192, 128), "bfloat16")
@@ -200,3 +202,24 @@ def test_the_driver_encodes_a_map_over_a_device_buffer():
             load_tensor_map_driver().encode(bad, A.dtype, int(buf))
     finally:
         buf.free()
+
+
+def test_parameters_go_where_the_compiled_kernel_takes_them():
+    maps = [bytes([3]) * TENSOR_MAP_BYTES]
+    buf = pack_params([11, 22], maps, offsets=[0, 8, 48])
+    assert len(buf) == 48 + TENSOR_MAP_BYTES
+    assert struct.unpack_from("PP", buf) == (11, 22) and buf[48:] == maps[0]
+    assert pack_params([11, 22], [], offsets=None) == struct.pack("PP", 11, 22)
+
+
+@needs_nvcc
+def test_the_offsets_of_a_kernels_parameters_come_from_its_cubin():
+    """On sm_90 the parameter bank starts 16 bytes past a 64-byte boundary: a tensor map after
+    two pointers sits at byte 48 of the buffer, not 64."""
+    from tests.measure.test_tensor_map_gpu import tile_copy_source
+
+    _, message, cubin, _ = compile_kernel(tile_copy_source("128B"), "sm_90")
+    assert cubin is not None, message
+    assert kernel_param_offsets(cubin, "tile_copy") == [0, 8, 48]
+    assert kernel_param_offsets(cubin, "no_such_kernel") is None
+    assert kernel_param_offsets(b"not a cubin", "tile_copy") is None
