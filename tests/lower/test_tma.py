@@ -17,7 +17,7 @@ from autosched.lower.verify import verify_program
 from measure import compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower.tma_programs import tma_matmul_program
-from tests.lower.wgmma_programs import operands
+from tests.lower.wgmma_programs import assert_matches_numpy_on_gpu, operands
 
 # one block of one warpgroup; K = 200: four k tiles around a ring of three slots, the last
 # box reaching past K (read as zeros)
@@ -121,14 +121,7 @@ GPU_SHAPES = {
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shape", list(GPU_SHAPES))
 def test_gpu_matches_numpy(dtype, shape):
-    from autosched.codegen.build import build_program
-
-    program = tma_matmul_program(dtype=dtype, **GPU_SHAPES[shape])
-    A, B, C = program.params
-    a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
-    c = np.full(C.shape, np.nan, np.float32)
-    build_program(program)(a, b, c)
-    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+    assert_matches_numpy_on_gpu(tma_matmul_program(dtype=dtype, **GPU_SHAPES[shape]), dtype)
 
 
 def test_the_build_launches_each_kernel_with_its_tensor_maps():

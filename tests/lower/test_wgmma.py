@@ -30,7 +30,12 @@ from measure.compile_options import (
     nvcc_arch_options,
 )
 from tests.compilers import needs_nvcc
-from tests.lower.wgmma_programs import layouts, operands, wgmma_program
+from tests.lower.wgmma_programs import (
+    assert_matches_numpy_on_gpu,
+    layouts,
+    operands,
+    wgmma_program,
+)
 
 SHAPES = {
     "one_block": {},
@@ -231,14 +236,8 @@ def wgmma_program_without_wgmma() -> ir.Program:
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("mma_accumulator", [False, True])
 def test_gpu_matches_numpy(dtype, shape, mma_accumulator):
-    from autosched.codegen.build import build_program
-
     program = wgmma_program(dtype, mma_accumulator=mma_accumulator, **SHAPES[shape])
-    A, B, C = program.params
-    a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
-    c = np.full(C.shape, np.nan, np.float32)
-    build_program(program)(a, b, c)
-    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+    assert_matches_numpy_on_gpu(program, dtype)
 
 
 def test_long_fetches_into_wgmma_operands_unroll_eight_iterations_at_a_time():

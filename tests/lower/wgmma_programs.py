@@ -179,3 +179,15 @@ def operands(dtype: str, m: int, n: int, k: int, seed: int = 0):
     b = to_storage(rng.uniform(-1, 1, (k, n)).astype(np.float32), dtype)
     ref = from_storage(a, dtype).astype(np.float64) @ from_storage(b, dtype).astype(np.float64)
     return a, b, ref.astype(np.float32)
+
+
+def assert_matches_numpy_on_gpu(program, dtype: str) -> None:
+    """Run a hand-built C = A @ B program on the GPU on random operands and compare with numpy
+    (C starts as NaN, so an element no thread writes fails)."""
+    from autosched.codegen.build import build_program
+
+    A, B, C = program.params
+    a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
+    c = np.full(C.shape, np.nan, np.float32)
+    build_program(program)(a, b, c)
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
