@@ -33,7 +33,8 @@ from autosched.lower.verify_wgmma import WarpgroupRules
 from autosched.lower.verify_wgmma_order import check_async_reads
 from autosched.lower.wgmma_ir import WARPGROUP_STMTS, ProxyFence
 from autosched.te.dtype import BYTES, DTYPES, is_int
-from autosched.te.expr import Expr, Load, Var, expr_str
+from autosched.te.expr import Expr, Load, Var
+from autosched.te.expr_text import expr_str
 from autosched.te.visitor import free_vars, walk
 from measure import HardwareParams
 

@@ -21,7 +21,7 @@ from autosched.lower import cluster_ir as ci
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds
 from autosched.lower.dispatch import TypeTable
-from autosched.te.expr import expr_str
+from autosched.te.expr_text import expr_str
 from autosched.te.visitor import free_vars
 
 

@@ -21,7 +21,7 @@ from autosched.lower import tma_ir as ti
 from autosched.lower.arith import is_multiple
 from autosched.lower.dispatch import TypeTable
 from autosched.te.dtype import BYTES
-from autosched.te.expr import expr_str
+from autosched.te.expr_text import expr_str
 
 
 class TmaRules:

@@ -22,7 +22,8 @@ from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.te.dtype import BYTES
-from autosched.te.expr import Expr, expr_str
+from autosched.te.expr import Expr
+from autosched.te.expr_text import expr_str
 from autosched.te.visitor import free_vars
 
 MAX_PENDING = 7

@@ -33,7 +33,8 @@ from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import expr_bounds, simplify
-from autosched.te.expr import BinOp, Const, Expr, Not, Var, expr_str
+from autosched.te.expr import BinOp, Const, Expr, Not, Var
+from autosched.te.expr_text import expr_str
 from autosched.te.npeval import eval_expr
 from autosched.te.visitor import free_vars, substitute
 

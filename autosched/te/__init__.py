@@ -1,6 +1,9 @@
 """The tensor-expression language: placeholders, computes, reductions, elementwise math."""
 
-from autosched.te import broadcast  # noqa: F401  (registers Tensor's + - * /)
+from autosched.te import (
+    broadcast,  # noqa: F401  (registers Tensor's + - * /)
+    expr_text,  # noqa: F401  (registers the expressions' text form)
+)
 from autosched.te.dtype import DTYPES
 from autosched.te.expr import (
     BinOp,
