@@ -12,37 +12,29 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower import tma_ir as ti
 from autosched.lower.interpret_tma import swizzle_128b
-from autosched.lower.interpreter import InterpreterError, run_program
+from autosched.lower.interpreter import InterpreterError
 from autosched.lower.verify import verify_program
 from measure import compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower.tma_programs import tma_matmul_program
-from tests.lower.wgmma_programs import assert_matches_numpy_on_gpu, operands
+from tests.lower.wgmma_programs import assert_matches_numpy_on_gpu, interpret_product
 
 # one block of one warpgroup; K = 200: four k tiles around a ring of three slots, the last
 # box reaching past K (read as zeros)
 SMALL = {"m": 64, "n": 64, "k": 200, "warpgroups": 1, "bn": 64, "slots": 3}
 
 
-def run(program: ir.Program, dtype: str = "float16"):
-    A, B, C = program.params
-    a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
-    c = np.full(C.shape, np.nan, np.float32)
-    run_program(program, {"A": a, "B": b, "C": c})
-    return c, ref
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_tma_pipeline_computes_the_product(dtype):
     program = tma_matmul_program(dtype=dtype, **SMALL)
     verify_program(program)
-    c, ref = run(program, dtype)
+    c, ref = interpret_product(program, dtype)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_two_warpgroups_and_two_b_boxes_compute_the_product():
     program = tma_matmul_program(m=128, n=128, k=128, warpgroups=2, bn=128, slots=2)
-    c, ref = run(program)
+    c, ref = interpret_product(program)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -65,7 +57,7 @@ def test_the_128_byte_swizzle_permutes_16_byte_units_within_each_row():
 def test_broken_pipelines_are_refused(flag, message):
     program = tma_matmul_program(**SMALL, **{flag: False})
     with pytest.raises(InterpreterError, match=message):
-        run(program)
+        interpret_product(program)
 
 
 def _statements(program: ir.Program, kind):

@@ -20,7 +20,7 @@ from autosched.lower import ir
 from autosched.lower import mma_layout as ml
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
-from autosched.lower.interpreter import InterpreterError, run_program
+from autosched.lower.interpreter import InterpreterError
 from autosched.lower.verify import verify_program
 from autosched.te.expr import Const
 from measure import compile_resources
@@ -32,8 +32,8 @@ from measure.compile_options import (
 from tests.compilers import needs_nvcc
 from tests.lower.wgmma_programs import (
     assert_matches_numpy_on_gpu,
+    interpret_product,
     layouts,
-    operands,
     wgmma_program,
 )
 
@@ -42,14 +42,6 @@ SHAPES = {
     "blocks": {"m": 128, "n": 64, "k": 64, "bn": 32, "bk": 32},
     "swizzle_128b": {"m": 64, "n": 64, "k": 128, "bn": 64, "bk": 64, "swizzle": "128B"},
 }
-
-
-def run(program: ir.Program, dtype: str = "float16"):
-    A, B, C = program.params
-    a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
-    c = np.full(C.shape, np.nan, np.float32)
-    run_program(program, {"A": a, "B": b, "C": c})
-    return c, ref
 
 
 # ---- the PTX ISA's definitions ------------------------------------------------------------
@@ -96,7 +88,7 @@ def test_canonical_layouts_are_the_isa_ones():
 def test_interpreter_matches_numpy(dtype, shape, mma_accumulator):
     program = wgmma_program(dtype, mma_accumulator=mma_accumulator, **SHAPES[shape])
     verify_program(program)
-    c, ref = run(program, dtype)
+    c, ref = interpret_product(program, dtype)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -116,10 +108,11 @@ def test_registers_written_while_in_flight_are_caught():
     wait = next(i for i, x in enumerate(step) if isinstance(x, wi.WgmmaWait))
     step.insert(wait, fill)  # the accumulator's fill before the wait
     with pytest.raises(InterpreterError, match="written while the wgmma"):
-        run(program)
+        interpret_product(program)
     program = wgmma_program(mma_accumulator=True, wait=False)
     with pytest.raises(InterpreterError, match="a wgmma in flight reads it"):
-        run(program)  # the next K step's copy reaches the operands of the wgmma in flight
+        # the next K step's copy reaches the operands of the wgmma in flight
+        interpret_product(program)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +122,7 @@ def test_a_descriptor_that_misdescribes_the_tile_computes_a_wrong_product(wrong)
     a_layout = replace(layouts(32, 32)[0], **wrong)
     program = wgmma_program(m=64, n=32, k=32, bk=32, a_layout=a_layout)
     try:
-        c, ref = run(program)
+        c, ref = interpret_product(program)
     except InterpreterError as exc:  # or reads past the tile
         assert "out-of-bounds" in str(exc)
         return
@@ -149,7 +142,7 @@ def test_a_descriptor_that_misdescribes_the_tile_computes_a_wrong_product(wrong)
 )
 def test_interpreter_enforces_the_asynchronous_rules(flags, message):
     with pytest.raises(InterpreterError, match=message):
-        run(wgmma_program(**flags))
+        interpret_product(wgmma_program(**flags))
 
 
 def test_overwriting_an_operand_before_the_wait_is_caught():
@@ -159,7 +152,7 @@ def test_overwriting_an_operand_before_the_wait_is_caught():
     kernel = program.kernels[0]
     kernel.body = ir.seq([*kernel.body.stmts[:2], wi.WgmmaWait(0), kernel.body.stmts[2]])
     with pytest.raises(InterpreterError, match="stores into A_shared.*a wgmma in flight reads it"):
-        run(program)
+        interpret_product(program)
 
 
 # ---- verifier -----------------------------------------------------------------------------
@@ -251,5 +244,5 @@ def test_long_fetches_into_wgmma_operands_unroll_eight_iterations_at_a_time():
     pragmas = [i for i, line in enumerate(lines) if "#pragma unroll 8" in line]
     assert len(pragmas) == 2
     assert all("_it = 0;" in lines[i + 1] for i in pragmas)  # the two copy loops
-    c, ref = run(long)  # the program printed with them computes the product
+    c, ref = interpret_product(long)  # the program printed with them computes the product
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)

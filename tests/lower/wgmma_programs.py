@@ -181,13 +181,28 @@ def operands(dtype: str, m: int, n: int, k: int, seed: int = 0):
     return a, b, ref.astype(np.float32)
 
 
-def assert_matches_numpy_on_gpu(program, dtype: str) -> None:
-    """Run a hand-built C = A @ B program on the GPU on random operands and compare with numpy
-    (C starts as NaN, so an element no thread writes fails)."""
-    from autosched.codegen.build import build_program
-
+def product_arrays(program: ir.Program, dtype: str):
+    """Random operands for a hand-built C = A @ B program, C filled with NaN (an element no
+    thread writes shows), and the float32 reference."""
     A, B, C = program.params
     a, b, ref = operands(dtype, A.shape[0], B.shape[1], A.shape[1])
-    c = np.full(C.shape, np.nan, np.float32)
+    return a, b, np.full(C.shape, np.nan, np.float32), ref
+
+
+def interpret_product(program: ir.Program, dtype: str = "float16"):
+    """The program's C on the CPU interpreter (which raises on a broken pipeline), and the
+    reference it should match."""
+    from autosched.lower.interpreter import run_program
+
+    a, b, c, ref = product_arrays(program, dtype)
+    run_program(program, {"A": a, "B": b, "C": c})
+    return c, ref
+
+
+def assert_matches_numpy_on_gpu(program: ir.Program, dtype: str) -> None:
+    """Run a hand-built C = A @ B program on the GPU and compare with numpy."""
+    from autosched.codegen.build import build_program
+
+    a, b, c, ref = product_arrays(program, dtype)
     build_program(program)(a, b, c)
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
