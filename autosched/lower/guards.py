@@ -28,7 +28,7 @@ def guards(
     ranges = stage_ranges(plan, i)
     for d, a in enumerate(plan.compute_op(i).axis):
         off = inf.value[a.name]
-        hi, glo, ghi = ranges.axis(d, off, inf.base[d])
+        hi, glo, ghi = ranges.axis(d)
         if hi >= inf.region[d]:
             conds.append(BinOp("<", off, int32(inf.region[d]), "bool"))
         g = BinOp("+", inf.base[d], off, I32)
@@ -70,19 +70,20 @@ class StageRanges:
     the update of a reduction test the same spatial offsets and fused limits). The keys are the
     plan's own expressions, which live as long as the plan."""
 
-    def __init__(self, bounds: Bounds) -> None:
+    def __init__(self, bounds: Bounds, offsets: list[Expr], bases: list[Expr]) -> None:
         self.bounds = bounds
+        self.offsets, self.bases = offsets, bases  # per axis: the root offset, the region base
         self.axes: dict[int, tuple[float, float, float]] = {}  # axis -> (offset hi, global lo, hi)
         self.uppers: dict[int, tuple[Expr, float]] = {}  # id(value) -> (value, its upper bound)
 
-    def axis(self, d: int, off: Expr, base: Expr) -> tuple[float, float, float]:
-        """(upper bound of the offset `off`, lower and upper bound of `base + off`) of axis d."""
+    def axis(self, d: int) -> tuple[float, float, float]:
+        """(upper bound of axis d's offset, lower and upper bound of its base + offset)."""
         got = self.axes.get(d)
         if got is None:
             bounds = self.bounds
-            off_affine = to_affine(off, bounds)  # once for both: the offset, base + offset
+            off_affine = to_affine(self.offsets[d], bounds)  # once for both: offset, base + it
             _, hi = affine_bounds(off_affine, bounds)
-            glo, ghi = affine_bounds(to_affine(base, bounds).add(off_affine), bounds)
+            glo, ghi = affine_bounds(to_affine(self.bases[d], bounds).add(off_affine), bounds)
             got = self.axes[d] = (hi, glo, ghi)
         return got
 
@@ -94,12 +95,19 @@ class StageRanges:
         return got[1]
 
 
+def make_stage_ranges(plan: LoweringPlan, i: int) -> StageRanges:
+    """Fresh StageRanges of stage i, under the bounds of its enclosing and own loops."""
+    inf = plan.info[i]
+    keys = inf.context + [(i, it.name) for it in plan.stages[i].iters]
+    offsets = [inf.value[a.name] for a in plan.compute_op(i).axis]
+    return StageRanges(loop_bounds(plan, keys), offsets, list(inf.base))
+
+
 def stage_ranges(plan: LoweringPlan, i: int) -> StageRanges:
     """Stage i's StageRanges, made on its first guard (emission: its extents are final)."""
     got = plan.guard_ranges.get(i)
     if got is None:
-        keys = plan.info[i].context + [(i, it.name) for it in plan.stages[i].iters]
-        got = plan.guard_ranges[i] = StageRanges(loop_bounds(plan, keys))
+        got = plan.guard_ranges[i] = make_stage_ranges(plan, i)
     return got
 
 
@@ -114,4 +122,4 @@ def zero_fills(plan: LoweringPlan, i: int) -> bool:
     return operand_fragment_reader(plan, i) is not None
 
 
-__all__ = ["StageRanges", "guards", "stage_ranges", "zero_fills"]
+__all__ = ["StageRanges", "guards", "make_stage_ranges", "stage_ranges", "zero_fills"]

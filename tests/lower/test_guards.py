@@ -7,7 +7,7 @@ import pytest
 from autosched.lower import guards as guards_module
 from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.emission import emit_program
-from autosched.lower.guards import StageRanges, guards, stage_ranges
+from autosched.lower.guards import guards, make_stage_ranges, stage_ranges
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
@@ -62,11 +62,7 @@ def test_guards_from_shared_ranges_are_those_from_fresh_ones(name, monkeypatch):
     """The ranges found by a stage's first guard give its later guards what fresh ones would."""
     shared = all_guards(emitted_plan(STATES[name]()))
 
-    def fresh(plan: LoweringPlan, i: int) -> StageRanges:
-        keys = plan.info[i].context + [(i, it.name) for it in plan.stages[i].iters]
-        return StageRanges(loop_bounds(plan, keys))
-
-    monkeypatch.setattr(guards_module, "stage_ranges", fresh)
+    monkeypatch.setattr(guards_module, "stage_ranges", make_stage_ranges)
     expected = all_guards(emitted_plan(STATES[name]()))
     if name == "ragged_matmul":
         assert any(expected), "the state has guards to compare"
