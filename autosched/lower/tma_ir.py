@@ -38,8 +38,10 @@ The CPU interpreter runs these in `interpret_tma.py`, the verifier checks them i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from autosched.lower import ir
 from autosched.te.dtype import BYTES
@@ -104,8 +106,30 @@ class TensorMap:
         return dims, tuple(strides), tuple(reversed(self.box))
 
 
+class TmaStmt(ir.Stmt):
+    """Base of the TMA and mbarrier statements. `exprs()` lists the statement's expressions,
+    `with_exprs(new)` rebuilds it with others (same order), so that the generic passes
+    (`stmt_walk.map_exprs`: simplification, index folding) treat them like other statements;
+    `text()` is its line in `ir_text`."""
+
+    EXPR_FIELDS: ClassVar[tuple[str, ...]] = ()  # the Expr fields, in `exprs()` order
+
+    def exprs(self) -> list[Expr]:
+        return [getattr(self, f) for f in self.EXPR_FIELDS]
+
+    def with_exprs(self, new: list[Expr]) -> TmaStmt:
+        changes = dict(zip(self.EXPR_FIELDS, new, strict=True))
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def text(self) -> str:
+        fields = ", ".join(f"{f} {getattr(self, f)!r}" for f in self.EXPR_FIELDS)
+        bars = getattr(self, "bars", None)
+        on = f"{bars.name}" if bars is not None else ""
+        return f"{type(self).__name__}({on}{'; ' if fields else ''}{fields})"
+
+
 @dataclass(eq=False)
-class MbarrierInit(ir.Stmt):
+class MbarrierInit(TmaStmt):
     """Thread 0 initialises every slot of `bars` to expect `count` arrivals a phase."""
 
     bars: ir.Buffer
@@ -113,16 +137,20 @@ class MbarrierInit(ir.Stmt):
 
 
 @dataclass(eq=False)
-class MbarrierExpectTx(ir.Stmt):
+class MbarrierExpectTx(TmaStmt):
     """Thread 0's arrival on `bars[slot]`, adding `nbytes` to the bytes its phase waits for."""
 
+    EXPR_FIELDS = ("slot",)
     bars: ir.Buffer
     slot: Expr
     nbytes: int
 
+    def text(self) -> str:
+        return f"MbarrierExpectTx({self.bars.name}[{self.slot!r}]; {self.nbytes} bytes)"
+
 
 @dataclass(eq=False)
-class TmaLoad(ir.Stmt):
+class TmaLoad(TmaStmt):
     """Thread 0 copies the box of `map` at `coords` (elements, the buffer's dimension order)
     into `dst[offset:]`, its bytes completing on `bars[slot]`."""
 
@@ -133,14 +161,33 @@ class TmaLoad(ir.Stmt):
     bars: ir.Buffer
     slot: Expr
 
+    def exprs(self) -> list[Expr]:
+        return [self.offset, *self.coords, self.slot]
+
+    def with_exprs(self, new: list[Expr]) -> TmaLoad:
+        offset, *coords, slot = new
+        return dataclasses.replace(self, offset=offset, coords=tuple(coords), slot=slot)
+
+    def text(self) -> str:
+        coords = ", ".join(repr(c) for c in self.coords)
+        box = "x".join(str(x) for x in self.map.box)
+        return (
+            f"TmaLoad({self.dst.name}[{self.offset!r}] <- {self.map.buffer.name} box {box} "
+            f"{self.map.swizzle} at ({coords}); {self.bars.name}[{self.slot!r}])"
+        )
+
 
 @dataclass(eq=False)
-class MbarrierWait(ir.Stmt):
+class MbarrierWait(TmaStmt):
     """Wait until the phase of `bars[slot]` of parity `parity` (0 or 1) has completed."""
 
+    EXPR_FIELDS = ("slot", "parity")
     bars: ir.Buffer
     slot: Expr
     parity: Expr
+
+    def text(self) -> str:
+        return f"MbarrierWait({self.bars.name}[{self.slot!r}]; parity {self.parity!r})"
 
 
 TMA_STMTS = (MbarrierInit, MbarrierExpectTx, TmaLoad, MbarrierWait)
@@ -182,6 +229,7 @@ __all__ = [
     "MbarrierWait",
     "TensorMap",
     "TmaLoad",
+    "TmaStmt",
     "tensor_maps",
     "tma_destinations",
     "uses_tma",

@@ -41,6 +41,7 @@ from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import simplify
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.tensor_access import at_origin, coefficients
+from autosched.lower.tma_fetch import overlapped_tma_loop
 from autosched.lower.wgmma_mainloop import overlapped_loop
 from autosched.lower.wgmma_operands import GROUP, SWIZZLE_COLUMNS
 from autosched.te.expr import BinOp, Const, Expr
@@ -100,7 +101,11 @@ def _rewrite(s: ir.Stmt, bounds, block: tuple[int, int, int], in_loop: bool = Fa
     if isinstance(s, ir.Barrier):
         return ir.Seq([_wait(), wi.ProxyFence(), s])
     if isinstance(s, ir.For):
-        overlapped = overlapped_loop(s, block, lambda c: _rewrite(c, bounds, block, True))
+
+        def issue(c: ir.Stmt) -> ir.Stmt:
+            return _rewrite(c, bounds, block, True)
+
+        overlapped = overlapped_tma_loop(s, issue) or overlapped_loop(s, block, issue)
         if overlapped is not None:
             return overlapped
         if _is_region(s.body) and _has_mma(s.body) and s.kind != "unroll":
