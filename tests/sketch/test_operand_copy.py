@@ -239,3 +239,18 @@ def test_the_fast_tma_configurations_compile_for_sm_90a_at_4096_without_spills(
     assert "cp.async.bulk.tensor.2d" in source and f"m64n{16 * cols}k16" in source
     (res,) = compile_resources(source, arch="sm_90").values()
     assert res.spill_bytes == 0
+
+
+@pytest.mark.gpu
+def test_gpu_sampled_tma_states_match_numpy():
+    """A sampled TMA state past M's edge and the 128x256 configuration on a 512^3 matmul, built
+    and launched as the search's kernels are (their tensor maps encoded by `gpu_call`)."""
+    from tests.gpu.test_gpu_kernels import run_on_gpu
+
+    dag = matmul_dag(200, 64, 128)
+    _, state = first_tma(dag)
+    run_on_gpu(dag, state, rtol=1e-2, atol=1e-2)
+    dag = matmul_dag(512, 512, 512)
+    state, _ = with_tiles(dag, ((8, 1, 16), (1, 16, 16), (4, 16)))
+    kernel = run_on_gpu(dag, state, rtol=1e-2, atol=1e-2)
+    assert [m.arg for m in kernel.launches[0].tensor_maps] == ["A", "B"]
