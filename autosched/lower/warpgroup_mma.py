@@ -23,7 +23,8 @@ Every warp then still multiplies 16x16 tiles. This pass regroups them per warpgr
   the wgmmas, before the accumulators are read; so a K step's wgmmas run while the next step
   waits for its tiles (cp.async.wait_group). A cp.async pipeline of three or more slots gets
   the Hopper mainloop order instead (`wgmma_mainloop`): one group of wgmmas stays in flight
-  across the next step's barrier and fetch.
+  across the next step's barrier and fetch; so does a TMA-fed pipeline's loop
+  (`tma_fetch.overlapped_tma_loop`), across the barrier that releases a slot to its refill.
 
 Anything else (a guarded product, a warp layout that is not warpgroup-shaped, a block that is not
 whole warpgroups) raises LoweringError: the state is not a wgmma program.
