@@ -36,7 +36,7 @@ def _flat_thread(block: tuple[int, int, int]) -> Expr:
 def box_copy(s: ti.TmaLoad, block: tuple[int, int, int]) -> BoxCopy:
     """The cooperative copy of TMA copy `s` in a block of shape `block`: element e of the box
     (row-major) goes to `dst[offset + e]` from its place in the param."""
-    box, shape = s.map.box, s.map.buffer.shape
+    box, shape = s.map.box, s.map.shape
     elems = math.prod(box)
     per_thread = max(1, elems // math.prod(block))
     e = _flat_thread(block) * int32(per_thread) + ELEM

@@ -10,10 +10,12 @@ lowering can prove that a box copy stores exactly what the cooperative fetch wou
 - wgmmas read it in the 128B-swizzled layout (`wgmma_operands.swizzle_of`: rows are whole,
   unpadded 128-byte lines, K-major or an N-major B), its storage is exactly its region, and its
   dimensions other than the tile's two have extent 1;
-- its body copies a global param element for element (`A[ax0, ax1, ...]`, no cast, gather or
-  padding stage inlined), so the tile is the box of the param at the region's origin; that
-  origin depends on block indices and loops only (no thread index), and the tensor map is one
-  the driver accepts (`TensorMap.problem`).
+- its body copies a global param element for element (`A[ax0, ax1, ...]`, no cast or padding
+  stage inlined), so the tile is the box of the param at the region's origin; or it is the
+  gather of a 1x1, stride-1 implicit GEMM over an NHWC input, whose flattened row index the
+  arithmetic proves to be the tile's row (`_flattened`), so the tile is a box of the input
+  seen as [N*H*W, C] (`TensorMap.view`); that origin depends on block indices and loops only
+  (no thread index), and the tensor map is one the driver accepts (`TensorMap.problem`).
 
 The tile is then one box per 64-element atom of its contiguous dimension (`SWIZZLE_COLUMNS`), R
 rows x 64 columns landing at atom j's place (R * 64 j elements into the slot): the copy
@@ -41,19 +43,21 @@ retires step k - 1's, whose slot the refill overwrites (tma_ir.py: releasing a s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.lower import tma_ir as ti
 from autosched.lower import wgmma_ir as wi
+from autosched.lower.arith import fold_digits, simplify
 from autosched.lower.double_buffer import in_slot, is_double_buffered, slots
 from autosched.lower.ir import I32, THREAD_TAGS, THREAD_VARS, int32
 from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.lower.wgmma_mainloop import IN_FLIGHT
 from autosched.lower.wgmma_operands import SWIZZLE_COLUMNS, tile_dims
 from autosched.schedule.stage import ROOT
-from autosched.te.expr import BinOp, Expr, Load, Var
+from autosched.te.expr import BinOp, Const, Expr, Load, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import free_vars, substitute
 
@@ -76,20 +80,54 @@ class StageBoxes:
         return len(self.boxes) * self.map.box_bytes
 
 
-def _copied_param(plan: LoweringPlan, j: int) -> ir.Buffer | None:
-    """The global param stage j copies element for element, if its body is such a copy."""
+@dataclass(frozen=True)
+class _Source:
+    """The param a shared stage copies and the shape its tile is a box of (None: its own)."""
+
+    param: ir.Buffer
+    view: tuple[int, ...] | None = None
+
+
+def _copied_param(plan: LoweringPlan, j: int, rows_at: int, cols_at: int) -> _Source | None:
+    """What shared stage j copies element for element, if its body is such a copy: a global
+    param read at the stage's own indices (`A[ax0, ax1, ...]`), or one whose last dimension
+    the tile's columns read and whose other dimensions, flattened, its rows (an NHWC input
+    gathered by a 1x1, stride-1 implicit GEMM: `data[m / HW, m / W % H + ry, m % W + rx, rc]`
+    with ry = rx = 0 is row m of data seen as [N*H*W, C])."""
     body, axes = plan.info[j].body, plan.compute_op(j).axis
-    if not isinstance(body, Load) or not isinstance(body.buffer, Tensor):
-        return None
-    if len(body.indices) != len(axes):
-        return None
-    if any(i is not a or a.lo for i, a in zip(body.indices, axes, strict=True)):
+    if not isinstance(body, Load) or not isinstance(body.buffer, Tensor) or any(a.lo for a in axes):
         return None
     src = plan.producer_stage[id(body.buffer.op)]
     if not plan.stages[src].is_placeholder or plan.stages[src].compute_at != ROOT:
         return None
-    buffer = plan.info[src].buf
-    return buffer if buffer.scope == "global" and buffer.dtype == body.dtype else None
+    param = plan.info[src].buf
+    if param.scope != "global" or param.dtype != body.dtype:
+        return None
+    if len(body.indices) == len(axes) and all(
+        i is a for i, a in zip(body.indices, axes, strict=True)
+    ):
+        return _Source(param)
+    return _flattened(param, body.indices, axes, rows_at, cols_at)
+
+
+def _flattened(param: ir.Buffer, indices, axes, rows_at: int, cols_at: int) -> _Source | None:
+    """`param` seen as [rows, C] where `indices` read row `axes[rows_at]`, column
+    `axes[cols_at]` of that view (every other axis of the stage has extent 1: 0 here); None
+    where that does not hold for every row of the view."""
+    shape = tuple(param.shape)
+    if len(shape) < 2 or indices[-1] is not axes[cols_at]:
+        return None
+    rows = math.prod(shape[:-1])
+    at_zero = {a: int32(0) for d, a in enumerate(axes) if d not in (rows_at, cols_at)}
+    row: Expr = int32(0)
+    for d, index in enumerate(indices[:-1]):
+        row = row + substitute(index, at_zero) * int32(math.prod(shape[d + 1 : -1]))
+    bounds = {id(axes[rows_at]): (0, rows - 1)}
+    difference = fold_digits(simplify(row - axes[rows_at], bounds), bounds)
+    difference = simplify(difference, bounds)
+    if not (isinstance(difference, Const) and difference.value == 0):
+        return None
+    return _Source(param, (rows, shape[-1]))
 
 
 def _runs_once_per_block(plan: LoweringPlan, j: int) -> bool:
@@ -112,25 +150,28 @@ def stage_boxes(plan: LoweringPlan, j: int) -> StageBoxes | None:
         return None
     if not is_double_buffered(plan, j) or not _runs_once_per_block(plan, j):
         return None
-    param = _copied_param(plan, j)
     shape = inf.buf.shape[1:]  # past the slots
-    if param is None or shape != tuple(inf.region) or len(inf.base) != len(shape):
+    if shape != tuple(inf.region) or len(inf.base) != len(shape):
         return None
     rows_at, cols_at = tile_dims(shape, st.name)
     if any(n != 1 for d, n in enumerate(shape) if d not in (rows_at, cols_at)):
         return None
+    source = _copied_param(plan, j, rows_at, cols_at)
     rows, cols = shape[rows_at], shape[cols_at]
-    if cols % SWIZZLE_COLUMNS:
+    if source is None or cols % SWIZZLE_COLUMNS:
         return None
     if any(id(v) in _THREAD_INDICES for b in inf.base for v in free_vars(b)):
         return None
+    base = list(inf.base)
     box = tuple(SWIZZLE_COLUMNS if d == cols_at else n for d, n in enumerate(shape))
-    tensor_map = ti.TensorMap(param, box, "128B")
+    if source.view is not None:  # rows x 64 of the [rows, C] view, at the tile's origin
+        base, box, cols_at = [base[rows_at], base[cols_at]], (rows, SWIZZLE_COLUMNS), 1
+    tensor_map = ti.TensorMap(source.param, box, "128B", source.view)
     if tensor_map.problem():
         return None
     boxes = []
     for atom in range(cols // SWIZZLE_COLUMNS):
-        origin = list(inf.base)
+        origin = list(base)
         origin[cols_at] = BinOp("+", origin[cols_at], int32(atom * SWIZZLE_COLUMNS), I32)
         boxes.append((atom * rows * SWIZZLE_COLUMNS, tuple(origin)))
     return StageBoxes(j, tensor_map, tuple(boxes))

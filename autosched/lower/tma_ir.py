@@ -58,17 +58,24 @@ TMA_DTYPES = ("float16", "bfloat16", "float32")
 
 @dataclass(eq=False)
 class TensorMap:
-    """A tensor map over the global param `buffer` (row-major in its shape): copies move boxes
-    of `box` elements (in the buffer's dimension order) into shared memory in `swizzle` mode,
-    reading zeros outside the buffer."""
+    """A tensor map over the global param `buffer` (row-major in its shape, or in `view`, a
+    shape of as many elements: an NHWC input seen as [N*H*W, C]): copies move boxes of `box`
+    elements (in that shape's dimension order) into shared memory in `swizzle` mode, reading
+    zeros outside it."""
 
     buffer: ir.Buffer
     box: tuple[int, ...]
     swizzle: str = "none"
+    view: tuple[int, ...] | None = None
 
     @property
     def rank(self) -> int:
         return len(self.box)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape the map describes the buffer as: its view, or its own."""
+        return self.view if self.view is not None else tuple(self.buffer.shape)
 
     @property
     def box_bytes(self) -> int:
@@ -79,8 +86,10 @@ class TensorMap:
         b = self.buffer
         if b.scope != "global" or b.dtype not in TMA_DTYPES:
             return f"a tensor map over {b.scope} {b.dtype} {b.name}; global {TMA_DTYPES} only"
-        if len(b.shape) != self.rank or not 1 <= self.rank <= RANK_MAX:
-            return f"a box of rank {self.rank} over {b.name} of shape {b.shape}"
+        if len(self.shape) != self.rank or not 1 <= self.rank <= RANK_MAX:
+            return f"a box of rank {self.rank} over {b.name} of shape {self.shape}"
+        if math.prod(self.shape) != b.size:
+            return f"a view {self.shape} of {b.name} of shape {b.shape}: not as many elements"
         if any(not 1 <= x <= BOX_MAX for x in self.box):
             return f"box {self.box}: each extent must be 1..{BOX_MAX}"
         if self.swizzle not in SWIZZLES:
@@ -98,7 +107,7 @@ class TensorMap:
     def encoding(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(dims, byte strides of dims 1.., box), innermost first: `cuTensorMapEncodeTiled`'s
         globalDim, globalStrides and boxDim."""
-        dims = tuple(reversed(self.buffer.shape))
+        dims = tuple(reversed(self.shape))
         strides, stride = [], BYTES[self.buffer.dtype]
         for d in dims[:-1]:
             stride *= d

@@ -52,6 +52,50 @@ def recipe_state(dag: ComputeDAG, slots: int, copy: str = "tma", chunk: int = 4,
     return state
 
 
+def conv_1x1_state(stride: int):
+    """An NHWC 1x1 convolution of 256 input channels as an implicit GEMM (128 output pixels x
+    64 channels), by the recipe above on its product: one block of one warpgroup, 3 slots of
+    TMA-marked tiles; the output reshaped by a second kernel."""
+    size = 8 * stride
+    data = te.placeholder((2, size, size, 256), "float16", "data")
+    kernel = te.placeholder((1, 1, 256, 64), "float16", "kernel")
+    dag = ComputeDAG([data, kernel, topi.nn.conv2d_nhwc(data, kernel, stride, 0)])
+    gemm, out = "Conv2dOutput.gemm", "Conv2dOutput"
+    s = dag.get_init_state().implicit_gemm(out).cache_write(gemm, ACC)
+    tiles = {"Conv2dOutput.im2col": ("ax0", "ax3"), "kernel": ("ax2", "ax3")}
+    for name, scope in zip(tiles, tz.FRAGMENTS, strict=True):
+        s = s.cache_read(name, "shared", [f"{gemm}.{ACC}"])
+        s = s.cache_read(f"{name}.shared", scope, [f"{gemm}.{ACC}"])
+    s = s.compute_inline("Conv2dOutput.im2col")
+    with mock.patch.multiple(tz, WARPS=(4, 1), REPS=(1, 4), K_SPLIT=(4, 16)):
+        s, warp = tz.tile_copy_out(s, gemm, "nn_yy_xx_fused", "ff", root=True)
+        s = tz.schedule_mma(s, gemm, warp, tiles, "nn_yy_xx_fused_c", "ff_c", "rc")
+    s = s.fuse(out, [it.name for it in s[out].iters])
+    fused = s[out].iters[0].name
+    s = s.split(out, fused, [128])
+    s = s.bind(out, f"{fused}_o", "blockIdx.x").bind(out, f"{fused}_i", "threadIdx.x")
+    s = s.tensor_core_instruction(f"{gemm}.{ACC}", "wgmma")
+    for name in ("Conv2dOutput.im2col.shared", "kernel.shared"):
+        s = s.double_buffer(name).pipeline_stages(name, 3).operand_copy(name, "tma")
+    return dag, s
+
+
+def test_a_1x1_stride_1_conv_reads_its_input_as_rows_of_channels():
+    """The gather of a 1x1, stride-1 implicit GEMM is row m of the NHWC input seen as
+    [N*H*W, C]: one 2-d box of that view per tile; a stride of 2 skips rows, so the same
+    marks keep cp.async."""
+    dag, state = conv_1x1_state(stride=1)
+    program = lower(state, verify=True)
+    maps = {m.buffer.name: m for k in program.kernels for m in ti.tensor_maps(k)}
+    assert (maps["data"].view, maps["data"].box) == ((128, 256), (64, 64))
+    assert maps["kernel"].view is None and maps["kernel"].box == (1, 1, 64, 64)
+    tz.run_and_compare(dag, program)
+    dag, state = conv_1x1_state(stride=2)
+    program = lower(state, verify=True)
+    assert not any(ti.uses_tma(k) for k in program.kernels)
+    tz.run_and_compare(dag, program)
+
+
 def copies(program: ir.Program) -> list[ti.TmaLoad]:
     return [s for s in ir.iter_stmts(program.kernels[0].body) if isinstance(s, ti.TmaLoad)]
 
@@ -164,3 +208,12 @@ def test_the_features_see_a_box_copy_as_the_cooperative_copy_without_its_address
     divmod_at = list(FEATURE_NAMES).index("int_divmod")
     fewer = tma[:, divmod_at] < cp_async[:, divmod_at]
     assert fewer.sum() >= 2  # the rows of the A and B copies
+
+
+@pytest.mark.gpu
+def test_gpu_a_tma_fed_1x1_conv_matches_numpy():
+    from tests.gpu.test_gpu_kernels import run_on_gpu
+
+    dag, state = conv_1x1_state(stride=1)
+    kernel = run_on_gpu(dag, state, rtol=1e-2, atol=1e-2)
+    assert kernel.launches[0].tensor_maps[0].dims == (256, 128)  # data as [N*H*W, C]
