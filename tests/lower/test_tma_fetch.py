@@ -13,12 +13,15 @@ import pytest
 from autosched import te, topi
 from autosched.lower import ir
 from autosched.lower import tma_ir as ti
+from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
+from autosched.lower.verify import verify_program
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.te.expr import Const
 from measure import compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
+from tests.lower.test_passes import programs_around
 
 ACC = "wmma.accumulator"
 
@@ -130,6 +133,16 @@ def test_tma_fed_states_compute_the_dag(make, slots):
     assert body[0] == "MbarrierWait" and body[-3:] == ["WgmmaWait", "Barrier", "IfThenElse"]
     assert main_loop(program).body.stmts[-3].pending == 1
     tz.run_and_compare(dag, program)
+
+
+def test_the_tma_pipeline_golden_computes_the_matmul(golden):
+    """The emitted TMA pipeline before the warpgroup_mma pass and its mainloop after it."""
+    state = recipe_state(matmul_dag(64, 64, 192), 3)
+    before, after = programs_around(state, "warpgroup_mma")
+    text = f"# before warpgroup_mma\n{program_text(before)}\n# after\n{program_text(after)}\n"
+    golden("pass_warpgroup_mma_tma.txt", text)
+    verify_program(after, launch_limits=False)
+    tz.run_and_compare(state.dag, lower(state))
 
 
 def test_an_n_major_b_tile_of_128_columns_is_two_boxes_one_atom_apart():
