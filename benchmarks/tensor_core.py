@@ -15,8 +15,9 @@ both, cp.async only): `--instructions wmma`,
 where warpgroups can compute the block tile) in three --out folders compare the instruction
 families; `--fragment-double-buffers off` and `on` compare the
 register double buffering of mma fragments; `--operand-copy tma` (with `--instructions wgmma`)
-draws TMA box copies for a wgmma stage's shared tiles wherever they fit them, `--operand-copy
-cp.async tma` either. The table's "instructions" column says what the best kernel uses.
+draws TMA box copies for a wgmma stage's shared tiles wherever they fit them (and double-buffers
+every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async tma` either.
+The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
 that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels),
@@ -266,6 +267,8 @@ def tune(name: str, ns) -> tuple:
             fragment_double_buffers=tuple(x == "on" for x in ns.fragment_double_buffers),
             operand_copies=tuple(ns.operand_copy),
         )
+        if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
+            sketch_params = dataclasses.replace(sketch_params, double_buffer_probability=1.0)
         policy = SketchPolicy(
             task, model, params, init_search_callbacks=callbacks, sketch_params=sketch_params
         )
