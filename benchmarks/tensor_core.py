@@ -346,10 +346,11 @@ def tensorized(kernel) -> bool:
     )
 
 
-def instructions(state) -> str:
+def instructions(state, kernel=None) -> str:
     """The Tensor Core instruction family and shared-memory pipeline slots of a state's
     stages ("-" without Tensor Cores), whether its mma fragments are double-buffered in
-    registers and whether TMA copies its shared tiles: e.g. "mma, 4 slots",
+    registers and whether TMA copies its shared tiles (in its built `kernel`: a stage marked
+    for TMA whose tiles do not fit it keeps cp.async): e.g. "mma, 4 slots",
     "mma, 4 slots, 2 fragment slots" or "wgmma, 3 slots, TMA"."""
     families = sorted(
         {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
@@ -360,7 +361,10 @@ def instructions(state) -> str:
     shared = [n for n, st in zip(slots, state.stages, strict=True) if st.scope == "shared"]
     doubled = any(st.fragment_double_buffer for st in state.stages)
     fragments = ", 2 fragment slots" if doubled else ""
-    tma = ", TMA" if any(st.operand_copy == "tma" for st in state.stages) else ""
+    from autosched.lower.tma_ir import uses_tma
+
+    fed = kernel is not None and any(uses_tma(k) for k in kernel.program.kernels)
+    tma = ", TMA" if fed else ""
     return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}"
 
 
@@ -435,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": wall,
             "record_us": recorded * 1e6,
             "tensorized": tensorized(kernel),
-            "instructions": instructions(state),
+            "instructions": instructions(state, kernel),
             **({"batch": WORKLOADS[name][1][0]} if name in conv_names else {}),
             **timed,
             **where,
