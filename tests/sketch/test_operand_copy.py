@@ -157,13 +157,17 @@ def test_the_mutation_switches_the_copy_and_writes_a_fresh_samples_records(tma_s
 
 
 PIPELINED = dataclasses.replace(TMA_ONLY, pipeline_stages=(3,))
+_PIPELINED_SAMPLES: dict = {}  # workload key -> (sampler, first TMA state) drawn with PIPELINED
 
 
 def with_tiles(dag, lengths, slots: int = 3):
     """(state, group) of the first sampled TMA state of `dag` with its M, N and K split lengths
     replaced by `lengths` and `slots` pipeline slots (what the rules draw for other tiles: the
     records' structure and every other decision stay)."""
-    sampler, state = first_tma(dag, PIPELINED)
+    key = dag.workload_key
+    if key not in _PIPELINED_SAMPLES:
+        _PIPELINED_SAMPLES[key] = first_tma(dag, PIPELINED)
+    sampler, state = _PIPELINED_SAMPLES[key]
     (g,) = TensorCoreChoices.of(sampler.plans, PIPELINED, HardwareParams()).groups(state.key())
     steps = list(state.steps)
     for k, new in zip(g.split_ids, lengths, strict=True):
