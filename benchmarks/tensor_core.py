@@ -5,16 +5,19 @@ process.
     python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
         [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
-        [--fragment-double-buffers off on]
+        [--fragment-double-buffers off on] [--operand-copy cp.async tma]
 
-`--instructions`, `--pipeline-stages` and `--fragment-double-buffers` restrict what the search
-draws (SketchParams' tensor_core_instructions, pipeline_stages and fragment_double_buffers;
-default: wmma, mma and wgmma, every slot count, both): `--instructions wmma`,
+`--instructions`, `--pipeline-stages`, `--fragment-double-buffers` and `--operand-copy` restrict
+what the search draws (SketchParams' tensor_core_instructions, pipeline_stages,
+fragment_double_buffers and operand_copies; default: wmma, mma and wgmma, every slot count,
+both, cp.async only): `--instructions wmma`,
 `--instructions mma` and `--instructions wgmma` (Hopper's warpgroup MMA, drawn only on sm_90
 where warpgroups can compute the block tile) in three --out folders compare the instruction
 families; `--fragment-double-buffers off` and `on` compare the
-register double buffering of mma fragments. The table's "instructions" column says what the
-best kernel uses.
+register double buffering of mma fragments; `--operand-copy tma` (with `--instructions wgmma`)
+draws TMA box copies for a wgmma stage's shared tiles wherever they fit them (and double-buffers
+every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async tma` either.
+The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
 that are not multiples of 16, attention scores of 77 tokens, a batch-8 conv of 64 channels),
@@ -262,7 +265,10 @@ def tune(name: str, ns) -> tuple:
             tensor_core_instructions=tuple(ns.instructions),
             pipeline_stages=tuple(ns.pipeline_stages),
             fragment_double_buffers=tuple(x == "on" for x in ns.fragment_double_buffers),
+            operand_copies=tuple(ns.operand_copy),
         )
+        if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
+            sketch_params = dataclasses.replace(sketch_params, double_buffer_probability=1.0)
         policy = SketchPolicy(
             task, model, params, init_search_callbacks=callbacks, sketch_params=sketch_params
         )
@@ -340,10 +346,12 @@ def tensorized(kernel) -> bool:
     )
 
 
-def instructions(state) -> str:
+def instructions(state, kernel=None) -> str:
     """The Tensor Core instruction family and shared-memory pipeline slots of a state's
-    stages ("-" without Tensor Cores), and whether its mma fragments are double-buffered in
-    registers: e.g. "mma, 4 slots" or "mma, 4 slots, 2 fragment slots"."""
+    stages ("-" without Tensor Cores), whether its mma fragments are double-buffered in
+    registers and whether TMA copies its shared tiles (in its built `kernel`: a stage marked
+    for TMA whose tiles do not fit it keeps cp.async): e.g. "mma, 4 slots",
+    "mma, 4 slots, 2 fragment slots" or "wgmma, 3 slots, TMA"."""
     families = sorted(
         {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
     )
@@ -353,7 +361,11 @@ def instructions(state) -> str:
     shared = [n for n, st in zip(slots, state.stages, strict=True) if st.scope == "shared"]
     doubled = any(st.fragment_double_buffer for st in state.stages)
     fragments = ", 2 fragment slots" if doubled else ""
-    return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}"
+    from autosched.lower.tma_ir import uses_tma
+
+    fed = kernel is not None and any(uses_tma(k) for k in kernel.program.kernels)
+    tma = ", TMA" if fed else ""
+    return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,6 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=["off", "on"],
         help="whether mma fragments are double-buffered in registers (where they may be)",
     )
+    ap.add_argument(
+        "--operand-copy",
+        nargs="+",
+        default=["cp.async"],
+        choices=["cp.async", "tma"],
+        help="how a wgmma stage's shared tiles are copied (tma: Hopper, where it fits the tiles)",
+    )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)
     if ns.trials is None:
@@ -420,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": wall,
             "record_us": recorded * 1e6,
             "tensorized": tensorized(kernel),
-            "instructions": instructions(state),
+            "instructions": instructions(state, kernel),
             **({"batch": WORKLOADS[name][1][0]} if name in conv_names else {}),
             **timed,
             **where,

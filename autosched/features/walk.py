@@ -23,8 +23,10 @@ from autosched.features.analysis import (
     touched_regions,
 )
 from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_KIND, count_ops
+from autosched.features.tma import box_copy
 from autosched.features.warp import ELEM, lane_view, warp_record, wgmma_record
 from autosched.lower import ir
+from autosched.lower import tma_ir as ti
 from autosched.lower import wgmma_ir as wi
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.te.dtype import BYTES, FLOAT_DTYPES
@@ -157,6 +159,16 @@ class ProgramWalker:
         self.outer_prod *= rec.per_lane
         self.record(*rec.write, per_step, reads)
         self.outer_prod //= rec.per_lane
+        self.pop()
+
+    def visit_tma_load(self, s: ti.TmaLoad, guards: Guards) -> None:
+        """A TMA box copy: the cooperative copy it replaces (`features/tma.py`), a store in a
+        pseudo loop over each thread's elements."""
+        copy = box_copy(s, self.kernel.block)
+        self.push(Loop(ELEM, copy.per_thread, "serial"))
+        self.outer_prod *= copy.per_thread
+        self.store(copy.dst, copy.index, (copy.value,), guards, None)
+        self.outer_prod //= copy.per_thread
         self.pop()
 
     # ---- one statement -----------------------------------------------------------------------
@@ -323,10 +335,15 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
     ir.AllReduce: ProgramWalker.visit_allreduce,
     **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
     wi.WgmmaMma: ProgramWalker.visit_warp,
-    # cp.async groups and the wgmma fences order work as a barrier does: they record nothing
+    ti.TmaLoad: ProgramWalker.visit_tma_load,
+    # cp.async groups, the wgmma fences and the mbarriers order work as a barrier does: they
+    # record nothing
     **dict.fromkeys(
         (ir.AsyncCommit, ir.AsyncWait, wi.WgmmaFence, wi.WgmmaCommit, wi.WgmmaWait, wi.ProxyFence),
         lambda walker, s, guards: None,
+    ),
+    **dict.fromkeys(
+        (ti.MbarrierInit, ti.MbarrierExpectTx, ti.MbarrierWait), lambda walker, s, guards: None
     ),
 }
 

@@ -128,6 +128,16 @@ def _at_iteration(s: ir.Stmt, v: Var, value: Expr) -> ir.Stmt:
     return stmt_walk.map_exprs(s, lambda e: substitute(e, {v: value}))
 
 
+def in_slot(
+    plan: LoweringPlan, fetched: list[int], count: int, s: ir.Stmt, iteration: Expr
+) -> ir.Stmt:
+    """`s` with its accesses of the buffers of stages `fetched` (each `count` slots) moved to
+    the slot of `iteration`: slot iteration % count."""
+    size = {id(plan.info[j].buf): plan.info[j].buf.size // count for j in fetched}
+    offsets = {k: _slot_offset(iteration, count, n) for k, n in size.items()}
+    return _shift_accesses(s, offsets)
+
+
 def emit_double_buffered(
     plan: LoweringPlan,
     loop_var: Var,
@@ -149,11 +159,9 @@ def emit_double_buffered(
             f"({sorted(counts)}); a loop has one pipeline"
         )
     (count,) = counts
-    size = {id(plan.info[j].buf): plan.info[j].buf.size // count for j in fetched}
 
     def into_slot(s: ir.Stmt, iteration: Expr) -> ir.Stmt:
-        offsets = {k: _slot_offset(iteration, count, n) for k, n in size.items()}
-        return _shift_accesses(s, offsets)
+        return in_slot(plan, fetched, count, s, iteration)
 
     def fetch_at(iteration: Expr) -> ir.Stmt:
         return into_slot(_at_iteration(fetch, loop_var, iteration), iteration)
@@ -177,6 +185,7 @@ def emit_double_buffered(
 __all__ = [
     "emit_double_buffered",
     "fetched_async_once",
+    "in_slot",
     "is_double_buffered",
     "slot_shape",
     "slots",

@@ -24,6 +24,7 @@ from autosched.lower.guards import guards, zero_fills
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.lower.tensorize import emit_fill, emit_tensorized, tensorize_position
+from autosched.lower.tma_fetch import emit_tma_pipeline
 from autosched.lower.unrolling import auto_unroll
 from autosched.schedule.stage import ROOT
 from autosched.te.expr import Const, Expr, Load, Reduce, Select, Var
@@ -114,7 +115,10 @@ def emit_stage(plan: LoweringPlan, i: int) -> ir.Stmt:
             var, ext = plan.var_of(i, it.name), plan.info[i].ext[it.name]
             kind = plan.loop_kind(i, it.name)
             fetch = ir.seq([emit_stage(plan, j) for j in fetched])
-            loop = emit_double_buffered(plan, var, ext, kind, fetched, fetch, parts, nest(k + 1))
+            inner = nest(k + 1)
+            # filled by TMA box copies where the stages ask for it and qualify (tma_fetch.py)
+            tma = emit_tma_pipeline(plan, var, ext, kind, fetched, parts, inner)
+            loop = tma or emit_double_buffered(plan, var, ext, kind, fetched, fetch, parts, inner)
         else:
             loop = plan.loop(i, it.name, ir.seq(parts + [nest(k + 1)]))
         if is_reduce and k == first_reduce:

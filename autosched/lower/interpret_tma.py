@@ -159,8 +159,8 @@ class TmaRun:
             linear = swizzle_128b(linear)
         for j, b in enumerate(blocks):
             at = np.array([coords[d][j] for d in range(s.map.rank)])[:, None] + box
-            inside = ((at >= 0) & (at < np.array(src.shape)[:, None])).all(axis=0)
-            flat = np.ravel_multi_index(tuple(np.where(inside, at, 0)), src.shape)
+            inside = ((at >= 0) & (at < np.array(s.map.shape)[:, None])).all(axis=0)
+            flat = np.ravel_multi_index(tuple(np.where(inside, at, 0)), s.map.shape)
             values = np.where(inside, gmem[flat], np.zeros((), gmem.dtype))
             start = int(offsets[j]) * elem
             align = ti.TMA_ALIGN[s.map.swizzle]

@@ -18,6 +18,7 @@ from autosched.lower.ir import (
     Store,
     WarpStmt,
 )
+from autosched.lower.tma_ir import TmaStmt
 from autosched.lower.wgmma_ir import (
     ProxyFence,
     WarpgroupStmt,
@@ -77,6 +78,8 @@ def program_text(p: Program) -> str:
             out.append(pad + s.describe(", ".join(repr(e) for e in s.exprs())))
         elif isinstance(s, WarpgroupStmt):
             out.append(pad + warpgroup_text(s))
+        elif isinstance(s, TmaStmt):
+            out.append(pad + s.text())
         elif isinstance(s, ProxyFence):
             out.append(f"{pad}fence.proxy.async.shared::cta")
         elif isinstance(s, ClusterBarrier):

@@ -167,7 +167,10 @@ def make_buffers(plan: LoweringPlan) -> None:
         else:
             shape = tuple(inf.region)
             if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
-                shape = slot_shape(plan, i, storage_shape(shape, st.storage_align))
+                # a TMA-fed stage is stored in the copy engine's swizzled lines, which the
+                # padding would break and whose swizzle already spreads the banks
+                align = None if st.operand_copy == "tma" else st.storage_align
+                shape = slot_shape(plan, i, storage_shape(shape, align))
             # two slots, or one fetched once per block: filled by asynchronous copies
             # (double_buffer.py)
             copies = is_double_buffered(plan, i) or fetched_async_once(plan, i)

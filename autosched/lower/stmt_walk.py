@@ -18,6 +18,7 @@ from autosched.lower.ir import (
     Store,
     WarpStmt,
 )
+from autosched.lower.tma_ir import TmaStmt
 from autosched.lower.wgmma_ir import WarpgroupStmt, WgmmaOperandTile
 from autosched.te.expr import Expr
 
@@ -54,7 +55,7 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
         buffer, offset = target(mapped.operand.buffer, mapped.operand.offset)
         operand = dataclasses.replace(mapped.operand, buffer=buffer, offset=offset)
         return WgmmaOperandTile(mapped.frag, mapped.tile, operand)
-    if isinstance(s, WarpgroupStmt):
+    if isinstance(s, (WarpgroupStmt, TmaStmt)):
         return s.with_exprs([fe(e) for e in s.exprs()])
     if isinstance(s, ClusterLoad):  # its destination is where `target` says; its source stays
         dst, dst_index = target(s.dst, fe(s.dst_index))

@@ -38,8 +38,10 @@ The CPU interpreter runs these in `interpret_tma.py`, the verifier checks them i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from autosched.lower import ir
 from autosched.te.dtype import BYTES
@@ -56,17 +58,24 @@ TMA_DTYPES = ("float16", "bfloat16", "float32")
 
 @dataclass(eq=False)
 class TensorMap:
-    """A tensor map over the global param `buffer` (row-major in its shape): copies move boxes
-    of `box` elements (in the buffer's dimension order) into shared memory in `swizzle` mode,
-    reading zeros outside the buffer."""
+    """A tensor map over the global param `buffer` (row-major in its shape, or in `view`, a
+    shape of as many elements: an NHWC input seen as [N*H*W, C]): copies move boxes of `box`
+    elements (in that shape's dimension order) into shared memory in `swizzle` mode, reading
+    zeros outside it."""
 
     buffer: ir.Buffer
     box: tuple[int, ...]
     swizzle: str = "none"
+    view: tuple[int, ...] | None = None
 
     @property
     def rank(self) -> int:
         return len(self.box)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape the map describes the buffer as: its view, or its own."""
+        return self.view if self.view is not None else tuple(self.buffer.shape)
 
     @property
     def box_bytes(self) -> int:
@@ -77,8 +86,10 @@ class TensorMap:
         b = self.buffer
         if b.scope != "global" or b.dtype not in TMA_DTYPES:
             return f"a tensor map over {b.scope} {b.dtype} {b.name}; global {TMA_DTYPES} only"
-        if len(b.shape) != self.rank or not 1 <= self.rank <= RANK_MAX:
-            return f"a box of rank {self.rank} over {b.name} of shape {b.shape}"
+        if len(self.shape) != self.rank or not 1 <= self.rank <= RANK_MAX:
+            return f"a box of rank {self.rank} over {b.name} of shape {self.shape}"
+        if math.prod(self.shape) != b.size:
+            return f"a view {self.shape} of {b.name} of shape {b.shape}: not as many elements"
         if any(not 1 <= x <= BOX_MAX for x in self.box):
             return f"box {self.box}: each extent must be 1..{BOX_MAX}"
         if self.swizzle not in SWIZZLES:
@@ -96,7 +107,7 @@ class TensorMap:
     def encoding(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(dims, byte strides of dims 1.., box), innermost first: `cuTensorMapEncodeTiled`'s
         globalDim, globalStrides and boxDim."""
-        dims = tuple(reversed(self.buffer.shape))
+        dims = tuple(reversed(self.shape))
         strides, stride = [], BYTES[self.buffer.dtype]
         for d in dims[:-1]:
             stride *= d
@@ -104,8 +115,30 @@ class TensorMap:
         return dims, tuple(strides), tuple(reversed(self.box))
 
 
+class TmaStmt(ir.Stmt):
+    """Base of the TMA and mbarrier statements. `exprs()` lists the statement's expressions,
+    `with_exprs(new)` rebuilds it with others (same order), so that the generic passes
+    (`stmt_walk.map_exprs`: simplification, index folding) treat them like other statements;
+    `text()` is its line in `ir_text`."""
+
+    EXPR_FIELDS: ClassVar[tuple[str, ...]] = ()  # the Expr fields, in `exprs()` order
+
+    def exprs(self) -> list[Expr]:
+        return [getattr(self, f) for f in self.EXPR_FIELDS]
+
+    def with_exprs(self, new: list[Expr]) -> TmaStmt:
+        changes = dict(zip(self.EXPR_FIELDS, new, strict=True))
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def text(self) -> str:
+        fields = ", ".join(f"{f} {getattr(self, f)!r}" for f in self.EXPR_FIELDS)
+        bars = getattr(self, "bars", None)
+        on = f"{bars.name}" if bars is not None else ""
+        return f"{type(self).__name__}({on}{'; ' if fields else ''}{fields})"
+
+
 @dataclass(eq=False)
-class MbarrierInit(ir.Stmt):
+class MbarrierInit(TmaStmt):
     """Thread 0 initialises every slot of `bars` to expect `count` arrivals a phase."""
 
     bars: ir.Buffer
@@ -113,16 +146,20 @@ class MbarrierInit(ir.Stmt):
 
 
 @dataclass(eq=False)
-class MbarrierExpectTx(ir.Stmt):
+class MbarrierExpectTx(TmaStmt):
     """Thread 0's arrival on `bars[slot]`, adding `nbytes` to the bytes its phase waits for."""
 
+    EXPR_FIELDS = ("slot",)
     bars: ir.Buffer
     slot: Expr
     nbytes: int
 
+    def text(self) -> str:
+        return f"MbarrierExpectTx({self.bars.name}[{self.slot!r}]; {self.nbytes} bytes)"
+
 
 @dataclass(eq=False)
-class TmaLoad(ir.Stmt):
+class TmaLoad(TmaStmt):
     """Thread 0 copies the box of `map` at `coords` (elements, the buffer's dimension order)
     into `dst[offset:]`, its bytes completing on `bars[slot]`."""
 
@@ -133,14 +170,33 @@ class TmaLoad(ir.Stmt):
     bars: ir.Buffer
     slot: Expr
 
+    def exprs(self) -> list[Expr]:
+        return [self.offset, *self.coords, self.slot]
+
+    def with_exprs(self, new: list[Expr]) -> TmaLoad:
+        offset, *coords, slot = new
+        return dataclasses.replace(self, offset=offset, coords=tuple(coords), slot=slot)
+
+    def text(self) -> str:
+        coords = ", ".join(repr(c) for c in self.coords)
+        box = "x".join(str(x) for x in self.map.box)
+        return (
+            f"TmaLoad({self.dst.name}[{self.offset!r}] <- {self.map.buffer.name} box {box} "
+            f"{self.map.swizzle} at ({coords}); {self.bars.name}[{self.slot!r}])"
+        )
+
 
 @dataclass(eq=False)
-class MbarrierWait(ir.Stmt):
+class MbarrierWait(TmaStmt):
     """Wait until the phase of `bars[slot]` of parity `parity` (0 or 1) has completed."""
 
+    EXPR_FIELDS = ("slot", "parity")
     bars: ir.Buffer
     slot: Expr
     parity: Expr
+
+    def text(self) -> str:
+        return f"MbarrierWait({self.bars.name}[{self.slot!r}]; parity {self.parity!r})"
 
 
 TMA_STMTS = (MbarrierInit, MbarrierExpectTx, TmaLoad, MbarrierWait)
@@ -182,6 +238,7 @@ __all__ = [
     "MbarrierWait",
     "TensorMap",
     "TmaLoad",
+    "TmaStmt",
     "tensor_maps",
     "tma_destinations",
     "uses_tma",

@@ -23,7 +23,8 @@ Every warp then still multiplies 16x16 tiles. This pass regroups them per warpgr
   the wgmmas, before the accumulators are read; so a K step's wgmmas run while the next step
   waits for its tiles (cp.async.wait_group). A cp.async pipeline of three or more slots gets
   the Hopper mainloop order instead (`wgmma_mainloop`): one group of wgmmas stays in flight
-  across the next step's barrier and fetch.
+  across the next step's barrier and fetch; so does a TMA-fed pipeline's loop
+  (`tma_fetch.overlapped_tma_loop`), across the barrier that releases a slot to its refill.
 
 Anything else (a guarded product, a warp layout that is not warpgroup-shaped, a block that is not
 whole warpgroups) raises LoweringError: the state is not a wgmma program.
@@ -41,6 +42,7 @@ from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import simplify
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.tensor_access import at_origin, coefficients
+from autosched.lower.tma_fetch import overlapped_tma_loop
 from autosched.lower.wgmma_mainloop import overlapped_loop
 from autosched.lower.wgmma_operands import GROUP, SWIZZLE_COLUMNS
 from autosched.te.expr import BinOp, Const, Expr
@@ -100,7 +102,11 @@ def _rewrite(s: ir.Stmt, bounds, block: tuple[int, int, int], in_loop: bool = Fa
     if isinstance(s, ir.Barrier):
         return ir.Seq([_wait(), wi.ProxyFence(), s])
     if isinstance(s, ir.For):
-        overlapped = overlapped_loop(s, block, lambda c: _rewrite(c, bounds, block, True))
+
+        def issue(c: ir.Stmt) -> ir.Stmt:
+            return _rewrite(c, bounds, block, True)
+
+        overlapped = overlapped_tma_loop(s, issue) or overlapped_loop(s, block, issue)
         if overlapped is not None:
             return overlapped
         if _is_region(s.body) and _has_mma(s.body) and s.kind != "unroll":

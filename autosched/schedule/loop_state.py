@@ -32,6 +32,7 @@ from autosched.schedule.steps import (
     FragmentDoubleBufferStep,
     FuseStep,
     ImplicitGemmStep,
+    OperandCopyStep,
     PipelineStagesStep,
     PragmaStep,
     ReorderStep,
@@ -267,6 +268,11 @@ class State:
         """Give double-buffered shared stage `stage` `stages` buffers, fetched `stages` - 1
         iterations ahead (see `PipelineStagesStep`)."""
         return self.apply(PipelineStagesStep(self.stage_index(stage), stages))
+
+    def operand_copy(self, stage, copy: str) -> State:
+        """How double-buffered shared stage `stage` is filled: "cp.async" or "tma" (see
+        `OperandCopyStep`)."""
+        return self.apply(OperandCopyStep(self.stage_index(stage), copy))
 
     def tensor_core_instruction(self, stage, instruction: str) -> State:
         """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s

@@ -44,6 +44,9 @@ TENSORIZE = "tensorize"
 TENSOR_CORE_INSTRUCTIONS = ("wmma", "mma", "wgmma")
 # The buffers a double-buffered shared stage may cycle through (`Stage.pipeline_stages`)
 PIPELINE_STAGES = (2, 3, 4, 5)
+# How a pipelined shared operand stage is filled (`Stage.operand_copy`): every thread's cp.async,
+# or one thread's TMA box copies completing on an mbarrier (sm_90; lower/tma_fetch.py)
+OPERAND_COPIES = ("cp.async", "tma")
 
 ROOT, INLINED, ATTACHED = "root", "inlined", "attached"
 
@@ -111,6 +114,8 @@ class Stage:
     # an mma accumulator stage: its operand fragments hold two k-steps in registers, the
     # ldmatrix of step s + 1 issued before the mma of step s (`FragmentDoubleBufferStep`)
     fragment_double_buffer: bool = False
+    # a pipelined shared stage that wgmmas read: how its tiles are copied (OPERAND_COPIES)
+    operand_copy: str = "cp.async"
     origin: str = "dag"
 
     @property
@@ -170,6 +175,7 @@ class Stage:
             self.pipeline_stages,
             self.tensor_core_instruction,
             self.fragment_double_buffer,
+            self.operand_copy,
             tuple((a.name, b.name) for a, b in self.redirects),
         )
 

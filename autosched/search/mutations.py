@@ -110,6 +110,7 @@ class TensorCoreChoices:
     instructions: tuple[str, ...]  # SketchParams.tensor_core_instructions
     pipeline_stages: tuple[int, ...]  # SketchParams.pipeline_stages
     fragment_double_buffers: tuple[bool, ...]  # SketchParams.fragment_double_buffers
+    operand_copies: tuple[str, ...]  # SketchParams.operand_copies
     hardware: HardwareParams  # its opt-in shared memory and registers bound the choices
     # (structure key of a sketch's records, its Tensor Core groups), for sketches that have any
     sketches: tuple[tuple[tuple, tuple[TensorCoreGroup, ...]], ...] = ()
@@ -126,6 +127,7 @@ class TensorCoreChoices:
             params.tensor_core_instructions,
             params.pipeline_stages,
             params.fragment_double_buffers,
+            params.operand_copies,
             hardware,
             sketches,
         )

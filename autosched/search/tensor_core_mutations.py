@@ -1,11 +1,13 @@
 """The mutations of a Tensor Core stage's init-rule choices that no split mutation reaches: its
 instruction family (`TensorCoreInstruction`: wmma or ldmatrix + mma.sync), its pipeline depth
-(`PipelineStages`: 2 to 5 shared-memory slots) and the register double buffering of its mma
-fragments (`FragmentDoubleBuffer`). Without them the evolution keeps whatever the fresh sample
+(`PipelineStages`: 2 to 5 shared-memory slots), the register double buffering of its mma
+fragments (`FragmentDoubleBuffer`) and how a wgmma stage's operand tiles are copied
+(`OperandCopy`: cp.async or TMA). Without them the evolution keeps whatever the fresh sample
 drew, and cannot carry a good tiling from wmma to mma or from 2 to 4 stages.
 
-The three rules record their choices last (`TC` records, then `PS`, then `FB`, group by group)
-and record only what differs from the default (mma; more than 2 slots; doubled fragments). A
+The four rules record their choices last (`TC` records, then `PS`, then `FB`, then `OC`, group
+by group) and record only what differs from the default (mma; more than 2 slots; doubled
+fragments; TMA). A
 mutation rewrites that tail of the records the way the rules would have written it for the new
 choice (`with_choices`), so a mutated candidate has exactly the records of a fresh sample with
 the same draws (one identity for the caches and the measured set), and replays as any record
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from autosched.schedule.steps import (
     DoubleBufferStep,
     FragmentDoubleBufferStep,
+    OperandCopyStep,
     PipelineStagesStep,
     StorageAlignStep,
     TensorCoreInstructionStep,
@@ -36,36 +39,44 @@ from autosched.search.mutations import (
 )
 from autosched.sketch.factorization import pick
 from autosched.sketch.fragment_double_buffer import eligible
+from autosched.sketch.operand_copy import CP_ASYNC, TMA, tma_fits
 from autosched.sketch.pipeline_stages import DOUBLE, group_draw, pipelined_bytes
 from autosched.sketch.tensor_core_instruction import MMA, WGMMA, WMMA
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 
-_TAIL_TAGS = (TensorCoreInstructionStep.TAG, PipelineStagesStep.TAG, FragmentDoubleBufferStep.TAG)
+_TAIL_TAGS = (
+    TensorCoreInstructionStep.TAG,
+    PipelineStagesStep.TAG,
+    FragmentDoubleBufferStep.TAG,
+    OperandCopyStep.TAG,
+)
 
 
 @dataclass(frozen=True)
 class GroupChoices:
-    """One Tensor Core group's choices of the three rules."""
+    """One Tensor Core group's choices of the four rules."""
 
     instruction: str = WMMA
     depth: int = DOUBLE
     doubled_fragments: bool = False
+    operand_copy: str = CP_ASYNC
 
     @classmethod
     def of(cls, records: Records, g: TensorCoreGroup) -> GroupChoices:
         """The choices group `g` has in `records`."""
-        tc, ps, fb = _TAIL_TAGS
+        tc, ps, fb, oc = _TAIL_TAGS
         instruction = next((r[2] for r in records if r[0] == tc and r[1] == g.acc), WMMA)
         depth = next((r[2] for r in records if r[0] == ps and r[1] in g.shared), DOUBLE)
         doubled = any(r[0] == fb and r[1] == g.acc for r in records)
-        return cls(instruction, depth, doubled)
+        copy = next((r[2] for r in records if r[0] == oc and r[1] in g.shared), CP_ASYNC)
+        return cls(instruction, depth, doubled, copy)
 
 
 def with_choices(
     records: Records, groups: tuple[TensorCoreGroup, ...], choices: Mapping[int, GroupChoices]
 ) -> Records:
-    """`records` with their TC, PS and FB records rewritten for these choices (per group, by
-    the accumulator's stage index), in the order and form the init rules write them."""
+    """`records` with their TC, PS, FB and OC records rewritten for these choices (per group,
+    by the accumulator's stage index), in the order and form the init rules write them."""
     head = tuple(r for r in records if r[0] not in _TAIL_TAGS)
     tc = tuple(
         TensorCoreInstructionStep(g.acc, choices[g.acc].instruction).to_record()
@@ -83,7 +94,13 @@ def with_choices(
         for g in groups
         if choices[g.acc].instruction == MMA and choices[g.acc].doubled_fragments
     )
-    return head + tc + ps + fb
+    oc = tuple(
+        OperandCopyStep(c, TMA).to_record()
+        for g in groups
+        if choices[g.acc].instruction == WGMMA and choices[g.acc].operand_copy == TMA
+        for c in g.shared
+    )
+    return head + tc + ps + fb + oc
 
 
 def _groups(ctx, records: Records) -> tuple[TensorCoreChoices | None, tuple]:
@@ -197,9 +214,36 @@ class FragmentDoubleBufferMutation(Mutation):
         return None
 
 
+class OperandCopyMutation(Mutation):
+    """cp.async or TMA (of `SketchParams.operand_copies`) for one wgmma stage's shared operand
+    tiles, switched where the `OperandCopy` init rule may draw TMA (`operand_copy.tma_fits`)."""
+
+    NAME = "operand_copy"
+    TENSOR_CORE_ONLY = True
+
+    def apply(self, ctx, parents, rng: random.Random):
+        records = parents[0]
+        space, groups = _groups(ctx, records)
+        if space is None or TMA not in space.operand_copies:
+            return None
+        buffered = _buffered(records)
+        candidates = list(groups)
+        rng.shuffle(candidates)
+        for g in candidates:
+            now = GroupChoices.of(records, g)
+            lengths = _split_lengths(records, g)
+            if not tma_fits(space.hardware, g, lengths, now.instruction, buffered):
+                continue
+            options = [x for x in space.operand_copies if x != now.operand_copy]
+            if options:
+                return _rewrite(records, groups, g, operand_copy=pick(options, rng))
+        return None
+
+
 __all__ = [
     "FragmentDoubleBufferMutation",
     "GroupChoices",
+    "OperandCopyMutation",
     "PipelineStagesMutation",
     "TensorCoreInstructionMutation",
     "with_choices",

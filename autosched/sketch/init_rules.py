@@ -23,8 +23,10 @@ the random decisions for one state:
                   (pipeline_stages.py)
   FragmentDoubleBuffer  two register slots for an mma stage's operand fragments
                   (fragment_double_buffer.py)
+  OperandCopy     cp.async or TMA for a pipelined wgmma stage's shared operand tiles
+                  (operand_copy.py)
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
-                  1 or enough for one wave (launch_bounds.py); these four last, so the other
+                  1 or enough for one wave (launch_bounds.py); these five last, so the other
                   rules' draws are unchanged
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
@@ -44,6 +46,7 @@ from autosched.sketch.factorization import factorization_schemes, pick, tiling_e
 from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.launch_bounds import LaunchBounds
+from autosched.sketch.operand_copy import OperandCopy
 from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
@@ -462,6 +465,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     TensorCoreInstruction(),
     PipelineStages(),
     FragmentDoubleBuffer(),
+    OperandCopy(),
     LaunchBounds(),
 )
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autosched.lower.cluster_ir import CLUSTER_SIZES
-from autosched.schedule.stage import TENSOR_CORE_INSTRUCTIONS
+from autosched.schedule.stage import OPERAND_COPIES, TENSOR_CORE_INSTRUCTIONS
 
 
 class TaskOptions(Protocol):
@@ -85,6 +85,11 @@ class SketchParams:
     # whether an mma stage whose fragments would cross double-buffered shared tiles holds them
     # in two register slots (FragmentDoubleBuffer), drawn uniformly where the registers fit
     fragment_double_buffers: tuple[bool, ...] = (False, True)
+    # how a pipelined wgmma stage's shared operand tiles are copied, drawn uniformly where TMA
+    # fits the drawn tiles (OperandCopy, sm_90 only): "cp.async" (every thread) or "tma" (one
+    # thread's box copies on mbarriers, lower/tma_fetch.py); TMA-fed kernels have not been
+    # timed from the search yet, so the default draws cp.async only
+    operand_copies: tuple[str, ...] = ("cp.async",)
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two
@@ -151,6 +156,11 @@ class SketchParams:
             raise ValueError(
                 "SketchParams: fragment_double_buffers must be one or more of False, True, got "
                 f"{self.fragment_double_buffers}"
+            )
+        if not self.operand_copies or not set(self.operand_copies) <= set(OPERAND_COPIES):
+            raise ValueError(
+                f"SketchParams: operand_copies must be one or more of {OPERAND_COPIES}, got "
+                f"{self.operand_copies}"
             )
         if not set(self.row_cluster_sizes) <= set(CLUSTER_SIZES):
             raise ValueError(

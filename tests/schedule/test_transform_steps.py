@@ -47,6 +47,7 @@ def _examples():
     """(dag, state before, step) for one example of every registered step kind."""
     conv_dag, mm_dag = conv2d_bias_relu_dag(), matmul_dag()
     shared = matmul_shared_state(mm_dag).double_buffer("A.shared").pipeline_stages("A.shared", 3)
+    shared = shared.operand_copy("A.shared", "tma")
     sources = [(conv_dag, seed_conv_state(conv_dag)), (mm_dag, shared)]
     extra = mm_dag.get_init_state().cache_write("C").compute_at("C.local", "C", "j")
     sources.append((mm_dag, extra.compute_root("C.local")))

@@ -8,7 +8,7 @@ State exists (loop_state imports its steps from here). The modules, by idea:
 - compute_location: compute_at, compute_root, compute_inline;
 - cache: cache_read, cache_write, rfactor, implicit_gemm (the steps that add a stage);
 - annotation: annotations, pragmas, storage_align, double_buffer, pipeline_stages,
-  tensor_core_instruction, fragment_double_buffer;
+  tensor_core_instruction, fragment_double_buffer, operand_copy;
 - replay: replaying steps and printing a state as a Python schedule.
 """
 
@@ -16,6 +16,7 @@ from autosched.schedule.steps.annotation import (
     AnnotationStep,
     DoubleBufferStep,
     FragmentDoubleBufferStep,
+    OperandCopyStep,
     PipelineStagesStep,
     PragmaStep,
     StorageAlignStep,
@@ -56,6 +57,7 @@ __all__ = [
     "FollowSplitStep",
     "FuseStep",
     "ImplicitGemmStep",
+    "OperandCopyStep",
     "PipelineStagesStep",
     "PragmaStep",
     "ReorderStep",

@@ -1,7 +1,8 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
 unroll, vectorize, parallel, tensorize), unroll pragmas, the storage alignment and double
-buffering (or deeper pipelining) of a shared cache buffer, and the Tensor Core instructions of an
-accumulator stage and the double buffering of its operand fragments in registers."""
+buffering (or deeper pipelining) of a shared cache buffer and how its tiles are copied, and the
+Tensor Core instructions of an accumulator stage and the double buffering of its operand
+fragments in registers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import ClassVar
 from autosched.errors import ScheduleError
 from autosched.schedule.stage import (
     ANNOTATIONS,
+    OPERAND_COPIES,
     PIPELINE_STAGES,
     TENSOR_CORE_INSTRUCTIONS,
     TENSORIZE,
@@ -295,3 +297,34 @@ class FragmentDoubleBufferStep(Step):
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].fragment_double_buffer()"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperandCopyStep(Step):
+    """How double-buffered shared stage `stage_id` is filled: "cp.async" (every thread copies
+    16-byte pieces, the default) or "tma" (Hopper: one thread's TMA box copies complete on an
+    mbarrier the block waits on). Lowering (lower/tma_fetch.py) uses TMA where it can prove the
+    boxes store what the cooperative copy does (a wgmma operand in the 128B-swizzled layout,
+    copied from a param); elsewhere the mark changes nothing."""
+
+    TAG: ClassVar[str] = "OC"
+    stage_id: int
+    copy: str
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            stage.double_buffer,
+            lambda: f"operand_copy on {stage.name!r}: double_buffer the stage first",
+        )
+        check(
+            self.copy in OPERAND_COPIES,
+            lambda: (
+                f"operand_copy on {stage.name!r}: unknown copy {self.copy!r}; "
+                f"one of {OPERAND_COPIES}"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, operand_copy=self.copy))
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        return [f's[{pyname(before.stages[self.stage_id])}].operand_copy("{self.copy}")']
