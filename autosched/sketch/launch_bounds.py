@@ -99,15 +99,43 @@ def row_cache_bytes(state: State, root: int) -> int:
     return total
 
 
+# registers a thread of a row kernel takes besides the row elements it keeps in registers
+# (addresses, indices, the reductions' accumulators)
+ROW_KERNEL_REGISTERS = 24
+
+
+def row_register_elems(state: State, root: int) -> int:
+    """The elements of the rows each thread of root stage `root`'s kernel keeps in registers
+    (thread-private caches: local stages attached at one of the root's loops, their own
+    iterators bound to threads; sketch/row_in_shared.py): what `row_cache_bytes` counts for a
+    shared one, over the block's threads."""
+    its = state.stages[root].iters
+    names = [it.name for it in its]
+    threads = launch_shape(state, root)[1]
+    total = 0
+    for j in kernel_stages(state, root)[1:]:
+        stage = state.stages[j]
+        if stage.scope != "local" or stage.attach is None or stage.attach[0] != root:
+            continue
+        if not any(it.annotation in THREAD_TAGS for it in stage.iters):
+            continue
+        at, parts = names.index(stage.attach[1]), 1
+        if its[at].annotation == CLUSTER_RANK_TAG:
+            at, parts = at - 1, its[at].extent or 1
+        total += -(-math.prod(stage.op.output(0).shape[at + 1 :]) // (parts * threads))
+    return total
+
+
 def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
     """The blocks per SM that make root stage `root`'s grid resident at once: ceil(blocks /
     SMs) when that is 2 or more, fits an SM's thread, block and shared memory limits (the rows
     the kernel keeps in shared memory), and leaves each thread
-    at least the registers its kernel's wholly unrolled reduction steps take; else 1 (one wave
-    already, never, or a cap that would surely spill; the builder rejects those that spill
-    all the same)."""
+    at least the registers its kernel's wholly unrolled reduction steps take, and those of the
+    row elements it keeps in registers; else 1 (one wave already, never, or a cap that would
+    surely spill; the builder rejects those that spill all the same)."""
     blocks, threads = launch_shape(state, root)
     need = -(-blocks // hardware.num_sms)
+    kept = row_register_elems(state, root)
     if (
         need < 2
         or need > hardware.max_blocks_per_sm
@@ -115,6 +143,10 @@ def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
         or need * row_cache_bytes(state, root) > hardware.max_shared_memory_per_sm
         or unrolled_reduction_steps(state, root)
         > hardware.registers_per_thread_limit(need * threads)
+        or (
+            kept
+            and kept + ROW_KERNEL_REGISTERS > hardware.registers_per_thread_limit(need * threads)
+        )
     ):
         return 1
     return need
@@ -149,5 +181,6 @@ __all__ = [
     "launch_shape",
     "one_wave_blocks",
     "row_cache_bytes",
+    "row_register_elems",
     "unrolled_reduction_steps",
 ]

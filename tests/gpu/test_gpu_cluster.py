@@ -1,7 +1,9 @@
 """On the GPU (sm_90 or later): thread-block cluster kernels against numpy. The hand-built
 cluster softmax (`tests/lower/cluster_programs.py`) for each cluster size and a long row, and
 sampled states of the sketch rule that splits normalisations' rows over a cluster
-(sketch/row_cluster.py) for softmax, layer norm (both forms) and RMSNorm.
+(sketch/row_cluster.py) for softmax, layer norm (both forms) and RMSNorm, and sampled states
+that keep the rows (or a cluster block's part) in registers (a thread-private cache), with
+clusters and without.
 
     python -m pytest -q -n 0 -m gpu -s tests/gpu/test_gpu_cluster.py
 """
@@ -58,3 +60,23 @@ def test_rows_over_clusters_match_numpy(name):
     for state in states:
         kernel = run_on_gpu(dag, state)
         assert "__cluster_dims__(" in kernel.source
+
+
+@pytest.mark.parametrize("clusters", [(), (2, 4, 8)], ids=["whole_rows", "clusters"])
+@pytest.mark.parametrize("name", list(SKETCHED))
+def test_rows_in_registers_match_numpy(name, clusters):
+    dag = SKETCHED[name]()
+    params = SketchParams(row_cluster_sizes=clusters)
+    sketches = [
+        s
+        for s in generate_sketches(dag, params=params)
+        if any(st.name == "x.local" for st in s.stages)
+        and bool(clusters)
+        == any(it.annotation == CLUSTER_RANK_TAG for st in s.stages for it in st.iters)
+    ]
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(4, 0)
+    assert states, sampler.rejected
+    for state in states:
+        kernel = run_on_gpu(dag, state)
+        assert "x_local[" in kernel.source
