@@ -26,6 +26,8 @@ the random decisions for one state:
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
                   1 or enough for one wave (launch_bounds.py); these four last, so the other
                   rules' draws are unchanged
+  OnlineExchange  a softmax over a cluster: its max and sum exchanged one after the other or
+                  as (max, sum) pairs at once (online_exchange.py); last, for the same reason
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -44,6 +46,7 @@ from autosched.sketch.factorization import factorization_schemes, pick, tiling_e
 from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.launch_bounds import LaunchBounds
+from autosched.sketch.online_exchange import OnlineExchange
 from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
@@ -463,6 +466,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     PipelineStages(),
     FragmentDoubleBuffer(),
     LaunchBounds(),
+    OnlineExchange(),
 )
 
 

@@ -1,0 +1,65 @@
+"""One (max, sum) exchange for a softmax over a thread-block cluster (lower/online_exchange.py,
+the init rule sketch/online_exchange.py): with `online_exchange` on the sum of exponentials the
+kernel takes one cluster barrier for both statistics instead of two, and computes the same
+softmax on the interpreter (whose cluster checks make a missing barrier an error); the search
+draws both forms; a stage that cannot exchange online is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched.errors import LoweringError
+from autosched.lower import cluster_ir as ci
+from autosched.lower import ir
+from autosched.lower.lowering import lower
+from autosched.schedule.steps import print_python_schedule, replay
+from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.params import SketchParams
+from autosched.te.expr import Reduce
+from tests.interpreter_check import interpret_and_compare
+from tests.sketch.test_row_cluster import DAGS, clustered
+
+CLUSTERS = SketchParams(row_cluster_sizes=(2, 4))
+
+
+def sampled(name: str, n: int):
+    dag = DAGS[name]()
+    sampler = SketchSampler(clustered(generate_sketches(dag, params=CLUSTERS)), params=CLUSTERS)
+    return dag, sampler.sample(n, 0)
+
+
+def with_online(state, on: int):
+    i = next(k for k, s in enumerate(state.stages) if s.name == "T_softmax_expsum")
+    return state.pragma(i, 0, "online_exchange", on)
+
+
+def barriers(program: ir.Program) -> int:
+    (k,) = program.kernels
+    return sum(isinstance(s, ci.ClusterBarrier) for s in ir.iter_stmts(k.body))
+
+
+def test_one_exchange_computes_the_softmax():
+    dag, states = sampled("softmax", 4)
+    drawn = set()
+    for state in states:
+        drawn.add(state["T_softmax_expsum"].online_exchange)
+        for on, exchanges in ((0, 2), (1, 1)):
+            chosen = with_online(state, on)
+            program = lower(chosen, verify=True)
+            assert barriers(program) == exchanges + 1  # and the last, before blocks exit
+            interpret_and_compare(dag, program, rtol=1e-4)
+        assert replay(dag, chosen.steps) == chosen
+        assert '"online_exchange", 1)' in print_python_schedule(chosen)
+    assert drawn == {False, True}  # the init rule draws both forms
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
+def test_a_sum_of_no_exponentials_cannot_exchange_online(name):
+    _, (state,) = sampled(name, 1)
+    i = next(
+        k
+        for k, s in enumerate(state.stages)
+        if isinstance(getattr(s.op, "body", None), Reduce) and s.op.body.reducer.name == "sum"
+    )
+    with pytest.raises(LoweringError, match="cannot exchange online with its max"):
+        lower(state.pragma(i, 0, "online_exchange", 1))
