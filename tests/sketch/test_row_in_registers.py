@@ -4,7 +4,8 @@ local cache of the input at the row loop whose threads each keep the elements th
 (a thread-private cache, lower/thread_private.py), read 16 bytes at a time where the row is cut
 in vectors. The sampled kernels compute the DAG on the interpreter, replay from their steps,
 print as a Python schedule, and at the benchmark's sizes compile for sm_90 with the cache in
-registers (no spills, no stack frame)."""
+registers (no spills, no stack frame), a softmax over a cluster with its one (max, sum)
+exchange."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from autosched.codegen.build import build
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.launch_bounds import row_register_elems
+from autosched.sketch.online_exchange import online_candidates
 from autosched.sketch.params import SketchParams
 from benchmarks.memory_bound import task_of
 from measure import compile_resources
@@ -83,6 +85,8 @@ def test_rows_in_registers_compile_without_local_memory(workload):
     states = sampler.sample(2, 0)
     assert states, sampler.rejected
     for state in states:
+        for i in online_candidates(state):  # a softmax over a cluster: one (max, sum) exchange
+            state = state.pragma(i, 0, "online_exchange", 1)
         source = build(task.compute_dag, state).source
         (res,) = compile_resources(source, arch="sm_90").values()
         assert res.spill_bytes == 0 and res.stack_bytes == 0, source
