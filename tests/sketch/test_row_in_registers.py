@@ -59,9 +59,14 @@ def test_rows_kept_in_registers_compute_the_dag(name, clusters):
 
 
 def test_rows_that_do_not_divide_among_the_threads():
-    dag = softmax(3, 1000)
+    dag = softmax(3, 1009)
     sampler = SketchSampler(in_registers(generate_sketches(dag, params=WHOLE_ROWS)))
-    for state in sampler.sample(3, 0):
+    states = sampler.sample(3, 0)
+    assert states, sampler.rejected
+    for state in states:
+        (kernel,) = sampler.programs[state.key()].kernels
+        (cache,) = [b for b in kernel.allocs if b.name == "x_local"]
+        assert cache.size * kernel.block[0] > 1009  # the last threads' slots past the row
         interpret_and_compare(dag, sampler.programs[state.key()], rtol=1e-4)
 
 
