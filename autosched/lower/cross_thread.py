@@ -24,7 +24,7 @@ from autosched.lower.cluster_ir import ClusterBarrier, ClusterLoad
 from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
 from autosched.lower.ir import I32, int32
-from autosched.lower.online_exchange import deferred_max, online_fold, online_partner
+from autosched.lower.online_exchange import max_read, online_fold
 from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import CLUSTER_RANK_TAG, SPATIAL
 from autosched.te.expr import BinOp, Expr, Load, Reduce, Var
@@ -115,6 +115,7 @@ def emit_cross_thread(
             stmt = plan.loop(i, it.name, stmt)
         return stmt
 
+    m = online_partner(plan, i)  # refuses a stage asking for it that cannot
     cluster = cluster_extent(plan, i)
     if cluster > 1:  # the tile's results published, one cluster barrier, then folded
         publish, fold = cluster_exchange(plan, i, pidx, cluster)
@@ -122,7 +123,6 @@ def emit_cross_thread(
             return ir.seq(
                 [over_tile(init), reduce_nest, over_tile(ir.seq([*finish, publish, store]))]
             )
-        m = online_partner(plan, i)
         if m is not None:  # one exchange of (max, sum) pairs (online_exchange.py)
             partner_tag = cross_thread_tag(plan, m)
             assert partner_tag is not None  # online_partner checked it
@@ -168,6 +168,38 @@ def cluster_extent(plan: LoweringPlan, i: int) -> int:
     st = plan.stages[i]
     bound = [it for it in st.iters if it.kind != SPATIAL and it.annotation == CLUSTER_RANK_TAG]
     return plan.info[i].ext[bound[0].name] if bound else 1
+
+
+def online_partner(plan: LoweringPlan, i: int) -> int | None:
+    """The max stage whose cluster exchange stage i's makes (online_exchange.py): None where
+    stage i does not ask for it (`Stage.online_exchange`); a LoweringError where it asks but
+    cannot."""
+    st = plan.stages[i]
+    if not st.online_exchange:
+        return None
+    m, why = max_read(plan, i)
+    if m is not None:
+        reducer = getattr(plan.info[m].body, "reducer", None)
+        readers = [j for j, o in enumerate(plan.info) if m in o.reads and j != i]
+        checks = (  # (refused?, why), first match wins
+            (reducer is not BUILTIN_REDUCERS["max"], "m is not a max reduction"),
+            (cross_thread_tag(plan, i) is None, "it is no cross-thread reduction"),
+            (cross_thread_tag(plan, m) is None, "m is no cross-thread reduction"),
+            (cluster_extent(plan, i) < 2, "it is not split over a cluster"),
+            (cluster_extent(plan, m) != cluster_extent(plan, i), "m is split otherwise"),
+            (st.attach != plan.stages[m].attach, "m is computed at another loop"),
+            (bool(inner_spatial(plan, i) or inner_spatial(plan, m)), "a block has a tile"),
+            (any(i not in plan.info[j].reads for j in readers), "m has readers before it"),
+        )
+        why = next((w for bad, w in checks if bad), "")
+    if why:
+        raise LoweringError(f"stage {st.name!r} cannot exchange online with its max: {why}")
+    return m
+
+
+def deferred_max(plan: LoweringPlan, m: int) -> bool:
+    """Whether max stage m's cluster exchange is made by a sum's (online_exchange.py)."""
+    return any(online_partner(plan, j) == m for j, s in enumerate(plan.stages) if s.online_exchange)
 
 
 def cluster_exchange(

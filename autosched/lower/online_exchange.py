@@ -6,32 +6,34 @@ row twice: the max m, then the sum of exp(x - m). Exchanged one after the other
 part waits for the row's max. With `Stage.online_exchange` on the sum, each block instead sums
 exp(x - m_b) with its own block's max m_b, publishes the pair (m_b, s_b), and after ONE cluster
 barrier every block folds the pairs of the cluster: M = max_b m_b, S = sum_b s_b exp(m_b - M)
-(exact: exp(x - m_b) exp(m_b - M) = exp(x - M)). The max stage's exchange is then made by the
-sum (`deferred_max`): it publishes its block's max and stores it for the sum to read, and the
-sum's fold stores the row's max in its place for the stages after.
+(exact: exp(x - m_b) exp(m_b - M) = exp(x - M)). The max stage's exchange is then made by
+the sum (`cross_thread.deferred_max`): it publishes its block's max and stores it for the sum
+to read, and the sum's fold stores the row's max in its place for the stages after.
 
-`online_partner` says whether a stage asks for it and checks that it applies: a cross-thread
-sum over a cluster, of exp(a - m[...]) with m a cross-thread max over the same cluster, computed
-at the same loop, each one value per thread block (a one-element tile), and every other reader
-of m reading the sum too (so it runs after the fold). Otherwise lowering refuses the state.
+`max_read` finds the pattern: a sum of exp(a - m[...]), m a stage's tensor that `a` does not
+read. `cross_thread.online_partner` checks the rest where a stage asks for the exchange (m a
+cross-thread max over the same cluster, computed at the same loop, one value per thread block,
+every other reader of m reading the sum too, so that it runs after the fold), and lowering
+refuses the state where it does not hold.
 """
 
 from __future__ import annotations
 
-from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.cluster_ir import ClusterLoad
 from autosched.lower.ir import I32, int32
 from autosched.lower.plan import LoweringPlan
-from autosched.te.expr import BinOp, Call, Expr, Load, Var
+from autosched.te.expr import BinOp, Call, Expr, Load, Reduce, Var
 from autosched.te.reduce import BUILTIN_REDUCERS
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import walk
 
 
-def _max_read(plan: LoweringPlan, i: int) -> tuple[int | None, str]:
+def max_read(plan: LoweringPlan, i: int) -> tuple[int | None, str]:
     """(the max stage that stage i's sum rescales by, "") or (None, why not)."""
-    body = plan.reduction(i)
+    body = plan.info[i].body
+    if not isinstance(body, Reduce):
+        return None, "it is no reduction"
     if body.reducer is not BUILTIN_REDUCERS["sum"] or body.condition is not None:
         return None, "it is not an unconditional sum"
     src = body.source
@@ -46,43 +48,6 @@ def _max_read(plan: LoweringPlan, i: int) -> tuple[int | None, str]:
     if any(isinstance(n, Load) and n.buffer is arg.b.buffer for n in walk(arg.a)):
         return None, "a reads m too"
     return m, ""
-
-
-def online_partner(plan: LoweringPlan, i: int) -> int | None:
-    """The max stage whose cluster exchange stage i's makes (the module's description): None
-    where stage i does not ask for it; a LoweringError where it asks but cannot."""
-    from autosched.lower.cross_thread import cluster_extent, cross_thread_tag, inner_spatial
-
-    st = plan.stages[i]
-    if not st.online_exchange:
-        return None
-    m, why = _max_read(plan, i)
-    if m is not None:
-        reducer = getattr(plan.info[m].body, "reducer", None)
-        readers = [j for j, o in enumerate(plan.info) if m in o.reads and j != i]
-        checks = (
-            (reducer is not BUILTIN_REDUCERS["max"], "m is not a max reduction"),
-            (cross_thread_tag(plan, i) is None, "it is no cross-thread reduction"),
-            (cross_thread_tag(plan, m) is None, "m is no cross-thread reduction"),
-            (cluster_extent(plan, i) < 2, "it is not split over a cluster"),
-            (cluster_extent(plan, m) != cluster_extent(plan, i), "m is split otherwise"),
-            (st.attach != plan.stages[m].attach, "m is computed at another loop"),
-            (bool(inner_spatial(plan, i) or inner_spatial(plan, m)), "a block has a tile"),
-            (any(i not in plan.info[j].reads for j in readers), "m has readers before it"),
-        )
-        why = next((w for bad, w in checks if bad), "")
-    if why:
-        raise LoweringError(f"stage {st.name!r} cannot exchange online with its max: {why}")
-    return m
-
-
-def deferred_max(plan: LoweringPlan, m: int) -> bool:
-    """Whether max stage m's cluster exchange is made by a sum's (online_exchange)."""
-    return any(
-        s.online_exchange and _max_read(plan, j)[0] == m
-        for j, s in enumerate(plan.stages)
-        if plan.info[j].body is not None
-    )
 
 
 def online_fold(plan: LoweringPlan, m: int, s: int, cluster: int) -> list[ir.Stmt]:
@@ -120,4 +85,4 @@ def online_fold(plan: LoweringPlan, m: int, s: int, cluster: int) -> list[ir.Stm
     ]
 
 
-__all__ = ["deferred_max", "online_fold", "online_partner"]
+__all__ = ["max_read", "online_fold"]

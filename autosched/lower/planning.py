@@ -9,6 +9,8 @@
                       (bound_inference.py)
   plan_thread_private the layout of each thread-private cache, and the check that its readers
                       read only their own thread's elements (thread_private.py)
+  check_online_exchanges  every stage asking for one (max, sum) exchange can make it
+                      (cross_thread.online_partner; online_exchange.py)
   make_buffers        the program's parameters and temporaries, every stage's buffer
   plan_fragments      the tiled dimensions of Tensor Core fragments (tensorize.py)
 
@@ -28,6 +30,7 @@ from autosched.lower.bound_inference import (
     root_value_map,
     tensor_loads,
 )
+from autosched.lower.cross_thread import online_partner
 from autosched.lower.double_buffer import fetched_async_once, is_double_buffered, slot_shape
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.lower.plan import LoweringPlan
@@ -171,6 +174,15 @@ def plan_thread_private(plan: LoweringPlan) -> None:
                         )
 
 
+def check_online_exchanges(plan: LoweringPlan) -> None:
+    """Raise LoweringError where a stage asks for `online_exchange` but cannot make it (before
+    emission, which would otherwise emit its two-round form where it is no cross-thread
+    reduction)."""
+    for i, st in enumerate(plan.stages):
+        if st.online_exchange:
+            online_partner(plan, i)
+
+
 def make_buffers(plan: LoweringPlan) -> None:
     """The program's buffers: a parameter per DAG tensor (the outputs among them), a global
     temporary per other root stage, and every attached stage's buffer of its scope and region
@@ -225,6 +237,7 @@ PLAN_STEPS: tuple[Callable[[LoweringPlan], None], ...] = (
     order_attached,
     infer_bounds,
     plan_thread_private,
+    check_online_exchanges,
     make_buffers,
     plan_fragments,
 )

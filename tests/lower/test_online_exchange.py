@@ -63,3 +63,13 @@ def test_a_sum_of_no_exponentials_cannot_exchange_online(name):
     )
     with pytest.raises(LoweringError, match="cannot exchange online with its max"):
         lower(state.pragma(i, 0, "online_exchange", 1))
+
+
+def test_a_sum_asking_for_it_outside_a_cluster_is_refused():
+    dag = DAGS["softmax"]()
+    whole_rows = SketchParams(row_cluster_sizes=())
+    (state,) = SketchSampler(generate_sketches(dag, params=whole_rows), params=whole_rows).sample(
+        1, 0
+    )
+    with pytest.raises(LoweringError, match="cannot exchange online with its max"):
+        lower(with_online(state, 1))

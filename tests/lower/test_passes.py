@@ -100,6 +100,8 @@ def test_the_planning_steps_run_in_this_order():
         "build_attach_tree",
         "order_attached",
         "infer_bounds",
+        "plan_thread_private",
+        "check_online_exchanges",
         "make_buffers",
         "plan_fragments",
     ]
