@@ -25,7 +25,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.utils import has_cross_thread_reduction, is_inlined
+from autosched.sketch.utils import has_cross_thread_reduction, is_inlined, row_part_in_registers
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
@@ -106,24 +106,11 @@ ROW_KERNEL_REGISTERS = 24
 
 def row_register_elems(state: State, root: int) -> int:
     """The elements of the rows each thread of root stage `root`'s kernel keeps in registers
-    (thread-private caches: local stages attached at one of the root's loops, their own
-    iterators bound to threads; sketch/row_in_shared.py): what `row_cache_bytes` counts for a
-    shared one, over the block's threads."""
-    its = state.stages[root].iters
-    names = [it.name for it in its]
+    (thread-private caches, `utils.row_part_in_registers`), over the block's threads."""
     threads = launch_shape(state, root)[1]
-    total = 0
-    for j in kernel_stages(state, root)[1:]:
-        stage = state.stages[j]
-        if stage.scope != "local" or stage.attach is None or stage.attach[0] != root:
-            continue
-        if not any(it.annotation in THREAD_TAGS for it in stage.iters):
-            continue
-        at, parts = names.index(stage.attach[1]), 1
-        if its[at].annotation == CLUSTER_RANK_TAG:
-            at, parts = at - 1, its[at].extent or 1
-        total += -(-math.prod(stage.op.output(0).shape[at + 1 :]) // (parts * threads))
-    return total
+    return sum(
+        -(-row_part_in_registers(state, j) // threads) for j in kernel_stages(state, root)[1:]
+    )
 
 
 def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:

@@ -132,16 +132,34 @@ def unrolled_statements(s: ir.Stmt) -> int:
     return stmt_walk.executed_statements(s, ("unroll",), weight=_statement_weight)
 
 
+# registers a thread of a row kernel takes for each input it reads besides the row (a
+# layer norm's gamma and beta): ptxas issues the unrolled output loop's vector loads of them
+# ahead, with the row's registers live
+INPUT_REGISTERS = 8
+
+
 def fits_row_registers(
     kept: int, k: ir.Kernel, hardware: HardwareParams, params: SketchParams
 ) -> bool:
     """Whether kernel `k`, whose threads keep `kept` elements of their rows in registers
     (thread-private caches), keeps them within `SketchParams.max_row_register_elems` and,
-    with the rest of a row kernel's registers, within what ptxas gives a thread at the
+    with the rest of a row kernel's registers (`ROW_KERNEL_REGISTERS`, and `INPUT_REGISTERS`
+    for each global input read besides the row), within what ptxas gives a thread at the
     kernel's launch bounds (beyond that, the cache spills to local memory)."""
     threads = k.threads_per_block * max(1, k.min_blocks_per_sm or 1)
     limit = hardware.registers_per_thread_limit(threads)
-    return kept <= params.max_row_register_elems and kept + ROW_KERNEL_REGISTERS <= limit
+    written = {id(s.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, ir.Store)}
+    inputs = {
+        id(ld.buffer)
+        for s in ir.iter_stmts(k.body)
+        if isinstance(s, ir.Store)
+        for ld in walk(s.value)
+        if isinstance(ld, Load)
+        and getattr(ld.buffer, "scope", None) == "global"
+        and id(ld.buffer) not in written
+    }
+    need = kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * max(0, len(inputs) - 1)
+    return kept <= params.max_row_register_elems and need <= limit
 
 
 def check_program(

@@ -14,9 +14,10 @@ import pytest
 from autosched.codegen.build import build
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
-from autosched.sketch.launch_bounds import row_register_elems
+from autosched.sketch.launch_bounds import launch_shape, row_register_elems
 from autosched.sketch.online_exchange import online_candidates
 from autosched.sketch.params import SketchParams
+from autosched.sketch.plan import make_plan
 from benchmarks.memory_bound import task_of
 from measure import compile_resources
 from measure.hardware import HardwareParams
@@ -95,3 +96,16 @@ def test_rows_in_registers_compile_without_local_memory(workload):
         source = build(task.compute_dag, state).source
         (res,) = compile_resources(source, arch="sm_90").values()
         assert res.spill_bytes == 0 and res.stack_bytes == 0, source
+
+
+def test_the_thread_count_is_drawn_where_a_threads_share_fits():
+    """RMSNorm 16 x 262,144 over clusters of 8: 32,768 floats a block fit 32 registers a thread
+    at 1,024 threads only, so that is the thread count its register sketches draw."""
+    task = task_of("rms_norm_16x262144")
+    params = SketchParams.for_task(task)
+    sketches = in_registers(generate_sketches(task.compute_dag, params=params))
+    plans = [make_plan(s, params, HardwareParams()) for s in sketches]
+    assert plans and all(set(p.min_threads.values()) == {1024} for p in plans)
+    sampler = SketchSampler(sketches, params=params, verify=False)
+    for state in sampler.sample(3, 0):
+        assert launch_shape(state, len(state.stages) - 1)[1] == 1024
