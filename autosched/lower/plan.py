@@ -239,6 +239,7 @@ def plan_text(plan: LoweringPlan) -> str:
         if inf.buffer is not None:
             b = inf.buffer
             slots = " (async copy)" if b.async_copy else ""
+            slots += " (thread-private)" if b.thread_private else ""
             out.append(f"  buffer {b.name}{list(b.shape)} {b.dtype}{slots}")
         if i in plan.fragment_dims:
             out.append(f"  fragment tiled over dimensions {plan.fragment_dims[i]}")
