@@ -39,7 +39,7 @@ from autosched.lower.tensorize import plan_fragments
 from autosched.lower.thread_private import is_thread_private, private_layout
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
-from autosched.te.expr import BinOp, Expr, Load, Var
+from autosched.te.expr import BinOp, Const, Expr, Load
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import rewrite, substitute
 
@@ -164,9 +164,9 @@ def plan_thread_private(plan: LoweringPlan) -> None:
                     for x, b in zip(node.indices, base, strict=True)
                 ]
                 for tag, holder in layout.owners(coords).items():
-                    own = ir.THREAD_VARS[tag]
-                    got = simplify(holder, bounds)
-                    if not (isinstance(got, Var) and got is own):
+                    off = simplify(BinOp("-", holder, ir.THREAD_VARS[tag], ir.I32), bounds)
+                    if not (isinstance(off, Const) and off.value == 0):
+                        got = simplify(holder, bounds)
                         raise LoweringError(
                             f"stage {plan.stages[j].name!r} reads thread-private cache "
                             f"{st.name!r} at elements that {tag} {got!r} holds, not its own "
