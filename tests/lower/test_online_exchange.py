@@ -13,6 +13,7 @@ from autosched.lower import cluster_ir as ci
 from autosched.lower import ir
 from autosched.lower.lowering import lower
 from autosched.schedule.steps import print_python_schedule, replay
+from autosched.search.mutations import structure_key
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.params import SketchParams
 from autosched.te.expr import Reduce
@@ -50,6 +51,9 @@ def test_one_exchange_computes_the_softmax():
             interpret_and_compare(dag, program, rtol=1e-4)
         assert replay(dag, chosen.steps) == chosen
         assert '"online_exchange", 1)' in print_python_schedule(chosen)
+        # the two forms are decisions of one sketch to the search's crossover
+        keys = {structure_key(with_online(state, on).key()) for on in (0, 1)}
+        assert len(keys) == 1
     assert drawn == {False, True}  # the init rule draws both forms
 
 
