@@ -77,3 +77,12 @@ def test_a_sum_asking_for_it_outside_a_cluster_is_refused():
     )
     with pytest.raises(LoweringError, match="cannot exchange online with its max"):
         lower(with_online(state, 1))
+
+
+@pytest.mark.parametrize("name", ["layer_norm_moments", "rms_norm"])
+def test_one_reduction_normalisations_exchange_once(name):
+    """Layer norm's moments form (the mean of x and of x^2, one reduction of two outputs a
+    row) and RMSNorm exchange their statistics in one round already."""
+    dag, states = sampled(name, 2)
+    for state in states:
+        assert barriers(lower(state)) == 2  # one exchange, and the last
