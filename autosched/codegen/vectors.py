@@ -9,7 +9,9 @@ under a Select whose condition is the same for every lane (a padded input) is re
 when the condition, tested once into a `pred` temporary, holds; `cond ? load : 0` is then stored
 as `pred ? vec : zero`. A copy into a double-buffered shared buffer is one asynchronous copy
 instead (`autosched.codegen.async_copy`). A loop of reduction steps (every lane updates the
-same accumulator) reads its loads as vectors and updates the accumulator lane by lane.
+same accumulator) reads its loads as vectors and updates the accumulator lane by lane; a loop
+storing into a local array (a thread-private cache of registers) reads them as vectors and
+stores lane by lane, each lane a register of its own.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
         body = body.then_case
         if guard is None:
             return False
-    if isinstance(body, ir.Store) and is_accumulation(body, s.var):
-        return _emit_accumulation(p, s, body, guard, d)
-    if not isinstance(body, ir.Store) or body.buffer.scope == "local":
+    if isinstance(body, ir.Store) and (
+        is_accumulation(body, s.var) or body.buffer.scope == "local"
+    ):
+        return _emit_lanes(p, s, body, guard, d)
+    if not isinstance(body, ir.Store):
         return False
     copy = async_copy_text(p, body, s.var, width)
     vt = p.t.vector_types.get((body.buffer.dtype, width))
@@ -67,13 +71,12 @@ def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
     return True
 
 
-def _emit_accumulation(
-    p: PrintContext, s: ir.For, store: ir.Store, guard: Expr | None, d: int
-) -> bool:
-    """A `vectorize` loop over reduction steps (`acc = acc + f(lane)`): its loads read once as
-    vectors (16 bytes per thread where the schedule asks for it), then one update per lane in
-    lane order, so the sum is the one the serial loop makes. False (a plain loop) when no load
-    can be read as a vector."""
+def _emit_lanes(p: PrintContext, s: ir.For, store: ir.Store, guard: Expr | None, d: int) -> bool:
+    """A `vectorize` loop over reduction steps (`acc = acc + f(lane)`), or one storing into a
+    local array (registers, which have no vector type: a thread-private row cache): its loads
+    read once as vectors (16 bytes per thread where the schedule asks for it), then one store
+    per lane in lane order, so a sum is the one the serial loop makes. False (a plain loop)
+    when no load can be read as a vector."""
     vloads = _vector_loads(p, store.value, s)
     if not vloads:
         return False
@@ -83,13 +86,13 @@ def _emit_accumulation(
     inner = d + (guard is not None)
     preds = _emit_preds(p, inner, s, [sel for _, _, sel in vloads.values() if sel is not None])
     temps = _emit_loads(p, inner, s.extent, vloads, preds)
-    target = f"{ex.buffer_names[id(store.buffer)]}[{ex(store.index)}]"
     for lane in range(s.extent):
         ex.names[id(s.var)] = str(lane)
         for ld, _, sel in vloads.values():
             ex.names[id(ld)] = lane_of(
                 p, ld.buffer.dtype, s.extent, temps[(ld._key, id(sel))], lane
             )
+        target = f"{ex.buffer_names[id(store.buffer)]}[{ex(store.index)}]"
         p.emit(inner, f"{target} = {ex(store.value)};")
         for ld, _, _ in vloads.values():
             ex.names.pop(id(ld), None)

@@ -6,7 +6,9 @@ parts and one thread (or every thread, for a per-thread buffer) stores the resul
 
 A reduction that also binds a reduction iterator to the cluster rank (`CLUSTER_RANK_TAG`,
 sketch/row_cluster.py) has each block of a cluster reduce its part of the row that way; the
-blocks' results are then exchanged through distributed shared memory (`cluster_exchange`).
+blocks' results are then exchanged through distributed shared memory (`cluster_exchange`), or,
+for a softmax's sum of exponentials asking for it, together with its max's in one exchange
+(online_exchange.py).
 
 The functions take the `LoweringPlan` of the stage; `partial_of` and `cluster_exchange` record
 the temporaries they make in `LoweringPlan.extra_allocs`.
@@ -22,6 +24,7 @@ from autosched.lower.cluster_ir import ClusterBarrier, ClusterLoad
 from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
 from autosched.lower.ir import I32, int32
+from autosched.lower.online_exchange import max_read, online_fold
 from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import CLUSTER_RANK_TAG, SPATIAL
 from autosched.te.expr import BinOp, Expr, Load, Reduce, Var
@@ -95,7 +98,7 @@ def emit_cross_thread(
     identity (out-of-range threads keep it: their part is neutral), runs the loops, then
     per element an AllReduce over `tag` combines the parts and the result is stored (by
     the thread whose `tag` index is 0 unless the buffer is per thread)."""
-    inf, st = plan.info[i], plan.stages[i]
+    st = plan.stages[i]
     part, pidx = partial_of(plan, i)
     red = plan.extra_allocs[i][1]
     body = plan.reduction(i)
@@ -104,11 +107,7 @@ def emit_cross_thread(
     finish: list[ir.Stmt] = [
         ir.AllReduce(body.reducer.name, value, None, red, int32(0), tag, plan.block_extent[tag])
     ]
-    conds = guards(plan, i, spatial_only=True, skip_tag=tag)
-    if inf.buf.scope != "local":
-        conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
-    idx = plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False)
-    store = ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds)
+    store = result_store(plan, i, tag)
     tile = [it for it in st.iters[k:] if it.kind == SPATIAL]
 
     def over_tile(stmt: ir.Stmt) -> ir.Stmt:
@@ -116,9 +115,29 @@ def emit_cross_thread(
             stmt = plan.loop(i, it.name, stmt)
         return stmt
 
+    m = online_partner(plan, i)  # refuses a stage asking for it that cannot
     cluster = cluster_extent(plan, i)
     if cluster > 1:  # the tile's results published, one cluster barrier, then folded
         publish, fold = cluster_exchange(plan, i, pidx, cluster)
+        if deferred_max(plan, i):  # a sum's exchange folds it: the block's max meanwhile
+            return ir.seq(
+                [over_tile(init), reduce_nest, over_tile(ir.seq([*finish, publish, store]))]
+            )
+        if m is not None:  # one exchange of (max, sum) pairs (online_exchange.py)
+            partner_tag = cross_thread_tag(plan, m)
+            assert partner_tag is not None  # online_partner checked it
+            return ir.seq(
+                [
+                    init,
+                    reduce_nest,
+                    *finish,
+                    publish,
+                    ClusterBarrier(),
+                    *online_fold(plan, m, i, cluster),
+                    result_store(plan, m, partner_tag),
+                    store,
+                ]
+            )
         return ir.seq(
             [
                 over_tile(init),
@@ -131,11 +150,56 @@ def emit_cross_thread(
     return ir.seq([over_tile(init), reduce_nest, over_tile(ir.seq([*finish, store]))])
 
 
+def result_store(plan: LoweringPlan, i: int, tag: str) -> ir.Stmt:
+    """Stage i's result (its AllReduce's, in its one-element `_red` buffer) stored into its
+    buffer at its current element: by the thread whose `tag` index is 0 unless the buffer is
+    per thread, within the stage's spatial guards."""
+    inf = plan.info[i]
+    red = plan.extra_allocs[i][1]
+    conds = guards(plan, i, spatial_only=True, skip_tag=tag)
+    if inf.buf.scope != "local":
+        conds.append(BinOp("==", ir.THREAD_VARS[tag], int32(0), "bool"))
+    idx = plan.flat_index(i, [inf.value[a.name] for a in plan.compute_op(i).axis], relative=False)
+    return ir.guarded(ir.Store(inf.buf, idx, Load(red, (int32(0),))), conds)
+
+
 def cluster_extent(plan: LoweringPlan, i: int) -> int:
     """The extent of stage i's reduction iterator bound to the cluster rank (1: none)."""
     st = plan.stages[i]
     bound = [it for it in st.iters if it.kind != SPATIAL and it.annotation == CLUSTER_RANK_TAG]
     return plan.info[i].ext[bound[0].name] if bound else 1
+
+
+def online_partner(plan: LoweringPlan, i: int) -> int | None:
+    """The max stage whose cluster exchange stage i's makes (online_exchange.py): None where
+    stage i does not ask for it (`Stage.online_exchange`); a LoweringError where it asks but
+    cannot."""
+    st = plan.stages[i]
+    if not st.online_exchange:
+        return None
+    m, why = max_read(plan, i)
+    if m is not None:
+        reducer = getattr(plan.info[m].body, "reducer", None)
+        readers = [j for j, o in enumerate(plan.info) if m in o.reads and j != i]
+        checks = (  # (refused?, why), first match wins
+            (reducer is not BUILTIN_REDUCERS["max"], "m is not a max reduction"),
+            (cross_thread_tag(plan, i) is None, "it is no cross-thread reduction"),
+            (cross_thread_tag(plan, m) is None, "m is no cross-thread reduction"),
+            (cluster_extent(plan, i) < 2, "it is not split over a cluster"),
+            (cluster_extent(plan, m) != cluster_extent(plan, i), "m is split otherwise"),
+            (st.attach != plan.stages[m].attach, "m is computed at another loop"),
+            (bool(inner_spatial(plan, i) or inner_spatial(plan, m)), "a block has a tile"),
+            (any(i not in plan.info[j].reads for j in readers), "m has readers before it"),
+        )
+        why = next((w for bad, w in checks if bad), "")
+    if why:
+        raise LoweringError(f"stage {st.name!r} cannot exchange online with its max: {why}")
+    return m
+
+
+def deferred_max(plan: LoweringPlan, m: int) -> bool:
+    """Whether max stage m's cluster exchange is made by a sum's (online_exchange.py)."""
+    return any(online_partner(plan, j) == m for j, s in enumerate(plan.stages) if s.online_exchange)
 
 
 def cluster_exchange(

@@ -86,6 +86,9 @@ class Buffer:
     # mma operand fragments only: held in two register slots across the warp's k-steps (set by
     # lowering from the accumulator stage; lower/fragment_double_buffer.py)
     fragment_double_buffer: bool = False
+    # local only: a thread-private cache, each thread's share of a region its block holds
+    # (lower/thread_private.py), kept in registers
+    thread_private: bool = False
 
     @property
     def size(self) -> int:

@@ -20,6 +20,7 @@ from autosched.lower import ir
 from autosched.lower.cluster_ir import CLUSTER_RANK
 from autosched.lower.ir import I32, LAUNCH_TAGS, int32
 from autosched.lower.mma_plan import MmaPlan
+from autosched.lower.thread_private import PrivateLayout
 from autosched.lower.wgmma_operands import canonical_index, tile_dims
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import CLUSTER_RANK_TAG, INLINED, Stage
@@ -86,6 +87,9 @@ class LoweringPlan:
     wgmma_stages: dict[int, str] = field(default_factory=dict)
     # stage -> the ranges its guards test (a `guards.StageRanges`), found on its first guard
     guard_ranges: dict[int, Any] = field(default_factory=dict)
+    # thread-private caches (local stages whose iterators bind threadIdx) -> where each thread
+    # keeps its elements (`thread_private.py`)
+    thread_private: dict[int, PrivateLayout] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: State) -> LoweringPlan:
@@ -179,6 +183,8 @@ class LoweringPlan:
         shape = inf.buf.shape[len(inf.buf.shape) - len(indices) :]  # past any slots
         if relative and inf.base:
             indices = [BinOp("-", idx, inf.base[d], I32) for d, idx in enumerate(indices)]
+        if j in self.thread_private:
+            return self.thread_private[j].slot(indices)
         if j in self.wgmma_stages:
             _, col_dim = tile_dims(shape, self.stages[j].name)
             columns = inf.region[col_dim] if len(inf.region) == len(shape) else shape[col_dim]
@@ -233,6 +239,7 @@ def plan_text(plan: LoweringPlan) -> str:
         if inf.buffer is not None:
             b = inf.buffer
             slots = " (async copy)" if b.async_copy else ""
+            slots += " (thread-private)" if b.thread_private else ""
             out.append(f"  buffer {b.name}{list(b.shape)} {b.dtype}{slots}")
         if i in plan.fragment_dims:
             out.append(f"  fragment tiled over dimensions {plan.fragment_dims[i]}")

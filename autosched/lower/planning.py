@@ -7,6 +7,10 @@
   infer_bounds        consumers first: the region each attached stage must compute per
                       iteration of its attach loop, then its iterator extents
                       (bound_inference.py)
+  plan_thread_private the layout of each thread-private cache, and the check that its readers
+                      read only their own thread's elements (thread_private.py)
+  check_online_exchanges  every stage asking for one (max, sum) exchange can make it
+                      (cross_thread.online_partner; online_exchange.py)
   make_buffers        the program's parameters and temporaries, every stage's buffer
   plan_fragments      the tiled dimensions of Tensor Core fragments (tensorize.py)
 
@@ -19,15 +23,23 @@ from collections.abc import Callable
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.bound_inference import infer_bounds, tensor_loads
+from autosched.lower.arith import simplify
+from autosched.lower.bound_inference import (
+    infer_bounds,
+    loop_bounds,
+    root_value_map,
+    tensor_loads,
+)
+from autosched.lower.cross_thread import online_partner
 from autosched.lower.double_buffer import fetched_async_once, is_double_buffered, slot_shape
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.storage import storage_shape
 from autosched.lower.tensorize import plan_fragments
+from autosched.lower.thread_private import is_thread_private, private_layout
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
-from autosched.te.expr import Expr, Load
+from autosched.te.expr import BinOp, Const, Expr, Load
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import rewrite, substitute
 
@@ -131,6 +143,46 @@ def order_attached(plan: LoweringPlan) -> None:
         plan.attached[key].sort(key=lambda j: plan.topo_index[j])
 
 
+def plan_thread_private(plan: LoweringPlan) -> None:
+    """Each thread-private cache's layout (`plan.thread_private`); raises LoweringError where
+    a stage reads such a cache at an element its own thread does not hold: the thread index
+    that holds it, in the reader's loop variables, must simplify to the reader's own."""
+    for i, st in enumerate(plan.stages):
+        if st.compute_at == INLINED or not is_thread_private(st, plan.info[i].scope):
+            continue
+        plan.thread_private[i] = layout = private_layout(st, plan.info[i].ext)
+        base = plan.info[i].base
+        for j in (j for j, other in enumerate(plan.info) if i in other.reads):
+            loops = plan.info[j].context + [(j, it.name) for it in plan.stages[j].iters]
+            bounds = loop_bounds(plan, loops)
+            root_map = root_value_map(plan, j)
+            for node in tensor_loads(plan.body(j)):
+                if node.buffer.op is not st.produces:
+                    continue
+                coords: list[Expr] = [
+                    BinOp("-", substitute(x, root_map), b, ir.I32)
+                    for x, b in zip(node.indices, base, strict=True)
+                ]
+                for tag, holder in layout.owners(coords).items():
+                    off = simplify(BinOp("-", holder, ir.THREAD_VARS[tag], ir.I32), bounds)
+                    if not (isinstance(off, Const) and off.value == 0):
+                        got = simplify(holder, bounds)
+                        raise LoweringError(
+                            f"stage {plan.stages[j].name!r} reads thread-private cache "
+                            f"{st.name!r} at elements that {tag} {got!r} holds, not its own "
+                            f"{tag}: cut its loops as the cache's are"
+                        )
+
+
+def check_online_exchanges(plan: LoweringPlan) -> None:
+    """Raise LoweringError where a stage asks for `online_exchange` but cannot make it (before
+    emission, which would otherwise emit its two-round form where it is no cross-thread
+    reduction)."""
+    for i, st in enumerate(plan.stages):
+        if st.online_exchange:
+            online_partner(plan, i)
+
+
 def make_buffers(plan: LoweringPlan) -> None:
     """The program's buffers: a parameter per DAG tensor (the outputs among them), a global
     temporary per other root stage, and every attached stage's buffer of its scope and region
@@ -164,6 +216,9 @@ def make_buffers(plan: LoweringPlan) -> None:
             plan.temps.append(b)
             if st.compute_at != ROOT:
                 raise LoweringError(f"stage {st.name!r} is attached outside any thread binding")
+        elif i in plan.thread_private:  # each thread's own elements (thread_private.py)
+            size = plan.thread_private[i].size
+            b = ir.Buffer(unique(st.name), (size,), st.op.dtype, "local", thread_private=True)
         else:
             shape = tuple(inf.region)
             if inf.scope == "shared":  # padded rows (storage.py); guards stay on the region
@@ -184,6 +239,8 @@ PLAN_STEPS: tuple[Callable[[LoweringPlan], None], ...] = (
     build_attach_tree,
     order_attached,
     infer_bounds,
+    plan_thread_private,
+    check_online_exchanges,
     make_buffers,
     plan_fragments,
 )

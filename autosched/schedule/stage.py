@@ -105,6 +105,10 @@ class Stage:
     # a root stage: its kernel reads the global buffers it never writes with streaming loads
     # (`__ldcs`, evict-first: read-once data does not push reused lines out of the caches)
     stream_reads: bool = False
+    # a cross-thread sum of exp(x - m) over a cluster, m a max reduction over the same cluster:
+    # the blocks exchange their (max, sum) pairs once, the sums rescaled to the row's max
+    # (online softmax; lower/online_exchange.py), instead of the max and then the sum
+    online_exchange: bool = False
     storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
     double_buffer: bool = False  # a shared stage fetched one iteration ahead (two buffers)
     # a double-buffered stage: its buffers (PIPELINE_STAGES), fetched that many - 1 ahead
@@ -170,6 +174,7 @@ class Stage:
             self.unroll_explicit,
             self.launch_min_blocks,
             self.stream_reads,
+            self.online_exchange,
             self.storage_align,
             self.double_buffer,
             self.pipeline_stages,

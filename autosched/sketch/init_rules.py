@@ -28,6 +28,8 @@ the random decisions for one state:
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
                   1 or enough for one wave (launch_bounds.py); these five last, so the other
                   rules' draws are unchanged
+  OnlineExchange  a softmax over a cluster: its max and sum exchanged one after the other or
+                  as (max, sum) pairs at once (online_exchange.py); last, for the same reason
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -46,6 +48,7 @@ from autosched.sketch.factorization import factorization_schemes, pick, tiling_e
 from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.launch_bounds import LaunchBounds
+from autosched.sketch.online_exchange import OnlineExchange
 from autosched.sketch.operand_copy import OperandCopy
 from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.pipeline_stages import PipelineStages
@@ -226,16 +229,21 @@ class FillTileSize(InitRule):
         for k in plan.unknown:
             s = split_at(steps, k)
             if k in plan.cross_thread:
-                lengths = self.thread_count(ctx, s, plan.cross_thread[k], rng)
+                fewest = plan.min_threads.get(k, 1)
+                lengths = self.thread_count(ctx, s, plan.cross_thread[k], rng, fewest)
             else:
                 lengths = pick(self.options(ctx, s, False), rng)
             steps[k] = SplitStep(s.stage_id, s.iter_id, s.extent, lengths, s.inner_to_outer)
         return steps
 
     @staticmethod
-    def thread_count(ctx: InitContext, s: SplitStep, reduction: int, rng: random.Random) -> tuple:
+    def thread_count(
+        ctx: InitContext, s: SplitStep, reduction: int, rng: random.Random, fewest: int = 1
+    ) -> tuple:
         """The lengths of a cross-thread reduction's split: its unknown length (the thread
-        count) drawn, a known one (a vector of reduction steps per thread) kept."""
+        count) drawn, a known one (a vector of reduction steps per thread) kept. A count below
+        `fewest` is drawn only where no other is offered (a row kept in registers needs that
+        many threads to fit: `SketchPlan.min_threads`)."""
         hw = ctx.hardware
         per_thread = math.prod(n for n in s.lengths if n is not None)
         options = thread_count_options(
@@ -244,6 +252,7 @@ class FillTileSize(InitRule):
             hw.warp_size,
             hw.max_threads_per_block,
         )
+        options = tuple(c for c in options if c >= fewest) or options
         return tuple(pick(options, rng) if n is None else n for n in s.lengths)
 
     def apply(self, ctx, plan, state, rng):
@@ -467,6 +476,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     FragmentDoubleBuffer(),
     OperandCopy(),
     LaunchBounds(),
+    OnlineExchange(),
 )
 
 

@@ -25,7 +25,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.utils import has_cross_thread_reduction, is_inlined
+from autosched.sketch.utils import has_cross_thread_reduction, is_inlined, row_part_in_registers
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
@@ -99,15 +99,30 @@ def row_cache_bytes(state: State, root: int) -> int:
     return total
 
 
+# registers a thread of a row kernel takes besides the row elements it keeps in registers
+# (addresses, indices, the reductions' accumulators)
+ROW_KERNEL_REGISTERS = 24
+
+
+def row_register_elems(state: State, root: int) -> int:
+    """The elements of the rows each thread of root stage `root`'s kernel keeps in registers
+    (thread-private caches, `utils.row_part_in_registers`), over the block's threads."""
+    threads = launch_shape(state, root)[1]
+    return sum(
+        -(-row_part_in_registers(state, j) // threads) for j in kernel_stages(state, root)[1:]
+    )
+
+
 def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
     """The blocks per SM that make root stage `root`'s grid resident at once: ceil(blocks /
     SMs) when that is 2 or more, fits an SM's thread, block and shared memory limits (the rows
     the kernel keeps in shared memory), and leaves each thread
-    at least the registers its kernel's wholly unrolled reduction steps take; else 1 (one wave
-    already, never, or a cap that would surely spill; the builder rejects those that spill
-    all the same)."""
+    at least the registers its kernel's wholly unrolled reduction steps take, and those of the
+    row elements it keeps in registers; else 1 (one wave already, never, or a cap that would
+    surely spill; the builder rejects those that spill all the same)."""
     blocks, threads = launch_shape(state, root)
     need = -(-blocks // hardware.num_sms)
+    kept = row_register_elems(state, root)
     if (
         need < 2
         or need > hardware.max_blocks_per_sm
@@ -115,6 +130,10 @@ def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
         or need * row_cache_bytes(state, root) > hardware.max_shared_memory_per_sm
         or unrolled_reduction_steps(state, root)
         > hardware.registers_per_thread_limit(need * threads)
+        or (
+            kept
+            and kept + ROW_KERNEL_REGISTERS > hardware.registers_per_thread_limit(need * threads)
+        )
     ):
         return 1
     return need
@@ -149,5 +168,6 @@ __all__ = [
     "launch_shape",
     "one_wave_blocks",
     "row_cache_bytes",
+    "row_register_elems",
     "unrolled_reduction_steps",
 ]

@@ -125,6 +125,9 @@ class SketchParams:
     # the cluster sizes a block-per-row normalisation's rows are also sketched split over, a
     # block of a thread-block cluster per part (sm_90; sketch/row_cluster.py); empty: never
     row_cluster_sizes: tuple[int, ...] = (2, 4, 8)
+    # the most elements of a normalisation's row (or a cluster block's part of it) one thread
+    # keeps in registers when its row is sketched held there (sketch/row_in_shared.py); 0: never
+    max_row_register_elems: int = 32
 
     def __post_init__(self) -> None:
         for name in ("double_buffer_probability", "shared_padding_probability"):

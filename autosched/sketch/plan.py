@@ -23,6 +23,7 @@ from autosched.sketch.utils import (
     attach_target,
     is_inlined,
     needs_multi_level_tiling,
+    row_part_in_registers,
     spatial_and_reduce_length,
 )
 from autosched.te.dtype import BYTES
@@ -89,6 +90,9 @@ class SketchPlan:
     cross_thread: dict[int, int] = field(default_factory=dict)
     # Tensor Core stages: their splits are FillTensorCore's, their roots bound by the sketch
     tensor_core: list[TensorCoreGroup] = field(default_factory=list)
+    # SplitStep ids of thread counts a row kept in registers follows -> the fewest threads
+    # that keep each thread's share within `SketchParams.max_row_register_elems`
+    min_threads: dict[int, int] = field(default_factory=dict)
 
     @property
     def tiled_roots(self) -> dict[int, TileGroup]:
@@ -169,7 +173,38 @@ def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> 
         for k, s in enumerate(sketch.steps)
         if isinstance(s, SplitStep) and None in s.lengths and k not in grouped
     ]
-    return SketchPlan(sketch, unknown, groups, cross_thread_splits(sketch), tensor_core)
+    return SketchPlan(
+        sketch,
+        unknown,
+        groups,
+        cross_thread_splits(sketch),
+        tensor_core,
+        register_row_threads(sketch, params),
+    )
 
 
-__all__ = ["Footprint", "SketchPlan", "TileGroup", "cross_thread_splits", "make_plan"]
+def register_row_threads(state: State, params: SketchParams) -> dict[int, int]:
+    """SplitStep id -> the fewest threads, for the thread split each row kept in registers
+    follows (`utils.row_part_in_registers`): its part over `max_row_register_elems`."""
+    out: dict[int, int] = {}
+    for j in range(len(state.stages)):
+        part = row_part_in_registers(state, j)
+        if not part or params.max_row_register_elems < 1:
+            continue
+        for k, _ in splitting_steps(state, j):
+            step = state.steps[k]
+            if isinstance(step, FollowSplitStep):
+                src = step.src_step_id
+                need = -(-part // params.max_row_register_elems)
+                out[src] = max(out.get(src, 1), need)
+    return out
+
+
+__all__ = [
+    "Footprint",
+    "SketchPlan",
+    "TileGroup",
+    "cross_thread_splits",
+    "make_plan",
+    "register_row_threads",
+]

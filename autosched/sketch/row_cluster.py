@@ -13,13 +13,15 @@ distributed shared memory after a cluster barrier (lower/cross_thread.py `cluste
 so every block holds the row's statistics and normalises its part: C times the blocks, each
 with 1 / C of the row. A second sketch per C reads each block's part once from DRAM into
 shared memory, where every pass then reads it (`part_in_shared`, as RowInSharedMemory keeps a
-whole row); the first leaves the later passes to find the part in L1 or L2.
+whole row); the first leaves the later passes to find the part in L1 or L2. Where a thread's
+share of the part can fit in registers (`fits_registers`), a third keeps it there.
 
 The rule applies where the GPU has clusters (sm_90 or later), the kernel is a block-per-row
 kernel whose stages computed at the row loop are all cross-thread reductions (no row kept in
 shared memory) with at most `MAX_ROWS_PER_SM` rows per SM, the row divides into C parts of at
 least `MIN_PART_ELEMENTS`, and a part fits a block's share of an SM's shared memory at two
-blocks per SM (where a later rule may keep it). It adds two sketches per C and keeps the
+blocks per SM (where a later rule may keep it), for the first two sketches, or a thread's share
+of it fits in registers, for the third. It adds up to three sketches per C and keeps the
 unsplit sketch (APPLY). Off where `row_cluster_sizes` is empty (the default is 2, 4 and 8).
 """
 
@@ -31,6 +33,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, SPATIAL
 from autosched.sketch.row_in_shared import (
     RESERVED_SHARED_BYTES,
+    fits_registers,
     is_cross_thread_reduction,
     row_kernel,
     shared_row_cache,
@@ -126,7 +129,8 @@ class RowOverCluster(SketchRule):
 
     def sizes(self, ctx: SketchContext, state: State, i: int) -> list[int]:
         """The cluster sizes of `SketchParams.row_cluster_sizes` that fit placeholder i's row
-        kernel (none where there is none, or the GPU has no clusters)."""
+        kernel (none where there is none, or the GPU has no clusters): its part in shared
+        memory (`fits_shared`) or in registers (`fits_registers`)."""
         if not ctx.params.row_cluster_sizes or not has_clusters(ctx.hardware):
             return []
         planned = self.plan(state, i)
@@ -136,18 +140,25 @@ class RowOverCluster(SketchRule):
         hardware = ctx.hardware
         if rows > self.MAX_ROWS_PER_SM * hardware.num_sms:
             return []
-        share = min(
-            hardware.max_shared_memory_per_sm // 2, hardware.max_shared_memory_per_block_optin
-        )
-        share -= RESERVED_SHARED_BYTES  # the reductions' own buffers
-        element = BYTES[state.stages[i].op.dtype]
         return [
             c
             for c in ctx.params.row_cluster_sizes
             if length % c == 0
             and length // c >= self.MIN_PART_ELEMENTS
-            and length // c * element <= share
+            and (self.fits_shared(ctx, state, i, c) or fits_registers(ctx, state, i, parts=c))
         ]
+
+    @staticmethod
+    def fits_shared(ctx: SketchContext, state: State, i: int, parts: int) -> bool:
+        """Whether 1 / `parts` of placeholder i's row fits a block's share of an SM's shared
+        memory at two blocks per SM, next to the reductions' own buffers."""
+        hardware = ctx.hardware
+        share = min(
+            hardware.max_shared_memory_per_sm // 2, hardware.max_shared_memory_per_block_optin
+        )
+        share -= RESERVED_SHARED_BYTES
+        length = state.stages[i].op.output(0).shape[-1]
+        return length // parts * BYTES[state.stages[i].op.dtype] <= share
 
     def apply(self, ctx, state, i):
         planned = self.plan(state, i)
@@ -159,21 +170,27 @@ class RowOverCluster(SketchRule):
             for stage, name in cuts:
                 split = split.split(stage, name, [c], inner_to_outer=False)
                 split = split.bind(stage, f"{name}_o", CLUSTER_RANK_TAG)
-            out += [(split, i - 1), (self.part_in_shared(split, i, cuts), i - 1)]
+            if self.fits_shared(ctx, state, i, c):
+                out += [(split, i - 1), (self.part_in_shared(split, i, cuts), i - 1)]
+            if fits_registers(ctx, state, i, parts=c):
+                out.append((self.part_in_shared(split, i, cuts, "local"), i - 1))
         return out
 
     @staticmethod
-    def part_in_shared(state: State, i: int, cuts: list[tuple[int, str]]) -> State:
+    def part_in_shared(
+        state: State, i: int, cuts: list[tuple[int, str]], scope: str = "shared"
+    ) -> State:
         """The cluster sketch `state` with each block's part of the row read once into shared
-        memory: the reductions computed at the output's rank iterator (which runs once, so
-        nothing changes), and there a shared cache of placeholder i, whose region is then the
-        block's part only (the rank fixed there), cut and bound as the output's threads, as
-        RowInSharedMemory cuts the whole row's."""
+        memory (or, `scope` "local", into its threads' registers): the reductions computed at
+        the output's rank iterator (which runs once, so nothing changes), and there a cache of
+        placeholder i, whose region is then the block's part only (the rank fixed there), cut
+        and bound as the output's threads, as RowInSharedMemory cuts the whole row's."""
         (root, root_cut), *reductions = cuts
         rank_iter = f"{root_cut}_o"
         for j, _ in reductions:
             state = state.compute_at(j, root, rank_iter)
-        return shared_row_cache(state, i, root, rank_iter, split_step_ids(state, root)[0])
+        split = split_step_ids(state, root)[0]
+        return shared_row_cache(state, i, root, rank_iter, split, scope)
 
 
 __all__ = ["RowOverCluster", "has_clusters"]

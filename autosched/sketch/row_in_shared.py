@@ -14,6 +14,13 @@ output then read the row from shared memory. DoubleBuffer's mark on such a cache
 fetch asynchronous (`cp.async`, lower/double_buffer.py `fetched_async_once`). The sketch
 without the cache is kept as well: the search measures whether the row's shared memory (one
 block per SM for a row of 128 KB) pays.
+
+A third sketch keeps the row in registers instead: the same cache in `local` scope, whose
+threads each keep the elements they load (a thread-private cache, lower/thread_private.py),
+16 bytes a load, all of a thread's loads issued before the first pass reads any. It is drawn
+where a thread's share can fit (`fits_registers`; states over
+`SketchParams.max_row_register_elems` a thread are rejected): a softmax row of 32,768 floats
+over a cluster of 8 blocks of 128 threads is 32 floats a thread.
 """
 
 from __future__ import annotations
@@ -103,17 +110,33 @@ class RowInSharedMemory(SketchRule):
         planned = self.plan(ctx, state, i)
         assert planned is not None
         root, row, split = planned
-        return [(state, i - 1), (shared_row_cache(state, i, root, row, split), i - 1)]
+        out = [(state, i - 1), (shared_row_cache(state, i, root, row, split), i - 1)]
+        if fits_registers(ctx, state, i, parts=1):
+            out.append((shared_row_cache(state, i, root, row, split, "local"), i - 1))
+        return out
 
 
-def shared_row_cache(state: State, i: int, root: int, at: str, thread_split: int) -> State:
-    """`state` with a shared cache of placeholder i for its readers, computed at iterator `at`
-    of the kernel's root stage (which the cache then precedes), its last axis cut as the root's
+def fits_registers(ctx: SketchContext, state: State, i: int, parts: int) -> bool:
+    """Whether 1 / `parts` of placeholder i's row can be kept in registers: at most
+    `SketchParams.max_row_register_elems` elements a thread at the most threads a block has
+    (the sampled thread count decides the rest: `validity.check_program`)."""
+    length = state.stages[i].op.output(0).shape[-1]
+    most = ctx.params.max_row_register_elems * ctx.hardware.max_threads_per_block
+    return 0 < length // parts <= most
+
+
+def shared_row_cache(
+    state: State, i: int, root: int, at: str, thread_split: int, scope: str = "shared"
+) -> State:
+    """`state` with a cache of placeholder i for its readers, computed at iterator `at` of the
+    kernel's root stage (which the cache then precedes), its last axis cut as the root's
     threads are (split step `thread_split`): bound to threadIdx.x, vectorized where the split
     has an inner lane part. The region `at` fixes is what the cache holds: the whole row at the
-    row loop, one block's part at a cluster's rank iterator."""
+    row loop, one block's part at a cluster's rank iterator; in shared memory, or with `scope`
+    "local" in each thread's registers, each thread keeping the elements it loads
+    (a thread-private cache, lower/thread_private.py; sketch/row_in_registers.py)."""
     readers = [j for j in direct_readers(state, i) if not state.stages[j].is_placeholder]
-    cached = state.cache_read(i, "shared", readers)
+    cached = state.cache_read(i, scope, readers)
     cache = i + 1
     cached = cached.compute_at(cache, root + 1, at)
     last = cached.stages[cache].iters[-1].name
@@ -128,6 +151,7 @@ def shared_row_cache(state: State, i: int, root: int, at: str, thread_split: int
 
 __all__ = [
     "RESERVED_SHARED_BYTES",
+    "fits_registers",
     "RowInSharedMemory",
     "row_kernel",
     "shared_row_cache",

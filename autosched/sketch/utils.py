@@ -14,7 +14,15 @@ from autosched.schedule.compute_dag import OpInfo, analyse_op
 from autosched.schedule.dataflow import consumers_of, reads_of
 from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, INLINED, REDUCE, ROOT, SplitRel, Stage
+from autosched.schedule.stage import (
+    ATTACHED,
+    CLUSTER_RANK_TAG,
+    INLINED,
+    REDUCE,
+    ROOT,
+    SplitRel,
+    Stage,
+)
 
 # Names that moved to the modules of their ideas (settings, factorisations, the steps of a
 # stage), importable from here as before.
@@ -245,6 +253,28 @@ def has_cross_thread_reduction(state: State, i: int) -> bool:
     )
 
 
+def row_part_in_registers(state: State, j: int) -> int:
+    """The elements of a row (or of a cluster block's part of it) that stage j holds in its
+    block's registers: a thread-private cache (a local `cache_read` attached at a loop of a
+    root stage, its own iterators bound to threadIdx; sketch/row_in_shared.py), its tensor's
+    elements past the axes that loop and those outside it fix, over C at a cluster's rank
+    iterator. 0 for any other stage."""
+    stage = state.stages[j]
+    if (
+        stage.scope != "local"
+        or stage.origin != "cache_read"
+        or stage.attach is None
+        or not any(it.annotation.startswith("threadIdx") for it in stage.iters)
+    ):
+        return 0
+    root, at_name = stage.attach
+    its = state.stages[root].iters
+    at, parts = [it.name for it in its].index(at_name), 1
+    if its[at].annotation == CLUSTER_RANK_TAG:
+        at, parts = at - 1, its[at].extent or 1
+    return -(-math.prod(stage.op.output(0).shape[at + 1 :]) // parts)
+
+
 def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:
     """Index tuples (in stage j's own axes) of every read of stage `target`'s result in stage
     j's body, with inlined stages substituted."""
@@ -298,6 +328,7 @@ def elementwise_matched_consumer(state: State, i: int) -> int | None:
 
 
 __all__ = [
+    "row_part_in_registers",
     "PAD_MIN_EXTENT",
     "PAD_MULTIPLE",
     "SPLITTING_STEPS",

@@ -20,6 +20,7 @@ from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir, stmt_walk
 from autosched.lower.lowering import lower
 from autosched.schedule.loop_state import State
+from autosched.sketch.launch_bounds import ROW_KERNEL_REGISTERS
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
@@ -39,7 +40,9 @@ class Reason(str, enum.Enum):
     TOO_FEW_THREADS = "too_few_threads"  # a tiled stage's block below a warp
     SHARED_MEMORY = "shared_memory"
     LOCAL_MEMORY = "local_memory"  # `local` elements per thread over SketchParams'
-    REGISTERS = "registers"  # accumulators over the register estimate
+    # accumulators over the register estimate, or a thread-private row cache over
+    # SketchParams' `max_row_register_elems`
+    REGISTERS = "registers"
     VECTOR_BYTES = "vector_bytes"  # a vectorised store wider than SketchParams'
     CODE_SIZE = "code_size"  # statements once unrolled over SketchParams'
     NO_OPTION = "no_option"  # no tile size of some axis fits
@@ -129,6 +132,36 @@ def unrolled_statements(s: ir.Stmt) -> int:
     return stmt_walk.executed_statements(s, ("unroll",), weight=_statement_weight)
 
 
+# registers a thread of a row kernel takes for each input it reads besides the row (a
+# layer norm's gamma and beta): ptxas issues the unrolled output loop's vector loads of them
+# ahead, with the row's registers live
+INPUT_REGISTERS = 8
+
+
+def fits_row_registers(
+    kept: int, k: ir.Kernel, hardware: HardwareParams, params: SketchParams
+) -> bool:
+    """Whether kernel `k`, whose threads keep `kept` elements of their rows in registers
+    (thread-private caches), keeps them within `SketchParams.max_row_register_elems` and,
+    with the rest of a row kernel's registers (`ROW_KERNEL_REGISTERS`, and `INPUT_REGISTERS`
+    for each global input read besides the row), within what ptxas gives a thread at the
+    kernel's launch bounds (beyond that, the cache spills to local memory)."""
+    threads = k.threads_per_block * max(1, k.min_blocks_per_sm or 1)
+    limit = hardware.registers_per_thread_limit(threads)
+    written = {id(s.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, ir.Store)}
+    inputs = {
+        id(ld.buffer)
+        for s in ir.iter_stmts(k.body)
+        if isinstance(s, ir.Store)
+        for ld in walk(s.value)
+        if isinstance(ld, Load)
+        and getattr(ld.buffer, "scope", None) == "global"
+        and id(ld.buffer) not in written
+    }
+    need = kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * max(0, len(inputs) - 1)
+    return kept <= params.max_row_register_elems and need <= limit
+
+
 def check_program(
     program: ir.Program, hardware: HardwareParams, params: SketchParams
 ) -> Reason | None:
@@ -142,6 +175,9 @@ def check_program(
             return Reason.SHARED_MEMORY
         if sum(b.size for b in k.allocs if b.scope == "local") > params.max_local_elems:
             return Reason.LOCAL_MEMORY
+        kept = sum(b.size for b in k.allocs if b.thread_private)
+        if kept and not fits_row_registers(kept, k, hardware, params):
+            return Reason.REGISTERS
         if vector_bytes(k.body) > params.max_vector_bytes:
             return Reason.VECTOR_BYTES
         if unrolled_statements(k.body) > params.max_unrolled_statements:

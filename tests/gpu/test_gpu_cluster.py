@@ -1,7 +1,10 @@
 """On the GPU (sm_90 or later): thread-block cluster kernels against numpy. The hand-built
 cluster softmax (`tests/lower/cluster_programs.py`) for each cluster size and a long row, and
 sampled states of the sketch rule that splits normalisations' rows over a cluster
-(sketch/row_cluster.py) for softmax, layer norm (both forms) and RMSNorm.
+(sketch/row_cluster.py) for softmax, layer norm (both forms) and RMSNorm, and sampled states
+that keep the rows (or a cluster block's part) in registers (a thread-private cache), with
+clusters and without, and softmax over clusters with one (max, sum) exchange
+(`online_exchange`).
 
     python -m pytest -q -n 0 -m gpu -s tests/gpu/test_gpu_cluster.py
 """
@@ -13,6 +16,7 @@ import pytest
 
 from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from autosched.sketch.online_exchange import online_candidates
 from tests.gpu.test_gpu_kernels import run_on_gpu
 from tests.lower.cluster_programs import cluster_softmax_program, softmax_reference
 from tests.sketch.test_row_cluster import layer_norm
@@ -58,3 +62,40 @@ def test_rows_over_clusters_match_numpy(name):
     for state in states:
         kernel = run_on_gpu(dag, state)
         assert "__cluster_dims__(" in kernel.source
+
+
+@pytest.mark.parametrize("clusters", [(), (2, 4, 8)], ids=["whole_rows", "clusters"])
+@pytest.mark.parametrize("name", list(SKETCHED))
+def test_rows_in_registers_match_numpy(name, clusters):
+    dag = SKETCHED[name]()
+    params = SketchParams(row_cluster_sizes=clusters)
+    sketches = [
+        s
+        for s in generate_sketches(dag, params=params)
+        if any(st.name == "x.local" for st in s.stages)
+        and bool(clusters)
+        == any(it.annotation == CLUSTER_RANK_TAG for st in s.stages for it in st.iters)
+    ]
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(4, 0)
+    assert states, sampler.rejected
+    for state in states:
+        kernel = run_on_gpu(dag, state)
+        assert "x_local[" in kernel.source
+
+
+def test_softmax_with_one_exchange_matches_numpy():
+    dag = SKETCHED["softmax"]()
+    params = SketchParams(row_cluster_sizes=(2, 4, 8))
+    sketches = [
+        s
+        for s in generate_sketches(dag, params=params)
+        if any(it.annotation == CLUSTER_RANK_TAG for st in s.stages for it in st.iters)
+    ]
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(6, 1)
+    assert states, sampler.rejected
+    for state in states:
+        (i,) = online_candidates(state)
+        kernel = run_on_gpu(dag, state.pragma(i, 0, "online_exchange", 1))
+        assert kernel.source.count("as_cluster_sync();") == 2  # one exchange, and the last

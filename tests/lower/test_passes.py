@@ -88,9 +88,19 @@ def programs_around(state: State, name: str) -> tuple[ir.Program, ir.Program]:
     raise AssertionError(f"no pass is named {name!r}")
 
 
+def row_in_registers_state() -> State:
+    """Rows of 200 on blocks of 64 threads, each thread keeping its 4 elements of the row in
+    a thread-private cache (lower/thread_private.py): its buffer is 4 slots, its region the
+    row."""
+    from tests.lower.test_thread_private import doubled_rows, row_cached
+
+    return row_cached(doubled_rows(2, 200), 64, "i")
+
+
 PLAN_WORKLOADS: dict[str, Callable[[], State]] = {
     "matmul_vthread": matmul_vthread_state,
     "conv_fetch": conv_fetch_state,
+    "row_in_registers": row_in_registers_state,
 }
 
 
@@ -100,6 +110,8 @@ def test_the_planning_steps_run_in_this_order():
         "build_attach_tree",
         "order_attached",
         "infer_bounds",
+        "plan_thread_private",
+        "check_online_exchanges",
         "make_buffers",
         "plan_fragments",
     ]

@@ -197,7 +197,7 @@ def test_a_row_normalisation_reads_and_stores_16_bytes_per_thread():
         for s in generate_sketches(dag)
         if any(it.annotation == "vectorize" for it in s["rms"].iters)
         and not parts(s)
-        and not any(st.scope == "shared" for st in s.stages)  # the row in shared memory
+        and not any(st.origin == "cache_read" for st in s.stages)  # the row in shared / registers
     ]
     assert [it.annotation for it in fused["ms"].iters][-2:] == ["threadIdx.x", "vectorize"]
     sampler = SketchSampler([fused])

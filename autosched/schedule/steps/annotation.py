@@ -89,7 +89,13 @@ class AnnotationStep(Step):
         return [f"s[{S}].{self.annotation}({it})"]
 
 
-PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "launch_min_blocks", "stream_reads")
+PRAGMAS = (
+    "auto_unroll_max_step",
+    "unroll_explicit",
+    "launch_min_blocks",
+    "stream_reads",
+    "online_exchange",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +103,8 @@ class PragmaStep(Step):
     """`auto_unroll_max_step$N` (unroll inner loops up to N steps), `unroll_explicit$0/1`, or
     `launch_min_blocks$N` (a root stage: its kernel's `__launch_bounds__` asks for N blocks per
     SM, N >= 1), or `stream_reads$0/1` (a root stage: its kernel reads the global buffers it
-    never writes with streaming, evict-first loads)."""
+    never writes with streaming, evict-first loads), or `online_exchange$0/1` (a sum of
+    exp(x - max) over a cluster: one exchange of (max, sum) pairs; Stage.online_exchange)."""
 
     TAG: ClassVar[str] = "PR"
     stage_id: int
@@ -125,6 +132,9 @@ class PragmaStep(Step):
         elif name == "stream_reads":
             check(value in (0, 1), lambda: f"stream_reads must be 0 or 1, got {value}")
             new = replace(stage, stream_reads=bool(value))
+        elif name == "online_exchange":
+            check(value in (0, 1), lambda: f"online_exchange must be 0 or 1, got {value}")
+            new = replace(stage, online_exchange=bool(value))
         else:
             new = replace(stage, unroll_explicit=bool(value))
         return state.replace_stage(self.stage_id, new)
@@ -139,7 +149,7 @@ class PragmaStep(Step):
                 f's[{S}].pragma({it}, "auto_unroll_max_step", {value})',
                 f's[{S}].pragma({it}, "unroll_explicit", True)',
             ]
-        if name in ("launch_min_blocks", "stream_reads"):
+        if name in ("launch_min_blocks", "stream_reads", "online_exchange"):
             return [f's[{S}].pragma({it}, "{name}", {value})']
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
 

@@ -1,0 +1,111 @@
+"""A normalisation's row (or a cluster block's part of it) kept in registers: the third sketch
+of RowInSharedMemory and of RowOverCluster (sketch/row_in_shared.py, sketch/row_cluster.py), a
+local cache of the input at the row loop whose threads each keep the elements they load
+(a thread-private cache, lower/thread_private.py), read 16 bytes at a time where the row is cut
+in vectors. The sampled kernels compute the DAG on the interpreter, replay from their steps,
+print as a Python schedule, and at the benchmark's sizes compile for sm_90 with the cache in
+registers (no spills, no stack frame), a softmax over a cluster with its one (max, sum)
+exchange."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched.codegen.build import build
+from autosched.schedule.steps import print_python_schedule, replay
+from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.launch_bounds import launch_shape, row_register_elems
+from autosched.sketch.online_exchange import online_candidates
+from autosched.sketch.params import SketchParams
+from autosched.sketch.plan import make_plan
+from benchmarks.memory_bound import task_of
+from measure import compile_resources
+from measure.hardware import HardwareParams
+from tests.compilers import needs_nvcc
+from tests.interpreter_check import interpret_and_compare
+from tests.sketch.test_row_cluster import DAGS, cluster_sizes
+from tests.sketch.test_row_in_shared import softmax
+
+WHOLE_ROWS = SketchParams(row_cluster_sizes=())
+CLUSTERS = SketchParams(row_cluster_sizes=(2, 4))
+
+
+def in_registers(sketches) -> list:
+    """The sketches that keep their rows in a local cache."""
+    return [s for s in sketches if any(st.name == "x.local" for st in s.stages)]
+
+
+@pytest.mark.parametrize("clusters", [False, True], ids=["whole_rows", "clusters"])
+@pytest.mark.parametrize("name", list(DAGS))
+def test_rows_kept_in_registers_compute_the_dag(name, clusters):
+    dag = DAGS[name]()
+    params = CLUSTERS if clusters else WHOLE_ROWS
+    sketches = [s for s in in_registers(generate_sketches(dag, params=params))]
+    sketches = [s for s in sketches if bool(cluster_sizes(s)) == clusters]
+    assert sketches
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(2, 0)
+    assert states, sampler.rejected
+    for state in states:
+        kernel = build(dag, state)
+        (k,) = kernel.program.kernels
+        (cache,) = [b for b in k.allocs if b.name == "x_local"]
+        # a thread's share of its block's part (the cluster's last blocks may get less of the
+        # row when its parts do not divide among them, which LaunchBounds' estimate assumes)
+        assert cache.thread_private and cache.size * k.block[0] * k.cluster >= 2048
+        assert 0 < row_register_elems(state, len(state.stages) - 1) <= cache.size
+        interpret_and_compare(dag, kernel.program, rtol=1e-4)
+        assert 's.cache_read(x, "local"' in print_python_schedule(state)
+        assert replay(dag, state.steps) == state
+
+
+def test_rows_that_do_not_divide_among_the_threads():
+    dag = softmax(3, 1009)
+    sampler = SketchSampler(in_registers(generate_sketches(dag, params=WHOLE_ROWS)))
+    states = sampler.sample(3, 0)
+    assert states, sampler.rejected
+    for state in states:
+        (kernel,) = sampler.programs[state.key()].kernels
+        (cache,) = [b for b in kernel.allocs if b.name == "x_local"]
+        assert cache.size * kernel.block[0] > 1009  # the last threads' slots past the row
+        interpret_and_compare(dag, sampler.programs[state.key()], rtol=1e-4)
+
+
+def test_rows_too_long_for_registers_are_not_kept_there():
+    few_threads = HardwareParams(max_threads_per_block=64)  # 2048 / 64 = 32 a thread: fits
+    assert in_registers(generate_sketches(softmax(4, 2048), few_threads, WHOLE_ROWS))
+    assert not in_registers(generate_sketches(softmax(4, 4096), few_threads, WHOLE_ROWS))
+    off = SketchParams(row_cluster_sizes=(), max_row_register_elems=0)
+    assert not in_registers(generate_sketches(softmax(4, 2048), params=off))
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "workload", ["softmax_256x32768", "layer_norm_128x65536", "rms_norm_16x262144"]
+)
+def test_rows_in_registers_compile_without_local_memory(workload):
+    task = task_of(workload)
+    params = SketchParams.for_task(task)
+    sketches = in_registers(generate_sketches(task.compute_dag, params=params))
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(2, 0)
+    assert states, sampler.rejected
+    for state in states:
+        for i in online_candidates(state):  # a softmax over a cluster: one (max, sum) exchange
+            state = state.pragma(i, 0, "online_exchange", 1)
+        source = build(task.compute_dag, state).source
+        (res,) = compile_resources(source, arch="sm_90").values()
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, source
+
+
+def test_the_thread_count_is_drawn_where_a_threads_share_fits():
+    """RMSNorm 16 x 262,144 over clusters of 8: 32,768 floats a block fit 32 registers a thread
+    at 1,024 threads only, so that is the thread count its register sketches draw."""
+    task = task_of("rms_norm_16x262144")
+    params = SketchParams.for_task(task)
+    sketches = in_registers(generate_sketches(task.compute_dag, params=params))
+    plans = [make_plan(s, params, HardwareParams()) for s in sketches]
+    assert plans and all(set(p.min_threads.values()) == {1024} for p in plans)
+    sampler = SketchSampler(sketches, params=params, verify=False)
+    for state in sampler.sample(3, 0):
+        assert launch_shape(state, len(state.stages) - 1)[1] == 1024
