@@ -10,13 +10,14 @@ process.
 `--instructions`, `--pipeline-stages`, `--fragment-double-buffers` and `--operand-copy` restrict
 what the search draws (SketchParams' tensor_core_instructions, pipeline_stages,
 fragment_double_buffers and operand_copies; default: wmma, mma and wgmma, every slot count,
-both, cp.async only): `--instructions wmma`,
+both, cp.async and TMA): `--instructions wmma`,
 `--instructions mma` and `--instructions wgmma` (Hopper's warpgroup MMA, drawn only on sm_90
 where warpgroups can compute the block tile) in three --out folders compare the instruction
 families; `--fragment-double-buffers off` and `on` compare the
 register double buffering of mma fragments; `--operand-copy tma` (with `--instructions wgmma`)
 draws TMA box copies for a wgmma stage's shared tiles wherever they fit them (and double-buffers
-every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async tma` either.
+every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async tma` (the
+default) either, `--operand-copy cp.async` never.
 The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--operand-copy",
         nargs="+",
-        default=["cp.async"],
+        default=["cp.async", "tma"],
         choices=["cp.async", "tma"],
         help="how a wgmma stage's shared tiles are copied (tma: Hopper, where it fits the tiles)",
     )

@@ -87,9 +87,10 @@ class SketchParams:
     fragment_double_buffers: tuple[bool, ...] = (False, True)
     # how a pipelined wgmma stage's shared operand tiles are copied, drawn uniformly where TMA
     # fits the drawn tiles (OperandCopy, sm_90 only): "cp.async" (every thread) or "tma" (one
-    # thread's box copies on mbarriers, lower/tma_fetch.py); TMA-fed kernels have not been
-    # timed from the search yet, so the default draws cp.async only
-    operand_copies: tuple[str, ...] = ("cp.async",)
+    # thread's box copies on mbarriers, lower/tma_fetch.py). Both by default: where TMA does
+    # not fit (not sm_90, not wgmma, a single K tile, tiles not of 128-byte lines) the rule
+    # draws nothing and the search is that of cp.async alone
+    operand_copies: tuple[str, ...] = ("cp.async", "tma")
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two

@@ -112,7 +112,7 @@ def tma_state(sampled):
 
 def test_the_rule_draws_tma_only_where_listed_and_on_hopper(sampled):
     dag, _, states = sampled
-    assert SketchParams().operand_copies == ("cp.async",)  # off by default
+    assert SketchParams().operand_copies == ("cp.async", "tma")  # on by default
     _, unlisted = sample(dag, dataclasses.replace(TMA_ONLY, operand_copies=("cp.async",)), n=4)
     assert unlisted and not any(drew_tma(s) for s in unlisted)
     sm80 = dataclasses.replace(HardwareParams(), arch="sm_80")
