@@ -42,10 +42,10 @@ def test_a_worker_uses_only_the_speed_options_its_library_accepts():
     assert list(everything) == list(NVRTC_SPEED_OPTIONS)
     assert "--pch-dir=/tmp/x" in everything["pch"]
     no_cache_unknown = OldLibrary({"--no-cache"})
-    assert list(accepted_speed_options(no_cache_unknown, "sm_90", "/tmp/x")) == ["pch"]
+    assert list(accepted_speed_options(no_cache_unknown, "sm_90", "/tmp/x")) == ["pch", "minimal"]
     assert all(call[0] == "--gpu-architecture=sm_90" for call in no_cache_unknown.calls)
     # without a folder, no precompiled headers (and no "{pch_dir}" left in an option)
-    assert list(accepted_speed_options(OldLibrary(set()), "sm_90", None)) == ["no-cache"]
+    assert list(accepted_speed_options(OldLibrary(set()), "sm_90", None)) == ["no-cache", "minimal"]
 
 
 @needs_nvrtc
