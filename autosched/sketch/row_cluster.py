@@ -37,6 +37,7 @@ from autosched.sketch.row_in_shared import (
     is_cross_thread_reduction,
     row_kernel,
     shared_row_cache,
+    with_streamed_reads,
 )
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
 from autosched.sketch.stage_steps import split_step_ids
@@ -173,7 +174,8 @@ class RowOverCluster(SketchRule):
             if self.fits_shared(ctx, state, i, c):
                 out += [(split, i - 1), (self.part_in_shared(split, i, cuts), i - 1)]
             if fits_registers(ctx, state, i, parts=c):
-                out.append((self.part_in_shared(split, i, cuts, "local"), i - 1))
+                local = self.part_in_shared(split, i, cuts, "local")
+                out += [(s, i - 1) for s in with_streamed_reads(ctx, local, cuts[0][0] + 1)]
         return out
 
     @staticmethod
