@@ -113,7 +113,7 @@ class RowInSharedMemory(SketchRule):
         assert planned is not None
         root, row, split = planned
         out = [(state, i - 1), (shared_row_cache(state, i, root, row, split), i - 1)]
-        if fits_registers(ctx, state, i, parts=1):
+        if fits_registers(ctx, state, i, parts=1) and loads_row_well(ctx, state, i, split):
             local = shared_row_cache(state, i, root, row, split, "local")
             out += [(s, i - 1) for s in with_streamed_reads(ctx, local, root + 1)]
         return out
@@ -135,6 +135,17 @@ def fits_registers(ctx: SketchContext, state: State, i: int, parts: int) -> bool
     length = state.stages[i].op.output(0).shape[-1]
     most = ctx.params.max_row_register_elems * ctx.hardware.max_threads_per_block
     return 0 < length // parts <= most
+
+
+def loads_row_well(ctx: SketchContext, state: State, i: int, thread_split: int) -> bool:
+    """Whether the root's thread cut (split step `thread_split`) loads placeholder i's row into
+    registers as well as the row allows: where the row divides into 16-byte vectors, only a cut
+    that gives each thread vectors ([rest, threads, lanes]) does; the cut without lanes would
+    load it 4 bytes at a time, and its twin sketch with lanes keeps the row instead."""
+    length = state.stages[i].op.output(0).shape[-1]
+    lanes = ctx.params.max_vector_bytes // BYTES[state.stages[i].op.dtype]
+    in_vectors = len(split_at(state.steps, thread_split).lengths) > 1
+    return in_vectors or lanes <= 1 or length % lanes != 0
 
 
 def shared_row_cache(
@@ -164,6 +175,7 @@ def shared_row_cache(
 __all__ = [
     "RESERVED_SHARED_BYTES",
     "fits_registers",
+    "loads_row_well",
     "RowInSharedMemory",
     "row_kernel",
     "shared_row_cache",

@@ -132,3 +132,15 @@ def test_rows_kept_in_registers_may_be_read_by_streaming_loads():
         assert replay(dag, state.steps) == state
     off = dataclasses.replace(CLUSTERS, stream_reads=False)
     assert len(in_registers(generate_sketches(dag, params=off))) == len(streamed)
+
+
+def test_rows_that_divide_into_vectors_are_kept_by_threads_owning_vectors():
+    """Where the row divides into 16-byte vectors, only the sketches whose threads each own
+    vectors keep it in registers (the cache loads a float4 a time); a row that does not still
+    gets its register sketches."""
+    for length, vectors in ((1024, True), (1009, False)):
+        sketches = in_registers(generate_sketches(softmax(4, length), params=CLUSTERS))
+        assert sketches
+        caches = [s["x.local"] for s in sketches]
+        loads = {any(it.annotation == "vectorize" for it in c.iters) for c in caches}
+        assert loads == ({True} if vectors else {True, False})
