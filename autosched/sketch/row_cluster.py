@@ -35,8 +35,10 @@ from autosched.sketch.row_in_shared import (
     RESERVED_SHARED_BYTES,
     fits_registers,
     is_cross_thread_reduction,
+    loads_row_well,
     row_kernel,
     shared_row_cache,
+    with_streamed_reads,
 )
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
 from autosched.sketch.stage_steps import split_step_ids
@@ -172,8 +174,10 @@ class RowOverCluster(SketchRule):
                 split = split.bind(stage, f"{name}_o", CLUSTER_RANK_TAG)
             if self.fits_shared(ctx, state, i, c):
                 out += [(split, i - 1), (self.part_in_shared(split, i, cuts), i - 1)]
-            if fits_registers(ctx, state, i, parts=c):
-                out.append((self.part_in_shared(split, i, cuts, "local"), i - 1))
+            thread_split = split_step_ids(state, cuts[0][0])[0]
+            if fits_registers(ctx, state, i, c) and loads_row_well(ctx, state, i, thread_split):
+                local = self.part_in_shared(split, i, cuts, "local")
+                out += [(s, i - 1) for s in with_streamed_reads(ctx, local, cuts[0][0] + 1)]
         return out
 
     @staticmethod

@@ -20,7 +20,9 @@ threads each keep the elements they load (a thread-private cache, lower/thread_p
 16 bytes a load, all of a thread's loads issued before the first pass reads any. It is drawn
 where a thread's share can fit (`fits_registers`; states over
 `SketchParams.max_row_register_elems` a thread are rejected): a softmax row of 32,768 floats
-over a cluster of 8 blocks of 128 threads is 32 floats a thread.
+over a cluster of 8 blocks of 128 threads is 32 floats a thread. It comes twice (with
+`SketchParams.stream_reads`): once more with the row read by streaming loads, as a row read
+once is (`with_streamed_reads`).
 """
 
 from __future__ import annotations
@@ -111,9 +113,19 @@ class RowInSharedMemory(SketchRule):
         assert planned is not None
         root, row, split = planned
         out = [(state, i - 1), (shared_row_cache(state, i, root, row, split), i - 1)]
-        if fits_registers(ctx, state, i, parts=1):
-            out.append((shared_row_cache(state, i, root, row, split, "local"), i - 1))
+        if fits_registers(ctx, state, i, parts=1) and loads_row_well(ctx, state, i, split):
+            local = shared_row_cache(state, i, root, row, split, "local")
+            out += [(s, i - 1) for s in with_streamed_reads(ctx, local, root + 1)]
         return out
+
+
+def with_streamed_reads(ctx: SketchContext, state: State, root: int) -> list[State]:
+    """`state`, and (with `SketchParams.stream_reads`) its twin whose kernel, rooted at stage
+    `root`, reads its inputs by streaming (evict-first, `__ldcs`) loads: a row kept in
+    registers is read from DRAM once, so its lines need not stay in L1 or L2."""
+    if not ctx.params.stream_reads:
+        return [state]
+    return [state, state.pragma(root, 0, "stream_reads", 1)]
 
 
 def fits_registers(ctx: SketchContext, state: State, i: int, parts: int) -> bool:
@@ -123,6 +135,17 @@ def fits_registers(ctx: SketchContext, state: State, i: int, parts: int) -> bool
     length = state.stages[i].op.output(0).shape[-1]
     most = ctx.params.max_row_register_elems * ctx.hardware.max_threads_per_block
     return 0 < length // parts <= most
+
+
+def loads_row_well(ctx: SketchContext, state: State, i: int, thread_split: int) -> bool:
+    """Whether the root's thread cut (split step `thread_split`) loads placeholder i's row into
+    registers as well as the row allows: where the row divides into 16-byte vectors, only a cut
+    that gives each thread vectors ([rest, threads, lanes]) does; the cut without lanes would
+    load it 4 bytes at a time, and its twin sketch with lanes keeps the row instead."""
+    length = state.stages[i].op.output(0).shape[-1]
+    lanes = ctx.params.max_vector_bytes // BYTES[state.stages[i].op.dtype]
+    in_vectors = len(split_at(state.steps, thread_split).lengths) > 1
+    return in_vectors or lanes <= 1 or length % lanes != 0
 
 
 def shared_row_cache(
@@ -152,7 +175,9 @@ def shared_row_cache(
 __all__ = [
     "RESERVED_SHARED_BYTES",
     "fits_registers",
+    "loads_row_well",
     "RowInSharedMemory",
     "row_kernel",
     "shared_row_cache",
+    "with_streamed_reads",
 ]

@@ -39,7 +39,8 @@ def test_the_moments_of_a_row_are_summed_in_one_pass_and_compute_the_layer_norm(
     dag = layer_norm(2, 256, moments=True)
     rows = [s for s in generate_sketches(dag) if s[MOMENTS].attach is not None]
     assert rows and all(map(one_pass, rows))  # every block-per-row sketch reads its row once
-    sampler = SketchSampler(rows)
+    # (the rows kept in registers, whose moments read the cache: test_row_in_registers.py)
+    sampler = SketchSampler([s for s in rows if all(st.scope != "local" for st in s.stages)])
     states = sampler.sample(4, 0)
     assert len(states) == 4, sampler.rejected
     vectors = 0

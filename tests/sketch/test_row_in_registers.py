@@ -9,9 +9,12 @@ exchange."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autosched.codegen.build import build
+from autosched.codegen.cuda import codegen_program
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.launch_bounds import launch_shape, row_register_elems
@@ -109,3 +112,35 @@ def test_the_thread_count_is_drawn_where_a_threads_share_fits():
     sampler = SketchSampler(sketches, params=params, verify=False)
     for state in sampler.sample(3, 0):
         assert launch_shape(state, len(state.stages) - 1)[1] == 1024
+
+
+def test_rows_kept_in_registers_may_be_read_by_streaming_loads():
+    """Each register-resident sketch has a twin whose kernel reads the row with `__ldcs` (the
+    output stored plainly); its states compute the softmax on the interpreter and replay."""
+    dag = softmax(4, 1024)
+    sketches = in_registers(generate_sketches(dag, params=CLUSTERS))
+    streamed = [s for s in sketches if any(st.stream_reads for st in s.stages)]
+    assert streamed and 2 * len(streamed) == len(sketches)
+    sampler = SketchSampler(streamed, params=CLUSTERS)
+    states = sampler.sample(2, 0)
+    assert states, sampler.rejected
+    for state in states:
+        program = sampler.programs[state.key()]
+        source = codegen_program(program)
+        assert "__ldcs(" in source and "__ldcs(&T_softmax_norm" not in source, source
+        interpret_and_compare(dag, program, rtol=1e-4)
+        assert replay(dag, state.steps) == state
+    off = dataclasses.replace(CLUSTERS, stream_reads=False)
+    assert len(in_registers(generate_sketches(dag, params=off))) == len(streamed)
+
+
+def test_rows_that_divide_into_vectors_are_kept_by_threads_owning_vectors():
+    """Where the row divides into 16-byte vectors, only the sketches whose threads each own
+    vectors keep it in registers (the cache loads a float4 a time); a row that does not still
+    gets its register sketches."""
+    for length, vectors in ((1024, True), (1009, False)):
+        sketches = in_registers(generate_sketches(softmax(4, length), params=CLUSTERS))
+        assert sketches
+        caches = [s["x.local"] for s in sketches]
+        loads = {any(it.annotation == "vectorize" for it in c.iters) for c in caches}
+        assert loads == ({True} if vectors else {True, False})

@@ -121,7 +121,8 @@ def test_sketch_counts():
     # too, where both reductions are fused in it) or not; conv2d_bias_relu (25,088 outputs of
     # 4,608-long sums): unsplit, and its reduction split in 4 and in 16 (split-K). Softmax's
     # two sketches of one block per row (both reductions in the output) also keep the row in
-    # shared memory or in registers (row_in_shared.py): eleven
+    # shared memory, and the one that reads vectors keeps it in registers too, read plainly or
+    # by streaming loads (row_in_shared.py): eleven
     extra = {"dense_bias": 5, "softmax": 11, "conv2d_bias_relu": 3}
     assert counts == {name: extra.get(name, 1) for name in SUITE}
 
