@@ -42,11 +42,15 @@ def widest(program: ir.Program) -> int:
     return max(s.n for s in ir.iter_stmts(program.kernels[0].body) if isinstance(s, wi.WgmmaMma))
 
 
+# the threads' cp.async fetch of swizzled tiles (a TMA-fed stage is filled by box copies instead)
+CP_ASYNC_WGMMA = dataclasses.replace(WGMMA_ONLY, operand_copies=("cp.async",))
+
+
 def swizzled(dag: ComputeDAG, operand: str, seeds=range(4), n: int = 16):
     """(state, program) of the first sampled wgmma state whose `operand` tiles are swizzled
     and whose wgmmas reach N = `n`."""
     for seed in seeds:
-        sampler, _, drawn = sample(dag, WGMMA_ONLY, n=4, seed=seed)
+        sampler, _, drawn = sample(dag, CP_ASYNC_WGMMA, n=4, seed=seed)
         for s in drawn:
             program = sampler.programs[s.key()]
             if swizzles(program).get(operand) == "128B" and widest(program) >= n:
