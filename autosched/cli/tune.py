@@ -26,8 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pipeline",
         action="store_true",
         help="search the next round while this one is built and timed (the search's workers "
-        "and the compilers then get half of the cores each, but one for the runner; --n-jobs "
-        "sets the search's share)",
+        "then share the cores with the compilers)",
     )
     parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"
@@ -53,13 +52,11 @@ def run(ns: argparse.Namespace) -> int:
         f"{ns.trials} trials, seed {ns.seed}, log {log}"
     )
     # a log that already holds searches of this task: never measure its states again
-    params, builder = search_params(ns), None
-    if ns.pipeline:
-        params, builder = pipeline_shares(params, ns.n_jobs, local=context is None)
-    policy = SketchPolicy(task, params=params, init_search_callbacks=[SkipLoggedStates(log)])
+    policy = SketchPolicy(
+        task, params=search_params(ns), init_search_callbacks=[SkipLoggedStates(log)]
+    )
     measurer = ProgramMeasurer(
         task,
-        builder,
         callbacks=[record],
         workers=policy.workers,
         devices=ns.devices,
@@ -81,23 +78,6 @@ def run(ns: argparse.Namespace) -> int:
             context.close()
     print_summary(task, res, log)
     return 0
-
-
-def pipeline_shares(params, n_jobs: int | None, local: bool):
-    """(search params, builder) of a pipelined search on this host: the search's pool and the
-    compilers each get their share of the cores (`core_split.pipeline_core_split`), so that
-    they do not fight for them; an `--n-jobs` given keeps the pool at that size, and a remote
-    cluster (not `local`) keeps its own builders."""
-    import dataclasses
-
-    from autosched.search.core_split import pipeline_core_split
-    from measure import LocalBuilder
-    from measure.builder import available_cores
-
-    split = pipeline_core_split(available_cores())
-    if n_jobs is None:
-        params = dataclasses.replace(params, n_jobs=split.search_jobs)
-    return params, LocalBuilder(n_parallel=split.build_jobs) if local else None
 
 
 def check_log_path(log: str) -> None:
