@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from autosched.schedule.steps import (
@@ -122,6 +122,25 @@ def _buffered(records: Records) -> set[int]:
     return {r[1] for r in records if r[0] == DoubleBufferStep.TAG}
 
 
+def _switch_one(
+    records: Records,
+    groups,
+    candidates: list[TensorCoreGroup],
+    rng: random.Random,
+    field: str,
+    options_of: Callable[[TensorCoreGroup], list],
+) -> Records | None:
+    """The first of `candidates` (shuffled) with another value of its choice `field` to take
+    (`options_of(g)`, which leaves out the current one), rewritten to a value picked among
+    them; None where no candidate has one."""
+    rng.shuffle(candidates)
+    for g in candidates:
+        options = options_of(g)
+        if options:
+            return _rewrite(records, groups, g, **{field: pick(options, rng)})
+    return None
+
+
 class TensorCoreInstructionMutation(Mutation):
     """The other instruction family (of `SketchParams.tensor_core_instructions`; wmma or mma)
     for one Tensor Core stage: its tiles, fetch and pipeline stay as they are (a stage leaving
@@ -160,13 +179,12 @@ class PipelineStagesMutation(Mutation):
             return None
         buffered = _buffered(records)
         eligible_groups = [g for g in groups if g.shared and set(g.shared) <= buffered]
-        rng.shuffle(eligible_groups)
-        for g in eligible_groups:
+
+        def depths(g: TensorCoreGroup) -> list[int]:
             current = GroupChoices.of(records, g).depth
-            options = [s for s in self.fitting(space, records, g) if s != current]
-            if options:
-                return _rewrite(records, groups, g, depth=pick(options, rng))
-        return None
+            return [s for s in self.fitting(space, records, g) if s != current]
+
+        return _switch_one(records, groups, eligible_groups, rng, "depth", depths)
 
     @staticmethod
     def fitting(space: TensorCoreChoices, records: Records, g: TensorCoreGroup) -> list[int]:
@@ -196,22 +214,20 @@ class FragmentDoubleBufferMutation(Mutation):
         if space is None:
             return None
         buffered = _buffered(records)
-        candidates = list(groups)
-        rng.shuffle(candidates)
-        for g in candidates:
+
+        def switches(g: TensorCoreGroup) -> list[bool]:
             now = GroupChoices.of(records, g)
             if now.instruction != MMA:
-                continue
+                return []
             lengths = _split_lengths(records, g)
             allowed = eligible(space.hardware, g, lengths, MMA, buffered)
-            options = [
+            return [
                 x
                 for x in space.fragment_double_buffers
                 if x != now.doubled_fragments and (allowed or not x)
             ]
-            if options:
-                return _rewrite(records, groups, g, doubled_fragments=pick(options, rng))
-        return None
+
+        return _switch_one(records, groups, list(groups), rng, "doubled_fragments", switches)
 
 
 class OperandCopyMutation(Mutation):
@@ -227,17 +243,15 @@ class OperandCopyMutation(Mutation):
         if space is None or TMA not in space.operand_copies:
             return None
         buffered = _buffered(records)
-        candidates = list(groups)
-        rng.shuffle(candidates)
-        for g in candidates:
+
+        def copies(g: TensorCoreGroup) -> list[str]:
             now = GroupChoices.of(records, g)
             lengths = _split_lengths(records, g)
             if not tma_fits(space.hardware, g, lengths, now.instruction, buffered):
-                continue
-            options = [x for x in space.operand_copies if x != now.operand_copy]
-            if options:
-                return _rewrite(records, groups, g, operand_copy=pick(options, rng))
-        return None
+                return []
+            return [x for x in space.operand_copies if x != now.operand_copy]
+
+        return _switch_one(records, groups, list(groups), rng, "operand_copy", copies)
 
 
 __all__ = [
