@@ -112,9 +112,19 @@ def _copied_param(plan: LoweringPlan, j: int, rows_at: int, cols_at: int) -> _So
 
 def _flattened(param: ir.Buffer, indices, axes, rows_at: int, cols_at: int) -> _Source | None:
     """`param` seen as [rows, C] where `indices` read row `axes[rows_at]`, column
-    `axes[cols_at]` of that view (every other axis of the stage has extent 1: 0 here); None
-    where that does not hold for every row of the view."""
-    shape = tuple(param.shape)
+    `axes[cols_at]` of that view (`rows_view`); None where that does not hold."""
+    view = rows_view(tuple(param.shape), indices, axes, rows_at, cols_at)
+    return None if view is None else _Source(param, view)
+
+
+def rows_view(
+    shape: tuple[int, ...], indices, axes, rows_at: int, cols_at: int
+) -> tuple[int, int] | None:
+    """The view [rows, C] of a tensor of `shape` (its leading dimensions flattened) whose row
+    `axes[rows_at]`, column `axes[cols_at]` the load `indices` read (every other axis at 0: an
+    extent-1 window), or None where that does not hold for every row of the view: a 1x1,
+    stride-1 implicit GEMM's gather `data[m / HW, m / W % H + ry, m % W + rx, rc]` is row m of
+    its NHWC input seen as [N*H*W, C]."""
     if len(shape) < 2 or indices[-1] is not axes[cols_at]:
         return None
     rows = math.prod(shape[:-1])
@@ -127,7 +137,7 @@ def _flattened(param: ir.Buffer, indices, axes, rows_at: int, cols_at: int) -> _
     difference = simplify(difference, bounds)
     if not (isinstance(difference, Const) and difference.value == 0):
         return None
-    return _Source(param, (rows, shape[-1]))
+    return rows, shape[-1]
 
 
 def _runs_once_per_block(plan: LoweringPlan, j: int) -> bool:
@@ -272,6 +282,7 @@ __all__ = [
     "StageBoxes",
     "emit_tma_pipeline",
     "overlapped_tma_loop",
+    "rows_view",
     "stage_boxes",
     "tma_boxes",
 ]

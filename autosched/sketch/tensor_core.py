@@ -301,7 +301,9 @@ def _tile_epilogue(
 def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[State, str, str]:
     """M, N split [repeats, 16], K [outer, chunk, 16], the other reductions between the two
     outer K levels: [spatial..., K outer, reductions..., K chunk, M reps, N reps, M16, N16,
-    K16]. Returns (state, the last outer reduction loop, the K chunk loop)."""
+    K16]. Returns (state, the loop the shared tiles attach at, the K chunk loop): the last
+    outer reduction loop that runs more than once, so that a 1x1 conv's tiles (its window
+    loops run once) are fetched per K tile and can be pipelined over it."""
     m, n = f"{mt.m}_c", f"{mt.n}_c"
     state = state.split(acc, m, [MMA]).split(acc, n, [MMA]).split(acc, mt.k, [None, mt.k_tile])
     roots = state[acc].root_iters
@@ -310,7 +312,8 @@ def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[Stat
     ks = level_names(mt.k, 3)
     order = spatial + [ks[0], *reduces, ks[1], f"{m}_o", f"{n}_o", f"{m}_i", f"{n}_i", ks[2]]
     state = state.reorder(acc, order).tensorize(acc, f"{m}_i")
-    return state, ([ks[0], *reduces])[-1], ks[1]
+    repeated = [it.name for it in roots if it.name in reduces and it.extent != 1]
+    return state, ([ks[0], *repeated])[-1], ks[1]
 
 
 def _padded_output(state: State, i: int, mt: TensorCoreMatch) -> bool:

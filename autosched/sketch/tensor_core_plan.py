@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autosched.lower import ir
+from autosched.lower.tma_fetch import rows_view
 from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, SPATIAL
@@ -20,6 +21,7 @@ from autosched.sketch.tensor_core import MMA
 from autosched.sketch.utils import attach_target
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
+from autosched.te.tensor import PlaceholderOp, Tensor
 
 # the matrix axes of a fragment's (row, col) dimensions, by its scope
 MATRIX_AXES = {"wmma.matrix_a": ("m", "k"), "wmma.matrix_b": ("k", "n")}
@@ -47,6 +49,9 @@ class TensorCoreGroup:
     # per shared stage: it gathers an implicit GEMM's pixels (a predicate and an address to
     # compute per fetched vector)
     gathers: tuple[bool, ...] = ()
+    # per shared stage: a gather that reads rows of its input seen as [pixels, channels] (a 1x1,
+    # stride-1 implicit GEMM without padding), so its tiles are boxes of that view
+    row_gathers: tuple[bool, ...] = ()
 
     @property
     def split_ids(self) -> tuple[int, int, int]:
@@ -92,6 +97,22 @@ def _gathers(sketch: State, shared: int) -> bool:
         return False
     src = getattr(body.buffer, "op", None)
     return any(s.op is src and s.origin == IMPLICIT_GEMM_ORIGIN for s in sketch.stages)
+
+
+def _gathers_rows(sketch: State, shared: int) -> bool:
+    """Whether shared stage `shared` copies an implicit GEMM's gather that reads its input,
+    a placeholder, as rows of [pixels, channels] (`tma_fetch.rows_view`): row m, column rc."""
+    if not _gathers(sketch, shared):
+        return False
+    gather = sketch.stages[shared].op.body.buffer.op  # type: ignore[attr-defined]
+    load = gather.body
+    if not isinstance(load, Load) or not isinstance(load.buffer, Tensor):
+        return False
+    if not isinstance(load.buffer.op, PlaceholderOp):
+        return False
+    axes = gather.axis
+    shape = tuple(int(n) for n in load.buffer.shape)
+    return rows_view(shape, load.indices, axes, 0, len(axes) - 1) is not None
 
 
 def padded_tiles(extent: int) -> int:
@@ -140,6 +161,7 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 k_tile=split_at(steps, rd[0]).lengths[-1],
                 held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
                 gathers=tuple(_gathers(sketch, c) for c in shared),
+                row_gathers=tuple(_gathers_rows(sketch, c) for c in shared),
             )
         )
     return out

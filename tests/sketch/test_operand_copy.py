@@ -96,6 +96,32 @@ def test_a_sampled_tma_batch_matmul_computes_the_dag():
     tz.run_and_compare(dag, program)
 
 
+def conv_dag(stride: int = 1, pad: int = 0) -> ComputeDAG:
+    """An NHWC 1x1 convolution of 256 input channels to 64 (128 output pixels)."""
+    size = 8 * stride
+    data = te.placeholder((2, size, size, 256), "float16", "data")
+    kernel = te.placeholder((1, 1, 256, 64), "float16", "kernel")
+    return ComputeDAG([data, kernel, topi.nn.conv2d_nhwc(data, kernel, stride, pad)])
+
+
+def test_a_sampled_1x1_conv_reads_its_input_by_tma_as_rows_of_channels():
+    """The conv sketch attaches a 1x1 conv's shared tiles at its channel loop (its window loops
+    run once), so they are pipelined over K and the gather, row m of the input seen as
+    [N*H*W, C], is drawn as TMA boxes of that view."""
+    dag = conv_dag()
+    sampler, state = first_tma(dag)
+    program = sampler.programs[state.key()]
+    maps = {m.buffer.name: m for k in program.kernels for m in ti.tensor_maps(k)}
+    assert maps["data"].view == (128, 256) and maps["kernel"].view is None
+    tz.run_and_compare(dag, program)
+
+
+@pytest.mark.parametrize("stride, pad", [(2, 0), (1, 1)], ids=["strided", "padded"])
+def test_a_1x1_conv_whose_gather_skips_or_pads_rows_draws_no_tma(stride, pad):
+    _, states = sample(conv_dag(stride, pad), n=6)
+    assert states and not any(drew_tma(s) for s in states)
+
+
 @pytest.fixture(scope="module")
 def sampled():
     """(dag, sampler, states) of a 128 x 128 x 256 float16 matmul drawn with TMA only."""
