@@ -73,7 +73,8 @@ class TensorMapSpec:
     driver's `cuTensorMapEncodeTiled`): a tiled view of the argument named `arg`, starting at
     its first element. `dims` (elements), `box` (elements one copy moves) and `strides_bytes`
     (of dimensions 1 .., so one fewer) are innermost dimension first, as the driver takes them;
-    `swizzle` is "none" or "128B". Elements of a box outside `dims` read as zero; element
+    `swizzle` is "none" or "128B"; an im2col map (`cuTensorMapEncodeIm2col`) also has corners
+    and traversal strides. Elements of a box outside `dims` read as zero; element
     strides are 1, no interleave, L2 promotion 128 bytes. The element type is the argument's."""
 
     arg: str
@@ -81,14 +82,25 @@ class TensorMapSpec:
     strides_bytes: tuple[int, ...]
     box: tuple[int, ...]
     swizzle: str = "none"
+    # im2col mode (`cuTensorMapEncodeIm2col`) where `lower_corner` is given: the bounding box's
+    # corners and traversal strides of the spatial dimensions (innermost first, W before H),
+    # `box` = (channels per pixel, pixels per column)
+    lower_corner: tuple[int, ...] = ()
+    upper_corner: tuple[int, ...] = ()
+    traversal_strides: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("dims", "strides_bytes", "box"):
+        fields = ("dims", "strides_bytes", "box", "lower_corner", "upper_corner")
+        for name in (*fields, "traversal_strides"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
 
     @property
     def rank(self) -> int:
         return len(self.dims)
+
+    @property
+    def im2col(self) -> bool:
+        return bool(self.lower_corner)
 
     def problem(self, spec: ArgSpec) -> str | None:
         """Why this map cannot describe the argument `spec` (the driver's rules), or None."""
@@ -96,8 +108,12 @@ class TensorMapSpec:
         elem = storage_dtype(spec.dtype).itemsize
         if not 1 <= self.rank <= TENSOR_MAP_MAX_RANK:
             return f"{what}: rank {self.rank}, not 1 to {TENSOR_MAP_MAX_RANK}"
-        if len(self.box) != self.rank or len(self.strides_bytes) != self.rank - 1:
-            return f"{what}: {self.rank} dims take as many box extents and one fewer stride"
+        boxes = 2 if self.im2col else self.rank
+        if len(self.box) != boxes or len(self.strides_bytes) != self.rank - 1:
+            return f"{what}: {self.rank} dims take {boxes} box extents and one fewer stride"
+        spatial = (self.lower_corner, self.upper_corner, self.traversal_strides)
+        if self.im2col and (self.rank < 3 or any(len(x) != self.rank - 2 for x in spatial)):
+            return f"{what}: im2col over {self.rank} dims takes corners and strides of rank - 2"
         if any(d < 1 for d in self.dims):
             return f"{what}: dims {self.dims} must be positive"
         if any(s % TENSOR_MAP_STRIDE_ALIGN or s < 1 for s in self.strides_bytes):
@@ -127,7 +143,15 @@ class TensorMapSpec:
             "strides_bytes": list(self.strides_bytes),
             "box": list(self.box),
             "swizzle": self.swizzle,
-        }
+        } | (
+            {
+                "lower_corner": list(self.lower_corner),
+                "upper_corner": list(self.upper_corner),
+                "traversal_strides": list(self.traversal_strides),
+            }
+            if self.im2col
+            else {}
+        )
 
     @classmethod
     def from_dict(cls, data: dict) -> TensorMapSpec:
@@ -138,6 +162,9 @@ class TensorMapSpec:
             tuple(data["strides_bytes"]),
             tuple(data["box"]),
             data.get("swizzle", "none"),
+            tuple(data.get("lower_corner", ())),
+            tuple(data.get("upper_corner", ())),
+            tuple(data.get("traversal_strides", ())),
         )
 
 

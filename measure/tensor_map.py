@@ -1,5 +1,6 @@
 """Tensor map kernel parameters: encoding a `TensorMapSpec` for a device buffer with the driver's
-`cuTensorMapEncodeTiled` (through ctypes: pycuda has no binding), and laying out a kernel's
+`cuTensorMapEncodeTiled` or, for an im2col map, `cuTensorMapEncodeIm2col` (through ctypes:
+pycuda has no binding), and laying out a kernel's
 parameter buffer of pointers followed by tensor maps.
 
 A tensor map is a 128-byte, 64-byte aligned opaque struct (`CUtensorMap`) that the kernel takes
@@ -46,7 +47,8 @@ class TensorMapError(RuntimeError):
 
 
 class TensorMapDriver(CudaDriver):
-    """libcuda's `cuTensorMapEncodeTiled` (CUDA 12.0 and later)."""
+    """libcuda's `cuTensorMapEncodeTiled` and `cuTensorMapEncodeIm2col` (CUDA 12.0 and
+    later)."""
 
     SIGNATURES: ClassVar[dict[str, tuple]] = {
         "cuTensorMapEncodeTiled": (
@@ -62,7 +64,24 @@ class TensorMapDriver(CudaDriver):
             ctypes.c_int,  # CUtensorMapSwizzle
             ctypes.c_int,  # CUtensorMapL2promotion
             ctypes.c_int,  # CUtensorMapFloatOOBfill
-        )
+        ),
+        "cuTensorMapEncodeIm2col": (
+            ctypes.c_void_p,  # CUtensorMap* out
+            ctypes.c_int,  # CUtensorMapDataType
+            ctypes.c_uint32,  # rank
+            ctypes.c_void_p,  # global address
+            ctypes.POINTER(ctypes.c_uint64),  # globalDim[rank]
+            ctypes.POINTER(ctypes.c_uint64),  # globalStrides[rank - 1], bytes
+            ctypes.POINTER(ctypes.c_int),  # pixelBoxLowerCorner[rank - 2]
+            ctypes.POINTER(ctypes.c_int),  # pixelBoxUpperCorner[rank - 2]
+            ctypes.c_uint32,  # channelsPerPixel
+            ctypes.c_uint32,  # pixelsPerColumn
+            ctypes.POINTER(ctypes.c_uint32),  # elementStrides[rank]
+            ctypes.c_int,  # CUtensorMapInterleave
+            ctypes.c_int,  # CUtensorMapSwizzle
+            ctypes.c_int,  # CUtensorMapL2promotion
+            ctypes.c_int,  # CUtensorMapFloatOOBfill
+        ),
     }
     error = TensorMapError
 
@@ -73,6 +92,27 @@ class TensorMapDriver(CudaDriver):
             raise TensorMapError(f"no tensor map element type for {dtype}")
         out = (ctypes.c_uint64 * (TENSOR_MAP_BYTES // 8))()
         rank = spec.rank
+        if spec.im2col:
+            spatial = rank - 2
+            self.call(
+                "cuTensorMapEncodeIm2col",
+                ctypes.cast(out, ctypes.c_void_p),
+                DATA_TYPES[dtype],
+                rank,
+                ctypes.c_void_p(int(address)),
+                (ctypes.c_uint64 * rank)(*spec.dims),
+                (ctypes.c_uint64 * (rank - 1))(*spec.strides_bytes),
+                (ctypes.c_int * spatial)(*spec.lower_corner),
+                (ctypes.c_int * spatial)(*spec.upper_corner),
+                spec.box[0],
+                spec.box[1],
+                (ctypes.c_uint32 * rank)(1, *spec.traversal_strides, 1),
+                INTERLEAVE_NONE,
+                SWIZZLES[spec.swizzle],
+                L2_PROMOTION_128B,
+                OOB_FILL_ZEROS,
+            )
+            return bytes(out)
         self.call(
             "cuTensorMapEncodeTiled",
             ctypes.cast(out, ctypes.c_void_p),

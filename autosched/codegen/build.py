@@ -157,7 +157,11 @@ def kernel_tensor_maps(kernel: ir.Kernel) -> tuple[TensorMapSpec, ...]:
     out = []
     for m in tensor_maps(kernel):
         dims, strides, box = m.encoding()
-        out.append(TensorMapSpec(m.buffer.name, dims, strides, box, m.swizzle))
+        if m.im2col is None:
+            out.append(TensorMapSpec(m.buffer.name, dims, strides, box, m.swizzle))
+            continue
+        spatial = [tuple(reversed(x)) for x in (m.im2col.lower, m.im2col.upper, m.im2col.strides)]
+        out.append(TensorMapSpec(m.buffer.name, dims, strides, box, m.swizzle, *spatial))
     return tuple(out)
 
 

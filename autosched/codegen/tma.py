@@ -11,7 +11,9 @@
   every thread.
 - MbarrierExpectTx: `mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes`.
 - TmaLoad: `cp.async.bulk.tensor.<r>d.shared::cluster.global.mbarrier::complete_tx::bytes
-  [dst], [map, {coordinates, innermost first}], [bar]`.
+  [dst], [map, {coordinates, innermost first}], [bar]`; over an im2col map
+  `...global.im2col.mbarrier...` with the 16-bit offsets after the barrier, innermost first
+  (`{w, h}` of an NHWC tensor).
 - MbarrierWait: a `mbarrier.try_wait.parity.shared::cta.b64` loop.
 """
 
@@ -94,14 +96,19 @@ class TmaPrinter:
     def load(self, s: ti.TmaLoad, d: int) -> None:
         rank = s.map.rank
         coords = ", ".join(f"%{2 + i}" for i in range(rank))
+        mode, shifts = "", ""
+        if s.map.im2col is not None:  # the offsets follow the barrier, innermost first
+            mode = ".im2col"
+            shifts = ", {" + ", ".join(f"%{3 + rank + i}" for i in range(len(s.offsets))) + "}"
         text = (
-            f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[%0], [%1, {{{coords}}}], [%{2 + rank}];\\n"
+            f"cp.async.bulk.tensor.{rank}d.shared::cluster.global{mode}.mbarrier::complete_tx::"
+            f"bytes [%0], [%1, {{{coords}}}], [%{2 + rank}]{shifts};\\n"
         )
         dst = f"{SHARED_ADDRESS}(&{self.p.ex.buffer_names[id(s.dst)]}[{self.p.ex(s.offset)}])"
         ins = [f'"r"({dst})', f'"l"(reinterpret_cast<unsigned long long>(&{self.maps[id(s.map)]}))']
         ins += [f'"r"((int)({self.p.ex(c)}))' for c in reversed(s.coords)]  # innermost first
         ins.append(f'"r"({self.bar(s.bars, s.slot)})')
+        ins += [f'"h"((unsigned short)({self.p.ex(o)}))' for o in reversed(s.offsets)]
         self.elected(d, [f'asm volatile("{text}" :: {", ".join(ins)} : "memory");'])
 
     def wait(self, s: ti.MbarrierWait, d: int) -> None:

@@ -40,6 +40,9 @@ def box_copy(s: ti.TmaLoad, block: tuple[int, int, int]) -> BoxCopy:
     elems = math.prod(box)
     per_thread = max(1, elems // math.prod(block))
     e = _flat_thread(block) * int32(per_thread) + ELEM
+    if s.map.im2col is not None:
+        value = Load(s.map.buffer, (_im2col_source(s, e),))
+        return BoxCopy(s.dst, s.offset + e, value, per_thread)
     src: Expr = int32(0)
     rest = e
     for d in reversed(range(len(box))):  # the element's coordinates in the box, innermost first
@@ -49,6 +52,19 @@ def box_copy(s: ti.TmaLoad, block: tuple[int, int, int]) -> BoxCopy:
         src = src + (s.coords[d] + local) * int32(stride)
     value = Load(s.map.buffer, (src,))
     return BoxCopy(s.dst, s.offset + e, value, per_thread)
+
+
+def _im2col_source(s: ti.TmaLoad, e: Expr) -> Expr:
+    """Where element e of an im2col copy's (pixels, channels) box is read, as the walk sees
+    it: pixel rows of 64 channels from the first pixel's place shifted by the tap (the
+    traversal's stride and its wraps past a row of the image left out: the same lines)."""
+    shape, channels = s.map.shape, s.map.box[1]
+    row: Expr = s.coords[0]
+    for d in range(1, len(shape) - 1):
+        row = row * int32(shape[d]) + s.coords[d] + s.offsets[d - 1]
+    pixel = BinOp("floordiv", e, int32(channels), I32)
+    channel = BinOp("floormod", e, int32(channels), I32)
+    return (row + pixel) * int32(shape[-1]) + s.coords[-1] + channel
 
 
 __all__ = ["BoxCopy", "box_copy"]

@@ -6,10 +6,12 @@ defines them.
   delivered) and the number of completed phases. The current phase completes when no arrival
   is pending and the transaction count is zero: the pending count is reset, the phase count
   grows by one. An mbarrier is used only after `MbarrierInit` and a `Barrier` after it.
-- `TmaLoad` reads the box of its tensor map at the block's coordinates from global memory,
-  zero outside the tensor, and writes it into shared memory row-major from the destination
-  offset; with the 128-byte swizzle (its rows are exactly 128 bytes; the destination starts on a
-  1024-byte boundary) the 16-byte piece j of row r lands at piece j ^ (r % 8). Its bytes count
+- `TmaLoad` reads the box of its tensor map at the block's coordinates from global memory
+  (an im2col map: its pixels along the traversal from the coordinates' pixel, shifted by the
+  offsets, `tma_ir.Im2col`), zero outside the tensor, and writes it into shared memory
+  row-major from the destination offset; with the 128-byte swizzle (its rows are exactly 128
+  bytes; the destination starts on a 1024-byte boundary) the 16-byte piece j of row r lands
+  at piece j ^ (r % 8). Its bytes count
   against the slot's transaction count (more than announced is an error). The elements it
   wrote are marked in flight on (slot, phase): reading one (ordinary load or wgmma) before the
   thread waited for that phase is an error. It must not overwrite what a wgmma may still read
@@ -147,18 +149,26 @@ class TmaRun:
         coords = [self.per_block(c, blocks, mask) for c in s.coords]
         if len(coords) != s.map.rank:
             self.fail(s, f"{len(coords)} coordinates for a box of rank {s.map.rank}")
+        shifts = [self.per_block(o, blocks, mask) for o in s.offsets]
+        spatial = s.map.rank - 2 if s.map.im2col is not None else 0
+        if len(shifts) != spatial:
+            self.fail(s, f"{len(shifts)} im2col offsets for {spatial} spatial dimensions")
         _, gmem = run.bufs_of(src)
         _, smem = run.bufs_of(dst)
         flight = self.in_flight.setdefault(id(dst), _InFlight(run.nblocks * dst.size, s.bars))
         if flight.bars is not s.bars:
             self.fail(s, f"copies into {dst.name} complete on two mbarrier arrays")
         elem = BYTES[dst.dtype]
-        box = np.indices(s.map.box).reshape(s.map.rank, -1)  # (rank, elements), row-major
+        box = np.indices(s.map.box).reshape(len(s.map.box), -1)  # (dims, elements), row-major
         linear = np.arange(box.shape[1], dtype=np.int64) * elem
         if s.map.swizzle == "128B":
             linear = swizzle_128b(linear)
         for j, b in enumerate(blocks):
-            at = np.array([coords[d][j] for d in range(s.map.rank)])[:, None] + box
+            origin = [int(coords[d][j]) for d in range(s.map.rank)]
+            if s.map.im2col is not None:
+                at = self.im2col_elements(s, origin, [int(o[j]) for o in shifts], box)
+            else:
+                at = np.array(origin)[:, None] + box
             inside = ((at >= 0) & (at < np.array(s.map.shape)[:, None])).all(axis=0)
             flat = np.ravel_multi_index(tuple(np.where(inside, at, 0)), s.map.shape)
             values = np.where(inside, gmem[flat], np.zeros((), gmem.dtype))
@@ -186,6 +196,38 @@ class TmaRun:
                     "mbarrier.arrive.expect_tx announced",
                 )
             st.complete(b, slots[j])
+
+    def im2col_elements(
+        self, s: ti.TmaLoad, origin: list[int], shifts: list[int], box: np.ndarray
+    ) -> np.ndarray:
+        """The tensor coordinates (rank, elements) an im2col copy reads for box elements `box`
+        ((pixel, channel) rows): pixel i is the traversal's position i past the first pixel
+        `origin` (`tma_ir.Im2col`), shifted by the offsets; channels from origin's last."""
+        i2c = s.map.im2col
+        assert i2c is not None
+        shape = s.map.shape
+        positions = i2c.positions(shape[1:-1])
+        steps = []
+        for d, (start, lo, stride, count) in enumerate(
+            zip(origin[1:-1], i2c.lower, i2c.strides, positions, strict=True)
+        ):
+            k, off = divmod(start - lo, stride)
+            if off or not 0 <= k < count:
+                self.fail(s, f"starts at {start} of dimension {d + 1}, off its im2col traversal")
+            steps.append(k)
+        if any(not 0 <= o <= ti.IM2COL_OFFSET_MAX for o in shifts):
+            self.fail(s, f"im2col offsets {shifts}: each 0..{ti.IM2COL_OFFSET_MAX}")
+        first = origin[0]
+        for k, count in zip(steps, positions, strict=True):
+            first = first * count + k
+        pixel = first + box[0]
+        out = [np.zeros_like(pixel) for _ in shape]
+        for d in reversed(range(len(positions))):
+            pixel, k = np.divmod(pixel, positions[d])
+            out[d + 1] = i2c.lower[d] + k * i2c.strides[d] + shifts[d]
+        out[0] = pixel
+        out[-1] = origin[-1] + box[1]
+        return np.stack(out)
 
     def check_overwrite(self, s: Any, dst: ir.Buffer, keys, lane: int, flight: _InFlight) -> None:
         run = self.run

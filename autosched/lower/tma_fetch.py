@@ -54,11 +54,12 @@ from autosched.lower.arith import fold_digits, simplify
 from autosched.lower.double_buffer import in_slot, is_double_buffered, slots
 from autosched.lower.ir import I32, THREAD_TAGS, THREAD_VARS, int32
 from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
+from autosched.lower.tma_im2col import im2col_gather
 from autosched.lower.wgmma_mainloop import IN_FLIGHT
 from autosched.lower.wgmma_operands import SWIZZLE_COLUMNS, tile_dims
 from autosched.schedule.stage import ROOT
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
-from autosched.te.tensor import Tensor
+from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visitor import free_vars, substitute
 
 TMA = "tma"  # `Stage.operand_copy` of a stage fetched by TMA
@@ -74,6 +75,7 @@ class StageBoxes:
     stage: int
     map: ti.TensorMap
     boxes: tuple[tuple[int, tuple[Expr, ...]], ...]
+    shifts: tuple[Expr, ...] = ()  # an im2col map's offsets (the filter tap), every box's
 
     @property
     def bytes(self) -> int:
@@ -166,12 +168,14 @@ def stage_boxes(plan: LoweringPlan, j: int) -> StageBoxes | None:
     rows_at, cols_at = tile_dims(shape, st.name)
     if any(n != 1 for d, n in enumerate(shape) if d not in (rows_at, cols_at)):
         return None
-    source = _copied_param(plan, j, rows_at, cols_at)
     rows, cols = shape[rows_at], shape[cols_at]
-    if source is None or cols % SWIZZLE_COLUMNS:
+    if cols % SWIZZLE_COLUMNS:
         return None
     if any(id(v) in _THREAD_INDICES for b in inf.base for v in free_vars(b)):
         return None
+    source = _copied_param(plan, j, rows_at, cols_at)
+    if source is None:
+        return _im2col_boxes(plan, j, rows_at, cols_at)
     base = list(inf.base)
     box = tuple(SWIZZLE_COLUMNS if d == cols_at else n for d, n in enumerate(shape))
     if source.view is not None:  # rows x 64 of the [rows, C] view, at the tile's origin
@@ -185,6 +189,40 @@ def stage_boxes(plan: LoweringPlan, j: int) -> StageBoxes | None:
         origin[cols_at] = BinOp("+", origin[cols_at], int32(atom * SWIZZLE_COLUMNS), I32)
         boxes.append((atom * rows * SWIZZLE_COLUMNS, tuple(origin)))
     return StageBoxes(j, tensor_map, tuple(boxes))
+
+
+def _im2col_boxes(plan: LoweringPlan, j: int, rows_at: int, cols_at: int) -> StageBoxes | None:
+    """The im2col copies that fill a slot of shared stage j where it copies an NHWC
+    convolution's gather (`tma_im2col.im2col_gather`) of tiles (pixels, 1, 1, channels): one
+    copy of rows x 64 channels per atom, at the tile's first pixel, offset by its tap."""
+    body = plan.compute_op(j).body
+    if not isinstance(body, Load) or not isinstance(body.buffer, Tensor):
+        return None
+    gather = body.buffer.op
+    if not isinstance(gather, ComputeOp) or (rows_at, cols_at) != (0, 3):
+        return None
+    found = im2col_gather(gather)
+    if found is None or any(a.lo for a in plan.compute_op(j).axis):
+        return None
+    if not all(i is a for i, a in zip(body.indices, plan.compute_op(j).axis, strict=True)):
+        return None
+    src = plan.producer_stage[id(found.data.op)]
+    if plan.stages[src].compute_at != ROOT:
+        return None
+    param = plan.info[src].buf
+    if param.scope != "global" or param.dtype != body.dtype:
+        return None
+    inf = plan.info[j]
+    rows = inf.buf.shape[1 + rows_at]
+    tensor_map = ti.TensorMap(param, (rows, SWIZZLE_COLUMNS), "128B", im2col=found.mode())
+    if tensor_map.problem():
+        return None
+    m, ry, rx, channel = inf.base
+    boxes = []
+    for atom in range(inf.buf.shape[1 + cols_at] // SWIZZLE_COLUMNS):
+        first = BinOp("+", channel, int32(atom * SWIZZLE_COLUMNS), I32)
+        boxes.append((atom * rows * SWIZZLE_COLUMNS, found.coords(m, first)))
+    return StageBoxes(j, tensor_map, tuple(boxes), (ry, rx))
 
 
 def tma_boxes(plan: LoweringPlan, fetched: list[int]) -> list[StageBoxes] | None:
@@ -223,10 +261,11 @@ def emit_tma_pipeline(
         for c in copies:
             dst = plan.info[c.stage].buf
             slot_base = BinOp("*", slot, int32(dst.size // count), I32)
+            shifts = tuple(substitute(e, {loop_var: tile}) for e in c.shifts)
             for offset, origin in c.boxes:
                 coords = tuple(substitute(e, {loop_var: tile}) for e in origin)
                 at = BinOp("+", slot_base, int32(offset), I32)
-                out.append(ti.TmaLoad(c.map, dst, at, coords, bars, slot))
+                out.append(ti.TmaLoad(c.map, dst, at, coords, bars, slot, shifts))
         return ir.seq(out)
 
     ahead_by = count - 1

@@ -56,21 +56,55 @@ RANK_MAX = 5
 TMA_DTYPES = ("float16", "bfloat16", "float32")
 
 
+# im2col mode: a bounding-box corner's range per spatial dimension, by the tensor's rank
+# (cuTensorMapEncodeIm2col), and the traversal strides the driver takes
+IM2COL_CORNERS = {3: (-(2**15), 2**15 - 1), 4: (-(2**7), 2**7 - 1), 5: (-(2**4), 2**4 - 1)}
+IM2COL_STRIDE_MAX = 8
+IM2COL_OFFSET_MAX = 2**16 - 1  # an im2col offset is a 16-bit operand of the copy
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """TMA's im2col mode over an [N, spatial..., C] tensor (NHWC: spatial = H, W). A copy
+    moves `box` = (pixels, channels): `channels` channels from its channel coordinate of each
+    of `pixels` consecutive pixels of the traversal, which visits, per image, the positions
+    `lower[d] + k * strides[d]` up to `dim[d] - 1 + upper[d]` of each spatial dimension d (the
+    last fastest), then the next image; the copy's coordinates name the first pixel (a position
+    of that traversal), its offsets (one per spatial dimension, `TmaLoad.offsets`) are added to
+    every pixel's position before reading, and positions outside the tensor read zeros. For a
+    convolution of padding p, stride s: lower = -p, the positions are the output pixels' window
+    origins, and the offsets the filter tap."""
+
+    lower: tuple[int, ...]
+    upper: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def positions(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        """The traversal's positions along each spatial dimension of extents `spatial`."""
+        return tuple(
+            (n - 1 + hi - lo) // s + 1
+            for n, lo, hi, s in zip(spatial, self.lower, self.upper, self.strides, strict=True)
+        )
+
+
 @dataclass(eq=False)
 class TensorMap:
     """A tensor map over the global param `buffer` (row-major in its shape, or in `view`, a
     shape of as many elements: an NHWC input seen as [N*H*W, C]): copies move boxes of `box`
     elements (in that shape's dimension order) into shared memory in `swizzle` mode, reading
-    zeros outside it."""
+    zeros outside it. With `im2col`, the map is in TMA's im2col mode (`Im2col`) and `box` is
+    (pixels, channels)."""
 
     buffer: ir.Buffer
     box: tuple[int, ...]
     swizzle: str = "none"
     view: tuple[int, ...] | None = None
+    im2col: Im2col | None = None
 
     @property
     def rank(self) -> int:
-        return len(self.box)
+        """The rank of the tensor the map describes (as many coordinates a copy takes)."""
+        return len(self.shape) if self.im2col is not None else len(self.box)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -86,12 +120,39 @@ class TensorMap:
         b = self.buffer
         if b.scope != "global" or b.dtype not in TMA_DTYPES:
             return f"a tensor map over {b.scope} {b.dtype} {b.name}; global {TMA_DTYPES} only"
+        if self.im2col is not None:
+            return self._im2col_problem() or self._rows_problem()
         if len(self.shape) != self.rank or not 1 <= self.rank <= RANK_MAX:
             return f"a box of rank {self.rank} over {b.name} of shape {self.shape}"
         if math.prod(self.shape) != b.size:
             return f"a view {self.shape} of {b.name} of shape {b.shape}: not as many elements"
         if any(not 1 <= x <= BOX_MAX for x in self.box):
             return f"box {self.box}: each extent must be 1..{BOX_MAX}"
+        return self._rows_problem()
+
+    def _im2col_problem(self) -> str:
+        """Why the driver would refuse this im2col map's own fields ("" if it would not)."""
+        b, i2c = self.buffer, self.im2col
+        assert i2c is not None
+        spatial = len(self.shape) - 2
+        if self.view is not None or len(self.shape) not in IM2COL_CORNERS:
+            return f"an im2col map over {b.name} of shape {self.shape}: rank 3 to 5, no view"
+        if len(self.box) != 2 or not 1 <= self.box[0] <= BOX_MAX:
+            return f"im2col box {self.box}: (pixels 1..{BOX_MAX}, channels)"
+        if not len(i2c.lower) == len(i2c.upper) == len(i2c.strides) == spatial:
+            return f"im2col corners and strides of {spatial} spatial dimensions expected: {i2c}"
+        lo, hi = IM2COL_CORNERS[len(self.shape)]
+        if any(not lo <= c <= hi for c in (*i2c.lower, *i2c.upper)):
+            return f"im2col corners {i2c.lower}, {i2c.upper}: each in {lo}..{hi}"
+        if any(not 1 <= s <= IM2COL_STRIDE_MAX for s in i2c.strides):
+            return f"im2col traversal strides {i2c.strides}: each 1..{IM2COL_STRIDE_MAX}"
+        if any(p < 1 for p in i2c.positions(self.shape[1:-1])):
+            return f"im2col corners {i2c.lower}, {i2c.upper} leave no pixel of {self.shape}"
+        return ""
+
+    def _rows_problem(self) -> str:
+        """Why the driver would refuse the box's rows, swizzle or the strides ("" if not)."""
+        b = self.buffer
         if self.swizzle not in SWIZZLES:
             return f"unknown swizzle {self.swizzle!r}"
         inner = self.box[-1] * BYTES[b.dtype]
@@ -169,20 +230,28 @@ class TmaLoad(TmaStmt):
     coords: tuple[Expr, ...]
     bars: ir.Buffer
     slot: Expr
+    # an im2col map's offsets, one per spatial dimension (the buffer's order): the filter tap
+    offsets: tuple[Expr, ...] = ()
 
     def exprs(self) -> list[Expr]:
-        return [self.offset, *self.coords, self.slot]
+        return [self.offset, *self.coords, self.slot, *self.offsets]
 
     def with_exprs(self, new: list[Expr]) -> TmaLoad:
-        offset, *coords, slot = new
-        return dataclasses.replace(self, offset=offset, coords=tuple(coords), slot=slot)
+        n = len(self.coords)
+        offset, coords, slot, offsets = new[0], new[1 : n + 1], new[n + 1], new[n + 2 :]
+        return dataclasses.replace(
+            self, offset=offset, coords=tuple(coords), slot=slot, offsets=tuple(offsets)
+        )
 
     def text(self) -> str:
         coords = ", ".join(repr(c) for c in self.coords)
         box = "x".join(str(x) for x in self.map.box)
+        mode = ""
+        if self.map.im2col is not None:
+            mode = f" im2col + ({', '.join(repr(o) for o in self.offsets)})"
         return (
             f"TmaLoad({self.dst.name}[{self.offset!r}] <- {self.map.buffer.name} box {box} "
-            f"{self.map.swizzle} at ({coords}); {self.bars.name}[{self.slot!r}])"
+            f"{self.map.swizzle} at ({coords}){mode}; {self.bars.name}[{self.slot!r}])"
         )
 
 
@@ -227,9 +296,13 @@ def tma_destinations(kernel: ir.Kernel) -> dict[int, str]:
 
 __all__ = [
     "BOX_MAX",
+    "IM2COL_CORNERS",
+    "IM2COL_OFFSET_MAX",
+    "IM2COL_STRIDE_MAX",
     "MBARRIER_DTYPE",
     "RANK_MAX",
     "SWIZZLES",
+    "Im2col",
     "TMA_ALIGN",
     "TMA_DTYPES",
     "TMA_STMTS",

@@ -6,8 +6,8 @@
 - mbarrier arrays are shared buffers of `tma_ir.MBARRIER_DTYPE`; in program order, an array is
   used only after its `MbarrierInit` and a `Barrier` after that (the init's visibility);
 - a copy's tensor map is one the driver would encode (`TensorMap.problem`), over a param of the
-  destination's dtype, into a shared buffer at an offset provably aligned to the map's swizzle
-  (`tma_ir.TMA_ALIGN`);
+  destination's dtype (with an offset per spatial dimension exactly where the map is im2col),
+  into a shared buffer at an offset provably aligned to the map's swizzle (`tma_ir.TMA_ALIGN`);
 - each `MbarrierExpectTx` announces exactly the bytes of the copies that follow it in its
   statement list on the same mbarrier and slot, and every copy follows such an announcement.
 """
@@ -76,7 +76,10 @@ class TmaRules:
             )
         if len(s.coords) != s.map.rank:
             kv.fail(f"{where}: {len(s.coords)} coordinates for a box of rank {s.map.rank}")
-        for c in s.coords:
+        spatial = s.map.rank - 2 if s.map.im2col is not None else 0
+        if len(s.offsets) != spatial:
+            kv.fail(f"{where}: {len(s.offsets)} im2col offsets for {spatial} spatial dimensions")
+        for c in (*s.coords, *s.offsets):
             kv.expr(c, where, "int")
         kv.expr(s.offset, where, "int")
         align = ti.TMA_ALIGN[s.map.swizzle] // BYTES[s.dst.dtype]

@@ -4,9 +4,9 @@ lower/tma_fetch.py).
 
 The rule draws uniformly from `SketchParams.operand_copies` (default: both) for each
 group where TMA applies (`tma_fits`): a wgmma stage on sm_90 whose shared operands are all
-double-buffered over more than one K tile, copied from the inputs (no implicit GEMM gather but
-a 1x1, stride-1 one without padding, whose tiles are boxes of its input seen as [pixels,
-channels]),
+double-buffered over more than one K tile, copied from the inputs or an implicit GEMM's gather
+that TMA copies (`TensorCoreGroup.tma_gathers`: a 1x1, stride-1 unpadded one as boxes of its
+input seen as [pixels, channels], others as im2col copies where one loop pipelines them),
 K-major (or an N-major B) and whose drawn tiles are whole 128-byte lines: the contiguous
 dimension a multiple of 64 halfs, the other at most a TMA box's 256 rows. A TMA tile is
 stored unpadded (the copy engine's 128-byte swizzle spreads the banks), whatever the row
@@ -59,10 +59,10 @@ def tma_fits(
         return False
     if not g.shared or not set(g.shared) <= buffered:
         return False
-    boxed = g.row_gathers or (False,) * len(g.shared)
+    boxed = g.tma_gathers or (False,) * len(g.shared)
     if any(gather and not box for gather, box in zip(g.gathers, boxed, strict=False)):
         return False
-    if g.tiles[2] <= lengths[2][0]:  # one K tile: the pipeline's loop runs once
+    if g.tiles[2] <= lengths[2][0] and g.window_steps == 1:  # the pipeline's loop runs once
         return False
     ext = _tile_extents(lengths)
     for role, contiguous in zip(g.roles, g.row_axes, strict=True):

@@ -42,6 +42,7 @@ from autosched.sketch.tensor_core import (
     match_implicit_gemm,
     match_tensor_core,
 )
+from autosched.sketch.tensor_core_instruction import WGMMA_ARCHS
 from autosched.sketch.utils import (
     consumers,
     direct_producers,
@@ -162,9 +163,20 @@ class MultiLevelTilingTensorCore(SketchRule):
             out.append(build_tensor_core_sketch(state, i, found))
         if match_implicit_gemm(state, i, tf32) is not None:
             out.append(build_implicit_gemm_sketch(state, i, tf32))
+            if _pipelines_windows(ctx, state, i):
+                out.append(build_implicit_gemm_sketch(state, i, tf32, fuse_window=True))
         if not out:
             raise ScheduleError(f"stage {state.stages[i].name!r} is not a Tensor Core product")
         return out
+
+
+def _pipelines_windows(ctx, state, i) -> bool:
+    """Whether stage i, a convolution, also gets the window-fused implicit GEMM sketch
+    (`SketchParams.conv_window_pipeline`): on sm_90, where its window loops run more than once."""
+    if not ctx.params.conv_window_pipeline or ctx.hardware.arch not in WGMMA_ARCHS:
+        return False
+    window = [a for a in state.stages[i].op.reduce_axis if a.extent > 1]
+    return len(window) > 1
 
 
 class AddCacheWrite(SketchRule):

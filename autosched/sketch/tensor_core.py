@@ -298,21 +298,32 @@ def _tile_epilogue(
     return state, outer.name
 
 
-def _tile_accumulator(state: State, acc: str, mt: TensorCoreMatch) -> tuple[State, str, str]:
+def _tile_accumulator(
+    state: State, acc: str, mt: TensorCoreMatch, fuse_window: bool = False
+) -> tuple[State, str, str]:
     """M, N split [repeats, 16], K [outer, chunk, 16], the other reductions between the two
     outer K levels: [spatial..., K outer, reductions..., K chunk, M reps, N reps, M16, N16,
     K16]. Returns (state, the loop the shared tiles attach at, the K chunk loop): the last
     outer reduction loop that runs more than once, so that a 1x1 conv's tiles (its window
-    loops run once) are fetched per K tile and can be pipelined over it."""
+    loops run once) are fetched per K tile and can be pipelined over it. With `fuse_window`
+    (a conv's window that runs more than once), the window loops go first and are fused with
+    K's outer loop into one, [window..., K outer] fused: the tiles attach there, so one
+    pipeline runs over every (tap, K tile) step (`window_fused`)."""
     m, n = f"{mt.m}_c", f"{mt.n}_c"
     state = state.split(acc, m, [MMA]).split(acc, n, [MMA]).split(acc, mt.k, [None, mt.k_tile])
     roots = state[acc].root_iters
     spatial = [it.name for it in roots if it.kind == "spatial" and it.name not in (m, n)]
     reduces = [it.name for it in roots if it.kind == "reduce" and it.name != mt.k]
     ks = level_names(mt.k, 3)
-    order = spatial + [ks[0], *reduces, ks[1], f"{m}_o", f"{n}_o", f"{m}_i", f"{n}_i", ks[2]]
-    state = state.reorder(acc, order).tensorize(acc, f"{m}_i")
     repeated = [it.name for it in roots if it.name in reduces and it.extent != 1]
+    outer = [*repeated, ks[0]] if fuse_window and repeated else [ks[0], *reduces]
+    once = [r for r in reduces if r not in outer]
+    inner = [ks[1], f"{m}_o", f"{n}_o", f"{m}_i", f"{n}_i", ks[2]]
+    state = state.reorder(acc, spatial + once + outer + inner).tensorize(acc, f"{m}_i")
+    if fuse_window and repeated:
+        state = state.fuse(acc, outer)
+        fused = next(it.name for it in state[acc].iters if it.name.startswith(f"{outer[0]}_"))
+        return state, fused, ks[1]
     return state, ([ks[0], *repeated])[-1], ks[1]
 
 
@@ -341,7 +352,11 @@ class Epilogue:
 
 
 def build_tensor_core_sketch(
-    state: State, i: int, mt: TensorCoreMatch, epilogue: Epilogue | None = None
+    state: State,
+    i: int,
+    mt: TensorCoreMatch,
+    epilogue: Epilogue | None = None,
+    fuse_window: bool = False,
 ) -> tuple[State, int]:
     """Apply the Tensor Core sketch to stage i; returns the state and the index of the stage
     before the accumulator (where the rules go on). The epilogue is `epilogue`, else the
@@ -368,7 +383,7 @@ def build_tensor_core_sketch(
         state = state.cache_read(f"{name}.shared", scope, [acc])
         caches.append((f"{name}.shared", f"{name}.shared.{scope}", operand))
     state, ids, warp = _tile_store(state, c, store_mt, bind_blocks=e_op is None)
-    state, shared_at, frag_at = _tile_accumulator(state, acc, mt)
+    state, shared_at, frag_at = _tile_accumulator(state, acc, mt, fuse_window)
     state = state.compute_at(acc, c, warp)
     for shared, frag, operand in caches:
         state = state.compute_at(shared, acc, shared_at)
@@ -397,7 +412,9 @@ def _reshape_epilogue(state: State, reshape: int) -> tuple[State, Epilogue | Non
     return state.compute_inline(reshape), Epilogue(e, rows)
 
 
-def build_implicit_gemm_sketch(state: State, i: int, allow_tf32: bool = False) -> tuple[State, int]:
+def build_implicit_gemm_sketch(
+    state: State, i: int, allow_tf32: bool = False, fuse_window: bool = False
+) -> tuple[State, int]:
     """Rewrite stage i as an implicit GEMM and apply the Tensor Core sketch to its product.
     The gather is inlined into its shared copy (the tile fetch gathers the window's pixels,
     and a padding stage inlined into it later reads the input guarded). The reshape is the
@@ -413,7 +430,7 @@ def build_implicit_gemm_sketch(state: State, i: int, allow_tf32: bool = False) -
     if mt is None:
         raise ScheduleError(f"stage {state.stages[i + 2].name!r} is not a Tensor Core product")
     state, epilogue = _reshape_epilogue(state, state.stage_index(reshape_op))
-    state, nxt = build_tensor_core_sketch(state, i + 1, mt, epilogue)
+    state, nxt = build_tensor_core_sketch(state, i + 1, mt, epilogue, fuse_window)
     state = state.compute_inline(gather)
     reshape = state.stage_index(reshape_op)
     if epilogue is None and not is_output(state, reshape):

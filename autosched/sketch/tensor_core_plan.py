@@ -9,13 +9,15 @@ tiles (`padded_tiles`), the shared operand stages and the matrix axis of their r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.lower.tma_fetch import rows_view
+from autosched.lower.tma_im2col import im2col_gather
 from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import REDUCE, SPATIAL
+from autosched.schedule.stage import REDUCE, SPATIAL, FuseRel
 from autosched.sketch.stage_steps import split_at, split_extent, split_step_ids
 from autosched.sketch.tensor_core import MMA
 from autosched.sketch.utils import attach_target
@@ -49,9 +51,12 @@ class TensorCoreGroup:
     # per shared stage: it gathers an implicit GEMM's pixels (a predicate and an address to
     # compute per fetched vector)
     gathers: tuple[bool, ...] = ()
-    # per shared stage: a gather that reads rows of its input seen as [pixels, channels] (a 1x1,
-    # stride-1 implicit GEMM without padding), so its tiles are boxes of that view
-    row_gathers: tuple[bool, ...] = ()
+    # per shared stage: a gather whose tiles TMA copies (`_tma_gather`): rows of the input seen
+    # as [pixels, channels], or im2col copies pipelined over one loop
+    tma_gathers: tuple[bool, ...] = ()
+    # the filter taps the shared stages' loop runs over besides K's tiles: the window extents
+    # fused into it (`tensor_core._tile_accumulator`'s window-fused sketch), else 1
+    window_steps: int = 1
 
     @property
     def split_ids(self) -> tuple[int, int, int]:
@@ -99,20 +104,41 @@ def _gathers(sketch: State, shared: int) -> bool:
     return any(s.op is src and s.origin == IMPLICIT_GEMM_ORIGIN for s in sketch.stages)
 
 
-def _gathers_rows(sketch: State, shared: int) -> bool:
-    """Whether shared stage `shared` copies an implicit GEMM's gather that reads its input,
-    a placeholder, as rows of [pixels, channels] (`tma_fetch.rows_view`): row m, column rc."""
+def _tma_gather(sketch: State, shared: int) -> bool:
+    """Whether shared stage `shared` copies an implicit GEMM's gather whose tiles TMA copies
+    as boxes: rows of its input, a placeholder, seen as [pixels, channels] (a 1x1, stride-1
+    conv without padding: `tma_fetch.rows_view`), or TMA im2col copies of an NHWC conv's input
+    (`tma_im2col.im2col_gather`) where no other repeated reduction loop encloses the stage's
+    loop (a 1x1's channel loop, or the window-fused loop of a 3x3: one pipeline)."""
     if not _gathers(sketch, shared):
         return False
     gather = sketch.stages[shared].op.body.buffer.op  # type: ignore[attr-defined]
     load = gather.body
     if not isinstance(load, Load) or not isinstance(load.buffer, Tensor):
         return False
-    if not isinstance(load.buffer.op, PlaceholderOp):
-        return False
     axes = gather.axis
-    shape = tuple(int(n) for n in load.buffer.shape)
-    return rows_view(shape, load.indices, axes, 0, len(axes) - 1) is not None
+    if isinstance(load.buffer.op, PlaceholderOp):
+        shape = tuple(int(n) for n in load.buffer.shape)
+        if rows_view(shape, load.indices, axes, 0, len(axes) - 1) is not None:
+            return True
+    if im2col_gather(gather) is None:
+        return False
+    acc, loop = sketch.stages[shared].attach  # type: ignore[misc]
+    iters = sketch.stages[acc].iters
+    at = [it.name for it in iters].index(loop)
+    return not any(it.kind == REDUCE and it.extent != 1 for it in iters[:at])
+
+
+def _window_steps(sketch: State, acc: int, shared: tuple[int, ...]) -> int:
+    """The product of the window extents fused into the loop stage `shared[0]` attaches at."""
+    attach = sketch.stages[shared[0]].attach if shared else None
+    if attach is None:
+        return 1
+    extents = {it.name: it.extent for it in sketch.stages[acc].root_iters}
+    for rel in sketch.stages[acc].relations:
+        if isinstance(rel, FuseRel) and rel.fused == attach[1]:
+            return math.prod(extents.get(c) or 1 for c in rel.children)
+    return 1
 
 
 def padded_tiles(extent: int) -> int:
@@ -161,7 +187,8 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 k_tile=split_at(steps, rd[0]).lengths[-1],
                 held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
                 gathers=tuple(_gathers(sketch, c) for c in shared),
-                row_gathers=tuple(_gathers_rows(sketch, c) for c in shared),
+                tma_gathers=tuple(_tma_gather(sketch, c) for c in shared),
+                window_steps=_window_steps(sketch, acc, shared),
             )
         )
     return out

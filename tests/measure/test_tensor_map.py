@@ -31,21 +31,27 @@ B = ArgSpec("B", (192, 128), "bfloat16")
 C = ArgSpec("C", (256, 128), "float32", is_output=True)
 A_MAP = TensorMapSpec("A", (192, 256), (384,), (64, 128), "128B")  # 128 x 64 boxes of A
 B_MAP = TensorMapSpec("B", (128, 192), (256,), (64, 64), "128B")
+D = ArgSpec("D", (2, 14, 14, 64), "float16")  # NHWC
+# im2col copies of 128 pixels x 64 channels of D: a 3x3 window, padding 1, stride 2
+D_MAP = TensorMapSpec(
+    "D", (64, 14, 14, 2), (128, 1792, 25088), (64, 128), "128B", (-1, -1), (-2, -2), (2, 2)
+)
 
 
 def artifact(*maps: TensorMapSpec) -> KernelArtifact:
     launch = Launch("k", (2, 1), (32, 8), 98304, maps)
-    return KernelArtifact("// src", (launch,), (A, B, C), None)
+    return KernelArtifact("// src", (launch,), (A, B, C, D), None)
 
 
 # ---- the spec -------------------------------------------------------------------------------
 
 
 def test_a_launch_with_tensor_maps_round_trips_and_one_without_keeps_its_record_form():
-    art = artifact(A_MAP, B_MAP)
+    art = artifact(A_MAP, B_MAP, D_MAP)
     assert art.validate() is None
     again = KernelArtifact.from_dict(art.to_dict())
-    assert again == art and again.launches[0].tensor_maps == (A_MAP, B_MAP)
+    assert again == art and again.launches[0].tensor_maps == (A_MAP, B_MAP, D_MAP)
+    assert "lower_corner" not in A_MAP.to_dict() and D_MAP.im2col and not A_MAP.im2col
     plain = Launch("k", (1,), (32,))
     assert "tensor_maps" not in plain.to_dict()
     assert Launch.from_dict(plain.to_dict()) == plain
@@ -62,6 +68,10 @@ def test_a_launch_with_tensor_maps_round_trips_and_one_without_keeps_its_record_
         (TensorMapSpec("A", (192, 256), (384,), (64, 128), "64B"), "unknown swizzle"),
         (TensorMapSpec("A", (192, 512), (384,), (64, 128)), "a 98304-byte argument"),
         (TensorMapSpec("A", (192, 256), (), (64, 128)), "one fewer stride"),
+        (
+            TensorMapSpec("D", D_MAP.dims, D_MAP.strides_bytes, (64, 128), "128B", (-1,), (-2,)),
+            "corners and strides of rank - 2",
+        ),
     ],
 )
 def test_a_tensor_map_the_driver_would_refuse_is_a_malformed_artifact(spec, says):
@@ -103,7 +113,25 @@ class FakeLibcuda:
             text._obj.value = b"CUDA_ERROR_INVALID_VALUE"
             return 0
 
+        def encode_im2col(out, dtype, rank, address, dims, strides, lower, upper, *rest):
+            channels, pixels, elem_strides, *modes = rest
+            self.calls.append(
+                {
+                    "dtype": dtype,
+                    "rank": rank,
+                    "dims": list(dims[:rank]),
+                    "strides": list(strides[: rank - 1]),
+                    "corners": (list(lower[: rank - 2]), list(upper[: rank - 2])),
+                    "box": [channels, pixels],
+                    "element_strides": list(elem_strides[:rank]),
+                    "modes": list(modes),
+                }
+            )
+            ctypes.memmove(out, bytes(range(TENSOR_MAP_BYTES)), TENSOR_MAP_BYTES)
+            return 0
+
         self.cuTensorMapEncodeTiled = encode
+        self.cuTensorMapEncodeIm2col = encode_im2col
         self.cuGetErrorName = error_name
 
 
@@ -124,6 +152,22 @@ def test_encode_passes_the_spec_to_the_driver_innermost_first_with_zero_fill():
         "modes": [0, SWIZZLES["128B"], 2, 0],
     }
     assert DATA_TYPES["float16"] == 6 and DATA_TYPES["bfloat16"] == 9 and SWIZZLES["128B"] == 3
+
+
+def test_an_im2col_map_is_encoded_with_its_corners_and_traversal_strides():
+    lib = FakeLibcuda()
+    TensorMapDriver(lib).encode(D_MAP, "float16", 4096)
+    (call,) = lib.calls
+    assert call == {
+        "dtype": DATA_TYPES["float16"],
+        "rank": 4,
+        "dims": [64, 14, 14, 2],
+        "strides": [128, 1792, 25088],
+        "corners": ([-1, -1], [-2, -2]),
+        "box": [64, 128],  # channels per pixel, pixels per column
+        "element_strides": [1, 2, 2, 1],  # C, W, H, N: the convolution's stride on W and H
+        "modes": [0, SWIZZLES["128B"], 2, 0],
+    }
 
 
 def test_a_refused_encoding_names_the_driver_error():

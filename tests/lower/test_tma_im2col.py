@@ -1,0 +1,183 @@
+"""TMA im2col copies of a convolution's gathered input (`lower/tma_im2col.py`, the im2col mode
+of `lower/tma_ir.py`): the proof of the gather's geometry, the window-fused conv sketch
+(`SketchParams.conv_window_pipeline`) whose sampled TMA states compute the conv on the CPU
+interpreter (padding, strides 1 and 2), the interpreter's traversal, records, the CUDA text and
+nvcc for sm_90a."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from autosched import te, topi
+from autosched.lower import ir
+from autosched.lower import tma_ir as ti
+from autosched.lower.interpreter import InterpreterError
+from autosched.lower.lowering import lower
+from autosched.lower.tma_im2col import im2col_gather
+from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.implicit_gemm import implicit_gemm_ops
+from autosched.schedule.steps import replay
+from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from measure import compile_resources
+from measure.hardware import HardwareParams
+from tests.compilers import needs_nvcc
+from tests.lower import test_tensorize as tz
+
+WINDOWS = SketchParams(
+    tensor_core_instructions=("wgmma",), operand_copies=("tma",), conv_window_pipeline=True
+)
+
+
+def conv(size: int, channels: int, k: int, stride: int, pad: int, dilation: int = 1, batch=2):
+    data = te.placeholder((batch, size, size, channels), "float16", "data")
+    kernel = te.placeholder((k, k, channels, 64), "float16", "kernel")
+    out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, dilation)
+    return ComputeDAG([data, kernel, out])
+
+
+@pytest.mark.parametrize(
+    "size, k, stride, pad, geometry",
+    [
+        (7, 3, 1, 1, ((1, 1), (1, 1), (7, 7), (-1, -1))),
+        (14, 3, 2, 1, ((1, 1), (2, 2), (7, 7), (-2, -2))),
+        (9, 3, 1, 0, ((0, 0), (1, 1), (7, 7), (-2, -2))),
+        (8, 1, 2, 0, ((0, 0), (2, 2), (4, 4), (-1, -1))),
+        (7, 5, 1, 2, ((2, 2), (1, 1), (7, 7), (-2, -2))),
+    ],
+)
+def test_the_gather_of_an_nhwc_conv_is_proven_an_im2col_traversal(size, k, stride, pad, geometry):
+    """(pads, strides, output extents, upper corners): the traversal's last position is the
+    last output pixel's window origin."""
+    gather = implicit_gemm_ops(conv(size, 16, k, stride, pad).tensors[-1].op).gather
+    found = im2col_gather(gather)
+    assert found is not None
+    pads, strides, outputs, upper = geometry
+    assert (found.pads, found.strides, found.outputs) == (pads, strides, outputs)
+    assert found.mode() == ti.Im2col(tuple(-p for p in pads), upper, strides)
+    assert found.mode().positions((size, size)) == outputs
+
+
+def test_a_dilated_window_is_no_im2col_traversal():
+    gather = implicit_gemm_ops(conv(9, 16, 3, 1, 2, dilation=2).tensors[-1].op).gather
+    assert im2col_gather(gather) is None
+
+
+def im2col_copies(program: ir.Program) -> list[ti.TmaLoad]:
+    return [
+        s
+        for k in program.kernels
+        for s in ir.iter_stmts(k.body)
+        if isinstance(s, ti.TmaLoad) and s.map.im2col is not None
+    ]
+
+
+def sampled_tma(dag, seeds=range(8)):
+    """(sampler, first sampled state that copies by im2col) of `dag` with the window-fused
+    sketch."""
+    hw = HardwareParams()
+    sampler = SketchSampler(generate_sketches(dag, hw, WINDOWS), hw, WINDOWS)
+    for seed in seeds:
+        for s in sampler.sample(4, seed):
+            tma = any(st.operand_copy == "tma" for st in s.stages)
+            if tma and im2col_copies(sampler.programs[s.key()]):
+                return sampler, s
+    raise AssertionError("no sampled state copies by im2col")
+
+
+_SAMPLED: dict[int, tuple] = {}
+
+
+def sampled_conv(stride: int):
+    """(dag, sampler, state): a sampled TMA state of a 3x3, padding-1 conv of 64 channels to
+    64 over 7x7 output pixels (from 7x7 at stride 1, 14x14 at stride 2)."""
+    if stride not in _SAMPLED:
+        dag = conv(7 * stride, 64, 3, stride, 1)
+        _SAMPLED[stride] = (dag, *sampled_tma(dag))
+    return _SAMPLED[stride]
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_sampled_3x3_states_copy_the_window_by_im2col_and_compute_the_conv(stride):
+    """The window and K loops are one pipeline; its A tiles are im2col copies, the tap in the
+    offsets, zeros in the padding; against numpy on the interpreter."""
+    dag, sampler, state = sampled_conv(stride)
+    program = sampler.programs[state.key()]
+    (copy, *_) = im2col_copies(program)
+    assert copy.map.buffer.name == "data" and copy.map.im2col.strides == (stride, stride)
+    assert len(copy.offsets) == 2 and copy.map.box[1] == 64
+    tz.run_and_compare(dag, program)
+
+
+def test_the_window_fused_sketch_is_drawn_only_where_asked_on_hopper():
+    dag = conv(7, 64, 3, 1, 1)
+    hw = HardwareParams()
+    fused = generate_sketches(dag, hw, WINDOWS)
+    plain = generate_sketches(dag, hw, dataclasses.replace(WINDOWS, conv_window_pipeline=False))
+    sm80 = generate_sketches(dag, dataclasses.replace(hw, arch="sm_80"), WINDOWS)
+    assert len(fused) == len(plain) + 1 and len(sm80) == len(plain)
+    assert SketchParams().conv_window_pipeline is False  # off until checked on the GPU
+    sampler = SketchSampler(plain, hw, WINDOWS)
+    assert not any(st.operand_copy == "tma" for s in sampler.sample(4, 0) for st in s.stages)
+
+
+def test_a_3x3_tma_state_round_trips_through_its_records():
+    dag, _, state = sampled_conv(1)
+    records = [json.loads(json.dumps(step.to_record())) for step in state.steps]
+    replayed = replay(dag, records)
+    assert replayed.key() == state.key() and im2col_copies(lower(replayed))
+
+
+def test_a_copy_starting_off_the_traversal_fails_in_the_interpreter():
+    """A first pixel that is no window origin (an odd column under a stride of 2) has no
+    place in the traversal: the interpreter refuses it rather than guess."""
+    dag, _, state = sampled_conv(1)
+    program = lower(state)
+    for copy in im2col_copies(program):
+        i2c = copy.map.im2col
+        copy.map = dataclasses.replace(copy.map, im2col=ti.Im2col(i2c.lower, i2c.upper, (2, 2)))
+    with pytest.raises(InterpreterError, match="off its im2col traversal"):
+        tz.run_and_compare(dag, program)
+
+
+def test_the_cuda_copies_by_im2col_with_16_bit_offsets():
+    from autosched import build
+
+    dag, _, state = sampled_conv(1)
+    source = build(dag, state).source
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier" in source
+    assert '"h"((unsigned short)(' in source
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_full_size_3x3_tma_state_compiles_for_sm_90a_without_spills(request):
+    """The seed conv (batch 256, 14x14, 256 -> 512 channels, 3x3, padding 1)."""
+    from autosched import build
+
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("compiling a full-size conv takes seconds; run with -m slow")
+    dag = conv(14, 256, 3, 1, 1, batch=256)
+    _, state = sampled_tma(dag)
+    source = build(dag, state).source
+    assert ".global.im2col." in source
+    for res in compile_resources(source, arch="sm_90").values():
+        assert res.spill_bytes == 0
+
+
+def test_the_features_walk_an_im2col_copy_as_the_cooperative_gather():
+    """Each thread's share of the copy's pixel rows of 64 channels: as many rows as the
+    cp.async gather the copy replaces."""
+    from autosched.features.extract import FEATURE_NAMES, extract_features
+
+    _, _, state = sampled_conv(1)
+    cp_async = state
+    for i, st in enumerate(state.stages):
+        if st.operand_copy == "tma":
+            cp_async = cp_async.operand_copy(i, "cp.async")
+    tma, plain = extract_features(lower(state)), extract_features(lower(cp_async))
+    assert tma.shape == plain.shape
+    divmod_at = list(FEATURE_NAMES).index("int_divmod")
+    assert (tma[:, divmod_at] < plain[:, divmod_at]).any()  # no per-thread gather arithmetic
