@@ -5,7 +5,7 @@ process.
     python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
         [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
-        [--fragment-double-buffers off on] [--operand-copy cp.async tma]
+        [--fragment-double-buffers off on] [--operand-copy cp.async tma] [--tma-im2col]
 
 `--instructions`, `--pipeline-stages`, `--fragment-double-buffers` and `--operand-copy` restrict
 what the search draws (SketchParams' tensor_core_instructions, pipeline_stages,
@@ -17,7 +17,9 @@ families; `--fragment-double-buffers off` and `on` compare the
 register double buffering of mma fragments; `--operand-copy tma` (with `--instructions wgmma`)
 draws TMA box copies for a wgmma stage's shared tiles wherever they fit them (and double-buffers
 every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async tma` (the
-default) either, `--operand-copy cp.async` never.
+default) either, `--operand-copy cp.async` never. `--tma-im2col` lets TMA's im2col mode copy
+a conv's gathered input (3x3 windows, strides, padding) where TMA is drawn, with a sketch that
+pipelines a 3x3's taps and K tiles in one loop (`SketchParams.tma_im2col`, off by default).
 The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
@@ -267,6 +269,7 @@ def tune(name: str, ns) -> tuple:
             pipeline_stages=tuple(ns.pipeline_stages),
             fragment_double_buffers=tuple(x == "on" for x in ns.fragment_double_buffers),
             operand_copies=tuple(ns.operand_copy),
+            tma_im2col=ns.tma_im2col,
         )
         if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
             sketch_params = dataclasses.replace(sketch_params, double_buffer_probability=1.0)
@@ -418,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
         default=["cp.async", "tma"],
         choices=["cp.async", "tma"],
         help="how a wgmma stage's shared tiles are copied (tma: Hopper, where it fits the tiles)",
+    )
+    ap.add_argument(
+        "--tma-im2col",
+        action="store_true",
+        help="let TMA im2col copies feed convs (3x3, strided: SketchParams.tma_im2col)",
     )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)

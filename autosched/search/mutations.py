@@ -116,6 +116,7 @@ class TensorCoreChoices:
     hardware: HardwareParams  # its opt-in shared memory and registers bound the choices
     # (structure key of a sketch's records, its Tensor Core groups), for sketches that have any
     sketches: tuple[tuple[tuple, tuple[TensorCoreGroup, ...]], ...] = ()
+    tma_im2col: bool = False  # SketchParams.tma_im2col
 
     @classmethod
     def of(
@@ -132,6 +133,7 @@ class TensorCoreChoices:
             params.operand_copies,
             hardware,
             sketches,
+            params.tma_im2col,
         )
 
     def groups(self, records: Records) -> tuple[TensorCoreGroup, ...]:

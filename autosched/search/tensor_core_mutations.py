@@ -247,7 +247,9 @@ class OperandCopyMutation(Mutation):
         def copies(g: TensorCoreGroup) -> list[str]:
             now = GroupChoices.of(records, g)
             lengths = _split_lengths(records, g)
-            if not tma_fits(space.hardware, g, lengths, now.instruction, buffered):
+            if not tma_fits(
+                space.hardware, g, lengths, now.instruction, buffered, space.tma_im2col
+            ):
                 return []
             return [x for x in space.operand_copies if x != now.operand_copy]
 

@@ -4,9 +4,11 @@ lower/tma_fetch.py).
 
 The rule draws uniformly from `SketchParams.operand_copies` (default: both) for each
 group where TMA applies (`tma_fits`): a wgmma stage on sm_90 whose shared operands are all
-double-buffered over more than one K tile, copied from the inputs or an implicit GEMM's gather
-that TMA copies (`TensorCoreGroup.tma_gathers`: a 1x1, stride-1 unpadded one as boxes of its
-input seen as [pixels, channels], others as im2col copies where one loop pipelines them),
+double-buffered over more than one K tile (or over the window-fused loop of a conv's taps),
+copied from the inputs or an implicit GEMM's gather that TMA copies
+(`TensorCoreGroup.gather_copies`: a 1x1, stride-1 unpadded one as boxes of its input seen as
+[pixels, channels]; with `SketchParams.tma_im2col`, others as im2col copies where one loop
+pipelines them),
 K-major (or an N-major B) and whose drawn tiles are whole 128-byte lines: the contiguous
 dimension a multiple of 64 halfs, the other at most a TMA box's 256 rows. A TMA tile is
 stored unpadded (the copy engine's 128-byte swizzle spreads the banks), whatever the row
@@ -25,7 +27,7 @@ from autosched.sketch.factorization import pick
 from autosched.sketch.fragment_double_buffer import group_lengths
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.tensor_core_instruction import WGMMA, WGMMA_ARCHS
-from autosched.sketch.tensor_core_plan import TensorCoreGroup
+from autosched.sketch.tensor_core_plan import IM2COL, ROWS, TensorCoreGroup
 from measure.hardware import HardwareParams
 
 CP_ASYNC, TMA = "cp.async", "tma"
@@ -51,6 +53,7 @@ def tma_fits(
     lengths: Sequence[tuple[int, ...]],
     instruction: str,
     buffered: set[int],
+    im2col: bool = False,
 ) -> bool:
     """Whether group `g`'s shared operand tiles, with these split lengths, may be fetched by
     TMA (see the module docstring); lowering checks the boxes again and keeps cp.async where
@@ -59,8 +62,9 @@ def tma_fits(
         return False
     if not g.shared or not set(g.shared) <= buffered:
         return False
-    boxed = g.tma_gathers or (False,) * len(g.shared)
-    if any(gather and not box for gather, box in zip(g.gathers, boxed, strict=False)):
+    copies = g.gather_copies or ("",) * len(g.shared)
+    allowed = {ROWS, IM2COL} if im2col else {ROWS}
+    if any(gather and c not in allowed for gather, c in zip(g.gathers, copies, strict=False)):
         return False
     if g.tiles[2] <= lengths[2][0] and g.window_steps == 1:  # the pipeline's loop runs once
         return False
@@ -85,7 +89,7 @@ class OperandCopy(InitRule):
         for g in plan.tensor_core:
             instruction = state.stages[g.acc].tensor_core_instruction
             lengths = group_lengths(state, g)
-            fits = tma_fits(ctx.hardware, g, lengths, instruction, buffered)
+            fits = tma_fits(ctx.hardware, g, lengths, instruction, buffered, ctx.params.tma_im2col)
             if fits and pick(choices, rng) == TMA:
                 for c in g.shared:
                     state = state.operand_copy(c, TMA)

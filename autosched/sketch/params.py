@@ -92,11 +92,12 @@ class SketchParams:
     # not fit (not sm_90, not wgmma, a single K tile, tiles not of 128-byte lines) the rule
     # draws nothing and the search is that of cp.async alone
     operand_copies: tuple[str, ...] = ("cp.async", "tma")
-    # on sm_90, a convolution whose window runs more than once (a 3x3) also gets an implicit
-    # GEMM sketch whose window and K loops are fused into one loop its shared tiles are
-    # pipelined over (tensor_core.py), so that OperandCopy may draw TMA im2col copies for the
-    # gathered input (lower/tma_im2col.py). Off by default until checked on the GPU
-    conv_window_pipeline: bool = False
+    # TMA im2col copies of a convolution's gathered input (lower/tma_im2col.py): OperandCopy
+    # may draw them for a conv whose tiles no box holds (strided, padded or windowed), and on
+    # sm_90 a conv whose window runs more than once (a 3x3) also gets an implicit GEMM sketch
+    # whose window and K loops are fused into one loop its shared tiles are pipelined over
+    # (tensor_core.py). Off by default until checked on the GPU
+    tma_im2col: bool = False
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two

@@ -172,8 +172,8 @@ class MultiLevelTilingTensorCore(SketchRule):
 
 def _pipelines_windows(ctx, state, i) -> bool:
     """Whether stage i, a convolution, also gets the window-fused implicit GEMM sketch
-    (`SketchParams.conv_window_pipeline`): on sm_90, where its window loops run more than once."""
-    if not ctx.params.conv_window_pipeline or ctx.hardware.arch not in WGMMA_ARCHS:
+    (`SketchParams.tma_im2col`): on sm_90, where its window loops run more than once."""
+    if not ctx.params.tma_im2col or ctx.hardware.arch not in WGMMA_ARCHS:
         return False
     window = [a for a in state.stages[i].op.reduce_axis if a.extent > 1]
     return len(window) > 1

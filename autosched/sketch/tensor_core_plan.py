@@ -25,6 +25,7 @@ from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
 from autosched.te.tensor import PlaceholderOp, Tensor
 
+ROWS, IM2COL = "rows", "im2col"  # how TMA copies a gather (`TensorCoreGroup.gather_copies`)
 # the matrix axes of a fragment's (row, col) dimensions, by its scope
 MATRIX_AXES = {"wmma.matrix_a": ("m", "k"), "wmma.matrix_b": ("k", "n")}
 
@@ -51,9 +52,9 @@ class TensorCoreGroup:
     # per shared stage: it gathers an implicit GEMM's pixels (a predicate and an address to
     # compute per fetched vector)
     gathers: tuple[bool, ...] = ()
-    # per shared stage: a gather whose tiles TMA copies (`_tma_gather`): rows of the input seen
-    # as [pixels, channels], or im2col copies pipelined over one loop
-    tma_gathers: tuple[bool, ...] = ()
+    # per shared stage: how TMA may copy its gather (`_gather_copy`): "rows" of the input seen
+    # as [pixels, channels], "im2col" copies pipelined over one loop, or "" (not at all)
+    gather_copies: tuple[str, ...] = ()
     # the filter taps the shared stages' loop runs over besides K's tiles: the window extents
     # fused into it (`tensor_core._tile_accumulator`'s window-fused sketch), else 1
     window_steps: int = 1
@@ -104,29 +105,31 @@ def _gathers(sketch: State, shared: int) -> bool:
     return any(s.op is src and s.origin == IMPLICIT_GEMM_ORIGIN for s in sketch.stages)
 
 
-def _tma_gather(sketch: State, shared: int) -> bool:
-    """Whether shared stage `shared` copies an implicit GEMM's gather whose tiles TMA copies
-    as boxes: rows of its input, a placeholder, seen as [pixels, channels] (a 1x1, stride-1
-    conv without padding: `tma_fetch.rows_view`), or TMA im2col copies of an NHWC conv's input
-    (`tma_im2col.im2col_gather`) where no other repeated reduction loop encloses the stage's
-    loop (a 1x1's channel loop, or the window-fused loop of a 3x3: one pipeline)."""
+def _gather_copy(sketch: State, shared: int) -> str:
+    """How TMA may copy shared stage `shared` where it copies an implicit GEMM's gather:
+    "rows" where the gather reads rows of its input, a placeholder, seen as [pixels, channels]
+    (a 1x1, stride-1 conv without padding: `tma_fetch.rows_view`), "im2col" where it is an NHWC
+    conv's gather (`tma_im2col.im2col_gather`) and no other repeated reduction loop encloses
+    the stage's loop (a 1x1's channel loop, or the window-fused loop of a 3x3: one pipeline),
+    else "" (also for a stage that gathers nothing)."""
     if not _gathers(sketch, shared):
-        return False
+        return ""
     gather = sketch.stages[shared].op.body.buffer.op  # type: ignore[attr-defined]
     load = gather.body
     if not isinstance(load, Load) or not isinstance(load.buffer, Tensor):
-        return False
+        return ""
     axes = gather.axis
     if isinstance(load.buffer.op, PlaceholderOp):
         shape = tuple(int(n) for n in load.buffer.shape)
         if rows_view(shape, load.indices, axes, 0, len(axes) - 1) is not None:
-            return True
+            return ROWS
     if im2col_gather(gather) is None:
-        return False
+        return ""
     acc, loop = sketch.stages[shared].attach  # type: ignore[misc]
     iters = sketch.stages[acc].iters
     at = [it.name for it in iters].index(loop)
-    return not any(it.kind == REDUCE and it.extent != 1 for it in iters[:at])
+    enclosed = any(it.kind == REDUCE and it.extent != 1 for it in iters[:at])
+    return "" if enclosed else IM2COL
 
 
 def _window_steps(sketch: State, acc: int, shared: tuple[int, ...]) -> int:
@@ -187,11 +190,11 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 k_tile=split_at(steps, rd[0]).lengths[-1],
                 held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
                 gathers=tuple(_gathers(sketch, c) for c in shared),
-                tma_gathers=tuple(_tma_gather(sketch, c) for c in shared),
+                gather_copies=tuple(_gather_copy(sketch, c) for c in shared),
                 window_steps=_window_steps(sketch, acc, shared),
             )
         )
     return out
 
 
-__all__ = ["MATRIX_AXES", "TensorCoreGroup", "padded_tiles", "tensor_core_groups"]
+__all__ = ["IM2COL", "MATRIX_AXES", "ROWS", "TensorCoreGroup", "padded_tiles", "tensor_core_groups"]

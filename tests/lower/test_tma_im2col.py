@@ -1,6 +1,6 @@
 """TMA im2col copies of a convolution's gathered input (`lower/tma_im2col.py`, the im2col mode
 of `lower/tma_ir.py`): the proof of the gather's geometry, the window-fused conv sketch
-(`SketchParams.conv_window_pipeline`) whose sampled TMA states compute the conv on the CPU
+(`SketchParams.tma_im2col`) whose sampled TMA states compute the conv on the CPU
 interpreter (padding, strides 1 and 2), the interpreter's traversal, records, the CUDA text and
 nvcc for sm_90a."""
 
@@ -27,15 +27,15 @@ from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
 
 WINDOWS = SketchParams(
-    tensor_core_instructions=("wgmma",), operand_copies=("tma",), conv_window_pipeline=True
+    tensor_core_instructions=("wgmma",), operand_copies=("tma",), tma_im2col=True
 )
 
 
-def conv(size: int, channels: int, k: int, stride: int, pad: int, dilation: int = 1, batch=2):
+def conv(size: int, channels: int, k: int, stride: int, pad: int, dilation=1, batch=2, out=64):
+    """An NHWC conv of `batch` images of size x size x channels to `out` channels."""
     data = te.placeholder((batch, size, size, channels), "float16", "data")
-    kernel = te.placeholder((k, k, channels, 64), "float16", "kernel")
-    out = topi.nn.conv2d_nhwc(data, kernel, stride, pad, dilation)
-    return ComputeDAG([data, kernel, out])
+    kernel = te.placeholder((k, k, channels, out), "float16", "kernel")
+    return ComputeDAG([data, kernel, topi.nn.conv2d_nhwc(data, kernel, stride, pad, dilation)])
 
 
 @pytest.mark.parametrize(
@@ -74,17 +74,20 @@ def im2col_copies(program: ir.Program) -> list[ti.TmaLoad]:
     ]
 
 
-def sampled_tma(dag, seeds=range(8)):
+def sampled_tma(dag, seeds=range(8), count: int = 1):
     """(sampler, first sampled state that copies by im2col) of `dag` with the window-fused
-    sketch."""
+    sketch; with `count` > 1, (sampler, the first `count` such states)."""
     hw = HardwareParams()
     sampler = SketchSampler(generate_sketches(dag, hw, WINDOWS), hw, WINDOWS)
+    found = []
     for seed in seeds:
         for s in sampler.sample(4, seed):
             tma = any(st.operand_copy == "tma" for st in s.stages)
             if tma and im2col_copies(sampler.programs[s.key()]):
-                return sampler, s
-    raise AssertionError("no sampled state copies by im2col")
+                found.append(s)
+                if len(found) == count:
+                    return sampler, (s if count == 1 else found)
+    raise AssertionError(f"fewer than {count} sampled states copy by im2col")
 
 
 _SAMPLED: dict[int, tuple] = {}
@@ -115,10 +118,10 @@ def test_the_window_fused_sketch_is_drawn_only_where_asked_on_hopper():
     dag = conv(7, 64, 3, 1, 1)
     hw = HardwareParams()
     fused = generate_sketches(dag, hw, WINDOWS)
-    plain = generate_sketches(dag, hw, dataclasses.replace(WINDOWS, conv_window_pipeline=False))
+    plain = generate_sketches(dag, hw, dataclasses.replace(WINDOWS, tma_im2col=False))
     sm80 = generate_sketches(dag, dataclasses.replace(hw, arch="sm_80"), WINDOWS)
     assert len(fused) == len(plain) + 1 and len(sm80) == len(plain)
-    assert SketchParams().conv_window_pipeline is False  # off until checked on the GPU
+    assert SketchParams().tma_im2col is False  # off until checked on the GPU
     sampler = SketchSampler(plain, hw, WINDOWS)
     assert not any(st.operand_copy == "tma" for s in sampler.sample(4, 0) for st in s.stages)
 
@@ -181,3 +184,20 @@ def test_the_features_walk_an_im2col_copy_as_the_cooperative_gather():
     assert tma.shape == plain.shape
     divmod_at = list(FEATURE_NAMES).index("int_divmod")
     assert (tma[:, divmod_at] < plain[:, divmod_at]).any()  # no per-thread gather arithmetic
+
+
+def test_the_operand_copy_mutation_switches_a_3x3_state_where_im2col_is_asked():
+    import random
+
+    from autosched.search.mutations import MutationContext, TensorCoreChoices
+    from autosched.search.tensor_core_mutations import OperandCopyMutation
+
+    _, sampler, state = sampled_conv(1)
+    params = dataclasses.replace(WINDOWS, operand_copies=("cp.async", "tma"))
+    ctx = MutationContext(64, 8, params.auto_unroll_configs, params.tensor_core_unroll_configs)
+    ctx.tensor_core = TensorCoreChoices.of(sampler.plans, params, HardwareParams())
+    child = OperandCopyMutation().apply(ctx, [state.key()], random.Random(0))
+    assert child is not None and OperandCopyMutation().apply(ctx, [child], random.Random(0))
+    unasked = dataclasses.replace(params, tma_im2col=False)
+    ctx.tensor_core = TensorCoreChoices.of(sampler.plans, unasked, HardwareParams())
+    assert OperandCopyMutation().apply(ctx, [child], random.Random(0)) is None

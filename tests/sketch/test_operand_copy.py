@@ -116,11 +116,14 @@ def test_a_sampled_1x1_conv_reads_its_input_by_tma_as_rows_of_channels():
     tz.run_and_compare(dag, program)
 
 
-def test_a_strided_1x1_conv_draws_im2col_copies():
+def test_a_strided_1x1_conv_draws_im2col_copies_where_asked():
     """No box of the input holds its tile (the stride skips rows), but TMA's im2col mode
-    copies it: the traversal steps over the output pixels' window origins."""
+    copies it where `SketchParams.tma_im2col` allows: the traversal steps over the output
+    pixels' window origins."""
     dag, mode = conv_dag(stride=2), ti.Im2col((0, 0), (-1, -1), (2, 2))
-    sampler, state = first_tma(dag)
+    _, states = sample(dag, n=4)
+    assert states and not any(drew_tma(s) for s in states)
+    sampler, state = first_tma(dag, dataclasses.replace(TMA_ONLY, tma_im2col=True))
     program = sampler.programs[state.key()]
     maps = {m.buffer.name: m for k in program.kernels for m in ti.tensor_maps(k)}
     assert maps["data"].im2col == mode and maps["data"].box[1] == 64
