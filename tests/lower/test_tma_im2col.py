@@ -14,13 +14,17 @@ import pytest
 from autosched import te, topi
 from autosched.lower import ir
 from autosched.lower import tma_ir as ti
+from autosched.lower import wgmma_ir as wi
 from autosched.lower.interpreter import InterpreterError
 from autosched.lower.lowering import lower
 from autosched.lower.tma_im2col import im2col_gather
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.implicit_gemm import implicit_gemm_ops
-from autosched.schedule.steps import replay
+from autosched.schedule.steps import PipelineStagesStep, SplitStep, replay
+from autosched.search.mutations import TensorCoreChoices
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from autosched.sketch.operand_copy import tma_fits
+from autosched.sketch.tensor_core_plan import IM2COL
 from measure import compile_resources
 from measure.hardware import HardwareParams
 from tests.compilers import needs_nvcc
@@ -123,7 +127,7 @@ def test_the_window_fused_sketch_is_drawn_only_where_asked_on_hopper():
     assert len(fused) == len(plain) + 1 and len(sm80) == len(plain)
     assert SketchParams().tma_im2col is False  # off until checked on the GPU
     sampler = SketchSampler(plain, hw, WINDOWS)
-    assert not any(st.operand_copy == "tma" for s in sampler.sample(4, 0) for st in s.stages)
+    assert not any(st.operand_copy == "tma" for s in sampler.sample(2, 0) for st in s.stages)
 
 
 def test_a_3x3_tma_state_round_trips_through_its_records():
@@ -154,20 +158,71 @@ def test_the_cuda_copies_by_im2col_with_16_bit_offsets():
     assert '"h"((unsigned short)(' in source
 
 
+def with_tiles(dag, lengths, slots: int):
+    """A window-fused im2col state of `dag` with its M, N and K split lengths replaced by
+    `lengths` and `slots` pipeline slots (the first sampled such state's other decisions)."""
+    params = dataclasses.replace(WINDOWS, pipeline_stages=(slots,), double_buffer_probability=1.0)
+    hw = HardwareParams()
+    sampler = SketchSampler(generate_sketches(dag, hw, params), hw, params)
+    state = next(
+        s
+        for seed in range(40)
+        for s in sampler.sample(4, seed)
+        if any(st.operand_copy == "tma" for st in s.stages)
+        and im2col_copies(sampler.programs[s.key()])
+    )
+    (g,) = TensorCoreChoices.of(sampler.plans, params, hw).groups(state.key())
+    assert g.window_steps == 9 and IM2COL in g.gather_copies
+    assert tma_fits(hw, g, lengths, "wgmma", set(g.shared), im2col=True)
+    steps = list(state.steps)
+    for k, new in zip(g.split_ids, lengths, strict=True):
+        st = steps[k]
+        steps[k] = SplitStep(st.stage_id, st.iter_id, st.extent, new, st.inner_to_outer)
+    return dag.replay_steps(
+        [PipelineStagesStep(x.stage_id, slots) if x.TAG == "PS" else x for x in steps]
+    )
+
+
+# the fast wgmma configurations: (warps, 16-column tiles a warpgroup, slots) -> a block tile
+# of 16 warps x 16 cols as two warpgroups
+FAST = [
+    pytest.param(8, 16, 3, id="128x256, 2 warpgroups of 64x256, 3 slots"),
+    pytest.param(8, 8, 4, id="128x128, 2 warpgroups of 64x128, 4 slots"),
+]
+
+
+def test_the_fast_configurations_are_in_the_window_fused_space():
+    """128 x 256 over 3 slots: A as 128-pixel im2col copies of 64 channels, B as boxes of the
+    HWIO kernel, wgmma N = 256 (on a 3x3 conv of 2 images of 8x8, 64 to 256 channels)."""
+    dag = conv(8, 64, 3, 1, 1, out=256)
+    kernel = lower(with_tiles(dag, ((8, 1, 16), (1, 16, 16), (4, 16)), 3)).kernels[0]
+    boxes = {
+        (s.map.buffer.name, s.map.box, s.map.im2col is not None)
+        for s in ir.iter_stmts(kernel.body)
+        if isinstance(s, ti.TmaLoad)
+    }
+    assert boxes == {("data", (128, 64), True), ("kernel", (1, 1, 64, 64), False)}
+    assert {s.n for s in ir.iter_stmts(kernel.body) if isinstance(s, wi.WgmmaMma)} == {256}
+
+
 @needs_nvcc
 @pytest.mark.slow
-def test_a_full_size_3x3_tma_state_compiles_for_sm_90a_without_spills(request):
-    """The seed conv (batch 256, 14x14, 256 -> 512 channels, 3x3, padding 1)."""
+@pytest.mark.parametrize("warps, cols, slots", FAST)
+def test_the_seed_convs_fast_configurations_compile_for_sm_90a_without_spills(
+    warps, cols, slots, request
+):
+    """The seed conv (batch 256, 14x14, 256 -> 512 channels, 3x3, padding 1). With nvcc 13.0:
+    128 x 256, 3 slots: 154 registers a thread; 128 x 128, 4 slots: 90; no spills."""
     from autosched import build
 
     if "slow" not in (request.config.option.markexpr or ""):
         pytest.skip("compiling a full-size conv takes seconds; run with -m slow")
-    dag = conv(14, 256, 3, 1, 1, batch=256)
-    _, state = sampled_tma(dag)
+    dag = conv(14, 256, 3, 1, 1, batch=256, out=512)
+    state = with_tiles(dag, ((warps, 1, 16), (1, cols, 16), (4, 16)), slots)
     source = build(dag, state).source
-    assert ".global.im2col." in source
-    for res in compile_resources(source, arch="sm_90").values():
-        assert res.spill_bytes == 0
+    assert ".global.im2col." in source and f"m64n{16 * cols}k16" in source
+    (res,) = compile_resources(source, arch="sm_90").values()
+    assert res.spill_bytes == 0
 
 
 def test_the_features_walk_an_im2col_copy_as_the_cooperative_gather():
@@ -189,7 +244,7 @@ def test_the_features_walk_an_im2col_copy_as_the_cooperative_gather():
 def test_the_operand_copy_mutation_switches_a_3x3_state_where_im2col_is_asked():
     import random
 
-    from autosched.search.mutations import MutationContext, TensorCoreChoices
+    from autosched.search.mutations import MutationContext
     from autosched.search.tensor_core_mutations import OperandCopyMutation
 
     _, sampler, state = sampled_conv(1)
