@@ -12,7 +12,7 @@ import pytest
 
 from tests.gpu.test_gpu_kernels import run_on_gpu
 from tests.lower.test_tma_fetch import conv_1x1_state
-from tests.lower.test_tma_im2col import conv, sampled_conv, sampled_tma
+from tests.lower.test_tma_im2col import FAST, conv, sampled_conv, sampled_tma, with_tiles
 
 pytestmark = pytest.mark.gpu
 
@@ -43,3 +43,14 @@ def test_gpu_seed_geometry_3x3_im2col_states_match_numpy():
     for state in states:
         kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
         assert im2col_maps(kernel)
+
+
+@pytest.mark.parametrize("warps, cols, slots", FAST)
+def test_gpu_the_fast_configurations_of_the_seed_geometry_match_numpy(warps, cols, slots):
+    """128 x 256 over 3 slots and 128 x 128 over 4 (two warpgroups, TMA im2col A tiles) on a
+    3x3 conv of 256 channels to 256 over 4 images of 14x14: 784 pixels, so tiles cross image
+    rows and images and the last runs past the pixels."""
+    dag = conv(14, 256, 3, 1, 1, batch=4, out=256)
+    state = with_tiles(dag, ((warps, 1, 16), (1, cols, 16), (4, 16)), slots)
+    kernel = run_on_gpu(dag, state, rtol=2e-2, atol=2e-2)
+    assert im2col_maps(kernel)
