@@ -1,0 +1,119 @@
+"""The `EpilogueVector` init rule: whether the epilogue of a wgmma or mma stage writes its output
+in 16-byte vectors.
+
+A Tensor Core stage with an element-wise epilogue (the cast, bias or relu that is the kernel's
+root, `tensor_core._tile_epilogue`) stores its accumulators to a shared tile, and the epilogue's
+threads copy that tile out: the block tile's (rows x columns) fused, split into 32 lanes and
+then into the block's warps, one element a thread per iteration. For a product that moves more
+bytes than it multiplies (a batch_matmul with K = 64 writes four times the bytes it reads) those
+2-byte stores, a warp's 64 bytes an instruction, set the kernel's time. The vector form splits
+the fused loop by a vector of 16 bytes of the output first (8 bf16 / fp16, 4 fp32), vectorized:
+each thread then reads its 8 accumulators from the shared tile as float4s and writes one 16-byte
+vector, a warp 512 contiguous bytes of a row. The other loops keep their order and binding.
+
+The split must come before the lanes' split, which the sketch recorded, so the rule rebuilds the
+state with the two steps (the split, its `vectorize`) inserted there: the later steps keep their
+iterator positions (the vector loop is the stage's innermost) and their references to earlier
+steps move by two where they point past the insertion (`_shifted`).
+
+Where it applies (`epilogue_vector_width`): on sm_90, for a stage drawn as wgmma or mma with an
+epilogue of a matrix product (not an implicit GEMM's pixels) whose M and N are whole 16-wide
+tiles and whose output rows hold whole vectors. There the rule draws uniformly from
+`SketchParams.epilogue_vectors` (even odds by default); elsewhere it draws nothing, so other
+targets and families are sampled as before. It runs after every rule whose draws it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autosched.schedule.loop_state import State
+from autosched.schedule.steps import FollowFusedSplitStep, FollowSplitStep, SplitStep, Step
+from autosched.sketch.factorization import pick
+from autosched.sketch.init_base import InitRule
+from autosched.sketch.stage_steps import split_extent
+from autosched.sketch.tensor_core import MMA
+from autosched.sketch.tensor_core_instruction import MMA as MMA_FAMILY
+from autosched.sketch.tensor_core_instruction import WGMMA, WGMMA_ARCHS
+from autosched.sketch.tensor_core_plan import TensorCoreGroup
+from autosched.te.dtype import BYTES
+from autosched.te.tensor import ComputeOp
+from measure.hardware import HardwareParams
+
+VECTOR_BYTES = 16  # one st.global.v4: a thread's share of a warp's 512-byte store
+# the families whose epilogue the rule vectorizes: those whose fragments reach the shared tile
+# as the accumulator layout's pairs (wmma's store_matrix_sync is opaque and keeps its draws)
+FAMILIES = (WGMMA, MMA_FAMILY)
+
+
+def lanes_split(sketch: State, root: int) -> int | None:
+    """The step id of the epilogue's split of its fused tile loop into 32 lanes: the one
+    SplitStep on the root stage of a Tensor Core sketch (its tiles follow the product's splits)."""
+    ids = [k for k, s in enumerate(sketch.steps) if type(s) is SplitStep and s.stage_id == root]
+    return ids[0] if len(ids) == 1 else None
+
+
+def epilogue_vector_width(
+    hw: HardwareParams, state: State, g: TensorCoreGroup, instruction: str
+) -> int | None:
+    """The elements of a 16-byte vector of group `g`'s epilogue output where the vector form
+    applies (see the module docstring), else None."""
+    if hw.arch not in WGMMA_ARCHS or instruction not in FAMILIES or not g.epilogue:
+        return None
+    if any(g.gathers) or any(split_extent(state.steps, k) % MMA for k in g.split_ids[:2]):
+        return None
+    out = state.stages[g.root].op
+    if not isinstance(out, ComputeOp):
+        return None
+    width = VECTOR_BYTES // BYTES[out.dtype]
+    shape = out.output(0).shape
+    return width if shape and shape[-1] % width == 0 else None
+
+
+def _shifted(step: Step, at: int, by: int) -> Step:
+    """`step` with its references to steps at or past `at` moved by `by`."""
+    if isinstance(step, FollowSplitStep) and step.src_step_id >= at:
+        return replace(step, src_step_id=step.src_step_id + by)
+    if isinstance(step, FollowFusedSplitStep):
+        ids = tuple(k + by if k >= at else k for k in step.src_step_ids)
+        return replace(step, src_step_ids=ids)
+    return step
+
+
+def with_vector_epilogue(state: State, at: int, width: int) -> State:
+    """`state` with the epilogue's fused tile loop, split into lanes by step `at`, first split
+    by `width` and the inner part vectorized (the steps from `at` on replayed after them)."""
+    lanes = state.steps[at]
+    assert isinstance(lanes, SplitStep)  # lanes_split found it
+    out = state.dag.get_init_state()
+    for step in state.steps[:at]:
+        out = out.apply(step)
+    stage = out.stages[lanes.stage_id]
+    fused = stage.iters[lanes.iter_id].name
+    out = out.split(lanes.stage_id, fused, [width])
+    out = out.vectorize(lanes.stage_id, f"{fused}_i")
+    inserted = len(out.steps) - at
+    for step in state.steps[at:]:
+        out = out.apply(_shifted(step, at, inserted))
+    return out
+
+
+class EpilogueVector(InitRule):
+    """Draws 16-byte epilogue stores for every Tensor Core stage where they apply."""
+
+    def apply(self, ctx, plan, state, rng):
+        choices = ctx.params.epilogue_vectors
+        if True not in choices:
+            return state
+        for g in plan.tensor_core:
+            instruction = state.stages[g.acc].tensor_core_instruction
+            width = epilogue_vector_width(ctx.hardware, state, g, instruction)
+            at = lanes_split(plan.sketch, g.root)
+            if width is None or at is None:
+                continue
+            if pick(choices, rng):
+                state = with_vector_epilogue(state, at, width)
+        return state
+
+
+__all__ = ["EpilogueVector", "epilogue_vector_width", "lanes_split", "with_vector_epilogue"]
