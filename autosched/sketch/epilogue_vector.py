@@ -1,4 +1,4 @@
-"""The `EpilogueVector` init rule: whether the epilogue of a wgmma or mma stage writes its output
+"""The `EpilogueVector` init rule: whether the epilogue of a Tensor Core stage writes its output
 in 16-byte vectors.
 
 A Tensor Core stage with an element-wise epilogue (the cast, bias or relu that is the kernel's
@@ -8,57 +8,57 @@ then into the block's warps, one element a thread per iteration. For a product t
 bytes than it multiplies (a batch_matmul with K = 64 writes four times the bytes it reads) those
 2-byte stores, a warp's 64 bytes an instruction, set the kernel's time. The vector form splits
 the fused loop by a vector of 16 bytes of the output first (8 bf16 / fp16, 4 fp32), vectorized:
-each thread then reads its 8 accumulators from the shared tile as float4s and writes one 16-byte
-vector, a warp 512 contiguous bytes of a row. The other loops keep their order and binding.
+each thread then reads its accumulators from the shared tile as float4s and writes one 16-byte
+vector, a warp 512 contiguous bytes of the output. The other loops keep their order and binding.
 
-The split must come before the lanes' split, which the sketch recorded, so the rule rebuilds the
-state with the two steps (the split, its `vectorize`) inserted there: the later steps keep their
-iterator positions (the vector loop is the stage's innermost) and their references to earlier
-steps move by two where they point past the insertion (`_shifted`).
+The split must come before the lanes' split, which the sketch recorded (`TensorCoreGroup.lanes`),
+so the rule rebuilds the state with the two steps (the split, its `vectorize`) inserted there:
+the later steps keep their iterator positions (the vector loop is the stage's innermost) and
+their references to steps past the insertion move by two (`_shifted`).
+`without_vector_epilogues` takes them out again: the records then start with the sketch's, as
+the search's Tensor Core mutations expect.
 
-Where it applies (`epilogue_vector_width`): on sm_90, for a stage drawn as wgmma or mma with an
-epilogue of a matrix product (not an implicit GEMM's pixels) whose M and N are whole 16-wide
-tiles and whose output rows hold whole vectors. There the rule draws uniformly from
-`SketchParams.epilogue_vectors` (even odds by default); elsewhere it draws nothing, so other
-targets and families are sampled as before. It runs after every rule whose draws it reads.
+Where it applies (`epilogue_vector_width`): on sm_90, for any instruction family (the copy-out
+reads the shared tile, whatever stored it), the epilogue of a matrix product (not an implicit
+GEMM's pixels) whose M and N are whole 16-wide tiles and whose output rows hold whole vectors.
+There the rule draws uniformly from `SketchParams.epilogue_vectors` (even odds by default);
+elsewhere it draws nothing, so other GPUs are sampled as before. It runs after every rule whose
+draws it reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from autosched.schedule.loop_state import State
-from autosched.schedule.steps import FollowFusedSplitStep, FollowSplitStep, SplitStep, Step
+from autosched.schedule.steps import (
+    AnnotationStep,
+    FollowFusedSplitStep,
+    FollowSplitStep,
+    SplitStep,
+    Step,
+)
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.stage_steps import split_extent
 from autosched.sketch.tensor_core import MMA
-from autosched.sketch.tensor_core_instruction import MMA as MMA_FAMILY
-from autosched.sketch.tensor_core_instruction import WGMMA, WGMMA_ARCHS
+from autosched.sketch.tensor_core_instruction import WGMMA_ARCHS
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 from autosched.te.dtype import BYTES
 from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams
 
 VECTOR_BYTES = 16  # one st.global.v4: a thread's share of a warp's 512-byte store
-# the families whose epilogue the rule vectorizes: those whose fragments reach the shared tile
-# as the accumulator layout's pairs (wmma's store_matrix_sync is opaque and keeps its draws)
-FAMILIES = (WGMMA, MMA_FAMILY)
+# the GPUs whose samples draw it (elsewhere the draws are those before the rule): those of wgmma
+ARCHS = WGMMA_ARCHS
+VECTORIZE = "vectorize"  # the annotation of the vector loop
 
 
-def lanes_split(sketch: State, root: int) -> int | None:
-    """The step id of the epilogue's split of its fused tile loop into 32 lanes: the one
-    SplitStep on the root stage of a Tensor Core sketch (its tiles follow the product's splits)."""
-    ids = [k for k, s in enumerate(sketch.steps) if type(s) is SplitStep and s.stage_id == root]
-    return ids[0] if len(ids) == 1 else None
-
-
-def epilogue_vector_width(
-    hw: HardwareParams, state: State, g: TensorCoreGroup, instruction: str
-) -> int | None:
+def epilogue_vector_width(hw: HardwareParams, state: State, g: TensorCoreGroup) -> int | None:
     """The elements of a 16-byte vector of group `g`'s epilogue output where the vector form
     applies (see the module docstring), else None."""
-    if hw.arch not in WGMMA_ARCHS or instruction not in FAMILIES or not g.epilogue:
+    if hw.arch not in ARCHS or g.lanes is None:
         return None
     if any(g.gathers) or any(split_extent(state.steps, k) % MMA for k in g.split_ids[:2]):
         return None
@@ -98,6 +98,32 @@ def with_vector_epilogue(state: State, at: int, width: int) -> State:
     return out
 
 
+def _is_vector_split(records: tuple, at: int, root: int) -> bool:
+    """Whether records `at` and `at + 1` are a vector epilogue's split and `vectorize` of stage
+    `root`."""
+    if len(records) < at + 2:
+        return False
+    split, vector = records[at], records[at + 1]
+    return (
+        split[0] == SplitStep.TAG
+        and split[1] == root
+        and vector[0] == AnnotationStep.TAG
+        and vector[1] == root
+        and vector[3] == VECTORIZE
+    )
+
+
+def without_vector_epilogues(records: tuple, groups: Sequence[TensorCoreGroup]) -> tuple:
+    """`records` with the vector epilogue steps of `groups` taken out (`with_vector_epilogue`
+    undone): the records the same draws make without them, which start with their sketch's."""
+    for g in sorted(groups, key=lambda g: g.lanes or 0, reverse=True):
+        at = g.lanes
+        if at is not None and _is_vector_split(records, at, g.root):
+            rest = (_shifted(Step.from_record(r), at, -2).to_record() for r in records[at + 2 :])
+            records = records[:at] + tuple(rest)
+    return records
+
+
 class EpilogueVector(InitRule):
     """Draws 16-byte epilogue stores for every Tensor Core stage where they apply."""
 
@@ -105,15 +131,17 @@ class EpilogueVector(InitRule):
         choices = ctx.params.epilogue_vectors
         if True not in choices:
             return state
-        for g in plan.tensor_core:
-            instruction = state.stages[g.acc].tensor_core_instruction
-            width = epilogue_vector_width(ctx.hardware, state, g, instruction)
-            at = lanes_split(plan.sketch, g.root)
-            if width is None or at is None:
-                continue
-            if pick(choices, rng):
-                state = with_vector_epilogue(state, at, width)
+        # the last group first: an insertion moves the steps after it, a later group's among them
+        for g in sorted(plan.tensor_core, key=lambda g: g.lanes or 0, reverse=True):
+            width = epilogue_vector_width(ctx.hardware, state, g)
+            if width is not None and g.lanes is not None and pick(choices, rng):
+                state = with_vector_epilogue(state, g.lanes, width)
         return state
 
 
-__all__ = ["EpilogueVector", "epilogue_vector_width", "lanes_split", "with_vector_epilogue"]
+__all__ = [
+    "EpilogueVector",
+    "epilogue_vector_width",
+    "with_vector_epilogue",
+    "without_vector_epilogues",
+]

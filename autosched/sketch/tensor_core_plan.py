@@ -15,6 +15,7 @@ from autosched.lower import ir
 from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, SPATIAL
+from autosched.schedule.steps import SplitStep
 from autosched.sketch.stage_steps import split_at, split_extent, split_step_ids
 from autosched.sketch.tensor_core import MMA
 from autosched.sketch.utils import attach_target
@@ -47,6 +48,9 @@ class TensorCoreGroup:
     # per shared stage: it gathers an implicit GEMM's pixels (a predicate and an address to
     # compute per fetched vector)
     gathers: tuple[bool, ...] = ()
+    # the step id of the epilogue's split of its fused tile loop into 32 lanes (`lanes_split`;
+    # None without an epilogue): where EpilogueVector inserts its vector split
+    lanes: int | None = None
 
     @property
     def split_ids(self) -> tuple[int, int, int]:
@@ -92,6 +96,14 @@ def _gathers(sketch: State, shared: int) -> bool:
         return False
     src = getattr(body.buffer, "op", None)
     return any(s.op is src and s.origin == IMPLICIT_GEMM_ORIGIN for s in sketch.stages)
+
+
+def lanes_split(sketch: State, root: int) -> int | None:
+    """The step id of the epilogue's split of its fused tile loop into 32 lanes: the one
+    SplitStep on the root stage of a Tensor Core sketch (its tiles follow the product's splits),
+    else None."""
+    ids = [k for k, s in enumerate(sketch.steps) if type(s) is SplitStep and s.stage_id == root]
+    return ids[0] if len(ids) == 1 else None
 
 
 def padded_tiles(extent: int) -> int:
@@ -140,9 +152,10 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 k_tile=split_at(steps, rd[0]).lengths[-1],
                 held=(-(-split_extent(steps, sp[0]) // MMA), -(-split_extent(steps, sp[1]) // MMA)),
                 gathers=tuple(_gathers(sketch, c) for c in shared),
+                lanes=lanes_split(sketch, root) if root != store else None,
             )
         )
     return out
 
 
-__all__ = ["MATRIX_AXES", "TensorCoreGroup", "padded_tiles", "tensor_core_groups"]
+__all__ = ["MATRIX_AXES", "TensorCoreGroup", "lanes_split", "padded_tiles", "tensor_core_groups"]

@@ -1,18 +1,22 @@
-"""The `EpilogueVector` init rule (sketch/epilogue_vector.py): on sm_90 a wgmma or mma stage's
+"""The `EpilogueVector` init rule (sketch/epilogue_vector.py): on sm_90 a Tensor Core stage's
 epilogue copies its shared accumulator tile out in 16-byte vectors (8 bf16 / fp16, 4 fp32),
 drawn with even odds; sampled states run on the CPU interpreter against numpy, print one vector
-store and 16-byte shared reads per vector, replay from their records, and compile for sm_90a at
-the benchmark's size without spills. Elsewhere (other GPUs, wmma, `(False,)`) the draws are
-those without the rule."""
+store and 16-byte shared reads per vector, replay from their records, are found and kept by the
+Tensor Core mutations, and compile for sm_90a at the benchmark's size without spills. Other
+GPUs draw as without the rule."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
 from autosched import build, te, topi
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.schedule.steps import replay
+from autosched.schedule.steps import Step, replay
+from autosched.search.mutations import MUTATIONS, MutationContext, TensorCoreChoices, structure_key
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.epilogue_vector import without_vector_epilogues
 from autosched.sketch.utils import SketchParams
 from autosched.task.workload_registry import make_workload_key, workload_tensors
 from measure import HardwareParams, compile_resources
@@ -75,23 +79,36 @@ def test_the_draw_has_even_odds_on_sm_90():
     assert forms == {False, True}
 
 
-@pytest.mark.parametrize(
-    "params, hardware",
-    [
-        (SketchParams(), HardwareParams(arch="sm_80")),  # not Hopper
-        (SketchParams(tensor_core_instructions=("wmma",)), None),  # wmma keeps its draws
-    ],
-    ids=["sm_80", "wmma"],
-)
-def test_elsewhere_the_draws_are_those_without_the_rule(params, hardware):
+def test_other_gpus_draw_as_without_the_rule():
     dag = batch_matmul_bf16(2, 64, 64, 32)
-    _, states = sample(dag, params, n=6, hardware=hardware)
-    off = SketchParams(
-        tensor_core_instructions=params.tensor_core_instructions, epilogue_vectors=(False,)
-    )
-    _, before = sample(dag, off, n=6, hardware=hardware)
+    sm_80 = HardwareParams(arch="sm_80")
+    _, states = sample(dag, SketchParams(), n=6, hardware=sm_80)
+    _, before = sample(dag, SketchParams(epilogue_vectors=(False,)), n=6, hardware=sm_80)
     assert [s.key() for s in states] == [s.key() for s in before]
     assert not any(vectorized(dag, s) for s in states)
+
+
+def test_the_tensor_core_mutations_find_and_keep_a_vector_epilogue():
+    """The records of a vector epilogue start with their sketch's once its two steps are taken
+    out, so the mutations find the stage's group; a child keeps the vector and replays."""
+    dag = batch_matmul_bf16(2, 64, 64, 32)
+    params = SketchParams(tensor_core_instructions=("wmma", "mma"), epilogue_vectors=(True,))
+    sampler, states = sample(dag, params, n=3)
+    choices = TensorCoreChoices.of(sampler.plans, params, HardwareParams())
+    ctx = MutationContext(64, 8, params.auto_unroll_configs, params.tensor_core_unroll_configs)
+    ctx.tensor_core = choices
+    rng = random.Random(0)
+    for s in states:
+        records = s.key()
+        (g,) = choices.groups(records)
+        sketch = structure_key(sampler.plans[0].sketch.key())
+        assert structure_key(records[: len(sketch)]) != sketch  # the vector's steps among them
+        plain = without_vector_epilogues(records, [g])
+        assert structure_key(plain[: len(sketch)]) == sketch
+        child = MUTATIONS["tensor_core_instruction"].apply(ctx, [records], rng)
+        assert child is not None and child != records
+        state = replay(dag, [Step.from_record(r) for r in child])
+        assert state.key() == child and vectorized(dag, state)
 
 
 def test_epilogue_vectors_are_checked():
