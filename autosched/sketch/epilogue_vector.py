@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from autosched.lower import ir
 from autosched.schedule.loop_state import State
 from autosched.schedule.steps import (
     AnnotationStep,
@@ -45,6 +46,7 @@ from autosched.sketch.stage_steps import split_extent
 from autosched.sketch.tensor_core import MMA
 from autosched.sketch.tensor_core_instruction import WGMMA_ARCHS
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
+from autosched.sketch.utils import attach_target
 from autosched.te.dtype import BYTES
 from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams
@@ -124,6 +126,19 @@ def without_vector_epilogues(records: tuple, groups: Sequence[TensorCoreGroup]) 
     return records
 
 
+def vector_epilogue_stages(state: State) -> list[int]:
+    """The stages of `state` that copy a Tensor Core stage's shared tile out in vectors: the
+    root an accumulator's store stage is computed at, with a vectorized loop."""
+    out = []
+    for i, stage in enumerate(state.stages):
+        if stage.scope != ir.ACCUMULATOR_SCOPE:
+            continue
+        root = attach_target(state, attach_target(state, i))
+        if any(it.annotation == VECTORIZE for it in state.stages[root].iters):
+            out.append(root)
+    return out
+
+
 class EpilogueVector(InitRule):
     """Draws 16-byte epilogue stores for every Tensor Core stage where they apply."""
 
@@ -142,6 +157,7 @@ class EpilogueVector(InitRule):
 __all__ = [
     "EpilogueVector",
     "epilogue_vector_width",
+    "vector_epilogue_stages",
     "with_vector_epilogue",
     "without_vector_epilogues",
 ]

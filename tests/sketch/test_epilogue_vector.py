@@ -15,6 +15,7 @@ from autosched import build, te, topi
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import Step, replay
 from autosched.search.mutations import MUTATIONS, MutationContext, TensorCoreChoices, structure_key
+from autosched.search.tensor_core_mutations import GroupChoices
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.epilogue_vector import without_vector_epilogues
 from autosched.sketch.utils import SketchParams
@@ -106,7 +107,8 @@ def test_the_tensor_core_mutations_find_and_keep_a_vector_epilogue():
         plain = without_vector_epilogues(records, [g])
         assert structure_key(plain[: len(sketch)]) == sketch
         child = MUTATIONS["tensor_core_instruction"].apply(ctx, [records], rng)
-        assert child is not None and child != records
+        assert child is not None
+        assert GroupChoices.of(child, g).instruction != GroupChoices.of(records, g).instruction
         state = replay(dag, [Step.from_record(r) for r in child])
         assert state.key() == child and vectorized(dag, state)
 
