@@ -38,6 +38,21 @@ def relu_matmul() -> ComputeDAG:
     return ComputeDAG([a, b, topi.nn.relu(topi.matmul(a, b, out_dtype="float32"))])
 
 
+def bias_relu_matmul() -> ComputeDAG:
+    """A bias + relu + cast epilogue: the bias is read as one vector a thread too."""
+    a = te.placeholder((64, 32), "float16", "A")
+    b = te.placeholder((32, 128), "float16", "B")
+    bias = te.placeholder((128,), "float16", "bias")
+    c = topi.matmul(a, b, out_dtype="float32")
+    zero = te.const(0.0, "float32")
+    d = te.compute(
+        c.shape,
+        lambda i, j: te.cast(te.max(c[i, j] + te.cast(bias[j], "float32"), zero), "float16"),
+        name="D",
+    )
+    return ComputeDAG([a, b, bias, d])
+
+
 def sample(dag, params=VECTOR, n=4, seed=1, hardware=None):
     sampler = SketchSampler(generate_sketches(dag), hardware=hardware, params=params)
     return sampler, sampler.sample(n, seed)
@@ -54,8 +69,9 @@ def vectorized(dag, state) -> bool:
     [
         (lambda: batch_matmul_bf16(2, 64, 32, 32), "uint4"),
         (relu_matmul, "float4"),
+        (bias_relu_matmul, "uint4"),
     ],
-    ids=["bf16_cast", "fp32_relu"],
+    ids=["bf16_cast", "fp32_relu", "fp16_bias_relu"],
 )
 def test_vector_epilogues_compute_the_dag_and_print_vectors(make, vector):
     dag = make()
@@ -124,6 +140,7 @@ def test_full_size_vector_epilogues_compile_for_sm_90a_without_spills():
     _, states = sample(dag, SketchParams(tensor_core_instructions=("wgmma",)), n=4, seed=3)
     states = [s for s in states if vectorized(dag, s)]
     assert states
-    for s in states[:2]:
-        (res,) = compile_resources(build(dag, s).source, arch="sm_90").values()
-        assert res.spill_bytes == 0
+    source = build(dag, states[0]).source
+    assert "wgmma.mma_async" in source and "*reinterpret_cast<uint4*>(&T_cast[" in source
+    (res,) = compile_resources(source, arch="sm_90").values()
+    assert res.spill_bytes == 0
