@@ -10,11 +10,13 @@ bytes than it multiplies (a batch_matmul with K = 64 writes four times the bytes
 the fused loop by a vector of 16 bytes of the output first (8 bf16 / fp16, 4 fp32), vectorized:
 each thread then reads its accumulators from the shared tile as float4s and writes one 16-byte
 vector, a warp 512 contiguous bytes of the output. The other loops keep their order and binding.
+The shared tile's rows are padded too (`with_padded_rows`): the accumulators reach it as float2
+pairs of 4 rows a phase, which on rows of a multiple of 32 words meet on the same 8 banks.
 
 The split must come before the lanes' split, which the sketch recorded (`TensorCoreGroup.lanes`),
-so the rule rebuilds the state with the two steps (the split, its `vectorize`) inserted there:
-the later steps keep their iterator positions (the vector loop is the stage's innermost) and
-their references to steps past the insertion move by two (`_shifted`).
+so the rule rebuilds the state with its steps (the split, its `vectorize`, the padding)
+inserted there: the later steps keep their iterator positions (the vector loop is the stage's
+innermost) and their references to steps past the insertion move by as many (`_shifted`).
 `without_vector_epilogues` takes them out again: the records then start with the sketch's, as
 the search's Tensor Core mutations expect.
 
@@ -28,17 +30,20 @@ draws it reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
 from autosched.lower import ir
 from autosched.schedule.loop_state import State
+from autosched.schedule.stage import SplitRel
 from autosched.schedule.steps import (
     AnnotationStep,
     FollowFusedSplitStep,
     FollowSplitStep,
     SplitStep,
     Step,
+    StorageAlignStep,
 )
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
@@ -55,6 +60,7 @@ VECTOR_BYTES = 16  # one st.global.v4: a thread's share of a warp's 512-byte sto
 # the GPUs whose samples draw it (elsewhere the draws are those before the rule): those of wgmma
 ARCHS = WGMMA_ARCHS
 VECTORIZE = "vectorize"  # the annotation of the vector loop
+BANKS, ROW_PAD = 32, 8  # shared memory's 4-byte banks; the words a row of the shared tile gains
 
 
 def epilogue_vector_width(hw: HardwareParams, state: State, g: TensorCoreGroup) -> int | None:
@@ -82,9 +88,10 @@ def _shifted(step: Step, at: int, by: int) -> Step:
     return step
 
 
-def with_vector_epilogue(state: State, at: int, width: int) -> State:
+def with_vector_epilogue(state: State, at: int, width: int, store: int) -> State:
     """`state` with the epilogue's fused tile loop, split into lanes by step `at`, first split
-    by `width` and the inner part vectorized (the steps from `at` on replayed after them)."""
+    by `width` and the inner part vectorized, and the shared tile of the product's store stage
+    `store` padded (`with_padded_rows`); the steps from `at` on replayed after them."""
     lanes = state.steps[at]
     assert isinstance(lanes, SplitStep)  # lanes_split found it
     out = state.dag.get_init_state()
@@ -93,26 +100,47 @@ def with_vector_epilogue(state: State, at: int, width: int) -> State:
     stage = out.stages[lanes.stage_id]
     fused = stage.iters[lanes.iter_id].name
     out = out.split(lanes.stage_id, fused, [width])
-    out = out.vectorize(lanes.stage_id, f"{fused}_i")
+    out = with_padded_rows(out.vectorize(lanes.stage_id, f"{fused}_i"), store)
     inserted = len(out.steps) - at
     for step in state.steps[at:]:
         out = out.apply(_shifted(step, at, inserted))
     return out
 
 
-def _is_vector_split(records: tuple, at: int, root: int) -> bool:
-    """Whether records `at` and `at + 1` are a vector epilogue's split and `vectorize` of stage
-    `root`."""
-    if len(records) < at + 2:
-        return False
-    split, vector = records[at], records[at + 1]
-    return (
-        split[0] == SplitStep.TAG
-        and split[1] == root
-        and vector[0] == AnnotationStep.TAG
-        and vector[1] == root
-        and vector[3] == VECTORIZE
-    )
+def with_padded_rows(state: State, store: int) -> State:
+    """`state` with the shared tile of store stage `store` padded by `ROW_PAD` words a row, to
+    a row stride of `ROW_PAD` or `BANKS - ROW_PAD` words mod 32: the accumulator pairs'
+    float2 stores reach 4 rows a phase, whose 8-bank windows then differ (on rows of a
+    multiple of 32 words they all meet: 4-way conflicts). Unchanged where the rows' iterator
+    was fused away or the row's width is not known."""
+    stage = state.stages[store]
+    if not isinstance(stage.op, ComputeOp) or len(stage.op.axis) < 2:
+        return state
+    rows, cols = (a.name for a in stage.op.axis[-2:])
+    splits = {r.parent: r for r in stage.relations if isinstance(r, SplitRel)}
+    names = {it.name for it in stage.iters}
+    while rows not in names and rows in splits:  # the outermost part of its splits
+        rows = splits[rows].children[0]
+    width = splits[cols].lengths if cols in splits else ()
+    if rows not in names or not width or None in width or not splits[cols].inner_to_outer:
+        return state
+    offset = (math.prod(width) + ROW_PAD) % BANKS
+    return state.storage_align(store, rows, BANKS, offset)
+
+
+def _vector_steps(records: tuple, at: int, g: TensorCoreGroup) -> int:
+    """How many records from `at` on are group `g`'s vector epilogue (`with_vector_epilogue`):
+    the epilogue's split and `vectorize`, then the store stage's padding where it has one; 0
+    where they are not there."""
+    split, vector = records[at : at + 2] if len(records) >= at + 2 else (None, None)
+    if split is None or vector is None:
+        return 0
+    if not (split[0] == SplitStep.TAG and split[1] == g.root):
+        return 0
+    if not (vector[0] == AnnotationStep.TAG and vector[1] == g.root and vector[3] == VECTORIZE):
+        return 0
+    padded = len(records) > at + 2 and records[at + 2][:2] == (StorageAlignStep.TAG, g.store)
+    return 3 if padded else 2
 
 
 def without_vector_epilogues(records: tuple, groups: Sequence[TensorCoreGroup]) -> tuple:
@@ -120,8 +148,9 @@ def without_vector_epilogues(records: tuple, groups: Sequence[TensorCoreGroup]) 
     undone): the records the same draws make without them, which start with their sketch's."""
     for g in sorted(groups, key=lambda g: g.lanes or 0, reverse=True):
         at = g.lanes
-        if at is not None and _is_vector_split(records, at, g.root):
-            rest = (_shifted(Step.from_record(r), at, -2).to_record() for r in records[at + 2 :])
+        n = _vector_steps(records, at, g) if at is not None else 0
+        if at is not None and n:
+            rest = (_shifted(Step.from_record(r), at, -n).to_record() for r in records[at + n :])
             records = records[:at] + tuple(rest)
     return records
 
@@ -150,7 +179,7 @@ class EpilogueVector(InitRule):
         for g in sorted(plan.tensor_core, key=lambda g: g.lanes or 0, reverse=True):
             width = epilogue_vector_width(ctx.hardware, state, g)
             if width is not None and g.lanes is not None and pick(choices, rng):
-                state = with_vector_epilogue(state, g.lanes, width)
+                state = with_vector_epilogue(state, g.lanes, width, g.store)
         return state
 
 
@@ -158,6 +187,7 @@ __all__ = [
     "EpilogueVector",
     "epilogue_vector_width",
     "vector_epilogue_stages",
+    "with_padded_rows",
     "with_vector_epilogue",
     "without_vector_epilogues",
 ]

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from autosched import build, te, topi
+from autosched.lower.ir import ACCUMULATOR_SCOPE
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.steps import Step, replay
 from autosched.search.mutations import MUTATIONS, MutationContext, TensorCoreChoices, structure_key
@@ -24,7 +25,7 @@ from measure import HardwareParams, compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
 
-VECTOR = SketchParams(tensor_core_instructions=("wgmma", "mma"), epilogue_vectors=(True,))
+VECTOR = SketchParams(epilogue_vectors=(True,))
 
 
 def batch_matmul_bf16(*args) -> ComputeDAG:
@@ -58,6 +59,11 @@ def sample(dag, params=VECTOR, n=4, seed=1, hardware=None):
     return sampler, sampler.sample(n, seed)
 
 
+def instruction(state) -> str:
+    (family,) = {s.tensor_core_instruction for s in state.stages if s.scope == ACCUMULATOR_SCOPE}
+    return family
+
+
 def vectorized(dag, state) -> bool:
     """Whether the state's epilogue (the DAG's output stage) has a vectorized loop."""
     out = dag.tensors[-1].op.name
@@ -75,12 +81,19 @@ def vectorized(dag, state) -> bool:
 )
 def test_vector_epilogues_compute_the_dag_and_print_vectors(make, vector):
     dag = make()
-    sampler, states = sample(dag)
+    sampler, states = sample(dag, n=5)
     assert states and all(vectorized(dag, s) for s in states), sampler.rejected
     out = dag.tensors[-1].op.name
-    for s in states[:2]:
+    one_of_each = {instruction(s): s for s in states}  # the copy-out is the same for each
+    assert set(one_of_each) == {"wmma", "mma", "wgmma"}
+    for s in one_of_each.values():
         program = sampler.programs[s.key()]
         tz.run_and_compare(dag, program)
+        # the product's shared tile: rows padded to 8 or 24 words mod 32, one row's float2
+        # stores of 4 rows a phase on 4 distinct groups of 8 banks
+        allocs = program.kernels[0].allocs
+        (tile,) = [b for b in allocs if b.dtype == "float32" and b.scope == "shared"]
+        assert tile.shape[-1] % 32 in (8, 24)
         source = build(dag, s).source
         assert f"*reinterpret_cast<{vector}*>(&{out}[" in source  # one 16-byte store a thread
         assert "*reinterpret_cast<const float4*>(&" in source  # the accumulators as float4s
