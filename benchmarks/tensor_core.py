@@ -6,11 +6,12 @@ process.
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
         [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
         [--fragment-double-buffers off on] [--operand-copy cp.async tma] [--tma-im2col]
+        [--epilogue-vectors off on]
 
-`--instructions`, `--pipeline-stages`, `--fragment-double-buffers` and `--operand-copy` restrict
-what the search draws (SketchParams' tensor_core_instructions, pipeline_stages,
-fragment_double_buffers and operand_copies; default: wmma, mma and wgmma, every slot count,
-both, cp.async and TMA): `--instructions wmma`,
+`--instructions`, `--pipeline-stages`, `--fragment-double-buffers`, `--operand-copy` and
+`--epilogue-vectors` restrict what the search draws (SketchParams' tensor_core_instructions,
+pipeline_stages, fragment_double_buffers, operand_copies and epilogue_vectors; default: wmma,
+mma and wgmma, every slot count, both, cp.async and TMA, both): `--instructions wmma`,
 `--instructions mma` and `--instructions wgmma` (Hopper's warpgroup MMA, drawn only on sm_90
 where warpgroups can compute the block tile) in three --out folders compare the instruction
 families; `--fragment-double-buffers off` and `on` compare the
@@ -20,6 +21,8 @@ every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async 
 default) either, `--operand-copy cp.async` never. `--tma-im2col` lets TMA's im2col mode copy
 a conv's gathered input (3x3 windows, strides, padding) where TMA is drawn, with a sketch that
 pipelines a 3x3's taps and K tiles in one loop (`SketchParams.tma_im2col`, off by default).
+`--epilogue-vectors on` copies every epilogue out in 16-byte vectors where it may (sm_90),
+`off` one element a thread.
 The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
@@ -52,6 +55,7 @@ import shutil
 import sys
 import time
 
+from autosched.sketch.epilogue_vector import vector_epilogue_stages
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from benchmarks import report
 from benchmarks.report import write_results
@@ -270,6 +274,7 @@ def tune(name: str, ns) -> tuple:
             fragment_double_buffers=tuple(x == "on" for x in ns.fragment_double_buffers),
             operand_copies=tuple(ns.operand_copy),
             tma_im2col=ns.tma_im2col,
+            epilogue_vectors=tuple(x == "on" for x in ns.epilogue_vectors),
         )
         if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
             sketch_params = dataclasses.replace(sketch_params, double_buffer_probability=1.0)
@@ -353,9 +358,10 @@ def tensorized(kernel) -> bool:
 def instructions(state, kernel=None) -> str:
     """The Tensor Core instruction family and shared-memory pipeline slots of a state's
     stages ("-" without Tensor Cores), whether its mma fragments are double-buffered in
-    registers and whether TMA copies its shared tiles (in its built `kernel`: a stage marked
-    for TMA whose tiles do not fit it keeps cp.async): e.g. "mma, 4 slots",
-    "mma, 4 slots, 2 fragment slots" or "wgmma, 3 slots, TMA"."""
+    registers, whether TMA copies its shared tiles (in its built `kernel`: a stage marked
+    for TMA whose tiles do not fit it keeps cp.async) and whether its epilogue stores 16-byte
+    vectors: e.g. "mma, 4 slots", "mma, 4 slots, 2 fragment slots", "wgmma, 3 slots, TMA" or
+    "wgmma, 2 slots, 16-byte epilogue"."""
     families = sorted(
         {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
     )
@@ -369,7 +375,8 @@ def instructions(state, kernel=None) -> str:
 
     fed = kernel is not None and any(uses_tma(k) for k in kernel.program.kernels)
     tma = ", TMA" if fed else ""
-    return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}"
+    vectors = ", 16-byte epilogue" if vector_epilogue_stages(state) else ""
+    return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}{vectors}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         "--tma-im2col",
         action="store_true",
         help="let TMA im2col copies feed convs (3x3, strided: SketchParams.tma_im2col)",
+    )
+    ap.add_argument(
+        "--epilogue-vectors",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on"],
+        help="whether a Tensor Core epilogue stores 16-byte vectors (sm_90, where it may)",
     )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)

@@ -40,6 +40,23 @@ def lane_of(p: PrintContext, dtype: str, lanes: int, tmp: str, lane: int) -> str
     return f"reinterpret_cast<const {p.t.types[dtype]}*>(&{tmp})[{lane}]"
 
 
+def part_lanes(p: PrintContext, dtype: str, width: int) -> int | None:
+    """The lanes of each vector a `width`-lane load of `dtype` is read as: `width` where the
+    target has that vector, else the widest vector of `dtype` that divides it (8 float32, 32
+    bytes, as two float4: an epilogue's accumulators for one 16-byte vector of halves); None
+    where there is none."""
+    if (dtype, width) in p.t.vector_types:
+        return width
+    parts = [n for d, n in p.t.vector_types if d == dtype and n > 1 and width % n == 0]
+    return max(parts, default=None)
+
+
+def lane_of_parts(p: PrintContext, dtype: str, width: int, temps: tuple[str, ...], lane: int):
+    """Lane `lane` of a load read as the vector temporaries `temps` (`part_lanes` each)."""
+    n = width // len(temps)
+    return lane_of(p, dtype, n, temps[lane // n], lane % n)
+
+
 def emit_vector_loop(p: PrintContext, s: ir.For, d: int) -> bool:
     """Print an aligned unit-stride `vectorize` loop as one vector store; False if it isn't."""
     body, guard, width = s.body, None, s.extent
@@ -89,7 +106,7 @@ def _emit_lanes(p: PrintContext, s: ir.For, store: ir.Store, guard: Expr | None,
     for lane in range(s.extent):
         ex.names[id(s.var)] = str(lane)
         for ld, _, sel in vloads.values():
-            ex.names[id(ld)] = lane_of(
+            ex.names[id(ld)] = lane_of_parts(
                 p, ld.buffer.dtype, s.extent, temps[(ld._key, id(sel))], lane
             )
         target = f"{ex.buffer_names[id(store.buffer)]}[{ex(store.index)}]"
@@ -123,7 +140,7 @@ def _emit_vector_store(p: PrintContext, d: int, s: ir.For, body: ir.Store, vt, s
             ex.names[id(s.var)] = str(lane)
             for ld, _, sel in vloads.values():
                 tmp = temps[(ld._key, id(sel))]
-                ex.names[id(ld)] = lane_of(p, ld.buffer.dtype, width, tmp, lane)
+                ex.names[id(ld)] = lane_of_parts(p, ld.buffer.dtype, width, tmp, lane)
             lanes.append(ex(body.value))
             for ld, _, _ in vloads.values():
                 ex.names.pop(id(ld), None)
@@ -145,7 +162,7 @@ def _vector_loads(p: PrintContext, value, s: ir.For) -> dict:
             sel = None  # the same elements are read unguarded too: one vector serves both
         if sel is not None and ld.buffer.dtype not in GUARDED_VECTOR_DTYPES:
             continue
-        if ld.buffer.scope != "local" and (ld.buffer.dtype, s.extent) in p.t.vector_types:
+        if ld.buffer.scope != "local" and part_lanes(p, ld.buffer.dtype, s.extent):
             base = vector_base(ld.indices[0], s.var, s.extent)
             # a node met unguarded and under a Select is read unguarded (valid in both places)
             if base is not None and (id(ld) not in out or sel is None):
@@ -154,23 +171,30 @@ def _vector_loads(p: PrintContext, value, s: ir.For) -> dict:
 
 
 def _emit_loads(p: PrintContext, d: int, width: int, vloads: dict, preds: dict) -> dict:
-    """One vector temporary per distinct (load, guard): `(load key, id(Select)) -> name`."""
-    temps: dict[tuple, str] = {}
+    """The vector temporaries of each distinct (load, guard), one per part (`part_lanes`):
+    `(load key, id(Select)) -> names`."""
+    temps: dict[tuple, tuple[str, ...]] = {}
     for ld, base, sel in vloads.values():
         key = (ld._key, id(sel))
         if key in temps:
             continue
-        ltype = p.t.vector_types[(ld.buffer.dtype, width)][0]
-        temps[key] = tmp = p.fresh("vec")
-        at = f"{p.ex.buffer_names[id(ld.buffer)]}[{p.ex(base)}]"
-        read = f"*reinterpret_cast<const {ltype}*>(&{at})"
-        if id(ld.buffer) in p.ex.streamed and ltype in STREAMED_VECTORS:
-            read = f"__ldcs(reinterpret_cast<const {ltype}*>(&{at}))"
-        if sel is None:
-            p.emit(d, f"{ltype} {tmp} = {read};")
-        else:  # read only where the Select takes its true branch (all lanes agree)
-            p.emit(d, f"{ltype} {tmp};")
-            p.emit(d, f"if ({preds[id(sel)]}) {tmp} = {read};")
+        n = part_lanes(p, ld.buffer.dtype, width)
+        assert n is not None  # _vector_loads keeps only such loads
+        ltype = p.t.vector_types[(ld.buffer.dtype, n)][0]
+        names = []
+        for part in range(width // n):
+            names.append(tmp := p.fresh("vec"))
+            index = f"{p.ex(base)} + {part * n}" if part else p.ex(base)
+            at = f"{p.ex.buffer_names[id(ld.buffer)]}[{index}]"
+            read = f"*reinterpret_cast<const {ltype}*>(&{at})"
+            if id(ld.buffer) in p.ex.streamed and ltype in STREAMED_VECTORS:
+                read = f"__ldcs(reinterpret_cast<const {ltype}*>(&{at}))"
+            if sel is None:
+                p.emit(d, f"{ltype} {tmp} = {read};")
+            else:  # read only where the Select takes its true branch (all lanes agree)
+                p.emit(d, f"{ltype} {tmp};")
+                p.emit(d, f"if ({preds[id(sel)]}) {tmp} = {read};")
+        temps[key] = tuple(names)
     return temps
 
 
@@ -201,7 +225,7 @@ def _whole_vector(
     assert isinstance(value, Load)  # vloads holds loads only
     if value.buffer.dtype != store.buffer.dtype:
         return None
-    vec = temps[(value._key, id(sel))]
+    (vec,) = temps[(value._key, id(sel))]  # the store's own vector type: one part
     if sel is None:
         return vec
     vtype = p.t.vector_types[(store.buffer.dtype, width)][0]

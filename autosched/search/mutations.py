@@ -32,6 +32,7 @@ from autosched.schedule.steps import (
     Step,
     replace,
 )
+from autosched.sketch.epilogue_vector import without_vector_epilogues
 from autosched.sketch.params import SketchParams
 from autosched.sketch.plan import SketchPlan
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
@@ -137,10 +138,14 @@ class TensorCoreChoices:
         )
 
     def groups(self, records: Records) -> tuple[TensorCoreGroup, ...]:
-        """The Tensor Core groups of the sketch `records` were drawn from (empty if none)."""
+        """The Tensor Core groups of the sketch `records` were drawn from (empty if none); a
+        vector epilogue's steps, inserted among the sketch's, are looked past."""
         for key, groups in self.sketches:
             n = len(key)
             if len(records) >= n and structure_key(records[:n]) == key:
+                return groups
+            plain = without_vector_epilogues(records, groups)
+            if plain is not records and structure_key(plain[:n]) == key:
                 return groups
         return ()
 

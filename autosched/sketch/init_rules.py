@@ -25,6 +25,8 @@ the random decisions for one state:
                   (fragment_double_buffer.py)
   OperandCopy     cp.async or TMA for a pipelined wgmma stage's shared operand tiles
                   (operand_copy.py)
+  EpilogueVector  16-byte vectors or single elements for the copy-out of a wgmma or mma stage's
+                  epilogue on sm_90 (epilogue_vector.py)
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
                   1 or enough for one wave (launch_bounds.py); these five last, so the other
                   rules' draws are unchanged
@@ -44,6 +46,7 @@ import random
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.epilogue_vector import EpilogueVector
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
 from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
@@ -475,6 +478,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     PipelineStages(),
     FragmentDoubleBuffer(),
     OperandCopy(),
+    EpilogueVector(),
     LaunchBounds(),
     OnlineExchange(),
 )

@@ -98,6 +98,11 @@ class SketchParams:
     # whose window and K loops are fused into one loop its shared tiles are pipelined over
     # (tensor_core.py). Off by default until checked on the GPU
     tma_im2col: bool = False
+    # whether the epilogue of a wgmma or mma stage (sm_90) copies its shared accumulator tile
+    # out in 16-byte vectors a thread, 8 bf16 / fp16 or 4 fp32 (EpilogueVector,
+    # sketch/epilogue_vector.py), else one element a thread; drawn uniformly where the output
+    # rows hold whole vectors. (False,): never, and the draws are those before the rule
+    epilogue_vectors: tuple[bool, ...] = (False, True)
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two
@@ -167,6 +172,11 @@ class SketchParams:
             raise ValueError(
                 "SketchParams: fragment_double_buffers must be one or more of False, True, got "
                 f"{self.fragment_double_buffers}"
+            )
+        if not self.epilogue_vectors or not all(isinstance(x, bool) for x in self.epilogue_vectors):
+            raise ValueError(
+                "SketchParams: epilogue_vectors must be one or more of False, True, got "
+                f"{self.epilogue_vectors}"
             )
         if not self.operand_copies or not set(self.operand_copies) <= set(OPERAND_COPIES):
             raise ValueError(

@@ -18,6 +18,7 @@ from autosched.lower.tma_im2col import im2col_gather
 from autosched.schedule.implicit_gemm import IMPLICIT_GEMM_ORIGIN
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, SPATIAL, FuseRel
+from autosched.schedule.steps import SplitStep
 from autosched.sketch.stage_steps import split_at, split_extent, split_step_ids
 from autosched.sketch.tensor_core import MMA
 from autosched.sketch.utils import attach_target
@@ -58,6 +59,9 @@ class TensorCoreGroup:
     # the filter taps the shared stages' loop runs over besides K's tiles: the window extents
     # fused into it (`tensor_core._tile_accumulator`'s window-fused sketch), else 1
     window_steps: int = 1
+    # the step id of the epilogue's split of its fused tile loop into 32 lanes (`lanes_split`;
+    # None without an epilogue): where EpilogueVector inserts its vector split
+    lanes: int | None = None
 
     @property
     def split_ids(self) -> tuple[int, int, int]:
@@ -144,6 +148,14 @@ def _window_steps(sketch: State, acc: int, shared: tuple[int, ...]) -> int:
     return 1
 
 
+def lanes_split(sketch: State, root: int) -> int | None:
+    """The step id of the epilogue's split of its fused tile loop into 32 lanes: the one
+    SplitStep on the root stage of a Tensor Core sketch (its tiles follow the product's splits),
+    else None."""
+    ids = [k for k, s in enumerate(sketch.steps) if type(s) is SplitStep and s.stage_id == root]
+    return ids[0] if len(ids) == 1 else None
+
+
 def padded_tiles(extent: int) -> int:
     """The 16-wide tiles an axis is drawn for: extent / 16, or for an extent that is not a
     multiple of 16 (a padded axis: whole tiles past its edge) its next even number of tiles,
@@ -192,9 +204,11 @@ def tensor_core_groups(sketch: State) -> list[TensorCoreGroup]:
                 gathers=tuple(_gathers(sketch, c) for c in shared),
                 gather_copies=tuple(_gather_copy(sketch, c) for c in shared),
                 window_steps=_window_steps(sketch, acc, shared),
+                lanes=lanes_split(sketch, root) if root != store else None,
             )
         )
     return out
 
 
 __all__ = ["IM2COL", "MATRIX_AXES", "ROWS", "TensorCoreGroup", "padded_tiles", "tensor_core_groups"]
+__all__ = ["MATRIX_AXES", "TensorCoreGroup", "lanes_split", "padded_tiles", "tensor_core_groups"]

@@ -6,6 +6,8 @@ commit / wait_group, nvcc, and the init rule that draws the depth within the sha
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autosched.codegen.cuda import codegen_program
@@ -148,8 +150,14 @@ def test_the_benchmark_names_the_instructions_of_a_state():
 
     dag = tc_dag("matmul_fp16")
     params = SketchParams(
-        double_buffer_probability=1.0, tensor_core_instructions=("mma",), pipeline_stages=(3,)
+        double_buffer_probability=1.0,
+        tensor_core_instructions=("mma",),
+        pipeline_stages=(3,),
+        epilogue_vectors=(False,),
     )
     (state,) = SketchSampler(generate_sketches(dag), params=params).sample(1, 0)
     assert instructions(state) == "mma, 3 slots"
+    params = dataclasses.replace(params, epilogue_vectors=(True,))
+    (state,) = SketchSampler(generate_sketches(dag), params=params).sample(1, 0)
+    assert instructions(state) == "mma, 3 slots, 16-byte epilogue"
     assert instructions(matmul_shared_state(matmul_dag())) == "-"

@@ -304,3 +304,14 @@ def test_other_invalid_steps(conv_dag, mm_dag):
     raises(lambda: m.cache_write("C"), "'C'", "already transformed")
     raises(lambda: m.storage_align("C", "j", 0, 0), "'C'", "factor")
     raises(lambda: m.apply(FollowSplitStep(2, 0, 5, 2)), "no step 5")
+
+
+def test_storage_align_names_an_axis_by_the_outermost_part_of_its_splits(mm_dag):
+    """A stage its sketch split is padded after: the outer part of a split of a split of `i`
+    stands for `i`; an inner part names no axis."""
+    s = mm_dag.get_init_state().split("C", "i", [4]).split("C", "i_o", [2])
+    padded = s.storage_align("C", "i_o_o", 32, 8)
+    assert padded["C"].storage_align == (0, 32, 8)
+    assert "s[C].storage_align(C_i, 32, 8)" in mm_dag.print_python_schedule(padded)
+    assert mm_dag.replay_steps(padded.steps).key() == padded.key()
+    raises(lambda: s.storage_align("C", "i_i", 32, 8), "C.i_i", "align one of the axes")

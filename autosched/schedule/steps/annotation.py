@@ -18,6 +18,8 @@ from autosched.schedule.stage import (
     TENSORIZE,
     THREAD_ANNOTATIONS,
     Iterator,
+    SplitRel,
+    Stage,
 )
 from autosched.schedule.steps.base import StateT, Step, StepTarget, check, pyiter, pyname, replace
 
@@ -154,12 +156,22 @@ class PragmaStep(Step):
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
 
 
+def axis_of(stage: Stage, name: str) -> str:
+    """The op axis iterator `name` stands for: itself, or (the outermost part of a split, of
+    a split...) the axis it was split from; `name` when it is neither (fused, an inner part)."""
+    axes = {a.name for a in getattr(stage.op, "axis", ())}
+    outer_of = {r.children[0]: r.parent for r in stage.relations if isinstance(r, SplitRel)}
+    while name not in axes and name in outer_of:
+        name = outer_of[name]
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class StorageAlignStep(Step):
     """Pad the allocation of a shared stage so that the dimension of `iter_id` has
     stride % factor == offset (TVM's `storage_align`; lowering's storage.py). The iterator
-    must be one of the op's axes (align before splitting or fusing it); the stage records
-    that axis's dimension."""
+    must be one of the op's axes, or the outermost part of its splits (`axis_of`: a stage
+    split by its sketch is padded after); the stage records that axis's dimension."""
 
     TAG: ClassVar[str] = "SA"
     stage_id: int
@@ -173,7 +185,7 @@ class StorageAlignStep(Step):
             self.factor > 0 and 0 <= self.offset < self.factor,
             lambda: f"storage_align on {stage.name!r}: need factor > 0 and 0 <= offset < factor",
         )
-        name = stage.iters[stage.iter_index(self.iter_id)].name
+        name = axis_of(stage, stage.iters[stage.iter_index(self.iter_id)].name)
         axes = [a.name for a in getattr(stage.op, "axis", ())]
         check(
             name in axes,
@@ -184,7 +196,7 @@ class StorageAlignStep(Step):
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         stage = before.stages[self.stage_id]
-        it = pyiter(stage, stage.iters[self.iter_id].name)
+        it = pyiter(stage, axis_of(stage, stage.iters[self.iter_id].name))
         return [f"s[{pyname(stage)}].storage_align({it}, {self.factor}, {self.offset})"]
 
 
