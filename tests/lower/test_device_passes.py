@@ -47,7 +47,7 @@ def divisions(e) -> int:
 
 
 def test_the_passes_are_one_named_sequence():
-    assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits"]
+    assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits", "hoist_row_scalars"]
     assert DEVICE_PASSES[0].rewrite is fold_index_digits
 
 
