@@ -93,6 +93,8 @@ class ExprPrinter:
         self.helpers: set[str] = set()
         # ids of the buffers read with streaming loads (`Kernel.stream_reads`)
         self.streamed: set[int] = set()
+        # ids of the buffers written with streaming stores (`Kernel.stream_writes`, stores.py)
+        self.stream_stored: set[int] = set()
         self.table: TypeTable[Expr, [], str] = TypeTable()
         self.table.register(Const, literal)
         self.table.register(Var, self._unbound)

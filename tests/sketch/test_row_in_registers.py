@@ -114,9 +114,10 @@ def test_the_thread_count_is_drawn_where_a_threads_share_fits():
         assert launch_shape(state, len(state.stages) - 1)[1] == 1024
 
 
-def test_rows_kept_in_registers_may_be_read_by_streaming_loads():
-    """Each register-resident sketch has a twin whose kernel reads the row with `__ldcs` (the
-    output stored plainly); its states compute the softmax on the interpreter and replay."""
+def test_rows_kept_in_registers_may_be_streamed():
+    """Each register-resident sketch has a twin whose kernel reads the row with `__ldcs` and
+    stores the output with `__stcs`; its states compute the softmax on the interpreter and
+    replay."""
     dag = softmax(4, 1024)
     sketches = in_registers(generate_sketches(dag, params=CLUSTERS))
     streamed = [s for s in sketches if any(st.stream_reads for st in s.stages)]
@@ -128,6 +129,8 @@ def test_rows_kept_in_registers_may_be_read_by_streaming_loads():
         program = sampler.programs[state.key()]
         source = codegen_program(program)
         assert "__ldcs(" in source and "__ldcs(&T_softmax_norm" not in source, source
+        assert "__stcs(reinterpret_cast<float4*>(&T_softmax_norm[" in source, source
+        assert "__stcs(&x" not in source, source
         interpret_and_compare(dag, program, rtol=1e-4)
         assert replay(dag, state.steps) == state
     off = dataclasses.replace(CLUSTERS, stream_reads=False)
