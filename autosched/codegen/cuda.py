@@ -46,7 +46,7 @@ from autosched.codegen.shared_memory import (
     dynamic_shared_bytes,
     shared_layout,
 )
-from autosched.codegen.stores import store_line, streamed_outputs
+from autosched.codegen.streaming import store_line, streamed_inputs, streamed_outputs
 from autosched.codegen.target import CUDATarget
 from autosched.codegen.tma import DESCRIPTOR_HELPER, TmaPrinter
 from autosched.codegen.vectors import emit_vector_loop
@@ -100,8 +100,7 @@ class KernelPrinter(PrintContext):
         }
         written |= {id(b) for b in map(written_buffer, ir.iter_stmts(k.body)) if b is not None}
         written |= {id(s.dst.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, WgmmaStore)}
-        if k.stream_reads:
-            self.ex.streamed = {id(b) for b in self.params if id(b) not in written}
+        self.ex.streamed = streamed_inputs(k, self.params, written)
         self.ex.stream_stored = streamed_outputs(k, self.params)
         args = []
         for b in self.params:

@@ -23,7 +23,7 @@ from autosched.codegen.async_copy import async_copy_text
 from autosched.codegen.context import PrintContext
 from autosched.codegen.expr_printer import STREAMED_VECTORS
 from autosched.codegen.lanes import guarded_loads, is_accumulation, lane_free_guard, vector_base
-from autosched.codegen.stores import store_line
+from autosched.codegen.streaming import store_line
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import Const, Expr, Load, Select

@@ -1,7 +1,8 @@
-"""Streaming stores (`stream_writes`, codegen/stores.py): a kernel marked so stores the global
+"""Streaming accesses (codegen/streaming.py): a kernel marked `stream_writes` stores the global
 buffers it never loads with evict-first stores (`__stcs`), scalars and 16-byte vectors alike;
 the hint is recorded and replayed as a pragma, and the verifier rejects it on a kernel that
-stores no such buffer."""
+stores no such buffer. A kernel marked `stream_reads` streams its largest read-only inputs
+only, not the smaller operands every row re-reads."""
 
 from __future__ import annotations
 
@@ -52,3 +53,14 @@ def test_the_pragma_round_trips_and_checks_its_value():
     assert state.pragma(1, 0, "stream_writes", 1).stages[1].stream_writes
     with pytest.raises(Exception, match="stream_writes must be 0 or 1"):
         state.apply(PragmaStep(1, 0, "stream_writes$2"))
+
+
+def test_streaming_reads_leave_the_operands_every_row_reads_to_the_cache():
+    """A row scaled by a weight: the rows stream (`__ldcs`), the weight is read plainly."""
+    w = ir.Buffer("W", (32,), "float32")
+    scaled = BinOp(
+        "*", Load(X, (TX,)), Load(w, (BinOp("%", TX, ir.int32(32), "int32"),)), "float32"
+    )
+    k = ir.Kernel("k", (1, 1, 1), (32, 1, 1), [], ir.Store(Y, TX, scaled), stream_reads=True)
+    source = codegen_program(ir.Program([k], [X, w, Y], [Y]))
+    assert "__ldcs(&X[" in source and "__ldcs(&W" not in source and "W[" in source, source
