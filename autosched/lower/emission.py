@@ -196,6 +196,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         cluster=cluster,
         stream_reads=plan.stages[root].stream_reads,
         stream_writes=plan.stages[root].stream_writes,
+        fast_exp=plan.stages[root].fast_exp,
     )
 
 

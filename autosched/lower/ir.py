@@ -403,7 +403,8 @@ class Kernel:
     `stream_reads`: the printer reads the global buffers the kernel never writes with
     streaming (evict-first) loads; a cache hint, nothing the values depend on.
     `stream_writes`: the printer stores the global buffers the kernel never reads with
-    streaming (evict-first) stores; a cache hint as well."""
+    streaming (evict-first) stores; a cache hint as well.
+    `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -416,6 +417,7 @@ class Kernel:
     cluster: int = 1
     stream_reads: bool = False
     stream_writes: bool = False
+    fast_exp: bool = False
 
     @property
     def threads_per_block(self) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.lower.arith import MemoBounds
+from autosched.lower.fast_exp import approximate_exp
 from autosched.lower.fragment_double_buffer import double_buffer_fragments
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
@@ -76,6 +77,7 @@ LOWERING_PASSES: tuple[KernelPass, ...] = (
 DEVICE_PASSES: tuple[KernelPass, ...] = (
     KernelPass("fold_index_digits", fold_index_digits),
     KernelPass("hoist_row_scalars", hoist_row_scalars),
+    KernelPass("approximate_exp", approximate_exp),
 )
 
 

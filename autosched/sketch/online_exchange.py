@@ -33,7 +33,7 @@ def _reduces_over_cluster(state: State, i: int, reducer: str) -> bool:
     )
 
 
-def _reads_through_inlined(state: State, i: int) -> set[int]:
+def reads_through_inlined(state: State, i: int) -> set[int]:
     """The stages stage i's op reads, through the stages inlined into it."""
     by_op = {id(s.op): j for j, s in enumerate(state.stages)}
     seen: set[int] = set()
@@ -55,7 +55,7 @@ def online_candidates(state: State) -> list[int]:
         i
         for i in range(len(state.stages))
         if _reduces_over_cluster(state, i, "sum")
-        and any(_reduces_over_cluster(state, j, "max") for j in _reads_through_inlined(state, i))
+        and any(_reduces_over_cluster(state, j, "max") for j in reads_through_inlined(state, i))
     ]
 
 
@@ -69,4 +69,4 @@ class OnlineExchange(InitRule):
         return state
 
 
-__all__ = ["OnlineExchange", "online_candidates"]
+__all__ = ["OnlineExchange", "online_candidates", "reads_through_inlined"]

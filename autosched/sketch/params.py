@@ -52,6 +52,9 @@ class SketchParams:
     # output written by streaming stores too (`CrossThreadReduction.rows_on_warps`,
     # `row_in_shared.with_streaming_twin`)
     stream_reads: bool = True
+    # whether a kernel keeping its rows in registers may be drawn with fast float32
+    # exponentials (`__expf`; init rule sketch/fast_exp.py)
+    fast_exp: bool = True
     # elements of `local` buffers per thread: states with more spill registers far more often,
     # and none is among the fastest
     max_local_elems: int = 128

@@ -77,6 +77,7 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "warpgroup_mma": wgmma_matmul_state,
     "fold_index_digits": conv_fetch_state,
     "hoist_row_scalars": lambda: row_softmax_state(),
+    "approximate_exp": lambda: row_softmax_state().pragma("T_softmax_norm", 0, "fast_exp", 1),
 }
 
 
@@ -142,7 +143,11 @@ def test_the_passes_run_in_this_order():
         "unroll_register_indices",
         "warpgroup_mma",
     ]
-    assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits", "hoist_row_scalars"]
+    assert [p.name for p in DEVICE_PASSES] == [
+        "fold_index_digits",
+        "hoist_row_scalars",
+        "approximate_exp",
+    ]
 
 
 def test_every_pass_has_a_golden_workload():
