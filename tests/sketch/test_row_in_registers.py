@@ -17,6 +17,7 @@ from autosched.codegen.build import build
 from autosched.codegen.cuda import codegen_program
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.fast_exp import fast_exp_candidates
 from autosched.sketch.launch_bounds import launch_shape, row_register_elems
 from autosched.sketch.online_exchange import online_candidates
 from autosched.sketch.params import SketchParams
@@ -93,10 +94,17 @@ def test_rows_in_registers_compile_without_local_memory(workload):
     sampler = SketchSampler(sketches, params=params)
     states = sampler.sample(2, 0)
     assert states, sampler.rejected
-    for state in states:
+    for k, state in enumerate(states):
         for i in online_candidates(state):  # a softmax over a cluster: one (max, sum) exchange
             state = state.pragma(i, 0, "online_exchange", 1)
+        if k == 1:  # the study kernel's form: streaming loads and stores, fast exponentials
+            root = len(state.stages) - 1
+            for pragma in ("stream_reads", "stream_writes"):
+                state = state.pragma(root, 0, pragma, 1)
+            for i in fast_exp_candidates(state):
+                state = state.pragma(i, 0, "fast_exp", 1)
         source = build(task.compute_dag, state).source
+        assert k != 1 or "__stcs(" in source
         (res,) = compile_resources(source, arch="sm_90").values()
         assert res.spill_bytes == 0 and res.stack_bytes == 0, source
 
