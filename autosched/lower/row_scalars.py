@@ -11,15 +11,16 @@ reads the register; a division by one (float32) becomes a multiply by its recipr
 there once, as a hand-written kernel and torch.compile's do (at most one more rounding than the
 division: well inside any task's tolerance).
 
-What it hoists out of a loop is an expression that contains a load of a shared buffer and whose
-every load reads a shared or local buffer at a constant index inside it, of a buffer nothing in
-the loop writes, and that uses no variable of the loop or of a loop inside it. It hoists only
-out of loops made of plain statements (stores, loops, conditions; no barrier, no cross-thread or
-asynchronous statement), so the value it reads before the loop is the value each element read:
-every write of another thread that an element could see was ordered before the loop by a
-barrier outside it. The loads read in-bounds constant slots, so computing them where a guard in
-the loop would have skipped them is harmless. A device pass: the analysis program (and with it
-the cost model's features) is unchanged.
+It rewrites kernels that have a cross-thread reduction (`ir.AllReduce`), where such statistics
+come from, and in them the outermost loops made of plain statements (stores, loops, conditions:
+no barrier, no cross-thread or asynchronous statement). Out of such a loop it takes each
+expression that reads a shared buffer, whose every load reads a shared or local buffer at a
+constant slot that nothing in the loop writes, and that uses no variable of the loop or of a
+loop inside it. With no barrier in the loop, the value read before the loop is the value each
+element read: every write of another thread that an element could see was ordered before the
+loop by a barrier outside it. The loads read in-bounds constant slots, so computing them where
+a guard in the loop would have skipped them is harmless. A device pass: the analysis program
+(and with it the cost model's features) is unchanged.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _hoist(s: ir.Stmt, taken: set[str], allocs: list[ir.Buffer]) -> ir.Stmt:
         return ir.For(s.var, s.extent, s.kind, _hoist(s.body, taken, allocs))
     hoister = _Hoister(*facts, taken)
     body = map_exprs(s.body, lambda e: rewrite(e, hoister.replace))
-    loop = ir.For(s.var, s.extent, s.kind, _hoist(body, taken, allocs))
+    loop = ir.For(s.var, s.extent, s.kind, body)
     if not hoister.hoisted:
         return loop
     stores: list[ir.Stmt] = []
@@ -136,7 +137,10 @@ def _hoist(s: ir.Stmt, taken: set[str], allocs: list[ir.Buffer]) -> ir.Stmt:
 
 def hoist_row_scalars(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with each loop's invariant statistics computed once into registers before it
-    (the module's description)."""
+    (the module's description), where it has a cross-thread reduction (whose results the
+    statistics are); any other kernel as it is."""
+    if not any(isinstance(s, ir.AllReduce) for s in ir.iter_stmts(kernel.body)):
+        return kernel
     allocs = list(kernel.allocs)
     taken = {b.name for b in allocs}
     body = _hoist(kernel.body, taken, allocs)

@@ -1,7 +1,8 @@
 """Row statistics held in registers (lower/row_scalars.py): in the device program, the loops of
 a normalisation read its statistics from registers filled once before them, divide by the
 row's sum as a multiply by its reciprocal, and still compute the DAG on the interpreter; a loop
-that writes the statistic, or holds a barrier, keeps its reads."""
+that writes the statistic, or holds a barrier, keeps its reads, and so does a kernel without a
+cross-thread reduction."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from autosched.lower.lowering import lower
 from autosched.lower.passes import device_program
 from autosched.lower.row_scalars import hoist_row_scalars
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.te.expr import BinOp, Load, Var
+from autosched.te.expr import BinOp, Const, Load, Var
 from autosched.te.visitor import walk
 from benchmarks.memory_bound import rms_norm
 from tests.interpreter_check import interpret_and_compare
@@ -67,14 +68,16 @@ def test_the_rms_norms_rsqrt_is_computed_once_per_thread():
     interpret_and_compare(dag, program, rtol=1e-5)
 
 
-def scalar_loop(s: ir.Buffer, body_extra: list[ir.Stmt]) -> ir.Kernel:
-    """y[i] = x[i] / s[0] over a loop of 4, with `body_extra` in the loop too."""
+def scalar_loop(s: ir.Buffer, body_extra: list[ir.Stmt], reduced: bool = True) -> ir.Kernel:
+    """s[0] = the sum of x[0] over the block's thread (where `reduced`), then y[i] = x[i] / s[0]
+    over a loop of 4, with `body_extra` in the loop too."""
     x = ir.Buffer("x", (4,), "float32")
     y = ir.Buffer("y", (4,), "float32")
     i = Var("i")
     scaled = BinOp("/", Load(x, (i,)), Load(s, (int32(0),)), "float32")
     loop = ir.For(i, 4, "serial", ir.seq([*body_extra, ir.Store(y, i, scaled)]))
-    return ir.Kernel("k", (1, 1, 1), (1, 1, 1), [s], loop)
+    total = ir.AllReduce("sum", Load(x, (int32(0),)), None, s, int32(0), "threadIdx.x", 1)
+    return ir.Kernel("k", (1, 1, 1), (1, 1, 1), [s], ir.seq([total, loop] if reduced else [loop]))
 
 
 def test_a_loop_that_writes_the_statistic_or_waits_keeps_its_reads():
@@ -82,6 +85,10 @@ def test_a_loop_that_writes_the_statistic_or_waits_keeps_its_reads():
     hoisted = hoist_row_scalars(scalar_loop(s, []))
     assert [b.name for b in hoisted.allocs] == ["s", "s_inv"]
     assert all(n.buffer is not s for n in loop_reads(hoisted.body))
-    for extra in (ir.Store(s, int32(0), ir.Const(2.0, "float32")), ir.Barrier()):
-        kept = hoist_row_scalars(scalar_loop(s, [extra]))
+    kernels = [
+        scalar_loop(s, [extra])
+        for extra in (ir.Store(s, int32(0), Const(2.0, "float32")), ir.Barrier())
+    ]
+    for kernel in [*kernels, scalar_loop(s, [], reduced=False)]:  # (no statistics: as it is)
+        kept = hoist_row_scalars(kernel)
         assert kept.allocs == [s] and any(n.buffer is s for n in loop_reads(kept.body))
