@@ -46,6 +46,7 @@ from autosched.codegen.shared_memory import (
     dynamic_shared_bytes,
     shared_layout,
 )
+from autosched.codegen.streaming import store_line, streamed_inputs, streamed_outputs
 from autosched.codegen.target import CUDATarget
 from autosched.codegen.tma import DESCRIPTOR_HELPER, TmaPrinter
 from autosched.codegen.vectors import emit_vector_loop
@@ -99,8 +100,8 @@ class KernelPrinter(PrintContext):
         }
         written |= {id(b) for b in map(written_buffer, ir.iter_stmts(k.body)) if b is not None}
         written |= {id(s.dst.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, WgmmaStore)}
-        if k.stream_reads:
-            self.ex.streamed = {id(b) for b in self.params if id(b) not in written}
+        self.ex.streamed = streamed_inputs(k, self.params, written)
+        self.ex.stream_stored = streamed_outputs(k, self.params)
         args = []
         for b in self.params:
             const = "" if id(b) in written else "const "
@@ -144,8 +145,8 @@ class KernelPrinter(PrintContext):
         if copy is not None:
             self.emit(d, copy)
             return
-        name = self.ex.buffer_names[id(s.buffer)]
-        self.emit(d, f"{name}[{self.ex(s.index)}] = {self.ex(s.value)};")
+        at = f"{self.ex.buffer_names[id(s.buffer)]}[{self.ex(s.index)}]"
+        self.emit(d, store_line(self, s.buffer, at, self.ex(s.value)))
 
     def _barrier(self, s: ir.Barrier, d: int) -> None:
         """`__syncthreads()`, after waiting for the thread's asynchronous copies if it may have

@@ -91,8 +91,10 @@ class ExprPrinter:
         self.fast_math = fast_math
         self.names: dict[int, str] = {}
         self.helpers: set[str] = set()
-        # ids of the buffers read with streaming loads (`Kernel.stream_reads`)
+        # ids of the buffers read with streaming loads (`Kernel.stream_reads`, streaming.py)
         self.streamed: set[int] = set()
+        # ids of the buffers written with streaming stores (`Kernel.stream_writes`, streaming.py)
+        self.stream_stored: set[int] = set()
         self.table: TypeTable[Expr, [], str] = TypeTable()
         self.table.register(Const, literal)
         self.table.register(Var, self._unbound)

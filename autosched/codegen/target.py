@@ -8,6 +8,7 @@ import re
 from typing import ClassVar
 
 from autosched.lower import ir
+from autosched.lower.fast_exp import FAST_EXP
 from autosched.te.dtype import CUDA_TYPE, DTYPES, HALF_DTYPES
 from measure.compile_options import ARCH_SPECIFIC_MARKER
 
@@ -18,6 +19,8 @@ _F32_MATH = {
 }  # fmt: skip
 # double: the same names without the trailing f (exp, fabs, floor, ...), double literals
 _F64_MATH = {k: v.replace("f(", "(").replace("1.0f", "1.0") for k, v in _F32_MATH.items()}
+# a kernel drawn with fast exponentials calls this in their place (lower/fast_exp.py)
+_F32_DEVICE_MATH = {**_F32_MATH, FAST_EXP: "__expf({0})"}
 _FAST_F32 = {
     "exp": "__expf({0})", "log": "__logf({0})", "pow": "__powf({0}, {1})",
     "sigmoid": "(1.0f / (1.0f + __expf(-({0}))))",
@@ -58,7 +61,7 @@ class CUDATarget:
     types: ClassVar[dict[str, str]] = CUDA_TYPE
     half_headers: ClassVar[dict[str, re.Pattern]] = HALF_HEADERS
     thread_index: ClassVar[dict[str, str]] = {tag: f"((int){tag})" for tag in ir.LAUNCH_TAGS}
-    math: ClassVar[dict[str, dict[str, str]]] = {"float32": _F32_MATH, "float64": _F64_MATH}
+    math: ClassVar[dict[str, dict[str, str]]] = {"float32": _F32_DEVICE_MATH, "float64": _F64_MATH}
     fast_math: ClassVar[dict[str, dict[str, str]]] = {"float32": _FAST_F32}
     minmax: ClassVar[dict[str, tuple[str, str]]] = {
         "float32": ("fminf", "fmaxf"),

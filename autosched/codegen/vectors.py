@@ -17,11 +17,13 @@ stores lane by lane, each lane a register of its own.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from autosched.codegen.async_copy import async_copy_text
 from autosched.codegen.context import PrintContext
 from autosched.codegen.expr_printer import STREAMED_VECTORS
 from autosched.codegen.lanes import guarded_loads, is_accumulation, lane_free_guard, vector_base
+from autosched.codegen.streaming import store_line
 from autosched.lower import ir
 from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import Const, Expr, Load, Select
@@ -130,10 +132,14 @@ def _emit_vector_store(p: PrintContext, d: int, s: ir.For, body: ir.Store, vt, s
     ex = p.ex
     preds = _emit_preds(p, d, s, [sel for _, _, sel in vloads.values() if sel is not None])
     temps = _emit_loads(p, d, width, vloads, preds)
-    target = f"*reinterpret_cast<{vt[0]}*>(&{ex.buffer_names[id(body.buffer)]}[{ex(store_base)}])"
+    at = f"{ex.buffer_names[id(body.buffer)]}[{ex(store_base)}]"
+
+    def target(value: str) -> str:
+        return store_line(p, body.buffer, at, value, vt[0])
+
     whole = _whole_vector(p, body, width, vloads, temps, preds)
     if whole is not None:
-        p.emit(d, f"{target} = {whole};")
+        p.emit(d, target(whole))
     else:
         lanes = []
         for lane in range(width):
@@ -251,18 +257,20 @@ def _emit_preds(p: PrintContext, d: int, s: ir.For, selects: list[Select]) -> di
     return preds
 
 
-def _emit_pack(p: PrintContext, d: int, dtype: str, width: int, target: str, lanes: list[str]):
-    """`target = vector(lanes)`: through the constructor, or (a packed vector) a temporary
-    written lane by lane through a pointer cast."""
+def _emit_pack(
+    p: PrintContext, d: int, dtype: str, width: int, target: Callable[[str], str], lanes: list[str]
+):
+    """The store `target(vector)` of the vector of `lanes`: built by the constructor, or (a
+    packed vector) in a temporary written lane by lane through a pointer cast."""
     vtype, ctor, _ = p.t.vector_types[(dtype, width)]
     if ctor:
-        p.emit(d, f"{target} = {ctor}({', '.join(lanes)});")
+        p.emit(d, target(f"{ctor}({', '.join(lanes)})"))
         return
     tmp = p.fresh("vec")
     p.emit(d, f"{vtype} {tmp};")
     for lane, value in enumerate(lanes):
         p.emit(d, f"reinterpret_cast<{p.t.types[dtype]}*>(&{tmp})[{lane}] = {value};")
-    p.emit(d, f"{target} = {tmp};")
+    p.emit(d, target(tmp))
 
 
 __all__ = ["emit_vector_loop", "lane_of"]

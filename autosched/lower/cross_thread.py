@@ -24,10 +24,16 @@ from autosched.lower.cluster_ir import ClusterBarrier, ClusterLoad
 from autosched.lower.guards import guards
 from autosched.lower.intervals import depends_on
 from autosched.lower.ir import I32, int32
-from autosched.lower.online_exchange import max_read, online_fold
+from autosched.lower.online_exchange import (
+    VARIANCE,
+    block_mean_scale,
+    chan_fold,
+    online_fold,
+    partner_read,
+)
 from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import CLUSTER_RANK_TAG, SPATIAL
-from autosched.te.expr import BinOp, Expr, Load, Reduce, Var
+from autosched.te.expr import BinOp, Const, Expr, Load, Reduce, Var
 from autosched.te.reduce import BUILTIN_REDUCERS
 
 
@@ -119,13 +125,17 @@ def emit_cross_thread(
     cluster = cluster_extent(plan, i)
     if cluster > 1:  # the tile's results published, one cluster barrier, then folded
         publish, fold = cluster_exchange(plan, i, pidx, cluster)
-        if deferred_max(plan, i):  # a sum's exchange folds it: the block's max meanwhile
+        partner = exchanging_partner(plan, i)
+        if partner is not None:  # a sum's exchange folds it: the block's value meanwhile
+            scale = block_scale(plan, i, partner, cluster)
             return ir.seq(
-                [over_tile(init), reduce_nest, over_tile(ir.seq([*finish, publish, store]))]
+                [over_tile(init), reduce_nest, over_tile(ir.seq([*finish, publish, *scale, store]))]
             )
-        if m is not None:  # one exchange of (max, sum) pairs (online_exchange.py)
+        if m is not None:  # one exchange of the pairs (online_exchange.py)
             partner_tag = cross_thread_tag(plan, m)
             assert partner_tag is not None  # online_partner checked it
+            _, kind, _ = partner_read(plan, i)
+            fold_pairs = chan_fold if kind == VARIANCE else online_fold
             return ir.seq(
                 [
                     init,
@@ -133,7 +143,7 @@ def emit_cross_thread(
                     *finish,
                     publish,
                     ClusterBarrier(),
-                    *online_fold(plan, m, i, cluster),
+                    *fold_pairs(plan, m, i, cluster),
                     result_store(plan, m, partner_tag),
                     store,
                 ]
@@ -171,18 +181,19 @@ def cluster_extent(plan: LoweringPlan, i: int) -> int:
 
 
 def online_partner(plan: LoweringPlan, i: int) -> int | None:
-    """The max stage whose cluster exchange stage i's makes (online_exchange.py): None where
-    stage i does not ask for it (`Stage.online_exchange`); a LoweringError where it asks but
-    cannot."""
+    """The statistic stage (a softmax's max, a centred variance's mean) whose cluster exchange
+    stage i's makes (online_exchange.py): None where stage i does not ask for it
+    (`Stage.online_exchange`); a LoweringError where it asks but cannot."""
     st = plan.stages[i]
     if not st.online_exchange:
         return None
-    m, why = max_read(plan, i)
+    m, kind, why = partner_read(plan, i)
     if m is not None:
         reducer = getattr(plan.info[m].body, "reducer", None)
+        wanted = "sum" if kind == VARIANCE else "max"
         readers = [j for j, o in enumerate(plan.info) if m in o.reads and j != i]
         checks = (  # (refused?, why), first match wins
-            (reducer is not BUILTIN_REDUCERS["max"], "m is not a max reduction"),
+            (reducer is not BUILTIN_REDUCERS[wanted], f"m is not a {wanted} reduction"),
             (cross_thread_tag(plan, i) is None, "it is no cross-thread reduction"),
             (cross_thread_tag(plan, m) is None, "m is no cross-thread reduction"),
             (cluster_extent(plan, i) < 2, "it is not split over a cluster"),
@@ -190,16 +201,48 @@ def online_partner(plan: LoweringPlan, i: int) -> int | None:
             (st.attach != plan.stages[m].attach, "m is computed at another loop"),
             (bool(inner_spatial(plan, i) or inner_spatial(plan, m)), "a block has a tile"),
             (any(i not in plan.info[j].reads for j in readers), "m has readers before it"),
+            (
+                kind == VARIANCE and not blocks_split_evenly(plan, i),
+                "its blocks' parts of the row differ in size",
+            ),
         )
         why = next((w for bad, w in checks if bad), "")
     if why:
-        raise LoweringError(f"stage {st.name!r} cannot exchange online with its max: {why}")
+        raise LoweringError(f"stage {st.name!r} cannot exchange online with its max or mean: {why}")
     return m
 
 
-def deferred_max(plan: LoweringPlan, m: int) -> bool:
-    """Whether max stage m's cluster exchange is made by a sum's (online_exchange.py)."""
-    return any(online_partner(plan, j) == m for j, s in enumerate(plan.stages) if s.online_exchange)
+def blocks_split_evenly(plan: LoweringPlan, i: int) -> bool:
+    """Whether stage i's cluster splits its reduction into parts of equal size (the row's
+    length a multiple of the cluster's blocks), as a merge of block means needs."""
+    body = plan.info[i].body
+    assert isinstance(body, Reduce)
+    length = math.prod(axis.extent for axis in body.axes)
+    return length % cluster_extent(plan, i) == 0
+
+
+def exchanging_partner(plan: LoweringPlan, m: int) -> int | None:
+    """The sum stage whose cluster exchange makes statistic stage m's (online_exchange.py), or
+    None."""
+    return next(
+        (
+            j
+            for j, s in enumerate(plan.stages)
+            if s.online_exchange and online_partner(plan, j) == m
+        ),
+        None,
+    )
+
+
+def block_scale(plan: LoweringPlan, m: int, s: int, cluster: int) -> list[ir.Stmt]:
+    """What turns mean stage m's block part into its block's mean before it is stored for
+    variance stage s to centre on (`online_exchange.block_mean_scale`); nothing for a max."""
+    if partner_read(plan, s)[1] != VARIANCE:
+        return []
+    red = plan.extra_allocs[m][1]
+    scale = Const(block_mean_scale(plan, m, s, cluster), red.dtype)
+    zero = int32(0)
+    return [ir.Store(red, zero, BinOp("*", Load(red, (zero,)), scale, red.dtype))]
 
 
 def cluster_exchange(

@@ -195,6 +195,8 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         min_blocks_per_sm=plan.stages[root].launch_min_blocks,
         cluster=cluster,
         stream_reads=plan.stages[root].stream_reads,
+        stream_writes=plan.stages[root].stream_writes,
+        fast_exp=plan.stages[root].fast_exp,
     )
 
 

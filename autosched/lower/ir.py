@@ -401,7 +401,10 @@ class Kernel:
     `cluster`: the blocks of one thread-block cluster along x (1: no cluster; sm_90), which
     the kernel declares as `__cluster_dims__(cluster, 1, 1)` (`lower/cluster_ir.py`).
     `stream_reads`: the printer reads the global buffers the kernel never writes with
-    streaming (evict-first) loads; a cache hint, nothing the values depend on."""
+    streaming (evict-first) loads; a cache hint, nothing the values depend on.
+    `stream_writes`: the printer stores the global buffers the kernel never reads with
+    streaming (evict-first) stores; a cache hint as well.
+    `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -413,6 +416,8 @@ class Kernel:
     min_blocks_per_sm: int = 1
     cluster: int = 1
     stream_reads: bool = False
+    stream_writes: bool = False
+    fast_exp: bool = False
 
     @property
     def threads_per_block(self) -> int:

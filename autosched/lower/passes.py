@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.lower.arith import MemoBounds
+from autosched.lower.fast_exp import approximate_exp
 from autosched.lower.fragment_double_buffer import double_buffer_fragments
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
+from autosched.lower.row_scalars import hoist_row_scalars
 from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.unrolling import unroll_register_indices
 from autosched.lower.verify import verify_program, verifying_every_lowering
@@ -72,7 +74,11 @@ LOWERING_PASSES: tuple[KernelPass, ...] = (
 )
 
 # From the analysis program to the device program, in the order they run.
-DEVICE_PASSES: tuple[KernelPass, ...] = (KernelPass("fold_index_digits", fold_index_digits),)
+DEVICE_PASSES: tuple[KernelPass, ...] = (
+    KernelPass("fold_index_digits", fold_index_digits),
+    KernelPass("hoist_row_scalars", hoist_row_scalars),
+    KernelPass("approximate_exp", approximate_exp),
+)
 
 
 def run_passes(program: ir.Program, passes: tuple[KernelPass, ...]) -> ir.Program:

@@ -428,6 +428,19 @@ def _check_stream_reads(k: ir.Kernel, params: list[ir.Buffer], loaded: set[int])
     )
 
 
+def _check_stream_writes(k: ir.Kernel, params: list[ir.Buffer], loaded: set[int]) -> None:
+    """A kernel marked `stream_writes` must store some global buffer it never loads: the
+    printer streams only such stores, so a kernel without one carries a hint that means
+    nothing."""
+    if not k.stream_writes:
+        return
+    stored = {id(s.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, ir.Store)}
+    check(
+        any(id(b) in stored and id(b) not in loaded for b in params),
+        f"kernel {k.name}: stream_writes, but it stores no global buffer that it does not load",
+    )
+
+
 def verify_program(
     program: ir.Program, hardware: HardwareParams | None = None, launch_limits: bool = True
 ) -> None:
@@ -471,6 +484,7 @@ def verify_program(
         verifier = _KernelVerifier(k, program.params)
         verifier.stmt(k.body, None)
         _check_stream_reads(k, program.params, verifier.loaded)
+        _check_stream_writes(k, program.params, verifier.loaded)
         check_cluster_order(k, verifier.fail)
         check_cluster_barriers(k, verifier.fail)
         check_async_reads(k)

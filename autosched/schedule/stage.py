@@ -105,6 +105,11 @@ class Stage:
     # a root stage: its kernel reads the global buffers it never writes with streaming loads
     # (`__ldcs`, evict-first: read-once data does not push reused lines out of the caches)
     stream_reads: bool = False
+    # a root stage: its kernel stores the global buffers it never reads with streaming stores
+    # (`__stcs`, evict-first: an output written once does not push reused lines out of L2)
+    stream_writes: bool = False
+    # a root stage: its kernel's float32 exponentials are fast ones (`__expf`; lower/fast_exp.py)
+    fast_exp: bool = False
     # a cross-thread sum of exp(x - m) over a cluster, m a max reduction over the same cluster:
     # the blocks exchange their (max, sum) pairs once, the sums rescaled to the row's max
     # (online softmax; lower/online_exchange.py), instead of the max and then the sum
@@ -174,6 +179,8 @@ class Stage:
             self.unroll_explicit,
             self.launch_min_blocks,
             self.stream_reads,
+            self.stream_writes,
+            self.fast_exp,
             self.online_exchange,
             self.storage_align,
             self.double_buffer,

@@ -32,6 +32,8 @@ the random decisions for one state:
                   rules' draws are unchanged
   OnlineExchange  a softmax over a cluster: its max and sum exchanged one after the other or
                   as (max, sum) pairs at once (online_exchange.py); last, for the same reason
+  FastExp         a kernel keeping its rows in registers: exact or fast float32 exponentials
+                  (fast_exp.py); after OnlineExchange, for the same reason
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -48,6 +50,7 @@ from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.epilogue_vector import EpilogueVector
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
+from autosched.sketch.fast_exp import FastExp
 from autosched.sketch.fragment_double_buffer import FragmentDoubleBuffer
 from autosched.sketch.init_base import InitContext, InitRule
 from autosched.sketch.launch_bounds import LaunchBounds
@@ -481,6 +484,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     EpilogueVector(),
     LaunchBounds(),
     OnlineExchange(),
+    FastExp(),
 )
 
 

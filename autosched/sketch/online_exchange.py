@@ -2,16 +2,19 @@
 (sketch/row_cluster.py), whether its blocks exchange their max and then their sum of
 exponentials (two cluster barriers), or their (max, sum) pairs once (online softmax: the
 `online_exchange` pragma on the sum; lower/online_exchange.py), with even odds: both forms
-stay in the search, which measures them.
+stay in the search, which measures them. A centred layer norm over a cluster gets the same
+draw: its mean and then its variance, or their (mean, variance) pairs once (Chan's merge).
 
 It touches a stage that sums over a reduction iterator bound to the cluster rank and reads
-(through the stages inlined into it) a max reduction bound to the cluster rank too; lowering
+(through the stages inlined into it) a max reduction bound to the cluster rank too, or sums
+the squared deviations from a mean reduced over the cluster (`variance_read`); lowering
 checks the rest (the sum is of exp(x - max), one value per block) and refuses a state where
 it does not hold. It runs last of the init rules, so the other rules' draws are unchanged.
 """
 
 from __future__ import annotations
 
+from autosched.lower.online_exchange import variance_read
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import CLUSTER_RANK_TAG, REDUCE
 from autosched.sketch.factorization import pick
@@ -33,7 +36,7 @@ def _reduces_over_cluster(state: State, i: int, reducer: str) -> bool:
     )
 
 
-def _reads_through_inlined(state: State, i: int) -> set[int]:
+def reads_through_inlined(state: State, i: int) -> set[int]:
     """The stages stage i's op reads, through the stages inlined into it."""
     by_op = {id(s.op): j for j, s in enumerate(state.stages)}
     seen: set[int] = set()
@@ -49,13 +52,28 @@ def _reads_through_inlined(state: State, i: int) -> set[int]:
     return seen
 
 
+def _centres_on_cluster_mean(state: State, i: int) -> bool:
+    """Whether sum stage i is a variance centred on a mean reduced over the cluster too."""
+    by_op = {id(s.op): j for j, s in enumerate(state.stages)}
+
+    def body_of(j: int) -> tuple:
+        op = state.stages[j].op
+        return (op.body, tuple(op.axis)) if isinstance(op, ComputeOp) else (None, ())
+
+    m, _ = variance_read(i, lambda t: by_op.get(id(t.op)), body_of)
+    return m is not None and _reduces_over_cluster(state, m, "sum")
+
+
 def online_candidates(state: State) -> list[int]:
     """The stages the rule draws the pragma for (the module's description)."""
     return [
         i
         for i in range(len(state.stages))
         if _reduces_over_cluster(state, i, "sum")
-        and any(_reduces_over_cluster(state, j, "max") for j in _reads_through_inlined(state, i))
+        and (
+            any(_reduces_over_cluster(state, j, "max") for j in reads_through_inlined(state, i))
+            or _centres_on_cluster_mean(state, i)
+        )
     ]
 
 
@@ -69,4 +87,4 @@ class OnlineExchange(InitRule):
         return state
 
 
-__all__ = ["OnlineExchange", "online_candidates"]
+__all__ = ["OnlineExchange", "online_candidates", "reads_through_inlined"]

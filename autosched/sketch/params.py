@@ -48,9 +48,13 @@ class SketchParams:
     window_vectors: bool = True
     max_vector_bytes: int = 16
     # whether a row sum's warp-per-row sketches, and the rows kept in registers, also come with
-    # their input read by streaming (evict-first) loads (`CrossThreadReduction.rows_on_warps`,
-    # `row_in_shared.with_streamed_reads`)
+    # their input read by streaming (evict-first) loads, the rows kept in registers with their
+    # output written by streaming stores too (`CrossThreadReduction.rows_on_warps`,
+    # `row_in_shared.with_streaming_twin`)
     stream_reads: bool = True
+    # whether a kernel keeping its rows in registers may be drawn with fast float32
+    # exponentials (`__expf`; init rule sketch/fast_exp.py)
+    fast_exp: bool = True
     # elements of `local` buffers per thread: states with more spill registers far more often,
     # and none is among the fastest
     max_local_elems: int = 128

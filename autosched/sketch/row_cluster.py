@@ -38,7 +38,7 @@ from autosched.sketch.row_in_shared import (
     loads_row_well,
     row_kernel,
     shared_row_cache,
-    with_streamed_reads,
+    with_streaming_twin,
 )
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
 from autosched.sketch.stage_steps import split_step_ids
@@ -177,7 +177,7 @@ class RowOverCluster(SketchRule):
             thread_split = split_step_ids(state, cuts[0][0])[0]
             if fits_registers(ctx, state, i, c) and loads_row_well(ctx, state, i, thread_split):
                 local = self.part_in_shared(split, i, cuts, "local")
-                out += [(s, i - 1) for s in with_streamed_reads(ctx, local, cuts[0][0] + 1)]
+                out += [(s, i - 1) for s in with_streaming_twin(ctx, local, cuts[0][0] + 1)]
         return out
 
     @staticmethod

@@ -21,8 +21,9 @@ threads each keep the elements they load (a thread-private cache, lower/thread_p
 where a thread's share can fit (`fits_registers`; states over
 `SketchParams.max_row_register_elems` a thread are rejected): a softmax row of 32,768 floats
 over a cluster of 8 blocks of 128 threads is 32 floats a thread. It comes twice (with
-`SketchParams.stream_reads`): once more with the row read by streaming loads, as a row read
-once is (`with_streamed_reads`).
+`SketchParams.stream_reads`): once more with the row read by streaming loads and the output
+written by streaming stores, as a row read once and an output written once are, which the
+hand-written kernels of long rows do as well (`with_streaming_twin`).
 """
 
 from __future__ import annotations
@@ -115,17 +116,18 @@ class RowInSharedMemory(SketchRule):
         out = [(state, i - 1), (shared_row_cache(state, i, root, row, split), i - 1)]
         if fits_registers(ctx, state, i, parts=1) and loads_row_well(ctx, state, i, split):
             local = shared_row_cache(state, i, root, row, split, "local")
-            out += [(s, i - 1) for s in with_streamed_reads(ctx, local, root + 1)]
+            out += [(s, i - 1) for s in with_streaming_twin(ctx, local, root + 1)]
         return out
 
 
-def with_streamed_reads(ctx: SketchContext, state: State, root: int) -> list[State]:
+def with_streaming_twin(ctx: SketchContext, state: State, root: int) -> list[State]:
     """`state`, and (with `SketchParams.stream_reads`) its twin whose kernel, rooted at stage
-    `root`, reads its inputs by streaming (evict-first, `__ldcs`) loads: a row kept in
-    registers is read from DRAM once, so its lines need not stay in L1 or L2."""
+    `root`, reads its inputs by streaming (evict-first, `__ldcs`) loads and writes its output
+    by streaming stores (`__stcs`): a row kept in registers is read from DRAM once and its
+    output written once, so neither's lines need stay in L1 or L2."""
     if not ctx.params.stream_reads:
         return [state]
-    return [state, state.pragma(root, 0, "stream_reads", 1)]
+    return [state, state.pragma(root, 0, "stream_reads", 1).pragma(root, 0, "stream_writes", 1)]
 
 
 def fits_registers(ctx: SketchContext, state: State, i: int, parts: int) -> bool:
@@ -179,5 +181,5 @@ __all__ = [
     "RowInSharedMemory",
     "row_kernel",
     "shared_row_cache",
-    "with_streamed_reads",
+    "with_streaming_twin",
 ]

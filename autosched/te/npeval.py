@@ -84,8 +84,14 @@ BINARY = {
     "||": np.logical_or,
 }
 
+# log2(e), which a fast exponential multiplies its argument by (as a float32 in float32 code)
+LOG2_E = 1.4426950408889634
+
 CALLS: dict[str, Callable[..., Value]] = {
     "exp": _typed(np.exp),
+    # the device's fast exponential (`__expf`, lower/fast_exp.py): x times log2(e) rounded to
+    # float32, then 2 to that power
+    "fast_exp": _typed(lambda x: np.exp2(x * np.asarray(LOG2_E, np.asarray(x).dtype))),
     "log": _typed(np.log),
     "sqrt": _typed(np.sqrt),
     "rsqrt": _typed(lambda x: 1 / np.sqrt(x)),

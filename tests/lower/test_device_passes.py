@@ -47,7 +47,11 @@ def divisions(e) -> int:
 
 
 def test_the_passes_are_one_named_sequence():
-    assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits"]
+    assert [p.name for p in DEVICE_PASSES] == [
+        "fold_index_digits",
+        "hoist_row_scalars",
+        "approximate_exp",
+    ]
     assert DEVICE_PASSES[0].rewrite is fold_index_digits
 
 

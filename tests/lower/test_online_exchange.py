@@ -60,6 +60,24 @@ def test_one_exchange_computes_the_softmax():
     assert drawn == {False, True}  # the init rule draws both forms
 
 
+def test_one_exchange_computes_the_centred_layer_norm():
+    """Its (mean, variance) pairs merged once (Chan): one cluster barrier, the same layer norm;
+    the init rule draws both forms, one sketch to the search."""
+    dag, states = sampled("layer_norm", 4)
+    drawn = set()
+    for state in states:
+        i = next(k for k, s in enumerate(state.stages) if s.name == "T_layer_norm_var")
+        drawn.add(state.stages[i].online_exchange)
+        for on, exchanges in ((0, 2), (1, 1)):
+            chosen = state.pragma(i, 0, "online_exchange", on)
+            program = lower(chosen, verify=True)
+            assert barriers(program) == exchanges + 1
+            interpret_and_compare(dag, program, rtol=1e-5)
+        keys = {structure_key(state.pragma(i, 0, "online_exchange", on).key()) for on in (0, 1)}
+        assert len(keys) == 1
+    assert drawn == {False, True}
+
+
 @pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
 def test_a_sum_of_no_exponentials_cannot_exchange_online(name):
     _, (state,) = sampled(name, 1)

@@ -29,6 +29,7 @@ from tests.workloads_for_tests import (
     matmul_dag,
     matmul_shared_state,
     seed_conv_state,
+    softmax_dag,
 )
 
 ALL_PASSES: tuple[KernelPass, ...] = LOWERING_PASSES + DEVICE_PASSES
@@ -75,6 +76,8 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "unroll_register_indices": matmul_vthread_state,
     "warpgroup_mma": wgmma_matmul_state,
     "fold_index_digits": conv_fetch_state,
+    "hoist_row_scalars": lambda: row_softmax_state(),
+    "approximate_exp": lambda: row_softmax_state().pragma("T_softmax_norm", 0, "fast_exp", 1),
 }
 
 
@@ -86,6 +89,14 @@ def programs_around(state: State, name: str) -> tuple[ir.Program, ir.Program]:
             return program, program_pass(program)
         program = program_pass(program)
     raise AssertionError(f"no pass is named {name!r}")
+
+
+def row_softmax_state() -> State:
+    """A softmax of rows of 64 on blocks of 32 threads, its max and sum reduced across the
+    threads into shared memory, which the output reads for each of a thread's 2 elements."""
+    from tests.lower.test_cross_thread import softmax_state
+
+    return softmax_state(softmax_dag(2, 64), 32)
 
 
 def row_in_registers_state() -> State:
@@ -132,7 +143,11 @@ def test_the_passes_run_in_this_order():
         "unroll_register_indices",
         "warpgroup_mma",
     ]
-    assert [p.name for p in DEVICE_PASSES] == ["fold_index_digits"]
+    assert [p.name for p in DEVICE_PASSES] == [
+        "fold_index_digits",
+        "hoist_row_scalars",
+        "approximate_exp",
+    ]
 
 
 def test_every_pass_has_a_golden_workload():

@@ -17,6 +17,7 @@ from autosched.codegen.build import build
 from autosched.codegen.cuda import codegen_program
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch.fast_exp import fast_exp_candidates
 from autosched.sketch.launch_bounds import launch_shape, row_register_elems
 from autosched.sketch.online_exchange import online_candidates
 from autosched.sketch.params import SketchParams
@@ -93,10 +94,17 @@ def test_rows_in_registers_compile_without_local_memory(workload):
     sampler = SketchSampler(sketches, params=params)
     states = sampler.sample(2, 0)
     assert states, sampler.rejected
-    for state in states:
+    for k, state in enumerate(states):
         for i in online_candidates(state):  # a softmax over a cluster: one (max, sum) exchange
             state = state.pragma(i, 0, "online_exchange", 1)
+        if k == 1:  # the study kernel's form: streaming loads and stores, fast exponentials
+            root = len(state.stages) - 1
+            for pragma in ("stream_reads", "stream_writes"):
+                state = state.pragma(root, 0, pragma, 1)
+            for i in fast_exp_candidates(state):
+                state = state.pragma(i, 0, "fast_exp", 1)
         source = build(task.compute_dag, state).source
+        assert k != 1 or "__stcs(" in source
         (res,) = compile_resources(source, arch="sm_90").values()
         assert res.spill_bytes == 0 and res.stack_bytes == 0, source
 
@@ -114,9 +122,10 @@ def test_the_thread_count_is_drawn_where_a_threads_share_fits():
         assert launch_shape(state, len(state.stages) - 1)[1] == 1024
 
 
-def test_rows_kept_in_registers_may_be_read_by_streaming_loads():
-    """Each register-resident sketch has a twin whose kernel reads the row with `__ldcs` (the
-    output stored plainly); its states compute the softmax on the interpreter and replay."""
+def test_rows_kept_in_registers_may_be_streamed():
+    """Each register-resident sketch has a twin whose kernel reads the row with `__ldcs` and
+    stores the output with `__stcs`; its states compute the softmax on the interpreter and
+    replay."""
     dag = softmax(4, 1024)
     sketches = in_registers(generate_sketches(dag, params=CLUSTERS))
     streamed = [s for s in sketches if any(st.stream_reads for st in s.stages)]
@@ -128,6 +137,8 @@ def test_rows_kept_in_registers_may_be_read_by_streaming_loads():
         program = sampler.programs[state.key()]
         source = codegen_program(program)
         assert "__ldcs(" in source and "__ldcs(&T_softmax_norm" not in source, source
+        assert "__stcs(reinterpret_cast<float4*>(&T_softmax_norm[" in source, source
+        assert "__stcs(&x" not in source, source
         interpret_and_compare(dag, program, rtol=1e-4)
         assert replay(dag, state.steps) == state
     off = dataclasses.replace(CLUSTERS, stream_reads=False)

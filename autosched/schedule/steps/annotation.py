@@ -96,6 +96,8 @@ PRAGMAS = (
     "unroll_explicit",
     "launch_min_blocks",
     "stream_reads",
+    "stream_writes",
+    "fast_exp",
     "online_exchange",
 )
 
@@ -105,7 +107,10 @@ class PragmaStep(Step):
     """`auto_unroll_max_step$N` (unroll inner loops up to N steps), `unroll_explicit$0/1`, or
     `launch_min_blocks$N` (a root stage: its kernel's `__launch_bounds__` asks for N blocks per
     SM, N >= 1), or `stream_reads$0/1` (a root stage: its kernel reads the global buffers it
-    never writes with streaming, evict-first loads), or `online_exchange$0/1` (a sum of
+    never writes with streaming, evict-first loads), or `stream_writes$0/1` (a root stage: its
+    kernel stores the global buffers it never reads with streaming stores), or `fast_exp$0/1`
+    (a root stage: its kernel's float32 exponentials are fast ones, `__expf`), or
+    `online_exchange$0/1` (a sum of
     exp(x - max) over a cluster: one exchange of (max, sum) pairs; Stage.online_exchange)."""
 
     TAG: ClassVar[str] = "PR"
@@ -134,6 +139,12 @@ class PragmaStep(Step):
         elif name == "stream_reads":
             check(value in (0, 1), lambda: f"stream_reads must be 0 or 1, got {value}")
             new = replace(stage, stream_reads=bool(value))
+        elif name == "stream_writes":
+            check(value in (0, 1), lambda: f"stream_writes must be 0 or 1, got {value}")
+            new = replace(stage, stream_writes=bool(value))
+        elif name == "fast_exp":
+            check(value in (0, 1), lambda: f"fast_exp must be 0 or 1, got {value}")
+            new = replace(stage, fast_exp=bool(value))
         elif name == "online_exchange":
             check(value in (0, 1), lambda: f"online_exchange must be 0 or 1, got {value}")
             new = replace(stage, online_exchange=bool(value))
@@ -151,7 +162,13 @@ class PragmaStep(Step):
                 f's[{S}].pragma({it}, "auto_unroll_max_step", {value})',
                 f's[{S}].pragma({it}, "unroll_explicit", True)',
             ]
-        if name in ("launch_min_blocks", "stream_reads", "online_exchange"):
+        if name in (
+            "launch_min_blocks",
+            "stream_reads",
+            "stream_writes",
+            "fast_exp",
+            "online_exchange",
+        ):
             return [f's[{S}].pragma({it}, "{name}", {value})']
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
 
