@@ -121,13 +121,14 @@ def _split_lengths(records: Records, g: TensorCoreGroup) -> list[tuple[int, ...]
     return [as_split(records[k]).lengths for k in g.split_ids]
 
 
-def _group_draw(records: Records, g: TensorCoreGroup) -> TensorCoreDraw:
-    """The tiles drawn for group `g` in `records`: its split lengths and row padding (none for
-    TMA-fed tiles, which are stored unpadded whatever was drawn)."""
+def _group_draw(records: Records, g: TensorCoreGroup, tma_unpadded: bool = False) -> TensorCoreDraw:
+    """The tiles drawn for group `g` in `records`: its split lengths and row padding (with
+    `tma_unpadded`, none for TMA-fed tiles, which are stored unpadded whatever was drawn; the
+    init rules' estimate counts it)."""
     pads_by_stage = {
         r[1]: r[4] for r in records if r[0] == StorageAlignStep.TAG and r[1] in g.shared
     }
-    if GroupChoices.of(records, g).operand_copy == TMA:
+    if tma_unpadded and GroupChoices.of(records, g).operand_copy == TMA:
         pads_by_stage = {}
     pads = tuple(pads_by_stage.get(c, 0) for c in g.shared)
     return group_draw(_split_lengths(records, g), pads)
@@ -316,7 +317,7 @@ class WarpgroupTileMutation(Mutation):
             depths = [now.depth]
             if pipelined:
                 depths = cls.depths(space, moved, g, now.depth, new_warps * new_cols > warps * cols)
-            elif _group_draw(moved, g).pipelined_bytes(g, 1) > limit:
+            elif _group_draw(moved, g, True).pipelined_bytes(g, 1) > limit:
                 continue
             copy = now.operand_copy
             if copy == TMA and not tma_fits(space.hardware, g, lengths, WGMMA, _buffered(moved)):
@@ -331,7 +332,10 @@ class WarpgroupTileMutation(Mutation):
         """The slots a pipelined group takes with its new tiles (in `records`): its `depth` and
         one fewer for a grown tile (one more for a shrunk one), those that fit; a grown tile
         that fits neither takes the deepest that fits (none: no move)."""
-        draw, limit = _group_draw(records, g), space.hardware.max_shared_memory_per_block_optin
+        draw, limit = (
+            _group_draw(records, g, True),
+            space.hardware.max_shared_memory_per_block_optin,
+        )
         menu = set(space.pipeline_stages) | {DOUBLE}
         fits = [d for d in sorted(menu) if draw.pipelined_bytes(g, d) <= limit]
         near = [d for d in (depth, depth - 1 if grown else depth + 1) if d in fits]

@@ -10,6 +10,9 @@ compute, weighted by `SketchParams`:
   warpgroups  along M, by `wgmma_warpgroup_weights` (1, 2 or 4; 2 the likeliest)
   width       the block's columns, wgmma's N: c 16-column tiles weighted c ** `wgmma_width_exponent`
               (wider tiles read each fetched byte more often; 1: in proportion to N)
+  filling     where some tile's blocks fill the SMs, one whose blocks are fewer weighted by the
+              share it fills (a 1024^3 product's 128 x 256 blocks fill a quarter of an H100's
+              132 SMs); a product too small for any tile to fill them is weighted as above
   K chunk     16-wide K steps per shared tile; a chunk of whole 128-byte rows (64 halves, the
               128B swizzle's row and TMA's box line) weighted `wgmma_swizzled_chunk_weight`
   pipeline    where the product's K spans more than one chunk, its shared operands are
@@ -19,7 +22,7 @@ compute, weighted by `SketchParams`:
 A shape must fit what `warpgroup_tiles` checks of a drawn tile (rows of whole warpgroups that
 divide M, or rounded up past it under an epilogue; at most 256 columns; the accumulators' share
 of the registers) and, with its slots, the opt-in shared memory; shapes that do not are drawn
-again (`tile_retries`), then the drawn block is kept as before. The row padding and fetch
+again (`tile_retries`), then the state is rejected. The row padding and fetch
 vectors stay as drawn. Everything drawn is recorded as the other rules' records are (split
 lengths; a double-buffer record where DoubleBuffer writes its own), so a state tiled here
 replays, mutates and is looked up like any other. `redraw_wgmma_tiles=False` keeps the drawn
@@ -29,6 +32,7 @@ block tile, as before this rule.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass
 
@@ -46,6 +50,7 @@ from autosched.sketch.tensor_core_init import (
     fragment_register_budget,
 )
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
+from autosched.te.tensor import ComputeOp
 from measure.hardware import HardwareParams
 
 SWIZZLE_ROW_BYTES = 128  # wgmma's 128B swizzle: a K chunk of whole rows is a multiple of this
@@ -126,17 +131,22 @@ def shape_fits(hw: HardwareParams, g: TensorCoreGroup, warps: int, cols: int) ->
     )
 
 
-def warpgroup_shapes(ctx, g: TensorCoreGroup) -> dict[tuple[int, int], float]:
+def warpgroup_shapes(ctx, g: TensorCoreGroup, outputs: int = 0) -> dict[tuple[int, int], float]:
     """(warps, cols) -> weight of every block tile warpgroups can compute for group `g`
-    (`shape_fits`; weights: see the module docstring); empty where none can."""
-    params = ctx.params
-    return {
-        (warps, cols): weight * cols**params.wgmma_width_exponent
-        for warpgroups, weight in params.wgmma_warpgroup_weights
-        for warps in [warpgroups * wl.WARPGROUP_WARPS]
-        for cols in divisors(g.tiles[1])
-        if shape_fits(ctx.hardware, g, warps, cols)
-    }
+    (`shape_fits`; weights: see the module docstring); empty where none fits. Where some tile's
+    blocks fill the SMs (`outputs`: the product's output elements; 0: unknown), a tile whose
+    blocks are fewer weighs the share of the SMs they fill more."""
+    params, sms = ctx.params, ctx.hardware.num_sms
+    shapes, blocks = {}, {}
+    for warpgroups, weight in params.wgmma_warpgroup_weights:
+        warps = warpgroups * wl.WARPGROUP_WARPS
+        for cols in divisors(g.tiles[1]):
+            if shape_fits(ctx.hardware, g, warps, cols):
+                shapes[(warps, cols)] = weight * cols**params.wgmma_width_exponent
+                blocks[(warps, cols)] = -(-outputs // (warps * cols * ir.WMMA_TILE**2))
+    if outputs and max(blocks.values(), default=0) >= sms:
+        shapes = {s: w * min(1.0, blocks[s] / sms) for s, w in shapes.items()}
+    return shapes
 
 
 def chunk_weights(ctx, g: TensorCoreGroup) -> dict[int, float]:
@@ -180,7 +190,9 @@ def draw_warpgroup_tile(ctx, state: State, g: TensorCoreGroup, rng: random.Rando
     """`state` with group `g` tiled by a drawn warpgroup tile and, maybe, pipelined (see the
     module docstring); None where no shape fits within `tile_retries` draws."""
     params = ctx.params
-    shapes = warpgroup_shapes(ctx, g)
+    op = state.stages[g.acc].op
+    outputs = math.prod(a.extent for a in op.axis) if isinstance(op, ComputeOp) else 0
+    shapes = warpgroup_shapes(ctx, g, outputs)
     chunks = chunk_weights(ctx, g)
     if not shapes or not chunks:
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,7 +26,7 @@ from autosched.search.tensor_core_mutations import (
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.stage_steps import split_at
 from autosched.sketch.utils import SketchParams
-from autosched.sketch.warpgroup_tile import shape_fits
+from autosched.sketch.warpgroup_tile import shape_fits, warpgroup_shapes
 from measure.hardware import HardwareParams
 from tests.lower import test_tensorize as tz
 
@@ -45,6 +46,12 @@ def sample(dag, params=WGMMA_ONLY, n=64, seed=0, hardware=None, verify=False):
     return sampler, sampler.sample(n, seed)
 
 
+def generate_plan_groups(dag):
+    """The Tensor Core groups of `dag`'s Tensor Core sketch."""
+    sampler = SketchSampler(generate_sketches(dag), HardwareParams(), WGMMA_ONLY, False)
+    return next(p.tensor_core for p in sampler.plans if p.tensor_core)
+
+
 def tiles(sampler, state):
     """(block rows, block columns, K chunk, slots, TMA) of a sampled Tensor Core state."""
     (g,) = sampler.plans[sampler.sketch_of[state.key()]].tensor_core
@@ -59,7 +66,7 @@ def tiles(sampler, state):
 @pytest.fixture(scope="module")
 def drawn_4096():
     """(sampler, states) of a 4096^3 float16 matmul with wgmma only, not lowered."""
-    return sample(matmul_dag(4096, 4096, 4096), n=200)
+    return sample(matmul_dag(4096, 4096, 4096), n=100)
 
 
 def test_wgmma_tiles_lean_to_wide_pipelined_tiles_of_whole_128_byte_rows(drawn_4096):
@@ -96,7 +103,7 @@ def test_the_pipeline_the_rule_adds_is_recorded_where_double_buffer_writes_it():
     replays to the same records and computes the product on the interpreter."""
     dag = matmul_dag(128, 256, 192)
     params = dataclasses.replace(WGMMA_ONLY, double_buffer_probability=0.0)
-    sampler, states = sample(dag, params, n=8, verify=True)
+    sampler, states = sample(dag, params, n=5, verify=True)
     pipelined = [s for s in states if any(isinstance(x, DoubleBufferStep) for x in s.steps)]
     assert pipelined and len(pipelined) < len(states)
     state = pipelined[0]
@@ -138,7 +145,7 @@ def test_the_mutation_steps_between_128x128_over_4_slots_and_128x256(drawn_4096,
     moves replay, fit and keep TMA."""
     sampler, states = drawn_4096
     if cast:
-        sampler, states = sample(matmul_dag(4096, 4096, 4096, cast=True), n=64)
+        sampler, states = sample(matmul_dag(4096, 4096, 4096, cast=True), n=40)
     state = next(
         s
         for s in states
@@ -168,3 +175,15 @@ def test_the_mutation_leaves_other_families_alone():
     assert states
     for s in states:
         assert WarpgroupTileMutation().apply(ctx, [s.key()], random.Random(0)) is None
+
+
+def test_tiles_that_leave_sms_idle_weigh_less_where_another_tile_fills_them():
+    """1024^2 outputs: 128x256 fills 32 of 132 SMs, 64x128 fills 128; 4096^2: all fill them;
+    a 128^2 product fills them with no tile, so its weights are the width's alone."""
+    (g,) = generate_plan_groups(matmul_dag(128, 256, 256))
+    ctx = SimpleNamespace(params=SketchParams(), hardware=HardwareParams())
+    small, large = (warpgroup_shapes(ctx, g, n * n) for n in (1024, 4096))
+    wide, narrow = (8, 16), (4, 8)
+    assert large[wide] / large[narrow] == 2 * 16 / 8  # warpgroups 2 : 1, width 16 : 8
+    assert small[wide] / small[narrow] == pytest.approx(4 * 32 / 128)
+    assert warpgroup_shapes(ctx, g, 128 * 128) == warpgroup_shapes(ctx, g)
