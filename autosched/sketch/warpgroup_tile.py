@@ -173,14 +173,17 @@ def _row_pads(state: State, g: TensorCoreGroup) -> tuple[int, ...]:
 
 def _with_double_buffers(steps: list, stages: tuple[int, ...]) -> list:
     """`steps` with double-buffer records of `stages` where the DoubleBuffer rule writes them:
-    among its own records in stage order, else before AutoUnroll's first pragma."""
+    among its own records in stage order, else before AutoUnroll's first pragma (else last)."""
     kept = [s for s in steps if not isinstance(s, DoubleBufferStep)]
     first = next((k for k, s in enumerate(steps) if isinstance(s, DoubleBufferStep)), None)
     if first is None:
         first = next(
-            k
-            for k, s in enumerate(steps)
-            if isinstance(s, PragmaStep) and s.pragma_type.startswith("auto_unroll_max_step")
+            (
+                k
+                for k, s in enumerate(steps)
+                if isinstance(s, PragmaStep) and s.pragma_type.startswith("auto_unroll_max_step")
+            ),
+            len(steps),
         )
     ids = sorted({s.stage_id for s in steps if isinstance(s, DoubleBufferStep)} | set(stages))
     return kept[:first] + [DoubleBufferStep(i) for i in ids] + kept[first:]
