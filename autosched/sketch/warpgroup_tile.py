@@ -19,14 +19,14 @@ compute, weighted by `SketchParams`:
               double-buffered (the pipeline PipelineStages deepens and OperandCopy may feed by
               TMA) with chance `wgmma_pipeline_probability`, if DoubleBuffer did not already
 
-A shape must fit what `warpgroup_tiles` checks of a drawn tile (rows of whole warpgroups that
-divide M, or rounded up past it under an epilogue; at most 256 columns; the accumulators' share
-of the registers) and, with its slots, the opt-in shared memory; shapes that do not are drawn
-again (`tile_retries`), then the state is rejected. The row padding and fetch
-vectors stay as drawn. Everything drawn is recorded as the other rules' records are (split
-lengths; a double-buffer record where DoubleBuffer writes its own), so a state tiled here
-replays, mutates and is looked up like any other. `redraw_wgmma_tiles=False` keeps the drawn
-block tile, as before this rule.
+A shape must fit `shape_fits` (the checks `warpgroup_tiles` makes of a drawn tile: rows of
+whole warpgroups that divide M, or rounded up past it under an epilogue; at most 256 columns;
+the accumulators' share of the registers) and, with its slots, the opt-in shared memory; a
+draw that does not is drawn again (`tile_retries`), then the state is rejected. The row
+padding and fetch vectors stay as drawn. Everything drawn is recorded as the other rules'
+records are (split lengths; a double-buffer record where DoubleBuffer writes its own), so a
+state tiled here replays, mutates and is looked up like any other. `redraw_wgmma_tiles=False`
+keeps the drawn block tile, as before this rule.
 """
 
 from __future__ import annotations
