@@ -36,13 +36,16 @@ from autosched.search.mutations import (
     Records,
     TensorCoreChoices,
     as_split,
+    with_record,
 )
 from autosched.sketch.factorization import pick
 from autosched.sketch.fragment_double_buffer import eligible
 from autosched.sketch.operand_copy import CP_ASYNC, TMA, tma_fits
 from autosched.sketch.pipeline_stages import DOUBLE, group_draw, pipelined_bytes
+from autosched.sketch.tensor_core_init import TensorCoreDraw
 from autosched.sketch.tensor_core_instruction import MMA, WGMMA, WMMA
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
+from autosched.sketch.warpgroup_tile import shape_fits
 
 _TAIL_TAGS = (
     TensorCoreInstructionStep.TAG,
@@ -118,6 +121,19 @@ def _split_lengths(records: Records, g: TensorCoreGroup) -> list[tuple[int, ...]
     return [as_split(records[k]).lengths for k in g.split_ids]
 
 
+def _group_draw(records: Records, g: TensorCoreGroup, tma_unpadded: bool = False) -> TensorCoreDraw:
+    """The tiles drawn for group `g` in `records`: its split lengths and row padding (with
+    `tma_unpadded`, none for TMA-fed tiles, which are stored unpadded whatever was drawn; the
+    init rules' estimate counts it)."""
+    pads_by_stage = {
+        r[1]: r[4] for r in records if r[0] == StorageAlignStep.TAG and r[1] in g.shared
+    }
+    if tma_unpadded and GroupChoices.of(records, g).operand_copy == TMA:
+        pads_by_stage = {}
+    pads = tuple(pads_by_stage.get(c, 0) for c in g.shared)
+    return group_draw(_split_lengths(records, g), pads)
+
+
 def _buffered(records: Records) -> set[int]:
     return {r[1] for r in records if r[0] == DoubleBufferStep.TAG}
 
@@ -189,11 +205,7 @@ class PipelineStagesMutation(Mutation):
     @staticmethod
     def fitting(space: TensorCoreChoices, records: Records, g: TensorCoreGroup) -> list[int]:
         """The depths group `g` may have with the tiles drawn in `records` (2 when none fits)."""
-        pads_by_stage = {
-            r[1]: r[4] for r in records if r[0] == StorageAlignStep.TAG and r[1] in g.shared
-        }
-        pads = tuple(pads_by_stage.get(c, 0) for c in g.shared)
-        draw = group_draw(_split_lengths(records, g), pads)
+        draw = _group_draw(records, g)
         limit = space.hardware.max_shared_memory_per_block_optin
         fits = [s for s in space.pipeline_stages if pipelined_bytes(draw, g, s) <= limit]
         return fits or [DOUBLE]
@@ -256,11 +268,91 @@ class OperandCopyMutation(Mutation):
         return _switch_one(records, groups, list(groups), rng, "operand_copy", copies)
 
 
+class WarpgroupTileMutation(Mutation):
+    """One wgmma stage's block tile moved to a neighbouring shape: its width (wgmma's N) or its
+    warpgroups along M doubled or halved, among the shapes warpgroups compute
+    (`warpgroup_tile.shape_fits`). A pipelined stage keeps its slots or, for a doubled tile,
+    drops one (128x128 over 4 slots -> 128x256 over 3), and drops more where those do not fit;
+    a halved tile keeps them or takes one more (the way back), so evolution steps between the
+    fast configurations of each size. TMA becomes cp.async where the new tiles leave its boxes
+    (`operand_copy.tma_fits`). The K chunk, padding and fetch stay."""
+
+    NAME = "warpgroup_tile"
+    TENSOR_CORE_ONLY = True
+
+    def apply(self, ctx, parents, rng: random.Random):
+        records = parents[0]
+        space, groups = _groups(ctx, records)
+        if space is None:
+            return None
+        wgmma = [g for g in groups if GroupChoices.of(records, g).instruction == WGMMA]
+        rng.shuffle(wgmma)
+        for g in wgmma:
+            moves = self.moves(space, records, groups, g)
+            if moves:
+                return pick(moves, rng)
+        return None
+
+    @classmethod
+    def moves(
+        cls, space: TensorCoreChoices, records: Records, groups, g: TensorCoreGroup
+    ) -> list[Records]:
+        """The records of every neighbouring shape of group `g` that fits (see the class)."""
+        limit = space.hardware.max_shared_memory_per_block_optin
+        (warps, _, m16), (_, cols, n16), k_lengths = _split_lengths(records, g)
+        now = GroupChoices.of(records, g)
+        pipelined = set(g.shared) <= _buffered(records)
+        out = []
+        for new_warps, new_cols in (
+            (warps, cols * 2),
+            (warps, cols // 2),
+            (warps * 2, cols),
+            (warps // 2, cols),
+        ):
+            if not new_cols or not shape_fits(space.hardware, g, new_warps, new_cols):
+                continue
+            lengths = ((new_warps, 1, m16), (1, new_cols, n16), k_lengths)
+            moved = records
+            for k, new in zip(g.split_ids, lengths, strict=True):
+                s = as_split(records[k])
+                moved = with_record(moved, k, dataclasses.replace(s, lengths=new))
+            depths = [now.depth]
+            if pipelined:
+                depths = cls.depths(space, moved, g, now.depth, new_warps * new_cols > warps * cols)
+            elif _group_draw(moved, g, True).pipelined_bytes(g, 1) > limit:
+                continue
+            copy = now.operand_copy
+            if copy == TMA and not tma_fits(space.hardware, g, lengths, WGMMA, _buffered(moved)):
+                copy = CP_ASYNC
+            out += [_rewrite(moved, groups, g, depth=d, operand_copy=copy) for d in depths]
+        return out
+
+    @staticmethod
+    def depths(
+        space: TensorCoreChoices, records: Records, g: TensorCoreGroup, depth: int, grown: bool
+    ) -> list[int]:
+        """The slots a pipelined group takes with its new tiles (in `records`): its `depth` and
+        one fewer for a grown tile (one more for a shrunk one), those that fit; a grown tile
+        that fits neither takes the deepest that fits (none: no move)."""
+        draw, limit = (
+            _group_draw(records, g, True),
+            space.hardware.max_shared_memory_per_block_optin,
+        )
+        menu = set(space.pipeline_stages) | {DOUBLE}
+        fits = [d for d in sorted(menu) if draw.pipelined_bytes(g, d) <= limit]
+        near = [d for d in (depth, depth - 1 if grown else depth + 1) if d in fits]
+        below = [d for d in fits if d < depth and grown]
+        if near or not below:
+            return near
+        return [max(below)]
+
+
 __all__ = [
     "FragmentDoubleBufferMutation",
     "GroupChoices",
     "OperandCopyMutation",
     "PipelineStagesMutation",
     "TensorCoreInstructionMutation",
+    "WarpgroupTileMutation",
     "with_choices",
 ]

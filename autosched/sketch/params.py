@@ -84,6 +84,26 @@ class SketchParams:
     # drawn block tile warpgroups can compute (`tensor_core_instruction.py`); elsewhere the
     # draws are those of ("wmma", "mma")
     tensor_core_instructions: tuple[str, ...] = ("wmma", "mma", "wgmma")
+    # how a stage drawn as wgmma (sm_90) is tiled (sketch/warpgroup_tile.py): its block tile is
+    # drawn afresh for warpgroups (False: the block tile drawn for wmma / mma warps is kept,
+    # where it is warpgroup-shaped), weighted toward the fast Hopper shapes, which a draw for
+    # warps of 16 x 16 tiles makes rare (128 x 256 as two warpgroups: about one in a hundred):
+    redraw_wgmma_tiles: bool = True
+    # (warpgroups along M, weight): 1, 2 or 4 warpgroups of 64 rows each
+    wgmma_warpgroup_weights: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 1))
+    # a block width (wgmma's N) of c 16-column tiles weighs c ** this: wider blocks read each
+    # fetched byte of A more often (0: uniform)
+    wgmma_width_exponent: float = 1.0
+    # the weight of a K chunk of whole 128-byte rows (64 halves: the 128B swizzle's row, a TMA
+    # box's line) against 1 for the others
+    wgmma_swizzled_chunk_weight: int = 4
+    # the chance that a wgmma stage whose K spans more than one chunk is pipelined (its shared
+    # operands double-buffered, then deepened by PipelineStages) where DoubleBuffer did not
+    wgmma_pipeline_probability: float = 0.9
+    # the slot counts a pipelined wgmma stage is drawn from (those of `pipeline_stages`; all of
+    # them where none of these fits): a pipeline of 3 or more keeps one group of wgmmas in
+    # flight across the next step's barrier (lower/wgmma_mainloop.py)
+    wgmma_pipeline_stages: tuple[int, ...] = (3, 4, 5)
     # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
     # among those that fit the shared memory (PipelineStages): 2 is plain double buffering
     pipeline_stages: tuple[int, ...] = (2, 3, 4, 5)
@@ -147,7 +167,11 @@ class SketchParams:
     max_row_register_elems: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("double_buffer_probability", "shared_padding_probability"):
+        for name in (
+            "double_buffer_probability",
+            "shared_padding_probability",
+            "wgmma_pipeline_probability",
+        ):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"SketchParams: {name} must be in [0, 1], got {value}")
@@ -169,6 +193,25 @@ class SketchParams:
             raise ValueError(
                 f"SketchParams: pipeline_stages must be one or more of 2..5, got "
                 f"{self.pipeline_stages}"
+            )
+        if not set(self.wgmma_pipeline_stages) <= {2, 3, 4, 5}:
+            raise ValueError(
+                f"SketchParams: wgmma_pipeline_stages must be among 2..5, got "
+                f"{self.wgmma_pipeline_stages}"
+            )
+        if not self.wgmma_warpgroup_weights or not all(
+            n in (1, 2, 4) and w > 0 for n, w in self.wgmma_warpgroup_weights
+        ):
+            raise ValueError(
+                "SketchParams: wgmma_warpgroup_weights must be one or more (warpgroups, weight) "
+                f"pairs of 1, 2 or 4 warpgroups and positive weights, got "
+                f"{self.wgmma_warpgroup_weights}"
+            )
+        if self.wgmma_width_exponent < 0 or self.wgmma_swizzled_chunk_weight < 1:
+            raise ValueError(
+                "SketchParams: wgmma_width_exponent must be >= 0 and "
+                "wgmma_swizzled_chunk_weight >= 1, got "
+                f"{self.wgmma_width_exponent} and {self.wgmma_swizzled_chunk_weight}"
             )
         if not self.fragment_double_buffers or not all(
             isinstance(x, bool) for x in self.fragment_double_buffers

@@ -5,9 +5,11 @@ Tensor Core stage is (`State.pipeline_stages`: 2 to 5 slots of its A and B tiles
 Per Tensor Core group whose shared operand caches DoubleBuffer marked, the rule draws the slot
 count uniformly from `SketchParams.pipeline_stages`, among the counts whose operand tiles (each
 count times the drawn tiles, padding included) and float32 epilogue tile fit in the device's
-opt-in shared memory. Only a count above 2 is recorded, so a plain double-buffered state keeps
-its steps. It runs after the rules whose draws it reads (the tiles, padding and double
-buffering) and last, so that their draws are those they would be without it.
+opt-in shared memory; for a wgmma stage, among those of `SketchParams.wgmma_pipeline_stages`
+that fit (3 or more slots by default, which keep a group of wgmmas in flight), if any do. Only
+a count above 2 is recorded, so a plain double-buffered state keeps its steps. It runs after
+the rules whose draws it reads (the tiles, padding, double buffering and instruction) and last,
+so that their draws are those they would be without it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.stage_steps import split_at
 from autosched.sketch.tensor_core_init import TensorCoreDraw
+from autosched.sketch.tensor_core_instruction import WGMMA
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
-from autosched.te.dtype import BYTES
 
 DOUBLE = 2  # the slots of a plain double-buffered stage
 
@@ -41,9 +43,7 @@ def group_draw(split_lengths: Sequence[tuple[int, ...]], pads: tuple[int, ...]) 
 def pipelined_bytes(draw: TensorCoreDraw, g: TensorCoreGroup, slots: int) -> int:
     """The shared memory of group `g`'s kernel with `slots` slots of its operand tiles: the
     drawn tiles' (FillTensorCore's estimate; bound inference may clip a padded edge below it)."""
-    ext = draw.extents()
-    epilogue = ext["m"] * ext["n"] * BYTES["float32"] if g.epilogue else 0
-    return epilogue + slots * (draw.shared_bytes(g) - epilogue)
+    return draw.pipelined_bytes(g, slots)
 
 
 def shared_bytes(state: State, g: TensorCoreGroup, slots: int) -> int:
@@ -63,6 +63,8 @@ class PipelineStages(InitRule):
             if not all(state.stages[c].double_buffer for c in g.shared) or choices == (DOUBLE,):
                 continue
             fits = [s for s in choices if shared_bytes(state, g, s) <= limit] or [DOUBLE]
+            if state.stages[g.acc].tensor_core_instruction == WGMMA:
+                fits = [s for s in fits if s in ctx.params.wgmma_pipeline_stages] or fits
             slots = pick(fits, rng)
             if slots != DOUBLE:
                 for c in g.shared:

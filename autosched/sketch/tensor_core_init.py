@@ -105,6 +105,13 @@ class TensorCoreDraw:
             total += (a * b + rows * pad) * g.operand_bytes
         return total
 
+    def pipelined_bytes(self, g: TensorCoreGroup, slots: int) -> int:
+        """The shared memory of group `g`'s kernel with `slots` slots of these operand tiles (and
+        one float32 epilogue tile): an estimate, as bound inference may clip a padded edge."""
+        ext = self.extents()
+        epilogue = ext["m"] * ext["n"] * BYTES["float32"] if g.epilogue else 0
+        return epilogue + slots * (self.shared_bytes(g) - epilogue)
+
     def lengths(self) -> tuple[tuple, tuple, tuple]:
         """The M, N and K splits' lengths."""
         return (

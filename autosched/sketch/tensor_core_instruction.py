@@ -4,14 +4,18 @@ fit the stage: "wmma" (nvcuda::wmma fragments), "mma" (`ldmatrix` + `mma.sync` m
 per-lane registers, m16n8k8 for TF32; docs/TENSOR_CORES.md) and "wgmma" (Hopper's warpgroup
 MMA, `lower/warpgroup_mma.py`).
 
-"wgmma" fits where the target is sm_90, the operands are 16-bit and the drawn block tile can be
-computed by warpgroups (`warpgroup_tiles`): its rows a multiple of 64 (4 warps of 16 rows each
-per warpgroup), its columns at most 256, and a warp's accumulators (a 16-row strip of the whole
-block width) within the registers its block size leaves. Drawing it re-tiles the block's warps
-to that shape, all along M with one 16-row tile each (the block tile, and with it the shared
-tiles and their fetch, stay as drawn): what `warpgroup_mma` lowers. Where no block tile of whole
-warpgroups divides M (`warpgroup_divisible`) and an epilogue writes the output, the drawn block
-rows are rounded up to whole warpgroups instead (the shared tiles grow with them).
+"wgmma" fits where the target is sm_90, the operands are 16-bit and some block tile can be
+computed by warpgroups (`wgmma_fits`): rows a multiple of 64 (4 warps of 16 rows each per
+warpgroup), at most 256 columns, and a warp's accumulators (a 16-row strip of the whole block
+width) within the registers its block size leaves. Drawing it tiles the stage afresh for
+warpgroups, all warps along M with one 16-row tile each, the block tile and K chunk weighted
+toward Hopper's fast shapes and the shared tiles pipelined (`draw_warpgroup_tile`,
+warpgroup_tile.py): what `warpgroup_mma` lowers. With `SketchParams.redraw_wgmma_tiles` off,
+wgmma fits only where the drawn block tile is warpgroup-shaped (`warpgroup_tiles`) and drawing
+it re-tiles that tile's warps (`as_warpgroups`; the block tile, shared tiles and fetch stay as
+drawn). Where no block tile of whole warpgroups divides M (`warpgroup_divisible`) and an
+epilogue writes the output, the block rows are rounded up to whole warpgroups instead (the
+shared tiles grow with them).
 
 Only a choice other than wmma is recorded (`State.tensor_core_instruction`); a state that keeps
 wmma has the same steps as before the rule existed, and where only wmma and mma are listed the
@@ -24,7 +28,7 @@ from __future__ import annotations
 from autosched.lower import ir
 from autosched.lower import wgmma_layout as wl
 from autosched.schedule.steps import SplitStep, replay
-from autosched.sketch.factorization import divisors, pick
+from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.stage_steps import split_at
 from autosched.sketch.tensor_core_init import (
@@ -32,32 +36,16 @@ from autosched.sketch.tensor_core_init import (
     REGISTERS_PER_TILE,
     fragment_register_budget,
 )
+from autosched.sketch.validity import Reason, Rejected, tile_sizes
+from autosched.sketch.warpgroup_tile import (
+    draw_warpgroup_tile,
+    rounded_to_warpgroups,
+    warpgroup_divisible,
+    warpgroup_shapes,
+)
 
 WMMA, MMA, WGMMA = "wmma", "mma", "wgmma"
 WGMMA_ARCHS = ("sm_90",)
-# a block tile rounded up to whole warpgroups: the rows its blocks cover past M, at most this
-# share of M's rows
-MAX_ROWS_PAST_M = (1, 4)
-
-
-def warpgroup_divisible(m_tiles: int) -> bool:
-    """Whether some block tile of whole warpgroups (a multiple of 4 16-row tiles, at most
-    `MAX_BLOCK_TILES`) divides M's `m_tiles` tiles. Where none does (M of 49 or 98 tiles: the
-    pixels of convs of 28x28 or 7x7 outputs), a drawn block tile is rounded up to whole
-    warpgroups instead, its last block running past M: wgmmas run whole tiles past the
-    tensor's edge, and the epilogue (`g.epilogue`: the output written by the kernel's root,
-    element by element under its guards) stores none of those rows."""
-    return any(d % wl.WARPGROUP_WARPS == 0 for d in divisors(m_tiles) if d <= MAX_BLOCK_TILES)
-
-
-def rounded_to_warpgroups(warps: int, m_tiles: int) -> int:
-    """`warps` 16-row tiles of a block rounded up to whole warpgroups, where the blocks then
-    cover at most a quarter more than M's `m_tiles` tiles (`MAX_ROWS_PAST_M`); else `warps`
-    (not warpgroup-shaped: no wgmma). Small M (2 or 3 tiles) would waste half its work."""
-    rounded = warps + -warps % wl.WARPGROUP_WARPS
-    covered = -(-m_tiles // rounded) * rounded
-    numerator, denominator = MAX_ROWS_PAST_M
-    return rounded if (covered - m_tiles) * denominator <= m_tiles * numerator else warps
 
 
 def warpgroup_tiles(ctx, state, g) -> tuple[int, int] | None:
@@ -93,22 +81,49 @@ def as_warpgroups(state, g, warps: int, cols: int):
     return replay(state.dag, steps)
 
 
+def wgmma_fits(ctx, g) -> bool:
+    """Whether group `g` may be drawn as wgmma: on sm_90, 16-bit operands, and a block tile
+    that warpgroups compute (any of `warpgroup_shapes`, as the tile is drawn afresh; the drawn
+    one, `warpgroup_tiles`, with `redraw_wgmma_tiles` off)."""
+    hw = ctx.hardware
+    if hw.arch not in WGMMA_ARCHS or g.operand_bytes != 2 or g.k_tile != ir.WMMA_TILE:
+        return False
+    return bool(warpgroup_shapes(ctx, g))
+
+
 class TensorCoreInstruction(InitRule):
-    """Draws the instruction family of every Tensor Core stage of the state."""
+    """Draws the instruction family of every Tensor Core stage of the state; a stage drawn as
+    wgmma is tiled by `draw_warpgroup_tile` (or, with `redraw_wgmma_tiles` off, its drawn block
+    tile by `as_warpgroups`)."""
 
     def apply(self, ctx, plan, state, rng):
         choices = ctx.params.tensor_core_instructions
+        redraw = ctx.params.redraw_wgmma_tiles
         for g in plan.tensor_core:
-            shape = warpgroup_tiles(ctx, state, g) if WGMMA in choices else None
-            fits = [c for c in choices if c != WGMMA or shape is not None]
+            shape = None
+            if WGMMA in choices:
+                shape = warpgroup_tiles(ctx, state, g) if not redraw else wgmma_fits(ctx, g)
+            fits = [c for c in choices if c != WGMMA or shape]
             if fits == [WMMA] or not fits:
                 continue
             drawn = pick(fits, rng)
-            if drawn == WGMMA and shape is not None:
+            if drawn == WGMMA and redraw:
+                tiled = draw_warpgroup_tile(ctx, state, g, rng)
+                if tiled is None:
+                    raise Rejected(tile_sizes(Reason.SHARED_MEMORY))
+                state = tiled
+            elif drawn == WGMMA and isinstance(shape, tuple):
                 state = as_warpgroups(state, g, *shape)
             if drawn != WMMA:
                 state = state.tensor_core_instruction(g.acc, drawn)
         return state
 
 
-__all__ = ["TensorCoreInstruction", "as_warpgroups", "warpgroup_tiles"]
+__all__ = [
+    "TensorCoreInstruction",
+    "as_warpgroups",
+    "rounded_to_warpgroups",  # warpgroup_tile.py
+    "warpgroup_divisible",
+    "warpgroup_tiles",
+    "wgmma_fits",
+]

@@ -56,8 +56,11 @@ def main_loop(kernel: ir.Kernel) -> ir.For:
 
 def overlapped(dag: ComputeDAG, stages: int, warpgroups: int):
     """(state, program) of the first sampled wgmma state with `stages` slots, `warpgroups`
-    warpgroups a block and the mainloop order."""
-    params = dataclasses.replace(WGMMA_ONLY, pipeline_stages=(stages,))
+    warpgroups a block and the mainloop order, its tiles fetched by cp.async (TMA's loop is
+    test_tma_fetch's)."""
+    params = dataclasses.replace(
+        WGMMA_ONLY, pipeline_stages=(stages,), operand_copies=("cp.async",)
+    )
     for seed in range(4):
         sampler, _, drawn = sample(dag, params, n=4, seed=seed)
         for s in drawn:
@@ -135,7 +138,7 @@ def test_two_warpgroups_fetching_after_their_own_wait_fail():
 
 def test_the_plain_order_is_kept_without_a_deep_pipeline():
     dag = matmul_dag("float16")
-    params = dataclasses.replace(WGMMA_ONLY, pipeline_stages=(2,))
+    params = dataclasses.replace(WGMMA_ONLY, pipeline_stages=(2,), operand_copies=("cp.async",))
     sampler, _, drawn = sample(dag, params, n=4)
     for s in drawn:
         stmts = list(ir.iter_stmts(sampler.programs[s.key()].kernels[0].body))
@@ -190,7 +193,7 @@ def test_a_guarded_fetch_is_checked_element_by_element():
     elements reach into the next slot, which a wgmma reads; enumerated under the guard they do
     not (`verify_wgmma_order`), and the interpreter agrees."""
     dag = matmul_dag("float16")
-    params = dataclasses.replace(WGMMA_ONLY, pipeline_stages=(3, 4))
+    params = dataclasses.replace(WGMMA_ONLY, pipeline_stages=(3, 4), operand_copies=("cp.async",))
     for seed in range(4, 6):
         sampler, _, drawn = sample(dag, params, n=4, seed=seed)
         for s in drawn:
