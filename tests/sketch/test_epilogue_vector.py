@@ -150,7 +150,8 @@ def test_epilogue_vectors_are_checked():
 @needs_nvcc
 def test_full_size_vector_epilogues_compile_for_sm_90a_without_spills():
     dag = batch_matmul_bf16(16, 512, 512, 64)
-    _, states = sample(dag, SketchParams(tensor_core_instructions=("wgmma",)), n=4, seed=3)
+    params = SketchParams(tensor_core_instructions=("wgmma",), epilogue_vectors=(True,))
+    _, states = sample(dag, params, n=4, seed=3)
     states = [s for s in states if vectorized(dag, s)]
     assert states
     source = build(dag, states[0]).source
