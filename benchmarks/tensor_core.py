@@ -5,7 +5,7 @@ process.
     python -m benchmarks.tensor_core --trials 1000 --out runs/ [--workloads NAME_OR_GROUP ...]
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
         [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
-        [--fragment-double-buffers off on] [--operand-copy cp.async tma] [--tma-im2col]
+        [--fragment-double-buffers off on] [--operand-copy cp.async tma] [--tma-im2col off|on]
         [--epilogue-vectors off on]
 
 `--instructions`, `--pipeline-stages`, `--fragment-double-buffers`, `--operand-copy` and
@@ -18,9 +18,10 @@ families; `--fragment-double-buffers off` and `on` compare the
 register double buffering of mma fragments; `--operand-copy tma` (with `--instructions wgmma`)
 draws TMA box copies for a wgmma stage's shared tiles wherever they fit them (and double-buffers
 every shared tile, as TMA feeds pipelined tiles only), `--operand-copy cp.async tma` (the
-default) either, `--operand-copy cp.async` never. `--tma-im2col` lets TMA's im2col mode copy
-a conv's gathered input (3x3 windows, strides, padding) where TMA is drawn, with a sketch that
-pipelines a 3x3's taps and K tiles in one loop (`SketchParams.tma_im2col`, off by default).
+default) either, `--operand-copy cp.async` never. `--tma-im2col on` (the default) lets TMA's
+im2col mode copy a conv's gathered input (3x3 windows, strides, padding) where TMA is drawn,
+with a sketch that pipelines a 3x3's taps and K tiles in one loop (`SketchParams.tma_im2col`);
+`off` keeps such convs on cp.async.
 `--epilogue-vectors on` copies every epilogue out in 16-byte vectors where it may (sm_90),
 `off` one element a thread.
 The table's "instructions" column says what the best kernel uses.
@@ -273,7 +274,7 @@ def tune(name: str, ns) -> tuple:
             pipeline_stages=tuple(ns.pipeline_stages),
             fragment_double_buffers=tuple(x == "on" for x in ns.fragment_double_buffers),
             operand_copies=tuple(ns.operand_copy),
-            tma_im2col=ns.tma_im2col,
+            tma_im2col=ns.tma_im2col == "on",
             epilogue_vectors=tuple(x == "on" for x in ns.epilogue_vectors),
         )
         if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
@@ -431,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--tma-im2col",
-        action="store_true",
-        help="let TMA im2col copies feed convs (3x3, strided: SketchParams.tma_im2col)",
+        default="on",
+        choices=["off", "on"],
+        help="whether TMA im2col copies may feed convs (3x3, strided: SketchParams.tma_im2col)",
     )
     ap.add_argument(
         "--epilogue-vectors",

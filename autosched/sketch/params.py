@@ -120,8 +120,9 @@ class SketchParams:
     # may draw them for a conv whose tiles no box holds (strided, padded or windowed), and on
     # sm_90 a conv whose window runs more than once (a 3x3) also gets an implicit GEMM sketch
     # whose window and K loops are fused into one loop its shared tiles are pipelined over
-    # (tensor_core.py). Off by default until checked on the GPU
-    tma_im2col: bool = False
+    # (tensor_core.py). On by default (checked against numpy on an H100); False: convs keep
+    # cp.async wherever no box holds their gather
+    tma_im2col: bool = True
     # whether the epilogue of a wgmma or mma stage (sm_90) copies its shared accumulator tile
     # out in 16-byte vectors a thread, 8 bf16 / fp16 or 4 fp32 (EpilogueVector,
     # sketch/epilogue_vector.py), else one element a thread; drawn uniformly where the output

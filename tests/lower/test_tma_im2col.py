@@ -118,14 +118,15 @@ def test_sampled_3x3_states_copy_the_window_by_im2col_and_compute_the_conv(strid
     tz.run_and_compare(dag, program)
 
 
-def test_the_window_fused_sketch_is_drawn_only_where_asked_on_hopper():
+def test_the_window_fused_sketch_is_drawn_on_hopper_by_default_and_only_where_asked():
     dag = conv(7, 64, 3, 1, 1)
     hw = HardwareParams()
     fused = generate_sketches(dag, hw, WINDOWS)
     plain = generate_sketches(dag, hw, dataclasses.replace(WINDOWS, tma_im2col=False))
     sm80 = generate_sketches(dag, dataclasses.replace(hw, arch="sm_80"), WINDOWS)
     assert len(fused) == len(plain) + 1 and len(sm80) == len(plain)
-    assert SketchParams().tma_im2col is False  # off until checked on the GPU
+    default = generate_sketches(dag, hw, SketchParams())
+    assert len(default) == len(fused)  # on by default
     sampler = SketchSampler(plain, hw, WINDOWS)
     assert not any(st.operand_copy == "tma" for s in sampler.sample(2, 0) for st in s.stages)
 

@@ -14,7 +14,7 @@ from autosched.lower.planning import make_plan
 from autosched.lower.wgmma_ir import WgmmaMma
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.implicit_gemm import implicit_gemm_ops, row_axes
-from autosched.sketch import SketchSampler, generate_sketches
+from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.tensor_core import match_implicit_gemm
 from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.task.evaluate import evaluate
@@ -46,8 +46,10 @@ def conv_nhwc(
 
 
 def implicit_sketch(dag: ComputeDAG):
-    """The implicit GEMM sketch of `dag` (the one with a gather stage)."""
-    found = [s for s in generate_sketches(dag) if any(".im2col" in x.name for x in s.stages)]
+    """The implicit GEMM sketch of `dag` (the one with a gather stage; not the window-fused one
+    that TMA im2col copies add on sm_90)."""
+    plain = generate_sketches(dag, params=SketchParams(tma_im2col=False))
+    found = [s for s in plain if any(".im2col" in x.name for x in s.stages)]
     assert len(found) == 1
     return found[0]
 
