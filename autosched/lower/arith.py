@@ -313,7 +313,7 @@ class MemoBounds(dict):
 
     def __init__(self, bounds: Bounds) -> None:
         super().__init__(bounds)
-        self.affine: dict[int, tuple[Expr, Affine]] = {}
+        self.affine: dict[tuple, tuple[Expr, Affine]] = {}
 
 
 def to_affine(e: Expr, bounds: Bounds) -> Affine:
@@ -321,11 +321,12 @@ def to_affine(e: Expr, bounds: Bounds) -> Affine:
     expression object when `bounds` is a MemoBounds."""
     if type(bounds) is not MemoBounds:
         return _to_affine(e, bounds)
-    got = bounds.affine.get(id(e))
-    if got is not None:
+    key = e._key
+    got = bounds.affine.get(key)
+    if got is not None and got[0].dtype == e.dtype:
         return got[1]
     aff = _to_affine(e, bounds)
-    bounds.affine[id(e)] = (e, aff)
+    bounds.affine[key] = (e, aff)
     return aff
 
 

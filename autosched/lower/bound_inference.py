@@ -16,14 +16,14 @@ from collections.abc import Iterable
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import Bounds
+from autosched.lower.arith import Bounds, MemoBounds
 from autosched.lower.intervals import interval, union
 from autosched.lower.ir import I32, int32
 from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.tensor import Tensor
-from autosched.te.visitor import substitute, walk
+from autosched.te.visitor import nodes, substitute
 
 # loops a stage computed at them is shared across, by the scope of its buffer
 RELAXED_TAGS = {
@@ -35,7 +35,7 @@ RELAXED_TAGS = {
 
 def tensor_loads(e: Expr) -> list[Load]:
     """The loads of tensors (not of IR buffers) in a stage body."""
-    return [n for n in walk(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
+    return [n for n in nodes(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
 
 
 def infer_bounds(plan: LoweringPlan) -> None:
@@ -168,6 +168,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
         raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
     tensor_op = st.produces
     per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in plan.compute_op(i).axis]
+    memo = MemoBounds({})  # the consumers' indices share their root values' terms
     for j in consumers:
         cinf = plan.info[j]
         loops = cinf.context + [(j, it.name) for it in plan.stages[j].iters]
@@ -189,7 +190,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
             if node.buffer.op is not tensor_op:
                 continue
             for d, idx in enumerate(node.indices):
-                per_dim[d].append(interval(substitute(idx, root_map), relaxed))
+                per_dim[d].append(interval(substitute(idx, root_map), relaxed, memo))
     base: list[Expr] = []
     region: list[int] = []
     tiled = tile_dims(plan, i)

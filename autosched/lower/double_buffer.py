@@ -53,7 +53,7 @@ from autosched.lower.ir import BLOCK_TAGS, I32, int32
 from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.te.expr import BinOp, Expr, Load, Var
-from autosched.te.visitor import rewrite, substitute
+from autosched.te.visitor import rewrite_loads, substitute
 
 SLOTS = 2  # the slots of a plain double-buffered stage
 
@@ -101,11 +101,11 @@ def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
         def fix(node):
             if isinstance(node, Load) and id(node.buffer) in offsets:
                 (index,) = node.indices
-                index = rewrite(index, fix)
+                index = rewrite_loads(index, fix)
                 return Load(node.buffer, (BinOp("+", index, offsets[id(node.buffer)], I32),))
             return None
 
-        return rewrite(e, fix)
+        return rewrite_loads(e, fix)
 
     def target(buffer: ir.Buffer, index: Expr):
         delta = offsets.get(id(buffer))

@@ -44,7 +44,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir, stmt_walk
 from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
-from autosched.te.visitor import children, rebuild, rewrite, walk
+from autosched.te.visitor import children, nodes, rebuild, rewrite_loads
 
 
 def inject_virtual_threads(kernel: ir.Kernel) -> ir.Kernel:
@@ -165,7 +165,7 @@ def _writes(s: ir.Stmt, guards: tuple):
 
 def _uses(e: Expr, var: Var, buffer_ids) -> bool:
     """Whether `e` uses `var` or loads one of the buffers in `buffer_ids`."""
-    for n in walk(e):
+    for n in nodes(e):
         if n is var or (isinstance(n, Load) and id(n.buffer) in buffer_ids):
             return True
     return False
@@ -192,7 +192,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
 
     def load(node: Expr) -> Expr | None:
         if isinstance(node, Load) and id(node.buffer) in swap:
-            index = rewrite(node.indices[0], load)
+            index = rewrite_loads(node.indices[0], load)
             return Load(swap[id(node.buffer)], (part(node.buffer, index),))
         return None
 
@@ -219,7 +219,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
         return dataclasses.replace(s, **changes) if changes else s
 
     return stmt_walk.map_exprs(
-        body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target, warp
+        body, lambda e: rewrite_loads(e, load) if reads_swapped(e) else e, target, warp
     )
 
 
@@ -358,7 +358,7 @@ def _access_counts(s: ir.Stmt) -> Counter:
             for b in node.buffers():
                 counts[id(b)] += 1
         for e in _exprs(node):
-            for n in walk(e):
+            for n in nodes(e):
                 if isinstance(n, Load):
                     counts[id(n.buffer)] += 1
     return counts
