@@ -96,17 +96,25 @@ class _Injection:
     def inject(self, loop: ir.For, body: ir.Stmt) -> ir.Stmt:
         """One vthread loop (with injected `body`) replaced by the pushed-down copies."""
         touched = _touched_buffers(body, loop.var)
-        private = [b for b in touched.values() if b.scope != "global" and self.is_private(b, loop)]
+        inside: list[Counter] = []  # the loop's own access counts, counted once when needed
+        private = [
+            b for b in touched.values() if b.scope != "global" and self.is_private(b, loop, inside)
+        ]
         swap = {id(b): self.expand(b, loop.extent) for b in private}
         body = _expand_accesses(body, swap, loop.var)
         ids = set(touched) | {id(b) for b in swap.values()}
         return _Pusher(loop.var, loop.extent, ids).push(body)
 
-    def is_private(self, b: ir.Buffer, loop: ir.For) -> bool:
+    def is_private(self, b: ir.Buffer, loop: ir.For, inside: list[Counter]) -> bool:
         """No access to `b` lies outside `loop` (a buffer made by an inner expansion has all its
-        accesses inside that inner loop)."""
+        accesses inside that inner loop). `inside` holds the loop's access counts once a call
+        has counted them (empty before), for the calls on the loop's other buffers."""
         total = self.total.get(id(b))
-        return total is None or total == _access_counts(loop.body).get(id(b), 0)
+        if total is None:
+            return True
+        if not inside:
+            inside.append(_access_counts(loop.body))
+        return total == inside[0].get(id(b), 0)
 
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""

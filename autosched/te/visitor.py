@@ -78,11 +78,16 @@ def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     return go(e)
 
 
-def rewrite_loads(e: Expr, fn: Callable[[Load], Expr | None]) -> Expr:
+def rewrite_loads(
+    e: Expr, fn: Callable[[Load], Expr | None], memo: dict[int, Expr] | None = None
+) -> Expr:
     """`rewrite` with `fn` asked of the Load nodes only (every other node is kept, its children
     rewritten): what lowering's buffer redirections do to each stage body and index, without a
-    call per node that is not a load."""
-    memo: dict[int, Expr] = {}
+    call per node that is not a load. `memo` (id of a node -> its rewrite) may be shared by the
+    calls of one `fn` on parts of one tree (`fn` rewriting a load's indices with the same `fn`):
+    the subtrees they share are then rewritten once. The tree must stay alive while the memo
+    is in use (its keys are ids)."""
+    memo = {} if memo is None else memo
 
     def go(node: Expr) -> Expr:
         got = memo.get(id(node))
