@@ -301,42 +301,31 @@ def is_multiple(e: Expr, m: int, bounds: Bounds) -> bool:
 
 class MemoBounds(dict):
     """Variable bounds (a `Bounds` dict) that remember `to_affine`'s answer per expression
-    while they are in use: a pass that simplifies a whole kernel under one set of bounds meets
-    the same index sub-expressions (a split or fused loop's index, its guards) in many
-    statements, often as equal trees built apart (each substitution of a root value builds its
-    own), and the floor-division rules re-derive the forms of their operands.
+    object while they are in use: a pass that simplifies a whole kernel under one set of bounds
+    meets the same index sub-expressions (a split or fused loop's index, its guards) in many
+    statements, and the floor-division rules re-derive the forms of their operands.
 
-    An expression is looked up by object first (`by_id`), then by structure (`by_shape`: keyed
-    by its hash, which the node caches, and checked against its structural key and dtype, so a
-    hash collision only costs a recomputation). Both keep the expression alive, so an id in a
-    key is never reused while it is remembered; Affine forms are never changed once made, so
-    sharing them is safe. A Select's printing style is not part of its structure: equal trees
-    that differ only there share a form (the CUDA printer prints both styles alike). The bounds
-    must not change once made (make a new MemoBounds instead)."""
+    The memo is keyed by the object's id and keeps the object alive, so an id is never reused
+    while it is remembered; Affine forms are never changed once made, so sharing them is safe.
+    The bounds must not change once made (make a new MemoBounds instead)."""
 
-    __slots__ = ("by_id", "by_shape")
+    __slots__ = ("affine",)
 
     def __init__(self, bounds: Bounds) -> None:
         super().__init__(bounds)
-        self.by_id: dict[int, tuple[Expr, Affine]] = {}
-        self.by_shape: dict[int, tuple[Expr, Affine]] = {}
+        self.affine: dict[int, tuple[Expr, Affine]] = {}
 
 
 def to_affine(e: Expr, bounds: Bounds) -> Affine:
     """The affine form of an integer expression (sub-terms simplified); remembered per
-    expression (object, then structure) when `bounds` is a MemoBounds."""
+    expression object when `bounds` is a MemoBounds."""
     if type(bounds) is not MemoBounds:
         return _to_affine(e, bounds)
-    got = bounds.by_id.get(id(e))
+    got = bounds.affine.get(id(e))
     if got is not None:
         return got[1]
-    h = hash(e)
-    got = bounds.by_shape.get(h)
-    if got is not None and got[0].dtype == e.dtype and got[0]._key == e._key:
-        bounds.by_id[id(e)] = (e, got[1])
-        return got[1]
     aff = _to_affine(e, bounds)
-    bounds.by_id[id(e)] = bounds.by_shape[h] = (e, aff)
+    bounds.affine[id(e)] = (e, aff)
     return aff
 
 

@@ -23,7 +23,7 @@ from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.tensor import Tensor
-from autosched.te.visitor import nodes, substitute
+from autosched.te.visitor import substitute, walk
 
 # loops a stage computed at them is shared across, by the scope of its buffer
 RELAXED_TAGS = {
@@ -35,7 +35,7 @@ RELAXED_TAGS = {
 
 def tensor_loads(e: Expr) -> list[Load]:
     """The loads of tensors (not of IR buffers) in a stage body."""
-    return [n for n in nodes(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
+    return [n for n in walk(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
 
 
 def infer_bounds(plan: LoweringPlan) -> None:
@@ -168,7 +168,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
         raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
     tensor_op = st.produces
     per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in plan.compute_op(i).axis]
-    memo = MemoBounds({})  # the consumers' indices share their root values' terms
+    memo = MemoBounds({})  # one for all the intervals: the loads share their root values
     for j in consumers:
         cinf = plan.info[j]
         loops = cinf.context + [(j, it.name) for it in plan.stages[j].iters]

@@ -29,7 +29,7 @@ from autosched.lower.unrolling import auto_unroll
 from autosched.schedule.stage import ROOT
 from autosched.te.expr import Const, Expr, Load, Reduce, Select, Var
 from autosched.te.tensor import Tensor
-from autosched.te.visitor import rewrite_loads, substitute
+from autosched.te.visitor import rewrite, substitute
 
 
 def value_expr(plan: LoweringPlan, e: Expr, root_map: dict[Var, Expr]) -> Expr:
@@ -40,12 +40,12 @@ def value_expr(plan: LoweringPlan, e: Expr, root_map: dict[Var, Expr]) -> Expr:
     def fix(node: Expr) -> Expr | None:
         if isinstance(node, Load) and isinstance(node.buffer, Tensor):
             j = plan.producer_stage[id(node.buffer.op)]
-            idx = [rewrite_loads(x, fix, memo) for x in node.indices]
+            idx = [rewrite(x, fix, memo) for x in node.indices]
             is_placeholder = plan.stages[j].is_placeholder
             return Load(plan.info[j].buf, (plan.flat_index(j, idx, not is_placeholder),))
         return None
 
-    return rewrite_loads(substitute(e, root_map), fix, memo)
+    return rewrite(substitute(e, root_map), fix, memo)
 
 
 def store_stmt(

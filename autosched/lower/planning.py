@@ -41,7 +41,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, INLINED, ROOT
 from autosched.te.expr import BinOp, Const, Expr, Load
 from autosched.te.tensor import ComputeOp, Tensor
-from autosched.te.visitor import rewrite_loads, substitute
+from autosched.te.visitor import rewrite, substitute
 
 
 def resolve_bodies(plan: LoweringPlan) -> None:
@@ -66,7 +66,7 @@ def resolve_bodies(plan: LoweringPlan) -> None:
                     raise LoweringError(
                         f"stage {st.name!r} reads {op.name!r}, which no stage produces"
                     )
-                idx = tuple(rewrite_loads(x, fix) for x in node.indices)
+                idx = tuple(rewrite(x, fix) for x in node.indices)
                 src = stages[j]
                 if src.compute_at == INLINED:
                     inner = body(j)
@@ -74,7 +74,7 @@ def resolve_bodies(plan: LoweringPlan) -> None:
                 return Load(src.produces.output(0), idx)
             return None
 
-        memo[i] = rewrite_loads(plan.compute_op(i).body, fix)
+        memo[i] = rewrite(plan.compute_op(i).body, fix)
         return memo[i]
 
     for i, st in enumerate(stages):

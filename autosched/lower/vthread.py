@@ -44,7 +44,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir, stmt_walk
 from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
-from autosched.te.visitor import children, nodes, rebuild, rewrite_loads
+from autosched.te.visitor import children, rebuild, rewrite, walk
 
 
 def inject_virtual_threads(kernel: ir.Kernel) -> ir.Kernel:
@@ -96,25 +96,19 @@ class _Injection:
     def inject(self, loop: ir.For, body: ir.Stmt) -> ir.Stmt:
         """One vthread loop (with injected `body`) replaced by the pushed-down copies."""
         touched = _touched_buffers(body, loop.var)
-        inside: list[Counter] = []  # the loop's own access counts, counted once when needed
-        private = [
-            b for b in touched.values() if b.scope != "global" and self.is_private(b, loop, inside)
-        ]
+        candidates = [b for b in touched.values() if b.scope != "global"]
+        inside = _access_counts(loop.body) if candidates else Counter()  # once for them all
+        private = [b for b in candidates if self.is_private(b, inside)]
         swap = {id(b): self.expand(b, loop.extent) for b in private}
         body = _expand_accesses(body, swap, loop.var)
         ids = set(touched) | {id(b) for b in swap.values()}
         return _Pusher(loop.var, loop.extent, ids).push(body)
 
-    def is_private(self, b: ir.Buffer, loop: ir.For, inside: list[Counter]) -> bool:
-        """No access to `b` lies outside `loop` (a buffer made by an inner expansion has all its
-        accesses inside that inner loop). `inside` holds the loop's access counts once a call
-        has counted them (empty before), for the calls on the loop's other buffers."""
+    def is_private(self, b: ir.Buffer, inside: Counter) -> bool:
+        """No access to `b` lies outside the loop whose access counts are `inside` (a buffer
+        made by an inner expansion has all its accesses inside that inner loop)."""
         total = self.total.get(id(b))
-        if total is None:
-            return True
-        if not inside:
-            inside.append(_access_counts(loop.body))
-        return total == inside[0].get(id(b), 0)
+        return total is None or total == inside.get(id(b), 0)
 
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""
@@ -139,16 +133,20 @@ class _Injection:
 
 def _touched_buffers(body: ir.Stmt, var: Var) -> dict[int, ir.Buffer]:
     """Buffers (by id) some store of `body` writes differently per value of `var`: its index,
-    value or guards use `var` or read a buffer already found (iterated to a fixed point)."""
-    writes = list(_writes(body, ()))
+    value or guards use `var` or read a buffer already found (iterated to a fixed point). Each
+    store's expressions are scanned once, for `var` and the buffers they load."""
+    writes = []
+    for buffer, exprs, reads in _writes(body, ()):
+        uses_var, loaded = _scan(exprs, var)
+        writes.append((buffer, uses_var, loaded | {id(r) for r in reads}))
     touched: dict[int, ir.Buffer] = {}
     grew = True
     while grew:
         grew = False
-        for buffer, exprs, reads in writes:
+        for buffer, uses_var, loaded in writes:
             if id(buffer) in touched:
                 continue
-            if any(id(r) in touched for r in reads) or any(_uses(e, var, touched) for e in exprs):
+            if uses_var or any(b in touched for b in loaded):
                 touched[id(buffer)] = buffer
                 grew = True
     return touched
@@ -171,9 +169,21 @@ def _writes(s: ir.Stmt, guards: tuple):
             yield from _writes(c, guards)
 
 
+def _scan(exprs, var: Var) -> tuple[bool, set[int]]:
+    """Whether `exprs` use `var`, and the ids of the buffers they load."""
+    uses_var, loaded = False, set()
+    for e in exprs:
+        for n in walk(e):
+            if n is var:
+                uses_var = True
+            elif isinstance(n, Load):
+                loaded.add(id(n.buffer))
+    return uses_var, loaded
+
+
 def _uses(e: Expr, var: Var, buffer_ids) -> bool:
     """Whether `e` uses `var` or loads one of the buffers in `buffer_ids`."""
-    for n in nodes(e):
+    for n in walk(e):
         if n is var or (isinstance(n, Load) and id(n.buffer) in buffer_ids):
             return True
     return False
@@ -200,7 +210,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
 
     def load(node: Expr) -> Expr | None:
         if isinstance(node, Load) and id(node.buffer) in swap:
-            index = rewrite_loads(node.indices[0], load)
+            index = rewrite(node.indices[0], load)
             return Load(swap[id(node.buffer)], (part(node.buffer, index),))
         return None
 
@@ -227,7 +237,7 @@ def _expand_accesses(body: ir.Stmt, swap: dict[int, ir.Buffer], var: Var) -> ir.
         return dataclasses.replace(s, **changes) if changes else s
 
     return stmt_walk.map_exprs(
-        body, lambda e: rewrite_loads(e, load) if reads_swapped(e) else e, target, warp
+        body, lambda e: rewrite(e, load) if reads_swapped(e) else e, target, warp
     )
 
 
@@ -366,7 +376,7 @@ def _access_counts(s: ir.Stmt) -> Counter:
             for b in node.buffers():
                 counts[id(b)] += 1
         for e in _exprs(node):
-            for n in nodes(e):
+            for n in walk(e):
                 if isinstance(n, Load):
                     counts[id(n.buffer)] += 1
     return counts

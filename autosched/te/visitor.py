@@ -29,71 +29,26 @@ def walk(e: Expr) -> Iterator[Expr]:
             stack.extend(reversed(kids))
 
 
-def nodes(e: Expr) -> list[Expr]:
-    """`walk`'s nodes as a list, in the same order (parents before children, shared subtrees
-    once): the passes that scan every expression of a program for loads or variables call it
-    on each index and value, and a generator's per-node resumption would dominate."""
-    out: list[Expr] = []
-    seen: set[int] = set()
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        key = id(node)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(node)
-        kids = node.children()
-        if kids:
-            stack.extend(reversed(kids))
-    return out
-
-
 def rebuild(e: Expr, new_children: Sequence[Expr]) -> Expr:
     """`e` with its children replaced (no dtype re-checks beyond the constructors')."""
     return e.with_children(new_children)
 
 
-def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """Bottom-up rewrite: `fn(node)` returns a replacement or None to keep (children rewritten)."""
-    memo: dict[int, Expr] = {}
-
-    def go(node: Expr) -> Expr:
-        got = memo.get(id(node))
-        if got is not None:
-            return got
-        repl = fn(node)
-        if repl is None:
-            repl = node
-            kids = node.children()
-            if kids:
-                new_kids = tuple([go(k) for k in kids])
-                for n, k in zip(new_kids, kids, strict=True):
-                    if n is not k:
-                        repl = node.with_children(new_kids)
-                        break
-        memo[id(node)] = repl
-        return repl
-
-    return go(e)
-
-
-def rewrite_loads(
-    e: Expr, fn: Callable[[Load], Expr | None], memo: dict[int, Expr] | None = None
+def rewrite(
+    e: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr] | None = None
 ) -> Expr:
-    """`rewrite` with `fn` asked of the Load nodes only (every other node is kept, its children
-    rewritten): what lowering's buffer redirections do to each stage body and index, without a
-    call per node that is not a load. `memo` (id of a node -> its rewrite) may be shared by the
-    calls of one `fn` on parts of one tree (`fn` rewriting a load's indices with the same `fn`):
-    the subtrees they share are then rewritten once. The tree must stay alive while the memo
-    is in use (its keys are ids)."""
+    """Bottom-up rewrite: `fn(node)` returns a replacement or None to keep (children rewritten).
+    `memo` (id of a node -> its rewrite) may be shared by the calls of one `fn` on parts of
+    one tree, or on trees that share subtrees (`fn` rewriting a load's indices with itself, the
+    expressions of one statement tree): a shared subtree is then rewritten once. Its keys are
+    ids, so the trees must stay alive while it is in use."""
     memo = {} if memo is None else memo
 
     def go(node: Expr) -> Expr:
         got = memo.get(id(node))
         if got is not None:
             return got
-        repl = fn(node) if type(node) is Load else None
+        repl = fn(node)
         if repl is None:
             repl = node
             kids = node.children()
@@ -161,18 +116,7 @@ def free_vars(e: Expr) -> list[Var]:
 
 def loads(e: Expr) -> list[Load]:
     """Every Load node in `e` (pre-order)."""
-    return [n for n in nodes(e) if isinstance(n, Load)]
+    return [n for n in walk(e) if isinstance(n, Load)]
 
 
-__all__ = [
-    "children",
-    "walk",
-    "nodes",
-    "rebuild",
-    "rewrite",
-    "rewrite_loads",
-    "substitute",
-    "free_vars",
-    "loads",
-    "Const",
-]
+__all__ = ["children", "walk", "rebuild", "rewrite", "substitute", "free_vars", "loads", "Const"]
