@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import Bounds
+from autosched.lower.arith import Bounds, MemoBounds
 from autosched.lower.intervals import interval, union
 from autosched.lower.ir import I32, int32
 from autosched.lower.plan import LoweringPlan
@@ -168,6 +168,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
         raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
     tensor_op = st.produces
     per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in plan.compute_op(i).axis]
+    memo = MemoBounds({})  # one for all the intervals: the loads share their root values
     for j in consumers:
         cinf = plan.info[j]
         loops = cinf.context + [(j, it.name) for it in plan.stages[j].iters]
@@ -189,7 +190,7 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
             if node.buffer.op is not tensor_op:
                 continue
             for d, idx in enumerate(node.indices):
-                per_dim[d].append(interval(substitute(idx, root_map), relaxed))
+                per_dim[d].append(interval(substitute(idx, root_map), relaxed, memo))
     base: list[Expr] = []
     region: list[int] = []
     tiled = tile_dims(plan, i)

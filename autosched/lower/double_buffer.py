@@ -97,15 +97,19 @@ def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
     """`s` with every access of the buffers in `offsets` (by id) moved by their offset: loads,
     stores and the memory tiles of warp statements."""
 
-    def load(e: Expr) -> Expr:
-        def fix(node):
-            if isinstance(node, Load) and id(node.buffer) in offsets:
-                (index,) = node.indices
-                index = rewrite(index, fix)
-                return Load(node.buffer, (BinOp("+", index, offsets[id(node.buffer)], I32),))
-            return None
+    # one memo for every expression of `s` (alive while this runs): the statements share
+    # their guards and index terms, rewritten once
+    memo: dict[int, Expr] = {}
 
-        return rewrite(e, fix)
+    def fix(node):
+        if isinstance(node, Load) and id(node.buffer) in offsets:
+            (index,) = node.indices
+            index = rewrite(index, fix, memo)
+            return Load(node.buffer, (BinOp("+", index, offsets[id(node.buffer)], I32),))
+        return None
+
+    def load(e: Expr) -> Expr:
+        return rewrite(e, fix, memo)
 
     def target(buffer: ir.Buffer, index: Expr):
         delta = offsets.get(id(buffer))

@@ -35,15 +35,17 @@ from autosched.te.visitor import rewrite, substitute
 def value_expr(plan: LoweringPlan, e: Expr, root_map: dict[Var, Expr]) -> Expr:
     """`e` (a stage body) with root vars substituted and loads mapped to IR buffers."""
 
+    memo: dict[int, Expr] = {}  # the indices share the root values substituted into them
+
     def fix(node: Expr) -> Expr | None:
         if isinstance(node, Load) and isinstance(node.buffer, Tensor):
             j = plan.producer_stage[id(node.buffer.op)]
-            idx = [rewrite(x, fix) for x in node.indices]
+            idx = [rewrite(x, fix, memo) for x in node.indices]
             is_placeholder = plan.stages[j].is_placeholder
             return Load(plan.info[j].buf, (plan.flat_index(j, idx, not is_placeholder),))
         return None
 
-    return rewrite(substitute(e, root_map), fix)
+    return rewrite(substitute(e, root_map), fix, memo)
 
 
 def store_stmt(

@@ -4,7 +4,7 @@ stages store 0 past their tensor's edge instead of skipping it."""
 from __future__ import annotations
 
 from autosched.lower import ir
-from autosched.lower.arith import Bounds, affine_bounds, expr_bounds, to_affine
+from autosched.lower.arith import Bounds, MemoBounds, affine_bounds, expr_bounds, to_affine
 from autosched.lower.bound_inference import loop_bounds, operand_fragment_reader
 from autosched.lower.ir import I32, THREAD_TAGS, int32
 from autosched.lower.plan import LoweringPlan
@@ -100,7 +100,7 @@ def make_stage_ranges(plan: LoweringPlan, i: int) -> StageRanges:
     inf = plan.info[i]
     keys = inf.context + [(i, it.name) for it in plan.stages[i].iters]
     offsets = [inf.value[a.name] for a in plan.compute_op(i).axis]
-    return StageRanges(loop_bounds(plan, keys), offsets, list(inf.base))
+    return StageRanges(MemoBounds(loop_bounds(plan, keys)), offsets, list(inf.base))
 
 
 def stage_ranges(plan: LoweringPlan, i: int) -> StageRanges:

@@ -28,14 +28,19 @@ def depends_on(e: Expr, var_ids: set[int]) -> bool:
     return any(id(v) in var_ids for v in free_vars(e))
 
 
-def interval(e: Expr, relaxed: dict[int, tuple[int, int]]) -> Interval | None:
+def interval(
+    e: Expr, relaxed: dict[int, tuple[int, int]], memo: MemoBounds | None = None
+) -> Interval | None:
     """(lo, span) of `e` when the `relaxed` vars range over their bounds and all other vars
     are fixed; lo is an expression of the fixed vars. None when it cannot be bounded. The
     digits of one value are folded first (`arith.fold_digits`): a fused loop's decomposition
     recombined into the fused index (an implicit GEMM's epilogue reading its product at
-    `(n*OH + y)*OW + x`) has the fused loop's exact range, not each digit's whole one."""
-    # no bounds, so one memo serves the three: the second and third meet the first's atoms
-    memo = MemoBounds({})
+    `(n*OH + y)*OW + x`) has the fused loop's exact range, not each digit's whole one.
+
+    Nothing here is simplified under variable bounds, so one `memo` (an empty MemoBounds) may
+    serve every interval of a stage's loads, which share their root values' sub-expressions;
+    by default each call has its own."""
+    memo = MemoBounds({}) if memo is None else memo
     aff = to_affine(fold_digits(simplify(e, memo), memo), memo)
     sym: dict = {}
     lo_num, hi_num = aff.const, aff.const
@@ -47,7 +52,7 @@ def interval(e: Expr, relaxed: dict[int, tuple[int, int]]) -> Interval | None:
         if all(id(v) in relaxed for v in free):
             alo, ahi = atom_bounds(atom, relaxed)
         elif isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, Const):
-            inner = interval(atom.a, relaxed)
+            inner = interval(atom.a, relaxed, memo)
             if inner is None:
                 return None
             k = atom.b.value
@@ -64,7 +69,7 @@ def interval(e: Expr, relaxed: dict[int, tuple[int, int]]) -> Interval | None:
             lo_num, hi_num = lo_num + c * alo, hi_num + c * ahi
         else:
             lo_num, hi_num = lo_num + c * ahi, hi_num + c * alo
-    lo = simplify(Affine(sym, int(lo_num)).to_expr())
+    lo = simplify(Affine(sym, int(lo_num)).to_expr(), memo)
     return lo, int(hi_num - lo_num)
 
 

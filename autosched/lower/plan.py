@@ -71,6 +71,8 @@ class LoweringPlan:
     producer_stage: dict[int, int]  # id(stage.produces) -> stage index
     # (stage, iterator name) -> its loop variable (var_of), launch indices included
     loop_vars: dict[tuple[int, str], Var] = field(default_factory=dict)
+    # (stage, iterator name) -> its annotation (`annotation`: the stages are frozen)
+    annotations: dict[tuple[int, str], str] = field(default_factory=dict)
     attached: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     topo_index: dict[int, int] = field(default_factory=dict)  # stage -> place in dataflow order
     taken_names: set[str] = field(default_factory=set)
@@ -118,8 +120,11 @@ class LoweringPlan:
 
     def annotation(self, key: tuple[int, str]) -> str:
         """The annotation of iterator `key` = (stage, iterator name)."""
-        st = self.stages[key[0]]
-        return st.iters[st.iter_index(key[1])].annotation
+        got = self.annotations.get(key)
+        if got is None:
+            st = self.stages[key[0]]
+            got = self.annotations[key] = st.iters[st.iter_index(key[1])].annotation
+        return got
 
     def reduction(self, i: int) -> Reduce:
         """Stage i's body, a reduction (asked only of stages known to reduce)."""
@@ -157,7 +162,7 @@ class LoweringPlan:
         v = self.loop_vars.get(key)
         if v is None:  # the stages are frozen: the answer for a key never changes
             st = self.stages[i]
-            ann = st.iters[st.iter_index(name)].annotation
+            ann = self.annotation(key)
             if ann in LAUNCH_TAGS:
                 v = ir.THREAD_VARS[ann]
             elif ann == CLUSTER_RANK_TAG:

@@ -96,17 +96,19 @@ class _Injection:
     def inject(self, loop: ir.For, body: ir.Stmt) -> ir.Stmt:
         """One vthread loop (with injected `body`) replaced by the pushed-down copies."""
         touched = _touched_buffers(body, loop.var)
-        private = [b for b in touched.values() if b.scope != "global" and self.is_private(b, loop)]
+        candidates = [b for b in touched.values() if b.scope != "global"]
+        inside = _access_counts(loop.body) if candidates else Counter()  # once for them all
+        private = [b for b in candidates if self.is_private(b, inside)]
         swap = {id(b): self.expand(b, loop.extent) for b in private}
         body = _expand_accesses(body, swap, loop.var)
         ids = set(touched) | {id(b) for b in swap.values()}
         return _Pusher(loop.var, loop.extent, ids).push(body)
 
-    def is_private(self, b: ir.Buffer, loop: ir.For) -> bool:
-        """No access to `b` lies outside `loop` (a buffer made by an inner expansion has all its
-        accesses inside that inner loop)."""
+    def is_private(self, b: ir.Buffer, inside: Counter) -> bool:
+        """No access to `b` lies outside the loop whose access counts are `inside` (a buffer
+        made by an inner expansion has all its accesses inside that inner loop)."""
         total = self.total.get(id(b))
-        return total is None or total == _access_counts(loop.body).get(id(b), 0)
+        return total is None or total == inside.get(id(b), 0)
 
     def expand(self, b: ir.Buffer, n: int) -> ir.Buffer:
         """A buffer with one copy of `b` per virtual thread (leading axis of extent n)."""
@@ -131,16 +133,20 @@ class _Injection:
 
 def _touched_buffers(body: ir.Stmt, var: Var) -> dict[int, ir.Buffer]:
     """Buffers (by id) some store of `body` writes differently per value of `var`: its index,
-    value or guards use `var` or read a buffer already found (iterated to a fixed point)."""
-    writes = list(_writes(body, ()))
+    value or guards use `var` or read a buffer already found (iterated to a fixed point). Each
+    store's expressions are scanned once, for `var` and the buffers they load."""
+    writes = []
+    for buffer, exprs, reads in _writes(body, ()):
+        uses_var, loaded = _scan(exprs, var)
+        writes.append((buffer, uses_var, loaded | {id(r) for r in reads}))
     touched: dict[int, ir.Buffer] = {}
     grew = True
     while grew:
         grew = False
-        for buffer, exprs, reads in writes:
+        for buffer, uses_var, loaded in writes:
             if id(buffer) in touched:
                 continue
-            if any(id(r) in touched for r in reads) or any(_uses(e, var, touched) for e in exprs):
+            if uses_var or any(b in touched for b in loaded):
                 touched[id(buffer)] = buffer
                 grew = True
     return touched
@@ -161,6 +167,18 @@ def _writes(s: ir.Stmt, guards: tuple):
     else:
         for c in _child_stmts(s):
             yield from _writes(c, guards)
+
+
+def _scan(exprs, var: Var) -> tuple[bool, set[int]]:
+    """Whether `exprs` use `var`, and the ids of the buffers they load."""
+    uses_var, loaded = False, set()
+    for e in exprs:
+        for n in walk(e):
+            if n is var:
+                uses_var = True
+            elif isinstance(n, Load):
+                loaded.add(id(n.buffer))
+    return uses_var, loaded
 
 
 def _uses(e: Expr, var: Var, buffer_ids) -> bool:

@@ -34,9 +34,15 @@ def rebuild(e: Expr, new_children: Sequence[Expr]) -> Expr:
     return e.with_children(new_children)
 
 
-def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """Bottom-up rewrite: `fn(node)` returns a replacement or None to keep (children rewritten)."""
-    memo: dict[int, Expr] = {}
+def rewrite(
+    e: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr] | None = None
+) -> Expr:
+    """Bottom-up rewrite: `fn(node)` returns a replacement or None to keep (children rewritten).
+    `memo` (id of a node -> its rewrite) may be shared by the calls of one `fn` on parts of
+    one tree, or on trees that share subtrees (`fn` rewriting a load's indices with itself, the
+    expressions of one statement tree): a shared subtree is then rewritten once. Its keys are
+    ids, so the trees must stay alive while it is in use."""
+    memo = {} if memo is None else memo
 
     def go(node: Expr) -> Expr:
         got = memo.get(id(node))

@@ -103,3 +103,24 @@ def test_rewrite_and_substitute_rebuild_only_what_changes():
     assert repr(got) == "(tir.exp(2f) + y)"
     assert got.children()[1] is y
     assert rewrite(e, lambda n: None) is e
+
+
+def test_rewrite_with_a_shared_memo_rewrites_a_shared_subtree_once():
+    """Two trees rewritten under one memo: the subtree they share is asked of `fn` once and
+    gets one rewrite (each call on its own memo asks again)."""
+    shared = te.exp(X) * E.const(3.0)
+    first, second = shared + E.const(1.0), shared - E.const(1.0)
+    asked: list[E.Expr] = []
+
+    def fn(node: E.Expr) -> E.Expr | None:
+        asked.append(node)
+        return E.const(2.0) if node is X else None
+
+    memo: dict[int, E.Expr] = {}
+    a, b = rewrite(first, fn, memo), rewrite(second, fn, memo)
+    assert repr(a) == "((tir.exp(2f)*3f) + 1f)"
+    assert a.children()[0] is b.children()[0]
+    assert sum(n is shared for n in asked) == 1
+    asked.clear()
+    rewrite(first, fn), rewrite(second, fn)
+    assert sum(n is shared for n in asked) == 2
