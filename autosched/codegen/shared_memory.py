@@ -5,7 +5,9 @@ A kernel whose shared buffers fit in the 48 KB a block may declare statically pr
 `extern __shared__` byte array (its dynamic shared memory) and each buffer as a typed pointer
 into it at an aligned offset (`shared_layout`: 16 bytes, 32 for wmma tiles), which indexes as
 the array did; `dynamic_shared_bytes(kernel)` is the size its launch must ask for (`build`
-puts it in the kernel's `Launch`).
+puts it in the kernel's `Launch`). A kernel whose buffers share bytes (`Kernel.shared_aliases`)
+always declares them in dynamic shared memory, each alias's hosts packed first from offset 0
+and its tile at the first host's offset.
 """
 
 from __future__ import annotations
@@ -24,25 +26,44 @@ DYNAMIC_SHARED_NAME = "as_dynamic_shared"
 
 
 def shared_layout(kernel: ir.Kernel) -> tuple[dict[int, int], int, int]:
-    """The kernel's shared buffers packed in allocation order: (byte offset by buffer id, the
-    largest alignment, the total bytes). A buffer that warp statements access starts at a
-    multiple of wmma's 32 bytes, one that wgmmas read at its swizzle pattern's alignment (1024
-    bytes for the 128-byte swizzle), every other one at a multiple of 16."""
+    """The kernel's shared buffers packed: (byte offset by buffer id, the largest alignment,
+    the total bytes). Each alias's hosts come first, in order, its tile at the first host's
+    offset, the next buffer past the end of both; then the other buffers in allocation order.
+    A buffer that warp statements access starts at a multiple of wmma's 32 bytes, one that
+    wgmmas read at its swizzle pattern's alignment (1024 bytes for the 128-byte swizzle), every
+    other one at a multiple of 16."""
     wmma, wgmma = warp_memory(kernel), shared_alignment(kernel)
-    offsets, align, end = {}, SHARED_ALIGN_BYTES, 0
-    for b in kernel.allocs:
-        if b.scope != "shared":
-            continue
+
+    def alignment(b: ir.Buffer) -> int:
         a = SHARED_ALIGN if id(b) in wmma else SHARED_ALIGN_BYTES
-        a = max(a, wgmma.get(id(b), 0))
+        return max(a, wgmma.get(id(b), 0))
+
+    offsets: dict[int, int] = {}
+    align, end = SHARED_ALIGN_BYTES, 0
+
+    def place(b: ir.Buffer, a: int) -> None:
+        nonlocal end, align
         offsets[id(b)] = end = -(-end // a) * a
         end += b.size * BYTES[b.dtype]
         align = max(align, a)
+
+    for alias in kernel.shared_aliases:
+        both = max(alignment(alias.hosts[0]), alignment(alias.tile))  # powers of two
+        end = start = -(-end // both) * both
+        for host in alias.hosts:
+            place(host, alignment(host))
+        hosts_end, end = end, start
+        place(alias.tile, alignment(alias.tile))
+        end = max(end, hosts_end)
+    for b in kernel.allocs:
+        if b.scope == "shared" and id(b) not in offsets:
+            place(b, alignment(b))
     return offsets, align, end
 
 
 def dynamic_shared_bytes(kernel: ir.Kernel) -> int:
     """The dynamic shared memory the kernel's launch needs: 0 for a kernel whose shared buffers
-    fit in `STATIC_SHARED_LIMIT` (printed as static arrays), else all of them, aligned."""
+    fit in `STATIC_SHARED_LIMIT` and share no bytes (printed as static arrays), else all of
+    them, aligned."""
     total = shared_layout(kernel)[2]
-    return total if total > STATIC_SHARED_LIMIT else 0
+    return total if total > STATIC_SHARED_LIMIT or kernel.shared_aliases else 0

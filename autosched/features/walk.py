@@ -80,7 +80,7 @@ class ProgramWalker:
                     b = self.lane_view(b)
                     self.allocs[id(b)] = b
                 size[b.scope] += b.size * BYTES[b.dtype]
-            self.shared_bytes, self.local_bytes = size["shared"], size["local"]
+            self.shared_bytes, self.local_bytes = kernel.shared_bytes, size["local"]
             self.n_blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
             self.n_threads = self.n_blocks * kernel.threads_per_block
             self.loops: list[Loop] = []

@@ -22,7 +22,8 @@ defines them.
   any more, which on the GPU is a deadlock (or a wait on the wrong parity): an error. A wait
   that returns makes the copies of every completed phase of the slot visible to the block.
 - The block reaches elected statements and waits together (like a barrier); a kernel that
-  ends with bytes still expected on an mbarrier is an error.
+  ends with bytes still expected on an mbarrier is an error, and so is one that ends with a
+  copy never waited for into a buffer another is laid over (`ir.SharedAlias`).
 """
 
 from __future__ import annotations
@@ -295,6 +296,14 @@ class TmaRun:
                 self.run.fail(
                     f"kernel {self.run.k.name} ends with TMA bytes still expected on an mbarrier"
                 )
+        for alias in self.run.k.shared_aliases:  # an unwaited copy could land on the tile
+            for host in alias.hosts:
+                flight = self.in_flight.get(id(host))
+                if flight is not None and (flight.slot >= 0).any():
+                    self.run.fail(
+                        f"kernel {self.run.k.name}: a TMA copy into {host.name}, which "
+                        f"{alias.tile.name} is laid over, is never waited for"
+                    )
 
 
 def run_where(run: Any, block: int) -> str:

@@ -391,6 +391,18 @@ WARP_STMTS = (FragmentFill, FragmentLoad, FragmentStore, FragmentMma)
 
 
 @dataclass(eq=False)
+class SharedAlias:
+    """Shared buffer `tile` laid over the bytes of shared buffers `hosts` (packed in order from
+    the first host's offset): their live ranges are disjoint and a block barrier separates them
+    (`lower/shared_alias.py` proves it, the verifier checks it again). The printer's layout
+    places `tile` at the first host's offset; `Kernel.shared_bytes` counts the larger of the
+    two; the interpreter keeps their storage apart (their values never meet)."""
+
+    tile: Buffer
+    hosts: tuple[Buffer, ...]
+
+
+@dataclass(eq=False)
 class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
     virtual threads per thread that were injected into the body (product of nested vthread
@@ -404,7 +416,8 @@ class Kernel:
     streaming (evict-first) loads; a cache hint, nothing the values depend on.
     `stream_writes`: the printer stores the global buffers the kernel never reads with
     streaming (evict-first) stores; a cache hint as well.
-    `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`)."""
+    `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`).
+    `shared_aliases`: shared buffers that reuse others' bytes (`SharedAlias`)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -418,6 +431,7 @@ class Kernel:
     stream_reads: bool = False
     stream_writes: bool = False
     fast_exp: bool = False
+    shared_aliases: tuple[SharedAlias, ...] = ()
 
     @property
     def threads_per_block(self) -> int:
@@ -427,7 +441,14 @@ class Kernel:
     def shared_bytes(self) -> int:
         from autosched.te.dtype import BYTES
 
-        return sum(b.size * BYTES[b.dtype] for b in self.allocs if b.scope == "shared")
+        def nbytes(b: Buffer) -> int:
+            return b.size * BYTES[b.dtype]
+
+        overlaid = {id(b) for a in self.shared_aliases for b in (a.tile, *a.hosts)}
+        alone = sum(nbytes(b) for b in self.allocs if b.scope == "shared" and id(b) not in overlaid)
+        return alone + sum(
+            max(nbytes(a.tile), sum(map(nbytes, a.hosts))) for a in self.shared_aliases
+        )
 
 
 @dataclass(eq=False)

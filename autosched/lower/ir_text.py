@@ -97,5 +97,7 @@ def program_text(p: Program) -> str:
             out.append(f"  unit vars {', '.join(v.name for v in k.unit_vars)}")
         for b in k.allocs:
             out.append(f"  alloc {b.scope} {b.dtype} {b.name}[{b.size}]")
+        for a in k.shared_aliases:
+            out.append(f"  alias {a.tile.name} over {', '.join(h.name for h in a.hosts)}")
         emit(k.body, 1)
     return "\n".join(out)

@@ -22,6 +22,7 @@ from autosched.lower.fragment_double_buffer import double_buffer_fragments
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.row_scalars import hoist_row_scalars
+from autosched.lower.shared_alias import alias_epilogue_tile
 from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.unrolling import unroll_register_indices
 from autosched.lower.verify import verify_program, verifying_every_lowering
@@ -71,6 +72,7 @@ LOWERING_PASSES: tuple[KernelPass, ...] = (
     KernelPass("fold_virtual_thread_copies", fold_virtual_thread_copies),
     KernelPass("unroll_register_indices", unroll_register_index_loops),
     KernelPass("warpgroup_mma", warpgroup_mma),
+    KernelPass("alias_epilogue_tile", alias_epilogue_tile),
 )
 
 # From the analysis program to the device program, in the order they run.

@@ -22,6 +22,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.shared_alias import overlay_problem
 from autosched.lower.verify_cluster import (
     ClusterRules,
     check_cluster_barriers,
@@ -488,6 +489,23 @@ def verify_program(
         check_cluster_order(k, verifier.fail)
         check_cluster_barriers(k, verifier.fail)
         check_async_reads(k)
+        _check_shared_aliases(k)
+
+
+def _check_shared_aliases(k: ir.Kernel) -> None:
+    """Each alias lays a shared allocation of the kernel over others, no buffer in two places,
+    and `shared_alias.overlay_problem` proves their live ranges apart."""
+    shared = {id(b) for b in k.allocs if b.scope == "shared"}
+    seen: set[int] = set()
+    for alias in k.shared_aliases:
+        members = (alias.tile, *alias.hosts)
+        check(alias.hosts, f"kernel {k.name}: {alias.tile.name} is laid over no buffer")
+        for b in members:
+            check(id(b) in shared, f"kernel {k.name}: alias of {b.name}, no shared allocation")
+            check(id(b) not in seen, f"kernel {k.name}: {b.name} is in two shared aliases")
+            seen.add(id(b))
+        problem = overlay_problem(k, alias)
+        check(problem is None, f"kernel {k.name}: {alias.tile.name} may not alias: {problem}")
 
 
 __all__ = ["check", "verify_every_lowering", "verify_program", "verifying_every_lowering"]

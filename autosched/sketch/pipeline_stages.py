@@ -5,11 +5,12 @@ Tensor Core stage is (`State.pipeline_stages`: 2 to 5 slots of its A and B tiles
 Per Tensor Core group whose shared operand caches DoubleBuffer marked, the rule draws the slot
 count uniformly from `SketchParams.pipeline_stages`, among the counts whose operand tiles (each
 count times the drawn tiles, padding included) and float32 epilogue tile fit in the device's
-opt-in shared memory; for a wgmma stage, among those of `SketchParams.wgmma_pipeline_stages`
-that fit (3 or more slots by default, which keep a group of wgmmas in flight), if any do. Only
-a count above 2 is recorded, so a plain double-buffered state keeps its steps. It runs after
-the rules whose draws it reads (the tiles, padding, double buffering and instruction) and last,
-so that their draws are those they would be without it.
+opt-in shared memory (the larger of the two: lowering lays the epilogue tile over the operand
+tiles of a pipeline, `lower/shared_alias.py`); for a wgmma stage, among those of
+`SketchParams.wgmma_pipeline_stages` that fit (3 or more slots by default, which keep a group of
+wgmmas in flight), if any do. Only a count above 2 is recorded, so a plain double-buffered state
+keeps its steps. It runs after the rules whose draws it reads (the tiles, padding, double
+buffering and instruction) and last, so that their draws are those they would be without it.
 """
 
 from __future__ import annotations

@@ -67,6 +67,9 @@ GATHER_TRIP_REGISTERS = 3
 # a fetch's vector lanes -> weight of the draw: 16-byte copies (8 halves) half the time, as
 # they move a tile in the fewest instructions (one cp.async each when double-buffered)
 VECTOR_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 4}
+# the fewest operand slots whose kernel reuses their bytes for its epilogue tile: a pipeline's
+# main loop ends in a barrier, which lower/shared_alias.py proves separates the two
+ALIASED_SLOTS = 2
 # bytes added to each shared row -> weight of the draw; storage_align's factor is twice it
 PAD_WEIGHTS = {0: 1, 16: 3}
 
@@ -107,10 +110,13 @@ class TensorCoreDraw:
 
     def pipelined_bytes(self, g: TensorCoreGroup, slots: int) -> int:
         """The shared memory of group `g`'s kernel with `slots` slots of these operand tiles (and
-        one float32 epilogue tile): an estimate, as bound inference may clip a padded edge."""
+        one float32 epilogue tile): an estimate, as bound inference may clip a padded edge.
+        Pipelined (two or more slots), the main loop ends in a barrier and lowering lays the
+        epilogue tile over the operand tiles (`lower/shared_alias.py`): the larger counts."""
         ext = self.extents()
         epilogue = ext["m"] * ext["n"] * BYTES["float32"] if g.epilogue else 0
-        return epilogue + slots * (self.shared_bytes(g) - epilogue)
+        operands = slots * (self.shared_bytes(g) - epilogue)
+        return max(epilogue, operands) if slots >= ALIASED_SLOTS else epilogue + operands
 
     def lengths(self) -> tuple[tuple, tuple, tuple]:
         """The M, N and K splits' lengths."""

@@ -67,6 +67,15 @@ def mma_double_buffered_state() -> State:
     return state.tensor_core_instruction(acc, "mma").fragment_double_buffer(acc)
 
 
+def epilogue_double_buffered_state() -> State:
+    """A 64^3 fp16 Tensor Core matmul whose cast epilogue reads its output tile from shared
+    memory, its operand caches double-buffered (a barrier then follows the main loop)."""
+    from tests.lower.test_tensorize import matmul_state
+
+    _, state = matmul_state(epilogue=True)
+    return state.double_buffer("A.shared").double_buffer("B.shared")
+
+
 # pass name -> the workload its golden test lowers
 WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "double_buffer_fragments": mma_double_buffered_state,
@@ -75,6 +84,7 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "fold_virtual_thread_copies": matmul_vthread_state,
     "unroll_register_indices": matmul_vthread_state,
     "warpgroup_mma": wgmma_matmul_state,
+    "alias_epilogue_tile": epilogue_double_buffered_state,
     "fold_index_digits": conv_fetch_state,
     "hoist_row_scalars": lambda: row_softmax_state(),
     "approximate_exp": lambda: row_softmax_state().pragma("T_softmax_norm", 0, "fast_exp", 1),
@@ -142,6 +152,7 @@ def test_the_passes_run_in_this_order():
         "fold_virtual_thread_copies",
         "unroll_register_indices",
         "warpgroup_mma",
+        "alias_epilogue_tile",
     ]
     assert [p.name for p in DEVICE_PASSES] == [
         "fold_index_digits",

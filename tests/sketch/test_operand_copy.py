@@ -303,6 +303,36 @@ def test_the_sampled_fast_tma_configurations_compile_for_sm_90a_at_4096_without_
         assert res.spill_bytes == 0, (rows, cols, res)
 
 
+@needs_nvcc
+@pytest.mark.slow
+def test_the_cast_matmul_lays_its_epilogue_over_its_slots_and_compiles_at_4096(request):
+    """matmul_fp16 (a cast epilogue through a 128 KB float32 tile at 128x256) at 4096: the
+    128x256 block over 3 slots of a K chunk of 64 is drawn, its tile laid over the slots; each
+    configuration found (its first unroll depth) fits the opt-in shared memory and compiles for
+    sm_90a without spills."""
+    from autosched import build
+    from autosched.codegen.shared_memory import dynamic_shared_bytes
+    from tests.sketch.test_warpgroup_tile import matmul_dag as cast_matmul_dag
+
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("compiling 4096^3 kernels takes seconds; run with -m slow")
+
+    dag = cast_matmul_dag(4096, 4096, 4096, cast=True)
+    found: dict[tuple, State] = {}
+    for key, state in fast_tma_states(dag).items():
+        found.setdefault(key[:3], state)
+    assert (128, 256, 3) in found
+    limit = HardwareParams().max_shared_memory_per_block_optin
+    for (rows, cols, slots), state in found.items():
+        built = build(dag, state)
+        (kernel,) = built.program.kernels
+        assert kernel.shared_aliases, (rows, cols, slots)
+        assert dynamic_shared_bytes(kernel) <= limit
+        assert "cp.async.bulk.tensor.2d" in built.source and f"m64n{cols}k16" in built.source
+        (res,) = compile_resources(built.source, arch="sm_90").values()
+        assert res.spill_bytes == 0, (rows, cols, slots, res)
+
+
 @pytest.mark.gpu
 def test_gpu_sampled_tma_states_match_numpy():
     """A sampled TMA state past M's edge and the 128x256 configuration on a 512^3 matmul, built

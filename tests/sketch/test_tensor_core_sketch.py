@@ -293,8 +293,10 @@ def test_a_padded_state_compiles_without_spills():
     from measure.builder import compile_resources
 
     sampler = SketchSampler(generate_sketches(tc_dag("matmul_fp16", args=(1023, 999, 1001))))
-    (state,) = sampler.sample(1, 3)
-    src = codegen_program(device_program(sampler.programs[state.key()]))
+    (state,) = sampler.sample(1, 4)  # an mma state at the register limit, its tile aliased
+    program = sampler.programs[state.key()]
+    assert program.kernels[0].shared_aliases
+    src = codegen_program(device_program(program))
     assert "mma_sync" in src or "mma.sync" in src  # wmma or mma
     assert not [r for r in compile_resources(src, "sm_90").values() if r.spill_bytes]
 
