@@ -29,6 +29,7 @@ from autosched.lower.verify_cluster import (
     check_cluster_launch,
     check_cluster_order,
 )
+from autosched.lower.verify_streaming import streaming_problems
 from autosched.lower.verify_tma import TmaRules
 from autosched.lower.verify_wgmma import WarpgroupRules
 from autosched.lower.verify_wgmma_order import check_async_reads
@@ -409,39 +410,6 @@ def _check_buffer(b: Any, scopes: tuple[str, ...], owner: str) -> None:
     )
 
 
-def _check_stream_reads(k: ir.Kernel, params: list[ir.Buffer], loaded: set[int]) -> None:
-    """A kernel marked `stream_reads` must load some global buffer it never writes: the hint
-    applies only to such reads (the printer leaves every other access plain), so a kernel
-    without one carries a hint that means nothing."""
-    if not k.stream_reads:
-        return
-    written = {
-        id(s.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, (ir.Store, ir.AllReduce))
-    }
-    written |= {
-        id(s.written())
-        for s in ir.iter_stmts(k.body)
-        if isinstance(s, ir.WarpStmt) and s.writes_memory()
-    }
-    check(
-        any(id(b) in loaded and id(b) not in written for b in params),
-        f"kernel {k.name}: stream_reads, but it loads no global buffer that it does not write",
-    )
-
-
-def _check_stream_writes(k: ir.Kernel, params: list[ir.Buffer], loaded: set[int]) -> None:
-    """A kernel marked `stream_writes` must store some global buffer it never loads: the
-    printer streams only such stores, so a kernel without one carries a hint that means
-    nothing."""
-    if not k.stream_writes:
-        return
-    stored = {id(s.buffer) for s in ir.iter_stmts(k.body) if isinstance(s, ir.Store)}
-    check(
-        any(id(b) in stored and id(b) not in loaded for b in params),
-        f"kernel {k.name}: stream_writes, but it stores no global buffer that it does not load",
-    )
-
-
 def verify_program(
     program: ir.Program, hardware: HardwareParams | None = None, launch_limits: bool = True
 ) -> None:
@@ -484,8 +452,8 @@ def verify_program(
             owner[id(b)] = k.name
         verifier = _KernelVerifier(k, program.params)
         verifier.stmt(k.body, None)
-        _check_stream_reads(k, program.params, verifier.loaded)
-        _check_stream_writes(k, program.params, verifier.loaded)
+        problems = streaming_problems(k, program.params, verifier.loaded)
+        check(not problems, "; ".join(problems))
         check_cluster_order(k, verifier.fail)
         check_cluster_barriers(k, verifier.fail)
         check_async_reads(k)
