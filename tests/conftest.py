@@ -56,8 +56,14 @@ def gpu_unavailable_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip where no device is usable; `slow` ones (full-size nvcc compiles that
+    other tests cover in part) skip unless `-m slow` asks for them, keeping the default suite
+    within CI's time."""
     reason = None
+    slow_asked = "slow" in (config.option.markexpr or "")
     for item in items:
+        if "slow" in item.keywords and not slow_asked:
+            item.add_marker(pytest.mark.skip(reason="a longer CPU check: run with -m slow"))
         if "gpu" in item.keywords:
             if reason is None:
                 reason = gpu_unavailable_reason() or ""

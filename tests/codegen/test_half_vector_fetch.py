@@ -292,6 +292,7 @@ def test_reduced_states_print_vectors_and_match_numpy(name):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_vector_fetches_compile_for_sm90_without_spills():
     from concurrent.futures import ThreadPoolExecutor
 

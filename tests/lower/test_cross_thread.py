@@ -440,6 +440,7 @@ def test_120_sampled_states_compute_the_dag_on_the_interpreter(name, interpreted
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_sampled_full_size_cross_thread_states_compile_without_spills():
     from concurrent.futures import ThreadPoolExecutor
 

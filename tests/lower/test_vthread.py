@@ -387,6 +387,7 @@ def _spilling(jobs: list) -> list[str]:
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_sampled_vthread_states_compile_and_rarely_spill():
     """The first sampled state with vthread > 1 of each workload that has one (seed 6: six of
     them) compiles; at most one of them spills (none does). The statistical bound on a larger

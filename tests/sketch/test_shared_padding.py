@@ -213,6 +213,7 @@ def test_shared_bytes_count_padding_and_only_a_real_epilogue():
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_padded_full_size_states_compile_without_spills():
     from concurrent.futures import ThreadPoolExecutor
 

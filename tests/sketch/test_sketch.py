@@ -284,6 +284,7 @@ def test_sampling_speed():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
+@pytest.mark.slow
 def test_sampled_states_compile_with_nvcc_mostly_without_spills():
     """A full-size state per workload compiles (sm_90), at most 3 of the 8 with spills. Spills
     cannot be ruled out before compiling (ptxas reacts erratically to unrolling: a deeper unroll

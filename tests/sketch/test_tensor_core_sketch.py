@@ -205,6 +205,7 @@ def test_draws_fit_the_opt_in_shared_memory_limit():
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_full_size_states_compile_without_spills():
     from concurrent.futures import ThreadPoolExecutor
 
