@@ -12,6 +12,7 @@ from collections.abc import Iterator as PyIterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from autosched.lower.shared_bytes import shared_bytes
 from autosched.te.expr import BinOp, Const, Expr, Var
 
 # The dtype of loop variables, thread indices and flat indices.
@@ -394,8 +395,8 @@ WARP_STMTS = (FragmentFill, FragmentLoad, FragmentStore, FragmentMma)
 class SharedAlias:
     """Shared buffer `tile` laid over the bytes of shared buffers `hosts` (packed in order from
     the first host's offset): their live ranges are disjoint and a block barrier separates them
-    (`lower/shared_alias.py` proves it, the verifier checks it again). The printer's layout
-    places `tile` at the first host's offset; `Kernel.shared_bytes` counts the larger of the
+    (`lower/shared_alias.py` proves it, the verifier checks it again). The printer's
+    layout places `tile` at the first host's offset; `shared_bytes` counts the larger of the
     two; the interpreter keeps their storage apart (their values never meet)."""
 
     tile: Buffer
@@ -439,16 +440,9 @@ class Kernel:
 
     @property
     def shared_bytes(self) -> int:
-        from autosched.te.dtype import BYTES
-
-        def nbytes(b: Buffer) -> int:
-            return b.size * BYTES[b.dtype]
-
-        overlaid = {id(b) for a in self.shared_aliases for b in (a.tile, *a.hosts)}
-        alone = sum(nbytes(b) for b in self.allocs if b.scope == "shared" and id(b) not in overlaid)
-        return alone + sum(
-            max(nbytes(a.tile), sum(map(nbytes, a.hosts))) for a in self.shared_aliases
-        )
+        """Bytes of shared memory the kernel allocates, a buffer laid over others counted once
+        (`lower/shared_bytes.py`)."""
+        return shared_bytes(self.allocs, [(a.tile, a.hosts) for a in self.shared_aliases])
 
 
 @dataclass(eq=False)
