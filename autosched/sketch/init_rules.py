@@ -15,6 +15,7 @@ the random decisions for one state:
   SharedPadding   the rows of shared caches of tiled stages padded against bank conflicts, or
                   not (shared_padding.py; after ThreadBind, whose fetch vectors it keeps aligned)
   DoubleBuffer    the shared caches of an attach loop fetched one iteration ahead, or not
+                  (double_buffer.py)
   AutoUnroll      auto_unroll_max_step on every stage with a reduction (and on the one that
                   sums a cross-block reduction's parts)
   TensorCoreInstruction  wmma or ldmatrix + mma.sync for each 16-bit Tensor Core stage
@@ -28,8 +29,8 @@ the random decisions for one state:
   EpilogueVector  16-byte vectors or single elements for the copy-out of a wgmma or mma stage's
                   epilogue on sm_90 (epilogue_vector.py)
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
-                  1 or enough for one wave (launch_bounds.py); these five last, so the other
-                  rules' draws are unchanged
+                  1 or enough for one wave (launch_bounds.py); the rules from
+                  TensorCoreInstruction on come last, so the other rules' draws are unchanged
   OnlineExchange  a softmax over a cluster: its max and sum exchanged one after the other or
                   as (max, sum) pairs at once (online_exchange.py); last, for the same reason
   FastExp         a kernel keeping its rows in registers: exact or fast float32 exponentials
@@ -48,6 +49,7 @@ import random
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, SPATIAL
 from autosched.schedule.steps import SplitStep, replay
+from autosched.sketch.double_buffer import DoubleBuffer
 from autosched.sketch.epilogue_vector import EpilogueVector
 from autosched.sketch.factorization import factorization_schemes, pick, tiling_extents
 from autosched.sketch.fast_exp import FastExp
@@ -371,26 +373,6 @@ class ThreadBind(InitRule):
         state = state.vectorize(i, 1)
         state = state.follow_fused_split(i, 0, g.spatial_ids, 1, True)
         return state.bind(i, 1, "threadIdx.x")
-
-
-class DoubleBuffer(InitRule):
-    """Draws, per loop that shared caches are computed at, whether all of them are
-    double-buffered (`State.double_buffer`: fetched one iteration ahead, one barrier per
-    iteration instead of two, the copy overlapping the computation), with probability
-    `SketchParams.double_buffer_probability`. The loop's caches go together: one left single-
-    buffered keeps its two barriers in every iteration. The doubled shared memory is checked
-    with the rest of the program's limits once the state is lowered."""
-
-    def apply(self, ctx, plan, state, rng):
-        loops: dict[tuple, list[int]] = {}
-        for i, stage in enumerate(state.stages):
-            if stage.scope == "shared" and stage.attach is not None:
-                loops.setdefault(stage.attach, []).append(i)
-        for caches in loops.values():
-            if rng.random() < ctx.params.double_buffer_probability:
-                for i in caches:
-                    state = state.double_buffer(i)
-        return state
 
 
 class AutoUnroll(InitRule):
