@@ -6,7 +6,7 @@ process.
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
         [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
         [--fragment-double-buffers off on] [--operand-copy cp.async tma] [--tma-im2col off|on]
-        [--epilogue-vectors off on]
+        [--epilogue-vectors off on] [--warp-specialize off on]
 
 `--instructions`, `--pipeline-stages`, `--fragment-double-buffers`, `--operand-copy` and
 `--epilogue-vectors` restrict what the search draws (SketchParams' tensor_core_instructions,
@@ -24,6 +24,9 @@ with a sketch that pipelines a 3x3's taps and K tiles in one loop (`SketchParams
 `off` keeps such convs on cp.async.
 `--epilogue-vectors on` copies every epilogue out in 16-byte vectors where it may (sm_90),
 `off` one element a thread.
+`--warp-specialize on` gives every TMA-fed wgmma stage a producer warpgroup (the consumers
+release slots through mbarriers, no block barrier in the mainloop:
+`SketchParams.warp_specializations`), `off` never; default both.
 The table's "instructions" column says what the best kernel uses.
 
 Workload groups (`GROUPS`): `core` (the seeds' products and convs, TF32), `awkward` (extents
@@ -276,6 +279,7 @@ def tune(name: str, ns) -> tuple:
             operand_copies=tuple(ns.operand_copy),
             tma_im2col=ns.tma_im2col == "on",
             epilogue_vectors=tuple(x == "on" for x in ns.epilogue_vectors),
+            warp_specializations=tuple(x == "on" for x in ns.warp_specialize),
         )
         if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
             sketch_params = dataclasses.replace(sketch_params, double_buffer_probability=1.0)
@@ -361,8 +365,8 @@ def instructions(state, kernel=None) -> str:
     stages ("-" without Tensor Cores), whether its mma fragments are double-buffered in
     registers, whether TMA copies its shared tiles (in its built `kernel`: a stage marked
     for TMA whose tiles do not fit it keeps cp.async) and whether its epilogue stores 16-byte
-    vectors: e.g. "mma, 4 slots", "mma, 4 slots, 2 fragment slots", "wgmma, 3 slots, TMA" or
-    "wgmma, 2 slots, 16-byte epilogue"."""
+    vectors: e.g. "mma, 4 slots", "mma, 4 slots, 2 fragment slots", "wgmma, 3 slots, TMA",
+    "wgmma, 3 slots, TMA, warp-specialised" or "wgmma, 2 slots, 16-byte epilogue"."""
     families = sorted(
         {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
     )
@@ -376,6 +380,10 @@ def instructions(state, kernel=None) -> str:
 
     fed = kernel is not None and any(uses_tma(k) for k in kernel.program.kernels)
     tma = ", TMA" if fed else ""
+    from autosched.lower.warp_roles_ir import uses_warp_roles
+
+    if kernel is not None and any(uses_warp_roles(k) for k in kernel.program.kernels):
+        tma = ", TMA, warp-specialised"
     vectors = ", 16-byte epilogue" if vector_epilogue_stages(state) else ""
     return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}{vectors}"
 
@@ -442,6 +450,13 @@ def main(argv: list[str] | None = None) -> int:
         default=["off", "on"],
         choices=["off", "on"],
         help="whether a Tensor Core epilogue stores 16-byte vectors (sm_90, where it may)",
+    )
+    ap.add_argument(
+        "--warp-specialize",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on"],
+        help="whether a TMA-fed wgmma stage gets a producer warpgroup (sm_90, where TMA is drawn)",
     )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)

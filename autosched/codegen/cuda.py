@@ -50,6 +50,7 @@ from autosched.codegen.streaming import store_line, streamed_inputs, streamed_ou
 from autosched.codegen.target import CUDATarget
 from autosched.codegen.tma import DESCRIPTOR_HELPER, TmaPrinter
 from autosched.codegen.vectors import emit_vector_loop
+from autosched.codegen.warp_roles import RolePrinter
 from autosched.codegen.wgmma import DESC_HELPER, WgmmaPrinter
 from autosched.codegen.wmma import HEADER as WMMA_HEADER
 from autosched.codegen.wmma import WarpPrinter, uses_wmma, written_buffer
@@ -82,6 +83,8 @@ class KernelPrinter(PrintContext):
         self.cluster.register(self.table)
         self.tma = TmaPrinter(self)
         self.tma.register(self.table)
+        self.roles = RolePrinter(self, self.tma, self.stmt)
+        self.roles.register(self.table)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         fn = self.table.handler(s)
@@ -162,6 +165,8 @@ class KernelPrinter(PrintContext):
         self.emit(d, async_group_text(s))
 
     def _if(self, s: ir.IfThenElse, d: int) -> None:
+        if self.roles.split(s, d):
+            return
         self.emit(d, f"if ({self.ex(s.cond)}) {{")
         self.stmt(s.then_case, d + 1)
         if s.else_case is not None:

@@ -48,6 +48,9 @@ class TmaPrinter:
     def __init__(self, printer: PrintContext) -> None:
         self.p = printer
         self.maps = map_names(printer)
+        # inside a producer warpgroup's branch that only its elected thread runs
+        # (`warp_roles.RolePrinter`): the elected statements print unguarded
+        self.issuer = False
 
     def params(self) -> list[str]:
         """The tensor map parameters, after the pointers."""
@@ -66,6 +69,10 @@ class TmaPrinter:
         return f"{SHARED_ADDRESS}(&{name}[{self.p.ex(slot)}])"
 
     def elected(self, d: int, lines: list[str]) -> None:
+        if self.issuer:
+            for line in lines:
+                self.p.emit(d, line)
+            return
         self.p.emit(d, ELECTED)
         for line in lines:
             self.p.emit(d + 1, line)

@@ -199,6 +199,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         stream_reads=plan.stages[root].stream_reads,
         stream_writes=plan.stages[root].stream_writes,
         fast_exp=plan.stages[root].fast_exp,
+        warp_specialized=any(plan.stages[j].warp_specialized for j in inside),
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.warp_roles_ir import role_split
 from autosched.te.expr import Expr, Load, Var
 from autosched.te.visitor import children, rebuild
 
@@ -38,7 +39,7 @@ class Hoister:
         self.table.register(
             ir.IfThenElse,
             lambda s, d: ir.IfThenElse(
-                self.expr(s.cond, d),
+                s.cond if role_split(s) is not None else self.expr(s.cond, d),  # recognisable
                 self.stmt(s.then_case, d),
                 None if s.else_case is None else self.stmt(s.else_case, d),
             ),

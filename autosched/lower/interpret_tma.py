@@ -79,22 +79,41 @@ class TmaRun:
         self.run = run
         self.barriers: dict[int, _Barriers] = {}
         self.in_flight: dict[int, _InFlight] = {}
+        self.arrived: set[int] = set()  # mbarriers that threads arrive on (`MbarrierArrive`)
 
     def fail(self, s: Any, what: str) -> None:
         self.run.fail(f"{type(s).__name__} in kernel {self.run.k.name}: {what}")
 
     def blocks(self, s: Any, mask: Any) -> np.ndarray:
-        """The blocks running `s`, all of whose threads must reach it."""
+        """The blocks running `s`, all of whose threads (of its warp role, in a role split)
+        must reach it."""
         run = self.run
-        run._uniform(mask, type(s).__name__)
+        run._uniform(mask, type(s).__name__, run.role_threads)
         if mask is None:
             return np.arange(run.nblocks)
-        return np.flatnonzero(np.broadcast_to(mask, (run.L,)).reshape(run.nblocks, run.T)[:, 0])
+        active = np.broadcast_to(mask, (run.L,)).reshape(run.nblocks, run.T)
+        return np.flatnonzero(active.any(axis=1))
+
+    def first_lanes(self, blocks: np.ndarray, mask: Any) -> np.ndarray:
+        """The first active thread (the elected issuer) of each of `blocks`, as a lane."""
+        run = self.run
+        if mask is None:
+            return blocks * run.T
+        active = np.broadcast_to(mask, (run.L,)).reshape(run.nblocks, run.T)
+        return blocks * run.T + active[blocks].argmax(axis=1)
 
     def per_block(self, e: Any, blocks: np.ndarray, mask: Any) -> np.ndarray:
-        """`e` as thread 0 of each block evaluates it."""
+        """`e` as the elected thread of each block evaluates it."""
         got = np.broadcast_to(np.asarray(self.run.eval(e, mask)), (self.run.L,))
-        return got.reshape(self.run.nblocks, self.run.T)[blocks, 0].astype(np.int64)
+        return got[self.first_lanes(blocks, mask)].astype(np.int64)
+
+    def ready(self, s: ti.MbarrierWait, mask: Any) -> bool:
+        """Whether wait `s` returns now in every block running it (its phase completed)."""
+        blocks = self.blocks(s, mask)
+        slots = self.per_block(s.slot, blocks, mask)
+        parity = self.per_block(s.parity, blocks, mask)
+        st = self.state(s, s.bars, slots, blocks)
+        return bool((st.phase[blocks, slots] % 2 != parity % 2).all())
 
     def state(self, s: Any, bars: ir.Buffer, slots: np.ndarray, blocks: np.ndarray) -> _Barriers:
         """The mbarriers `bars`, checked initialised, made visible and `slots` in range."""
@@ -164,6 +183,7 @@ class TmaRun:
         linear = np.arange(box.shape[1], dtype=np.int64) * elem
         if s.map.swizzle == "128B":
             linear = swizzle_128b(linear)
+        issuers = self.first_lanes(blocks, mask)
         for j, b in enumerate(blocks):
             origin = [int(coords[d][j]) for d in range(s.map.rank)]
             if s.map.im2col is not None:
@@ -182,7 +202,7 @@ class TmaRun:
                     f"on a {align}-byte boundary",
                 )
             idx = (start + linear) // elem
-            lane = int(b) * run.T
+            lane = int(issuers[j])
             run._check_bounds(dst, idx, np.full(idx.size, lane), "write (TMA)")
             keys = int(b) * dst.size + idx
             self.check_overwrite(s, dst, keys, lane, flight)
@@ -263,6 +283,8 @@ class TmaRun:
                     f"{run_where(self.run, b)}, whose current phase has that parity and "
                     "nothing left to complete it (deadlock, or the wrong parity)",
                 )
+            if id(s.bars) in self.arrived and st.phase[b, slot] > 0:
+                self.run.release()  # the arriving threads' accesses before the waiter's
             for flight in self.in_flight.values():
                 if flight.bars is s.bars:
                     n = flight.slot.size // self.run.nblocks

@@ -36,6 +36,7 @@ from autosched.lower.cluster_ir import uses_cluster
 from autosched.lower.dispatch import TypeTable
 from autosched.lower.interpret_cluster import register_cluster_handlers
 from autosched.lower.interpret_hoist import Hoister, Let
+from autosched.lower.interpret_roles import register_role_handlers
 from autosched.lower.interpret_tma import register_tma_handlers
 from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
 from autosched.lower.interpret_wgmma import accumulator_storage, register_wgmma_handlers
@@ -165,6 +166,10 @@ class _KernelRun:
         # cluster statements (interpret_cluster): told of every shared store, which may race
         # with another block's cluster read
         self.cluster = register_cluster_handlers(self.table, self) if uses_cluster(kernel) else None
+        # warp roles (interpret_roles): a role split runs its producer and consumers
+        # interleaved, each under its own lanes, whose count the TMA statements expect
+        self.roles = register_role_handlers(self.table, self)
+        self.role_threads: int | None = None
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -290,6 +295,8 @@ class _KernelRun:
         self.env.pop(key, None)
 
     def _if(self, s: ir.IfThenElse, mask: Any) -> None:
+        if self.roles.split(s, mask):
+            return
         cond = np.asarray(self.eval(s.cond, mask), dtype=bool)
         if cond.ndim == 0:
             branch = s.then_case if cond else s.else_case
@@ -305,27 +312,33 @@ class _KernelRun:
             if else_mask.any():
                 self.stmt(s.else_case, else_mask)
 
-    def _uniform(self, mask: Any, what: str) -> None:
-        """Raise unless every block has all or none of its threads active."""
+    def _uniform(self, mask: Any, what: str, threads: int | None = None) -> None:
+        """Raise unless every block has all or none of its threads active (or, given
+        `threads`, that many or none: the threads of a warp role)."""
         if mask is None:
             return
+        threads = threads or self.T
         count = mask.reshape(self.nblocks, self.T).sum(axis=1)
-        partial = np.flatnonzero((count > 0) & (count < self.T))
+        partial = np.flatnonzero((count > 0) & (count != threads))
         if partial.size:
             lane = int(partial[0]) * self.T
             raise InterpreterError(
-                f"{what} reached by only {int(count[partial[0]])} of {self.T} threads of the "
+                f"{what} reached by {int(count[partial[0]])} of {threads} threads of the "
                 f"block of {self.where(lane)} in kernel {self.k.name} (divergent barrier)"
             )
 
     def _barrier(self, s: ir.Barrier, mask: Any) -> None:
         self._uniform(mask, "__syncthreads()")
+        self.release()
+        if self.tma is not None:
+            self.tma.barrier()
+
+    def release(self) -> None:
+        """What a barrier orders: every access so far before every one after it."""
         for tr in self.trackers.values():
             tr.clear()
         if self.wgmma is not None:
             self.wgmma.barrier()
-        if self.tma is not None:
-            self.tma.barrier()
 
     def _commit(self, s: ir.AsyncCommit, mask: Any) -> None:
         self._uniform(mask, "cp.async.commit_group")

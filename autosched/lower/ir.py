@@ -418,7 +418,8 @@ class Kernel:
     `stream_writes`: the printer stores the global buffers the kernel never reads with
     streaming (evict-first) stores; a cache hint as well.
     `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`).
-    `shared_aliases`: shared buffers that reuse others' bytes (`SharedAlias`)."""
+    `shared_aliases`: shared buffers that reuse others' bytes (`SharedAlias`).
+    `warp_specialized`: its TMA pipeline gets a producer warpgroup (`lower/warp_specialize.py`)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -433,6 +434,7 @@ class Kernel:
     stream_writes: bool = False
     fast_exp: bool = False
     shared_aliases: tuple[SharedAlias, ...] = ()
+    warp_specialized: bool = False
 
     @property
     def threads_per_block(self) -> int:

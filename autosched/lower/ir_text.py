@@ -87,6 +87,8 @@ def program_text(p: Program) -> str:
         elif isinstance(s, ClusterLoad):
             src = f"{s.src.name}[{s.src_index!r}] of cluster block {s.rank!r}"
             out.append(f"{pad}{s.dst.name}[{s.dst_index!r}] = {src}")
+        elif callable(getattr(s, "text", None)):  # a statement that prints itself
+            out.append(pad + s.text())  # type: ignore[attr-defined]
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 

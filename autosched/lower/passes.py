@@ -27,6 +27,7 @@ from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.unrolling import unroll_register_indices
 from autosched.lower.verify import verify_program, verifying_every_lowering
 from autosched.lower.vthread import inject_virtual_threads
+from autosched.lower.warp_specialize import warp_specialize
 from autosched.lower.warpgroup_mma import warpgroup_mma
 
 
@@ -80,6 +81,7 @@ DEVICE_PASSES: tuple[KernelPass, ...] = (
     KernelPass("fold_index_digits", fold_index_digits),
     KernelPass("hoist_row_scalars", hoist_row_scalars),
     KernelPass("approximate_exp", approximate_exp),
+    KernelPass("warp_specialize", warp_specialize),
 )
 
 

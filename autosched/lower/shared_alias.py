@@ -18,6 +18,10 @@ the kernel's statement order:
   before the barrier; the interpreter fails a kernel whose copy into an overlaid buffer no
   wait made visible.
 
+A warp-specialised kernel (`lower/warp_specialize.py`) is read with its role split unfolded:
+the producer's branch, which touches the operand tiles only through TMA copies the consumers
+wait for, then the consumers' statements, whose `bar.sync 1` is the separating barrier.
+
 Where the proof fails the buffers stay apart, as before. The verifier checks every recorded
 alias again with the same proof.
 """
@@ -29,6 +33,7 @@ from collections.abc import Iterator
 
 from autosched.lower import ir
 from autosched.lower import tma_ir as ti
+from autosched.lower import warp_roles_ir as wr
 from autosched.lower import wgmma_ir as wi
 from autosched.te.expr import Expr, Load
 from autosched.te.visitor import walk
@@ -51,9 +56,20 @@ def _buffers_in(value: object) -> Iterator[ir.Buffer]:
             yield from _buffers_in(getattr(value, f.name))
 
 
+def _flat(s: ir.Stmt) -> list[ir.Stmt]:
+    return list(s.stmts) if isinstance(s, ir.Seq) else [s]
+
+
 def _top_level(kernel: ir.Kernel) -> list[ir.Stmt]:
-    body = kernel.body
-    return list(body.stmts) if isinstance(body, ir.Seq) else [body]
+    """The kernel body's top-level statements; a warp-specialised kernel's role split, its
+    last, read as the producer's branch (its copies, which the consumers wait for) followed by
+    the consumers' statements, whose named barriers separate as a barrier does."""
+    top = _flat(kernel.body)
+    split = wr.role_split(top[-1]) if top else None
+    if split is None:
+        return top
+    producer, consumer, _ = split
+    return [*top[:-1], producer, *_flat(consumer)]
 
 
 def epilogue_overlay(kernel: ir.Kernel) -> ir.SharedAlias | None:
@@ -91,7 +107,8 @@ def overlay_problem(kernel: ir.Kernel, alias: ir.SharedAlias) -> str | None:
     first = min((i for i, t in enumerate(touched) if id(alias.tile) in t), default=len(top))
     if last >= first:
         return f"{alias.tile.name} is accessed before the last access of its operand tiles"
-    barriers = [i for i in range(last + 1, first) if isinstance(top[i], ir.Barrier)]
+    separating = (ir.Barrier, wr.NamedBarrier)
+    barriers = [i for i in range(last + 1, first) if isinstance(top[i], separating)]
     if not barriers:
         return f"no __syncthreads() separates {alias.tile.name} from its operand tiles"
     between = top[last + 1 : barriers[-1]]

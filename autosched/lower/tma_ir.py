@@ -29,8 +29,9 @@ thread-dependent guard); `MbarrierInit`, `MbarrierExpectTx` and `TmaLoad` are is
 Releasing a slot before it is overwritten: the consumers' wgmmas read the slot through the
 async proxy, as the next copy writes it; the block retires its wgmmas (`wgmma.wait_group`) and
 passes a block barrier before the elected thread issues the copy that overwrites the slot. This
-is the simpler of the two correct orders (the other: an "empty" barrier per slot that the
-consumers arrive on); the interpreter rejects a copy into a slot that a wgmma may still read.
+is the simpler of the two correct orders; the other, an "empty" barrier per slot that the
+consumers arrive on and a producer warpgroup waits on, is `warp_specialize.py`'s. The
+interpreter rejects a copy into a slot that a wgmma may still read.
 
 The CPU interpreter runs these in `interpret_tma.py`, the verifier checks them in
 `verify_tma.py`, the CUDA printer prints them in `codegen/tma.py`.

@@ -29,6 +29,7 @@ from autosched.lower.verify_cluster import (
     check_cluster_launch,
     check_cluster_order,
 )
+from autosched.lower.verify_roles import RoleRules
 from autosched.lower.verify_streaming import streaming_problems
 from autosched.lower.verify_tma import TmaRules
 from autosched.lower.verify_wgmma import WarpgroupRules
@@ -101,6 +102,8 @@ class _KernelVerifier:
         for stmt_type in (*WARPGROUP_STMTS, ProxyFence):
             self.table.register(stmt_type, warpgroup.check)
         ClusterRules(self).register(self.table)
+        self.roles = RoleRules(self)
+        self.roles.register(self.table)
         TmaRules(self).register(self.table)
 
     def fail(self, what: str) -> NoReturn:
@@ -197,6 +200,8 @@ class _KernelVerifier:
 
     def _if(self, s: ir.IfThenElse, divergent: str | None) -> None:
         self.expr(s.cond, "if", "bool")
+        if self.roles.split(s, divergent):
+            return
         if divergent is None and any(id(v) in self._varying for v in free_vars(s.cond)):
             divergent = expr_str(s.cond)
         outer_guard = self.lane_guard
@@ -214,6 +219,7 @@ class _KernelVerifier:
         return {id(ir.THREAD_VARS[tag]) for tag, n in launched if n > 1}
 
     def _barrier(self, s: ir.Barrier, divergent: str | None) -> None:
+        divergent = self.roles.whole_block(divergent)
         if divergent is not None:
             self.fail(
                 f"__syncthreads() under the thread-dependent condition {divergent} "
@@ -224,6 +230,7 @@ class _KernelVerifier:
         """cp.async group statements: reached by every thread, as a barrier (the interpreter
         counts groups per block), and a wait's count of pending groups a small constant."""
         what = type(s).__name__
+        divergent = self.roles.whole_block(divergent)
         if divergent is not None:
             self.fail(f"{what} under the thread-dependent condition {divergent}")
         if isinstance(s, ir.AsyncWait) and not (isinstance(s.pending, int) and 0 <= s.pending < 8):
@@ -231,6 +238,7 @@ class _KernelVerifier:
 
     def _allreduce(self, s: ir.AllReduce, divergent: str | None) -> None:
         where = f"allreduce into {getattr(s.buffer, 'name', s.buffer)}"
+        divergent = self.roles.whole_block(divergent)
         if divergent is not None:
             self.fail(
                 f"{where} under the thread-dependent condition {divergent}; "

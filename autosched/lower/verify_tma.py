@@ -47,6 +47,7 @@ class TmaRules:
         where = type(s).__name__
         if divergent is not None:
             kv.fail(f"{where} under the thread-dependent condition {divergent} (the whole block)")
+        kv.roles.issued(s)
         self.barriers(s.bars, where)
         for e in [getattr(s, "slot", None), getattr(s, "parity", None)]:
             if e is not None:

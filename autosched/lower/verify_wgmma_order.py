@@ -33,6 +33,7 @@ from autosched.lower import ir
 from autosched.lower import wgmma_ir as wi
 from autosched.lower import wgmma_layout as wl
 from autosched.lower.arith import expr_bounds, simplify
+from autosched.lower.warp_roles_ir import NamedBarrier
 from autosched.te.expr import BinOp, Const, Expr, Not, Var
 from autosched.te.expr_text import expr_str
 from autosched.te.npeval import eval_expr
@@ -177,7 +178,7 @@ class _OrderCheck:
             left = tuple(r for r in st.pending if all(r is not d for d in done))
             retired = (*st.retired, *done) if self.several else st.retired
             return _State(left, retired)
-        if isinstance(s, ir.Barrier):
+        if isinstance(s, (ir.Barrier, NamedBarrier)):
             return replace(st, retired=())
         if isinstance(s, ir.Store) and s.buffer.scope == "shared":
             self.store(s.buffer, s.index, 1, st)

@@ -41,6 +41,7 @@ from autosched.schedule.steps import (
     Step,
     StorageAlignStep,
     TensorCoreInstructionStep,
+    WarpSpecializeStep,
 )
 from autosched.te.tensor import Operation, Tensor
 
@@ -273,6 +274,11 @@ class State:
         """How double-buffered shared stage `stage` is filled: "cp.async" or "tma" (see
         `OperandCopyStep`)."""
         return self.apply(OperandCopyStep(self.stage_index(stage), copy))
+
+    def warp_specialize(self, stage) -> State:
+        """Give wgmma accumulator stage `stage`'s TMA pipeline a producer warpgroup (see
+        `WarpSpecializeStep`)."""
+        return self.apply(WarpSpecializeStep(self.stage_index(stage)))
 
     def tensor_core_instruction(self, stage, instruction: str) -> State:
         """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s

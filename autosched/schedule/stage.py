@@ -125,6 +125,8 @@ class Stage:
     fragment_double_buffer: bool = False
     # a pipelined shared stage that wgmmas read: how its tiles are copied (OPERAND_COPIES)
     operand_copy: str = "cp.async"
+    # a wgmma accumulator stage: its TMA pipeline has a producer warpgroup (warp_specialize)
+    warp_specialized: bool = False
     origin: str = "dag"
 
     @property
@@ -188,6 +190,7 @@ class Stage:
             self.tensor_core_instruction,
             self.fragment_double_buffer,
             self.operand_copy,
+            self.warp_specialized,
             tuple((a.name, b.name) for a, b in self.redirects),
         )
 

@@ -119,6 +119,7 @@ class TensorCoreChoices:
     # (structure key of a sketch's records, its Tensor Core groups), for sketches that have any
     sketches: tuple[tuple[tuple, tuple[TensorCoreGroup, ...]], ...] = ()
     tma_im2col: bool = False  # SketchParams.tma_im2col
+    warp_specializations: tuple[bool, ...] = (False,)  # SketchParams.warp_specializations
 
     @classmethod
     def of(
@@ -136,6 +137,7 @@ class TensorCoreChoices:
             hardware,
             sketches,
             params.tma_im2col,
+            params.warp_specializations,
         )
 
     def groups(self, records: Records) -> tuple[TensorCoreGroup, ...]:

@@ -64,6 +64,7 @@ class SearchParams:
         ("pipeline_stages", 0.05),
         ("fragment_double_buffer", 0.05),
         ("operand_copy", 0.05),
+        ("warp_specialize", 0.05),
         ("warpgroup_tile", 0.05),
     )
     empty_round_retries: int = 3  # searches more when a round finds nothing new to measure

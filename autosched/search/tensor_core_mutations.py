@@ -1,13 +1,14 @@
 """The mutations of a Tensor Core stage's init-rule choices that no split mutation reaches: its
 instruction family (`TensorCoreInstruction`: wmma or ldmatrix + mma.sync), its pipeline depth
 (`PipelineStages`: 2 to 5 shared-memory slots), the register double buffering of its mma
-fragments (`FragmentDoubleBuffer`) and how a wgmma stage's operand tiles are copied
-(`OperandCopy`: cp.async or TMA). Without them the evolution keeps whatever the fresh sample
+fragments (`FragmentDoubleBuffer`), how a wgmma stage's operand tiles are copied
+(`OperandCopy`: cp.async or TMA) and whether a TMA-fed one is warp-specialised
+(`WarpSpecialize`). Without them the evolution keeps whatever the fresh sample
 drew, and cannot carry a good tiling from wmma to mma or from 2 to 4 stages.
 
-The four rules record their choices last (`TC` records, then `PS`, then `FB`, then `OC`, group
-by group) and record only what differs from the default (mma; more than 2 slots; doubled
-fragments; TMA). A
+The five rules record their choices last (`TC` records, then `PS`, then `FB`, then `OC`, then
+`WS`, group by group) and record only what differs from the default (mma; more than 2 slots;
+doubled fragments; TMA; a producer warpgroup). A
 mutation rewrites that tail of the records the way the rules would have written it for the new
 choice (`with_choices`), so a mutated candidate has exactly the records of a fresh sample with
 the same draws (one identity for the caches and the measured set), and replays as any record
@@ -30,6 +31,7 @@ from autosched.schedule.steps import (
     PipelineStagesStep,
     StorageAlignStep,
     TensorCoreInstructionStep,
+    WarpSpecializeStep,
 )
 from autosched.search.mutations import (
     Mutation,
@@ -45,6 +47,7 @@ from autosched.sketch.pipeline_stages import DOUBLE, group_draw, pipelined_bytes
 from autosched.sketch.tensor_core_init import TensorCoreDraw
 from autosched.sketch.tensor_core_instruction import MMA, WGMMA, WMMA
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
+from autosched.sketch.warp_specialize import warp_specializable
 from autosched.sketch.warpgroup_tile import shape_fits
 
 _TAIL_TAGS = (
@@ -52,33 +55,36 @@ _TAIL_TAGS = (
     PipelineStagesStep.TAG,
     FragmentDoubleBufferStep.TAG,
     OperandCopyStep.TAG,
+    WarpSpecializeStep.TAG,
 )
 
 
 @dataclass(frozen=True)
 class GroupChoices:
-    """One Tensor Core group's choices of the four rules."""
+    """One Tensor Core group's choices of the five rules."""
 
     instruction: str = WMMA
     depth: int = DOUBLE
     doubled_fragments: bool = False
     operand_copy: str = CP_ASYNC
+    warp_specialized: bool = False
 
     @classmethod
     def of(cls, records: Records, g: TensorCoreGroup) -> GroupChoices:
         """The choices group `g` has in `records`."""
-        tc, ps, fb, oc = _TAIL_TAGS
+        tc, ps, fb, oc, ws = _TAIL_TAGS
         instruction = next((r[2] for r in records if r[0] == tc and r[1] == g.acc), WMMA)
         depth = next((r[2] for r in records if r[0] == ps and r[1] in g.shared), DOUBLE)
         doubled = any(r[0] == fb and r[1] == g.acc for r in records)
         copy = next((r[2] for r in records if r[0] == oc and r[1] in g.shared), CP_ASYNC)
-        return cls(instruction, depth, doubled, copy)
+        specialized = any(r[0] == ws and r[1] == g.acc for r in records)
+        return cls(instruction, depth, doubled, copy, specialized)
 
 
 def with_choices(
     records: Records, groups: tuple[TensorCoreGroup, ...], choices: Mapping[int, GroupChoices]
 ) -> Records:
-    """`records` with their TC, PS, FB and OC records rewritten for these choices (per group,
+    """`records` with their TC, PS, FB, OC and WS records rewritten for these choices (per group,
     by the accumulator's stage index), in the order and form the init rules write them."""
     head = tuple(r for r in records if r[0] not in _TAIL_TAGS)
     tc = tuple(
@@ -103,7 +109,14 @@ def with_choices(
         if choices[g.acc].instruction == WGMMA and choices[g.acc].operand_copy == TMA
         for c in g.shared
     )
-    return head + tc + ps + fb + oc
+    ws = tuple(
+        WarpSpecializeStep(g.acc).to_record()
+        for g in groups
+        if choices[g.acc].instruction == WGMMA
+        and choices[g.acc].operand_copy == TMA
+        and choices[g.acc].warp_specialized
+    )
+    return head + tc + ps + fb + oc + ws
 
 
 def _groups(ctx, records: Records) -> tuple[TensorCoreChoices | None, tuple]:
@@ -268,6 +281,31 @@ class OperandCopyMutation(Mutation):
         return _switch_one(records, groups, list(groups), rng, "operand_copy", copies)
 
 
+class WarpSpecializeMutation(Mutation):
+    """A producer warpgroup for one TMA-fed wgmma stage switched on or off (of
+    `SketchParams.warp_specializations`), where the `WarpSpecialize` init rule may draw it
+    (`warp_specialize.warp_specializable`)."""
+
+    NAME = "warp_specialize"
+    TENSOR_CORE_ONLY = True
+
+    def apply(self, ctx, parents, rng: random.Random):
+        records = parents[0]
+        space, groups = _groups(ctx, records)
+        if space is None or True not in space.warp_specializations:
+            return None
+
+        def switches(g: TensorCoreGroup) -> list[bool]:
+            now = GroupChoices.of(records, g)
+            lengths = _split_lengths(records, g)
+            hw, instruction, copy = space.hardware, now.instruction, now.operand_copy
+            if not warp_specializable(hw, g, instruction, copy, lengths, now.depth):
+                return []
+            return [x for x in space.warp_specializations if x != now.warp_specialized]
+
+        return _switch_one(records, groups, list(groups), rng, "warp_specialized", switches)
+
+
 class WarpgroupTileMutation(Mutation):
     """One wgmma stage's block tile moved to a neighbouring shape: its width (wgmma's N) or its
     warpgroups along M doubled or halved, among the shapes warpgroups compute
@@ -353,6 +391,7 @@ __all__ = [
     "OperandCopyMutation",
     "PipelineStagesMutation",
     "TensorCoreInstructionMutation",
+    "WarpSpecializeMutation",
     "WarpgroupTileMutation",
     "with_choices",
 ]

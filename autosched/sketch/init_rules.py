@@ -26,6 +26,7 @@ the random decisions for one state:
                   (fragment_double_buffer.py)
   OperandCopy     cp.async or TMA for a pipelined wgmma stage's shared operand tiles
                   (operand_copy.py)
+  WarpSpecialize  a producer warpgroup for a TMA-fed wgmma stage (warp_specialize.py)
   EpilogueVector  16-byte vectors or single elements for the copy-out of a wgmma or mma stage's
                   epilogue on sm_90 (epilogue_vector.py)
   LaunchBounds    the blocks per SM a cross-thread reduction's `__launch_bounds__` asks for,
@@ -77,6 +78,7 @@ from autosched.sketch.utils import (
     vector_lanes,
 )
 from autosched.sketch.validity import Reason, Rejected, tile_sizes
+from autosched.sketch.warp_specialize import WarpSpecialize
 from autosched.te.dtype import BYTES
 
 
@@ -463,6 +465,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     PipelineStages(),
     FragmentDoubleBuffer(),
     OperandCopy(),
+    WarpSpecialize(),
     EpilogueVector(),
     LaunchBounds(),
     OnlineExchange(),

@@ -116,6 +116,11 @@ class SketchParams:
     # not fit (not sm_90, not wgmma, a single K tile, tiles not of 128-byte lines) the rule
     # draws nothing and the search is that of cp.async alone
     operand_copies: tuple[str, ...] = ("cp.async", "tma")
+    # whether a wgmma stage whose operand tiles TMA copies is warp-specialised (WarpSpecialize,
+    # sketch/warp_specialize.py; lower/warp_specialize.py): a producer warpgroup issues the
+    # copies and the consumers release each slot through an mbarrier, no block barrier in the
+    # mainloop; drawn uniformly where TMA was drawn. (False,): never, the draws those before
+    warp_specializations: tuple[bool, ...] = (False, True)
     # TMA im2col copies of a convolution's gathered input (lower/tma_im2col.py): OperandCopy
     # may draw them for a conv whose tiles no box holds (strided, padded or windowed), and on
     # sm_90 a conv whose window runs more than once (a 3x3) also gets an implicit GEMM sketch
@@ -225,6 +230,13 @@ class SketchParams:
             raise ValueError(
                 "SketchParams: epilogue_vectors must be one or more of False, True, got "
                 f"{self.epilogue_vectors}"
+            )
+        if not self.warp_specializations or not all(
+            isinstance(x, bool) for x in self.warp_specializations
+        ):
+            raise ValueError(
+                "SketchParams: warp_specializations must be one or more of False, True, got "
+                f"{self.warp_specializations}"
             )
         if not self.operand_copies or not set(self.operand_copies) <= set(OPERAND_COPIES):
             raise ValueError(

@@ -57,6 +57,14 @@ def conv_fetch_state() -> State:
     return seed_conv_state(dag, tiles, {"kernel.shared": 1, "pad_temp.shared": 1}, unroll=0)
 
 
+def warp_specialized_tma_state() -> State:
+    """A TMA-fed wgmma pipeline of 3 slots over 4 K steps, warp-specialised."""
+    from tests.lower.test_tma_fetch import matmul_dag, recipe_state
+
+    state = recipe_state(matmul_dag(64, 64, 256), 3)
+    return state.warp_specialize("T_matmul.wmma.accumulator")
+
+
 def mma_double_buffered_state() -> State:
     """A 64^3 fp16 Tensor Core matmul on mma fragments, double-buffered in registers over its
     two k-steps per shared tile."""
@@ -88,6 +96,7 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "fold_index_digits": conv_fetch_state,
     "hoist_row_scalars": lambda: row_softmax_state(),
     "approximate_exp": lambda: row_softmax_state().pragma("T_softmax_norm", 0, "fast_exp", 1),
+    "warp_specialize": lambda: warp_specialized_tma_state(),
 }
 
 
@@ -158,6 +167,7 @@ def test_the_passes_run_in_this_order():
         "fold_index_digits",
         "hoist_row_scalars",
         "approximate_exp",
+        "warp_specialize",
     ]
 
 

@@ -56,6 +56,8 @@ def _examples():
     tensor_core = mm_dag.get_init_state().cache_write("C", "wmma.accumulator")
     mma = tensor_core.tensor_core_instruction("C.wmma.accumulator", "mma")
     sources.append((mm_dag, mma.fragment_double_buffer("C.wmma.accumulator")))
+    wgmma = tensor_core.tensor_core_instruction("C.wmma.accumulator", "wgmma")
+    sources.append((mm_dag, wgmma.warp_specialize("C.wmma.accumulator")))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -90,6 +92,7 @@ def test_every_registered_step_has_an_example():
         "TC",
         "PS",
         "FB",
+        "WS",
     }
 
 

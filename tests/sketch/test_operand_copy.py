@@ -46,7 +46,9 @@ from measure.hardware import HardwareParams
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
 
-TMA_ONLY = SketchParams(tensor_core_instructions=("wgmma",), operand_copies=("tma",))
+TMA_ONLY = SketchParams(
+    tensor_core_instructions=("wgmma",), operand_copies=("tma",), warp_specializations=(False,)
+)
 OC = OperandCopyStep.TAG
 
 

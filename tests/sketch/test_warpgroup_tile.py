@@ -30,7 +30,7 @@ from autosched.sketch.warpgroup_tile import shape_fits, warpgroup_shapes
 from measure.hardware import HardwareParams
 from tests.lower import test_tensorize as tz
 
-WGMMA_ONLY = SketchParams(tensor_core_instructions=("wgmma",))
+WGMMA_ONLY = SketchParams(tensor_core_instructions=("wgmma",), warp_specializations=(False,))
 
 
 def matmul_dag(m: int, n: int, k: int, cast: bool = False) -> ComputeDAG:

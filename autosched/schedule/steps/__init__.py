@@ -21,6 +21,7 @@ from autosched.schedule.steps.annotation import (
     PragmaStep,
     StorageAlignStep,
     TensorCoreInstructionStep,
+    WarpSpecializeStep,
 )
 from autosched.schedule.steps.base import STEP_REGISTRY, Step, replace
 from autosched.schedule.steps.cache import (
@@ -58,6 +59,7 @@ __all__ = [
     "FuseStep",
     "ImplicitGemmStep",
     "OperandCopyStep",
+    "WarpSpecializeStep",
     "PipelineStagesStep",
     "PragmaStep",
     "ReorderStep",

@@ -367,3 +367,31 @@ class OperandCopyStep(Step):
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f's[{pyname(before.stages[self.stage_id])}].operand_copy("{self.copy}")']
+
+
+@dataclass(frozen=True, slots=True)
+class WarpSpecializeStep(Step):
+    """Warp-specialise the TMA pipeline of wgmma accumulator stage `stage_id` (Hopper): one
+    extra producer warpgroup issues the copies, the consumer warpgroups only wait, multiply and
+    release each slot through an "empty" mbarrier, with no block barrier in the mainloop
+    (lower/warp_specialize.py). Where the kernel holds no TMA pipeline the mark changes
+    nothing."""
+
+    TAG: ClassVar[str] = "WS"
+    stage_id: int
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            stage.scope == "wmma.accumulator" and stage.tensor_core_instruction == "wgmma",
+            lambda: (
+                f"warp_specialize on {stage.name!r}: only an accumulator stage of the wgmma "
+                f"instructions is warp-specialised (scope {stage.scope!r}, instructions "
+                f"{stage.tensor_core_instruction!r}); tensor_core_instruction(stage, 'wgmma') "
+                "first"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, warp_specialized=True))
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        return [f"s[{pyname(before.stages[self.stage_id])}].warp_specialize()"]
