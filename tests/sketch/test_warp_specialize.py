@@ -38,7 +38,7 @@ def sampled():
     """(dag, sampler, states) of a 128 x 128 x 512 float16 matmul, TMA drawn wherever it fits,
     a producer warpgroup with even odds."""
     dag = matmul_dag(128, 128, 512)
-    sampler, states = sample(dag, PARAMS, n=8)
+    sampler, states = sample(dag, PARAMS, n=4)
     return dag, sampler, states
 
 
