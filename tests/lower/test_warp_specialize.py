@@ -102,10 +102,13 @@ def test_warp_specialized_states_compute_the_dag(make, slots, consumers):
 
 def test_the_analysis_program_keeps_the_pipeline_it_replaces():
     """Features read the analysis program: the mark changes only the device program."""
+    from autosched.features.extract import extract_features
     from autosched.lower.ir_text import program_text
 
     state = recipe_state(matmul_dag(128, 128, 256), 3)
-    assert program_text(lower(warp_specialized(state))) == program_text(lower(state))
+    marked = lower(warp_specialized(state))
+    assert program_text(marked) == program_text(lower(state))
+    assert (extract_features(marked) == extract_features(lower(state))).all()
     assert not wr.uses_warp_roles(device(state).kernels[0])
 
 
