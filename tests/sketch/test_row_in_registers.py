@@ -110,10 +110,10 @@ def test_rows_in_registers_compile_without_local_memory(workload):
 
 
 def test_the_thread_count_is_drawn_where_a_threads_share_fits():
-    """RMSNorm 16 x 262,144 over clusters of 8: 32,768 floats a block fit 32 registers a thread
-    at 1,024 threads only, so that is the thread count its register sketches draw."""
+    """RMSNorm 16 x 262,144 over portable clusters of 8: 32,768 floats a block fit 32 registers
+    a thread at 1,024 threads only, so that is the thread count its register sketches draw."""
     task = task_of("rms_norm_16x262144")
-    params = SketchParams.for_task(task)
+    params = dataclasses.replace(SketchParams.for_task(task), row_cluster_sizes=(2, 4, 8))
     sketches = in_registers(generate_sketches(task.compute_dag, params=params))
     plans = [make_plan(s, params, HardwareParams()) for s in sketches]
     assert plans and all(set(p.min_threads.values()) == {1024} for p in plans)
