@@ -155,3 +155,46 @@ def test_rows_that_divide_into_vectors_are_kept_by_threads_owning_vectors():
         caches = [s["x.local"] for s in sketches]
         loads = {any(it.annotation == "vectorize" for it in c.iters) for c in caches}
         assert loads == ({True} if vectors else {True, False})
+
+
+@pytest.mark.parametrize(
+    ("name", "operands"),
+    [("layer_norm", {"gamma", "beta"}), ("rms_norm", {"w"}), ("softmax", set())],
+)
+def test_a_rows_operands_are_kept_in_registers_beside_it(name, operands):
+    """A cluster's register sketch comes with a twin that also caches the row's operands (a
+    layer norm's gamma and beta, an RMSNorm's weight) in registers, loaded with the row before
+    the reduction: nothing is read from global memory after the cluster exchange."""
+    dag = DAGS[name]()
+    sketches = [s for s in in_registers(generate_sketches(dag, params=CLUSTERS))]
+    names = {f"{o}.local" for o in operands}
+    cached = [s for s in sketches if names & {st.name for st in s.stages}]
+    assert bool(cached) == bool(operands)
+    if not operands:
+        return
+    assert all(names <= {st.name for st in s.stages} for s in cached)
+    (state,) = SketchSampler(cached, params=CLUSTERS).sample(1, 0)
+    kernel = build(dag, state)
+    (k,) = kernel.program.kernels
+    kept = {b.name for b in k.allocs if b.thread_private}
+    assert kept == {"x_local"} | {f"{o}_local" for o in operands}
+    after_exchange = kernel.source.split("as_cluster_sync();", 1)[1]
+    assert all(f"&{o}[" not in after_exchange for o in operands)
+    interpret_and_compare(dag, kernel.program, rtol=1e-4)
+
+
+def test_a_row_and_its_operands_share_a_threads_registers():
+    """The thread count drawn for a row part of 1,024 floats over a cluster of 2: at least 32
+    threads alone (32 floats each), at least 96 with gamma's and beta's parts beside it."""
+    params = SketchParams(row_cluster_sizes=(2,))
+    sketches = [s for s in in_registers(generate_sketches(DAGS["layer_norm"](), params=params))]
+    sketches = [s for s in sketches if cluster_sizes(s)]
+    with_operands = [s for s in sketches if any(st.name == "gamma.local" for st in s.stages)]
+    alone = [s for s in sketches if s not in with_operands]
+
+    def fewest(states) -> set[int]:
+        return {
+            t for s in states for t in make_plan(s, params, HardwareParams()).min_threads.values()
+        }
+
+    assert fewest(alone) == {32} and fewest(with_operands) == {96}
