@@ -198,3 +198,23 @@ def test_a_row_and_its_operands_share_a_threads_registers():
         }
 
     assert fewest(alone) == {32} and fewest(with_operands) == {96}
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("workload", "cluster"), [("layer_norm_128x65536", 8), ("rms_norm_16x262144", 16)]
+)
+def test_full_size_operands_in_registers_compile_without_spills(workload, cluster):
+    """The register states that keep the row's operands too, at full size (the RMSNorm over
+    clusters of 16): sm_90 code without spills or a stack frame."""
+    task = task_of(workload)
+    params = dataclasses.replace(SketchParams.for_task(task), row_cluster_sizes=(cluster,))
+    sketches = generate_sketches(task.compute_dag, params=params)
+    sketches = [s for s in sketches if sum(st.name.endswith(".local") for st in s.stages) > 1]
+    assert sketches
+    for state in SketchSampler(sketches, params=params).sample(2, 0):
+        kernel = build(task.compute_dag, state)
+        assert kernel.launches[0].cluster_blocks == cluster
+        (res,) = compile_resources(kernel.source, arch="sm_90").values()
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, kernel.source
