@@ -1,4 +1,5 @@
-"""Barriers that order nothing: the device pass `drop_idle_barrier`.
+"""Barriers that order nothing: the device passes `drop_idle_barrier` and
+`mark_single_allreduces`.
 
 A `__syncthreads()` orders the memory accesses of the block's threads before it against those
 after it. A kernel whose first statements only read global memory into each thread's own
@@ -14,8 +15,18 @@ with the barrier, every warp waits for the whole block's.
 The pass drops the kernel's first top-level barrier where every statement before it is plain:
 loops, conditions and stores into local buffers, reading only local buffers and global buffers
 that the kernel never writes (so a later store of another thread cannot overtake a read). The
-hand-written long-row kernels have no such barrier. A device pass: the analysis program (and
-with it the cost model's features) keeps it.
+hand-written long-row kernels have no such barrier.
+
+A block reduction through shared memory (`ir.AllReduce` over more than a warp) writes its
+warps' partial results to a shared scratch array, waits at a barrier, reads them, and waits at a
+second barrier so that no thread writes the scratch again, in a later iteration of a loop
+around it, while another still reads it. An AllReduce in no loop runs once per thread: its
+scratch is never written again, and `mark_single_allreduces` marks it `once`, printed without
+the second barrier (a row's statistic reduced once per block, as a normalisation over a
+cluster reduces its part).
+
+Device passes: the analysis program (and with it the cost model's features) keeps both
+barriers.
 """
 
 from __future__ import annotations
@@ -87,4 +98,23 @@ def drop_idle_barrier(kernel: ir.Kernel) -> ir.Kernel:
     return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=body)
 
 
-__all__ = ["drop_idle_barrier"]
+def _mark_once(s: ir.Stmt) -> ir.Stmt:
+    """`s` with each AllReduce outside every loop marked `once` (loops are left as they are)."""
+    if isinstance(s, ir.AllReduce):
+        return dataclasses.replace(s, once=True)
+    if isinstance(s, ir.Seq):
+        return ir.Seq([_mark_once(c) for c in s.stmts])
+    if isinstance(s, ir.IfThenElse):
+        els = _mark_once(s.else_case) if s.else_case is not None else None
+        return ir.IfThenElse(s.cond, _mark_once(s.then_case), els)
+    return s
+
+
+def mark_single_allreduces(kernel: ir.Kernel) -> ir.Kernel:
+    """`kernel` with its AllReduces in no loop marked `once` (the module's description)."""
+    if not any(isinstance(s, ir.AllReduce) for s in ir.iter_stmts(kernel.body)):
+        return kernel
+    return dataclasses.replace(kernel, allocs=list(kernel.allocs), body=_mark_once(kernel.body))
+
+
+__all__ = ["drop_idle_barrier", "mark_single_allreduces"]

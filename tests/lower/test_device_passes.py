@@ -52,6 +52,7 @@ def test_the_passes_are_one_named_sequence():
         "hoist_row_scalars",
         "approximate_exp",
         "drop_idle_barrier",
+        "mark_single_allreduces",
     ]
     assert DEVICE_PASSES[0].rewrite is fold_index_digits
 

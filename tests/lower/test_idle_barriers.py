@@ -1,19 +1,22 @@
 """Barriers that order nothing (lower/idle_barriers.py): the device program of a row kept in
 registers starts its reduction without a barrier after the row's loads, and still computes the
 DAG on the interpreter; a first barrier after a shared store, a local store that reads shared
-memory, or a read of a global buffer the kernel writes stays."""
+memory, or a read of a global buffer the kernel writes stays. A block reduction in no loop
+waits once (its scratch is never written again), one in a loop twice."""
 
 from __future__ import annotations
 
 import pytest
 
 from autosched.codegen.build import build
+from autosched.codegen.cuda import codegen_program
 from autosched.lower import ir
-from autosched.lower.idle_barriers import drop_idle_barrier
+from autosched.lower.idle_barriers import drop_idle_barrier, mark_single_allreduces
 from autosched.lower.ir import int32
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.te.expr import Const, Load, Var
 from tests.interpreter_check import interpret_and_compare
+from tests.lower.test_interpreter import rowsum_cond_program
 from tests.sketch.test_row_cluster import CLUSTERS, DAGS
 from tests.sketch.test_row_in_registers import in_registers
 
@@ -66,3 +69,20 @@ def test_rows_in_registers_reduce_without_waiting_for_the_block():
     assert not isinstance(first, ir.Barrier)
     assert "}\n  __syncthreads();" not in kernel.source.split("_part[0] = ")[0]
     interpret_and_compare(dag, kernel.program, rtol=1e-4)
+
+
+def test_a_block_reduction_run_once_waits_once_after_its_scratch():
+    program = rowsum_cond_program(4, 100, 128, 1)  # 128 threads: through shared memory
+    (k,) = program.kernels
+    looped = ir.Kernel(k.name, k.grid, k.block, k.allocs, ir.For(Var("t"), 2, "serial", k.body))
+
+    def waits(kernel: ir.Kernel) -> int:
+        marked = mark_single_allreduces(kernel)
+        source = codegen_program(ir.Program([marked], program.params, program.outputs))
+        return source.count("__syncthreads();")
+
+    assert (waits(k), waits(looped)) == (1, 2)
+    (marked,) = [
+        s for s in ir.iter_stmts(mark_single_allreduces(k).body) if isinstance(s, ir.AllReduce)
+    ]
+    assert marked.once

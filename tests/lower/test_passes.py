@@ -91,6 +91,7 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "hoist_row_scalars": lambda: row_softmax_state(),
     "approximate_exp": lambda: row_softmax_state().pragma("T_softmax_norm", 0, "fast_exp", 1),
     "drop_idle_barrier": lambda: rms_rows_in_registers_state(),
+    "mark_single_allreduces": lambda: rms_rows_in_registers_state(),
 }
 
 
@@ -176,6 +177,7 @@ def test_the_passes_run_in_this_order():
         "hoist_row_scalars",
         "approximate_exp",
         "drop_idle_barrier",
+        "mark_single_allreduces",
     ]
 
 
