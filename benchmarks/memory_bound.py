@@ -4,7 +4,7 @@ Reductions, normalisations, matrix-vector products, pooling and an element-wise 
 with PyTorch eager and `torch.compile` of the same function, in one process.
 
     python -m benchmarks.memory_bound --trials 64 --out runs/ [--quick] [--workloads NAME ...]
-        [--row-clusters 2 4 8] [--publish]
+        [--row-clusters 2 4 8 16] [--publish]
 
 Per workload: tune through `auto_schedule` (`--trials` records), run the best kernel and both
 PyTorch versions on the same random inputs (ours checked against eager), then time the three by
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="*",
         default=None,
-        choices=(2, 4, 8),
+        choices=(2, 4, 8, 16),
         help="the cluster sizes normalisations' rows are also sketched split over (sm_90; "
         "default: SketchParams'; no sizes: none)",
     )

@@ -27,6 +27,7 @@ import numpy as np
 
 from measure.artifact import ArgSpec, Launch
 from measure.bfloat16 import storage_dtype
+from measure.cluster_size import allow_clusters_pycuda
 from measure.cuda_graph import GraphDriver, GraphError, load_graph_driver
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
@@ -205,6 +206,14 @@ class Worker:
         static = func.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
         if shared and static + shared > self.static_smem_limit:
             func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+        try:
+            allow_clusters_pycuda(drv, func, launch)
+        except Exception as exc:  # a driver or pycuda that refuses the opt-in
+            raise _Failure(
+                MeasureErrorKind.RESOURCE_LIMIT,
+                f"{launch.kernel_name}: clusters of {launch.cluster_blocks} blocks need the "
+                f"non-portable cluster size allowed, which failed: {exc}",
+            ) from exc
         return func, launch.grid, launch.block, shared
 
     def _upload(self, args, buffers, reference: Reference | None, seed: int, ref_id=None) -> None:

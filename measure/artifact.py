@@ -171,7 +171,9 @@ class TensorMapSpec:
 @dataclasses.dataclass(frozen=True, init=False)
 class Launch:
     """One kernel launch: entry name, grid and block dimensions, dynamic shared memory bytes,
-    and the tensor maps the kernel takes after the pointers, in parameter order.
+    the tensor maps the kernel takes after the pointers, in parameter order, and the blocks of
+    its thread-block clusters (the kernel declares them; a launcher reads them to allow a
+    non-portable size first: `measure.cluster_size`).
 
     `grid` and `block` may be given with 1 to 3 dimensions; they are stored padded to 3 with 1s.
     """
@@ -181,6 +183,7 @@ class Launch:
     block: Dim3
     dynamic_shared_bytes: int = 0
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    cluster_blocks: int = 1
 
     def __init__(
         self,
@@ -189,12 +192,14 @@ class Launch:
         block: Sequence[int],
         dynamic_shared_bytes: int = 0,
         tensor_maps: Sequence[TensorMapSpec] = (),
+        cluster_blocks: int = 1,
     ) -> None:
         object.__setattr__(self, "kernel_name", kernel_name)
         object.__setattr__(self, "grid", _dim3(grid))
         object.__setattr__(self, "block", _dim3(block))
         object.__setattr__(self, "dynamic_shared_bytes", int(dynamic_shared_bytes))
         object.__setattr__(self, "tensor_maps", tuple(tensor_maps))
+        object.__setattr__(self, "cluster_blocks", int(cluster_blocks))
 
     @property
     def threads_per_block(self) -> int:
@@ -202,8 +207,8 @@ class Launch:
         return math.prod(self.block)
 
     def to_dict(self) -> dict:
-        """Plain-dict form (`tensor_maps` only when there are some, so that records of kernels
-        without them read as before)."""
+        """Plain-dict form (`tensor_maps` only when there are some and `cluster_blocks` only
+        above 1, so that records of kernels without them read as before)."""
         out = {
             "kernel_name": self.kernel_name,
             "grid": list(self.grid),
@@ -212,6 +217,8 @@ class Launch:
         }
         if self.tensor_maps:
             out["tensor_maps"] = [m.to_dict() for m in self.tensor_maps]
+        if self.cluster_blocks > 1:
+            out["cluster_blocks"] = self.cluster_blocks
         return out
 
     @classmethod
@@ -223,6 +230,7 @@ class Launch:
             tuple(data["block"]),
             int(data.get("dynamic_shared_bytes", 0)),
             tuple(TensorMapSpec.from_dict(m) for m in data.get("tensor_maps", ())),
+            int(data.get("cluster_blocks", 1)),
         )
 
 

@@ -34,6 +34,9 @@ def emit_allreduce(p: PrintContext, s: ir.AllReduce, d: int) -> None:
     steps = ((bx, tid[1], by), (bx * by, tid[2], bz))
     lin = " + ".join([tid[0]] + [f"{n} * {i}" for n, i, extent in steps if extent > 1])
     stride = (1, bx, bx * by)[axis]
+    # the barrier that keeps the scratch from being overwritten while another thread reads it,
+    # none where the reduction runs once (`AllReduce.once`)
+    after_reading = [] if s.once else [f"  {t.barrier}"]
     lines = [f"{{  // allreduce {s.reducer} over {s.thread_tag} ({E} threads)"]
     lines += [f"  {ctype} {v} = {value};", f"  int {v}_lin = {lin};"]
     if T % W == 0:
@@ -67,7 +70,7 @@ def emit_allreduce(p: PrintContext, s: ir.AllReduce, d: int) -> None:
             f"  {v} = {slot}];",
             f"  for (int {v}_s = 1; {v}_s < ({v}_g * {E} + {E - 1}) / {W} - {first} + 1; ++{v}_s)",
             f"    {v} = {op(v, f'{slot} + {v}_s]')};",
-            f"  {t.barrier}",
+            *after_reading,
         ]
     else:
         base = f"{v}_buf[{v}_lin - {tid[axis]} * {stride}"
@@ -78,7 +81,7 @@ def emit_allreduce(p: PrintContext, s: ir.AllReduce, d: int) -> None:
             f"  {v} = {base}];",
             f"  for (int {v}_s = 1; {v}_s < {E}; ++{v}_s)",
             f"    {v} = {op(v, f'{base} + {v}_s * {stride}]')};",
-            f"  {t.barrier}",
+            *after_reading,
         ]
     lines += [f"  {ex.buffer_names[id(s.buffer)]}[{ex(s.index)}] = {v};", "}"]
     if not any(f"{v}_lin" in line for line in lines[3:]):

@@ -172,9 +172,10 @@ def build_program(program: ir.Program, fast_math: bool = False) -> BuiltKernel:
 
     source = codegen_program(program, fast_math=fast_math)
     # a kernel over 48 KB of shared memory declares it dynamic: its launch sizes it; a kernel
-    # with TMA copies takes its tensor maps after the pointers
+    # with TMA copies takes its tensor maps after the pointers; a cluster kernel's launch
+    # carries its cluster size (above 8 blocks a launcher must allow it first)
     launches = tuple(
-        Launch(k.name, k.grid, k.block, dynamic_shared_bytes(k), kernel_tensor_maps(k))
+        Launch(k.name, k.grid, k.block, dynamic_shared_bytes(k), kernel_tensor_maps(k), k.cluster)
         for k in program.kernels
     )
     outputs = {id(b) for b in program.outputs}

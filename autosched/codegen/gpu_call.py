@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from measure import GPUUnavailableError, compile_kernel
+from measure.cluster_size import allow_clusters_pycuda
 from measure.tensor_map import (
     encode_launch_maps,
     kernel_param_offsets,
@@ -49,11 +50,13 @@ def _offsets(kernel, arch: str, launch) -> list[int] | None:
 
 def _function(drv, mod, launch):
     """The kernel function of `launch`, allowed the dynamic shared memory the launch asks for
-    (above 48 KB the driver needs the function attribute set first)."""
+    (above 48 KB the driver needs the function attribute set first) and its clusters where they
+    are larger than the portable size (`measure.cluster_size`)."""
     fn = mod.get_function(launch.kernel_name)
     if launch.dynamic_shared_bytes:
         attr = drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
         fn.set_attribute(attr, launch.dynamic_shared_bytes)
+    allow_clusters_pycuda(drv, fn, launch)
     return fn
 
 
@@ -111,6 +114,8 @@ def launch_report(drv, fn, launch, maps: list[bytes]) -> str:
         f"{launch.kernel_name}: grid {launch.grid}, block {launch.block}, "
         f"{launch.dynamic_shared_bytes} dynamic shared bytes, {len(maps)} tensor maps"
     )
+    if launch.cluster_blocks > 1:
+        asked += f", clusters of {launch.cluster_blocks} blocks"
     needs = []
     for what, name in LAUNCH_ATTRIBUTES:
         try:

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Sequence
 
 from measure import compile_kernel
+from measure.cluster_size import allow_clusters_driver
 from measure.cuda_driver import CudaDriver, DriverError
 from measure.tensor_map import (
     TENSOR_MAP_ALIGN,
@@ -84,6 +85,7 @@ class StreamKernel:
             if launch.dynamic_shared_bytes > 48 * 1024:
                 size = launch.dynamic_shared_bytes
                 driver.call("cuFuncSetAttribute", fn, _MAX_DYNAMIC_SHARED, size)
+            allow_clusters_driver(functools.partial(driver.call, "cuFuncSetAttribute", fn), launch)
             self._launches.append((fn, launch))
         self.n_args = len(kernel.args)
         self._args = tuple(kernel.args)

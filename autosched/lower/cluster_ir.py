@@ -6,7 +6,10 @@ A cluster kernel (`ir.Kernel.cluster` = C > 1, C in `CLUSTER_SIZES`) groups its 
 clusters of C consecutive blocks along x: the grid's x extent is a multiple of C, and the
 block at blockIdx.x is block `blockIdx.x % C` of its cluster, its rank (`CLUSTER_RANK`, the
 `%cluster_ctarank` register). The kernel declares the shape at compile time
-(`__cluster_dims__(C, 1, 1)`), so it launches as any other kernel.
+(`__cluster_dims__(C, 1, 1)`), so it launches as any other kernel, except that a cluster of more
+than `PORTABLE_CLUSTER_SIZE` blocks (16, which Hopper runs but does not promise to every part)
+launches only once the function is allowed non-portable cluster sizes
+(`measure.cluster_size`, called by every launcher).
 
 - `ClusterLoad`: `dst[dst_index] := src[src_index]` of the block of rank `rank` in the reading
   block's cluster, `src` a shared buffer (`mapa.shared::cluster` maps the address,
@@ -31,8 +34,10 @@ from dataclasses import dataclass
 from autosched.lower import ir
 from autosched.te.expr import Expr, Var
 
-# The cluster sizes a kernel may declare: 8 blocks is the portable most (16 needs an opt-in).
-CLUSTER_SIZES = (2, 4, 8)
+# The cluster sizes a kernel may declare: 8 blocks is the portable most; 16 needs the launch's
+# opt-in (`measure.cluster_size.PORTABLE_CLUSTER_BLOCKS` is the same bound).
+CLUSTER_SIZES = (2, 4, 8, 16)
+PORTABLE_CLUSTER_SIZE = 8
 # A block's rank in its cluster (0 .. C - 1), bound in every cluster kernel.
 CLUSTER_RANK = Var("cluster_rank", ir.I32)
 
@@ -78,6 +83,7 @@ def remote_sources(kernel: ir.Kernel) -> list[ir.Buffer]:
 
 __all__ = [
     "CLUSTER_RANK",
+    "PORTABLE_CLUSTER_SIZE",
     "CLUSTER_SIZES",
     "CLUSTER_STMTS",
     "ClusterBarrier",

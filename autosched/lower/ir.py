@@ -172,6 +172,9 @@ class AllReduce(Stmt):
     index: Expr
     thread_tag: str
     extent: int
+    # run once per thread (in no loop): its shared scratch is never written again, so the
+    # printer waits at no barrier after reading it (lower/idle_barriers.py)
+    once: bool = False
 
 
 def operand_k(dtype: str) -> int:

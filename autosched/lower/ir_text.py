@@ -73,6 +73,7 @@ def program_text(p: Program) -> str:
             out.append(f"{pad}cp.async.wait_group {s.pending}")
         elif isinstance(s, AllReduce):
             reduced = f"allreduce_{s.reducer}({s.value!r}) over {s.thread_tag}"
+            reduced += " once" if s.once else ""
             out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {reduced}")
         elif isinstance(s, WarpStmt):
             out.append(pad + s.describe(", ".join(repr(e) for e in s.exprs())))

@@ -19,6 +19,7 @@ from autosched.lower import ir
 from autosched.lower.arith import MemoBounds
 from autosched.lower.fast_exp import approximate_exp
 from autosched.lower.fragment_double_buffer import double_buffer_fragments
+from autosched.lower.idle_barriers import drop_idle_barrier, mark_single_allreduces
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.row_scalars import hoist_row_scalars
@@ -81,6 +82,8 @@ DEVICE_PASSES: tuple[KernelPass, ...] = (
     KernelPass("fold_index_digits", fold_index_digits),
     KernelPass("hoist_row_scalars", hoist_row_scalars),
     KernelPass("approximate_exp", approximate_exp),
+    KernelPass("drop_idle_barrier", drop_idle_barrier),
+    KernelPass("mark_single_allreduces", mark_single_allreduces),
     KernelPass("warp_specialize", warp_specialize),
 )
 

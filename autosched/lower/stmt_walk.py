@@ -45,7 +45,8 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
     if isinstance(s, AllReduce):
         buffer, index = target(s.buffer, fe(s.index))
         cond = fe(s.cond) if s.cond is not None else None
-        return AllReduce(s.reducer, fe(s.value), cond, buffer, index, s.thread_tag, s.extent)
+        value = fe(s.value)
+        return AllReduce(s.reducer, value, cond, buffer, index, s.thread_tag, s.extent, s.once)
     if isinstance(s, WarpStmt):
         s = s.with_exprs([fe(e) for e in s.exprs()])
         return s if warp is None else warp(s)

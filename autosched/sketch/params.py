@@ -166,8 +166,9 @@ class SketchParams:
     # SM, with even odds (sketch/launch_bounds.py)
     one_wave_launch_bounds: bool = True
     # the cluster sizes a block-per-row normalisation's rows are also sketched split over, a
-    # block of a thread-block cluster per part (sm_90; sketch/row_cluster.py); empty: never
-    row_cluster_sizes: tuple[int, ...] = (2, 4, 8)
+    # block of a thread-block cluster per part (sm_90; sketch/row_cluster.py; 16, above the
+    # portable size, only for rows too few to fill the SMs twice with 8); empty: never
+    row_cluster_sizes: tuple[int, ...] = (2, 4, 8, 16)
     # the most elements of a normalisation's row (or a cluster block's part of it) one thread
     # keeps in registers when its row is sketched held there (sketch/row_in_shared.py); 0: never
     max_row_register_elems: int = 32

@@ -184,9 +184,10 @@ def make_plan(sketch: State, params: SketchParams, hardware: HardwareParams) -> 
 
 
 def register_row_threads(state: State, params: SketchParams) -> dict[int, int]:
-    """SplitStep id -> the fewest threads, for the thread split each row kept in registers
-    follows (`utils.row_part_in_registers`): its part over `max_row_register_elems`."""
-    out: dict[int, int] = {}
+    """SplitStep id -> the fewest threads, for the thread split the rows kept in registers
+    follow (`utils.row_part_in_registers`): their parts over `max_row_register_elems` (the
+    parts of all the caches that follow one split, a row's and its operands', together)."""
+    parts: dict[int, int] = {}
     for j in range(len(state.stages)):
         part = row_part_in_registers(state, j)
         if not part or params.max_row_register_elems < 1:
@@ -194,10 +195,8 @@ def register_row_threads(state: State, params: SketchParams) -> dict[int, int]:
         for k, _ in splitting_steps(state, j):
             step = state.steps[k]
             if isinstance(step, FollowSplitStep):
-                src = step.src_step_id
-                need = -(-part // params.max_row_register_elems)
-                out[src] = max(out.get(src, 1), need)
-    return out
+                parts[step.src_step_id] = parts.get(step.src_step_id, 0) + part
+    return {src: max(1, -(-n // params.max_row_register_elems)) for src, n in parts.items()}
 
 
 __all__ = [

@@ -1,38 +1,47 @@
 """Long rows split over a thread-block cluster (Hopper, sm_90): the sketch rule `RowOverCluster`.
 
 A block-per-row normalisation (softmax, layer norm in either form, RMSNorm: CrossThreadReduction
-computes its reductions at the output's row loop) with few long rows keeps one block busy per
-row: 128 rows of 65,536 floats leave an H100 with one 512-thread block per SM, which cannot keep
-enough loads in flight to read DRAM at its peak, and 256 rows of 32,768 floats a block per SM
-that reduces while the DRAM idles. This rule splits each row over a cluster of C blocks (C in
-`SketchParams.row_cluster_sizes`): the output's loop over its row, outside the threads, is cut
-[C, rest] with the C part bound to the block's rank in its cluster (`CLUSTER_RANK_TAG`), and
-each reduction computed at the row loop is cut the same way. Each block then reads its 1 / C of
-the row, reduces it over its threads, and the C blocks exchange their partial results through
-distributed shared memory after a cluster barrier (lower/cross_thread.py `cluster_exchange`),
-so every block holds the row's statistics and normalises its part: C times the blocks, each
-with 1 / C of the row. A second sketch per C reads each block's part once from DRAM into
-shared memory, where every pass then reads it (`part_in_shared`, as RowInSharedMemory keeps a
-whole row); the first leaves the later passes to find the part in L1 or L2. Where a thread's
-share of the part can fit in registers (`fits_registers`), a third keeps it there.
+computes its reductions at the output's row loop) with few long rows keeps one block busy per row:
+128 rows of 65,536 floats leave an H100 with one 512-thread block per SM, which cannot keep enough
+loads in flight to read DRAM at its peak, and 256 rows of 32,768 floats a block per SM that reduces
+while the DRAM idles. This rule splits each row over a cluster of C blocks (C in
+`SketchParams.row_cluster_sizes`): the output's loop over its row, outside the threads, is cut [C,
+rest] with the C part bound to the block's rank in its cluster (`CLUSTER_RANK_TAG`), and each
+reduction computed at the row loop is cut the same way. Each block then reads its 1 / C of the row,
+reduces it over its threads, and the C blocks exchange their partial results through distributed
+shared memory after a cluster barrier (lower/cross_thread.py `cluster_exchange`), so every block
+holds the row's statistics and normalises its part: C times the blocks, each with 1 / C of the row.
+A cluster of 16 blocks, above the portable 8 (its launch opts in: `measure.cluster_size`), is drawn
+only for rows too few to give every SM a second block with clusters of 8 (`wants_non_portable`): 16
+rows of 262,144 floats make 128 blocks of a cluster of 8, one per SM, and 256 of a cluster of 16. A
+second sketch per C reads each block's part once from DRAM into shared memory, where every pass then
+reads it (`part_in_shared`, as RowInSharedMemory keeps a whole row); the first leaves the later
+passes to find the part in L1 or L2. Where a thread's share of the part can fit in registers
+(`fits_registers`), a third keeps it there (with its streaming twin), and where the row has
+operands (a layer norm's gamma and beta, an RMSNorm's weight) whose parts fit beside it, a fourth,
+streaming, keeps those in registers too (`operands_in_registers`): every load of the kernel is then
+issued before its reduction, and nothing waits on L2 after the cluster exchange, as in the
+hand-written long-row kernels.
 
 The rule applies where the GPU has clusters (sm_90 or later), the kernel is a block-per-row
 kernel whose stages computed at the row loop are all cross-thread reductions (no row kept in
 shared memory) with at most `MAX_ROWS_PER_SM` rows per SM, the row divides into C parts of at
 least `MIN_PART_ELEMENTS`, and a part fits a block's share of an SM's shared memory at two
 blocks per SM (where a later rule may keep it), for the first two sketches, or a thread's share
-of it fits in registers, for the third. It adds up to three sketches per C and keeps the
-unsplit sketch (APPLY). Off where `row_cluster_sizes` is empty (the default is 2, 4 and 8).
+of it fits in registers, for the third and fourth. It adds up to five sketches per C and keeps the
+unsplit sketch (APPLY). Off where `row_cluster_sizes` is empty (the default is 2, 4, 8 and 16).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from autosched.lower.cluster_ir import PORTABLE_CLUSTER_SIZE
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, SPATIAL
 from autosched.sketch.row_in_shared import (
     RESERVED_SHARED_BYTES,
+    direct_readers,
     fits_registers,
     is_cross_thread_reduction,
     loads_row_well,
@@ -132,7 +141,8 @@ class RowOverCluster(SketchRule):
     def sizes(self, ctx: SketchContext, state: State, i: int) -> list[int]:
         """The cluster sizes of `SketchParams.row_cluster_sizes` that fit placeholder i's row
         kernel (none where there is none, or the GPU has no clusters): its part in shared
-        memory (`fits_shared`) or in registers (`fits_registers`)."""
+        memory (`fits_shared`) or in registers (`fits_registers`); above the portable size
+        only for rows that want it (`wants_non_portable`)."""
         if not ctx.params.row_cluster_sizes or not has_clusters(ctx.hardware):
             return []
         planned = self.plan(state, i)
@@ -145,10 +155,18 @@ class RowOverCluster(SketchRule):
         return [
             c
             for c in ctx.params.row_cluster_sizes
-            if length % c == 0
+            if (c <= PORTABLE_CLUSTER_SIZE or self.wants_non_portable(rows, hardware))
+            and length % c == 0
             and length // c >= self.MIN_PART_ELEMENTS
             and (self.fits_shared(ctx, state, i, c) or fits_registers(ctx, state, i, parts=c))
         ]
+
+    @staticmethod
+    def wants_non_portable(rows: int, hardware: HardwareParams) -> bool:
+        """Whether `rows` split over the largest portable cluster leave each SM at most one
+        block: only then does a larger cluster add blocks the SMs have room for (more loads in
+        flight per SM) rather than cluster barriers."""
+        return rows * PORTABLE_CLUSTER_SIZE <= hardware.num_sms
 
     @staticmethod
     def fits_shared(ctx: SketchContext, state: State, i: int, parts: int) -> bool:
@@ -177,7 +195,13 @@ class RowOverCluster(SketchRule):
             thread_split = split_step_ids(state, cuts[0][0])[0]
             if fits_registers(ctx, state, i, c) and loads_row_well(ctx, state, i, thread_split):
                 local = self.part_in_shared(split, i, cuts, "local")
-                out += [(s, i - 1) for s in with_streaming_twin(ctx, local, cuts[0][0] + 1)]
+                twins = with_streaming_twin(ctx, local, cuts[0][0] + 1)
+                out += [(s, i - 1) for s in twins]
+                rank_iter = f"{cuts[0][1]}_o"
+                operands = operands_in_registers(
+                    ctx, twins[-1], i, cuts[0][0] + 1, rank_iter, thread_split, c
+                )
+                out += [(operands, i - 1)] if operands is not None else []
         return out
 
     @staticmethod
@@ -197,4 +221,39 @@ class RowOverCluster(SketchRule):
         return shared_row_cache(state, i, root, rank_iter, split, scope)
 
 
-__all__ = ["RowOverCluster", "has_clusters"]
+def row_operands(state: State, i: int, root: int) -> list[str]:
+    """The names of the placeholders other than i that only root stage `root` reads, each a
+    vector along placeholder i's row (a layer norm's gamma and beta, an RMSNorm's weight)."""
+    length = state.stages[i].op.output(0).shape[-1]
+    return [
+        st.name
+        for j, st in enumerate(state.stages)
+        if j != i
+        and st.is_placeholder
+        and tuple(st.op.output(0).shape) == (length,)
+        and [k for k in direct_readers(state, j) if not state.stages[k].is_placeholder] == [root]
+    ]
+
+
+def operands_in_registers(
+    ctx: SketchContext, state: State, i: int, root: int, at: str, thread_split: int, parts: int
+) -> State | None:
+    """Register sketch `state` (placeholder i's part cached in registers at root stage `root`'s rank
+    iterator `at`) with the row's operands (`row_operands`) cached there too, each thread keeping
+    the elements it multiplies by: all of a thread's loads are issued before the reduction, as the
+    hand-written kernels' are, and none waits after the cluster exchange. None where the row has no
+    operands, or a block's part of it and of them cannot fit its threads' registers together
+    (as `fits_registers` counts the row's alone)."""
+    names = row_operands(state, i, root)
+    length = state.stages[i].op.output(0).shape[-1]
+    most = ctx.params.max_row_register_elems * ctx.hardware.max_threads_per_block
+    if not names or (1 + len(names)) * (length // parts) > most:
+        return None
+    for name in names:  # each cache goes before the root, which moves on by one
+        j = [st.name for st in state.stages].index(name)
+        state = shared_row_cache(state, j, root, at, thread_split, "local")
+        root += 1
+    return state
+
+
+__all__ = ["RowOverCluster", "has_clusters", "operands_in_registers", "row_operands"]

@@ -258,7 +258,8 @@ def row_part_in_registers(state: State, j: int) -> int:
     block's registers: a thread-private cache (a local `cache_read` attached at a loop of a
     root stage, its own iterators bound to threadIdx; sketch/row_in_shared.py), its tensor's
     elements past the axes that loop and those outside it fix, over C at a cluster's rank
-    iterator. 0 for any other stage."""
+    iterator. A cache of fewer axes than the root (a layer norm's gamma, read along the row)
+    lines its axes up with the root's last ones. 0 for any other stage."""
     stage = state.stages[j]
     if (
         stage.scope != "local"
@@ -272,7 +273,9 @@ def row_part_in_registers(state: State, j: int) -> int:
     at, parts = [it.name for it in its].index(at_name), 1
     if its[at].annotation == CLUSTER_RANK_TAG:
         at, parts = at - 1, its[at].extent or 1
-    return -(-math.prod(stage.op.output(0).shape[at + 1 :]) // parts)
+    shape = stage.op.output(0).shape
+    missing = len(state.stages[root].op.output(0).shape) - len(shape)
+    return -(-math.prod(shape[max(0, at + 1 - missing) :]) // parts)
 
 
 def loads_through_inlined(state: State, j: int, target: int) -> list[tuple]:

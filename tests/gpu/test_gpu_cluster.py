@@ -4,7 +4,8 @@ sampled states of the sketch rule that splits normalisations' rows over a cluste
 (sketch/row_cluster.py) for softmax, layer norm (both forms) and RMSNorm, and sampled states
 that keep the rows (or a cluster block's part) in registers (a thread-private cache), with
 clusters and without, and softmax over clusters with one (max, sum) exchange
-(`online_exchange`).
+(`online_exchange`), clusters of 16 blocks (non-portable), and the register states that keep the
+row's operands beside it.
 
     python -m pytest -q -n 0 -m gpu -s tests/gpu/test_gpu_cluster.py
 """
@@ -27,7 +28,13 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize(
     ("rows", "n", "cluster", "threads"),
-    [(4, 2048, 2, 128), (4, 2048, 4, 128), (4, 2048, 8, 64), (8, 32768, 8, 512)],
+    [
+        (4, 2048, 2, 128),
+        (4, 2048, 4, 128),
+        (4, 2048, 8, 64),
+        (8, 32768, 8, 512),
+        (2, 32768, 16, 512),  # non-portable: gpu_call allows it before the launch
+    ],
 )
 def test_hand_built_cluster_softmax_matches_numpy(rows, n, cluster, threads):
     from autosched.codegen.build import build_program
@@ -99,3 +106,29 @@ def test_softmax_with_one_exchange_matches_numpy():
         (i,) = online_candidates(state)
         kernel = run_on_gpu(dag, state.pragma(i, 0, "online_exchange", 1))
         assert kernel.source.count("as_cluster_sync();") == 2  # one exchange, and the last
+
+
+def test_rows_over_clusters_of_16_match_numpy():
+    """2 rows over clusters of 16 blocks, above the portable 8: the launch allows it first."""
+    dag = rms_norm(2, 16384)
+    params = SketchParams(row_cluster_sizes=(16,))
+    sampler = SketchSampler(generate_sketches(dag, params=params), params=params)
+    states = [s for s in sampler.sample(6, 0) if "__cluster_dims__(16" in run_on_gpu(dag, s).source]
+    assert states
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "layer_norm_moments", "rms_norm"])
+def test_row_operands_in_registers_match_numpy(name):
+    dag = SKETCHED[name]()
+    params = SketchParams(row_cluster_sizes=(2, 4, 8))
+    sketches = [
+        s
+        for s in generate_sketches(dag, params=params)
+        if sum(st.name.endswith(".local") for st in s.stages) > 1
+    ]
+    sampler = SketchSampler(sketches, params=params)
+    states = sampler.sample(4, 0)
+    assert states, sampler.rejected
+    for state in states:
+        kernel = run_on_gpu(dag, state)
+        assert "x_local[" in kernel.source

@@ -51,6 +51,8 @@ def test_the_passes_are_one_named_sequence():
         "fold_index_digits",
         "hoist_row_scalars",
         "approximate_exp",
+        "drop_idle_barrier",
+        "mark_single_allreduces",
         "warp_specialize",
     ]
     assert DEVICE_PASSES[0].rewrite is fold_index_digits

@@ -20,9 +20,11 @@ from autosched.lower.lowering import lower
 from autosched.lower.passes import DEVICE_PASSES, LOWERING_PASSES, KernelPass
 from autosched.lower.plan import plan_text
 from autosched.lower.planning import PLAN_STEPS, make_plan
+from autosched.schedule.compute_dag import ComputeDAG
 from autosched.schedule.loop_state import State
 from autosched.te.expr import Expr
 from autosched.te.visitor import free_vars
+from benchmarks.memory_bound import rms_norm
 from tests.lower.test_warpgroup_mma import wgmma_matmul_state
 from tests.workloads_for_tests import (
     conv2d_bias_relu_dag,
@@ -96,6 +98,8 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "fold_index_digits": conv_fetch_state,
     "hoist_row_scalars": lambda: row_softmax_state(),
     "approximate_exp": lambda: row_softmax_state().pragma("T_softmax_norm", 0, "fast_exp", 1),
+    "drop_idle_barrier": lambda: rms_rows_in_registers_state(),
+    "mark_single_allreduces": lambda: rms_rows_in_registers_state(),
     "warp_specialize": lambda: warp_specialized_tma_state(),
 }
 
@@ -116,6 +120,20 @@ def row_softmax_state() -> State:
     from tests.lower.test_cross_thread import softmax_state
 
     return softmax_state(softmax_dag(2, 64), 32)
+
+
+def rms_rows_in_registers_state() -> State:
+    """RMSNorm of rows of 64 on blocks of 32 threads, each thread keeping its 2 elements of
+    the row in a thread-private cache filled first, the mean square reduced across the threads
+    into shared memory after it."""
+    dag = ComputeDAG(rms_norm(2, 64))
+    state = dag.get_init_state().cache_read("x", "local", ["ms", "rms"])
+    state = state.split("rms", "j", [32]).bind("rms", "j_i", "threadIdx.x")
+    state = state.follow_split("ms", "k", 1, 1).bind("ms", "k_i", "threadIdx.x")
+    state = state.compute_at("ms", "rms", "i").bind("rms", "i", "blockIdx.x")
+    state = state.compute_at("x.local", "rms", "i")
+    state = state.follow_split("x.local", "ax1", 1, 1)
+    return state.bind("x.local", "ax1_i", "threadIdx.x")
 
 
 def row_in_registers_state() -> State:
@@ -167,6 +185,8 @@ def test_the_passes_run_in_this_order():
         "fold_index_digits",
         "hoist_row_scalars",
         "approximate_exp",
+        "drop_idle_barrier",
+        "mark_single_allreduces",
         "warp_specialize",
     ]
 

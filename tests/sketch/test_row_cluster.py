@@ -1,10 +1,10 @@
 """Long rows split over a thread-block cluster (sketch/row_cluster.py `RowOverCluster`): with
-`SketchParams.row_cluster_sizes` (default 2, 4, 8; empty: off), the block-per-row sketches of
-softmax, layer norm (centred and moments forms) and RMSNorm with few rows also split each row
-over C blocks of a cluster, which exchange their partial statistics through distributed shared
-memory, each block's part read from global memory by every pass or once into shared memory.
-The sampled kernels compute the DAG on the interpreter, replay from their steps, print as a
-Python schedule and (with nvcc) compile for sm_90 without spills."""
+`SketchParams.row_cluster_sizes` (default 2, 4, 8 and, for rows too few for 8, 16; empty: off), the
+block-per-row sketches of softmax, layer norm (centred and moments forms) and RMSNorm with few rows
+also split each row over C blocks of a cluster, which exchange their partial statistics through
+distributed shared memory, each block's part read from global memory by every pass or once into
+shared memory. The sampled kernels compute the DAG on the interpreter, replay from their steps,
+print as a Python schedule and (with nvcc) compile for sm_90 without spills."""
 
 from __future__ import annotations
 
@@ -124,6 +124,26 @@ def test_no_clusters_where_rows_already_fill_the_sms():
     two_sms = HardwareParams(num_sms=2)
     assert clustered(generate_sketches(softmax(4, 2048), two_sms, CLUSTERS))  # 2 rows per SM
     assert not clustered(generate_sketches(softmax(8, 2048), two_sms, CLUSTERS))  # 4 per SM
+
+
+def test_clusters_of_16_only_for_rows_too_few_for_8():
+    """Clusters of 16 blocks (above the portable 8) are drawn for 2 rows, which clusters of 8
+    leave on 16 of 132 SMs, and compute the DAG; 32 rows fill more SMs than there are with
+    clusters of 8 and keep the portable sizes."""
+    dag = rms_norm(2, 8192)  # a part of 512 floats a block at 16
+    sizes = set().union(*map(cluster_sizes, generate_sketches(dag)))
+    assert sizes == {2, 4, 8, 16}
+    assert 16 not in set().union(*map(cluster_sizes, generate_sketches(rms_norm(32, 8192))))
+    only_16 = SketchParams(row_cluster_sizes=(16,))
+    sketches = clustered(generate_sketches(dag, params=only_16))
+    # (a thread count above a part's 512 / 4 vectors leaves the rank's loop fewer than 16)
+    states = SketchSampler(sketches, params=only_16).sample(4, 0)
+    kernels = [build(dag, s) for s in states]
+    kernel = next(x for x in kernels if x.program.kernels[0].cluster == 16)
+    assert kernel.program.kernels[0].grid[0] == 32
+    assert kernel.launches[0].cluster_blocks == 16
+    assert "__cluster_dims__(16, 1, 1)" in kernel.source
+    interpret_and_compare(dag, kernel.program, rtol=1e-4)
 
 
 def test_cluster_sizes_are_checked():

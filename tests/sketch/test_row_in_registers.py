@@ -110,10 +110,10 @@ def test_rows_in_registers_compile_without_local_memory(workload):
 
 
 def test_the_thread_count_is_drawn_where_a_threads_share_fits():
-    """RMSNorm 16 x 262,144 over clusters of 8: 32,768 floats a block fit 32 registers a thread
-    at 1,024 threads only, so that is the thread count its register sketches draw."""
+    """RMSNorm 16 x 262,144 over portable clusters of 8: 32,768 floats a block fit 32 registers
+    a thread at 1,024 threads only, so that is the thread count its register sketches draw."""
     task = task_of("rms_norm_16x262144")
-    params = SketchParams.for_task(task)
+    params = dataclasses.replace(SketchParams.for_task(task), row_cluster_sizes=(2, 4, 8))
     sketches = in_registers(generate_sketches(task.compute_dag, params=params))
     plans = [make_plan(s, params, HardwareParams()) for s in sketches]
     assert plans and all(set(p.min_threads.values()) == {1024} for p in plans)
@@ -155,3 +155,66 @@ def test_rows_that_divide_into_vectors_are_kept_by_threads_owning_vectors():
         caches = [s["x.local"] for s in sketches]
         loads = {any(it.annotation == "vectorize" for it in c.iters) for c in caches}
         assert loads == ({True} if vectors else {True, False})
+
+
+@pytest.mark.parametrize(
+    ("name", "operands"),
+    [("layer_norm", {"gamma", "beta"}), ("rms_norm", {"w"}), ("softmax", set())],
+)
+def test_a_rows_operands_are_kept_in_registers_beside_it(name, operands):
+    """A cluster's register sketch comes with a twin that also caches the row's operands (a
+    layer norm's gamma and beta, an RMSNorm's weight) in registers, loaded with the row before
+    the reduction: nothing is read from global memory after the cluster exchange."""
+    dag = DAGS[name]()
+    sketches = [s for s in in_registers(generate_sketches(dag, params=CLUSTERS))]
+    names = {f"{o}.local" for o in operands}
+    cached = [s for s in sketches if names & {st.name for st in s.stages}]
+    assert bool(cached) == bool(operands)
+    if not operands:
+        return
+    assert all(names <= {st.name for st in s.stages} for s in cached)
+    (state,) = SketchSampler(cached, params=CLUSTERS).sample(1, 0)
+    kernel = build(dag, state)
+    (k,) = kernel.program.kernels
+    kept = {b.name for b in k.allocs if b.thread_private}
+    assert kept == {"x_local"} | {f"{o}_local" for o in operands}
+    after_exchange = kernel.source.split("as_cluster_sync();", 1)[1]
+    assert all(f"&{o}[" not in after_exchange for o in operands)
+    interpret_and_compare(dag, kernel.program, rtol=1e-4)
+
+
+def test_a_row_and_its_operands_share_a_threads_registers():
+    """The thread count drawn for a row part of 1,024 floats over a cluster of 2: at least 32
+    threads alone (32 floats each), at least 96 with gamma's and beta's parts beside it."""
+    params = SketchParams(row_cluster_sizes=(2,))
+    sketches = [s for s in in_registers(generate_sketches(DAGS["layer_norm"](), params=params))]
+    sketches = [s for s in sketches if cluster_sizes(s)]
+    with_operands = [s for s in sketches if any(st.name == "gamma.local" for st in s.stages)]
+    alone = [s for s in sketches if s not in with_operands]
+
+    def fewest(states) -> set[int]:
+        return {
+            t for s in states for t in make_plan(s, params, HardwareParams()).min_threads.values()
+        }
+
+    assert fewest(alone) == {32} and fewest(with_operands) == {96}
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("workload", "cluster"), [("layer_norm_128x65536", 8), ("rms_norm_16x262144", 16)]
+)
+def test_full_size_operands_in_registers_compile_without_spills(workload, cluster):
+    """The register states that keep the row's operands too, at full size (the RMSNorm over
+    clusters of 16): sm_90 code without spills or a stack frame."""
+    task = task_of(workload)
+    params = dataclasses.replace(SketchParams.for_task(task), row_cluster_sizes=(cluster,))
+    sketches = generate_sketches(task.compute_dag, params=params)
+    sketches = [s for s in sketches if sum(st.name.endswith(".local") for st in s.stages) > 1]
+    assert sketches
+    for state in SketchSampler(sketches, params=params).sample(2, 0):
+        kernel = build(task.compute_dag, state)
+        assert kernel.launches[0].cluster_blocks == cluster
+        (res,) = compile_resources(kernel.source, arch="sm_90").values()
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, kernel.source

@@ -139,6 +139,8 @@ def axes_line(stage: Stage, with_reduce: bool, via_schedule: bool = False) -> st
     stage whose Python tensor still names the op it had before the step (rfactor's target)."""
     S = pyname(stage)
     names = ", ".join(f"{S}_{it.name}" for it in stage.root_iters)
+    if len(stage.root_iters) == 1:  # unpack the one axis (a cache of a vector operand)
+        names += ","
     op = f"s[{S}].op" if via_schedule else f"{S}.op"
     tail = f" + tuple({op}.reduce_axis)" if with_reduce else ""
     return f"{names} = tuple({op}.axis){tail}"
