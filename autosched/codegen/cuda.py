@@ -46,6 +46,7 @@ from autosched.codegen.shared_memory import (
     dynamic_shared_bytes,
     shared_layout,
 )
+from autosched.codegen.single_pass import SinglePassPrinter
 from autosched.codegen.streaming import store_line, streamed_inputs, streamed_outputs
 from autosched.codegen.target import CUDATarget
 from autosched.codegen.tma import DESCRIPTOR_HELPER, TmaPrinter
@@ -82,6 +83,7 @@ class KernelPrinter(PrintContext):
         self.cluster.register(self.table)
         self.tma = TmaPrinter(self)
         self.tma.register(self.table)
+        SinglePassPrinter(self).register(self.table)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         fn = self.table.handler(s)

@@ -199,6 +199,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         stream_reads=plan.stages[root].stream_reads,
         stream_writes=plan.stages[root].stream_writes,
         fast_exp=plan.stages[root].fast_exp,
+        single_pass=plan.stages[root].single_pass,
     )
 
 
