@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autosched.lower import ir
-from autosched.te.expr import BinOp, Expr, Load
+from autosched.te.expr import BinOp, Const, Expr, Load
 
 COUNTER_DTYPE = "int32"
 
@@ -73,6 +73,21 @@ def last_block(arrival: CountArrival, body: ir.Stmt) -> ir.IfThenElse:
     return ir.IfThenElse(cond, body)
 
 
+def is_last_block(s: ir.Stmt, arrival: CountArrival) -> bool:
+    """Whether `s` is `arrival`'s branch of the last block (as `last_block` makes it)."""
+    if not isinstance(s, ir.IfThenElse):
+        return False
+    c = s.cond
+    return (
+        isinstance(c, BinOp)
+        and c.op == "=="
+        and isinstance(c.a, Load)
+        and c.a.buffer is arrival.flag
+        and isinstance(c.b, Const)
+        and c.b.value == arrival.arrivals - 1
+    )
+
+
 def arrivals_of(kernel: ir.Kernel) -> list[CountArrival]:
     """The kernel's `CountArrival` statements, in program order."""
     return [s for s in ir.iter_stmts(kernel.body) if isinstance(s, CountArrival)]
@@ -84,5 +99,6 @@ __all__ = [
     "CountArrival",
     "ThreadFence",
     "arrivals_of",
+    "is_last_block",
     "last_block",
 ]

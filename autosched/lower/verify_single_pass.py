@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from autosched.lower import ir
 from autosched.lower import single_pass_ir as sp
 from autosched.lower.dispatch import TypeTable
-from autosched.te.expr import BinOp, Const, Load
+from autosched.te.expr import Const
 
 
 class SinglePassRules:
@@ -70,22 +70,11 @@ def check_single_pass(
         fail("CountArrival without a ThreadFence right before it (partials not fenced)")
     if all(b is not arrival.counter for b in workspaces):
         fail(f"the arrival counter {arrival.counter.name} is not a workspace of the program")
-    branches = [s for s in top[at + 1 :] if isinstance(s, ir.IfThenElse) and reads(s, arrival)]
-    if not any(resets(b.then_case, arrival) for b in branches):
+    last = [
+        s for s in top[at + 1 :] if isinstance(s, ir.IfThenElse) and sp.is_last_block(s, arrival)
+    ]
+    if not any(resets(s.then_case, arrival) for s in last):
         fail(f"no last-block branch resets the counter {arrival.counter.name} to 0")
-
-
-def reads(s: ir.IfThenElse, arrival: sp.CountArrival) -> bool:
-    """Whether `s` branches on `arrival`'s flag being the last count."""
-    c = s.cond
-    return (
-        isinstance(c, BinOp)
-        and c.op == "=="
-        and isinstance(c.a, Load)
-        and c.a.buffer is arrival.flag
-        and isinstance(c.b, Const)
-        and c.b.value == arrival.arrivals - 1
-    )
 
 
 def resets(s: ir.Stmt, arrival: sp.CountArrival) -> bool:
