@@ -8,7 +8,8 @@ One kernel saves the second launch and its tail: the last block reads P partials
 from L2 while the GPU would otherwise sit between kernels. The candidates are the partial
 sums of a reduction that does not reuse its inputs (not split-K's tiled products), whose sum
 is a kernel of as many elements as it has outputs (itself, or computed inside an epilogue of
-one element per output: a square root, a cast), so that one block has little to finish.
+one element per output: a square root, a cast), so that one block has little to finish: at
+most `SinglePass.MAX_ROUNDS` passes of its threads over the sum's launch.
 It runs after FastExp, so the other rules' draws are unchanged.
 
 Lowering merges the two kernels where the summing kernel's block has the partials' block's
@@ -21,6 +22,7 @@ sum's threads come from one split: the pragma is drawn 1 only for a state that l
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from autosched.errors import LoweringError
 from autosched.lower.lowering import lower
@@ -28,7 +30,7 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import REDUCE, ROOT, SplitRel
 from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.launch_bounds import THREAD_TAGS, kernel_stages
+from autosched.sketch.launch_bounds import THREAD_TAGS, kernel_stages, launch_shape
 from autosched.sketch.stage_steps import stage_index_history
 from autosched.sketch.utils import attach_target, consumers, reuses_inputs
 
@@ -140,15 +142,29 @@ def single_pass_candidates(state: State) -> list[int]:
     return out
 
 
+def rounds(state: State, i: int) -> int:
+    """How many times one block of partial-sum stage i's kernel runs through its sum's
+    launch: its sum's threads over its own."""
+    final = final_stage(state, i)
+    assert final is not None
+    blocks, threads = launch_shape(state, attach_target(state, final))
+    return -(-blocks * threads // launch_shape(state, i)[1])
+
+
 class SinglePass(InitRule):
-    """`single_pass` 1 with the odds `cross_block_single_pass`, else 0, on each candidate."""
+    """`single_pass` 1 with the odds `cross_block_single_pass`, else 0, on each candidate
+    whose sum its last block finishes in at most `MAX_ROUNDS` rounds (a column sum's
+    thousands of outputs, summed by the threads of one block, would take longer than the
+    second kernel they save)."""
+
+    MAX_ROUNDS: ClassVar[int] = 8
 
     def apply(self, ctx, plan, state, rng):
         odds = ctx.params.cross_block_single_pass
         if odds <= 0:
             return state
         for i in single_pass_candidates(state):
-            one = rng.random() < odds
+            one = rng.random() < odds and rounds(state, i) <= self.MAX_ROUNDS
             if one and not merges(state, i):
                 fitted = aligned(state, i)
                 if fitted is not None:
