@@ -55,7 +55,8 @@ def finish_in_last_block(program: ir.Program) -> ir.Program:
             continue
         if not pending:
             raise LoweringError(f"single pass: kernel {k.name} has no kernel after it to finish")
-        counter = ir.Buffer(f"{partials(k, pending[0], program)[0].name}_arrivals", (1,), "int32")
+        name = f"{partials(k, pending[0], program)[0].name}_arrivals"
+        counter = ir.Buffer(name, (1,), COUNTER_DTYPE)
         kernels.append(merged(k, pending.pop(0), counter))
         counters.append(counter)
     return dataclasses.replace(
@@ -100,13 +101,9 @@ def statement_exprs(s: ir.Stmt) -> list[Expr]:
 
 def merged(k: ir.Kernel, finish: ir.Kernel, counter: ir.Buffer) -> ir.Kernel:
     """Kernel `k` whose last block runs `finish` (the module's description)."""
-    for what, a, b in (("clusters", k.cluster, finish.cluster), ("vthreads", k.vthread, 1)):
-        if a != 1 or b != 1:
-            raise LoweringError(f"single pass: kernels {k.name} and {finish.name} use {what}")
-    if finish.vthread != 1 or k.fast_exp != finish.fast_exp:
-        raise LoweringError(
-            f"single pass: kernel {finish.name} differs from {k.name} in vthreads or fast_exp"
-        )
+    problem = unmergeable(k, finish)
+    if problem is not None:
+        raise LoweringError(f"single pass: kernels {k.name} and {finish.name}: {problem}")
     zero = ir.int32(0)
     flag = ir.Buffer(f"{counter.name}_seen", (1,), COUNTER_DTYPE, "shared")
     blocks = k.grid[0] * k.grid[1] * k.grid[2]
@@ -123,6 +120,18 @@ def merged(k: ir.Kernel, finish: ir.Kernel, counter: ir.Buffer) -> ir.Kernel:
         shared_aliases=k.shared_aliases + finish.shared_aliases,
         single_pass=False,
     )
+
+
+def unmergeable(k: ir.Kernel, finish: ir.Kernel) -> str | None:
+    """Why the two kernels cannot be one whatever their launches (None: they can)."""
+    if k.cluster > 1 or finish.cluster > 1:
+        return "thread-block clusters"
+    loops = [s for x in (k, finish) for s in ir.iter_stmts(x.body) if isinstance(s, ir.For)]
+    if any(loop.kind == ir.VTHREAD_KIND for loop in loops) or k.vthread * finish.vthread > 1:
+        return "virtual threads"
+    if k.fast_exp != finish.fast_exp:
+        return "fast exponentials in one of them only"
+    return None
 
 
 def first_thread() -> Expr:
