@@ -32,7 +32,7 @@ from autosched.schedule.steps import SplitStep, replay
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.launch_bounds import THREAD_TAGS, kernel_stages, launch_shape
 from autosched.sketch.stage_steps import stage_index_history
-from autosched.sketch.utils import attach_target, consumers, reuses_inputs
+from autosched.sketch.utils import attach_target, consumers, op_reuses_inputs
 
 PRAGMA = "single_pass"
 
@@ -125,14 +125,23 @@ def aligned(state: State, i: int) -> State | None:
     return new
 
 
+def cuts_a_tiled_reduction(state: State, final: int) -> bool:
+    """Whether the reduction the parts' sum `final` finishes reuses its inputs (split-K of a
+    product, `SplitKReduction`), read from the DAG's op: the partial sums' own op is a
+    rewrite of it."""
+    name = state.stages[final].name
+    ops = [op for op in state.dag.ops if op.name == name]
+    return not ops or op_reuses_inputs(ops[0])
+
+
 def single_pass_candidates(state: State) -> list[int]:
     """The partial-sum stages the rule draws the pragma for (the module's description)."""
     out = []
     for i, st in enumerate(state.stages):
-        if st.origin != "rfactor" or st.compute_at != ROOT or reuses_inputs(st):
+        if st.origin != "rfactor" or st.compute_at != ROOT:
             continue
         final = final_stage(state, i)
-        if final is None:
+        if final is None or cuts_a_tiled_reduction(state, final):
             continue
         root = attach_target(state, final)
         if state.stages[root].compute_at == ROOT and elements(state, root) <= elements(
