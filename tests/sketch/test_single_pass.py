@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from autosched.features import N_FEATURES, extract_features
-from autosched.lower import ir
 from autosched.lower.device_passes import device_program
 from autosched.lower.interpreter import run_program
+from autosched.lower.single_pass_ir import arrivals_of
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.params import SketchParams
@@ -95,6 +95,6 @@ def test_the_draw_has_even_odds_and_is_recorded_replayed_and_printed():
     assert replay(dag, state.steps) == state
     assert 'pragma(s_rf_i_o_z_fused, "single_pass", 1)' in print_python_schedule(state)
     program = sampler.programs[state.key()]
-    assert any(isinstance(k, ir.Kernel) and k.grid[0] > 1 for k in program.kernels)
+    assert arrivals_of(program.kernels[0]) and program.kernels[0].grid[0] > 1
     never = SketchSampler(sketches, params=SketchParams(cross_block_single_pass=0))
     assert not any(map(single_pass, never.sample(8, 0)))
