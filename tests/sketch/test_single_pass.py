@@ -18,6 +18,7 @@ from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.params import SketchParams
 from autosched.sketch.single_pass import single_pass_candidates
 from autosched.task.evaluate import evaluate
+from tests.compilers import needs_nvcc
 from tests.sketch.test_cross_block import column_sum, parts, rms_norm, row_sums, sum_of_squares
 
 ALWAYS = SketchParams(cross_block_single_pass=1)
@@ -98,3 +99,19 @@ def test_the_draw_has_even_odds_and_is_recorded_replayed_and_printed():
     assert arrivals_of(program.kernels[0]) and program.kernels[0].grid[0] > 1
     never = SketchSampler(sketches, params=SketchParams(cross_block_single_pass=0))
     assert not any(map(single_pass, never.sample(8, 0)))
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_full_size_single_pass_kernels_compile_without_spills():
+    """Sampled single-pass states of the benchmark's full sum (16384 x 4096) and 2-norm
+    (4096 x 4096) through nvcc for sm_90: they compile, none spills."""
+    from tests.lower.test_lowering import assert_no_spills
+
+    for dag in (full_sum(16384, 4096), sum_of_squares(4096, 4096)):
+        sketches = [s for s in generate_sketches(dag, params=ALWAYS) if parts(s)]
+        sampler = SketchSampler(sketches, params=ALWAYS)
+        states = [s for s in sampler.sample(3, 0) if single_pass(s)]
+        assert states, sampler.rejected
+        for state in states:
+            assert_no_spills(sampler.programs[state.key()])
