@@ -231,13 +231,16 @@ def task_of(name: str, small: bool = False):
 
 def sketch_params_of(task, ns):
     """The task's SketchParams, with the cluster sizes of `--row-clusters` (normalisations'
-    rows also split over thread-block clusters of that many blocks, sm_90)."""
+    rows also split over thread-block clusters of that many blocks, sm_90) and the odds of
+    `--single-pass` (a cross-block reduction's parts summed by its last block)."""
     from autosched.sketch import SketchParams
 
     params = SketchParams.for_task(task)
-    if ns.row_clusters is None:
-        return params
-    return replace(params, row_cluster_sizes=tuple(ns.row_clusters))
+    if ns.row_clusters is not None:
+        params = replace(params, row_cluster_sizes=tuple(ns.row_clusters))
+    if ns.single_pass is not None:
+        params = replace(params, cross_block_single_pass=ns.single_pass)
+    return params
 
 
 def tune(name: str, ns) -> tuple:
@@ -391,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=(2, 4, 8, 16),
         help="the cluster sizes normalisations' rows are also sketched split over (sm_90; "
         "default: SketchParams'; no sizes: none)",
+    )
+    ap.add_argument(
+        "--single-pass",
+        type=float,
+        default=None,
+        help="the odds that a cross-block reduction's parts are summed by its last block, in "
+        "one kernel (default: SketchParams'; 0: two kernels always, 1: one where it can)",
     )
     report.add_publishing_arguments(ap, "memory_bound", "bench_out")
     ns = ap.parse_args(argv)

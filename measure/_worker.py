@@ -235,9 +235,9 @@ class Worker:
                         f"reference input {arg.name!r} is {data.dtype}{list(data.shape)}, the "
                         f"artifact declares {arg.dtype}{list(arg.shape)}",
                     )
-            else:  # a scratch buffer between kernels: poison it like an output
+            else:  # a scratch buffer between kernels: poison it like an output, or zero it
                 if arg.nbytes:
-                    self.drv.memset_d8(int(buf), 0xFF, arg.nbytes)
+                    self.drv.memset_d8(int(buf), 0 if arg.zeroed else 0xFF, arg.nbytes)
                 continue
             if not data.size:
                 continue

@@ -34,12 +34,15 @@ def _dim3(value: Sequence[int]) -> Dim3:
 @dataclasses.dataclass(frozen=True)
 class ArgSpec:
     """One kernel argument: a dense row-major device buffer of `shape` and numpy `dtype`
-    (or "bfloat16", stored as uint16 bit patterns: `measure.bfloat16`)."""
+    (or "bfloat16", stored as uint16 bit patterns: `measure.bfloat16`). `zeroed`: a scratch
+    buffer (not an output) that must hold zeros when first launched on, and that the kernels
+    leave zeroed (a counter of arriving blocks): filled with zeros once, when allocated."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     is_output: bool = False
+    zeroed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -59,12 +62,19 @@ class ArgSpec:
             "shape": list(self.shape),
             "dtype": self.dtype,
             "is_output": self.is_output,
+            "zeroed": self.zeroed,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> ArgSpec:
         """Inverse of `to_dict`."""
-        return cls(data["name"], tuple(data["shape"]), data["dtype"], bool(data["is_output"]))
+        return cls(
+            data["name"],
+            tuple(data["shape"]),
+            data["dtype"],
+            bool(data["is_output"]),
+            bool(data.get("zeroed", False)),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -179,5 +179,9 @@ def build_program(program: ir.Program, fast_math: bool = False) -> BuiltKernel:
         for k in program.kernels
     )
     outputs = {id(b) for b in program.outputs}
-    args = tuple(ArgSpec(b.name, tuple(b.shape), b.dtype, id(b) in outputs) for b in program.params)
+    zeroed = {id(b) for b in program.workspaces}
+    args = tuple(
+        ArgSpec(b.name, tuple(b.shape), b.dtype, id(b) in outputs, id(b) in zeroed)
+        for b in program.params
+    )
     return BuiltKernel(program, source, launches, args)

@@ -46,6 +46,7 @@ from autosched.codegen.shared_memory import (
     dynamic_shared_bytes,
     shared_layout,
 )
+from autosched.codegen.single_pass import SinglePassPrinter
 from autosched.codegen.streaming import store_line, streamed_inputs, streamed_outputs
 from autosched.codegen.target import CUDATarget
 from autosched.codegen.tma import DESCRIPTOR_HELPER, TmaPrinter
@@ -85,6 +86,7 @@ class KernelPrinter(PrintContext):
         self.tma.register(self.table)
         self.roles = RolePrinter(self, self.tma, self.stmt)
         self.roles.register(self.table)
+        SinglePassPrinter(self).register(self.table)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         fn = self.table.handler(s)

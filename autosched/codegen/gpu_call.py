@@ -166,9 +166,7 @@ class GPULauncher:
         self.keep, self.pointers = [], []
         for spec, arr in zip(kernel.args, _padded(kernel, arrays), strict=True):
             if arr is None:  # a global temporary of a multi-kernel program
-                buf = drv.mem_alloc(
-                    max(1, int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize)
-                )
+                buf = _temporary(drv, spec)
                 self.keep.append(buf)
                 self.pointers.append(np.uintp(int(buf)))
             elif hasattr(arr, "data_ptr"):
@@ -209,6 +207,16 @@ def _padded(kernel, arrays) -> list:
     return list(arrays) + [None] * (len(kernel.args) - len(arrays))
 
 
+def _temporary(drv, spec):
+    """Device memory for the global temporary `spec`, zeroed when it is a workspace (its
+    kernels count on zeros at the first launch, and leave it so)."""
+    nbytes = int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
+    buf = drv.mem_alloc(max(1, nbytes))
+    if spec.zeroed and nbytes:
+        drv.memset_d8(int(buf), 0, nbytes)
+    return buf
+
+
 def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
     """Launch every kernel of `kernel` (a BuiltKernel) on `arrays` (numpy or torch CUDA)."""
     drv, arch = _context()
@@ -216,8 +224,7 @@ def launch_on_gpu(kernel, arrays: tuple[Any, ...]) -> None:
     ptrs, copies = [], []
     for spec, arr in zip(kernel.args, _padded(kernel, arrays), strict=True):
         if arr is None:
-            buf = drv.mem_alloc(max(1, int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize))
-            ptrs.append(buf)
+            ptrs.append(_temporary(drv, spec))
         elif hasattr(arr, "data_ptr"):  # torch tensor on the GPU
             ptrs.append(np.uintp(arr.data_ptr()))
         else:

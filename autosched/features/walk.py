@@ -26,6 +26,7 @@ from autosched.features.exprs import FLOAT_COMPUTE, INT_BASE, OP_KINDS, REDUCER_
 from autosched.features.tma import box_copy
 from autosched.features.warp import ELEM, lane_view, warp_record, wgmma_record
 from autosched.lower import ir
+from autosched.lower import single_pass_ir as sp
 from autosched.lower import tma_ir as ti
 from autosched.lower import wgmma_ir as wi
 from autosched.lower.ir import BLOCK_TAGS, THREAD_TAGS
@@ -83,6 +84,7 @@ class ProgramWalker:
             self.shared_bytes, self.local_bytes = kernel.shared_bytes, size["local"]
             self.n_blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
             self.n_threads = self.n_blocks * kernel.threads_per_block
+            self.arrivals = sp.arrivals_of(kernel)
             self.loops: list[Loop] = []
             self.level_of: dict[int, int] = {}
             self.threads = dict.fromkeys(BLOCK_TAGS + THREAD_TAGS, 1)
@@ -129,9 +131,15 @@ class ProgramWalker:
 
     def visit_if(self, s: ir.IfThenElse, guards: Guards) -> None:
         inner = guards + (s.cond,)
+        # a single-pass kernel's last block: its statements run in one block, not in each
+        once = any(sp.is_last_block(s, a) for a in self.arrivals)
+        if once:
+            self.outer_prod //= self.n_blocks
         self.visit(s.then_case, inner)
         if s.else_case is not None:
             self.visit(s.else_case, inner)
+        if once:
+            self.outer_prod *= self.n_blocks
 
     def visit_store(self, s: ir.Store, guards: Guards) -> None:
         self.store(s.buffer, s.index, (s.value,), guards, None)
@@ -336,10 +344,18 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
     **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
     wi.WgmmaMma: ProgramWalker.visit_warp,
     ti.TmaLoad: ProgramWalker.visit_tma_load,
-    # cp.async groups, the wgmma fences and the mbarriers order work as a barrier does: they
-    # record nothing
+    # cp.async groups, the wgmma fences, the mbarriers and a single pass's fence and arrival
+    # order work as a barrier does: they record nothing
     **dict.fromkeys(
-        (ir.AsyncCommit, ir.AsyncWait, wi.WgmmaFence, wi.WgmmaCommit, wi.WgmmaWait, wi.ProxyFence),
+        (
+            ir.AsyncCommit,
+            ir.AsyncWait,
+            wi.WgmmaFence,
+            wi.WgmmaCommit,
+            wi.WgmmaWait,
+            wi.ProxyFence,
+            *sp.SINGLE_PASS_STMTS,
+        ),
         lambda walker, s, guards: None,
     ),
     **dict.fromkeys(

@@ -67,17 +67,19 @@ class TunedCall(nn.Module):
                 self.slots[name] = ("input", runtime, o)
                 runtime += 1
         self.order = [a.name for a in kernel.inputs]
-        # every kernel argument in order: an input (by its index in `order`), the output, or a
-        # global temporary of a multi-kernel program (allocated per call)
+        # every kernel argument in order: an input (by its index in `order`), the output, a
+        # global temporary of a multi-kernel program (allocated per call), or a workspace
+        # (a counter the kernels leave zeroed: allocated zeroed once per device, `workspace`)
         output = kernel.outputs[0].name
         self.arg_kinds: list[tuple[str, Any]] = [
             ("input", self.order.index(a.name))
             if a.name in self.order
             else ("output", None)
             if a.name == output
-            else ("temp", (tuple(a.shape), a.dtype))
+            else ("workspace" if a.zeroed else "temp", (tuple(a.shape), a.dtype))
             for a in kernel.args
         ]
+        self.workspaces: dict[tuple[str, int], torch.Tensor] = {}
         self.launcher = None if use_interpreter else StreamKernel(kernel, _device_arch())
         if len(kernel.outputs) != 1 or set(self.order) != set(self.slots):
             raise ValueError(f"kernel arguments {self.order} do not match the group's {names}")
@@ -106,8 +108,10 @@ class TunedCall(nn.Module):
                 if kind == "input"
                 else result
                 if kind == "output"
+                else self.workspace(device, n, ref)
+                if kind == "workspace"
                 else torch.empty(ref[0], device=device, dtype=getattr(torch, ref[1]))
-                for kind, ref in self.arg_kinds
+                for n, (kind, ref) in enumerate(self.arg_kinds)
             ]
             stream = torch.cuda.current_stream(device).cuda_stream
             launcher = self.launcher
@@ -115,6 +119,15 @@ class TunedCall(nn.Module):
                 raise RuntimeError("this TunedCall was built to run on the CPU interpreter")
             launcher.launch([t.data_ptr() for t in tensors], stream)
         return self._laid_out(result.reshape(self.out_shape))
+
+    def workspace(self, device: torch.device, n: int, spec: tuple) -> torch.Tensor:
+        """Argument n's workspace on `device`: zeros when first allocated, and zeros after
+        every launch (the kernels reset it), so it is allocated once, not per call."""
+        key = (str(device), n)
+        if key not in self.workspaces:
+            shape, dtype = spec
+            self.workspaces[key] = torch.zeros(shape, device=device, dtype=getattr(torch, dtype))
+        return self.workspaces[key]
 
     def _laid_out(self, out: torch.Tensor) -> torch.Tensor:
         """`out` (contiguous) in the memory layout of the replaced op's output."""

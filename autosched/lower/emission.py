@@ -200,6 +200,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         stream_writes=plan.stages[root].stream_writes,
         fast_exp=plan.stages[root].fast_exp,
         warp_specialized=any(plan.stages[j].warp_specialized for j in inside),
+        single_pass=plan.stages[root].single_pass,
     )
 
 

@@ -37,6 +37,7 @@ from autosched.lower.dispatch import TypeTable
 from autosched.lower.interpret_cluster import register_cluster_handlers
 from autosched.lower.interpret_hoist import Hoister, Let
 from autosched.lower.interpret_roles import register_role_handlers
+from autosched.lower.interpret_single_pass import register_single_pass_handlers
 from autosched.lower.interpret_tma import register_tma_handlers
 from autosched.lower.interpret_warp import fragment_storage, register_warp_handlers
 from autosched.lower.interpret_wgmma import accumulator_storage, register_wgmma_handlers
@@ -116,7 +117,12 @@ class _SharedTracker:
 class _KernelRun:
     """Executes one kernel for all lanes; statements dispatch through `self.table`."""
 
-    def __init__(self, kernel: ir.Kernel, globals_: dict[int, tuple[ir.Buffer, np.ndarray]]):
+    def __init__(
+        self,
+        kernel: ir.Kernel,
+        globals_: dict[int, tuple[ir.Buffer, np.ndarray]],
+        arrival_seed: int | None = 0,
+    ):
         self.k = kernel
         self.ix = _launch(tuple(kernel.grid), tuple(kernel.block))
         self.L = len(self.ix["lane"])
@@ -170,6 +176,9 @@ class _KernelRun:
         # interleaved, each under its own lanes, whose count the TMA statements expect
         self.roles = register_role_handlers(self.table, self)
         self.role_threads: int | None = None
+        # single-pass statements (interpret_single_pass): blocks arrive in a seeded order, and
+        # told of every global store and load, which may cross blocks only after the arrivals
+        self.single_pass = register_single_pass_handlers(self.table, self, arrival_seed)
 
     # ---- helpers ---------------------------------------------------------------------------
     def where(self, lane: int) -> str:
@@ -239,6 +248,8 @@ class _KernelRun:
                 lane = 0 if mask is None else int(np.flatnonzero(mask)[0])
                 self._check_bounds(buf, idx.reshape(1), np.array([lane]), "read")
             i = int(np.clip(idx, 0, buf.size - 1))
+            if buf.scope == "global" and self.single_pass is not None:
+                self.single_pass.read(buf, np.full(1, i), self.lanes_of(mask))
             return arr[i] if buf.scope == "global" else arr[:, i]
         idx = np.broadcast_to(idx, (self.L,))
         if mask is None:
@@ -248,6 +259,8 @@ class _KernelRun:
             active_idx, safe = idx[active], np.where(mask, idx, 0)
         self._check_bounds(buf, active_idx, active, "read")
         if buf.scope == "global":
+            if self.single_pass is not None:
+                self.single_pass.read(buf, active_idx, active)
             return arr[safe]
         rows = self.ix["lane"] if buf.scope == "local" else self.ix["block"]
         if buf.scope == "shared":
@@ -376,6 +389,8 @@ class _KernelRun:
         self._check_bounds(buf, idx, lanes, "write")
         if buf.scope == "global":
             arr[idx] = val
+            if self.single_pass is not None:
+                self.single_pass.written(buf, idx, lanes)
         elif buf.scope == "local":
             arr[lanes, idx] = val
         else:
@@ -438,14 +453,19 @@ class _KernelRun:
         self._write(s.buffer, self.eval(s.index, mask), out, mask, shared_owner=True)
 
 
-def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> None:
+def run_program(
+    program: ir.Program, arrays: dict[str, np.ndarray], arrival_seed: int | None = 0
+) -> None:
     """Run every kernel of `program` in order on the CPU, in place.
 
     `arrays` maps each param's name to a C-contiguous numpy array of its size and dtype; temps
-    that are missing are allocated (NaN / poison) and added to `arrays`. Raises InterpreterError
-    on undefined GPU behaviour (see the module docstring).
+    that are missing are allocated (NaN / poison; zeros for the program's workspaces) and added
+    to `arrays`. Raises InterpreterError on undefined GPU behaviour (see the module
+    docstring). `arrival_seed` orders the blocks of a single-pass kernel as they arrive
+    (`interpret_single_pass.arrival_order`; None: block order).
     """
     temps = {id(b) for b in program.temps}
+    zeroed = {id(b) for b in program.workspaces}
     globals_: dict[int, tuple[ir.Buffer, np.ndarray]] = {}
     for b in program.params:
         dtype = numpy_dtype(b.dtype)
@@ -453,7 +473,8 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> None:
         if arr is None:
             if id(b) not in temps:
                 raise InterpreterError(f"no array given for the param {b.name!r}")
-            arr = arrays[b.name] = np.full(b.shape, _poison(b.dtype), dtype)
+            fill = 0 if id(b) in zeroed else _poison(b.dtype)
+            arr = arrays[b.name] = np.full(b.shape, fill, dtype)
         if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.size != b.size:
             got = f"{getattr(arr, 'dtype', type(arr).__name__)} of size {getattr(arr, 'size', '?')}"
             raise InterpreterError(
@@ -463,7 +484,7 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> None:
             raise InterpreterError(f"array {b.name!r} must be C-contiguous and writeable")
         globals_[id(b)] = (b, arr.reshape(-1))
     for kernel in program.kernels:
-        _KernelRun(kernel, globals_).run()
+        _KernelRun(kernel, globals_, arrival_seed).run()
 
 
 __all__ = ["InterpreterError", "run_program"]

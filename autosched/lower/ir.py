@@ -422,7 +422,9 @@ class Kernel:
     streaming (evict-first) stores; a cache hint as well.
     `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`).
     `shared_aliases`: shared buffers that reuse others' bytes (`SharedAlias`).
-    `warp_specialized`: its TMA pipeline gets a producer warpgroup (`lower/warp_specialize.py`)."""
+    `warp_specialized`: its TMA pipeline gets a producer warpgroup (`lower/warp_specialize.py`).
+    `single_pass`: the next kernel, which sums this one's partials, runs in its last block to
+    finish (`lower/single_pass.py`); lowering merges the two."""
 
     name: str
     grid: tuple[int, int, int]
@@ -438,6 +440,7 @@ class Kernel:
     fast_exp: bool = False
     shared_aliases: tuple[SharedAlias, ...] = ()
     warp_specialized: bool = False
+    single_pass: bool = False
 
     @property
     def threads_per_block(self) -> int:
@@ -453,12 +456,14 @@ class Kernel:
 @dataclass(eq=False)
 class Program:
     """Kernels launched in order. Every kernel takes `params` (the DAG's tensors, then global
-    temporaries) as pointer arguments in this order."""
+    temporaries) as pointer arguments in this order. `workspaces`: the temporaries that are
+    zeroed once, when they are allocated, and that the kernels leave zeroed (counters)."""
 
     kernels: list[Kernel]
     params: list[Buffer]
     outputs: list[Buffer]
     temps: list[Buffer] = field(default_factory=list)
+    workspaces: list[Buffer] = field(default_factory=list)
 
 
 def iter_stmts(s: Stmt) -> PyIterator[Stmt]:

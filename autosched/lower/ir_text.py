@@ -18,6 +18,7 @@ from autosched.lower.ir import (
     Store,
     WarpStmt,
 )
+from autosched.lower.single_pass_ir import SINGLE_PASS_STMTS
 from autosched.lower.tma_ir import TmaStmt
 from autosched.lower.wgmma_ir import (
     ProxyFence,
@@ -79,7 +80,7 @@ def program_text(p: Program) -> str:
             out.append(pad + s.describe(", ".join(repr(e) for e in s.exprs())))
         elif isinstance(s, WarpgroupStmt):
             out.append(pad + warpgroup_text(s))
-        elif isinstance(s, TmaStmt):
+        elif isinstance(s, (TmaStmt, *SINGLE_PASS_STMTS)):
             out.append(pad + s.text())
         elif isinstance(s, ProxyFence):
             out.append(f"{pad}fence.proxy.async.shared::cta")
@@ -93,6 +94,8 @@ def program_text(p: Program) -> str:
         else:
             out.append(f"{pad}<{type(s).__name__}>")
 
+    for b in p.workspaces:
+        out.append(f"workspace {b.dtype} {b.name}[{b.size}] (zeroed once)")
     for k in p.kernels:
         cluster = f" cluster={k.cluster}" if k.cluster > 1 else ""
         out.append(f"kernel {k.name} grid={k.grid} block={k.block}{cluster}")

@@ -5,7 +5,8 @@ LOWERING_PASSES: the result is the analysis program, whose indices keep the per-
 inference gives them (the feature extractor reads them). DEVICE_PASSES then make the device
 program, which the CUDA printer prints and `BuiltKernel.run_cpu` runs on the interpreter.
 
-Every pass maps a program to a new program, kernel by kernel, and leaves its input unchanged;
+Every pass maps a program to a new program, kernel by kernel (`KernelPass`) or as a whole
+(`ProgramPass`: kernels merged), and leaves its input unchanged;
 `ir_text.program_text` prints the program between any two of them (the golden tests do).
 """
 
@@ -24,6 +25,7 @@ from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
 from autosched.lower.row_scalars import hoist_row_scalars
 from autosched.lower.shared_alias import alias_epilogue_tile
+from autosched.lower.single_pass import finish_in_last_block
 from autosched.lower.stmt_simplify import simplify_stmt
 from autosched.lower.unrolling import unroll_register_indices
 from autosched.lower.verify import verify_program, verifying_every_lowering
@@ -40,8 +42,18 @@ class KernelPass:
     rewrite: Callable[[ir.Kernel], ir.Kernel]
 
     def __call__(self, program: ir.Program) -> ir.Program:
-        kernels = [self.rewrite(k) for k in program.kernels]
-        return ir.Program(kernels, program.params, program.outputs, program.temps)
+        return dataclasses.replace(program, kernels=[self.rewrite(k) for k in program.kernels])
+
+
+@dataclass(frozen=True)
+class ProgramPass:
+    """A named program pass that rewrites the program as a whole (kernels merged)."""
+
+    name: str
+    rewrite: Callable[[ir.Program], ir.Program]
+
+    def __call__(self, program: ir.Program) -> ir.Program:
+        return self.rewrite(program)
 
 
 def simplify_kernel(kernel: ir.Kernel) -> ir.Kernel:
@@ -67,7 +79,8 @@ def unroll_register_index_loops(kernel: ir.Kernel) -> ir.Kernel:
 
 
 # From the emitted program to the analysis program, in the order they run.
-LOWERING_PASSES: tuple[KernelPass, ...] = (
+LOWERING_PASSES: tuple[KernelPass | ProgramPass, ...] = (
+    ProgramPass("finish_in_last_block", finish_in_last_block),
     KernelPass("double_buffer_fragments", double_buffer_fragments),
     KernelPass("simplify", simplify_kernel),
     KernelPass("inject_virtual_threads", inject_virtual_threads),
@@ -88,7 +101,7 @@ DEVICE_PASSES: tuple[KernelPass, ...] = (
 )
 
 
-def run_passes(program: ir.Program, passes: tuple[KernelPass, ...]) -> ir.Program:
+def run_passes(program: ir.Program, passes: tuple[KernelPass | ProgramPass, ...]) -> ir.Program:
     """`program` through `passes`, in order."""
     for program_pass in passes:
         program = program_pass(program)

@@ -30,6 +30,7 @@ from autosched.lower.verify_cluster import (
     check_cluster_order,
 )
 from autosched.lower.verify_roles import RoleRules
+from autosched.lower.verify_single_pass import SinglePassRules, check_single_pass
 from autosched.lower.verify_streaming import streaming_problems
 from autosched.lower.verify_tma import TmaRules
 from autosched.lower.verify_wgmma import WarpgroupRules
@@ -105,6 +106,7 @@ class _KernelVerifier:
         self.roles = RoleRules(self)
         self.roles.register(self.table)
         TmaRules(self).register(self.table)
+        SinglePassRules(self).register(self.table)
 
     def fail(self, what: str) -> NoReturn:
         raise LoweringError(f"kernel {self.k.name}: {what}")
@@ -434,7 +436,11 @@ def verify_program(
         check(b.name not in names, f"params: two buffers are named {b.name!r}")
         names.add(b.name)
     param_ids = {id(b) for b in program.params}
-    for what, bufs in (("outputs", program.outputs), ("temps", program.temps)):
+    for what, bufs in (
+        ("outputs", program.outputs),
+        ("temps", program.temps),
+        ("workspaces", program.workspaces),
+    ):
         for b in bufs:
             check(id(b) in param_ids, f"{what}: buffer {getattr(b, 'name', b)!r} is not a param")
     check(program.kernels, "the program has no kernels")
@@ -466,6 +472,7 @@ def verify_program(
         check_cluster_barriers(k, verifier.fail)
         check_async_reads(k)
         _check_shared_aliases(k)
+        check_single_pass(k, program.workspaces, verifier.fail)
 
 
 def _check_shared_aliases(k: ir.Kernel) -> None:

@@ -114,6 +114,9 @@ class Stage:
     # the blocks exchange their (max, sum) pairs once, the sums rescaled to the row's max
     # (online softmax; lower/online_exchange.py), instead of the max and then the sum
     online_exchange: bool = False
+    # a root stage of partial sums (rfactor): the kernel that sums them runs in its last block
+    # to finish, one kernel for both (lower/single_pass.py)
+    single_pass: bool = False
     storage_align: tuple[int, int, int] | None = None  # (axis, factor, offset)
     double_buffer: bool = False  # a shared stage fetched one iteration ahead (two buffers)
     # a double-buffered stage: its buffers (PIPELINE_STAGES), fetched that many - 1 ahead
@@ -184,6 +187,7 @@ class Stage:
             self.stream_writes,
             self.fast_exp,
             self.online_exchange,
+            self.single_pass,
             self.storage_align,
             self.double_buffer,
             self.pipeline_stages,

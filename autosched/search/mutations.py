@@ -45,6 +45,7 @@ AUTO_UNROLL = "auto_unroll_max_step"
 LAUNCH_MIN_BLOCKS = "launch_min_blocks"
 ONLINE_EXCHANGE = "online_exchange"
 FAST_EXP = "fast_exp"
+SINGLE_PASS = "single_pass"
 
 
 def as_step(record: tuple) -> Step:
@@ -82,7 +83,12 @@ def _blank(record: tuple) -> tuple:
         return record[:4] + (None,) + record[5:]
     if is_unroll_pragma(record):
         return record[:3] + (AUTO_UNROLL,)
-    for drawn in (LAUNCH_MIN_BLOCKS, ONLINE_EXCHANGE, FAST_EXP):  # either value: one sketch
+    for drawn in (
+        LAUNCH_MIN_BLOCKS,
+        ONLINE_EXCHANGE,
+        FAST_EXP,
+        SINGLE_PASS,
+    ):  # either value: one sketch
         if record[0] == PragmaStep.TAG and record[3].startswith(drawn):
             return record[:3] + (drawn,)
     return record

@@ -36,6 +36,8 @@ the random decisions for one state:
                   as (max, sum) pairs at once (online_exchange.py); last, for the same reason
   FastExp         a kernel keeping its rows in registers: exact or fast float32 exponentials
                   (fast_exp.py); after OnlineExchange, for the same reason
+  SinglePass      a cross-block reduction: its parts summed by a second kernel or by the last
+                  block of the first (single_pass.py); last, for the same reason
 
 A rule that cannot make a valid state raises `Rejected(reason)` (validity.py); the sampler counts
 the reasons.
@@ -63,6 +65,7 @@ from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.pipeline_stages import PipelineStages
 from autosched.sketch.plan import SketchPlan, TileGroup
 from autosched.sketch.shared_padding import SharedPadding
+from autosched.sketch.single_pass import SinglePass
 from autosched.sketch.stage_steps import split_at
 from autosched.sketch.tensor_core_init import (
     FillTensorCore,
@@ -470,6 +473,7 @@ GPU_INIT_RULES: tuple[InitRule, ...] = (
     LaunchBounds(),
     OnlineExchange(),
     FastExp(),
+    SinglePass(),
 )
 
 

@@ -161,6 +161,10 @@ class SketchParams:
     # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
     # per chunk of a row (sketch/parts_in_consumer.py)
     cross_block_parts_in_consumer: bool = True
+    # the odds that a cross-block reduction's parts are summed in the same kernel, by its
+    # last block to finish, rather than by a second kernel (init rule sketch/single_pass.py;
+    # 0: never, 1: always)
+    cross_block_single_pass: float = 0.5
     # a cross-thread reduction's kernel whose grid fills the SMs more than once but could be
     # resident at once is given `__launch_bounds__` of 1 or of ceil(blocks / SMs) blocks per
     # SM, with even odds (sketch/launch_bounds.py)
@@ -177,6 +181,7 @@ class SketchParams:
         for name in (
             "double_buffer_probability",
             "shared_padding_probability",
+            "cross_block_single_pass",
             "wgmma_pipeline_probability",
         ):
             value = getattr(self, name)

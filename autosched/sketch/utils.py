@@ -140,6 +140,11 @@ def reuses_inputs(stage: Stage) -> bool:
     return _reuses(stage.op)
 
 
+def op_reuses_inputs(op) -> bool:
+    """`reuses_inputs` of an op itself (a DAG's, before a rewrite such as rfactor)."""
+    return _reuses(op)
+
+
 def _reuses(op) -> bool:
     if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce):
         return False

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autosched.schedule.stage import CLUSTER_RANK_TAG
-from autosched.sketch import generate_sketches
+from autosched.sketch import SketchParams, generate_sketches
 from autosched.task.evaluate import evaluate
 from benchmarks.memory_bound import (
     WORKLOADS,
@@ -57,13 +57,22 @@ def test_row_clusters_add_the_cluster_sketches_of_long_rows():
     task = task_of("softmax_256x32768")
 
     def cluster_sizes(row_clusters: list[int]) -> set[int]:
-        params = sketch_params_of(task, argparse.Namespace(row_clusters=row_clusters))
+        ns = argparse.Namespace(row_clusters=row_clusters, single_pass=None)
+        params = sketch_params_of(task, ns)
         sketches = generate_sketches(task.compute_dag, task.hardware_params, params)
         its = [it for s in sketches for st in s.stages for it in st.iters]
         return {it.extent for it in its if it.annotation == CLUSTER_RANK_TAG}
 
     assert cluster_sizes([]) == set()
     assert cluster_sizes([2, 4, 8]) == {2, 4, 8}
+
+
+def test_single_pass_sets_the_odds_of_one_kernel_for_cross_block_reductions():
+    task = task_of("norm2_4096x4096")
+    for odds in (None, 0.0, 1.0):
+        ns = argparse.Namespace(row_clusters=None, single_pass=odds)
+        want = SketchParams().cross_block_single_pass if odds is None else odds
+        assert sketch_params_of(task, ns).cross_block_single_pass == want
 
 
 def _run(name: str, ours_us: float, commit: str = "abc1234") -> dict:

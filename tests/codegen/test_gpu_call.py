@@ -73,3 +73,13 @@ def test_a_call_launches_the_packed_parameters_through_pycudas_primitive_or_prep
     slow.prepare(gpu_call.param_format(3, 1))
     gpu_call._Call(slow, launch, [16, 32, 48], maps)()
     assert slow.launched == [("prepared", (2, 2, 1), (32, 8, 1), expected, 131104)]
+
+
+def test_a_workspace_temporary_is_zeroed_when_allocated():
+    """A single-pass kernel's arrival counter (`ArgSpec.zeroed`) starts at zero; other
+    temporaries are left as allocated."""
+    from tests.measure.test_zeroed_args import ARGS, RecordingDriver
+
+    drv = RecordingDriver()
+    scratch, counter = gpu_call._temporary(drv, ARGS[2]), gpu_call._temporary(drv, ARGS[3])
+    assert drv.memsets == {counter: 0} and scratch not in drv.memsets

@@ -210,10 +210,11 @@ def test_the_walk_has_a_handler_for_every_statement_type():
     statement class of `lower.ir` but the barrier and the warp and cp.async group statements'
     bases has one."""
     from autosched.features.walk import _VISITORS
+    from autosched.lower import single_pass_ir as sp
     from autosched.lower import tma_ir as ti
     from autosched.lower import wgmma_ir as wi
 
-    modules = (ir.__name__, wi.__name__, ti.__name__)
+    modules = (ir.__name__, wi.__name__, ti.__name__, sp.__name__)
     declared = {c for c in _stmt_classes(ir.Stmt) if c.__module__ in modules}
     # and the warpgroup and TMA statements' bases, the stand-in lowering's last pass removes,
     # and the fill and store of hand-built warpgroup accumulators (lowering keeps mma

@@ -17,7 +17,7 @@ from autosched.lower import ir, stmt_walk
 from autosched.lower.emission import emit_program
 from autosched.lower.ir_text import program_text
 from autosched.lower.lowering import lower
-from autosched.lower.passes import DEVICE_PASSES, LOWERING_PASSES, KernelPass
+from autosched.lower.passes import DEVICE_PASSES, LOWERING_PASSES, KernelPass, ProgramPass
 from autosched.lower.plan import plan_text
 from autosched.lower.planning import PLAN_STEPS, make_plan
 from autosched.schedule.compute_dag import ComputeDAG
@@ -25,6 +25,7 @@ from autosched.schedule.loop_state import State
 from autosched.te.expr import Expr
 from autosched.te.visitor import free_vars
 from benchmarks.memory_bound import rms_norm
+from tests.lower.test_single_pass import norm_state
 from tests.lower.test_warpgroup_mma import wgmma_matmul_state
 from tests.workloads_for_tests import (
     conv2d_bias_relu_dag,
@@ -34,7 +35,7 @@ from tests.workloads_for_tests import (
     softmax_dag,
 )
 
-ALL_PASSES: tuple[KernelPass, ...] = LOWERING_PASSES + DEVICE_PASSES
+ALL_PASSES: tuple[KernelPass | ProgramPass, ...] = LOWERING_PASSES + DEVICE_PASSES
 
 
 def matmul_vthread_state() -> State:
@@ -88,6 +89,7 @@ def epilogue_double_buffered_state() -> State:
 
 # pass name -> the workload its golden test lowers
 WORKLOAD_OF: dict[str, Callable[[], State]] = {
+    "finish_in_last_block": lambda: norm_state(),
     "double_buffer_fragments": mma_double_buffered_state,
     "simplify": matmul_vthread_state,
     "inject_virtual_threads": matmul_vthread_state,
@@ -173,6 +175,7 @@ def test_plan_golden(name, golden):
 
 def test_the_passes_run_in_this_order():
     assert [p.name for p in LOWERING_PASSES] == [
+        "finish_in_last_block",
         "double_buffer_fragments",
         "simplify",
         "inject_virtual_threads",

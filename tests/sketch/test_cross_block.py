@@ -60,6 +60,9 @@ def parts(sketch) -> int | None:
     return rf[0].op.axis[0].extent if rf else None
 
 
+# the two-kernel form of a cross-block reduction (tests/sketch/test_single_pass.py: the other)
+TWO_KERNELS = SketchParams(cross_block_single_pass=0)
+
 ONE_SM = HardwareParams(num_sms=1)  # a GPU that 8 rows fill with a warp per SM each
 
 
@@ -105,7 +108,7 @@ def test_matrix_norm_sketches_cut_rows_into_parts_and_compute_it():
     assert sorted(a.name for a in rf.op.reduce_axis) == ["i_i", "j"]  # the rows alone are cut
     vectorised = [s for s in split if any(it.annotation == "vectorize" for it in s["s.rf"].iters)]
     assert vectorised
-    sampler = SketchSampler(split)
+    sampler = SketchSampler(split, params=TWO_KERNELS)
     states = sampler.sample(6, 0)
     assert len(states) == 6, sampler.rejected
     for state in states:
@@ -118,7 +121,7 @@ def test_matrix_norm_sketches_cut_rows_into_parts_and_compute_it():
             assert first.grid[0] == 64  # one block per part
         interpret_and_compare(dag, program, rtol=1e-4)
     # a part's rows are read in order (the cut axis's rest first): 4 floats per thread at once
-    sampler = SketchSampler(vectorised)
+    sampler = SketchSampler(vectorised, params=TWO_KERNELS)
     (state,) = sampler.sample(1, 0)
     assert "float4 vec" in codegen_program(sampler.programs[state.key()])
     text = print_python_schedule(states[0])
@@ -130,7 +133,7 @@ def test_column_sums_are_cut_into_parts_of_rows_one_thread_per_column_and_part()
     dag = column_sum(256, 64)  # 64 columns: 4 parts of 64 rows
     split = [s for s in generate_sketches(dag) if parts(s)]
     assert {parts(s) for s in split} == {4}
-    sampler = SketchSampler(split)
+    sampler = SketchSampler(split, params=TWO_KERNELS)
     states = sampler.sample(4, 1)
     assert states, sampler.rejected
     serial = 0

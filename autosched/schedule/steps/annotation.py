@@ -99,6 +99,7 @@ PRAGMAS = (
     "stream_writes",
     "fast_exp",
     "online_exchange",
+    "single_pass",
 )
 
 
@@ -111,7 +112,9 @@ class PragmaStep(Step):
     kernel stores the global buffers it never reads with streaming stores), or `fast_exp$0/1`
     (a root stage: its kernel's float32 exponentials are fast ones, `__expf`), or
     `online_exchange$0/1` (a sum of
-    exp(x - max) over a cluster: one exchange of (max, sum) pairs; Stage.online_exchange)."""
+    exp(x - max) over a cluster: one exchange of (max, sum) pairs; Stage.online_exchange), or
+    `single_pass$0/1` (a root stage of partial sums: the kernel summing them runs in its last
+    block; Stage.single_pass)."""
 
     TAG: ClassVar[str] = "PR"
     stage_id: int
@@ -148,6 +151,9 @@ class PragmaStep(Step):
         elif name == "online_exchange":
             check(value in (0, 1), lambda: f"online_exchange must be 0 or 1, got {value}")
             new = replace(stage, online_exchange=bool(value))
+        elif name == "single_pass":
+            check(value in (0, 1), lambda: f"single_pass must be 0 or 1, got {value}")
+            new = replace(stage, single_pass=bool(value))
         else:
             new = replace(stage, unroll_explicit=bool(value))
         return state.replace_stage(self.stage_id, new)
@@ -168,6 +174,7 @@ class PragmaStep(Step):
             "stream_writes",
             "fast_exp",
             "online_exchange",
+            "single_pass",
         ):
             return [f's[{S}].pragma({it}, "{name}", {value})']
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
