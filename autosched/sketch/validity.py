@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 
 from autosched.codegen.lanes import is_accumulation
 from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir, stmt_walk
-from autosched.lower.lowering import lower
+from autosched.lower.lowering import lower_plan
+from autosched.lower.plan import LoweringPlan
+from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ROOT, Stage
 from autosched.sketch.launch_bounds import ROW_KERNEL_REGISTERS
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
@@ -88,12 +92,30 @@ class Rejected(Exception):
 
 
 def check_state(state: State, hardware: HardwareParams) -> Reason | None:
-    """Limits visible on the state itself (cheap): vthread extents."""
+    """Limits visible on the state itself (cheap), checked before lowering so that a candidate
+    lowering would refuse costs no lowering: vthread extents, and the threads a kernel's root
+    stage binds (`root_threads`)."""
     for stage in state.stages:
         for it in stage.iters:
             if it.annotation == "vthread" and (it.extent or 0) > hardware.max_vthread_extent:
                 return Reason.VTHREAD
+        if stage.compute_at == ROOT and not stage.is_placeholder:
+            if root_threads(stage) > hardware.max_threads_per_block:
+                return Reason.THREADS_PER_BLOCK
     return None
+
+
+def root_threads(stage: Stage) -> int:
+    """The threads a root stage's own threadIdx iterators ask of its kernel's block: the
+    product over the thread tags of each tag's largest extent. A root stage's extents are the
+    ones lowering gives it (its region is its whole tensor), and the block takes per tag the
+    largest extent over the kernel's stages, so a kernel has at least this many threads: over
+    the hardware's limit, lowering would refuse the candidate (`check_program`) as well."""
+    extents = dict.fromkeys(ir.THREAD_TAGS, 1)
+    for it in stage.iters:
+        if it.annotation in extents and it.extent is not None:
+            extents[it.annotation] = max(extents[it.annotation], it.extent)
+    return math.prod(extents.values())
 
 
 def vector_bytes(s: ir.Stmt) -> int:
@@ -162,6 +184,29 @@ def fits_row_registers(
     return kept <= params.max_row_register_elems and need <= limit
 
 
+def check_plan(plan: LoweringPlan, params: SketchParams) -> Reason | None:
+    """The limits a lowering plan already shows, checked before its code is emitted (a
+    candidate refused here costs no emission, passes or features): the `local` elements per
+    thread of each kernel (`plan_local_elems`) over `SketchParams.max_local_elems`."""
+    for root in plan.kernel_roots():
+        if plan_local_elems(plan, root) > params.max_local_elems:
+            return Reason.LOCAL_MEMORY
+    return None
+
+
+def plan_local_elems(plan: LoweringPlan, root: int) -> int:
+    """The `local` elements per thread of root stage `root`'s kernel as planned: its stages'
+    local buffers. The lowered kernel holds at least as many (`check_program` counts them):
+    the passes keep every such buffer or make it larger (virtual threads and double buffering
+    copy it), and emission adds temporaries; only warpgroup fragments, which the wgmma pass
+    removes, are left out here."""
+    return sum(
+        b.size
+        for b in (plan.info[j].buf for j in plan.subtree(root)[1:])
+        if b.scope == "local" and b.fragment_flavour != ir.WGMMA_FLAVOUR
+    )
+
+
 def check_program(
     program: ir.Program, hardware: HardwareParams, params: SketchParams
 ) -> Reason | None:
@@ -194,7 +239,11 @@ def check_candidate(
     if reason is not None:
         return None, str(reason)
     try:
-        program = lower(state)
+        plan = make_plan(state)
+        reason = check_plan(plan, params)
+        if reason is not None:
+            return None, str(reason)
+        program = lower_plan(plan)
     except Exception as exc:
         return None, reason_for(exc, "lowering a candidate")
     reason = check_program(program, hardware, params)
@@ -207,9 +256,12 @@ __all__ = [
     "Reason",
     "Rejected",
     "check_candidate",
+    "check_plan",
     "check_program",
     "check_state",
+    "plan_local_elems",
     "reason_for",
+    "root_threads",
     "tile_sizes",
     "unrolled_statements",
 ]
