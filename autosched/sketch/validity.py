@@ -23,7 +23,7 @@ from autosched.lower.lowering import lower_plan
 from autosched.lower.plan import LoweringPlan
 from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ROOT, Stage
+from autosched.schedule.stage import ROOT, TENSORIZE, Stage
 from autosched.sketch.launch_bounds import ROW_KERNEL_REGISTERS
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
@@ -184,14 +184,37 @@ def fits_row_registers(
     return kept <= params.max_row_register_elems and need <= limit
 
 
-def check_plan(plan: LoweringPlan, params: SketchParams) -> Reason | None:
+def check_plan(plan: LoweringPlan, hardware: HardwareParams, params: SketchParams) -> Reason | None:
     """The limits a lowering plan already shows, checked before its code is emitted (a
-    candidate refused here costs no emission, passes or features): the `local` elements per
-    thread of each kernel (`plan_local_elems`) over `SketchParams.max_local_elems`."""
+    candidate refused here costs no emission, passes or features): each kernel's shared bytes
+    (`plan_shared_bytes`) over the hardware's opt-in limit, its `local` elements per thread
+    (`plan_local_elems`) over `SketchParams.max_local_elems`. Both count at most what the
+    lowered kernel holds, so a plan refused here is one `check_program` would refuse."""
     for root in plan.kernel_roots():
+        if plan_shared_bytes(plan, root) > hardware.max_shared_memory_per_block_optin:
+            return Reason.SHARED_MEMORY
         if plan_local_elems(plan, root) > params.max_local_elems:
             return Reason.LOCAL_MEMORY
     return None
+
+
+def plan_shared_bytes(plan: LoweringPlan, root: int) -> int:
+    """The shared bytes of root stage `root`'s kernel as planned, at most what the lowered
+    kernel allocates (`ir.Kernel.shared_bytes`): its stages' shared buffers, which the passes
+    keep or make larger, and emission adds to. In a Tensor Core kernel (fragments, or a
+    tensorized stage) an epilogue tile may come to lie over its operand tiles
+    (`shared_alias`), so there the largest buffer is left out."""
+    stages = plan.subtree(root)[1:]
+    buffers = [plan.info[j].buf for j in stages]
+    sizes = [
+        b.size * BYTES[b.dtype]
+        for b in buffers
+        if b.scope == "shared" and b.fragment_flavour != ir.WGMMA_FLAVOUR
+    ]
+    tensor_core = any(b.scope not in ("global", "shared", "local") for b in buffers) or any(
+        it.annotation == TENSORIZE for j in [root, *stages] for it in plan.stages[j].iters
+    )
+    return sum(sizes) - (max(sizes) if tensor_core and sizes else 0)
 
 
 def plan_local_elems(plan: LoweringPlan, root: int) -> int:
@@ -240,7 +263,7 @@ def check_candidate(
         return None, str(reason)
     try:
         plan = make_plan(state)
-        reason = check_plan(plan, params)
+        reason = check_plan(plan, hardware, params)
         if reason is not None:
             return None, str(reason)
         program = lower_plan(plan)
@@ -260,6 +283,7 @@ __all__ = [
     "check_program",
     "check_state",
     "plan_local_elems",
+    "plan_shared_bytes",
     "reason_for",
     "root_threads",
     "tile_sizes",

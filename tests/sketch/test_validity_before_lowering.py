@@ -19,6 +19,7 @@ from autosched.sketch.validity import (
     check_program,
     check_state,
     plan_local_elems,
+    plan_shared_bytes,
     root_threads,
 )
 from measure.hardware import HardwareParams
@@ -49,13 +50,14 @@ def test_a_root_stage_asks_its_kernel_for_no_more_threads_than_the_kernel_launch
             assert 1 < root_threads(stage) <= kernel.threads_per_block
 
 
-def test_a_plan_holds_no_more_local_elements_than_its_lowered_kernels(states):
+def test_a_plan_holds_no_more_shared_bytes_or_local_elements_than_its_lowered_kernels(states):
     for state in states:
         plan = make_plan(state)
         program = lower(state)
         for kernel, root in zip(program.kernels, plan.kernel_roots(), strict=True):
             local = sum(b.size for b in kernel.allocs if b.scope == "local")
             assert plan_local_elems(plan, root) <= local
+            assert plan_shared_bytes(plan, root) <= kernel.shared_bytes
 
 
 def _fail(*_args, **_kwargs):
@@ -87,3 +89,16 @@ def test_too_many_local_elements_are_refused_on_the_plan_before_emission(states,
     assert check_program(lower(state), HARDWARE, params) == Reason.LOCAL_MEMORY
     monkeypatch.setattr(validity, "lower_plan", _fail)
     assert check_candidate(state, HARDWARE, params) == (None, "local_memory")
+
+
+def test_too_many_shared_bytes_are_refused_on_the_plan_before_emission(states, monkeypatch):
+    def most(state) -> int:
+        plan = make_plan(state)
+        return max(plan_shared_bytes(plan, root) for root in plan.kernel_roots())
+
+    state = max(states, key=most)
+    assert most(state) > 0
+    smaller = dataclasses.replace(HARDWARE, max_shared_memory_per_block_optin=most(state) - 1)
+    assert check_program(lower(state), smaller, SketchParams()) == Reason.SHARED_MEMORY
+    monkeypatch.setattr(validity, "lower_plan", _fail)
+    assert check_candidate(state, smaller, SketchParams()) == (None, "shared_memory")
