@@ -3,8 +3,11 @@ shared by the sampler (fresh states) and the search's evaluation (mutated candid
 
     program, reason = check_candidate(state, hardware, params)   # lowered program, or the reason
 
-The check runs from cheap to expensive: the state's own annotations (`check_state`), lowering,
-then the lowered program's launch and resource limits (`check_program`). Every reason is a
+The check runs from cheap to expensive: the state's own annotations and root threads
+(`check_state`), its lowering plan's shared and local buffers (`check_plan`), emission and the
+passes, then the lowered program's launch and resource limits (`check_program`). The first two
+count lower bounds of what the third does, so they refuse only what it would refuse, before
+most of a lowering's cost. Every reason is a
 `Reason` value, or one of the two qualified forms `tile_sizes:<Reason>` (the init rules found no
 tile sizes that fit) and `internal_error:<exception class>` (a bug elsewhere, logged: it costs one
 candidate, never the search). Reasons are strings, so they count in a `collections.Counter`.
