@@ -26,7 +26,6 @@ from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.lower.tensorize import emit_fill, emit_tensorized, tensorize_position
 from autosched.lower.tma_fetch import emit_tma_pipeline
 from autosched.lower.unrolling import auto_unroll
-from autosched.schedule.stage import ROOT
 from autosched.te.expr import Const, Expr, Load, Reduce, Select, Var
 from autosched.te.tensor import Tensor
 from autosched.te.visitor import rewrite, substitute
@@ -207,9 +206,6 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
 def emit_program(plan: LoweringPlan) -> ir.Program:
     """Every root stage's kernel, in dataflow order."""
     kernels: list[ir.Kernel] = []
-    for i in plan.topo_order():
-        st = plan.stages[i]
-        if st.is_placeholder or st.compute_at != ROOT:
-            continue
+    for i in plan.kernel_roots():
         kernels.append(emit_kernel(plan, i, f"default_function_kernel{len(kernels) or ''}"))
     return ir.Program(kernels, plan.params + plan.temps, plan.outputs, plan.temps)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from autosched.lower import ir
 from autosched.lower.emission import emit_program
 from autosched.lower.passes import LOWERING_PASSES, run_passes
+from autosched.lower.plan import LoweringPlan
 from autosched.lower.planning import make_plan
 from autosched.lower.verify import verify_program, verifying_every_lowering
 from autosched.schedule.loop_state import State
@@ -30,7 +31,13 @@ def lower(state: State, verify: bool | None = None) -> ir.Program:
     limits) on the result; None verifies when `verify.verify_every_lowering` turned that on
     (tests do).
     """
-    program = run_passes(emit_program(make_plan(state)), LOWERING_PASSES)
+    return lower_plan(make_plan(state), verify)
+
+
+def lower_plan(plan: LoweringPlan, verify: bool | None = None) -> ir.Program:
+    """`lower` from a State's plan (`planning.make_plan`) on: emission, then the passes. A
+    caller that checks the plan before emitting it (the search's validity check) calls this."""
+    program = run_passes(emit_program(plan), LOWERING_PASSES)
     if verifying_every_lowering() if verify is None else verify:
         verify_program(program, launch_limits=False)
     return program

@@ -23,7 +23,7 @@ from autosched.lower.mma_plan import MmaPlan
 from autosched.lower.thread_private import PrivateLayout
 from autosched.lower.wgmma_operands import canonical_index, tile_dims
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import CLUSTER_RANK_TAG, INLINED, Stage
+from autosched.schedule.stage import CLUSTER_RANK_TAG, INLINED, ROOT, Stage
 from autosched.te.expr import BinOp, Expr, Reduce, Var
 from autosched.te.tensor import ComputeOp
 
@@ -144,6 +144,14 @@ class LoweringPlan:
             i: set(self.info[i].reads) for i, s in enumerate(self.stages) if s.compute_at != INLINED
         }
         return list(TopologicalSorter(graph).static_order())
+
+    def kernel_roots(self) -> list[int]:
+        """The root stages that are not placeholders, one per kernel, in dataflow order."""
+        return [
+            i
+            for i in self.topo_order()
+            if not self.stages[i].is_placeholder and self.stages[i].compute_at == ROOT
+        ]
 
     def subtree(self, i: int) -> list[int]:
         """Stage i and every stage computed inside its loops, depth first."""

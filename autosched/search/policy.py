@@ -59,6 +59,7 @@ class FeatureCache:
         self.capacity = capacity
         self.entries: dict[Records, object] = {}
         self.hits = self.misses = 0
+        self.invalid = 0  # of the misses, the candidates found invalid (a reason, no features)
 
     def __contains__(self, records: Records) -> bool:
         return records in self.entries
@@ -209,6 +210,7 @@ class SketchPolicy:
             for r, o in zip(todo, self.workers.evaluate(todo), strict=True):
                 known[r] = o
                 self.features.put(r, o)
+                self.features.invalid += not isinstance(o, np.ndarray)
             self.time["evaluate"] += time.perf_counter() - t0
         return [known[r] for r in candidates]
 
@@ -397,6 +399,7 @@ class SketchPolicy:
             "worker_cpu_s": self.workers.cpu_seconds,
             "sampled": self.n_sampled,
             "evaluated": self.features.misses,
+            "invalid": self.features.invalid,
             "cache_hits": self.features.hits,
         }
 

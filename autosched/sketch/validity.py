@@ -3,8 +3,11 @@ shared by the sampler (fresh states) and the search's evaluation (mutated candid
 
     program, reason = check_candidate(state, hardware, params)   # lowered program, or the reason
 
-The check runs from cheap to expensive: the state's own annotations (`check_state`), lowering,
-then the lowered program's launch and resource limits (`check_program`). Every reason is a
+The check runs from cheap to expensive: the state's own annotations and root threads
+(`check_state`), its lowering plan's shared and local buffers (`check_plan`), emission and the
+passes, then the lowered program's launch and resource limits (`check_program`). The first two
+count lower bounds of what the third does, so they refuse only what it would refuse, before
+most of a lowering's cost. Every reason is a
 `Reason` value, or one of the two qualified forms `tile_sizes:<Reason>` (the init rules found no
 tile sizes that fit) and `internal_error:<exception class>` (a bug elsewhere, logged: it costs one
 candidate, never the search). Reasons are strings, so they count in a `collections.Counter`.
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 
 from autosched.codegen.lanes import is_accumulation
 from autosched.errors import LoweringError, ScheduleError
 from autosched.lower import ir, stmt_walk
-from autosched.lower.lowering import lower
+from autosched.lower.lowering import lower_plan
+from autosched.lower.plan import LoweringPlan
+from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
+from autosched.schedule.stage import ROOT, TENSORIZE, Stage
 from autosched.sketch.launch_bounds import ROW_KERNEL_REGISTERS
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
@@ -88,12 +95,30 @@ class Rejected(Exception):
 
 
 def check_state(state: State, hardware: HardwareParams) -> Reason | None:
-    """Limits visible on the state itself (cheap): vthread extents."""
+    """Limits visible on the state itself (cheap), checked before lowering so that a candidate
+    lowering would refuse costs no lowering: vthread extents, and the threads a kernel's root
+    stage binds (`root_threads`)."""
     for stage in state.stages:
         for it in stage.iters:
             if it.annotation == "vthread" and (it.extent or 0) > hardware.max_vthread_extent:
                 return Reason.VTHREAD
+        if stage.compute_at == ROOT and not stage.is_placeholder:
+            if root_threads(stage) > hardware.max_threads_per_block:
+                return Reason.THREADS_PER_BLOCK
     return None
+
+
+def root_threads(stage: Stage) -> int:
+    """The threads a root stage's own threadIdx iterators ask of its kernel's block: the
+    product over the thread tags of each tag's largest extent. A root stage's extents are the
+    ones lowering gives it (its region is its whole tensor), and the block takes per tag the
+    largest extent over the kernel's stages, so a kernel has at least this many threads: over
+    the hardware's limit, lowering would refuse the candidate (`check_program`) as well."""
+    extents = dict.fromkeys(ir.THREAD_TAGS, 1)
+    for it in stage.iters:
+        if it.annotation in extents and it.extent is not None:
+            extents[it.annotation] = max(extents[it.annotation], it.extent)
+    return math.prod(extents.values())
 
 
 def vector_bytes(s: ir.Stmt) -> int:
@@ -162,6 +187,52 @@ def fits_row_registers(
     return kept <= params.max_row_register_elems and need <= limit
 
 
+def check_plan(plan: LoweringPlan, hardware: HardwareParams, params: SketchParams) -> Reason | None:
+    """The limits a lowering plan already shows, checked before its code is emitted (a
+    candidate refused here costs no emission, passes or features): each kernel's shared bytes
+    (`plan_shared_bytes`) over the hardware's opt-in limit, its `local` elements per thread
+    (`plan_local_elems`) over `SketchParams.max_local_elems`. Both count at most what the
+    lowered kernel holds, so a plan refused here is one `check_program` would refuse."""
+    for root in plan.kernel_roots():
+        if plan_shared_bytes(plan, root) > hardware.max_shared_memory_per_block_optin:
+            return Reason.SHARED_MEMORY
+        if plan_local_elems(plan, root) > params.max_local_elems:
+            return Reason.LOCAL_MEMORY
+    return None
+
+
+def plan_shared_bytes(plan: LoweringPlan, root: int) -> int:
+    """The shared bytes of root stage `root`'s kernel as planned, at most what the lowered
+    kernel allocates (`ir.Kernel.shared_bytes`): its stages' shared buffers, which the passes
+    keep or make larger, and emission adds to. In a Tensor Core kernel (fragments, or a
+    tensorized stage) an epilogue tile may come to lie over its operand tiles
+    (`shared_alias`), so there the largest buffer is left out."""
+    stages = plan.subtree(root)[1:]
+    buffers = [plan.info[j].buf for j in stages]
+    sizes = [
+        b.size * BYTES[b.dtype]
+        for b in buffers
+        if b.scope == "shared" and b.fragment_flavour != ir.WGMMA_FLAVOUR
+    ]
+    tensor_core = any(b.scope not in ("global", "shared", "local") for b in buffers) or any(
+        it.annotation == TENSORIZE for j in [root, *stages] for it in plan.stages[j].iters
+    )
+    return sum(sizes) - (max(sizes) if tensor_core and sizes else 0)
+
+
+def plan_local_elems(plan: LoweringPlan, root: int) -> int:
+    """The `local` elements per thread of root stage `root`'s kernel as planned: its stages'
+    local buffers. The lowered kernel holds at least as many (`check_program` counts them):
+    the passes keep every such buffer or make it larger (virtual threads and double buffering
+    copy it), and emission adds temporaries; only warpgroup fragments, which the wgmma pass
+    removes, are left out here."""
+    return sum(
+        b.size
+        for b in (plan.info[j].buf for j in plan.subtree(root)[1:])
+        if b.scope == "local" and b.fragment_flavour != ir.WGMMA_FLAVOUR
+    )
+
+
 def check_program(
     program: ir.Program, hardware: HardwareParams, params: SketchParams
 ) -> Reason | None:
@@ -194,7 +265,11 @@ def check_candidate(
     if reason is not None:
         return None, str(reason)
     try:
-        program = lower(state)
+        plan = make_plan(state)
+        reason = check_plan(plan, hardware, params)
+        if reason is not None:
+            return None, str(reason)
+        program = lower_plan(plan)
     except Exception as exc:
         return None, reason_for(exc, "lowering a candidate")
     reason = check_program(program, hardware, params)
@@ -207,9 +282,13 @@ __all__ = [
     "Reason",
     "Rejected",
     "check_candidate",
+    "check_plan",
     "check_program",
     "check_state",
+    "plan_local_elems",
+    "plan_shared_bytes",
     "reason_for",
+    "root_threads",
     "tile_sizes",
     "unrolled_statements",
 ]

@@ -187,6 +187,15 @@ def test_the_first_round_is_the_pretrained_models_best():
     assert picked == sorted(policy.scores.values(), reverse=True)[:6]
 
 
+def test_the_account_of_a_round_counts_the_candidates_found_invalid():
+    policy = make_policy(small_task(), SMALL)
+    fresh = policy.sample_fresh(4)
+    unreplayable = (*fresh[0][:-1], ("SP", 99, 0, 4, (2,), True))  # a step on no stage
+    outcomes = policy.outcomes([unreplayable, fresh[0], unreplayable])
+    assert isinstance(outcomes[0], str) and isinstance(outcomes[1], np.ndarray)
+    assert policy._counters()["invalid"] == policy.features.misses == 1
+
+
 def test_the_default_model_ranks_the_first_round_with_the_shipped_one():
     policy = SketchPolicy(small_task(), params=SMALL, verbose=0)
     assert policy.cost_model.uses_pretrained and not policy.model_guesses
