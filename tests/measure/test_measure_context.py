@@ -95,17 +95,16 @@ def test_results_keep_artifact_order_and_runs_start_before_the_batch_is_built():
 
 
 def test_build_as_completed_yields_each_index_once_in_completion_order():
-    """The costlier artifact starts first, but the cheap one finishes first (the costly build
-    waits for it), so the cheap one must be yielded first: completion order, not start order."""
+    """The costlier artifact starts first, but finishes only once the cheap one has been
+    yielded: completion order, not start order (a builder that waited for the first started
+    would never yield)."""
+    yielded = threading.Event()
 
     class GatedBuilder(LocalBuilder):
-        cheap_done = threading.Event()
-
         def build_one(self, artifact):
             if artifact.tag == "slow":
-                assert self.cheap_done.wait(timeout=60), "the cheap build never ran"
+                assert yielded.wait(timeout=60), "the cheap build was not yielded first"
                 return BuildResult(b"slow", {})
-            self.cheap_done.set()
             return BuildResult(b"fast", {})
 
     try:
@@ -118,7 +117,10 @@ def test_build_as_completed_yields_each_index_once_in_completion_order():
         KernelArtifact(src, (Launch("k", (1,), (32,)),), ARGS, None, tag)
         for src, tag in [(slow, "slow"), (fast, "fast")]
     ]
-    results = list(builder.build_as_completed(arts))
+    results = []
+    for item in builder.build_as_completed(arts):
+        results.append(item)
+        yielded.set()
     assert [i for i, _ in results] == [1, 0]
     assert [r.cubin for _, r in results] == [b"fast", b"slow"]
 
