@@ -396,11 +396,10 @@ WARP_STMTS = (FragmentFill, FragmentLoad, FragmentStore, FragmentMma)
 
 @dataclass(eq=False)
 class SharedAlias:
-    """Shared buffer `tile` laid over the bytes of shared buffers `hosts` (packed in order from
-    the first host's offset): their live ranges are disjoint and a block barrier separates them
-    (`lower/shared_alias.py` proves it, the verifier checks it again). The printer's
-    layout places `tile` at the first host's offset; `shared_bytes` counts the larger of the
-    two; the interpreter keeps their storage apart (their values never meet)."""
+    """Shared buffer `tile` over the bytes of shared buffers `hosts` (packed in order from the
+    first host's offset): disjoint live ranges a block barrier separates (`lower/shared_alias.py`
+    proves it, the verifier again). `shared_bytes` counts the larger of the two; the
+    interpreter keeps their storage apart (their values never meet)."""
 
     tile: Buffer
     hosts: tuple[Buffer, ...]
@@ -408,23 +407,19 @@ class SharedAlias:
 
 @dataclass(eq=False)
 class Kernel:
-    """One `__global__` function: launch config, buffers it allocates, its body. `vthread`: the
-    virtual threads per thread that were injected into the body (product of nested vthread
-    extents; 1 when none). `unit_vars`: loop variables of iterators that run once, which
-    emission gives no loop; each is 0 (the simplification pass folds them and empties it).
+    """One `__global__` function: launch config, buffers it allocates, its body. `vthread`:
+    virtual threads injected per thread (product of nested vthread extents). `unit_vars`:
+    variables of loops that run once, which emission gives no loop; each is 0 (folded away).
     `min_blocks_per_sm`: the blocks of this kernel that must fit on one SM at once, the second
     argument of its `__launch_bounds__` (ptxas caps each thread's registers to fit them).
     `cluster`: the blocks of one thread-block cluster along x (1: no cluster; sm_90), which
     the kernel declares as `__cluster_dims__(cluster, 1, 1)` (`lower/cluster_ir.py`).
-    `stream_reads`: the printer reads the global buffers the kernel never writes with
-    streaming (evict-first) loads; a cache hint, nothing the values depend on.
-    `stream_writes`: the printer stores the global buffers the kernel never reads with
-    streaming (evict-first) stores; a cache hint as well.
-    `fast_exp`: its float32 exponentials become fast ones (`lower/fast_exp.py`).
-    `shared_aliases`: shared buffers that reuse others' bytes (`SharedAlias`).
-    `warp_specialized`: its TMA pipeline gets a producer warpgroup (`lower/warp_specialize.py`).
-    `single_pass`: the next kernel, which sums this one's partials, runs in its last block to
-    finish (`lower/single_pass.py`); lowering merges the two."""
+    `stream_reads` / `stream_writes`: cache hints, nothing the values depend on: the printer
+    loads the global buffers the kernel never writes (stores those it never reads) streaming.
+    `fast_exp`: fast float32 exponentials (`lower/fast_exp.py`). `shared_aliases`: shared
+    buffers over others' bytes. `warp_specialized`: a producer warpgroup feeds its TMA
+    pipeline (`lower/warp_specialize.py`). `single_pass`: the kernel summing this one's
+    partials runs in its last block to finish (`lower/single_pass.py`)."""
 
     name: str
     grid: tuple[int, int, int]
