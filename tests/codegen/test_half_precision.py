@@ -179,7 +179,7 @@ COMPILERS = [
     pytest.param(
         "nvrtc", marks=pytest.mark.skipif(find_nvrtc() is None, reason="libnvrtc not found")
     ),
-    pytest.param("nvcc", marks=needs_nvcc),
+    pytest.param("nvcc", marks=[needs_nvcc, pytest.mark.slow]),  # NVRTC is the builder's
 ]
 
 

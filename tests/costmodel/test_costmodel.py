@@ -122,9 +122,12 @@ def pack_sum_trained(benchmark_data):
     ("overrides", "make_data"),
     [
         ({}, config_programs),
-        ({"objective": "pairwise"}, config_programs),
+        # the modes the search does not use by default run with -m slow
+        pytest.param({"objective": "pairwise"}, config_programs, marks=pytest.mark.slow),
         # 120 boosting rounds rank these programs about as well as 300, in 40% of the time
-        ({**PACK_SUM, "num_boost_round": 120}, synthetic_programs),
+        pytest.param(
+            {**PACK_SUM, "num_boost_round": 120}, synthetic_programs, marks=pytest.mark.slow
+        ),
     ],
     ids=["default-on-shared-config", "pairwise-on-shared-config", "pack-sum-on-additive"],
 )

@@ -42,7 +42,11 @@ NVRTC = find_nvrtc()
 needs_nvrtc = pytest.mark.skipif(
     NVRTC is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)"
 )
-COMPILERS = [pytest.param("nvcc", marks=needs_nvcc), pytest.param("nvrtc", marks=needs_nvrtc)]
+# the builder compiles with NVRTC where it is found; its nvcc twins run with -m slow
+COMPILERS = [
+    pytest.param("nvcc", marks=[needs_nvcc, pytest.mark.slow]),
+    pytest.param("nvrtc", marks=needs_nvrtc),
+]
 
 ARGS = (ArgSpec("a", (1024,), "float32"), ArgSpec("b", (1024,), "float32", is_output=True))
 
