@@ -115,6 +115,11 @@ def uses_warp_roles(kernel: ir.Kernel) -> bool:
     return any(role_split(s) is not None for s in ir.iter_stmts(kernel.body))
 
 
+# threads a block may launch on every CUDA GPU: the producer warpgroup must fit beside the
+# consumers
+MAX_BLOCK_THREADS = 1024
+
+
 def consumer_registers(consumer_threads: int, budget: int = 65536) -> int:
     """The registers a consumer thread may keep once the producer warpgroup keeps
     `PRODUCER_REGISTERS`: what is left of the block's `budget`, a multiple of 8 up to
@@ -126,6 +131,7 @@ def consumer_registers(consumer_threads: int, budget: int = 65536) -> int:
 
 __all__ = [
     "CONSUMER_REGISTERS_MAX",
+    "MAX_BLOCK_THREADS",
     "NAMED_BARRIER_ID",
     "PRODUCER_REGISTERS",
     "REGISTER_RANGE",

@@ -33,7 +33,8 @@ accumulators there). The epilogue tile's alias over the slots stays proven: the 
 named barrier after their last wait on every copy separates the slots from the tile
 (`shared_alias.overlay_problem` reads a role split's consumer branch as the kernel's
 continuation). Any kernel not of that shape, or whose epilogue needs the whole block (a
-cp.async group, an all-reduce, a TMA copy), keeps today's form: the mark is then a no-op.
+cp.async group, an all-reduce, a TMA copy) or whose consumers leave no room for 128 more
+threads in a block, keeps today's form: the mark is then a no-op.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def warp_specialize(kernel: ir.Kernel) -> ir.Kernel:
     if not kernel.warp_specialized or kernel.block[0] != ir.WARP_SIZE or kernel.block[2] != 1:
         return kernel
     warps = kernel.block[1]
-    if warps % 4 or kernel.vthread != 1:
+    if warps % 4 or kernel.vthread != 1 or (warps + 4) * ir.WARP_SIZE > wr.MAX_BLOCK_THREADS:
         return kernel
     p = _pipeline(kernel.body)
     consumer_threads = warps * ir.WARP_SIZE

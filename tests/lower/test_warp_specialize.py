@@ -251,3 +251,19 @@ def test_gpu_warp_specialized_states_match_numpy(make, slots):
     state = warp_specialized(recipe_state(dag, slots))
     kernel = run_on_gpu(dag, state, rtol=1e-2, atol=1e-2)
     assert "setmaxnreg" in kernel.source
+
+
+def test_a_block_with_no_room_for_the_producer_keeps_its_pipeline():
+    """The producer warpgroup adds 128 threads: a block of consumers that leaves no room for
+    them within 1024 threads keeps today's form instead of becoming unlaunchable."""
+    from autosched.lower.passes import DEVICE_PASSES, run_passes
+    from autosched.lower.warp_specialize import warp_specialize
+
+    state = warp_specialized(two_warpgroups(matmul_dag(128, 64, 256), 3))
+    before = run_passes(lower(state), DEVICE_PASSES[:-1]).kernels[0]
+    assert DEVICE_PASSES[-1].name == "warp_specialize"
+    assert warp_specialize(before).block == (32, 12, 1)  # two consumer warpgroups, a producer
+    full = dataclasses.replace(before, block=(32, 32, 1))  # 1024 consumer threads
+    assert warp_specialize(full) is full
+    room = dataclasses.replace(before, block=(32, 28, 1))  # 896 + 128 = 1024
+    assert warp_specialize(room).block == (32, 32, 1)
