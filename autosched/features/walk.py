@@ -84,7 +84,7 @@ class ProgramWalker:
             self.shared_bytes, self.local_bytes = kernel.shared_bytes, size["local"]
             self.n_blocks = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
             self.n_threads = self.n_blocks * kernel.threads_per_block
-            self.arrivals = sp.arrivals_of(kernel)
+            self.arrivals: list[sp.CountArrival] = []  # met before their last-block branch
             self.loops: list[Loop] = []
             self.level_of: dict[int, int] = {}
             self.threads = dict.fromkeys(BLOCK_TAGS + THREAD_TAGS, 1)
@@ -344,8 +344,8 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
     **dict.fromkeys(ir.WARP_STMTS, ProgramWalker.visit_warp),
     wi.WgmmaMma: ProgramWalker.visit_warp,
     ti.TmaLoad: ProgramWalker.visit_tma_load,
-    # cp.async groups, the wgmma fences, the mbarriers and a single pass's fence and arrival
-    # order work as a barrier does: they record nothing
+    # cp.async groups, the wgmma fences, the mbarriers and a single pass's fence order work as
+    # a barrier does: they record nothing
     **dict.fromkeys(
         (
             ir.AsyncCommit,
@@ -354,10 +354,13 @@ _VISITORS: dict[type[ir.Stmt], Callable[[ProgramWalker, Any, Guards], None]] = {
             wi.WgmmaCommit,
             wi.WgmmaWait,
             wi.ProxyFence,
-            *sp.SINGLE_PASS_STMTS,
+            sp.ThreadFence,
         ),
         lambda walker, s, guards: None,
     ),
+    # a single pass's arrival records nothing either; the walk remembers it, to read the last
+    # block's branch after it as running once
+    sp.CountArrival: lambda walker, s, guards: walker.arrivals.append(s),
     **dict.fromkeys(
         (ti.MbarrierInit, ti.MbarrierExpectTx, ti.MbarrierWait), lambda walker, s, guards: None
     ),
