@@ -225,25 +225,12 @@ class SketchParams:
                 "wgmma_swizzled_chunk_weight >= 1, got "
                 f"{self.wgmma_width_exponent} and {self.wgmma_swizzled_chunk_weight}"
             )
-        if not self.fragment_double_buffers or not all(
-            isinstance(x, bool) for x in self.fragment_double_buffers
-        ):
-            raise ValueError(
-                "SketchParams: fragment_double_buffers must be one or more of False, True, got "
-                f"{self.fragment_double_buffers}"
-            )
-        if not self.epilogue_vectors or not all(isinstance(x, bool) for x in self.epilogue_vectors):
-            raise ValueError(
-                "SketchParams: epilogue_vectors must be one or more of False, True, got "
-                f"{self.epilogue_vectors}"
-            )
-        if not self.warp_specializations or not all(
-            isinstance(x, bool) for x in self.warp_specializations
-        ):
-            raise ValueError(
-                "SketchParams: warp_specializations must be one or more of False, True, got "
-                f"{self.warp_specializations}"
-            )
+        for name in ("fragment_double_buffers", "epilogue_vectors", "warp_specializations"):
+            choices = getattr(self, name)
+            if not choices or not all(isinstance(x, bool) for x in choices):
+                raise ValueError(
+                    f"SketchParams: {name} must be one or more of False, True, got {choices}"
+                )
         if not self.operand_copies or not set(self.operand_copies) <= set(OPERAND_COPIES):
             raise ValueError(
                 f"SketchParams: operand_copies must be one or more of {OPERAND_COPIES}, got "
