@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from autosched.codegen.context import PrintContext, StmtTable
 from autosched.codegen.tma import TmaPrinter
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower import warp_roles_ir as wr
 
 _ARRIVE = (
@@ -54,7 +54,7 @@ class RolePrinter:
         p = self.p
         warps = consumer_threads // ir.WARP_SIZE
         p.emit(d, f"if ({p.ex(s.cond)}) {{")
-        steps = list(producer.stmts) if isinstance(producer, ir.Seq) else [producer]
+        steps = stmt_walk.statements(producer)
         self.stmt(steps[0], d + 1)
         p.emit(d + 1, f"if (threadIdx.x == 0 && threadIdx.y == {warps}) {{  // the issuer")
         self.tma.issuer = True

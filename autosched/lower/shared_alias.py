@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower import tma_ir as ti
 from autosched.lower import warp_roles_ir as wr
 from autosched.lower import wgmma_ir as wi
@@ -56,20 +56,16 @@ def _buffers_in(value: object) -> Iterator[ir.Buffer]:
             yield from _buffers_in(getattr(value, f.name))
 
 
-def _flat(s: ir.Stmt) -> list[ir.Stmt]:
-    return list(s.stmts) if isinstance(s, ir.Seq) else [s]
-
-
 def _top_level(kernel: ir.Kernel) -> list[ir.Stmt]:
     """The kernel body's top-level statements; a warp-specialised kernel's role split, its
     last, read as the producer's branch (its copies, which the consumers wait for) followed by
     the consumers' statements, whose named barriers separate as a barrier does."""
-    top = _flat(kernel.body)
+    top = stmt_walk.statements(kernel.body)
     split = wr.role_split(top[-1]) if top else None
     if split is None:
         return top
     producer, consumer, _ = split
-    return [*top[:-1], producer, *_flat(consumer)]
+    return [*top[:-1], producer, *stmt_walk.statements(consumer)]
 
 
 def epilogue_overlay(kernel: ir.Kernel) -> ir.SharedAlias | None:

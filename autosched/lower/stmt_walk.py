@@ -1,6 +1,7 @@
 """Whole-tree walks over IR statements beyond visiting them (`ir.iter_stmts`): a tree rebuilt
-with its expressions mapped (`map_exprs`), and how many statements a tree executes
-(`executed_statements`, the unrolling budget's and the verifier's count)."""
+with its expressions mapped (`map_exprs`), how many statements a tree executes
+(`executed_statements`, the unrolling budget's and the verifier's count), and a statement's
+top-level sequence (`statements`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from autosched.lower.ir import (
 from autosched.lower.tma_ir import TmaStmt
 from autosched.lower.wgmma_ir import WarpgroupStmt, WgmmaOperandTile
 from autosched.te.expr import Expr
+
+
+def statements(s: Stmt) -> list[Stmt]:
+    """The statements `s` runs in order at its top level: a Seq's, or `s` alone."""
+    return list(s.stmts) if isinstance(s, Seq) else [s]
 
 
 def _same_target(buffer: Buffer, index: Expr) -> tuple[Buffer, Expr]:

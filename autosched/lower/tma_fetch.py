@@ -47,7 +47,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autosched.lower import ir
+from autosched.lower import ir, stmt_walk
 from autosched.lower import tma_ir as ti
 from autosched.lower import wgmma_ir as wi
 from autosched.lower.arith import fold_digits, simplify
@@ -290,7 +290,7 @@ def overlapped_tma_loop(loop: ir.For, rewrite: Callable[[ir.Stmt], ir.Stmt]) -> 
         barrier; refill
 
     then `wgmma.wait_group 0` after the loop. None for any other loop."""
-    stmts = list(loop.body.stmts) if isinstance(loop.body, ir.Seq) else [loop.body]
+    stmts = stmt_walk.statements(loop.body)
     if len(stmts) < 4 or not isinstance(stmts[0], ti.MbarrierWait):
         return None
     *compute, barrier, refill = stmts[1:]
@@ -300,7 +300,7 @@ def overlapped_tma_loop(loop: ir.For, rewrite: Callable[[ir.Stmt], ir.Stmt]) -> 
     if any(isinstance(x, syncs) for c in compute for x in ir.iter_stmts(c)):
         return None
     issued = rewrite(ir.seq(compute))
-    top = list(issued.stmts) if isinstance(issued, ir.Seq) else [issued]
+    top = stmt_walk.statements(issued)
     if not any(isinstance(x, wi.WgmmaCommit) for x in top):
         return None
     body = [stmts[0], issued, wi.WgmmaWait(IN_FLIGHT), barrier, refill]

@@ -54,10 +54,6 @@ _HEAD = (wi.WgmmaWait, wi.ProxyFence)  # what may sit between an init / the loop
 _WHOLE_BLOCK = (ir.AsyncGroupStmt, ir.AllReduce, ti.TmaStmt, ir.Barrier)
 
 
-def _flat(s: ir.Stmt) -> list[ir.Stmt]:
-    return list(s.stmts) if isinstance(s, ir.Seq) else [s]
-
-
 def _has(s: ir.Stmt, types: tuple[type, ...]) -> bool:
     return any(isinstance(x, types) for x in ir.iter_stmts(s))
 
@@ -77,7 +73,7 @@ class _Pipeline:
 
 def _pipeline(body: ir.Stmt) -> _Pipeline | None:
     """The parts of `body` (see the module docstring), or None where it is of another shape."""
-    top = _flat(body)
+    top = stmt_walk.statements(body)
     inits = [i for i, s in enumerate(top) if isinstance(s, ti.MbarrierInit)]
     if len(inits) != 1:
         return None
@@ -106,7 +102,7 @@ def _pipeline(body: ir.Stmt) -> _Pipeline | None:
     assert isinstance(loop, ir.For)
     if not (isinstance(after, wi.WgmmaWait) and after.pending == 0):
         return None
-    steps = _flat(loop.body)
+    steps = stmt_walk.statements(loop.body)
     if len(steps) < 4 or not isinstance(steps[0], ti.MbarrierWait):
         return None
     *compute, wait, barrier, refill = steps[1:]
@@ -166,7 +162,7 @@ def _consumer_loop(p: _Pipeline, empty: ir.Buffer, slots: int) -> ir.For:
     """The mainloop without its barrier and refill: step k releases step k - 1's slot once
     its `wgmma.wait_group 1` retired the wgmmas that read it."""
     k = p.loop.var
-    steps = _flat(p.loop.body)[:-2]
+    steps = stmt_walk.statements(p.loop.body)[:-2]
     previous = BinOp("-", k, ir.int32(1), ir.I32)
     release = wr.MbarrierArrive(empty, BinOp("floormod", previous, ir.int32(slots), ir.I32))
     released = ir.guarded(release, [BinOp(">=", k, ir.int32(1), "bool")])

@@ -48,10 +48,6 @@ from autosched.te.visitor import substitute
 IN_FLIGHT = 1  # the wgmma groups left in flight at the end of a step
 
 
-def _flat(s: ir.Stmt) -> list[ir.Stmt]:
-    return list(s.stmts) if isinstance(s, ir.Seq) else [s]
-
-
 def _has(s: ir.Stmt, types: tuple[type, ...]) -> bool:
     return any(isinstance(x, types) for x in ir.iter_stmts(s))
 
@@ -59,7 +55,7 @@ def _has(s: ir.Stmt, types: tuple[type, ...]) -> bool:
 def _split(loop: ir.For) -> tuple[int, list[ir.Stmt], list[ir.Stmt]] | None:
     """(the step's cp.async pending count, its fetch, its computation) of a pipelined loop of
     S >= 3 slots whose computation holds products; None for any other loop."""
-    stmts = _flat(loop.body)
+    stmts = stmt_walk.statements(loop.body)
     if len(stmts) < 4 or not isinstance(stmts[0], ir.AsyncWait):
         return None
     if not isinstance(stmts[1], ir.Barrier) or stmts[0].pending < 1:
@@ -95,7 +91,7 @@ def overlapped_loop(
         return None
     pending, fetch, compute = parts
     issued = rewrite(ir.seq(compute))
-    top = _flat(issued)
+    top = stmt_walk.statements(issued)
     if not any(isinstance(x, wi.WgmmaCommit) for x in top) or _has(issued, (wi.WgmmaWait,)):
         return None
     head = [wi.ProxyFence(), ir.Barrier()]
