@@ -17,7 +17,7 @@ from typing import Any
 
 from measure.artifact import Launch
 
-# the most blocks of a cluster every sm_90 part runs (autosched's `cluster_ir` has the same)
+# the most blocks of a cluster every sm_90 part runs (autosched's `cluster_ir` reads it here)
 PORTABLE_CLUSTER_BLOCKS = 8
 # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cuda.h's CUfunction_attribute)
 NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14

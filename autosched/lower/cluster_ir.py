@@ -33,11 +33,12 @@ from dataclasses import dataclass
 
 from autosched.lower import ir
 from autosched.te.expr import Expr, Var
+from measure.cluster_size import PORTABLE_CLUSTER_BLOCKS
 
 # The cluster sizes a kernel may declare: 8 blocks is the portable most; 16 needs the launch's
-# opt-in (`measure.cluster_size.PORTABLE_CLUSTER_BLOCKS` is the same bound).
+# opt-in, which every launcher makes above the bound `measure.cluster_size` keeps.
 CLUSTER_SIZES = (2, 4, 8, 16)
-PORTABLE_CLUSTER_SIZE = 8
+PORTABLE_CLUSTER_SIZE = PORTABLE_CLUSTER_BLOCKS
 # A block's rank in its cluster (0 .. C - 1), bound in every cluster kernel.
 CLUSTER_RANK = Var("cluster_rank", ir.I32)
 
