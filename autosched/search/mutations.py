@@ -46,6 +46,8 @@ LAUNCH_MIN_BLOCKS = "launch_min_blocks"
 ONLINE_EXCHANGE = "online_exchange"
 FAST_EXP = "fast_exp"
 SINGLE_PASS = "single_pass"
+# the pragmas an init rule draws on a sketch (either value: one sketch)
+DRAWN_PRAGMAS = (LAUNCH_MIN_BLOCKS, ONLINE_EXCHANGE, FAST_EXP, SINGLE_PASS)
 
 
 def as_step(record: tuple) -> Step:
@@ -83,12 +85,7 @@ def _blank(record: tuple) -> tuple:
         return record[:4] + (None,) + record[5:]
     if is_unroll_pragma(record):
         return record[:3] + (AUTO_UNROLL,)
-    for drawn in (
-        LAUNCH_MIN_BLOCKS,
-        ONLINE_EXCHANGE,
-        FAST_EXP,
-        SINGLE_PASS,
-    ):  # either value: one sketch
+    for drawn in DRAWN_PRAGMAS:
         if record[0] == PragmaStep.TAG and record[3].startswith(drawn):
             return record[:3] + (drawn,)
     return record
