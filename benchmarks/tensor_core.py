@@ -388,6 +388,11 @@ def instructions(state, kernel=None) -> str:
     return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}{vectors}"
 
 
+def add_on_off(ap, flag: str, help_text: str) -> None:
+    """An option of one or both of "off" and "on" (default both: the search draws either)."""
+    ap.add_argument(flag, nargs="+", default=["off", "on"], choices=["off", "on"], help=help_text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -424,12 +429,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=[2, 3, 4, 5],
         help="the shared-memory slot counts a double-buffered Tensor Core stage is drawn from",
     )
-    ap.add_argument(
+    add_on_off(
+        ap,
         "--fragment-double-buffers",
-        nargs="+",
-        default=["off", "on"],
-        choices=["off", "on"],
-        help="whether mma fragments are double-buffered in registers (where they may be)",
+        "whether mma fragments are double-buffered in registers (where they may be)",
     )
     ap.add_argument(
         "--operand-copy",
@@ -444,19 +447,15 @@ def main(argv: list[str] | None = None) -> int:
         choices=["off", "on"],
         help="whether TMA im2col copies may feed convs (3x3, strided: SketchParams.tma_im2col)",
     )
-    ap.add_argument(
+    add_on_off(
+        ap,
         "--epilogue-vectors",
-        nargs="+",
-        default=["off", "on"],
-        choices=["off", "on"],
-        help="whether a Tensor Core epilogue stores 16-byte vectors (sm_90, where it may)",
+        "whether a Tensor Core epilogue stores 16-byte vectors (sm_90, where it may)",
     )
-    ap.add_argument(
+    add_on_off(
+        ap,
         "--warp-specialize",
-        nargs="+",
-        default=["off", "on"],
-        choices=["off", "on"],
-        help="whether a TMA-fed wgmma stage gets a producer warpgroup (sm_90, where TMA is drawn)",
+        "whether a TMA-fed wgmma stage gets a producer warpgroup (sm_90, where TMA is drawn)",
     )
     report.add_publishing_arguments(ap, "tensor_cores", "bench_out")
     ns = ap.parse_args(argv)
