@@ -21,8 +21,14 @@ innermost) and their references to steps past the insertion move by as many (`_s
 the search's Tensor Core mutations expect.
 
 Where it applies (`epilogue_vector_width`): on sm_90, for any instruction family (the copy-out
-reads the shared tile, whatever stored it), the epilogue of a matrix product (not an implicit
-GEMM's pixels) whose M and N are whole 16-wide tiles and whose output rows hold whole vectors.
+reads the shared tile, whatever stored it), the epilogue of a matrix product or of an implicit
+GEMM conv whose M and N are whole 16-wide tiles and whose output rows hold whole vectors. A
+conv's epilogue writes its pixels through the reshape (`implicit_gemm.py`): an NHWC output's
+rows are a pixel's channels, so a vector is 8 channels of one pixel, and the store is as
+contiguous as a matmul's (the 1x1 convs of ResNet-50 at batch 32 write 4 to 16 bytes of output
+per multiply-add of their K, and their scalar stores set their time). An NCHW output's rows are
+an image's pixels; where the printer cannot prove a vector's 8 elements contiguous and aligned
+(`codegen/lanes.vector_base`), it stores them one by one, the same values.
 There the rule draws uniformly from `SketchParams.epilogue_vectors` (even odds by default);
 elsewhere it draws nothing, so other GPUs are sampled as before. It runs after every rule whose
 draws it reads.
@@ -65,10 +71,11 @@ BANKS, ROW_PAD = 32, 8  # shared memory's 4-byte banks; the words a row of the s
 
 def epilogue_vector_width(hw: HardwareParams, state: State, g: TensorCoreGroup) -> int | None:
     """The elements of a 16-byte vector of group `g`'s epilogue output where the vector form
-    applies (see the module docstring), else None."""
+    applies (see the module docstring), else None. An implicit GEMM's gathered operands do not
+    matter here: the epilogue reads only the shared accumulator tile."""
     if hw.arch not in ARCHS or g.lanes is None:
         return None
-    if any(g.gathers) or any(split_extent(state.steps, k) % MMA for k in g.split_ids[:2]):
+    if any(split_extent(state.steps, k) % MMA for k in g.split_ids[:2]):
         return None
     out = state.stages[g.root].op
     if not isinstance(out, ComputeOp):

@@ -24,6 +24,7 @@ from autosched.task.workload_registry import make_workload_key, workload_tensors
 from measure import HardwareParams, compile_resources
 from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
+from tests.sketch.test_implicit_gemm import conv_nhwc
 
 VECTOR = SketchParams(epilogue_vectors=(True,))
 
@@ -158,3 +159,62 @@ def test_full_size_vector_epilogues_compile_for_sm_90a_without_spills():
     assert "wgmma.mma_async" in source and "*reinterpret_cast<uint4*>(&T_cast[" in source
     (res,) = compile_resources(source, arch="sm_90").values()
     assert res.spill_bytes == 0
+
+
+def implicit_gemm(state) -> bool:
+    """Whether `state` computes a conv as an implicit GEMM (its product's gathered operand)."""
+    return any(s.op.name.endswith(".im2col") for s in state.stages) or any(
+        s.op.name.endswith(".gemm") for s in state.stages
+    )
+
+
+@pytest.mark.parametrize(
+    "args, epilogue",
+    [
+        ((2, 8, 16, 32, 1, 1, 0), "cast"),  # a 1x1: the gather is rows of the input
+        ((16, 7, 16, 32, 3, 1, 1), "bias_relu"),  # 7x7 pixels: M = 784, blocks past its edge
+    ],
+    ids=["1x1_cast", "3x3_7x7_bias_relu"],
+)
+def test_implicit_gemm_convs_store_a_pixels_channels_as_one_vector(args, epilogue):
+    """An NHWC conv's epilogue writes 8 channels of one pixel a thread: sampled implicit GEMM
+    states of every family compute the conv on the interpreter and print one 16-byte store."""
+    dag = conv_nhwc(*args, epilogue=epilogue)
+    sampler, states = sample(dag, n=6, seed=0)
+    convs = [s for s in states if implicit_gemm(s)]
+    assert convs and all(vectorized(dag, s) for s in convs), sampler.rejected
+    for s in {instruction(s): s for s in convs}.values():
+        tz.run_and_compare(dag, sampler.programs[s.key()])
+    source = build(dag, convs[0]).source
+    assert "*reinterpret_cast<uint4*>(&T_cast[" in source
+
+
+def test_an_nchw_conv_epilogue_computes_the_conv():
+    """An NCHW output's rows are an image's pixels: a vector there is stored as one where the
+    printer proves it contiguous, else element by element; the values are the conv's."""
+    data = te.placeholder((2, 16, 8, 8), name="data", dtype="float16")
+    kernel = te.placeholder((32, 16, 3, 3), name="kernel", dtype="float16")
+    out = topi.nn.conv2d_nchw(data, kernel, 1, 1, out_dtype="float32")
+    dag = ComputeDAG([data, kernel, topi.cast(out, "float16")])
+    sampler, states = sample(dag, n=3, seed=0)
+    convs = [s for s in states if implicit_gemm(s) and vectorized(dag, s)]
+    assert convs, sampler.rejected
+    for s in convs:
+        tz.run_and_compare(dag, sampler.programs[s.key()])
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_a_full_size_resnet50_1x1_vector_epilogue_compiles_for_sm_90a_without_spills():
+    """ResNet-50's 56x56 64 -> 256 1x1 at batch 32 (M = 100352, N = 256, K = 64), the conv
+    its output's bytes bound, as wgmma with a 16-byte epilogue."""
+    dag = conv_nhwc(32, 56, 64, 256, 1, 1, 0)
+    params = SketchParams(tensor_core_instructions=("wgmma",), epilogue_vectors=(True,))
+    _, states = sample(dag, params, n=3, seed=0)
+    states = [s for s in states if implicit_gemm(s) and vectorized(dag, s)]
+    assert states
+    for s in states:
+        source = build(dag, s).source
+        assert "wgmma.mma_async" in source and "*reinterpret_cast<uint4*>(&T_cast[" in source
+        (res,) = compile_resources(source, arch="sm_90a").values()
+        assert res.spill_bytes == 0
