@@ -6,7 +6,7 @@ process.
         [--resume FOLDER_OF_EARLIER_LOGS] [--publish]
         [--instructions wmma mma wgmma] [--pipeline-stages 2 3 4 5]
         [--fragment-double-buffers off on] [--operand-copy cp.async tma] [--tma-im2col off|on]
-        [--epilogue-vectors off on] [--warp-specialize off on]
+        [--epilogue-vectors off on] [--narrow-epilogue-tiles off on] [--warp-specialize off on]
 
 `--instructions`, `--pipeline-stages`, `--fragment-double-buffers`, `--operand-copy` and
 `--epilogue-vectors` restrict what the search draws (SketchParams' tensor_core_instructions,
@@ -23,7 +23,8 @@ im2col mode copy a conv's gathered input (3x3 windows, strides, padding) where T
 with a sketch that pipelines a 3x3's taps and K tiles in one loop (`SketchParams.tma_im2col`);
 `off` keeps such convs on cp.async.
 `--epilogue-vectors on` copies every epilogue out in 16-byte vectors where it may (sm_90),
-`off` one element a thread.
+`off` one element a thread. `--narrow-epilogue-tiles on` keeps such an epilogue's shared tile
+in the 16-bit output type wherever it only casts (mma and wgmma), `off` in float32.
 `--warp-specialize on` gives every TMA-fed wgmma stage a producer warpgroup (the consumers
 release slots through mbarriers, no block barrier in the mainloop:
 `SketchParams.warp_specializations`), `off` never; default both.
@@ -59,6 +60,7 @@ import shutil
 import sys
 import time
 
+from autosched.lower.narrow_tile import narrow_tile_kernels
 from autosched.sketch.epilogue_vector import vector_epilogue_stages
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from benchmarks import report
@@ -279,6 +281,7 @@ def tune(name: str, ns) -> tuple:
             operand_copies=tuple(ns.operand_copy),
             tma_im2col=ns.tma_im2col == "on",
             epilogue_vectors=tuple(x == "on" for x in ns.epilogue_vectors),
+            narrow_epilogue_tiles=tuple(x == "on" for x in ns.narrow_epilogue_tiles),
             warp_specializations=tuple(x == "on" for x in ns.warp_specialize),
         )
         if ns.operand_copy == ["tma"]:  # TMA feeds pipelined tiles only: pipeline them all
@@ -365,8 +368,9 @@ def instructions(state, kernel=None) -> str:
     stages ("-" without Tensor Cores), whether its mma fragments are double-buffered in
     registers, whether TMA copies its shared tiles (in its built `kernel`: a stage marked
     for TMA whose tiles do not fit it keeps cp.async) and whether its epilogue stores 16-byte
-    vectors: e.g. "mma, 4 slots", "mma, 4 slots, 2 fragment slots", "wgmma, 3 slots, TMA",
-    "wgmma, 3 slots, TMA, warp-specialised" or "wgmma, 2 slots, 16-byte epilogue"."""
+    vectors (over a tile kept in 16 bits): e.g. "mma, 4 slots", "mma, 4 slots, 2 fragment
+    slots", "wgmma, 3 slots, TMA", "wgmma, 3 slots, TMA, warp-specialised", "wgmma, 2 slots,
+    16-byte epilogue" or "wgmma, 2 slots, 16-byte epilogue over a 16-bit tile"."""
     families = sorted(
         {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
     )
@@ -385,6 +389,8 @@ def instructions(state, kernel=None) -> str:
     if kernel is not None and any(uses_warp_roles(k) for k in kernel.program.kernels):
         tma = ", TMA, warp-specialised"
     vectors = ", 16-byte epilogue" if vector_epilogue_stages(state) else ""
+    if vectors and kernel is not None and narrow_tile_kernels(kernel.program):
+        vectors += " over a 16-bit tile"
     return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}{vectors}"
 
 
@@ -451,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
         ap,
         "--epilogue-vectors",
         "whether a Tensor Core epilogue stores 16-byte vectors (sm_90, where it may)",
+    )
+    add_on_off(
+        ap,
+        "--narrow-epilogue-tiles",
+        "whether a vector epilogue that only casts keeps its shared tile in 16 bits (sm_90)",
     )
     add_on_off(
         ap,

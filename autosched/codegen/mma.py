@@ -13,7 +13,8 @@ emulates (`lower/interpret_mma.py`).
   8 columns of the accumulator tile (`m16n8k8 ... .tf32.tf32` for float32 operands, whose
   loads are each lane's four values, converted by `cvt.rna.tf32.f32`).
 - FragmentStore: each lane's 8 accumulator values where the C layout puts them: four float2
-  stores into a row-major tile (two neighbours in a row), eight scalar stores otherwise.
+  stores into a row-major tile (two neighbours in a row), eight scalar stores otherwise; into
+  a tile kept in 16 bits (`lower/narrow_tile.py`), rounded `half2` / `__nv_bfloat162` pairs.
 - FragmentFill: the lane's 8 values.
 
 `WarpPrinter` (wmma.py) hands a statement here when its fragments are of this flavour.
@@ -28,6 +29,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
 from autosched.lower.arith import simplify
+from autosched.lower.narrow_tile import narrowed
 from autosched.te.expr import Expr
 
 LANE = ir.THREAD_VARS["threadIdx.x"]  # the lane: blockDim.x is the warp size
@@ -41,6 +43,15 @@ def _operand_list(first: int, count: int) -> str:
 def _neighbours(first: ml.LanePosition, second: ml.LanePosition) -> bool:
     """Whether `second` is the element right of `first` in every lane (one float2 store)."""
     return replace(first, col0=first.col0 + 1) == second
+
+
+# an accumulator tile's element type -> (the type of a pair of values, what makes one from two
+# floats, one value's store expression)
+FLOAT_STORES = ("float2", "make_float2", "{}")
+NARROW_STORES = {
+    "float16": ("half2", "__floats2half2_rn", "__float2half_rn({})"),
+    "bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn", "__float2bfloat16_rn({})"),
+}
 
 
 class MmaStatements:
@@ -123,6 +134,10 @@ class MmaStatements:
     def store(self, s: ir.FragmentStore, d: int) -> None:
         dst = s.dst
         name = self.p.ex.buffer_names[id(dst.buffer)]
+        # a tile kept in 16 bits (lower/narrow_tile.py) takes rounded pairs, else float pairs
+        pair, make, one = NARROW_STORES.get(dst.buffer.dtype, FLOAT_STORES)
+        if dst.buffer.dtype != "float32" and not narrowed(dst.buffer):
+            raise LoweringError(f"an accumulator stored into {dst.buffer.dtype} {dst.buffer.name}")
         positions = [ml.tile_position(ir.ACCUMULATOR_SCOPE, e) for e in range(ml.ELEMS_PER_LANE)]
         e = 0
         while e < ml.ELEMS_PER_LANE:
@@ -130,12 +145,10 @@ class MmaStatements:
             at = self.index(dst.offset + ml.element_offset(row, col, dst.layout, dst.ldm))
             if dst.layout == "row_major" and e % 2 == 0 and _neighbours(*positions[e : e + 2]):
                 x, y = self.reg(s.frag, s.tile, e), self.reg(s.frag, s.tile, e + 1)
-                self.p.emit(
-                    d, f"*reinterpret_cast<float2*>(&{name}[{at}]) = make_float2({x}, {y});"
-                )
+                self.p.emit(d, f"*reinterpret_cast<{pair}*>(&{name}[{at}]) = {make}({x}, {y});")
                 e += 2
                 continue
-            self.p.emit(d, f"{name}[{at}] = {self.reg(s.frag, s.tile, e)};")
+            self.p.emit(d, f"{name}[{at}] = {one.format(self.reg(s.frag, s.tile, e))};")
             e += 1
 
 

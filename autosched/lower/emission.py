@@ -200,6 +200,7 @@ def emit_kernel(plan: LoweringPlan, root: int, name: str) -> ir.Kernel:
         fast_exp=plan.stages[root].fast_exp,
         warp_specialized=any(plan.stages[j].warp_specialized for j in inside),
         single_pass=plan.stages[root].single_pass,
+        narrow_tiles=tuple(plan.info[j].buf.name for j in inside if plan.stages[j].narrow_tile),
     )
 
 

@@ -29,8 +29,9 @@ import numpy as np
 
 from autosched.lower import ir
 from autosched.lower import mma_layout as ml
+from autosched.lower.narrow_tile import narrowed
 from autosched.lower.warp_context import WarpContext, fill_fragment, track_warp_read
-from autosched.te.dtype import BYTES, from_storage, round_tf32
+from autosched.te.dtype import BYTES, from_storage, round_tf32, to_storage
 
 _LANES = np.arange(ml.LANES)
 
@@ -148,13 +149,14 @@ def _store(run: Any, s: ir.FragmentStore, mask: Any) -> None:
     ctx = WarpContext(run, s, mask)
     ((arr, tiles),) = ctx.tiles()
     buf, mem, _ = ctx.memory(s.dst, "write")
-    if buf.dtype != "float32":
+    if buf.dtype != "float32" and not narrowed(buf):
         ctx.fail(f"stores a float32 accumulator into {buf.dtype} {buf.name}")
     rows, cols = _tile_positions(ir.ACCUMULATOR_SCOPE, "float32")
     steps = ml.element_offset(rows, cols, s.dst.layout, s.dst.ldm)  # (32, 8)
     offset = ctx.value(s.dst.offset, f"the offset into {buf.name}").astype(np.int64)
     idx = offset[:, None, None] + steps[None]  # (warps, 32, 8)
     vals = arr[ctx.warps, tiles]  # (warps, 32, 8): what each lane writes
+    vals = to_storage(vals, buf.dtype)  # a narrowed tile's values rounded as they are stored
     lanes = (ctx.lane0[:, None, None] + _LANES[None, :, None] + 0 * idx).reshape(-1)
     run._check_bounds(buf, idx.reshape(-1), lanes, "write")
     if buf.scope == "global":

@@ -419,7 +419,8 @@ class Kernel:
     `fast_exp`: fast float32 exponentials (`lower/fast_exp.py`). `shared_aliases`: shared
     buffers over others' bytes. `warp_specialized`: a producer warpgroup feeds its TMA
     pipeline (`lower/warp_specialize.py`). `single_pass`: the kernel summing this one's
-    partials runs in its last block to finish (`lower/single_pass.py`)."""
+    partials runs in its last block to finish (`lower/single_pass.py`). `narrow_tiles`: the
+    names of the shared accumulator tiles marked to be kept in 16 bits (`lower/narrow_tile.py`)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -436,6 +437,7 @@ class Kernel:
     shared_aliases: tuple[SharedAlias, ...] = ()
     warp_specialized: bool = False
     single_pass: bool = False
+    narrow_tiles: tuple[str, ...] = ()
 
     @property
     def threads_per_block(self) -> int:

@@ -23,6 +23,7 @@ from autosched.lower.fragment_double_buffer import double_buffer_fragments
 from autosched.lower.idle_barriers import drop_idle_barrier, mark_single_allreduces
 from autosched.lower.index_folding import fold_index_digits
 from autosched.lower.kernel_ranges import kernel_bounds
+from autosched.lower.narrow_tile import narrow_tiles
 from autosched.lower.row_scalars import hoist_row_scalars
 from autosched.lower.shared_alias import alias_epilogue_tile
 from autosched.lower.single_pass import finish_in_last_block
@@ -87,6 +88,7 @@ LOWERING_PASSES: tuple[KernelPass | ProgramPass, ...] = (
     KernelPass("fold_virtual_thread_copies", fold_virtual_thread_copies),
     KernelPass("unroll_register_indices", unroll_register_index_loops),
     KernelPass("warpgroup_mma", warpgroup_mma),
+    KernelPass("narrow_tiles", narrow_tiles),
     KernelPass("alias_epilogue_tile", alias_epilogue_tile),
 )
 

@@ -22,6 +22,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.arith import expr_bounds, is_multiple
 from autosched.lower.dispatch import TypeTable
+from autosched.lower.narrow_tile import narrowed
 from autosched.lower.shared_alias import overlay_problem
 from autosched.lower.verify_cluster import (
     ClusterRules,
@@ -358,7 +359,8 @@ class _WarpRules:
                 f"{where}: offset {expr_str(m.offset)} into {b.name} is not provably a "
                 f"multiple of {align} bytes ({step} elements)"
             )
-        if s.writes_memory() and b.dtype != "float32":
+        narrow = flavour == "mma" and narrowed(b)  # rounded to 16 bits as stored
+        if s.writes_memory() and b.dtype != "float32" and not narrow:
             kv.fail(f"{where}: stores the float32 accumulator into {b.dtype} {b.name}")
         if not s.writes_memory():
             if b.dtype != frag.dtype:

@@ -32,6 +32,7 @@ from autosched.schedule.steps import (
     FragmentDoubleBufferStep,
     FuseStep,
     ImplicitGemmStep,
+    NarrowTileStep,
     OperandCopyStep,
     PipelineStagesStep,
     PragmaStep,
@@ -279,6 +280,11 @@ class State:
         """Give wgmma accumulator stage `stage`'s TMA pipeline a producer warpgroup (see
         `WarpSpecializeStep`)."""
         return self.apply(WarpSpecializeStep(self.stage_index(stage)))
+
+    def narrow_tile(self, stage) -> State:
+        """Keep shared stage `stage`, a Tensor Core stage's copy-out tile, in the 16-bit type
+        its epilogue casts to (see `NarrowTileStep`)."""
+        return self.apply(NarrowTileStep(self.stage_index(stage)))
 
     def tensor_core_instruction(self, stage, instruction: str) -> State:
         """The Tensor Core instruction family ("wmma" or "mma") of accumulator stage `stage`'s

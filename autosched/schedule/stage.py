@@ -130,6 +130,9 @@ class Stage:
     operand_copy: str = "cp.async"
     # a wgmma accumulator stage: its TMA pipeline has a producer warpgroup (warp_specialize)
     warp_specialized: bool = False
+    # the shared copy-out tile of a wgmma stage's accumulators: kept in the 16-bit type its
+    # epilogue casts every element to (`NarrowTileStep`; lower/narrow_tile.py)
+    narrow_tile: bool = False
     origin: str = "dag"
 
     @property
@@ -195,6 +198,7 @@ class Stage:
             self.fragment_double_buffer,
             self.operand_copy,
             self.warp_specialized,
+            self.narrow_tile,
             tuple((a.name, b.name) for a, b in self.redirects),
         )
 

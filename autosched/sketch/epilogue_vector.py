@@ -47,6 +47,7 @@ from autosched.schedule.steps import (
     AnnotationStep,
     FollowFusedSplitStep,
     FollowSplitStep,
+    NarrowTileStep,
     SplitStep,
     Step,
     StorageAlignStep,
@@ -58,14 +59,18 @@ from autosched.sketch.tensor_core import MMA
 from autosched.sketch.tensor_core_instruction import WGMMA_ARCHS
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 from autosched.sketch.utils import attach_target
-from autosched.te.dtype import BYTES
-from autosched.te.tensor import ComputeOp
+from autosched.te.dtype import BYTES, HALF_DTYPES
+from autosched.te.expr import Cast, Load, Reduce
+from autosched.te.tensor import ComputeOp, Tensor
 from measure.hardware import HardwareParams
 
 VECTOR_BYTES = 16  # one st.global.v4: a thread's share of a warp's 512-byte store
 # the GPUs whose samples draw it (elsewhere the draws are those before the rule): those of wgmma
 ARCHS = WGMMA_ARCHS
 VECTORIZE = "vectorize"  # the annotation of the vector loop
+# the instruction families whose accumulator stores may round to a 16-bit tile: per-lane pairs
+# (wmma's store_matrix_sync writes float fragments as floats only)
+NARROW_FAMILIES = ("mma", "wgmma")
 BANKS, ROW_PAD = 32, 8  # shared memory's 4-byte banks; the words a row of the shared tile gains
 
 
@@ -95,10 +100,13 @@ def _shifted(step: Step, at: int, by: int) -> Step:
     return step
 
 
-def with_vector_epilogue(state: State, at: int, width: int, store: int) -> State:
+def with_vector_epilogue(
+    state: State, at: int, width: int, store: int, narrow: bool = False
+) -> State:
     """`state` with the epilogue's fused tile loop, split into lanes by step `at`, first split
     by `width` and the inner part vectorized, and the shared tile of the product's store stage
-    `store` padded (`with_padded_rows`); the steps from `at` on replayed after them."""
+    `store` padded (`with_padded_rows`) and, with `narrow`, kept in the output's 16-bit type
+    (`State.narrow_tile`); the steps from `at` on replayed after them."""
     lanes = state.steps[at]
     assert isinstance(lanes, SplitStep)  # lanes_split found it
     out = state.dag.get_init_state()
@@ -108,6 +116,8 @@ def with_vector_epilogue(state: State, at: int, width: int, store: int) -> State
     fused = stage.iters[lanes.iter_id].name
     out = out.split(lanes.stage_id, fused, [width])
     out = with_padded_rows(out.vectorize(lanes.stage_id, f"{fused}_i"), store)
+    if narrow:
+        out = out.narrow_tile(store)
     inserted = len(out.steps) - at
     for step in state.steps[at:]:
         out = out.apply(_shifted(step, at, inserted))
@@ -137,8 +147,8 @@ def with_padded_rows(state: State, store: int) -> State:
 
 def _vector_steps(records: tuple, at: int, g: TensorCoreGroup) -> int:
     """How many records from `at` on are group `g`'s vector epilogue (`with_vector_epilogue`):
-    the epilogue's split and `vectorize`, then the store stage's padding where it has one; 0
-    where they are not there."""
+    the epilogue's split and `vectorize`, then the store stage's padding and its narrow tile
+    where it has them; 0 where they are not there."""
     split, vector = records[at : at + 2] if len(records) >= at + 2 else (None, None)
     if split is None or vector is None:
         return 0
@@ -146,8 +156,10 @@ def _vector_steps(records: tuple, at: int, g: TensorCoreGroup) -> int:
         return 0
     if not (vector[0] == AnnotationStep.TAG and vector[1] == g.root and vector[3] == VECTORIZE):
         return 0
-    padded = len(records) > at + 2 and records[at + 2][:2] == (StorageAlignStep.TAG, g.store)
-    return 3 if padded else 2
+    n = 2
+    for tag in (StorageAlignStep.TAG, NarrowTileStep.TAG):
+        n += len(records) > at + n and records[at + n][:2] == (tag, g.store)
+    return n
 
 
 def without_vector_epilogues(records: tuple, groups: Sequence[TensorCoreGroup]) -> tuple:
@@ -175,8 +187,28 @@ def vector_epilogue_stages(state: State) -> list[int]:
     return out
 
 
+def narrow_tile_fits(state: State, g: TensorCoreGroup) -> bool:
+    """Whether group `g`'s shared tile may be kept in 16 bits (`lower/narrow_tile.py`): its
+    accumulators are stored by mma-flavour fragments (the mma and wgmma families) and its
+    epilogue only casts them to a 16-bit output. Lowering proves it again on the program."""
+    out = state.stages[g.root].op
+    if state.stages[g.acc].tensor_core_instruction not in NARROW_FAMILIES:
+        return False
+    if not isinstance(out, ComputeOp) or not isinstance(out.body, Cast):
+        return False
+    if out.body.dtype not in HALF_DTYPES:
+        return False
+    # the cast reads the product itself (a conv's op, whose pixels the implicit GEMM's reshape
+    # gives), not an element-wise stage inlined into the epilogue (a bias, a relu)
+    read = out.body.value
+    product = isinstance(read, Load) and isinstance(read.buffer, Tensor)
+    return product and isinstance(getattr(read.buffer.op, "body", None), Reduce)
+
+
 class EpilogueVector(InitRule):
-    """Draws 16-byte epilogue stores for every Tensor Core stage where they apply."""
+    """Draws 16-byte epilogue stores for every Tensor Core stage where they apply and, where
+    its tile may be kept in 16 bits (`narrow_tile_fits`), whether it is
+    (`SketchParams.narrow_epilogue_tiles`)."""
 
     def apply(self, ctx, plan, state, rng):
         choices = ctx.params.epilogue_vectors
@@ -186,13 +218,17 @@ class EpilogueVector(InitRule):
         for g in sorted(plan.tensor_core, key=lambda g: g.lanes or 0, reverse=True):
             width = epilogue_vector_width(ctx.hardware, state, g)
             if width is not None and g.lanes is not None and pick(choices, rng):
-                state = with_vector_epilogue(state, g.lanes, width, g.store)
+                narrow_choices = ctx.params.narrow_epilogue_tiles
+                narrow = True in narrow_choices and narrow_tile_fits(state, g)
+                narrow = narrow and pick(narrow_choices, rng)
+                state = with_vector_epilogue(state, g.lanes, width, g.store, narrow)
         return state
 
 
 __all__ = [
     "EpilogueVector",
     "epilogue_vector_width",
+    "narrow_tile_fits",
     "vector_epilogue_stages",
     "with_padded_rows",
     "with_vector_epilogue",

@@ -133,6 +133,10 @@ class SketchParams:
     # sketch/epilogue_vector.py), else one element a thread; drawn uniformly where the output
     # rows hold whole vectors. (False,): never, and the draws are those before the rule
     epilogue_vectors: tuple[bool, ...] = (False, True)
+    # whether such a vector epilogue of an mma or wgmma stage that only casts to a 16-bit
+    # output keeps its shared tile in that type (EpilogueVector; lower/narrow_tile.py): half
+    # the shared memory and the epilogue's reads, the same values. (False,): never
+    narrow_epilogue_tiles: tuple[bool, ...] = (False, True)
     # split-K: a reduction with fewer outputs than `split_k_max_outputs` is also sketched with
     # its reduction cut into each of `split_k_parts` parts (where every part keeps at least
     # `split_k_min_chunk` elements), summed by a second kernel: fewer outputs, at one or two
@@ -225,7 +229,12 @@ class SketchParams:
                 "wgmma_swizzled_chunk_weight >= 1, got "
                 f"{self.wgmma_width_exponent} and {self.wgmma_swizzled_chunk_weight}"
             )
-        for name in ("fragment_double_buffers", "epilogue_vectors", "warp_specializations"):
+        for name in (
+            "fragment_double_buffers",
+            "epilogue_vectors",
+            "narrow_epilogue_tiles",
+            "warp_specializations",
+        ):
             choices = getattr(self, name)
             if not choices or not all(isinstance(x, bool) for x in choices):
                 raise ValueError(

@@ -87,6 +87,16 @@ def epilogue_double_buffered_state() -> State:
     return state.double_buffer("A.shared").double_buffer("B.shared")
 
 
+def narrow_tile_state() -> State:
+    """A 64^3 fp16 Tensor Core matmul on mma fragments whose cast epilogue reads its output
+    tile from shared memory, that tile marked to be kept in fp16."""
+    from tests.lower.test_tensorize import matmul_state
+
+    _, state = matmul_state(epilogue=True)
+    state = state.tensor_core_instruction("T_matmul.wmma.accumulator", "mma")
+    return state.narrow_tile("T_matmul")
+
+
 # pass name -> the workload its golden test lowers
 WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "finish_in_last_block": lambda: norm_state(),
@@ -96,6 +106,7 @@ WORKLOAD_OF: dict[str, Callable[[], State]] = {
     "fold_virtual_thread_copies": matmul_vthread_state,
     "unroll_register_indices": matmul_vthread_state,
     "warpgroup_mma": wgmma_matmul_state,
+    "narrow_tiles": narrow_tile_state,
     "alias_epilogue_tile": epilogue_double_buffered_state,
     "fold_index_digits": conv_fetch_state,
     "hoist_row_scalars": lambda: row_softmax_state(),
@@ -182,6 +193,7 @@ def test_the_passes_run_in_this_order():
         "fold_virtual_thread_copies",
         "unroll_register_indices",
         "warpgroup_mma",
+        "narrow_tiles",
         "alias_epilogue_tile",
     ]
     assert [p.name for p in DEVICE_PASSES] == [

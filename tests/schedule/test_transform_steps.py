@@ -58,6 +58,7 @@ def _examples():
     sources.append((mm_dag, mma.fragment_double_buffer("C.wmma.accumulator")))
     wgmma = tensor_core.tensor_core_instruction("C.wmma.accumulator", "wgmma")
     sources.append((mm_dag, wgmma.warp_specialize("C.wmma.accumulator")))
+    sources.append((mm_dag, shared.narrow_tile("A.shared")))
     found = {}
     for dag, state in sources:
         cur = dag.get_init_state()
@@ -93,6 +94,7 @@ def test_every_registered_step_has_an_example():
         "PS",
         "FB",
         "WS",
+        "NT",
     }
 
 

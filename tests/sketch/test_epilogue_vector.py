@@ -26,7 +26,7 @@ from tests.compilers import needs_nvcc
 from tests.lower import test_tensorize as tz
 from tests.sketch.test_implicit_gemm import conv_nhwc
 
-VECTOR = SketchParams(epilogue_vectors=(True,))
+VECTOR = SketchParams(epilogue_vectors=(True,), narrow_epilogue_tiles=(False,))
 
 
 def batch_matmul_bf16(*args) -> ComputeDAG:

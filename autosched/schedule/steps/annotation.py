@@ -1,8 +1,8 @@
 """Steps that mark a stage without changing its loops: iterator annotations (GPU thread binding,
 unroll, vectorize, parallel, tensorize), unroll pragmas, the storage alignment and double
-buffering (or deeper pipelining) of a shared cache buffer and how its tiles are copied, and the
+buffering (or deeper pipelining) of a shared cache buffer and how its tiles are copied, the
 Tensor Core instructions of an accumulator stage and the double buffering of its operand
-fragments in registers."""
+fragments in registers, and the element type of a Tensor Core stage's copy-out tile."""
 
 from __future__ import annotations
 
@@ -402,3 +402,30 @@ class WarpSpecializeStep(Step):
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
         return [f"s[{pyname(before.stages[self.stage_id])}].warp_specialize()"]
+
+
+@dataclass(frozen=True, slots=True)
+class NarrowTileStep(Step):
+    """Keep stage `stage_id`, the shared tile a Tensor Core stage's accumulators are copied out
+    through, in the 16-bit type its epilogue casts every element to, instead of float32: the
+    accumulators are rounded as they are stored (what the cast would do after the read), so
+    the tile takes half the shared memory and the epilogue reads half the bytes. Lowering
+    (lower/narrow_tile.py) narrows the tile where wgmmas store it and every read of it is that
+    cast; elsewhere the mark changes nothing."""
+
+    TAG: ClassVar[str] = "NT"
+    stage_id: int
+
+    def apply(self, state: StateT) -> StateT:
+        stage = state.stages[self.stage_id]
+        check(
+            not stage.is_placeholder and stage.scope in ("global", "shared"),
+            lambda: (
+                f"narrow_tile on {stage.name!r}: only a computed stage lowering keeps in "
+                f"memory, a Tensor Core stage's copy-out (scope {stage.scope!r})"
+            ),
+        )
+        return state.replace_stage(self.stage_id, replace(stage, narrow_tile=True))
+
+    def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
+        return [f"s[{pyname(before.stages[self.stage_id])}].narrow_tile()"]
