@@ -29,7 +29,8 @@ contiguous as a matmul's (the 1x1 convs of ResNet-50 at batch 32 write 4 to 16 b
 per multiply-add of their K, and their scalar stores set their time). An NCHW output's rows are
 an image's pixels; where the printer cannot prove a vector's 8 elements contiguous and aligned
 (`codegen/lanes.vector_base`), it stores them one by one, the same values.
-There the rule draws uniformly from `SketchParams.epilogue_vectors` (even odds by default);
+There the rule draws uniformly from `SketchParams.epilogue_vectors` (even odds by default;
+always a vector where `epilogue_vectors` holds True and the product is `hopper_sized`);
 elsewhere it draws nothing, so other GPUs are sampled as before. It runs after every rule whose
 draws it reads.
 """
@@ -56,7 +57,7 @@ from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
 from autosched.sketch.stage_steps import split_extent
 from autosched.sketch.tensor_core import MMA
-from autosched.sketch.tensor_core_instruction import WGMMA_ARCHS
+from autosched.sketch.tensor_core_instruction import WGMMA_ARCHS, hopper_sized
 from autosched.sketch.tensor_core_plan import TensorCoreGroup
 from autosched.sketch.utils import attach_target
 from autosched.te.dtype import BYTES, HALF_DTYPES
@@ -217,7 +218,9 @@ class EpilogueVector(InitRule):
         # the last group first: an insertion moves the steps after it, a later group's among them
         for g in sorted(plan.tensor_core, key=lambda g: g.lanes or 0, reverse=True):
             width = epilogue_vector_width(ctx.hardware, state, g)
-            if width is not None and g.lanes is not None and pick(choices, rng):
+            if width is None or g.lanes is None:
+                continue
+            if hopper_sized(ctx, state, g) or pick(choices, rng):
                 narrow_choices = ctx.params.narrow_epilogue_tiles
                 narrow = True in narrow_choices and narrow_tile_fits(state, g)
                 narrow = narrow and pick(narrow_choices, rng)

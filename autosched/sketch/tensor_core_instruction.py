@@ -1,8 +1,9 @@
 """The `TensorCoreInstruction` init rule: which instruction family each Tensor Core stage of a
 state becomes, drawn uniformly from `SketchParams.tensor_core_instructions` among those that
-fit the stage: "wmma" (nvcuda::wmma fragments), "mma" (`ldmatrix` + `mma.sync` m16n8k16 on
-per-lane registers, m16n8k8 for TF32; docs/TENSOR_CORES.md) and "wgmma" (Hopper's warpgroup
-MMA, `lower/warpgroup_mma.py`).
+fit the stage (an implicit GEMM conv of `SketchParams.wgmma_conv_macs_per_sm` or more on
+sm_90: wgmma wherever it fits, `hopper_sized`): "wmma" (nvcuda::wmma fragments), "mma"
+(`ldmatrix` + `mma.sync` m16n8k16 on per-lane registers, m16n8k8 for TF32;
+docs/TENSOR_CORES.md) and "wgmma" (Hopper's warpgroup MMA, `lower/warpgroup_mma.py`).
 
 "wgmma" fits where the target is sm_90, the operands are 16-bit and some block tile can be
 computed by warpgroups (`wgmma_fits`): rows a multiple of 64 (4 warps of 16 rows each per
@@ -25,6 +26,8 @@ must not change, so their draws are those they would be without it.
 
 from __future__ import annotations
 
+import math
+
 from autosched.lower import ir
 from autosched.lower import wgmma_layout as wl
 from autosched.schedule.steps import SplitStep, replay
@@ -43,6 +46,7 @@ from autosched.sketch.warpgroup_tile import (
     warpgroup_divisible,
     warpgroup_shapes,
 )
+from autosched.te.tensor import ComputeOp
 
 WMMA, MMA, WGMMA = "wmma", "mma", "wgmma"
 WGMMA_ARCHS = ("sm_90",)
@@ -81,6 +85,21 @@ def as_warpgroups(state, g, warps: int, cols: int):
     return replay(state.dag, steps)
 
 
+def hopper_sized(ctx, state, g) -> bool:
+    """Whether group `g` is an implicit GEMM conv's (it gathers its pixels) of at least
+    `SketchParams.wgmma_conv_macs_per_sm` multiply-adds per SM on sm_90: it is then drawn as
+    wgmma wherever wgmma fits (and its epilogue in vectors, epilogue_vector.py) rather than
+    uniformly."""
+    limit, hw = ctx.params.wgmma_conv_macs_per_sm, ctx.hardware
+    op = state.stages[g.acc].op
+    if not limit or hw.arch not in WGMMA_ARCHS or not any(g.gathers):
+        return False
+    if not isinstance(op, ComputeOp):
+        return False
+    extents = [a.extent for a in (*op.axis, *op.reduce_axis)]
+    return all(isinstance(e, int) for e in extents) and math.prod(extents) >= limit * hw.num_sms
+
+
 def wgmma_fits(ctx, g) -> bool:
     """Whether group `g` may be drawn as wgmma: on sm_90, 16-bit operands, and a block tile
     that warpgroups compute (any of `warpgroup_shapes`, as the tile is drawn afresh; the drawn
@@ -106,7 +125,7 @@ class TensorCoreInstruction(InitRule):
             fits = [c for c in choices if c != WGMMA or shape]
             if fits == [WMMA] or not fits:
                 continue
-            drawn = pick(fits, rng)
+            drawn = WGMMA if WGMMA in fits and hopper_sized(ctx, state, g) else pick(fits, rng)
             if drawn == WGMMA and redraw:
                 tiled = draw_warpgroup_tile(ctx, state, g, rng)
                 if tiled is None:
@@ -121,6 +140,7 @@ class TensorCoreInstruction(InitRule):
 
 __all__ = [
     "TensorCoreInstruction",
+    "hopper_sized",
     "as_warpgroups",
     "rounded_to_warpgroups",  # warpgroup_tile.py
     "warpgroup_divisible",

@@ -6,12 +6,18 @@ at reduced channel counts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autosched.lower import ir
 from autosched.lower.wgmma_ir import WgmmaMma
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
+from autosched.sketch.epilogue_vector import vector_epilogue_stages
+from autosched.sketch.init_base import InitContext
+from autosched.sketch.tensor_core_instruction import hopper_sized
+from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.task.search_task import SearchTask
 from autosched.task.workload_registry import make_workload_key, workload_tensors
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
@@ -126,3 +132,42 @@ def test_a_batch_1_conv_of_7x7_pixels_splits_k_on_tensor_cores():
     """M = 49 padded rows and K (128 channels x 3x3) cut into parts of whole 16-wide tiles."""
     dag, sampler, states = half_split_states("conv2d_nhwc_fp16", (1, 7, 7, 16, 128, 3, 3, 1, 1), 1)
     check_half(dag, sampler, states)
+
+
+def implicit_groups(sketches):
+    """(sketch, group) of every implicit GEMM Tensor Core group (one that gathers pixels)."""
+    return [(s, g) for s in sketches for g in tensor_core_groups(s) if any(g.gathers)]
+
+
+def test_which_convs_are_sized_for_wgmma_only():
+    """`hopper_sized`: every batch-32 conv's implicit GEMM (3 to 100 M multiply-adds per SM
+    of an H100) draws wgmma wherever it fits; no batch-1 conv's (under 1 M) does."""
+    sized = {}
+    for batch in (1, 32):
+        for conv in RESNET50_CONVS:
+            task, params, sketches = tensor_core_sketches(batch, conv)
+            ctx = InitContext(params, task.hardware_params)
+            groups = implicit_groups(sketches)
+            assert groups
+            sized[batch, conv] = {hopper_sized(ctx, s, g) for s, g in groups}
+    assert all(sized[32, c] == {True} for c in RESNET50_CONVS)
+    assert all(sized[1, c] == {False} for c in RESNET50_CONVS)
+
+
+def test_a_batch_32_conv_samples_wgmma_with_vector_epilogues():
+    """Its implicit GEMM states are all wgmma with 16-byte epilogues (the direct sketch's,
+    whose M is the batch of 32 rows, is too short for a warpgroup and keeps its draws);
+    `wgmma_conv_macs_per_sm=0` gives the uniform draws back."""
+    task, params, sketches = tensor_core_sketches(32, RESNET50_CONVS[18])  # 7x7, 512 -> 2048
+    implicit = [s for s, _ in implicit_groups(sketches)]
+    states = SketchSampler(implicit, task.hardware_params, params).sample(6, 0)
+    assert len(states) == 6
+    for state in states:
+        families = {
+            st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"
+        }
+        assert families == {"wgmma"} and vector_epilogue_stages(state)
+    uniform = dataclasses.replace(params, wgmma_conv_macs_per_sm=0)
+    states = SketchSampler(implicit, task.hardware_params, uniform).sample(6, 0)
+    families = {st.tensor_core_instruction for s in states for st in s.stages}
+    assert families > {"wgmma"}
