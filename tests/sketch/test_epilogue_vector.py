@@ -172,9 +172,10 @@ def implicit_gemm(state) -> bool:
     "args, epilogue",
     [
         ((2, 8, 16, 32, 1, 1, 0), "cast"),  # a 1x1: the gather is rows of the input
-        ((16, 7, 16, 32, 3, 1, 1), "bias_relu"),  # 7x7 pixels: M = 784, blocks past its edge
+        ((1, 4, 16, 16, 3, 1, 1), "cast"),  # a 3x3: the gather is windows of the input
+        ((16, 7, 16, 32, 1, 1, 0), "bias_relu"),  # 7x7 pixels: M = 784, blocks past its edge
     ],
-    ids=["1x1_cast", "3x3_7x7_bias_relu"],
+    ids=["1x1_cast", "3x3_cast", "7x7_bias_relu"],
 )
 def test_implicit_gemm_convs_store_a_pixels_channels_as_one_vector(args, epilogue):
     """An NHWC conv's epilogue writes 8 channels of one pixel a thread: sampled implicit GEMM
