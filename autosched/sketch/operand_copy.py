@@ -3,16 +3,16 @@ by every thread's cp.async or by one thread's TMA box copies (`State.operand_cop
 lower/tma_fetch.py).
 
 The rule draws uniformly from `SketchParams.operand_copies` (default: both) for each
-group where TMA applies (`tma_fits`): a wgmma stage on sm_90 whose shared operands are all
-double-buffered over more than one K tile (or over the window-fused loop of a conv's taps),
-copied from the inputs or an implicit GEMM's gather that TMA copies
-(`TensorCoreGroup.gather_copies`: a 1x1, stride-1 unpadded one as boxes of its input seen as
-[pixels, channels]; with `SketchParams.tma_im2col`, others as im2col copies where one loop
-pipelines them),
-K-major (or an N-major B) and whose drawn tiles are whole 128-byte lines: the contiguous
-dimension a multiple of 64 halfs, the other at most a TMA box's 256 rows. A TMA tile is
-stored unpadded (the copy engine's 128-byte swizzle spreads the banks), whatever the row
-padding draw was. Only "tma" is recorded, on every shared stage of the group. It runs after
+group where TMA applies (`tma_fits`; a large conv's on sm_90, `tensor_core_instruction.
+hopper_sized`, takes TMA wherever it applies and "tma" is among the choices): a wgmma stage on
+sm_90 whose shared operands are all double-buffered over more than one K tile (or over the
+window-fused loop of a conv's taps), copied from the inputs or an implicit GEMM's gather that
+TMA copies (`TensorCoreGroup.gather_copies`: a 1x1, stride-1 unpadded one as boxes of its input
+seen as [pixels, channels]; with `SketchParams.tma_im2col`, others as im2col copies where one
+loop pipelines them), K-major (or an N-major B) and whose drawn tiles are whole 128-byte
+lines: the contiguous dimension a multiple of 64 halfs, the other at most a TMA box's 256 rows.
+A TMA tile is stored unpadded (the copy engine's 128-byte swizzle spreads the banks), whatever
+the row padding draw was. Only "tma" is recorded, on every shared stage of the group. It runs after
 every rule whose draws it reads, so their draws are those they would be without it.
 """
 
@@ -26,7 +26,7 @@ from autosched.schedule.loop_state import State
 from autosched.sketch.factorization import pick
 from autosched.sketch.fragment_double_buffer import group_lengths
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.tensor_core_instruction import WGMMA, WGMMA_ARCHS
+from autosched.sketch.tensor_core_instruction import WGMMA, WGMMA_ARCHS, hopper_sized
 from autosched.sketch.tensor_core_plan import IM2COL, ROWS, TensorCoreGroup
 from measure.hardware import HardwareParams
 
@@ -90,7 +90,7 @@ class OperandCopy(InitRule):
             instruction = state.stages[g.acc].tensor_core_instruction
             lengths = group_lengths(state, g)
             fits = tma_fits(ctx.hardware, g, lengths, instruction, buffered, ctx.params.tma_im2col)
-            if fits and pick(choices, rng) == TMA:
+            if fits and (hopper_sized(ctx, state, g) or pick(choices, rng) == TMA):
                 for c in g.shared:
                     state = state.operand_copy(c, TMA)
         return state

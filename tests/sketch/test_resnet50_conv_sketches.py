@@ -15,7 +15,9 @@ from autosched.lower.wgmma_ir import WgmmaMma
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.epilogue_vector import vector_epilogue_stages
+from autosched.sketch.fragment_double_buffer import group_lengths
 from autosched.sketch.init_base import InitContext
+from autosched.sketch.operand_copy import tma_fits
 from autosched.sketch.tensor_core_instruction import hopper_sized
 from autosched.sketch.tensor_core_plan import tensor_core_groups
 from autosched.task.search_task import SearchTask
@@ -154,19 +156,29 @@ def test_which_convs_are_sized_for_wgmma_only():
     assert all(sized[1, c] == {False} for c in RESNET50_CONVS)
 
 
-def test_a_batch_32_conv_samples_wgmma_with_vector_epilogues():
-    """Its implicit GEMM states are all wgmma with 16-byte epilogues (the direct sketch's,
-    whose M is the batch of 32 rows, is too short for a warpgroup and keeps its draws);
-    `wgmma_conv_macs_per_sm=0` gives the uniform draws back."""
+def test_a_batch_32_conv_samples_wgmma_with_tma_and_vector_epilogues():
+    """Its implicit GEMM states are all wgmma with 16-byte epilogues, their operands copied by
+    TMA wherever TMA fits their tiles (the direct sketch's, whose M is the batch of 32 rows, is
+    too short for a warpgroup and keeps its draws); `wgmma_conv_macs_per_sm=0` gives the
+    uniform draws back."""
     task, params, sketches = tensor_core_sketches(32, RESNET50_CONVS[18])  # 7x7, 512 -> 2048
     implicit = [s for s, _ in implicit_groups(sketches)]
-    states = SketchSampler(implicit, task.hardware_params, params).sample(6, 0)
+    sampler = SketchSampler(implicit, task.hardware_params, params)
+    states = sampler.sample(6, 0)
     assert len(states) == 6
+    fed = 0
     for state in states:
-        families = {
-            st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"
-        }
-        assert families == {"wgmma"} and vector_epilogue_stages(state)
+        (g,) = sampler.plans[sampler.sketch_of[state.key()]].tensor_core
+        assert state.stages[g.acc].tensor_core_instruction == "wgmma"
+        assert vector_epilogue_stages(state)
+        buffered = {i for i, s in enumerate(state.stages) if s.double_buffer}
+        fits = tma_fits(
+            task.hardware_params, g, group_lengths(state, g), "wgmma", buffered, params.tma_im2col
+        )
+        copies = {state.stages[c].operand_copy for c in g.shared}
+        assert copies == ({"tma"} if fits else {"cp.async"})
+        fed += fits
+    assert fed  # some drawn tiles are of whole 128-byte lines
     uniform = dataclasses.replace(params, wgmma_conv_macs_per_sm=0)
     states = SketchSampler(implicit, task.hardware_params, uniform).sample(6, 0)
     families = {st.tensor_core_instruction for s in states for st in s.stages}
