@@ -174,3 +174,25 @@ def test_a_full_size_resnet50_1x1_narrow_tile_compiles_for_sm_90a_without_spills
         assert "__floats2half2_rn(" in source and "wgmma.mma_async" in source
         (res,) = compile_resources(source, arch="sm_90a").values()
         assert res.spill_bytes == 0
+
+
+def test_a_narrow_tile_over_the_slots_of_a_warp_specialised_tma_im2col_conv():
+    """The 16-bit tile laid over the operand slots (`alias_epilogue_tile`) of a 3x3 conv whose
+    window-fused pipeline TMA's im2col mode feeds and a producer warpgroup issues."""
+    dag = conv_nhwc(2, 8, 64, 64, 3, 1, 1)
+    params = SketchParams(
+        tensor_core_instructions=("wgmma",),
+        operand_copies=("tma",),
+        warp_specializations=(True,),
+        epilogue_vectors=(True,),
+        narrow_epilogue_tiles=(True,),
+        double_buffer_probability=1.0,
+    )
+    _, sampler, states = sample(dag, params, n=1)
+    (state,) = states
+    program = sampler.programs[state.key()]
+    (kernel,) = program.kernels
+    assert tile_dtypes(program) == {"float16"} and kernel.shared_aliases
+    source = build(dag, state).source
+    assert "im2col" in source and "setmaxnreg" in source and "__floats2half2_rn(" in source
+    tz.run_and_compare(dag, program)
