@@ -95,7 +95,10 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            own = self.own_thread_splits(ctx, state, i, fused)
+            own = [
+                self.moments_inside_steps(split, i)
+                for split in self.own_thread_splits(ctx, state, i, fused)
+            ]
             return [(split, i - 1) for split in own + self.rows_on_warps(ctx, state, i, fused)]
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
@@ -234,6 +237,20 @@ class CrossThreadReduction(SketchRule):
             return state
         shared = [it.name for it in its[:n_common]]
         return state.reorder(i, shared + reduce[:1] + [it.name for it in inner] + reduce[1:])
+
+    @classmethod
+    def moments_inside_steps(cls, state: State, i: int) -> State:
+        """Stage i, computed in no consumer (the partial sums of a layer norm's moments cut
+        over blocks), with its trailing axes that no read indexes (`unread_axes`: the
+        moments) moved inside its outer reduction loop as `outputs_inside_steps` moves them:
+        each block reads its part of a row once for all the moments, not once per moment."""
+        stage = state.stages[i]
+        unread = {a.name for a in unread_axes(stage)}
+        spatial = [it.name for it in stage.iters if it.kind == SPATIAL]
+        shared = len(spatial) - len(unread)
+        if not unread or set(spatial[shared:]) != unread:
+            return state
+        return cls.outputs_inside_steps(state, i, shared)
 
     @staticmethod
     def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:
