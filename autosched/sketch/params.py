@@ -160,9 +160,9 @@ class SketchParams:
     cross_block_min_chunk: int = 64
     # the blocks per SM wanted instead of `cross_block_blocks_per_sm` for a normalisation's
     # statistics (a reduction along rows that an element-wise consumer reads back along them:
-    # RMSNorm, a layer norm's moments), whose second pass re-reads the rows: few long rows
-    # are cut into enough parts that both kernels fill every SM several times over
-    cross_block_norm_blocks_per_sm: int = 8
+    # RMSNorm, a layer norm's moments): 128 rows of a layer norm on 132 SMs are cut in 4
+    # parts, and RMSNorm's 16 rows keep their 32
+    cross_block_norm_blocks_per_sm: int = 3
     # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
     # per chunk of a row (sketch/parts_in_consumer.py)
     cross_block_parts_in_consumer: bool = True
