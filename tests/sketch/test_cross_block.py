@@ -411,14 +411,15 @@ def test_a_layer_norm_of_few_long_rows_sums_its_moments_parts_where_it_reads_the
     assert CrossBlockReduction().parts(ctx, moments, 8) == 32
     assert CrossBlockReduction().parts(ctx, moments, 2) == 8
     dag = layer_norm_moments(4, 2048)
-    sketches = generate_sketches(dag, hardware)
+    eight_per_sm = SketchParams(cross_block_norm_blocks_per_sm=8)
+    sketches = generate_sketches(dag, hardware, eight_per_sm)
     in_output = [
         s
         for s in sketches
         if parts(s) and (at := s["T_layer_norm_moments"].attach) and at[1].startswith("i1")
     ]
     assert in_output and {parts(s) for s in in_output} == {32}
-    sampler = SketchSampler(in_output, hardware)
+    sampler = SketchSampler(in_output, hardware, eight_per_sm)
     states = sampler.sample(4, 0)
     assert len(states) == 4, sampler.rejected
     block_per_part = 0
