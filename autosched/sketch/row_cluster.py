@@ -21,16 +21,14 @@ passes to find the part in L1 or L2. Where a thread's share of the part can fit 
 operands (a layer norm's gamma and beta, an RMSNorm's weight) whose parts fit beside it, a fourth,
 streaming, keeps those in registers too (`operands_in_registers`): every load of the kernel is then
 issued before its reduction, and nothing waits on L2 after the cluster exchange, as in the
-hand-written long-row kernels. With `SketchParams.row_operands_in_shared`, a fifth caches the
-operands in shared memory instead (`operands_in_shared`): fetched with the row, without the
-registers that keeping them beside it takes from the blocks an SM holds.
+hand-written long-row kernels.
 
 The rule applies where the GPU has clusters (sm_90 or later), the kernel is a block-per-row
 kernel whose stages computed at the row loop are all cross-thread reductions (no row kept in
 shared memory) with at most `MAX_ROWS_PER_SM` rows per SM, the row divides into C parts of at
 least `MIN_PART_ELEMENTS`, and a part fits a block's share of an SM's shared memory at two
 blocks per SM (where a later rule may keep it), for the first two sketches, or a thread's share
-of it fits in registers, for the third to fifth. It adds up to six sketches per C and keeps the
+of it fits in registers, for the third and fourth. It adds up to five sketches per C and keeps the
 unsplit sketch (APPLY). Off where `row_cluster_sizes` is empty (the default is 2, 4, 8 and 16).
 """
 
