@@ -180,10 +180,6 @@ class SketchParams:
     # block of a thread-block cluster per part (sm_90; sketch/row_cluster.py; 16, above the
     # portable size, only for rows too few to fill the SMs twice with 8); empty: never
     row_cluster_sizes: tuple[int, ...] = (2, 4, 8, 16)
-    # also sketch the register cluster states with the row's operands (gamma and beta, an
-    # RMSNorm's weight) fetched into shared memory with the row, rather than read from L2 after
-    # the cluster exchange (sketch/row_cluster.py `operands_in_shared`)
-    row_operands_in_shared: bool = False
     # the most elements of a normalisation's row (or a cluster block's part of it) one thread
     # keeps in registers when its row is sketched held there (sketch/row_in_shared.py); 0: never
     max_row_register_elems: int = 32

@@ -202,11 +202,6 @@ class RowOverCluster(SketchRule):
                     ctx, twins[-1], i, cuts[0][0] + 1, rank_iter, thread_split, c
                 )
                 out += [(operands, i - 1)] if operands is not None else []
-                if ctx.params.row_operands_in_shared:
-                    fetched = operands_in_shared(
-                        ctx, twins[-1], i, cuts[0][0] + 1, rank_iter, thread_split, c
-                    )
-                    out += [(fetched, i - 1)] if fetched is not None else []
         return out
 
     @staticmethod
@@ -261,35 +256,4 @@ def operands_in_registers(
     return state
 
 
-def operands_in_shared(
-    ctx: SketchContext, state: State, i: int, root: int, at: str, thread_split: int, parts: int
-) -> State | None:
-    """Register sketch `state` (as `operands_in_registers` takes it) with the row's operands
-    cached in shared memory at the rank iterator instead: their loads are issued with the
-    row's, as cp.async copies where DoubleBuffer marks the caches, without the registers that
-    keeping them next to the row takes from the blocks an SM holds. None where the row has no
-    operands or their parts do not fit a block's share of shared memory at two blocks per SM."""
-    names = row_operands(state, i, root)
-    hardware = ctx.hardware
-    share = min(hardware.max_shared_memory_per_sm // 2, hardware.max_shared_memory_per_block_optin)
-    length = state.stages[i].op.output(0).shape[-1]
-    part_bytes = sum(
-        length // parts * BYTES[state.stages[[st.name for st in state.stages].index(n)].op.dtype]
-        for n in names
-    )
-    if not names or part_bytes > share - RESERVED_SHARED_BYTES:
-        return None
-    for name in names:  # each cache goes before the root, which moves on by one
-        j = [st.name for st in state.stages].index(name)
-        state = shared_row_cache(state, j, root, at, thread_split, "shared")
-        root += 1
-    return state
-
-
-__all__ = [
-    "RowOverCluster",
-    "has_clusters",
-    "operands_in_registers",
-    "operands_in_shared",
-    "row_operands",
-]
+__all__ = ["RowOverCluster", "has_clusters", "operands_in_registers", "row_operands"]

@@ -161,31 +161,3 @@ def test_cluster_kernels_compile_for_sm_90_without_spills(name):
         assert "__cluster_dims__(" in source and "ld.shared::cluster" in source
         (res,) = compile_resources(source, arch="sm_90").values()
         assert res.spill_bytes == 0 and res.stack_bytes == 0
-
-
-def test_row_operands_fetched_into_shared_memory_compute_the_dag():
-    """With `row_operands_in_shared`, the register cluster sketch of a layer norm also comes
-    with gamma and beta cached in shared memory at the cluster rank (each block its part),
-    fetched with the row rather than read from L2 after the exchange; off, no such sketch."""
-    dag = DAGS["layer_norm_moments"]()
-
-    def fetched(sketch) -> bool:
-        names = {st.name: st for st in sketch.stages}
-        return all(
-            names.get(n) and names[n].scope == "shared" for n in ("gamma.shared", "beta.shared")
-        )
-
-    assert not any(map(fetched, generate_sketches(dag, params=CLUSTERS)))
-    params = SketchParams(row_cluster_sizes=(2, 4), row_operands_in_shared=True)
-    sketches = [s for s in generate_sketches(dag, params=params) if fetched(s)]
-    assert sketches and all(any(st.name == "x.local" for st in s.stages) for s in sketches)
-    sampler = SketchSampler(sketches, params=params)
-    states = sampler.sample(4, 0)
-    assert len(states) == 4, sampler.rejected
-    for state in states:
-        kernel = build(dag, state)
-        (k,) = kernel.program.kernels
-        shared = {b.name: b.size for b in k.allocs}
-        assert shared["gamma_shared"] == shared["beta_shared"] == 2048 // k.cluster
-        interpret_and_compare(dag, kernel.program, rtol=1e-4)
-        assert replay(dag, state.steps) == state
