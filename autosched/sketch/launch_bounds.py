@@ -25,7 +25,12 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.utils import has_cross_thread_reduction, is_inlined, row_part_in_registers
+from autosched.sketch.utils import (
+    direct_producers,
+    has_cross_thread_reduction,
+    is_inlined,
+    row_part_in_registers,
+)
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
@@ -106,6 +111,21 @@ def row_cache_bytes(state: State, root: int) -> int:
 # registers a thread of a row kernel takes besides the row elements it keeps in registers
 # (addresses, indices, the reductions' accumulators)
 ROW_KERNEL_REGISTERS = 24
+# registers a thread of a row kernel takes for each input it reads besides the row (a
+# layer norm's gamma and beta): ptxas issues the unrolled output loop's vector loads of them
+# ahead, with the row's registers live
+INPUT_REGISTERS = 8
+
+
+def other_inputs(state: State, root: int) -> int:
+    """How many placeholders root stage `root`'s kernel reads besides its row (the first)."""
+    read = {
+        p
+        for j in kernel_stages(state, root)
+        for p in direct_producers(state, j)
+        if state.stages[p].is_placeholder
+    }
+    return max(0, len(read) - 1)
 
 
 def row_register_elems(state: State, root: int) -> int:
@@ -121,17 +141,19 @@ def fits_blocks(state: State, root: int, hardware: HardwareParams, count: int) -
     """Whether `count` blocks of root stage `root`'s kernel fit an SM's thread, block and
     shared memory limits (the rows the kernel keeps in shared memory) and leave each thread
     at least the registers its kernel's wholly unrolled reduction steps take, and those of
-    the row elements it keeps in registers (a cap below those would surely spill; the builder
-    rejects those that spill all the same)."""
+    the row elements it keeps in registers with those of its other inputs' loads, as
+    `validity.fits_row_registers` counts them (a cap below those would surely spill; the
+    builder rejects those that spill all the same)."""
     threads = launch_shape(state, root)[1]
     kept = row_register_elems(state, root)
     limit = hardware.registers_per_thread_limit(count * threads)
+    need = kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * other_inputs(state, root)
     return not (
         count > hardware.max_blocks_per_sm
         or count * threads > hardware.max_threads_per_sm
         or count * row_cache_bytes(state, root) > hardware.max_shared_memory_per_sm
         or unrolled_reduction_steps(state, root) > limit
-        or (kept and kept + ROW_KERNEL_REGISTERS > limit)
+        or (kept and need > limit)
     )
 
 
@@ -187,6 +209,7 @@ class LaunchBounds(InitRule):
 
 
 __all__ = [
+    "INPUT_REGISTERS",
     "PRAGMA",
     "LaunchBounds",
     "cluster_blocks",
