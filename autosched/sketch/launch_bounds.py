@@ -25,7 +25,12 @@ from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, CLUSTER_RANK_TAG, REDUCE, ROOT
 from autosched.sketch.factorization import pick
 from autosched.sketch.init_base import InitRule
-from autosched.sketch.utils import has_cross_thread_reduction, is_inlined, row_part_in_registers
+from autosched.sketch.utils import (
+    direct_producers,
+    has_cross_thread_reduction,
+    is_inlined,
+    row_part_in_registers,
+)
 from autosched.te.dtype import BYTES
 from measure.hardware import HardwareParams
 
@@ -73,7 +78,11 @@ def unrolled_reduction_steps(state: State, root: int) -> int:
         reduce = [it for it in stage.iters if it.kind == REDUCE]
         if not any(it.annotation in THREAD_TAGS for it in reduce):
             continue  # no cross-thread reduction
-        own = math.prod(it.extent or 1 for it in reduce if it.annotation not in THREAD_TAGS)
+        own = math.prod(
+            it.extent or 1
+            for it in reduce
+            if it.annotation not in (*THREAD_TAGS, CLUSTER_RANK_TAG)  # the rank: no loop
+        )
         if own <= stage.auto_unroll_max_step:
             most = max(most, own)
     return most
@@ -102,6 +111,21 @@ def row_cache_bytes(state: State, root: int) -> int:
 # registers a thread of a row kernel takes besides the row elements it keeps in registers
 # (addresses, indices, the reductions' accumulators)
 ROW_KERNEL_REGISTERS = 24
+# registers a thread of a row kernel takes for each input it reads besides the row (a
+# layer norm's gamma and beta): ptxas issues the unrolled output loop's vector loads of them
+# ahead, with the row's registers live
+INPUT_REGISTERS = 8
+
+
+def other_inputs(state: State, root: int) -> int:
+    """How many placeholders root stage `root`'s kernel reads besides its row (the first)."""
+    read = {
+        p
+        for j in kernel_stages(state, root)
+        for p in direct_producers(state, j)
+        if state.stages[p].is_placeholder
+    }
+    return max(0, len(read) - 1)
 
 
 def row_register_elems(state: State, root: int) -> int:
@@ -113,36 +137,57 @@ def row_register_elems(state: State, root: int) -> int:
     )
 
 
+def fits_blocks(state: State, root: int, hardware: HardwareParams, count: int) -> bool:
+    """Whether `count` blocks of root stage `root`'s kernel fit an SM's thread, block and
+    shared memory limits (the rows the kernel keeps in shared memory) and leave each thread
+    at least the registers its kernel's wholly unrolled reduction steps take, and those of
+    the row elements it keeps in registers with those of its other inputs' loads, as
+    `validity.fits_row_registers` counts them (a cap below those would surely spill; the
+    builder rejects those that spill all the same)."""
+    threads = launch_shape(state, root)[1]
+    kept = row_register_elems(state, root)
+    limit = hardware.registers_per_thread_limit(count * threads)
+    need = kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * other_inputs(state, root)
+    return not (
+        count > hardware.max_blocks_per_sm
+        or count * threads > hardware.max_threads_per_sm
+        or count * row_cache_bytes(state, root) > hardware.max_shared_memory_per_sm
+        or unrolled_reduction_steps(state, root) > limit
+        or (kept and need > limit)
+    )
+
+
 def one_wave_blocks(state: State, root: int, hardware: HardwareParams) -> int:
     """The blocks per SM that make root stage `root`'s grid resident at once: ceil(blocks /
-    SMs) when that is 2 or more, fits an SM's thread, block and shared memory limits (the rows
-    the kernel keeps in shared memory), and leaves each thread
-    at least the registers its kernel's wholly unrolled reduction steps take, and those of the
-    row elements it keeps in registers; else 1 (one wave already, never, or a cap that would
-    surely spill; the builder rejects those that spill all the same)."""
-    blocks, threads = launch_shape(state, root)
+    SMs) when that is 2 or more and fits (`fits_blocks`); else 1 (one wave already, or
+    never)."""
+    blocks = launch_shape(state, root)[0]
     need = -(-blocks // hardware.num_sms)
-    kept = row_register_elems(state, root)
-    if (
-        need < 2
-        or need > hardware.max_blocks_per_sm
-        or need * threads > hardware.max_threads_per_sm
-        or need * row_cache_bytes(state, root) > hardware.max_shared_memory_per_sm
-        or unrolled_reduction_steps(state, root)
-        > hardware.registers_per_thread_limit(need * threads)
-        or (
-            kept
-            and kept + ROW_KERNEL_REGISTERS > hardware.registers_per_thread_limit(need * threads)
-        )
-    ):
+    return need if need >= 2 and fits_blocks(state, root, hardware, need) else 1
+
+
+def cluster_blocks(state: State, root: int, hardware: HardwareParams) -> int:
+    """For a kernel whose rows are split over thread-block clusters (sketch/row_cluster.py)
+    and whose grid cannot be resident at once: the most blocks per SM below the one-wave
+    count that fit (`fits_blocks`), 2 or more; else 1. With 1, ptxas may give a thread of a
+    row kept in registers far more registers than the row takes, and fewer of the clusters'
+    blocks then share an SM, overlapping one block's loads with another's exchange."""
+    if not any(it.annotation == CLUSTER_RANK_TAG for it in state.stages[root].iters):
         return 1
-    return need
+    blocks = launch_shape(state, root)[0]
+    need = -(-blocks // hardware.num_sms)
+    for count in range(min(need - 1, hardware.max_blocks_per_sm), 1, -1):
+        if fits_blocks(state, root, hardware, count):
+            return count
+    return 1
 
 
 class LaunchBounds(InitRule):
     """For each kernel of a cross-thread reduction whose grid fills an SM more than once but
     could be resident at once, `launch_min_blocks` of 1 or of the one-wave count
-    (`one_wave_blocks`), with even odds, on its root stage (the module's description)."""
+    (`one_wave_blocks`), with even odds, on its root stage (the module's description); for a
+    kernel over clusters that cannot be, 1 or the most blocks per SM that fit
+    (`cluster_blocks`)."""
 
     def apply(self, ctx, plan, state, rng):
         if not ctx.params.one_wave_launch_bounds:
@@ -156,14 +201,19 @@ class LaunchBounds(InitRule):
             ):
                 continue
             need = one_wave_blocks(state, i, ctx.hardware)
+            if need == 1:
+                need = cluster_blocks(state, i, ctx.hardware)
             if need > 1:
                 state = state.pragma(i, 0, PRAGMA, pick((1, need), rng))
         return state
 
 
 __all__ = [
+    "INPUT_REGISTERS",
     "PRAGMA",
     "LaunchBounds",
+    "cluster_blocks",
+    "fits_blocks",
     "kernel_stages",
     "launch_shape",
     "one_wave_blocks",

@@ -171,6 +171,13 @@ class SketchParams:
     cross_block_blocks_per_sm: int = 2
     cross_block_threads_per_sm: int = 512
     cross_block_min_chunk: int = 64
+    # the blocks per SM wanted instead of `cross_block_blocks_per_sm` for a normalisation's
+    # statistics (a reduction along rows that an element-wise consumer reads back along them:
+    # RMSNorm, a layer norm's moments). At 2, RMSNorm's 16 rows on 132 SMs are cut in 32
+    # parts and a layer norm's 128 rows are not cut; at 3 or more those are cut too (4 parts
+    # at 3), into two kernels that read x twice, which for rows that many is slower than a
+    # block per row
+    cross_block_norm_blocks_per_sm: int = 2
     # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
     # per chunk of a row (sketch/parts_in_consumer.py)
     cross_block_parts_in_consumer: bool = True

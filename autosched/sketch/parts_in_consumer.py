@@ -20,7 +20,7 @@ unrolling (`sums_parts_inside`) so that a warp's steps are loads issued together
 from __future__ import annotations
 
 from autosched.schedule.loop_state import State
-from autosched.schedule.stage import ATTACHED, REDUCE, ROOT
+from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, Stage
 from autosched.sketch.stage_steps import level_names, split_step_ids
 from autosched.sketch.utils import (
     common_outer_iters,
@@ -48,7 +48,7 @@ def sum_parts_in_consumer_warps(
     n_common = common_outer_iters(state, final, t)
     if (
         n_common == 0
-        or n_common != len(state.stages[final].axes)
+        or not few_outputs_per_row(state.stages[final], n_common)
         or len(consumer.iters) != n_common + 1
         or consumer.compute_at != ROOT
         or needs_multi_level_tiling(state, t)
@@ -75,6 +75,21 @@ def sum_parts_in_consumer_warps(
     parts = next(it.name for it in state.stages[final].iters if it.kind == REDUCE)
     state = state.split(final, parts, [warp]).bind(final, f"{parts}_i", "threadIdx.x")
     return state.compute_at(final, t, chunks)
+
+
+# the most outputs of a row the parts' sum may keep beside each other (a layer norm's mean of x
+# and of x^2: 2), each summed over the parts by the same lanes
+MAX_OUTPUTS_PER_ROW = 4
+
+
+def few_outputs_per_row(final: Stage, n_common: int) -> bool:
+    """Does the parts' sum have, past the `n_common` axes it shares with its consumer, only
+    spatial axes of at most `MAX_OUTPUTS_PER_ROW` outputs in all (none: an RMSNorm's mean
+    square; 2: a layer norm's two moments)?"""
+    count = 1
+    for axis in final.axes[n_common:]:
+        count *= axis.extent
+    return n_common <= len(final.axes) and count <= MAX_OUTPUTS_PER_ROW
 
 
 def sums_parts_inside(state: State, i: int) -> bool:

@@ -5,6 +5,7 @@ cut into parts computed by many blocks, tiled (`SplitKReduction`) or not
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from autosched.schedule.loop_state import State
@@ -31,9 +32,16 @@ from autosched.sketch.utils import (
     reuses_inputs,
     single_consumer_root,
     spatial_and_reduce_length,
+    unread_axes,
     vector_lanes,
 )
 from autosched.te.tensor import ComputeOp
+
+
+def moments(stage) -> int:
+    """How many outputs of the stage come from each read of its inputs (`unread_axes`: 2 for
+    a layer norm's moments, 1 for a sum)."""
+    return math.prod(a.extent for a in unread_axes(stage))
 
 
 class CrossThreadReduction(SketchRule):
@@ -87,7 +95,10 @@ class CrossThreadReduction(SketchRule):
         fused = next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
         target = self.fusible_consumer(state, i)
         if target is None:
-            own = self.own_thread_splits(ctx, state, i, fused)
+            own = [
+                self.moments_inside_steps(split, i)
+                for split in self.own_thread_splits(ctx, state, i, fused)
+            ]
             return [(split, i - 1) for split in own + self.rows_on_warps(ctx, state, i, fused)]
         t, n_common = target
         one_per_block = not split_step_ids(state, t) and n_common == len(state.stages[t].iters)
@@ -226,6 +237,20 @@ class CrossThreadReduction(SketchRule):
             return state
         shared = [it.name for it in its[:n_common]]
         return state.reorder(i, shared + reduce[:1] + [it.name for it in inner] + reduce[1:])
+
+    @classmethod
+    def moments_inside_steps(cls, state: State, i: int) -> State:
+        """Stage i, computed in no consumer (the partial sums of a layer norm's moments cut
+        over blocks), with its trailing axes that no read indexes (`unread_axes`: the
+        moments) moved inside its outer reduction loop as `outputs_inside_steps` moves them:
+        each block reads its part of a row once for all the moments, not once per moment."""
+        stage = state.stages[i]
+        unread = {a.name for a in unread_axes(stage)}
+        spatial = [it.name for it in stage.iters if it.kind == SPATIAL]
+        shared = len(spatial) - len(unread)
+        if not unread or set(spatial[shared:]) != unread:
+            return state
+        return cls.outputs_inside_steps(state, i, shared)
 
     @staticmethod
     def vector_lanes(ctx: SketchContext, state: State, i: int) -> int:
@@ -408,24 +433,44 @@ class CrossBlockReduction(SketchRule):
             or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
         ):
             return Cond.SKIP
-        return Cond.APPLY if self.parts(ctx, stage) else Cond.SKIP
+        return Cond.APPLY if self.parts(ctx, stage, self.row_blocks(ctx, state, i)) else Cond.SKIP
 
-    def parts(self, ctx: SketchContext, stage) -> int:
+    def parts(self, ctx: SketchContext, stage, per_sm: int | None = None) -> int:
         """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or
         threads wanted: fewer parts would not pay for the second kernel and the sketches they
-        add) or a reduction too short to cut in `MIN_PARTS`."""
+        add) or a reduction too short to cut in `MIN_PARTS`. Outputs are counted per row (a
+        layer norm's two moments of a row are one row); `per_sm`, where given, is the blocks
+        per SM wanted instead of the stage's default."""
         space, red = spatial_and_reduce_length(stage)
+        space //= moments(stage)
         p = ctx.params
         column = is_column_reduction(stage)
-        per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
+        if per_sm is None:
+            per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
         wanted = -(-ctx.hardware.num_sms * per_sm // space)
         most = red // p.cross_block_min_chunk
         if wanted < self.MIN_PARTS or most < self.MIN_PARTS:
             return 0
         return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
 
+    @staticmethod
+    def row_blocks(ctx: SketchContext, state: State, i: int) -> int | None:
+        """`SketchParams.cross_block_norm_blocks_per_sm` for a normalisation's statistics
+        (stage i a reduction along memory whose element-wise consumer reads it back along its
+        rows: RMSNorm, a layer norm's moments), whose parts' sum the consumer adds
+        (parts_in_consumer.py); None for the others, which keep the stage's default."""
+        target = CrossThreadReduction.fusible_consumer(state, i)
+        if target is None or is_column_reduction(state.stages[i]):
+            return None
+        t, n_common = target
+        return (
+            ctx.params.cross_block_norm_blocks_per_sm
+            if len(state.stages[t].iters) == n_common + 1
+            else None
+        )
+
     def apply(self, ctx, state, i):
-        p = self.parts(ctx, state.stages[i])
+        p = self.parts(ctx, state.stages[i], self.row_blocks(ctx, state, i))
         reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
         outer = reduce_iters[0]
         if outer.extent % p == 0:

@@ -156,6 +156,20 @@ def _reuses(op) -> bool:
     return missing >= 2
 
 
+def unread_axes(stage: Stage) -> list:
+    """The spatial axes (longer than 1) that no read of the reduction's inputs indexes: its
+    outputs along them come from the same reads (the moments axis of
+    layer_norm(moments=True): the mean of x and of x^2 from one read of x)."""
+    op = stage.op
+    if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce):
+        return []
+    used: set[int] = set()
+    for node in walk(op.body):
+        if isinstance(node, Load) and isinstance(node.buffer, Tensor):
+            used |= {id(v) for idx in node.indices for v in walk(idx)}
+    return [a for a in op.axis if a.extent > 1 and id(a) not in used]
+
+
 def is_column_reduction(stage: Stage) -> bool:
     """True when no read of the stage's reduction indexes its last dimension with a reduction
     axis: the reduction runs across memory rows (a column sum), so consecutive outputs, not
@@ -368,5 +382,6 @@ __all__ = [
     "stage_index_history",
     "stage_op_info",
     "tiling_extents",
+    "unread_axes",
     "vector_lanes",
 ]

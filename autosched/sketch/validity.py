@@ -27,7 +27,7 @@ from autosched.lower.plan import LoweringPlan
 from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, TENSORIZE, Stage
-from autosched.sketch.launch_bounds import ROW_KERNEL_REGISTERS
+from autosched.sketch.launch_bounds import INPUT_REGISTERS, ROW_KERNEL_REGISTERS
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
@@ -155,12 +155,6 @@ def unrolled_statements(s: ir.Stmt) -> int:
     nvcc has to compile and keep in registers), stores to global memory counted
     `GLOBAL_STORE_STATEMENTS` times."""
     return stmt_walk.executed_statements(s, ("unroll",), weight=_statement_weight)
-
-
-# registers a thread of a row kernel takes for each input it reads besides the row (a
-# layer norm's gamma and beta): ptxas issues the unrolled output loop's vector loads of them
-# ahead, with the row's registers live
-INPUT_REGISTERS = 8
 
 
 def fits_row_registers(

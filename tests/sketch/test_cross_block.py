@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autosched import te
+from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
 from autosched.features import N_FEATURES, extract_features
 from autosched.lower import ir
@@ -20,6 +20,7 @@ from autosched.sketch import SketchSampler, generate_sketches, sketch_context
 from autosched.sketch.params import SketchParams
 from autosched.sketch.parts_in_consumer import sums_parts_inside
 from autosched.sketch.rules import CrossBlockReduction
+from autosched.sketch.utils import unread_axes
 from autosched.sketch.validity import vector_bytes
 from measure.hardware import HardwareParams
 from tests.interpreter_check import interpret_and_compare
@@ -365,7 +366,8 @@ def test_a_normalisation_of_few_long_rows_sums_the_parts_where_it_reads_them(m, 
     does with `cross_block_parts_in_consumer` off."""
     dag = rms_norm(m, n)
     hardware = HardwareParams(num_sms=sms)
-    sketches = generate_sketches(dag, hardware)
+    two_per_sm = SketchParams(cross_block_norm_blocks_per_sm=2)
+    sketches = generate_sketches(dag, hardware, two_per_sm)
     in_output = [s for s in sketches if parts_in_output(s)]
     assert [parts(s) for s in in_output] == [p] * 3  # partial sums as in test_matrix_norm...
     for s in sketches:  # the output's unrolling is drawn where its threads sum the parts
@@ -373,7 +375,7 @@ def test_a_normalisation_of_few_long_rows_sums_the_parts_where_it_reads_them(m, 
         assert summed_in_rms if parts_in_output(s) else not (summed_in_rms and not parts(s))
     off = SketchParams(cross_block_parts_in_consumer=False)
     assert not any(map(parts_in_output, generate_sketches(dag, hardware, off)))
-    sampler = SketchSampler(in_output[:1], hardware)
+    sampler = SketchSampler(in_output[:1], hardware, two_per_sm)
     states = sampler.sample(6, 0)
     assert len(states) == 6, sampler.rejected
     warps = set()
@@ -388,3 +390,46 @@ def test_a_normalisation_of_few_long_rows_sums_the_parts_where_it_reads_them(m, 
         assert "*reinterpret_cast<float4*>(&rms[" in source and "__shfl_xor_sync" in source
         interpret_and_compare(dag, program, rtol=1e-4)
     assert len(warps) > 1  # one-warp blocks and blocks of several warps
+
+
+def layer_norm_moments(m: int, n: int) -> ComputeDAG:
+    x = te.placeholder((m, n), name="x")
+    g, b = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
+    return ComputeDAG([x, g, b, topi.layer_norm(x, g, b, moments=True)])
+
+
+def test_a_layer_norm_of_few_long_rows_sums_its_moments_parts_where_it_reads_them():
+    """A layer norm's moments (the mean of x and of x^2, from one read of x) are cut like
+    RMSNorm's sum of squares: P parts of each row's two moments, the rows counted once
+    whatever the number of moments, and a sketch adds each row's parts of both inside the
+    output's kernel: two kernels, which compute the layer norm on the interpreter."""
+    moments = reduction_stage(layer_norm_moments(4, 2048), "T_layer_norm_moments")
+    assert [a.name for a in unread_axes(moments)] == ["i1"]
+    hardware = HardwareParams(num_sms=16)
+    ctx = sketch_context(hardware)
+    # 4 rows on 16 SMs: 32 parts at 8 blocks per SM, as for RMSNorm's 4 sums
+    assert CrossBlockReduction().parts(ctx, moments, 8) == 32
+    assert CrossBlockReduction().parts(ctx, moments, 2) == 8
+    dag = layer_norm_moments(4, 2048)
+    eight_per_sm = SketchParams(cross_block_norm_blocks_per_sm=8)
+    sketches = generate_sketches(dag, hardware, eight_per_sm)
+    in_output = [
+        s
+        for s in sketches
+        if parts(s) and (at := s["T_layer_norm_moments"].attach) and at[1].startswith("i1")
+    ]
+    assert in_output and {parts(s) for s in in_output} == {32}
+    sampler = SketchSampler(in_output, hardware, eight_per_sm)
+    states = sampler.sample(4, 0)
+    assert len(states) == 4, sampler.rejected
+    block_per_part = 0
+    for state in states:
+        program = sampler.programs[state.key()]
+        assert [b.name for b in program.temps] == ["T_layer_norm_moments_rf"]
+        partial, _ = program.kernels
+        if any(isinstance(n, ir.AllReduce) for n in ir.iter_stmts(partial.body)):
+            # a block per part of a row, both moments from its one read of the part
+            assert partial.grid[0] == 4 * 32
+            block_per_part += 1
+        interpret_and_compare(dag, program, rtol=1e-4)
+    assert block_per_part

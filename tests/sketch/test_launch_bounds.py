@@ -10,10 +10,17 @@ import pytest
 from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
 from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.schedule.steps import PragmaStep, Step, print_python_schedule, replay
 from autosched.search.mutations import is_decision, structure_key
 from autosched.sketch import SketchSampler, generate_sketches
-from autosched.sketch.launch_bounds import launch_shape, one_wave_blocks
+from autosched.sketch.launch_bounds import (
+    cluster_blocks,
+    fits_blocks,
+    launch_shape,
+    one_wave_blocks,
+    unrolled_reduction_steps,
+)
 from autosched.sketch.params import SketchParams
 from measure.hardware import HardwareParams
 from tests.interpreter_check import interpret_and_compare
@@ -94,3 +101,41 @@ def test_a_pragma_asking_for_no_block_is_refused():
     last = len(state.stages) - 1
     with pytest.raises(Exception, match="launch_min_blocks must be 1 or more"):
         state.pragma(last, 0, "launch_min_blocks", 0)
+
+
+def test_a_cluster_kernel_too_large_for_one_wave_is_drawn_the_most_blocks_that_fit():
+    """Softmax rows over clusters of 4 with each block's part in registers: where 16 blocks on
+    two SMs cannot be resident at once the one-wave count is not offered; the most blocks
+    per SM whose register cap still holds the part (and 1) are, and print in the launch
+    bounds. The rank is no loop: a thread's reduction steps are its part's, not C times."""
+    dag = softmax(4, 16384)
+    two_sms = HardwareParams(num_sms=2)
+    params = SketchParams(row_cluster_sizes=(4,))
+    sketches = [
+        s
+        for s in generate_sketches(dag, two_sms, params)
+        if any(st.name == "x.local" for st in s.stages)
+        and any(it.annotation == CLUSTER_RANK_TAG for st in s.stages for it in st.iters)
+        and not any(st.stream_reads for st in s.stages)
+    ]
+    sampler = SketchSampler(sketches, two_sms, params)
+    states = sampler.sample(8, 0)
+    assert len(states) == 8, sampler.rejected
+    drawn = set()
+    for state in states:
+        root = len(state.stages) - 1
+        blocks, threads = launch_shape(state, root)
+        assert blocks == 16 and unrolled_reduction_steps(state, root) <= 16384 // 4 // threads
+        if one_wave_blocks(state, root, two_sms) > 1:
+            continue  # small blocks: the whole grid fits
+
+        most = cluster_blocks(state, root, two_sms)
+        assert most * threads <= two_sms.max_threads_per_sm
+        assert not fits_blocks(state, root, two_sms, most + 1)
+        wanted = max(min_blocks(state), default=1)
+        assert wanted in (1, most)
+        drawn.add(wanted)
+        program = sampler.programs[state.key()]
+        assert f"__launch_bounds__({threads}, {wanted})" in codegen_program(program)
+        interpret_and_compare(dag, program, rtol=1e-4)
+    assert len(drawn) > 1
