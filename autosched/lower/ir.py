@@ -408,19 +408,17 @@ class SharedAlias:
 @dataclass(eq=False)
 class Kernel:
     """One `__global__` function: launch config, buffers it allocates, its body. `vthread`:
-    virtual threads injected per thread (product of nested vthread extents). `unit_vars`:
-    variables of loops that run once, which emission gives no loop; each is 0 (folded away).
-    `min_blocks_per_sm`: the blocks of this kernel that must fit on one SM at once, the second
+    virtual threads per thread (product of nested vthread extents). `unit_vars`: variables of
+    loops that run once (no loop emitted; each folds to 0). `min_blocks_per_sm`: the second
     argument of its `__launch_bounds__` (ptxas caps each thread's registers to fit them).
-    `cluster`: the blocks of one thread-block cluster along x (1: no cluster; sm_90), which
-    the kernel declares as `__cluster_dims__(cluster, 1, 1)` (`lower/cluster_ir.py`).
-    `stream_reads` / `stream_writes`: cache hints, nothing the values depend on: the printer
-    loads the global buffers the kernel never writes (stores those it never reads) streaming.
-    `fast_exp`: fast float32 exponentials (`lower/fast_exp.py`). `shared_aliases`: shared
-    buffers over others' bytes. `warp_specialized`: a producer warpgroup feeds its TMA
-    pipeline (`lower/warp_specialize.py`). `single_pass`: the kernel summing this one's
-    partials runs in its last block to finish (`lower/single_pass.py`). `narrow_tiles`: the
-    names of the shared accumulator tiles marked to be kept in 16 bits (`lower/narrow_tile.py`)."""
+    `cluster`: blocks of one thread-block cluster along x (1: none; `lower/cluster_ir.py`).
+    `stream_reads` / `stream_writes`: cache hints the values do not depend on (read-only
+    buffers loaded, write-only ones stored, streaming). `fast_exp`: fast float32 exponentials
+    (`lower/fast_exp.py`). `shared_aliases`: shared buffers over others' bytes.
+    `warp_specialized`: a producer warpgroup feeds its TMA pipeline (`lower/warp_specialize.py`).
+    `single_pass`: the kernel summing this one's partials runs in its last block to finish
+    (`lower/single_pass.py`). `narrow_tiles`: shared accumulator tiles kept in 16 bits
+    (`lower/narrow_tile.py`)."""
 
     name: str
     grid: tuple[int, int, int]
