@@ -1,5 +1,5 @@
 """The parts of a cross-block reduction summed where an element-wise consumer reads them, for
-the sketch rule `reduction_rules.CrossBlockReduction`.
+the sketch rule `cross_block.CrossBlockReduction`.
 
 A few long rows normalised (RMSNorm of 16 rows of 262,144) cut each row's sum into P parts:
 one kernel computes the P partial sums of every row with many blocks, and the sum of the parts

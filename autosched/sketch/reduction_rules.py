@@ -1,7 +1,7 @@
 """The sketch rules for reductions that are not multi-level tiled as they are: a reduction
 split among a block's threads (`CrossThreadReduction`), and a long reduction with few outputs
 cut into parts computed by many blocks, tiled (`SplitKReduction`) or not
-(`CrossBlockReduction`)."""
+(`CrossBlockReduction`, in cross_block.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import ClassVar
 
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ATTACHED, REDUCE, ROOT, SPATIAL
-from autosched.sketch.parts_in_consumer import sum_parts_in_consumer_warps
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
 from autosched.sketch.stage_steps import level_names, split_at, split_step_ids
 from autosched.sketch.tensor_core import (
@@ -20,7 +19,6 @@ from autosched.sketch.tensor_core import (
 )
 from autosched.sketch.utils import (
     common_outer_iters,
-    direct_producers,
     elementwise_matched_consumer,
     has_cache_write_stage,
     has_reduce_iter,
@@ -399,103 +397,3 @@ class SplitKReduction(SketchRule):
         if len(names) > 1:
             state = state.fuse(i, names)
         return state, next(it.name for it in state.stages[i].iters if it.kind == REDUCE)
-
-
-class CrossBlockReduction(SketchRule):
-    """Split-K for the reductions that are not tiled (the cross-thread path): a reduction
-    whose outputs are too few to occupy the GPU (the sum or 2-norm of a whole matrix, a few
-    long rows, the columns of a tall matrix) is cut into P parts and the parts factored out
-    (rfactor). The partial-sum stage, P times as parallel, is then left to the rules that
-    follow: a cross-thread reduction with one block per (part, output) where the reduction
-    runs along memory (rows), or one thread per (part, output), reading across the threads,
-    where it does not (columns); the final stage, which sums the P parts, is itself drawn as
-    a small cross-thread reduction or a loop. P comes from the output count against the SM
-    count (`SketchParams.cross_block_blocks_per_sm` blocks, or `cross_block_threads_per_sm`
-    threads for a column reduction, per SM in all), rounded up to a power of two and kept to
-    parts of at least `cross_block_min_chunk` elements.
-    The outermost reduction axis alone is cut where P divides it (the parts then stay whole
-    rows); else the reduction axes are fused and cut. Where the parts' sum has an element-wise
-    consumer along rows (RMSNorm of a few long rows), a second sketch sums the parts inside
-    that consumer, a warp per chunk of a row (parts_in_consumer.py): two kernels, not three.
-    APPLY: the unsplit sketches are made as well."""
-
-    MIN_PARTS: ClassVar[int] = 4
-
-    def condition(self, ctx, state, i):
-        stage = state.stages[i]
-        if (
-            stage.origin != "dag"
-            or not isinstance(stage.op, ComputeOp)
-            or not has_reduce_iter(stage)
-            or reuses_inputs(stage)
-            or is_tiled(stage)
-            or has_cache_write_stage(state, i)
-            or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
-        ):
-            return Cond.SKIP
-        return Cond.APPLY if self.parts(ctx, stage, self.row_blocks(ctx, state, i)) else Cond.SKIP
-
-    def parts(self, ctx: SketchContext, stage, per_sm: int | None = None) -> int:
-        """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or
-        threads wanted: fewer parts would not pay for the second kernel and the sketches they
-        add) or a reduction too short to cut in `MIN_PARTS`. Outputs are counted per row (a
-        layer norm's two moments of a row are one row); `per_sm`, where given, is the blocks
-        per SM wanted instead of the stage's default."""
-        space, red = spatial_and_reduce_length(stage)
-        space //= moments(stage)
-        p = ctx.params
-        column = is_column_reduction(stage)
-        if per_sm is None:
-            per_sm = p.cross_block_threads_per_sm if column else p.cross_block_blocks_per_sm
-        wanted = -(-ctx.hardware.num_sms * per_sm // space)
-        most = red // p.cross_block_min_chunk
-        if wanted < self.MIN_PARTS or most < self.MIN_PARTS:
-            return 0
-        return min(1 << (wanted - 1).bit_length(), 1 << (most.bit_length() - 1))
-
-    @staticmethod
-    def row_blocks(ctx: SketchContext, state: State, i: int) -> int | None:
-        """`SketchParams.cross_block_norm_blocks_per_sm` for a normalisation's statistics
-        (stage i a reduction along memory whose element-wise consumer reads it back along its
-        rows: RMSNorm, a layer norm's moments), whose parts' sum the consumer adds
-        (parts_in_consumer.py); None for the others, which keep the stage's default."""
-        target = CrossThreadReduction.fusible_consumer(state, i)
-        if target is None or is_column_reduction(state.stages[i]):
-            return None
-        t, n_common = target
-        return (
-            ctx.params.cross_block_norm_blocks_per_sm
-            if len(state.stages[t].iters) == n_common + 1
-            else None
-        )
-
-    def apply(self, ctx, state, i):
-        p = self.parts(ctx, state.stages[i], self.row_blocks(ctx, state, i))
-        reduce_iters = [it for it in state.stages[i].iters if it.kind == REDUCE]
-        outer = reduce_iters[0]
-        if outer.extent % p == 0:
-            cut, name = state, outer.name
-        else:
-            cut, name = SplitKReduction.fused(state, i, [it.name for it in reduce_iters])
-        split = cut.split(i, name, [p], inner_to_outer=False)
-        factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
-        ordered = self.memory_order(factored, i, f"{name}_i")
-        out = [(ordered, i + 1)]
-        if ctx.params.cross_block_parts_in_consumer:
-            warp, vector = ctx.hardware.warp_size, ctx.params.max_vector_bytes
-            placed = sum_parts_in_consumer_warps(ordered, i + 1, warp, vector)
-            if placed is not None:
-                out.append((placed, i))  # the parts' sum placed: on to the partial sums
-        return out
-
-    @staticmethod
-    def memory_order(state: State, rf: int, rest: str) -> State:
-        """The partial sums' reduction loops in the reduction's own order: rfactor puts the
-        rest of the cut axis (`rest`) after the axes it left whole, which would make a fused
-        loop over them step across rows."""
-        its = state.stages[rf].iters
-        reduce = [it.name for it in its if it.kind == REDUCE]
-        if len(reduce) < 2 or reduce[-1] != rest:
-            return state
-        spatial = [it.name for it in its if it.kind != REDUCE]
-        return state.reorder(rf, spatial + [rest] + reduce[:-1])

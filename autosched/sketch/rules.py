@@ -20,11 +20,8 @@ from typing import ClassVar
 from autosched.errors import ScheduleError
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT
-from autosched.sketch.reduction_rules import (
-    CrossBlockReduction,
-    CrossThreadReduction,
-    SplitKReduction,
-)
+from autosched.sketch.cross_block import CrossBlockReduction
+from autosched.sketch.reduction_rules import CrossThreadReduction, SplitKReduction
 from autosched.sketch.row_cluster import RowOverCluster
 from autosched.sketch.row_in_shared import RowInSharedMemory
 from autosched.sketch.rule_base import (
