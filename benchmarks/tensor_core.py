@@ -60,10 +60,9 @@ import shutil
 import sys
 import time
 
-from autosched.lower.narrow_tile import narrow_tile_kernels
-from autosched.sketch.epilogue_vector import vector_epilogue_stages
 from autosched.task.workloads import RESNET50_CONVS, resnet50_conv_args
 from benchmarks import report
+from benchmarks.kernel_summary import instructions, tensorized
 from benchmarks.report import write_results
 from benchmarks.tensor_core_tables import resnet50_conv_results, summary_line, tensor_core_results
 from benchmarks.timing import TORCH_EQUIVALENTS
@@ -349,49 +348,6 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
         "matches_torch": ok,
         "input_copies": copies,
     }
-
-
-def tensorized(kernel) -> bool:
-    """Does the kernel's program use Tensor Core statements (warp ones, or wgmmas)?"""
-    from autosched.lower import ir
-    from autosched.lower.wgmma_ir import WgmmaMma
-
-    return any(
-        isinstance(s, (ir.WarpStmt, WgmmaMma))
-        for k in kernel.program.kernels
-        for s in ir.iter_stmts(k.body)
-    )
-
-
-def instructions(state, kernel=None) -> str:
-    """The Tensor Core instruction family and shared-memory pipeline slots of a state's
-    stages ("-" without Tensor Cores), whether its mma fragments are double-buffered in
-    registers, whether TMA copies its shared tiles (in its built `kernel`: a stage marked
-    for TMA whose tiles do not fit it keeps cp.async) and whether its epilogue stores 16-byte
-    vectors (over a tile kept in 16 bits): e.g. "mma, 4 slots", "mma, 4 slots, 2 fragment
-    slots", "wgmma, 3 slots, TMA", "wgmma, 3 slots, TMA, warp-specialised", "wgmma, 2 slots,
-    16-byte epilogue" or "wgmma, 2 slots, 16-byte epilogue over a 16-bit tile"."""
-    families = sorted(
-        {st.tensor_core_instruction for st in state.stages if st.scope == "wmma.accumulator"}
-    )
-    if not families:
-        return "-"
-    slots = [st.pipeline_stages if st.double_buffer else 1 for st in state.stages]
-    shared = [n for n, st in zip(slots, state.stages, strict=True) if st.scope == "shared"]
-    doubled = any(st.fragment_double_buffer for st in state.stages)
-    fragments = ", 2 fragment slots" if doubled else ""
-    from autosched.lower.tma_ir import uses_tma
-
-    fed = kernel is not None and any(uses_tma(k) for k in kernel.program.kernels)
-    tma = ", TMA" if fed else ""
-    from autosched.lower.warp_roles_ir import uses_warp_roles
-
-    if kernel is not None and any(uses_warp_roles(k) for k in kernel.program.kernels):
-        tma = ", TMA, warp-specialised"
-    vectors = ", 16-byte epilogue" if vector_epilogue_stages(state) else ""
-    if vectors and kernel is not None and narrow_tile_kernels(kernel.program):
-        vectors += " over a 16-bit tile"
-    return f"{'+'.join(families)}, {max(shared, default=1)} slots{fragments}{tma}{vectors}"
 
 
 def add_on_off(ap, flag: str, help_text: str) -> None:

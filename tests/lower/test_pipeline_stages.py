@@ -146,7 +146,7 @@ def test_group_statements_are_reached_by_every_thread():
 
 
 def test_the_benchmark_names_the_instructions_of_a_state():
-    from benchmarks.tensor_core import instructions
+    from benchmarks.kernel_summary import instructions
 
     dag = tc_dag("matmul_fp16")
     params = SketchParams(
