@@ -2,15 +2,18 @@
 
 import gc
 
-from autosched.search.collector import young_objects_only
+from autosched.search.collector import YOUNG_THRESHOLD, young_objects_only
 
 
 def test_freezes_inside_and_unfreezes_after():
     assert gc.get_freeze_count() == 0
     alive = [object() for _ in range(10)]
+    before = gc.get_threshold()
     with young_objects_only():
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     del alive
 
 
