@@ -21,6 +21,7 @@ from autosched.te.expr import BinOp, Cast, Const, Expr, Not, Select, Var
 from autosched.te.visitor import children, rebuild
 
 Bounds = dict[int, tuple[int, int]]
+_INT_DTYPES = ("int32", "int64")
 INF = float("inf")
 
 
@@ -435,52 +436,64 @@ def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
     bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
-    if isinstance(e, Var):
+    # the node's class tested exactly first (BinOp has no subclasses; Var does: IterVar): the
+    # passes simplify every expression of a kernel, most of them BinOps and Loads
+    kind = type(e)
+    if kind is BinOp:
+        op = e.op
+        if e.dtype in _INT_DTYPES and op in _AFFINE_RULES:
+            return to_affine(e, bounds).to_expr(e.dtype)
+        if op in COMPARE and e.a.dtype in _INT_DTYPES:
+            return _simplify_compare(e, bounds)
+        if op in ("&&", "||"):
+            return _simplify_logic(e, bounds)
+    elif kind is Const:
+        return e
+    elif isinstance(e, Var):
         rng = bounds.get(id(e))
         return Const(int(rng[0]), e.dtype) if rng is not None and rng[0] == rng[1] else e
-    if isinstance(e, Const):
-        return e
-    if (
-        e.dtype in ("int32", "int64")
-        and isinstance(e, BinOp)
-        and e.op in ("+", "-", "*", "floordiv", "floormod", "min", "max")
-    ):
-        return to_affine(e, bounds).to_expr(e.dtype)
-    if isinstance(e, BinOp) and e.op in COMPARE and e.a.dtype in ("int32", "int64"):
-        lhs, rhs = to_affine(e.a, bounds), to_affine(e.b, bounds)
-        diff = lhs.add(rhs, -1)
-        verdict = COMPARE[e.op](*affine_bounds(diff, bounds))
-        if verdict is not None:
-            return Const(verdict, "bool")
-        folded = _fold_div_compare(e.op, diff, bounds)
-        if folded is not None:
-            return folded
-        return BinOp(e.op, lhs.to_expr(e.a.dtype), rhs.to_expr(e.b.dtype), "bool")
-    if isinstance(e, BinOp) and e.op in ("&&", "||"):
-        a, b = simplify(e.a, bounds), simplify(e.b, bounds)
-        for x, y in ((a, b), (b, a)):
-            if isinstance(x, Const):
-                if e.op == "&&":
-                    return y if x.value else Const(False, "bool")
-                return Const(True, "bool") if x.value else y
-        return BinOp(e.op, a, b, "bool")
-    if isinstance(e, Select):
+    elif isinstance(e, Select):
         c = simplify(e.cond, bounds)
         if isinstance(c, Const):
             return simplify(e.t if c.value else e.f, bounds)
         return Select(c, simplify(e.t, bounds), simplify(e.f, bounds), e.style)
-    if isinstance(e, Not):
+    elif isinstance(e, Not):
         a = simplify(e.a, bounds)
         return Const(not a.value, "bool") if isinstance(a, Const) else Not(a)
-    kids = children(e)
+    kids = e.children()
     if not kids:
         return e
-    new = tuple(simplify(k, bounds) for k in kids)
-    consts = [k for k in new if isinstance(k, Const)]
-    if isinstance(e, BinOp) and len(consts) == len(new) and e.op in ("+", "-", "*", "min", "max"):
-        a, b = consts[0].value, consts[1].value
-        val = {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
-        return Const(val, e.dtype)
+    new = tuple([simplify(k, bounds) for k in kids])
+    if kind is BinOp and e.op in ("+", "-", "*", "min", "max"):
+        if type(new[0]) is Const and type(new[1]) is Const:
+            a, b = new[0].value, new[1].value
+            val = {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
+            return Const(val, e.dtype)
     if isinstance(e, Cast) and isinstance(new[0], Const):
         return Const(new[0].value, e.dtype)
     return rebuild(e, new)
+
+
+def _simplify_compare(e: BinOp, bounds: Bounds) -> Expr:
+    """An integer comparison: decided by the bounds of its two sides' difference, or written
+    without a division, or with both sides simplified."""
+    lhs, rhs = to_affine(e.a, bounds), to_affine(e.b, bounds)
+    diff = lhs.add(rhs, -1)
+    verdict = COMPARE[e.op](*affine_bounds(diff, bounds))
+    if verdict is not None:
+        return Const(verdict, "bool")
+    folded = _fold_div_compare(e.op, diff, bounds)
+    if folded is not None:
+        return folded
+    return BinOp(e.op, lhs.to_expr(e.a.dtype), rhs.to_expr(e.b.dtype), "bool")
+
+
+def _simplify_logic(e: BinOp, bounds: Bounds) -> Expr:
+    """`&&` / `||` with a side that simplifies to a constant folded away."""
+    a, b = simplify(e.a, bounds), simplify(e.b, bounds)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const):
+            if e.op == "&&":
+                return y if x.value else Const(False, "bool")
+            return Const(True, "bool") if x.value else y
+    return BinOp(e.op, a, b, "bool")
