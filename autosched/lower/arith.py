@@ -45,6 +45,9 @@ class Affine:
         """self + sign * other (terms in the order of self, then those new in other)."""
         if not other.terms:  # a constant: the terms are self's (shared, as neither changes)
             return Affine(self.terms, self.const + sign * other.const)
+        if not self.terms:  # a constant plus a form (an index's base 0 plus its offset)
+            terms = other.terms if sign == 1 else {k: (-c, a) for k, (c, a) in other.terms.items()}
+            return Affine(terms, self.const + sign * other.const)
         terms = dict(self.terms)
         for k, (c, a) in other.terms.items():
             got = terms.get(k)
@@ -128,10 +131,14 @@ def atom_bounds(a: Expr, bounds: Bounds) -> tuple[float, float]:
     return (-INF, INF)
 
 
+_UNBOUNDED = (-INF, INF)
+
+
 def affine_bounds(aff: Affine, bounds: Bounds) -> tuple[float, float]:
     lo = hi = aff.const
     for c, a in aff.terms.values():
-        alo, ahi = atom_bounds(a, bounds)
+        # a loop variable's bounds looked up here (`atom_bounds` for the other atoms)
+        alo, ahi = bounds.get(id(a), _UNBOUNDED) if type(a) is Var else atom_bounds(a, bounds)
         if c > 0:
             lo, hi = lo + c * alo, hi + c * ahi
         else:
