@@ -39,15 +39,15 @@ class Affine:
 
     @staticmethod
     def atom(e: Expr) -> Affine:
-        return Affine({e._key: (1, e)}, 0)
+        return _form({e._key: (1, e)}, 0)
 
     def add(self, other: Affine, sign: int = 1) -> Affine:
         """self + sign * other (terms in the order of self, then those new in other)."""
         if not other.terms:  # a constant: the terms are self's (shared, as neither changes)
-            return Affine(self.terms, self.const + sign * other.const)
+            return _form(self.terms, self.const + sign * other.const)
         if not self.terms:  # a constant plus a form (an index's base 0 plus its offset)
             terms = other.terms if sign == 1 else {k: (-c, a) for k, (c, a) in other.terms.items()}
-            return Affine(terms, self.const + sign * other.const)
+            return _form(terms, self.const + sign * other.const)
         terms = dict(self.terms)
         for k, (c, a) in other.terms.items():
             got = terms.get(k)
@@ -60,14 +60,14 @@ class Affine:
                 terms[k] = (total, got[1])
             else:
                 del terms[k]
-        return Affine(terms, self.const + sign * other.const)
+        return _form(terms, self.const + sign * other.const)
 
     def scale(self, f: int) -> Affine:
         if f == 1:
             return self
         if f == 0:
-            return Affine()
-        return Affine({k: (c * f, a) for k, (c, a) in self.terms.items()}, self.const * f)
+            return _form({}, 0)
+        return _form({k: (c * f, a) for k, (c, a) in self.terms.items()}, self.const * f)
 
     def is_const(self) -> bool:
         return not self.terms
@@ -97,6 +97,18 @@ class Affine:
         if self.const < 0:
             return BinOp("-", out, Const(-self.const, dtype), dtype)
         return out
+
+
+_new_object = object.__new__
+
+
+def _form(terms: dict, const: int) -> Affine:
+    """`Affine(terms, const)` without the call of `__init__`: the simplifier makes an Affine for
+    every node of every index it reads."""
+    form = _new_object(Affine)
+    form.terms = terms
+    form.const = const
+    return form
 
 
 def atom_bounds(a: Expr, bounds: Bounds) -> tuple[float, float]:
@@ -156,7 +168,7 @@ def expr_bounds(e: Expr, bounds: Bounds) -> tuple[float, float]:
 def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
     """floordiv/floormod of an affine form by a positive constant, eliminated when possible."""
     if aff.is_const():
-        return Affine({}, aff.const // c if op == "floordiv" else aff.const % c)
+        return _form({}, aff.const // c if op == "floordiv" else aff.const % c)
     # Split into a part divisible by c and a remainder r; if r's range sits in one period,
     # the division is exact on the divisible part.
     div_terms: dict[tuple, tuple[int, Expr]] = {}
@@ -164,15 +176,13 @@ def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
     for k, term in aff.terms.items():
         (div_terms if term[0] % c == 0 else rem_terms)[k] = term
     q_const, r_const = divmod(aff.const, c)
-    rem = Affine(rem_terms, r_const)
+    rem = _form(rem_terms, r_const)
     rlo, rhi = affine_bounds(rem, bounds)
     if rlo != -INF and rhi != INF and rlo // c == rhi // c:
         k = int(rlo // c)
         if op == "floordiv":
-            return Affine(
-                {key: (coef // c, a) for key, (coef, a) in div_terms.items()}, q_const + k
-            )
-        return rem.add(Affine({}, k * c), -1) if k else rem
+            return _form({key: (coef // c, a) for key, (coef, a) in div_terms.items()}, q_const + k)
+        return rem.add(_form({}, k * c), -1) if k else rem
     if op == "floormod" and div_terms:
         # (c*q + r) % c == r % c
         return Affine.atom(BinOp("floormod", rem.to_expr(dtype), Const(c, dtype), dtype))
@@ -256,7 +266,7 @@ def _merge_digits(aff: Affine, bounds: Bounds, dtype: str) -> Affine:
     if not merged:
         return aff
     gone = {key for digit in merged for key in digit[4]}
-    out = Affine({k: v for k, v in aff.terms.items() if k not in gone}, aff.const)
+    out = _form({k: v for k, v in aff.terms.items() if k not in gone}, aff.const)
     for coef, x, d, m, _ in merged:
         value = to_affine(x, bounds)
         if d > 1:
@@ -346,11 +356,11 @@ def _to_affine(e: Expr, bounds: Bounds) -> Affine:
             return rule(e, bounds)
         return Affine.atom(simplify(e, bounds))
     if type(e) is Const:
-        return Affine({}, int(e.value))
+        return _form({}, int(e.value))
     if isinstance(e, Var):
         rng = bounds.get(id(e))
         if rng is not None and rng[0] == rng[1]:
-            return Affine({}, int(rng[0]))
+            return _form({}, int(rng[0]))
         return Affine.atom(e)
     return Affine.atom(simplify(e, bounds) if children(e) else e)
 
@@ -387,7 +397,7 @@ def _affine_min_max(e: BinOp, bounds: Bounds) -> Affine:
     op = e.op
     a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
     if a.is_const() and b.is_const():
-        return Affine({}, min(a.const, b.const) if op == "min" else max(a.const, b.const))
+        return _form({}, min(a.const, b.const) if op == "min" else max(a.const, b.const))
     la, ha = affine_bounds(a, bounds)
     lb, hb = affine_bounds(b, bounds)
     if op == "min":
@@ -443,10 +453,9 @@ def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
     bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
-    # the node's class tested exactly first (BinOp has no subclasses; Var does: IterVar): the
-    # passes simplify every expression of a kernel, most of them BinOps and Loads
-    kind = type(e)
-    if kind is BinOp:
+    # the most frequent classes first: the passes simplify every expression of a kernel, most
+    # of them BinOps and Loads
+    if isinstance(e, BinOp):
         op = e.op
         if e.dtype in _INT_DTYPES and op in _AFFINE_RULES:
             return to_affine(e, bounds).to_expr(e.dtype)
@@ -454,7 +463,7 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
             return _simplify_compare(e, bounds)
         if op in ("&&", "||"):
             return _simplify_logic(e, bounds)
-    elif kind is Const:
+    elif isinstance(e, Const):
         return e
     elif isinstance(e, Var):
         rng = bounds.get(id(e))
@@ -471,7 +480,7 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     if not kids:
         return e
     new = tuple([simplify(k, bounds) for k in kids])
-    if kind is BinOp and e.op in ("+", "-", "*", "min", "max"):
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*", "min", "max"):
         if type(new[0]) is Const and type(new[1]) is Const:
             a, b = new[0].value, new[1].value
             val = {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
