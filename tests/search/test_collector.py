@@ -2,18 +2,15 @@
 
 import gc
 
-from autosched.search.collector import YOUNG_THRESHOLD, young_objects_only
+from autosched.search.collector import young_objects_only
 
 
 def test_freezes_inside_and_unfreezes_after():
     assert gc.get_freeze_count() == 0
     alive = [object() for _ in range(10)]
-    before = gc.get_threshold()
     with young_objects_only():
         assert gc.get_freeze_count() > 0
-        assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
     assert gc.get_freeze_count() == 0
-    assert gc.get_threshold() == before
     del alive
 
 
@@ -27,12 +24,11 @@ def test_unfreezes_when_the_block_raises():
 
 
 def test_a_callers_freeze_is_left_as_it_was():
-    before = gc.get_threshold()
     gc.freeze()
     try:
-        with young_objects_only():  # a no-op: the thresholds stay, nothing is unfrozen
-            assert gc.get_threshold() == before
-        assert gc.get_freeze_count() > 0
+        with young_objects_only():
+            pass
+        assert gc.get_freeze_count() > 0  # the block did not unfreeze what it did not freeze
     finally:
         gc.unfreeze()
 
