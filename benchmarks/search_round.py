@@ -2,6 +2,7 @@
 this process (`n_jobs=1`), each batch given a stand-in cost so the model trains as in a search.
 
     python -m benchmarks.search_round conv2d_bias_relu --rounds 3 [--small] [--seed 0]
+    python -m benchmarks.search_round matmul_fp16 --rounds 3    # a Tensor Core suite workload
 
 One JSON line per round: its CPU seconds, the policy's account of it (`last_round`: sampling,
 evaluation and prediction seconds, candidates sampled, lowered, found invalid and taken from the
@@ -26,7 +27,10 @@ from autosched.search.params import SearchParams
 from autosched.search.policy import SketchPolicy
 from autosched.task.search_task import SearchTask
 from autosched.task.workload_registry import WORKLOADS
-from autosched.task.workloads import SUITE
+from autosched.task.workloads import SUITE, TENSOR_CORE_SUITE
+
+# the suite workloads a round can be run on: the fp32 suite and the Tensor Core one
+WORKLOAD_SUITES = {**SUITE, **TENSOR_CORE_SUITE}
 
 
 def stand_in_cost(program: ir.Program) -> float:
@@ -49,9 +53,9 @@ def rounds(
     **params,
 ) -> Iterator[dict]:
     """Each round's account: `cpu` seconds, the policy's `last_round` and the `batch` digest,
-    for the suite workload at `shape` (default: its full size). `params`: SearchParams fields
-    besides n_jobs (1) and seed."""
-    name, full, _ = SUITE[workload]
+    for the suite workload (`WORKLOAD_SUITES`) at `shape` (default: its full size). `params`:
+    SearchParams fields besides n_jobs (1) and seed."""
+    name, full, _ = WORKLOAD_SUITES[workload]
     task = SearchTask(WORKLOADS[name], shape or full)
     policy = SketchPolicy(task, params=SearchParams(n_jobs=1, seed=seed, **params), verbose=0)
     for k in range(n_rounds):
@@ -75,13 +79,13 @@ def rounds(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", choices=sorted(SUITE))
+    parser.add_argument("workload", choices=sorted(WORKLOAD_SUITES))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--per-round", type=int, default=64, help="batch size (64)")
     parser.add_argument("--small", action="store_true", help="the suite's reduced shape")
     parser.add_argument("--seed", type=int, default=0)
     ns = parser.parse_args(argv)
-    shape = SUITE[ns.workload][2] if ns.small else None
+    shape = WORKLOAD_SUITES[ns.workload][2] if ns.small else None
     for account in rounds(ns.workload, ns.rounds, ns.per_round, shape, ns.seed):
         print(json.dumps(account), flush=True)
 

@@ -21,6 +21,7 @@ from autosched.te.expr import BinOp, Cast, Const, Expr, Not, Select, Var
 from autosched.te.visitor import children, rebuild
 
 Bounds = dict[int, tuple[int, int]]
+_INT_DTYPES = ("int32", "int64")
 INF = float("inf")
 
 
@@ -38,12 +39,15 @@ class Affine:
 
     @staticmethod
     def atom(e: Expr) -> Affine:
-        return Affine({e._key: (1, e)}, 0)
+        return _form({e._key: (1, e)}, 0)
 
     def add(self, other: Affine, sign: int = 1) -> Affine:
         """self + sign * other (terms in the order of self, then those new in other)."""
         if not other.terms:  # a constant: the terms are self's (shared, as neither changes)
-            return Affine(self.terms, self.const + sign * other.const)
+            return _form(self.terms, self.const + sign * other.const)
+        if not self.terms:  # a constant plus a form (an index's base 0 plus its offset)
+            terms = other.terms if sign == 1 else {k: (-c, a) for k, (c, a) in other.terms.items()}
+            return _form(terms, self.const + sign * other.const)
         terms = dict(self.terms)
         for k, (c, a) in other.terms.items():
             got = terms.get(k)
@@ -56,14 +60,14 @@ class Affine:
                 terms[k] = (total, got[1])
             else:
                 del terms[k]
-        return Affine(terms, self.const + sign * other.const)
+        return _form(terms, self.const + sign * other.const)
 
     def scale(self, f: int) -> Affine:
         if f == 1:
             return self
         if f == 0:
-            return Affine()
-        return Affine({k: (c * f, a) for k, (c, a) in self.terms.items()}, self.const * f)
+            return _form({}, 0)
+        return _form({k: (c * f, a) for k, (c, a) in self.terms.items()}, self.const * f)
 
     def is_const(self) -> bool:
         return not self.terms
@@ -93,6 +97,18 @@ class Affine:
         if self.const < 0:
             return BinOp("-", out, Const(-self.const, dtype), dtype)
         return out
+
+
+_new_object = object.__new__
+
+
+def _form(terms: dict, const: int) -> Affine:
+    """`Affine(terms, const)` without the call of `__init__`: the simplifier makes an Affine for
+    every node of every index it reads."""
+    form = _new_object(Affine)
+    form.terms = terms
+    form.const = const
+    return form
 
 
 def atom_bounds(a: Expr, bounds: Bounds) -> tuple[float, float]:
@@ -127,10 +143,14 @@ def atom_bounds(a: Expr, bounds: Bounds) -> tuple[float, float]:
     return (-INF, INF)
 
 
+_UNBOUNDED = (-INF, INF)
+
+
 def affine_bounds(aff: Affine, bounds: Bounds) -> tuple[float, float]:
     lo = hi = aff.const
     for c, a in aff.terms.values():
-        alo, ahi = atom_bounds(a, bounds)
+        # a loop variable's bounds looked up here (`atom_bounds` for the other atoms)
+        alo, ahi = bounds.get(id(a), _UNBOUNDED) if type(a) is Var else atom_bounds(a, bounds)
         if c > 0:
             lo, hi = lo + c * alo, hi + c * ahi
         else:
@@ -148,7 +168,7 @@ def expr_bounds(e: Expr, bounds: Bounds) -> tuple[float, float]:
 def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
     """floordiv/floormod of an affine form by a positive constant, eliminated when possible."""
     if aff.is_const():
-        return Affine({}, aff.const // c if op == "floordiv" else aff.const % c)
+        return _form({}, aff.const // c if op == "floordiv" else aff.const % c)
     # Split into a part divisible by c and a remainder r; if r's range sits in one period,
     # the division is exact on the divisible part.
     div_terms: dict[tuple, tuple[int, Expr]] = {}
@@ -156,15 +176,13 @@ def _divmod(aff: Affine, c: int, op: str, bounds: Bounds, dtype: str) -> Affine:
     for k, term in aff.terms.items():
         (div_terms if term[0] % c == 0 else rem_terms)[k] = term
     q_const, r_const = divmod(aff.const, c)
-    rem = Affine(rem_terms, r_const)
+    rem = _form(rem_terms, r_const)
     rlo, rhi = affine_bounds(rem, bounds)
     if rlo != -INF and rhi != INF and rlo // c == rhi // c:
         k = int(rlo // c)
         if op == "floordiv":
-            return Affine(
-                {key: (coef // c, a) for key, (coef, a) in div_terms.items()}, q_const + k
-            )
-        return rem.add(Affine({}, k * c), -1) if k else rem
+            return _form({key: (coef // c, a) for key, (coef, a) in div_terms.items()}, q_const + k)
+        return rem.add(_form({}, k * c), -1) if k else rem
     if op == "floormod" and div_terms:
         # (c*q + r) % c == r % c
         return Affine.atom(BinOp("floormod", rem.to_expr(dtype), Const(c, dtype), dtype))
@@ -248,7 +266,7 @@ def _merge_digits(aff: Affine, bounds: Bounds, dtype: str) -> Affine:
     if not merged:
         return aff
     gone = {key for digit in merged for key in digit[4]}
-    out = Affine({k: v for k, v in aff.terms.items() if k not in gone}, aff.const)
+    out = _form({k: v for k, v in aff.terms.items() if k not in gone}, aff.const)
     for coef, x, d, m, _ in merged:
         value = to_affine(x, bounds)
         if d > 1:
@@ -338,11 +356,11 @@ def _to_affine(e: Expr, bounds: Bounds) -> Affine:
             return rule(e, bounds)
         return Affine.atom(simplify(e, bounds))
     if type(e) is Const:
-        return Affine({}, int(e.value))
+        return _form({}, int(e.value))
     if isinstance(e, Var):
         rng = bounds.get(id(e))
         if rng is not None and rng[0] == rng[1]:
-            return Affine({}, int(rng[0]))
+            return _form({}, int(rng[0]))
         return Affine.atom(e)
     return Affine.atom(simplify(e, bounds) if children(e) else e)
 
@@ -379,7 +397,7 @@ def _affine_min_max(e: BinOp, bounds: Bounds) -> Affine:
     op = e.op
     a, b = to_affine(e.a, bounds), to_affine(e.b, bounds)
     if a.is_const() and b.is_const():
-        return Affine({}, min(a.const, b.const) if op == "min" else max(a.const, b.const))
+        return _form({}, min(a.const, b.const) if op == "min" else max(a.const, b.const))
     la, ha = affine_bounds(a, bounds)
     lb, hb = affine_bounds(b, bounds)
     if op == "min":
@@ -435,52 +453,63 @@ def _fold_div_compare(op: str, diff: Affine, bounds: Bounds) -> Expr | None:
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
     """Simplify an expression: integer parts to canonical affine form, conditions folded."""
     bounds = {} if bounds is None else bounds  # an empty MemoBounds keeps its memo
-    if isinstance(e, Var):
+    # the most frequent classes first: the passes simplify every expression of a kernel, most
+    # of them BinOps and Loads
+    if isinstance(e, BinOp):
+        op = e.op
+        if e.dtype in _INT_DTYPES and op in _AFFINE_RULES:
+            return to_affine(e, bounds).to_expr(e.dtype)
+        if op in COMPARE and e.a.dtype in _INT_DTYPES:
+            return _simplify_compare(e, bounds)
+        if op in ("&&", "||"):
+            return _simplify_logic(e, bounds)
+    elif isinstance(e, Const):
+        return e
+    elif isinstance(e, Var):
         rng = bounds.get(id(e))
         return Const(int(rng[0]), e.dtype) if rng is not None and rng[0] == rng[1] else e
-    if isinstance(e, Const):
-        return e
-    if (
-        e.dtype in ("int32", "int64")
-        and isinstance(e, BinOp)
-        and e.op in ("+", "-", "*", "floordiv", "floormod", "min", "max")
-    ):
-        return to_affine(e, bounds).to_expr(e.dtype)
-    if isinstance(e, BinOp) and e.op in COMPARE and e.a.dtype in ("int32", "int64"):
-        lhs, rhs = to_affine(e.a, bounds), to_affine(e.b, bounds)
-        diff = lhs.add(rhs, -1)
-        verdict = COMPARE[e.op](*affine_bounds(diff, bounds))
-        if verdict is not None:
-            return Const(verdict, "bool")
-        folded = _fold_div_compare(e.op, diff, bounds)
-        if folded is not None:
-            return folded
-        return BinOp(e.op, lhs.to_expr(e.a.dtype), rhs.to_expr(e.b.dtype), "bool")
-    if isinstance(e, BinOp) and e.op in ("&&", "||"):
-        a, b = simplify(e.a, bounds), simplify(e.b, bounds)
-        for x, y in ((a, b), (b, a)):
-            if isinstance(x, Const):
-                if e.op == "&&":
-                    return y if x.value else Const(False, "bool")
-                return Const(True, "bool") if x.value else y
-        return BinOp(e.op, a, b, "bool")
-    if isinstance(e, Select):
+    elif isinstance(e, Select):
         c = simplify(e.cond, bounds)
         if isinstance(c, Const):
             return simplify(e.t if c.value else e.f, bounds)
         return Select(c, simplify(e.t, bounds), simplify(e.f, bounds), e.style)
-    if isinstance(e, Not):
+    elif isinstance(e, Not):
         a = simplify(e.a, bounds)
         return Const(not a.value, "bool") if isinstance(a, Const) else Not(a)
-    kids = children(e)
+    kids = e.children()
     if not kids:
         return e
-    new = tuple(simplify(k, bounds) for k in kids)
-    consts = [k for k in new if isinstance(k, Const)]
-    if isinstance(e, BinOp) and len(consts) == len(new) and e.op in ("+", "-", "*", "min", "max"):
-        a, b = consts[0].value, consts[1].value
-        val = {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
-        return Const(val, e.dtype)
+    new = tuple([simplify(k, bounds) for k in kids])
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*", "min", "max"):
+        if type(new[0]) is Const and type(new[1]) is Const:
+            a, b = new[0].value, new[1].value
+            val = {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
+            return Const(val, e.dtype)
     if isinstance(e, Cast) and isinstance(new[0], Const):
         return Const(new[0].value, e.dtype)
     return rebuild(e, new)
+
+
+def _simplify_compare(e: BinOp, bounds: Bounds) -> Expr:
+    """An integer comparison: decided by the bounds of its two sides' difference, or written
+    without a division, or with both sides simplified."""
+    lhs, rhs = to_affine(e.a, bounds), to_affine(e.b, bounds)
+    diff = lhs.add(rhs, -1)
+    verdict = COMPARE[e.op](*affine_bounds(diff, bounds))
+    if verdict is not None:
+        return Const(verdict, "bool")
+    folded = _fold_div_compare(e.op, diff, bounds)
+    if folded is not None:
+        return folded
+    return BinOp(e.op, lhs.to_expr(e.a.dtype), rhs.to_expr(e.b.dtype), "bool")
+
+
+def _simplify_logic(e: BinOp, bounds: Bounds) -> Expr:
+    """`&&` / `||` with a side that simplifies to a constant folded away."""
+    a, b = simplify(e.a, bounds), simplify(e.b, bounds)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const):
+            if e.op == "&&":
+                return y if x.value else Const(False, "bool")
+            return Const(True, "bool") if x.value else y
+    return BinOp(e.op, a, b, "bool")

@@ -29,6 +29,7 @@ import numpy as np
 
 from autosched.records import load_records, seal_torn_line
 from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
+from autosched.search.collector import young_objects_only
 from autosched.search.cost_model import default_cost_model, train_on_measured
 from autosched.search.mutations import (
     MUTATIONS,
@@ -364,6 +365,23 @@ class SketchPolicy:
         self.round_population = self.population_for(num_measure)
         self.scores = {}  # the model may have changed since the last round
         before = self._counters()
+        with young_objects_only():  # the collector leaves the search's long-lived objects
+            batch = self._search_batch(num_measure)
+        states = [self.workers.context.replay(r) for r in batch]
+        self.time["search"] += time.perf_counter() - t0
+        self.last_round = {k: v - before[k] for k, v in self._counters().items()}
+        if self.verbose >= 2:
+            print(
+                "search: "
+                + "  ".join(
+                    f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in self.last_round.items()
+                )
+            )
+        return states
+
+    def _search_batch(self, num_measure: int) -> list[Records]:
+        """The records of search_one_round's batch (see there)."""
         batch: list[Records] = []
         for attempt in range(1 + self.params.empty_round_retries):
             fresh, init = self.init_population()
@@ -377,18 +395,7 @@ class SketchPolicy:
                 break
             if self.verbose:
                 print(f"search round {attempt + 1} found nothing new to measure; searching again")
-        states = [self.workers.context.replay(r) for r in batch]
-        self.time["search"] += time.perf_counter() - t0
-        self.last_round = {k: v - before[k] for k, v in self._counters().items()}
-        if self.verbose >= 2:
-            print(
-                "search: "
-                + "  ".join(
-                    f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
-                    for k, v in self.last_round.items()
-                )
-            )
-        return states
+        return batch
 
     def _counters(self) -> dict[str, float]:
         """Running totals whose per-round differences describe a round (last_round)."""

@@ -38,6 +38,7 @@ from autosched.codegen.build import build
 from autosched.errors import AutoschedError, TEError, WorkloadError
 from autosched.features.extract import extract_features, state_features
 from autosched.schedule.compute_dag import ComputeDAG
+from autosched.search.collector import young_objects_only
 from autosched.search.mutations import Records, as_step
 from autosched.search.process_pool import get_pool, shutdown_pools
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
@@ -289,7 +290,8 @@ def resolve_n_jobs(n_jobs: int | None) -> int:
 
 def _timed(context: TaskContext, method: str, chunk: tuple) -> tuple[Any, float]:
     start = time.process_time()
-    result = getattr(context, method)(*chunk)
+    with young_objects_only():  # the collector walks the chunk's objects, not the task's
+        result = getattr(context, method)(*chunk)
     return result, time.process_time() - start
 
 

@@ -180,7 +180,11 @@ class Const(Expr):
             value = int(value)
         else:
             value = float(value)
-        super().__init__(dtype, ("c", dtype, value))
+        # Expr.__init__'s three fields set here directly, as BinOp does: the simplifier makes a
+        # literal for every coefficient and offset it writes out
+        self.dtype = dtype
+        self._key = ("c", dtype, value)
+        self._hash = None
         self.value = value
 
 
@@ -323,7 +327,10 @@ class Load(Expr):
 
     def __init__(self, buffer: Any, indices: Sequence[Expr]) -> None:
         indices = tuple(indices)
-        super().__init__(buffer.dtype, ("ld", id(buffer), tuple(i._key for i in indices)))
+        # Expr.__init__'s fields set directly, as BinOp does: lowering maps every load it emits
+        self.dtype = buffer.dtype
+        self._key = ("ld", id(buffer), tuple([i._key for i in indices]))
+        self._hash = None
         self.buffer = buffer
         self.indices = indices
 

@@ -4,6 +4,7 @@ children (`Expr.children`, `Expr.with_children`); walks and a memoised rewrite b
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from operator import is_not
 
 from autosched.te.expr import Const, Expr, Load, Var
 
@@ -15,18 +16,28 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 def walk(e: Expr) -> Iterator[Expr]:
     """Every node of the tree, parents before children (shared subtrees once)."""
+    return iter(nodes(e))
+
+
+def nodes(e: Expr) -> list[Expr]:
+    """`walk`'s nodes as a list, in its order: the form lowering's hot loops take (the passes
+    look for the loads and variables of every expression they meet, and resuming a generator
+    per node would cost more than the look)."""
+    out: list[Expr] = []
     seen: set[int] = set()
     stack = [e]
+    pop, push, add, keep = stack.pop, stack.extend, seen.add, out.append
     while stack:
-        node = stack.pop()
+        node = pop()
         key = id(node)
         if key in seen:
             continue
-        seen.add(key)
-        yield node
+        add(key)
+        keep(node)
         kids = node.children()
         if kids:
-            stack.extend(reversed(kids))
+            push(reversed(kids))
+    return out
 
 
 def rebuild(e: Expr, new_children: Sequence[Expr]) -> Expr:
@@ -42,56 +53,54 @@ def rewrite(
     one tree, or on trees that share subtrees (`fn` rewriting a load's indices with itself, the
     expressions of one statement tree): a shared subtree is then rewritten once. Its keys are
     ids, so the trees must stay alive while it is in use."""
-    memo = {} if memo is None else memo
+    return _rewritten(e, fn, {} if memo is None else memo)
 
-    def go(node: Expr) -> Expr:
-        got = memo.get(id(node))
-        if got is not None:
-            return got
-        repl = fn(node)
-        if repl is None:
-            repl = node
-            kids = node.children()
-            if kids:
-                new_kids = tuple([go(k) for k in kids])
-                for n, k in zip(new_kids, kids, strict=True):
-                    if n is not k:
-                        repl = node.with_children(new_kids)
-                        break
-        memo[id(node)] = repl
-        return repl
 
-    return go(e)
+# The recursions of `rewrite` and `substitute` are module functions, not closures: a closure
+# that calls itself is a reference cycle, which keeps its memo (and every node in it) alive
+# until the cycle collector runs, and lowering calls them for every expression it derives.
+
+
+def _rewritten(node: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr]) -> Expr:
+    got = memo.get(id(node))
+    if got is not None:
+        return got
+    repl = fn(node)
+    if repl is None:
+        repl = node
+        kids = node.children()
+        if kids:
+            new_kids = [_rewritten(k, fn, memo) for k in kids]
+            if any(map(is_not, new_kids, kids)):
+                repl = node.with_children(new_kids)
+    memo[id(node)] = repl
+    return repl
 
 
 def substitute(e: Expr, mapping: dict) -> Expr:
     """Replace variables (keys: Var objects) by expressions."""
     if not mapping:
         return e
-    by_id = {id(k): v for k, v in mapping.items()}
-    memo: dict[int, Expr] = {}
-
     # `rewrite` with the replacement written in: only a leaf can be one of the variables
     # (they are alive as the mapping's keys, so no other node has their id). Lowering
     # substitutes into every index it derives.
-    def go(node: Expr) -> Expr:
-        got = memo.get(id(node))
-        if got is not None:
-            return got
-        kids = node.children()
-        if not kids:
-            repl = by_id.get(id(node), node)
-        else:
-            repl = node
-            new_kids = tuple([go(k) for k in kids])
-            for n, k in zip(new_kids, kids, strict=True):
-                if n is not k:
-                    repl = node.with_children(new_kids)
-                    break
-        memo[id(node)] = repl
-        return repl
+    return _substituted(e, {id(k): v for k, v in mapping.items()}, {})
 
-    return go(e)
+
+def _substituted(node: Expr, by_id: dict[int, Expr], memo: dict[int, Expr]) -> Expr:
+    got = memo.get(id(node))
+    if got is not None:
+        return got
+    kids = node.children()
+    if not kids:
+        repl = by_id.get(id(node), node)
+    else:
+        repl = node
+        new_kids = [_substituted(k, by_id, memo) for k in kids]
+        if any(map(is_not, new_kids, kids)):
+            repl = node.with_children(new_kids)
+    memo[id(node)] = repl
+    return repl
 
 
 def free_vars(e: Expr) -> list[Var]:
@@ -116,7 +125,7 @@ def free_vars(e: Expr) -> list[Var]:
 
 def loads(e: Expr) -> list[Load]:
     """Every Load node in `e` (pre-order)."""
-    return [n for n in walk(e) if isinstance(n, Load)]
+    return [n for n in nodes(e) if isinstance(n, Load)]
 
 
 __all__ = ["children", "walk", "rebuild", "rewrite", "substitute", "free_vars", "loads", "Const"]

@@ -7,7 +7,15 @@ import pytest
 
 from autosched import te
 from autosched.te import expr as E
-from autosched.te.visitor import children, free_vars, rebuild, rewrite, substitute, walk
+from autosched.te.visitor import (
+    children,
+    free_vars,
+    nodes,
+    rebuild,
+    rewrite,
+    substitute,
+    walk,
+)
 
 A = te.placeholder((8, 8), name="A")
 AXIS = te.IterVar("i", 0, 8, te.IterVar.SPATIAL)
@@ -94,6 +102,14 @@ def test_walk_visits_shared_subtrees_once_parents_first():
     assert nodes[0] is e
     assert sum(n is x2 for n in nodes) == 1
     assert [v.name for v in free_vars(e)] == ["x"]
+
+
+def test_nodes_lists_the_tree_pre_order_left_first_shared_subtrees_once():
+    y = E.Var("y", "float32")
+    x2 = X * X
+    e = (x2 + y) - x2
+    expected = [e, e.a, x2, X, y]  # x2 and X once: where they are first met
+    assert [id(n) for n in nodes(e)] == [id(n) for n in expected]
 
 
 def test_rewrite_and_substitute_rebuild_only_what_changes():

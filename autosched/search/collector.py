@@ -1,0 +1,34 @@
+"""The cycle collector kept to the young objects while the search's per-candidate work runs.
+
+Lowering a candidate makes and drops tens of thousands of small objects (expression nodes,
+affine forms, memo dicts), so the collector runs often, and each of its full collections walks
+every object the process holds: the task, the sketches, the cost model, the feature cache. Those
+live for the whole search, and walking them again finds nothing to free. `young_objects_only`
+moves everything alive when it starts into the collector's permanent generation (`gc.freeze`)
+and back when it ends (`gc.unfreeze`): the collections in between walk only what was made
+since, and garbage among the older objects waits for the first collection after it. What the
+work computes does not change, only how much the collector walks. (The collection thresholds
+stay as they are: collecting the youngest generation less often costs more, as each collection
+then meets more of a lowering's live objects and carries them to the older generations.)
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def young_objects_only() -> Iterator[None]:
+    """Within the block, the cycle collector walks only the objects made inside it. A no-op
+    where objects are frozen already (an enclosing block, or a caller's own `gc.freeze`,
+    which is left as it was)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
