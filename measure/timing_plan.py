@@ -14,7 +14,11 @@ candidate that a trusted reading shows slower than the bound stops there: its co
 readings it has (an honest GPU time of the kernel, from fewer runs). A reading is trusted once it
 lasts `TRUSTED_FRACTION` of `min_repeat_ms`, long enough that the timer's fixed cost per reading
 (a graph launch, a few microseconds) cannot make a kernel within the bound look slower than it.
-A candidate never shown slower than the bound is timed in full, exactly as without one.
+A timer that times every repeat in one call (graph replays) would give a fast kernel no trusted
+reading before its full timing, so with a bound its calibration first takes probes aimed at a
+trusted reading (a fifth of a repeat), and only a candidate they show within the bound goes on
+to its repeats. A candidate never shown slower than the bound is timed in full: the same
+repeats of the same number of runs as without one.
 """
 
 from __future__ import annotations
@@ -73,12 +77,22 @@ class TimingSettings:
             cost_bound=None if bound is None else float(bound),
         )
 
-    def next_number(self, reading_ms: float, number: int) -> int:
-        """The number of runs the reading of `number` runs says will last 5% over
-        min_repeat_ms (more than `number`, at most max_number)."""
+    def next_number(self, reading_ms: float, number: int, target_ms: float | None = None) -> int:
+        """The number of runs the reading of `number` runs says will last 5% over `target_ms`
+        (default min_repeat_ms; more than `number`, at most max_number)."""
         per_run = max(reading_ms / number, MIN_MS_PER_RUN)
-        wanted = math.ceil(self.min_repeat_ms * CALIBRATION_MARGIN / per_run)
+        target = self.min_repeat_ms if target_ms is None else target_ms
+        wanted = math.ceil(target * CALIBRATION_MARGIN / per_run)
         return min(self.max_number, max(number + 1, wanted))
+
+    @property
+    def trusted_ms(self) -> float:
+        """How long a reading must last to stop a candidate at the bound."""
+        return self.min_repeat_ms * TRUSTED_FRACTION
+
+    def awaits_trust(self, readings_ms: list[float]) -> bool:
+        """Whether a bound is set and none of these readings is yet long enough to trust."""
+        return self.cost_bound is not None and max(readings_ms) < self.trusted_ms
 
     def shows_slower(self, readings_ms: list[float], number: int) -> bool:
         """Whether the fastest of these readings (of `number` runs each) is trusted and slower
@@ -86,7 +100,7 @@ class TimingSettings:
         if self.cost_bound is None or not readings_ms:
             return False
         fastest = min(readings_ms)
-        trusted = fastest >= self.min_repeat_ms * TRUSTED_FRACTION
+        trusted = fastest >= self.trusted_ms
         return trusted and fastest / number * 1e-3 > self.cost_bound
 
 
@@ -119,8 +133,14 @@ def time_candidate(
             return Timing(_per_run(readings, number), stopped_early=True)
         if calibrated:
             break
+        in_one_call = timer.batches_repeats and s.cooldown <= 0
+        if in_one_call and s.awaits_trust(readings):
+            # a reading long enough to stop at the bound, before the repeats' single call
+            number, reading = timer.probe(s.next_number(readings[-1], number, s.trusted_ms))
+            readings, counted = [reading], timer.probe_counts
+            continue
         number = s.next_number(readings[-1], number)
-        batch = s.repeat if timer.batches_repeats and s.cooldown <= 0 else 1
+        batch = s.repeat if in_one_call else 1
         number, readings = timer.repeats(number, batch)
         counted = True
     times = list(readings) if counted else []

@@ -85,12 +85,40 @@ def test_a_calibration_that_falls_short_is_timed_again():
     assert timing.costs == pytest.approx([8e-5] * 3)
 
 
-@pytest.mark.parametrize("kind", [GRAPH, REPLAY_PROBE, BACK_TO_BACK], ids=lambda k: str(k))
-def test_a_candidate_within_the_bound_is_timed_exactly_as_without_one(kind):
-    plain, bounded = (FakeTimer(0.1, overhead_ms=0.1, **kind) for _ in range(2))
+def test_a_candidate_within_the_bound_is_timed_exactly_as_without_one():
+    """Back-to-back, each calibration reading can stop a candidate: a bound adds no call."""
+    plain, bounded = (FakeTimer(0.1, overhead_ms=0.1, **BACK_TO_BACK) for _ in range(2))
     expected = time_candidate(plain, settings())
     timing = time_candidate(bounded, settings(bound=1.5e-4))
     assert bounded.calls == plain.calls and timing == expected
+
+
+@pytest.mark.parametrize("kind", [GRAPH, REPLAY_PROBE], ids=lambda k: str(k))
+def test_timing_in_one_call_first_probes_for_a_trusted_reading(kind):
+    """Graph replays time every repeat in one call: with a bound, a probe aimed at a trusted
+    reading (1.05 ms of 0.1 ms runs) comes first; a candidate it shows within the bound then
+    gets the same repeats, and the same costs, as without one."""
+    plain, bounded = (FakeTimer(0.1, **kind) for _ in range(2))
+    expected = time_candidate(plain, settings())
+    timing = time_candidate(bounded, settings(bound=1.5e-4))
+    assert bounded.calls == [("probe", 3), ("probe", 11), *plain.calls[1:]]
+    assert timing == expected
+
+
+@pytest.mark.parametrize("kind", [GRAPH, REPLAY_PROBE], ids=lambda k: str(k))
+def test_timing_in_one_call_stops_at_the_trusted_probe(kind):
+    timer = FakeTimer(0.1, **kind)
+    timing = time_candidate(timer, settings(bound=5e-5))
+    assert timer.calls == [("probe", 3), ("probe", 11)]
+    assert timing.stopped_early and timing.costs == pytest.approx([1e-4])
+
+
+def test_probes_for_trust_until_one_lasts_long_enough():
+    """A fixed cost per probe makes the first estimate of a run too slow: the probes go on
+    until one lasts a fifth of a repeat."""
+    timer = FakeTimer(0.1, overhead_ms=0.3, **GRAPH)
+    time_candidate(timer, settings(bound=5e-5))
+    assert timer.calls == [("probe", 3), ("probe", 6), ("probe", 7)]  # 0.6, 0.9, 1.0 ms
 
 
 @pytest.mark.parametrize("kind", [GRAPH, REPLAY_PROBE, BACK_TO_BACK], ids=lambda k: str(k))
@@ -138,10 +166,10 @@ def test_a_cooldown_sleeps_between_repeats_timed_one_at_a_time():
 
 def test_a_full_timing_reached_during_calibration_is_never_marked_stopped():
     """The repeats timed in the calibration's call are the full timing: a bound they exceed
-    (the probe was too short to trust) does not make them a stopped timing."""
-    timer = FakeTimer(0.1, overhead_ms=0.3, later_ms_per_run=0.2, **GRAPH)
-    timing = time_candidate(timer, settings(bound=5e-5))
-    assert timer.calls == [("probe", 3), ("repeats", 27, 3)]  # 5.4 ms each
+    (the trusted probe showed the candidate within it) does not make them a stopped timing."""
+    timer = FakeTimer(0.1, later_ms_per_run=0.2, **GRAPH)
+    timing = time_candidate(timer, settings(bound=1.5e-4))
+    assert timer.calls == [("probe", 3), ("probe", 11), ("repeats", 53, 3)]  # 10.6 ms each
     assert not timing.stopped_early and len(timing.costs) == 3
 
 
