@@ -107,11 +107,11 @@ class SketchParams:
     # an implicit GEMM conv's Tensor Core stage of at least this many multiply-adds per SM
     # (sm_90) is drawn as wgmma wherever wgmma fits it, its operands copied by TMA and its
     # epilogue in 16-byte vectors wherever they apply, instead of uniformly among the families
-    # and with even odds (`tensor_core_instruction.hopper_sized`): at 64 trials the uniform
-    # draws left most samples of ResNet-50's batch-32 convs (3 to 100 M per SM) on wmma and
-    # mma, whose kernels are slower there, and among wgmma-only draws every winner that TMA
-    # could feed was TMA-fed; batch 1 (under 1 M per SM) keeps the uniform draws, which serve
-    # it well. Matrix products keep them too. 0: never
+    # and with even odds (`tensor_core_instruction.hopper_sized`): a conv that large has work
+    # enough per SM for the TMA-fed wgmma kernels the vendor libraries run on it, and uniform
+    # draws would spend most of a search's samples on wmma and mma. Smaller convs (ResNet-50's
+    # at batch 1: under 1 M per SM; at batch 32: 3 to 100 M) and matrix products keep the
+    # uniform draws. 0: never
     wgmma_conv_macs_per_sm: int = 1 << 21
     # the slot counts a double-buffered Tensor Core stage's pipeline is drawn from, uniformly
     # among those that fit the shared memory (PipelineStages): 2 is plain double buffering
