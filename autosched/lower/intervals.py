@@ -12,10 +12,10 @@ from autosched.lower.arith import (
     Affine,
     MemoBounds,
     atom_bounds,
-    fold_digits,
     simplify,
     to_affine,
 )
+from autosched.lower.digit_folding import fold_digits
 from autosched.lower.ir import I32
 from autosched.te.expr import BinOp, Const, Expr
 from autosched.te.visitor import free_vars
@@ -33,7 +33,7 @@ def interval(
 ) -> Interval | None:
     """(lo, span) of `e` when the `relaxed` vars range over their bounds and all other vars
     are fixed; lo is an expression of the fixed vars. None when it cannot be bounded. The
-    digits of one value are folded first (`arith.fold_digits`): a fused loop's decomposition
+    digits of one value are folded first (`digit_folding.fold_digits`): a fused loop's decomposition
     recombined into the fused index (an implicit GEMM's epilogue reading its product at
     `(n*OH + y)*OW + x`) has the fused loop's exact range, not each digit's whole one.
 

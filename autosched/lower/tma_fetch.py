@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from autosched.lower import ir, stmt_walk
 from autosched.lower import tma_ir as ti
 from autosched.lower import wgmma_ir as wi
-from autosched.lower.arith import fold_digits, simplify
+from autosched.lower.arith import simplify
+from autosched.lower.digit_folding import fold_digits
 from autosched.lower.double_buffer import in_slot, is_double_buffered, slots
 from autosched.lower.ir import I32, THREAD_TAGS, THREAD_VARS, int32
 from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autosched.lower import tma_ir as ti
-from autosched.lower.arith import fold_digits, simplify
+from autosched.lower.arith import simplify
+from autosched.lower.digit_folding import fold_digits
 from autosched.lower.ir import I32, int32
 from autosched.te.expr import BinOp, Const, Expr, IterVar, Load, Select
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from autosched.lower import ir
-from autosched.lower.arith import MemoBounds, fold_digits, to_affine
+from autosched.lower.arith import MemoBounds, to_affine
+from autosched.lower.digit_folding import fold_digits
 from autosched.te.expr import BinOp, Const, Expr, Var
 from autosched.te.visitor import walk
 
