@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from autosched.lower import ir
-from autosched.lower.stmt_walk import map_exprs
+from autosched.lower.stmt_walk import expressions, map_exprs
 from autosched.te.dtype import HALF_DTYPES
 from autosched.te.expr import Cast, Expr, Load
 from autosched.te.visitor import rewrite
@@ -37,18 +37,6 @@ def narrowed(buffer: ir.Buffer) -> bool:
     """Whether accumulator stores into `buffer` round to 16 bits: a shared tile of a 16-bit
     type (one this pass narrowed; other accumulator stores write float32)."""
     return buffer.scope == "shared" and buffer.dtype in HALF_DTYPES
-
-
-def _expressions(kernel: ir.Kernel) -> list[Expr]:
-    """Every expression of the kernel's statements (conditions, indices, values)."""
-    found: list[Expr] = []
-
-    def note(e: Expr) -> Expr:
-        found.append(e)
-        return e
-
-    map_exprs(kernel.body, note)
-    return found
 
 
 def _read_as(exprs: list[Expr], tile: ir.Buffer) -> str | None:
@@ -95,7 +83,7 @@ def narrowed_type(kernel: ir.Kernel, tile: ir.Buffer) -> str | None:
         return None
     if not _written_only_by_mma_stores(kernel, tile):
         return None
-    return _read_as(_expressions(kernel), tile)
+    return _read_as(expressions(kernel.body), tile)
 
 
 def _narrowed(kernel: ir.Kernel, tile: ir.Buffer, dtype: str) -> ir.Kernel:

@@ -32,7 +32,7 @@ import dataclasses
 from autosched.errors import LoweringError
 from autosched.lower import ir
 from autosched.lower.single_pass_ir import COUNTER_DTYPE, CountArrival, ThreadFence, last_block
-from autosched.lower.stmt_walk import map_exprs
+from autosched.lower.stmt_walk import expressions, map_exprs
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.visitor import substitute, walk
 
@@ -76,27 +76,13 @@ def partials(k: ir.Kernel, finish: ir.Kernel, program: ir.Program) -> list[ir.Bu
         for s in ir.iter_stmts(k.body)
         if isinstance(s, (ir.Store, ir.AllReduce)) and id(s.buffer) in temps
     }
-    read = {
-        id(n.buffer) for e in statement_exprs(finish.body) for n in walk(e) if isinstance(n, Load)
-    }
+    read = {id(n.buffer) for e in expressions(finish.body) for n in walk(e) if isinstance(n, Load)}
     found = [b for key, b in written.items() if key in read]
     if not found:
         raise LoweringError(
             f"single pass: kernel {finish.name} reads no partial result of kernel {k.name}"
         )
     return found
-
-
-def statement_exprs(s: ir.Stmt) -> list[Expr]:
-    """Every expression of the statements of `s` (conditions, indices, values)."""
-    out: list[Expr] = []
-
-    def keep(e: Expr) -> Expr:
-        out.append(e)
-        return e
-
-    map_exprs(s, keep)
-    return out
 
 
 def merged(k: ir.Kernel, finish: ir.Kernel, counter: ir.Buffer) -> ir.Kernel:

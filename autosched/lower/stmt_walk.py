@@ -1,7 +1,7 @@
 """Whole-tree walks over IR statements beyond visiting them (`ir.iter_stmts`): a tree rebuilt
 with its expressions mapped (`map_exprs`), how many statements a tree executes
-(`executed_statements`, the unrolling budget's and the verifier's count), and a statement's
-top-level sequence (`statements`)."""
+(`executed_statements`, the unrolling budget's and the verifier's count), a statement's
+top-level sequence (`statements`) and every expression a tree holds (`expressions`)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,19 @@ def map_exprs(s: Stmt, fe, target=_same_target, warp=None) -> Stmt:
         dst, dst_index = target(s.dst, fe(s.dst_index))
         return ClusterLoad(dst, dst_index, s.src, fe(s.src_index), fe(s.rank))
     return s
+
+
+def expressions(s: Stmt) -> list[Expr]:
+    """Every expression of the statements of `s` (conditions, indices, values), as `map_exprs`
+    meets them."""
+    found: list[Expr] = []
+
+    def keep(e: Expr) -> Expr:
+        found.append(e)
+        return e
+
+    map_exprs(s, keep)
+    return found
 
 
 def executed_statements(
