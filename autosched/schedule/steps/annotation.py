@@ -180,6 +180,19 @@ class PragmaStep(Step):
         return [f's[{S}].pragma({it}, "unroll_explicit", {bool(value)})']
 
 
+def check_accumulator_of(stage: Stage, family: str, annotation: str, what: str) -> None:
+    """Refuse `annotation` on `stage` unless it is an accumulator stage of the `family`
+    instructions (which alone `what`: the message's words for what the annotation does)."""
+    check(
+        stage.scope == "wmma.accumulator" and stage.tensor_core_instruction == family,
+        lambda: (
+            f"{annotation} on {stage.name!r}: only an accumulator stage of the {family} "
+            f"instructions {what} (scope {stage.scope!r}, instructions "
+            f"{stage.tensor_core_instruction!r}); tensor_core_instruction(stage, '{family}') first"
+        ),
+    )
+
+
 def axis_of(stage: Stage, name: str) -> str:
     """The op axis iterator `name` stands for: itself, or (the outermost part of a split, of
     a split...) the axis it was split from; `name` when it is neither (fused, an inner part)."""
@@ -330,15 +343,7 @@ class FragmentDoubleBufferStep(Step):
 
     def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
-        check(
-            stage.scope == "wmma.accumulator" and stage.tensor_core_instruction == "mma",
-            lambda: (
-                f"fragment_double_buffer on {stage.name!r}: only an accumulator stage of the mma "
-                f"instructions double-buffers its fragments (scope {stage.scope!r}, "
-                f"instructions {stage.tensor_core_instruction!r}); "
-                "tensor_core_instruction(stage, 'mma') first"
-            ),
-        )
+        check_accumulator_of(stage, "mma", "fragment_double_buffer", "double-buffers its fragments")
         return state.replace_stage(self.stage_id, replace(stage, fragment_double_buffer=True))
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
@@ -389,15 +394,7 @@ class WarpSpecializeStep(Step):
 
     def apply(self, state: StateT) -> StateT:
         stage = state.stages[self.stage_id]
-        check(
-            stage.scope == "wmma.accumulator" and stage.tensor_core_instruction == "wgmma",
-            lambda: (
-                f"warp_specialize on {stage.name!r}: only an accumulator stage of the wgmma "
-                f"instructions is warp-specialised (scope {stage.scope!r}, instructions "
-                f"{stage.tensor_core_instruction!r}); tensor_core_instruction(stage, 'wgmma') "
-                "first"
-            ),
-        )
+        check_accumulator_of(stage, "wgmma", "warp_specialize", "is warp-specialised")
         return state.replace_stage(self.stage_id, replace(stage, warp_specialized=True))
 
     def to_python(self, before: StepTarget, after: StepTarget) -> list[str]:
