@@ -12,14 +12,11 @@ from autosched.sketch.reduction_rules import CrossThreadReduction, SplitKReducti
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
 from autosched.sketch.utils import (
     direct_producers,
-    has_cache_write_stage,
-    has_reduce_iter,
     is_column_reduction,
-    is_tiled,
     reuses_inputs,
     spatial_and_reduce_length,
+    untiled_dag_reduction,
 )
-from autosched.te.tensor import ComputeOp
 
 
 class CrossBlockReduction(SketchRule):
@@ -45,12 +42,8 @@ class CrossBlockReduction(SketchRule):
     def condition(self, ctx, state, i):
         stage = state.stages[i]
         if (
-            stage.origin != "dag"
-            or not isinstance(stage.op, ComputeOp)
-            or not has_reduce_iter(stage)
+            not untiled_dag_reduction(stage)
             or reuses_inputs(stage)
-            or is_tiled(stage)
-            or has_cache_write_stage(state, i)
             or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
         ):
             return Cond.SKIP

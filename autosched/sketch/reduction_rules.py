@@ -31,6 +31,7 @@ from autosched.sketch.utils import (
     single_consumer_root,
     spatial_and_reduce_length,
     unread_axes,
+    untiled_dag_reduction,
     vector_lanes,
 )
 from autosched.te.tensor import ComputeOp
@@ -320,15 +321,10 @@ class SplitKReduction(SketchRule):
     unsplit sketches are made as well."""
 
     def condition(self, ctx, state, i):
-        stage = state.stages[i]
         if (
-            stage.origin != "dag"
-            or not isinstance(stage.op, ComputeOp)
-            or not has_reduce_iter(stage)
+            not untiled_dag_reduction(state.stages[i])
             or not needs_multi_level_tiling(state, i)
-            or not reuses_inputs(stage)  # CrossBlockReduction's
-            or is_tiled(stage)
-            or has_cache_write_stage(state, i)
+            or not reuses_inputs(state.stages[i])  # CrossBlockReduction's
         ):
             return Cond.SKIP
         return Cond.APPLY if self.parts(ctx, state, i) else Cond.SKIP

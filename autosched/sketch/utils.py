@@ -112,6 +112,17 @@ def is_tiled(stage: Stage) -> bool:
     return any(isinstance(r, SplitRel) for r in stage.relations)
 
 
+def untiled_dag_reduction(stage: Stage) -> bool:
+    """Whether `stage` is a reduction of the DAG's own (not a cache or rfactor stage) not yet
+    split: what the rules that cut a reduction into parts (split-K, cross-block) start from."""
+    return (
+        stage.origin == "dag"
+        and isinstance(stage.op, ComputeOp)
+        and has_reduce_iter(stage)
+        and not is_tiled(stage)
+    )
+
+
 def spatial_and_reduce_length(stage: Stage) -> tuple[int, int]:
     """Products of the root spatial and reduction extents (those of the op's axes)."""
     if not isinstance(stage.op, ComputeOp):
