@@ -117,6 +117,12 @@ ROW_KERNEL_REGISTERS = 24
 INPUT_REGISTERS = 8
 
 
+def row_thread_registers(kept: int, other_inputs: int) -> int:
+    """The registers a thread of a row kernel takes that keeps `kept` elements of its row in
+    registers and reads `other_inputs` inputs besides the row."""
+    return kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * other_inputs
+
+
 def other_inputs(state: State, root: int) -> int:
     """How many placeholders root stage `root`'s kernel reads besides its row (the first)."""
     read = {
@@ -147,7 +153,7 @@ def fits_blocks(state: State, root: int, hardware: HardwareParams, count: int) -
     threads = launch_shape(state, root)[1]
     kept = row_register_elems(state, root)
     limit = hardware.registers_per_thread_limit(count * threads)
-    need = kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * other_inputs(state, root)
+    need = row_thread_registers(kept, other_inputs(state, root))
     return not (
         count > hardware.max_blocks_per_sm
         or count * threads > hardware.max_threads_per_sm
@@ -217,6 +223,7 @@ __all__ = [
     "kernel_stages",
     "launch_shape",
     "one_wave_blocks",
+    "row_thread_registers",
     "row_cache_bytes",
     "row_register_elems",
     "unrolled_reduction_steps",

@@ -27,7 +27,7 @@ from autosched.lower.plan import LoweringPlan
 from autosched.lower.planning import make_plan
 from autosched.schedule.loop_state import State
 from autosched.schedule.stage import ROOT, TENSORIZE, Stage
-from autosched.sketch.launch_bounds import INPUT_REGISTERS, ROW_KERNEL_REGISTERS
+from autosched.sketch.launch_bounds import row_thread_registers
 from autosched.sketch.params import SketchParams
 from autosched.te.dtype import BYTES
 from autosched.te.expr import Load
@@ -162,8 +162,8 @@ def fits_row_registers(
 ) -> bool:
     """Whether kernel `k`, whose threads keep `kept` elements of their rows in registers
     (thread-private caches), keeps them within `SketchParams.max_row_register_elems` and,
-    with the rest of a row kernel's registers (`ROW_KERNEL_REGISTERS`, and `INPUT_REGISTERS`
-    for each global input read besides the row), within what ptxas gives a thread at the
+    with the rest of a row kernel's registers (`launch_bounds.row_thread_registers`, counting
+    each global input read besides the row), within what ptxas gives a thread at the
     kernel's launch bounds (beyond that, the cache spills to local memory)."""
     threads = k.threads_per_block * max(1, k.min_blocks_per_sm or 1)
     limit = hardware.registers_per_thread_limit(threads)
@@ -177,7 +177,7 @@ def fits_row_registers(
         and getattr(ld.buffer, "scope", None) == "global"
         and id(ld.buffer) not in written
     }
-    need = kept + ROW_KERNEL_REGISTERS + INPUT_REGISTERS * max(0, len(inputs) - 1)
+    need = row_thread_registers(kept, max(0, len(inputs) - 1))
     return kept <= params.max_row_register_elems and need <= limit
 
 
