@@ -128,4 +128,14 @@ def loads(e: Expr) -> list[Load]:
     return [n for n in nodes(e) if isinstance(n, Load)]
 
 
-__all__ = ["children", "walk", "rebuild", "rewrite", "substitute", "free_vars", "loads", "Const"]
+__all__ = [
+    "children",
+    "walk",
+    "nodes",
+    "rebuild",
+    "rewrite",
+    "substitute",
+    "free_vars",
+    "loads",
+    "Const",
+]
