@@ -28,13 +28,15 @@ from autosched.lower.tma_fetch import emit_tma_pipeline
 from autosched.lower.unrolling import auto_unroll
 from autosched.te.expr import Const, Expr, Load, Reduce, Select, Var
 from autosched.te.tensor import Tensor
-from autosched.te.visitor import rewrite, substitute
+from autosched.te.visitor import rewrite
 
 
 def value_expr(plan: LoweringPlan, e: Expr, root_map: dict[Var, Expr]) -> Expr:
-    """`e` (a stage body) with root vars substituted and loads mapped to IR buffers."""
+    """`e` (a stage body) with root vars substituted and loads mapped to IR buffers, in one
+    rewrite (a root var is a leaf: it is replaced where it is met, in a load's indices too)."""
 
     memo: dict[int, Expr] = {}  # the indices share the root values substituted into them
+    by_id = {id(v): value for v, value in root_map.items()}
 
     def fix(node: Expr) -> Expr | None:
         if isinstance(node, Load) and isinstance(node.buffer, Tensor):
@@ -42,9 +44,9 @@ def value_expr(plan: LoweringPlan, e: Expr, root_map: dict[Var, Expr]) -> Expr:
             idx = [rewrite(x, fix, memo) for x in node.indices]
             is_placeholder = plan.stages[j].is_placeholder
             return Load(plan.info[j].buf, (plan.flat_index(j, idx, not is_placeholder),))
-        return None
+        return by_id.get(id(node))
 
-    return rewrite(substitute(e, root_map), fix, memo)
+    return rewrite(e, fix, memo)
 
 
 def store_stmt(
