@@ -38,7 +38,7 @@ from autosched.codegen.build import build
 from autosched.errors import AutoschedError, TEError, WorkloadError
 from autosched.features.extract import extract_features, state_features
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.search.collector import young_objects_only
+from autosched.search.collector import collector_paused, young_objects_only
 from autosched.search.mutations import Records, as_step
 from autosched.search.process_pool import get_pool, shutdown_pools
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
@@ -123,18 +123,25 @@ class TaskContext:
         return self.dag.replay_steps([as_step(r) for r in records])
 
     def sample(self, n: int, seed: int) -> list[Sampled]:
-        """Up to n distinct valid fresh states."""
+        """Up to n distinct valid fresh states (the cycle collector paused while they are drawn,
+        lowered and their features extracted: `collector.collector_paused`)."""
         sampler = self.sampler
-        states = sampler.sample(n, random.Random(seed))
-        programs = sampler.programs  # what the sampler lowered to check them
-        return [
-            Sampled(s.key(), extract_features(programs[s.key()]), sampler.sketch_of[s.key()])
-            for s in states
-        ]
+        with collector_paused():
+            states = sampler.sample(n, random.Random(seed))
+            programs = sampler.programs  # what the sampler lowered to check them
+            return [
+                Sampled(s.key(), extract_features(programs[s.key()]), sampler.sketch_of[s.key()])
+                for s in states
+            ]
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
-        """Per candidate: its features, or why it is invalid (a reason of sketch/validity.py)."""
-        return [self.evaluate_one(r) for r in candidates]
+        """Per candidate: its features, or why it is invalid (a reason of sketch/validity.py);
+        the cycle collector paused while each is lowered (`collector.collector_paused`)."""
+        out = []
+        for records in candidates:
+            with collector_paused():
+                out.append(self.evaluate_one(records))
+        return out
 
     def evaluate_one(self, records: Records) -> Outcome:
         """Replay, check validity (lowering once), extract features from that lowering."""
