@@ -13,12 +13,11 @@ stay as they are: collecting the youngest generation less often costs more, as e
 then meets more of a lowering's live objects and carries them to the older generations.)
 
 Inside one candidate's lowering the collector finds next to nothing, and what it walks is the
-lowering's own live trees, over and over, each young collection carrying them a generation on:
-it costs about a quarter of a candidate's CPU. `collector_paused` keeps it out of such a block
-and collects the youngest generation once when it ends, which frees the reference cycles the
-block left (a few thousand objects per candidate: closures that call themselves, and what they
-hold). Nothing is collected later than at the end of one candidate's work, so memory stays
-bounded by what one candidate makes.
+lowering's own live trees, over and over, each young collection carrying them a generation on.
+`collector_paused` keeps it out of such a block and collects the youngest generation once when
+it ends, which frees the reference cycles the block left (lowering avoids making them: a closure
+that calls itself is one, and keeps what it holds alive until then). Nothing is collected later
+than at the end of one candidate's work, so memory stays bounded by what one candidate makes.
 """
 
 from __future__ import annotations
