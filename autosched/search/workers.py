@@ -156,26 +156,30 @@ class TaskContext:
 
     def features(self, candidates: Sequence[Records]) -> list[np.ndarray | None]:
         """Per candidate: the features of its lowered program, with no GPU limit checked; None
-        when it does not replay or lower."""
+        when it does not replay or lower (the cycle collector paused for each, as in
+        `evaluate`)."""
         out: list[np.ndarray | None] = []
         for records in candidates:
-            try:
-                state = self.replay(records)
-            except AutoschedError:
-                out.append(None)
-                continue
-            out.append(state_features(state))
+            with collector_paused():
+                try:
+                    state = self.replay(records)
+                except AutoschedError:
+                    out.append(None)
+                    continue
+                out.append(state_features(state))
         return out
 
     def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
-        """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built."""
+        """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built
+        (the cycle collector paused for each, as in `evaluate`)."""
         out: list[Any] = []
         for records, tag in zip(candidates, tags, strict=True):
-            try:
-                kernel = build(self.dag, self.replay(records))
-                out.append(kernel.artifact(reference_id=self.dag.workload_key, tag=tag))
-            except Exception as exc:  # a state that cannot be lowered costs one failed record
-                out.append(f"{type(exc).__name__}: {exc}")
+            with collector_paused():
+                try:
+                    kernel = build(self.dag, self.replay(records))
+                    out.append(kernel.artifact(reference_id=self.dag.workload_key, tag=tag))
+                except Exception as exc:  # a state that cannot be lowered costs one failed record
+                    out.append(f"{type(exc).__name__}: {exc}")
         return out
 
 
