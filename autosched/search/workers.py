@@ -39,8 +39,9 @@ from autosched.errors import AutoschedError, TEError, WorkloadError
 from autosched.features.extract import extract_features, state_features
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.search.collector import collector_paused, young_objects_only
-from autosched.search.mutations import Records, as_step
+from autosched.search.mutations import Records
 from autosched.search.process_pool import get_pool, shutdown_pools
+from autosched.search.replay_cache import PrefixReplay
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.validity import check_candidate, reason_for
 from measure.builder import available_cores
@@ -118,9 +119,14 @@ class TaskContext:
             sketches = generate_sketches(self.dag, self.hardware, self.params)
         return SketchSampler(sketches, self.hardware, self.params)
 
+    @functools.cached_property
+    def replays(self) -> PrefixReplay:
+        """The task's replays, each from the state of its longest prefix replayed before."""
+        return PrefixReplay(self.dag.get_init_state())
+
     def replay(self, records: Records):
         """The State of a candidate (raises AutoschedError when the records do not replay)."""
-        return self.dag.replay_steps([as_step(r) for r in records])
+        return self.replays.replay(records)
 
     def sample(self, n: int, seed: int) -> list[Sampled]:
         """Up to n distinct valid fresh states (the cycle collector paused while they are drawn,
