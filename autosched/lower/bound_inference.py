@@ -22,7 +22,7 @@ from autosched.lower.ir import I32, int32
 from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
 from autosched.te.expr import BinOp, Expr, Load, Var
-from autosched.te.tensor import Tensor
+from autosched.te.tensor import Operation, Tensor
 from autosched.te.visitor import nodes, substitute
 
 # loops a stage computed at them is shared across, by the scope of its buffer
@@ -38,15 +38,43 @@ def tensor_loads(e: Expr) -> list[Load]:
     return [n for n in nodes(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
 
 
+class ConsumerReads:
+    """What bound inference reads of the consumers of a plan's attached stages: each consumer's
+    loads of tensors with its root values substituted into their indices, made once per
+    consumer (a stage that reads several attached stages, a GEMM's two operand tiles, is
+    visited for each), and one affine memo for every interval of the plan. Nothing in it
+    depends on the stage whose region is sought; a consumer's entry is made on first use,
+    once its own bounds are final (consumers come first). The memo is bound-free (an empty
+    MemoBounds: intervals simplify under no variable ranges), so it serves every stage."""
+
+    def __init__(self, plan: LoweringPlan) -> None:
+        self.plan = plan
+        self.memo = MemoBounds({})
+        self._loads: dict[int, list[tuple[Operation, list[Expr]]]] = {}
+
+    def loads(self, j: int) -> list[tuple[Operation, list[Expr]]]:
+        """Consumer j's tensor loads as (the op read, its indices in global coordinates)."""
+        got = self._loads.get(j)
+        if got is None:
+            root_map = root_value_map(self.plan, j)
+            memo: dict[int, Expr] = {}  # the loads share their root values
+            got = self._loads[j] = [
+                (node.buffer.op, [substitute(x, root_map, memo) for x in node.indices])
+                for node in tensor_loads(self.plan.body(j))
+            ]
+        return got
+
+
 def infer_bounds(plan: LoweringPlan) -> None:
     """Every non-placeholder stage's base and region, then its extents and root values."""
+    reads = ConsumerReads(plan)
     for i in reversed(plan.topo_order()):
         inf = plan.info[i]
         st = plan.stages[i]
         if st.is_placeholder:
             continue
         if st.compute_at == ATTACHED:
-            inf.base, inf.region = attached_region(plan, i)
+            inf.base, inf.region = attached_region(plan, i, reads)
         else:
             inf.base = [int32(0) for _ in plan.compute_op(i).axis]
             inf.region = [a.extent for a in plan.compute_op(i).axis]
@@ -155,9 +183,13 @@ def loop_bounds(plan: LoweringPlan, keys: Iterable[tuple[int, str]]) -> Bounds:
     return out
 
 
-def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
+def attached_region(
+    plan: LoweringPlan, i: int, reads: ConsumerReads | None = None
+) -> tuple[list[Expr], list[int]]:
     """Stage i's base (per axis, an expression of its fixed context loops) and region extents:
-    what every consumer reads of it per iteration of its attach loop."""
+    what every consumer reads of it per iteration of its attach loop. `reads`: the plan's
+    ConsumerReads, shared by the stages of one bound inference (default: its own)."""
+    reads = reads or ConsumerReads(plan)
     inf, st = plan.info[i], plan.stages[i]
     ctx = inf.context
     relax_tags = RELAXED_TAGS.get(inf.scope, frozenset())
@@ -168,7 +200,6 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
         raise LoweringError(f"stage {st.name!r} is computed at a loop but nothing reads it")
     tensor_op = st.produces
     per_dim: list[list[tuple[Expr, int] | None]] = [[] for _ in plan.compute_op(i).axis]
-    memo = MemoBounds({})  # one for all the intervals: the loads share their root values
     for j in consumers:
         cinf = plan.info[j]
         loops = cinf.context + [(j, it.name) for it in plan.stages[j].iters]
@@ -185,12 +216,11 @@ def attached_region(plan: LoweringPlan, i: int) -> tuple[list[Expr], list[int]]:
                 e = plan.info[k[0]].ext[k[1]]
                 _, hi = relaxed.get(id(v), (0, 0))
                 relaxed[id(v)] = (0, max(hi, e - 1))
-        root_map = root_value_map(plan, j)
-        for node in tensor_loads(plan.body(j)):
-            if node.buffer.op is not tensor_op:
+        for op, indices in reads.loads(j):
+            if op is not tensor_op:
                 continue
-            for d, idx in enumerate(node.indices):
-                per_dim[d].append(interval(substitute(idx, root_map), relaxed, memo))
+            for d, idx in enumerate(indices):
+                per_dim[d].append(interval(idx, relaxed, reads.memo))
     base: list[Expr] = []
     region: list[int] = []
     tiled = tile_dims(plan, i)

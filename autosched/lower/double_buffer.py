@@ -97,19 +97,10 @@ def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
     """`s` with every access of the buffers in `offsets` (by id) moved by their offset: loads,
     stores and the memory tiles of warp statements."""
 
-    # one memo for every expression of `s` (alive while this runs): the statements share
-    # their guards and index terms, rewritten once
-    memo: dict[int, Expr] = {}
-
-    def fix(node):
-        if isinstance(node, Load) and id(node.buffer) in offsets:
-            (index,) = node.indices
-            index = rewrite(index, fix, memo)
-            return Load(node.buffer, (BinOp("+", index, offsets[id(node.buffer)], I32),))
-        return None
+    fix = _ShiftLoads(offsets)
 
     def load(e: Expr) -> Expr:
-        return rewrite(e, fix, memo)
+        return rewrite(e, fix, fix.memo)
 
     def target(buffer: ir.Buffer, index: Expr):
         delta = offsets.get(id(buffer))
@@ -125,6 +116,25 @@ def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
         return w.with_exprs(exprs)
 
     return stmt_walk.map_exprs(s, load, target, warp)
+
+
+class _ShiftLoads:
+    """`_shift_accesses`' rewrite of one load. A class, not a closure: a closure that rewrites
+    with itself is a reference cycle, which would keep what it holds alive until the cycle
+    collector runs (see `search/collector.py`)."""
+
+    def __init__(self, offsets: dict[int, Expr]) -> None:
+        self.offsets = offsets
+        # one memo for every expression of the statement (alive while it is rewritten): the
+        # statements share their guards and index terms, rewritten once
+        self.memo: dict[int, Expr] = {}
+
+    def __call__(self, node: Expr) -> Expr | None:
+        if isinstance(node, Load) and id(node.buffer) in self.offsets:
+            (index,) = node.indices
+            index = rewrite(index, self, self.memo)
+            return Load(node.buffer, (BinOp("+", index, self.offsets[id(node.buffer)], I32),))
+        return None
 
 
 def _at_iteration(s: ir.Stmt, v: Var, value: Expr) -> ir.Stmt:

@@ -28,23 +28,35 @@ from autosched.lower.tma_fetch import emit_tma_pipeline
 from autosched.lower.unrolling import auto_unroll
 from autosched.te.expr import Const, Expr, Load, Reduce, Select, Var
 from autosched.te.tensor import Tensor
-from autosched.te.visitor import rewrite, substitute
+from autosched.te.visitor import rewrite
 
 
 def value_expr(plan: LoweringPlan, e: Expr, root_map: dict[Var, Expr]) -> Expr:
-    """`e` (a stage body) with root vars substituted and loads mapped to IR buffers."""
+    """`e` (a stage body) with root vars substituted and loads mapped to IR buffers, in one
+    rewrite (a root var is a leaf: it is replaced where it is met, in a load's indices too)."""
+    fix = _ValueRewrite(plan, root_map)
+    return rewrite(e, fix, fix.memo)
 
-    memo: dict[int, Expr] = {}  # the indices share the root values substituted into them
 
-    def fix(node: Expr) -> Expr | None:
+class _ValueRewrite:
+    """`value_expr`'s rewrite of one node. A class, not a closure: a closure that rewrites with
+    itself is a reference cycle, which would keep the plan alive until the cycle collector
+    runs (see `search/collector.py`)."""
+
+    def __init__(self, plan: LoweringPlan, root_map: dict[Var, Expr]) -> None:
+        self.plan = plan
+        self.by_id = {id(v): value for v, value in root_map.items()}
+        # one memo for the body and the indices of its loads, which share the root values
+        self.memo: dict[int, Expr] = {}
+
+    def __call__(self, node: Expr) -> Expr | None:
         if isinstance(node, Load) and isinstance(node.buffer, Tensor):
+            plan = self.plan
             j = plan.producer_stage[id(node.buffer.op)]
-            idx = [rewrite(x, fix, memo) for x in node.indices]
+            idx = [rewrite(x, self, self.memo) for x in node.indices]
             is_placeholder = plan.stages[j].is_placeholder
             return Load(plan.info[j].buf, (plan.flat_index(j, idx, not is_placeholder),))
-        return None
-
-    return rewrite(substitute(e, root_map), fix, memo)
+        return self.by_id.get(id(node))
 
 
 def store_stmt(
@@ -81,32 +93,52 @@ def store_stmt(
 def emit_stage(plan: LoweringPlan, i: int) -> ir.Stmt:
     """Stage i's loop nest, with the stages attached at its loops inside it."""
     st = plan.stages[i]
-    iters = st.iters
-    is_reduce = isinstance(plan.info[i].body, Reduce)
-    first_reduce = next((k for k, it in enumerate(iters) if it.kind != "spatial"), len(iters))
-    tag = cross_thread_tag(plan, i)
-    tz = tensorize_position(plan, i)  # the tensorized nest: one warp statement
-    if tz is not None and tag is not None:
-        raise LoweringError(f"stage {st.name!r} is tensorized and reduced across threads")
+    stmt = _StageNest(plan, i).nest(0)
+    if st.auto_unroll_max_step > 0:
+        stmt = auto_unroll(stmt, st.auto_unroll_max_step)
+    return stmt
 
-    def init_nest(k: int) -> ir.Stmt:
+
+class _StageNest:
+    """The loop nest of one stage, emitted from its outermost loop in (`nest(0)`). A class,
+    not closures: a closure that calls itself is a reference cycle, which would keep the plan
+    alive until the cycle collector runs (see `search/collector.py`)."""
+
+    def __init__(self, plan: LoweringPlan, i: int) -> None:
+        st = plan.stages[i]
+        self.plan, self.i, self.iters = plan, i, st.iters
+        self.is_reduce = isinstance(plan.info[i].body, Reduce)
+        self.first_reduce = next(
+            (k for k, it in enumerate(self.iters) if it.kind != "spatial"), len(self.iters)
+        )
+        self.tag = cross_thread_tag(plan, i)
+        self.tz = tensorize_position(plan, i)  # the tensorized nest: one warp statement
+        if self.tz is not None and self.tag is not None:
+            raise LoweringError(f"stage {st.name!r} is tensorized and reduced across threads")
+
+    def init_nest(self, k: int) -> ir.Stmt:
+        """A reduction's init from loop k in: its spatial loops around the identity store."""
+        plan, i, tz = self.plan, self.i, self.tz
         if tz is not None:
-            body, outer = emit_fill(plan, i, tz), iters[k:tz]
+            body, outer = emit_fill(plan, i, tz), self.iters[k:tz]
         else:
-            body, outer = store_stmt(plan, i, init=True), iters[k:]
+            body, outer = store_stmt(plan, i, init=True), self.iters[k:]
         for it in reversed(outer):
             if it.kind == "spatial":
                 body = plan.loop(i, it.name, body)
         return body
 
-    def nest(k: int) -> ir.Stmt:
+    def nest(self, k: int) -> ir.Stmt:
+        """The nest from loop k in, the stages attached at its loops emitted at their tops."""
+        plan, i, iters, tz, tag = self.plan, self.i, self.iters, self.tz, self.tag
+        is_reduce, first_reduce = self.is_reduce, self.first_reduce
         if k == tz:
             inner = emit_tensorized(plan, i, tz)
-            return ir.seq([init_nest(k), inner]) if is_reduce and first_reduce >= k else inner
+            return ir.seq([self.init_nest(k), inner]) if is_reduce and first_reduce >= k else inner
         if k == len(iters):
             into = partial_of(plan, i) if tag else None
             inner = store_stmt(plan, i, init=False, into=into)
-            return ir.seq([init_nest(k), inner]) if is_reduce and first_reduce == k else inner
+            return ir.seq([self.init_nest(k), inner]) if is_reduce and first_reduce == k else inner
         it = iters[k]
         attached = plan.attached.get((i, it.name), [])
         fetched = [j for j in attached if is_double_buffered(plan, j)]
@@ -116,22 +148,17 @@ def emit_stage(plan: LoweringPlan, i: int) -> ir.Stmt:
             var, ext = plan.var_of(i, it.name), plan.info[i].ext[it.name]
             kind = plan.loop_kind(i, it.name)
             fetch = ir.seq([emit_stage(plan, j) for j in fetched])
-            inner = nest(k + 1)
+            inner = self.nest(k + 1)
             # filled by TMA box copies where the stages ask for it and qualify (tma_fetch.py)
             tma = emit_tma_pipeline(plan, var, ext, kind, fetched, parts, inner)
             loop = tma or emit_double_buffered(plan, var, ext, kind, fetched, fetch, parts, inner)
         else:
-            loop = plan.loop(i, it.name, ir.seq(parts + [nest(k + 1)]))
+            loop = plan.loop(i, it.name, ir.seq(parts + [self.nest(k + 1)]))
         if is_reduce and k == first_reduce:
             if tag is not None:
                 return emit_cross_thread(plan, i, k, tag, loop)
-            return ir.seq([init_nest(k), loop])
+            return ir.seq([self.init_nest(k), loop])
         return loop
-
-    stmt = nest(0)
-    if st.auto_unroll_max_step > 0:
-        stmt = auto_unroll(stmt, st.auto_unroll_max_step)
-    return stmt
 
 
 def emit_attached(plan: LoweringPlan, j: int) -> ir.Stmt:

@@ -47,42 +47,58 @@ from autosched.te.visitor import rewrite, substitute
 def resolve_bodies(plan: LoweringPlan) -> None:
     """Every computed stage's body, with loads redirected to the stage that produces what they
     read (following cache redirects) and inlined stages substituted; and the stages it reads."""
-    stages = plan.stages
-    memo: dict[int, Expr] = {}
-
-    def body(i: int) -> Expr:
-        if i in memo:
-            return memo[i]
-        st = stages[i]
-        redirect = {id(a): b for a, b in st.redirects}
-
-        def fix(node: Expr) -> Expr | None:
-            if isinstance(node, Load) and isinstance(node.buffer, Tensor):
-                op = node.buffer.op
-                while id(op) in redirect:  # a cache of a cache: follow the chain
-                    op = redirect[id(op)]
-                j = plan.producer_stage.get(id(op))
-                if j is None:
-                    raise LoweringError(
-                        f"stage {st.name!r} reads {op.name!r}, which no stage produces"
-                    )
-                idx = tuple(rewrite(x, fix) for x in node.indices)
-                src = stages[j]
-                if src.compute_at == INLINED:
-                    inner = body(j)
-                    return substitute(inner, dict(zip(plan.compute_op(j).axis, idx, strict=True)))
-                return Load(src.produces.output(0), idx)
-            return None
-
-        memo[i] = rewrite(plan.compute_op(i).body, fix)
-        return memo[i]
-
-    for i, st in enumerate(stages):
+    bodies = _Bodies(plan)
+    for i, st in enumerate(plan.stages):
         if isinstance(st.op, ComputeOp) and st.compute_at != INLINED:
-            b = body(i)
+            b = bodies.body(i)
             plan.info[i].body = b
             for node in tensor_loads(b):
                 plan.info[i].reads.add(plan.producer_stage[id(node.buffer.op)])
+
+
+class _Bodies:
+    """`resolve_bodies`' resolved body of each stage, made once (an inlined stage's is
+    substituted into each reader). Classes, not closures: a closure that rewrites with itself
+    is a reference cycle, which would keep the plan alive until the cycle collector runs (see
+    `search/collector.py`)."""
+
+    def __init__(self, plan: LoweringPlan) -> None:
+        self.plan = plan
+        self.memo: dict[int, Expr] = {}
+
+    def body(self, i: int) -> Expr:
+        """Stage i's body with its loads redirected and inlined stages substituted."""
+        got = self.memo.get(i)
+        if got is None:
+            got = self.memo[i] = rewrite(self.plan.compute_op(i).body, _RedirectLoads(self, i))
+        return got
+
+
+class _RedirectLoads:
+    """The rewrite of one stage's loads: to the stage that produces what they read."""
+
+    def __init__(self, bodies: _Bodies, i: int) -> None:
+        self.bodies, self.i = bodies, i
+        self.redirect = {id(a): b for a, b in bodies.plan.stages[i].redirects}
+
+    def __call__(self, node: Expr) -> Expr | None:
+        if not (isinstance(node, Load) and isinstance(node.buffer, Tensor)):
+            return None
+        plan = self.bodies.plan
+        op = node.buffer.op
+        while id(op) in self.redirect:  # a cache of a cache: follow the chain
+            op = self.redirect[id(op)]
+        j = plan.producer_stage.get(id(op))
+        if j is None:
+            raise LoweringError(
+                f"stage {plan.stages[self.i].name!r} reads {op.name!r}, which no stage produces"
+            )
+        idx = tuple(rewrite(x, self) for x in node.indices)
+        src = plan.stages[j]
+        if src.compute_at == INLINED:
+            inner = self.bodies.body(j)
+            return substitute(inner, dict(zip(plan.compute_op(j).axis, idx, strict=True)))
+        return Load(src.produces.output(0), idx)
 
 
 def build_attach_tree(plan: LoweringPlan) -> None:

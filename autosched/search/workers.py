@@ -38,9 +38,10 @@ from autosched.codegen.build import build
 from autosched.errors import AutoschedError, TEError, WorkloadError
 from autosched.features.extract import extract_features, state_features
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.search.collector import young_objects_only
-from autosched.search.mutations import Records, as_step
+from autosched.search.collector import collector_paused, young_objects_only
+from autosched.search.mutations import Records
 from autosched.search.process_pool import get_pool, shutdown_pools
+from autosched.search.replay_cache import PrefixReplay
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.validity import check_candidate, reason_for
 from measure.builder import available_cores
@@ -118,23 +119,35 @@ class TaskContext:
             sketches = generate_sketches(self.dag, self.hardware, self.params)
         return SketchSampler(sketches, self.hardware, self.params)
 
+    @functools.cached_property
+    def replays(self) -> PrefixReplay:
+        """The task's replays, each from the state of its longest prefix replayed before."""
+        return PrefixReplay(self.dag.get_init_state())
+
     def replay(self, records: Records):
         """The State of a candidate (raises AutoschedError when the records do not replay)."""
-        return self.dag.replay_steps([as_step(r) for r in records])
+        return self.replays.replay(records)
 
     def sample(self, n: int, seed: int) -> list[Sampled]:
-        """Up to n distinct valid fresh states."""
+        """Up to n distinct valid fresh states (the cycle collector paused while they are drawn,
+        lowered and their features extracted: `collector.collector_paused`)."""
         sampler = self.sampler
-        states = sampler.sample(n, random.Random(seed))
-        programs = sampler.programs  # what the sampler lowered to check them
-        return [
-            Sampled(s.key(), extract_features(programs[s.key()]), sampler.sketch_of[s.key()])
-            for s in states
-        ]
+        with collector_paused():
+            states = sampler.sample(n, random.Random(seed))
+            programs = sampler.programs  # what the sampler lowered to check them
+            return [
+                Sampled(s.key(), extract_features(programs[s.key()]), sampler.sketch_of[s.key()])
+                for s in states
+            ]
 
     def evaluate(self, candidates: Sequence[Records]) -> list[Outcome]:
-        """Per candidate: its features, or why it is invalid (a reason of sketch/validity.py)."""
-        return [self.evaluate_one(r) for r in candidates]
+        """Per candidate: its features, or why it is invalid (a reason of sketch/validity.py);
+        the cycle collector paused while each is lowered (`collector.collector_paused`)."""
+        out = []
+        for records in candidates:
+            with collector_paused():
+                out.append(self.evaluate_one(records))
+        return out
 
     def evaluate_one(self, records: Records) -> Outcome:
         """Replay, check validity (lowering once), extract features from that lowering."""
@@ -149,26 +162,30 @@ class TaskContext:
 
     def features(self, candidates: Sequence[Records]) -> list[np.ndarray | None]:
         """Per candidate: the features of its lowered program, with no GPU limit checked; None
-        when it does not replay or lower."""
+        when it does not replay or lower (the cycle collector paused for each, as in
+        `evaluate`)."""
         out: list[np.ndarray | None] = []
         for records in candidates:
-            try:
-                state = self.replay(records)
-            except AutoschedError:
-                out.append(None)
-                continue
-            out.append(state_features(state))
+            with collector_paused():
+                try:
+                    state = self.replay(records)
+                except AutoschedError:
+                    out.append(None)
+                    continue
+                out.append(state_features(state))
         return out
 
     def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
-        """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built."""
+        """Per candidate: its measure/ KernelArtifact, or an error text when it cannot be built
+        (the cycle collector paused for each, as in `evaluate`)."""
         out: list[Any] = []
         for records, tag in zip(candidates, tags, strict=True):
-            try:
-                kernel = build(self.dag, self.replay(records))
-                out.append(kernel.artifact(reference_id=self.dag.workload_key, tag=tag))
-            except Exception as exc:  # a state that cannot be lowered costs one failed record
-                out.append(f"{type(exc).__name__}: {exc}")
+            with collector_paused():
+                try:
+                    kernel = build(self.dag, self.replay(records))
+                    out.append(kernel.artifact(reference_id=self.dag.workload_key, tag=tag))
+                except Exception as exc:  # a state that cannot be lowered costs one failed record
+                    out.append(f"{type(exc).__name__}: {exc}")
         return out
 
 

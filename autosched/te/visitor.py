@@ -77,14 +77,17 @@ def _rewritten(node: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Ex
     return repl
 
 
-def substitute(e: Expr, mapping: dict) -> Expr:
-    """Replace variables (keys: Var objects) by expressions."""
+def substitute(e: Expr, mapping: dict, memo: dict[int, Expr] | None = None) -> Expr:
+    """Replace variables (keys: Var objects) by expressions. `memo` (id of a node -> its
+    substitute), as `rewrite`'s, may be shared by the calls of one mapping on trees that share
+    subtrees (the indices of one statement's loads), which are then substituted once and stay
+    shared; the trees must stay alive while it is in use."""
     if not mapping:
         return e
     # `rewrite` with the replacement written in: only a leaf can be one of the variables
     # (they are alive as the mapping's keys, so no other node has their id). Lowering
     # substitutes into every index it derives.
-    return _substituted(e, {id(k): v for k, v in mapping.items()}, {})
+    return _substituted(e, {id(k): v for k, v in mapping.items()}, {} if memo is None else memo)
 
 
 def _substituted(node: Expr, by_id: dict[int, Expr], memo: dict[int, Expr]) -> Expr:

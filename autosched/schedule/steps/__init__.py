@@ -43,7 +43,7 @@ from autosched.schedule.steps.loop import (
     ReorderStep,
     SplitStep,
 )
-from autosched.schedule.steps.replay import print_python_schedule, replay
+from autosched.schedule.steps.replay import print_python_schedule, replay, replay_step
 
 __all__ = [
     "STEP_REGISTRY",
@@ -73,4 +73,5 @@ __all__ = [
     "print_python_schedule",
     "replace",
     "replay",
+    "replay_step",
 ]

@@ -45,14 +45,20 @@ def replay(dag: HasInitState[_State], steps: Iterable[Step | Sequence]) -> _Stat
     for step in steps:
         if not isinstance(step, Step):
             step = Step.from_record(step)
-        try:
-            state = state.apply(step)
-        except IndexError as e:  # a record naming a stage this DAG's state does not have
-            raise ScheduleError(
-                f"step {step.to_record()} does not fit the state: its stages are "
-                f"{[s.name for s in state.stages]} ({e})"
-            ) from e
+        state = replay_step(state, step)
     return state
+
+
+def replay_step(state: _State, step: Step) -> _State:
+    """`state.apply(step)` as a replay applies it: a step naming a stage the state does not
+    have raises ScheduleError."""
+    try:
+        return state.apply(step)
+    except IndexError as e:  # a record naming a stage this DAG's state does not have
+        raise ScheduleError(
+            f"step {step.to_record()} does not fit the state: its stages are "
+            f"{[s.name for s in state.stages]} ({e})"
+        ) from e
 
 
 def print_python_schedule(state: PrintableState) -> str:
