@@ -43,9 +43,14 @@ from benchmarks.report import Column, Results, Table, command_line, git_commit, 
 RECORD_PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 
 
-def record_logs(root: str) -> list[str]:
-    """Every record log under `root`, sorted (tables named results.json* left out)."""
-    paths = {p for pat in RECORD_PATTERNS for p in glob.glob(f"{root}/**/{pat}", recursive=True)}
+def record_logs(roots: list[str]) -> list[str]:
+    """Every record log named in `roots` or found under those of them that are folders, sorted
+    (tables named results.json* left out)."""
+    paths = {r for r in roots if os.path.isfile(r)}
+    for root in (r for r in roots if os.path.isdir(r)):
+        paths |= {
+            p for pat in RECORD_PATTERNS for p in glob.glob(f"{root}/**/{pat}", recursive=True)
+        }
     return sorted(p for p in paths if not os.path.basename(p).startswith("results.json"))
 
 
@@ -99,7 +104,7 @@ def make_model(nthread: int | None = None):
     return XGBModel(seed=0, nthread=nthread, few_shot_threshold=0)
 
 
-def build_dataset(logs: str, per_workload: int, seed: int, n_jobs: int, cache: str | None):
+def build_dataset(logs: list[str], per_workload: int, seed: int, n_jobs: int, cache: str | None):
     """The featurised programs and {workload key: `same_workload` name}: read from `cache` (and
     the JSON file beside it) when it exists, else built (and saved there). The names are taken
     while the logs' DAGs are known: a model task's DAG comes from its log."""
@@ -170,7 +175,9 @@ def results_of(evaluation: dict[str, dict], about: dict, argv: list[str]) -> Res
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--logs", required=True, help="folder searched for record logs")
+    ap.add_argument(
+        "--logs", required=True, nargs="+", help="record logs, or folders searched for them"
+    )
     ap.add_argument("--per-workload", type=int, default=1500, help="states kept per workload key")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))

@@ -30,15 +30,32 @@ def test_record_logs_leave_the_result_tables_out(tmp_path):
     (tmp_path / "run").mkdir()
     for name in ("a.json.gz", "run/b.json", "run/results.json", "run/results.json.gz", "c.md"):
         (tmp_path / name).write_text("")
-    found = [p.removeprefix(str(tmp_path) + "/") for p in pretrain.record_logs(str(tmp_path))]
+    found = [p.removeprefix(str(tmp_path) + "/") for p in pretrain.record_logs([str(tmp_path)])]
     assert found == ["a.json.gz", "run/b.json"]
+
+
+def test_record_logs_read_files_named_beside_folders(tmp_path):
+    """A log named on the command line (the packed logs of costmodel/data/) is read beside the
+    logs found under a folder, each log once."""
+    (tmp_path / "run").mkdir()
+    for name in ("packed.jsonl.gz", "run/b.json", "c.md"):
+        (tmp_path / name).write_text("")
+    roots = [str(tmp_path / "packed.jsonl.gz"), str(tmp_path / "run")]
+    found = [p.removeprefix(str(tmp_path) + "/") for p in pretrain.record_logs(roots)]
+    assert found == ["packed.jsonl.gz", "run/b.json"]
+    assert (
+        pretrain.record_logs([str(tmp_path), str(tmp_path / "run")]).count(
+            str(tmp_path / "run" / "b.json")
+        )
+        == 1
+    )
 
 
 def test_one_record_per_state_at_its_median_of_positive_finite_costs(tmp_path):
     s1, s2, s3 = (("SP", 0, 1),), (("SP", 0, 2),), (("SP", 0, 4),)
     write_log(tmp_path / "one.json", [(K, s1, 1.0), (K, s1, 3.0), (K, s2, None)])
     write_log(tmp_path / "two.json", [(K, s1, 2.0), (K, s3, 0.0), (J, s1, math.inf)])
-    costs = pretrain.measured_states(pretrain.record_logs(str(tmp_path)))
+    costs = pretrain.measured_states(pretrain.record_logs([str(tmp_path)]))
     assert costs == {K: {s1: [1.0, 3.0, 2.0]}}
     records = pretrain.sampled_records(costs, per_workload=10, seed=0)
     assert [(i.workload_key, i.steps, r.mean_cost) for i, r in records] == [(K, s1, 2.0)]
