@@ -8,7 +8,7 @@ Rows are per statement, in program order (a reduction's init and update are two 
 keys rows by buffer and lets the update overwrite the init). The features of many states in
 worker processes: `search.workers.features_for_states`.
 
-Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared once in table.py:
+Layout (161 values; Ansor has 164) — every name is in FEATURE_NAMES, declared once in table.py:
 
 - compute (15): float mad/addsub/mul/divmod/cmp/math, the same for int, bool ops, selects,
   casts; totals over all executions of the statement. Ansor's float/int "other func" counts
@@ -32,6 +32,12 @@ Layout (158 values; Ansor has 164) — every name is in FEATURE_NAMES, declared 
 - outer (3): product of the enclosing loop and thread extents, number of those loops, and the
   size of the outermost enclosing unrolled nest (stores it runs), which stands in for Ansor's
   auto_unroll_max_step.
+- issue (3): who issues the statement, which the groups above read alike: a cp.async copy (a
+  store into a buffer that cp.async fills), a TMA box copy (the copy engine's; walked as the
+  cooperative copy it replaces, `features/tma.py`), and a statement of a kernel whose TMA
+  pipeline a producer warpgroup feeds on the device (the kernel's `warp_specialized` mark).
+  A model trained on the table without them reads its columns by name
+  (`costmodel.pretrained.ColumnsByName`).
 
 Counts, sizes and strides are in elements or bytes as named; the loop stack includes the
 launch's block and thread indices as the outermost loops (Ansor's fake thread loops), so counts

@@ -123,6 +123,9 @@ class StoreInfo:
         "kernel_shared_bytes",
         "kernel_local_bytes",
         "unrolled_steps",
+        "async_copy",
+        "copy_engine",
+        "warp_specialized",
     )
     buffer: ir.Buffer
     ops: list[float]  # per OP_KINDS entry, over all executions
@@ -140,6 +143,9 @@ class StoreInfo:
     kernel_shared_bytes: int
     kernel_local_bytes: int
     unrolled_steps: int
+    async_copy: bool  # a cp.async copy: a store of global data into an `async_copy` buffer
+    copy_engine: bool  # a TMA box copy: the copy engine moves it, not the block's threads
+    warp_specialized: bool  # the kernel's TMA pipeline gets a producer warpgroup on the device
 
 
 # ---- accesses ----------------------------------------------------------------------------------

@@ -134,6 +134,13 @@ def _build() -> list[Feature]:
     add("outer", "outer_prod", lambda s: s.outer_prod)  # executions (loops x threads)
     add("outer", "num_loops", lambda s: s.num_loops)  # enclosing loops incl. thread indices
     add("outer", "unrolled_steps", lambda s: s.unrolled_steps)  # size of the unrolled nest
+    # Group 6: who issues the statement (after Ansor's groups, so that a model trained on the
+    # older table reads its columns by name): a cp.async copy, a TMA box copy (the copy
+    # engine's), a statement of a kernel whose TMA pipeline a producer warpgroup feeds (the
+    # analysis program keeps the pipeline it replaces, so the walk reads the kernel's mark).
+    add("issue", "async_copy", lambda s: s.async_copy)
+    add("issue", "copy_engine", lambda s: s.copy_engine)
+    add("issue", "warp_specialized", lambda s: s.warp_specialized)
     return f
 
 

@@ -93,6 +93,7 @@ class ProgramWalker:
                 if ext > 1:
                     self.push(Loop(ir.THREAD_VARS[tag], ext, tag))
             self.outer_prod = self.n_threads
+            self.copy_engine = False
             self.visit(kernel.body, ())
         return self.out
 
@@ -175,7 +176,9 @@ class ProgramWalker:
         copy = box_copy(s, self.kernel.block)
         self.push(Loop(ELEM, copy.per_thread, "serial"))
         self.outer_prod *= copy.per_thread
+        self.copy_engine = True
         self.store(copy.dst, copy.index, (copy.value,), guards, None)
+        self.copy_engine = False
         self.outer_prod //= copy.per_thread
         self.pop()
 
@@ -285,6 +288,11 @@ class ProgramWalker:
             info.alloc_scope = b.scope
         info.kernel_shared_bytes = self.shared_bytes
         info.kernel_local_bytes = self.local_bytes
+        info.copy_engine = self.copy_engine
+        info.warp_specialized = self.kernel.warp_specialized
+        # a store into a buffer that cp.async fills is one of its copies (a TMA-filled one's
+        # copies are the copy engine's)
+        info.async_copy = not self.copy_engine and alloc is not None and alloc.async_copy
 
     def buffer_info(self, acc: Access, outer: int) -> BufferInfo:
         loops = self.loops

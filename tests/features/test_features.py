@@ -96,6 +96,7 @@ def test_names_unique_and_layout_matches():
         "intensity": 10,
         "allocation": 8,
         "outer": 3,
+        "issue": 3,
     }
     f = extract_features(hand_matmul())
     assert f.shape == (2, N_FEATURES) and f.dtype == np.float32

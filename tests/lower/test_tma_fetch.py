@@ -222,6 +222,11 @@ def test_the_features_see_a_box_copy_as_the_cooperative_copy_without_its_address
     divmod_at = list(FEATURE_NAMES).index("int_divmod")
     fewer = tma[:, divmod_at] < cp_async[:, divmod_at]
     assert fewer.sum() >= 2  # the rows of the A and B copies
+    # and who issues the copies tells the two apart: the copy engine, or each thread's cp.async
+    engine, issued = (list(FEATURE_NAMES).index(n) for n in ("copy_engine", "async_copy"))
+    assert (tma[:, engine] > 0).tolist() == (cp_async[:, issued] > 0).tolist()
+    assert (tma[:, engine] > 0).sum() >= 2
+    assert not tma[:, issued].any() and not cp_async[:, engine].any()
 
 
 @pytest.mark.gpu

@@ -101,14 +101,19 @@ def test_warp_specialized_states_compute_the_dag(make, slots, consumers):
 
 
 def test_the_analysis_program_keeps_the_pipeline_it_replaces():
-    """Features read the analysis program: the mark changes only the device program."""
-    from autosched.features.extract import extract_features
+    """Features read the analysis program: the mark changes only the device program, and the
+    features only in the column that reads the kernel's mark."""
+    from autosched.features.extract import FEATURE_NAMES, extract_features
     from autosched.lower.ir_text import program_text
 
     state = recipe_state(matmul_dag(128, 128, 256), 3)
     marked = lower(warp_specialized(state))
     assert program_text(marked) == program_text(lower(state))
-    assert (extract_features(marked) == extract_features(lower(state))).all()
+    plain, specialised = extract_features(lower(state)), extract_features(marked)
+    column = FEATURE_NAMES.index("warp_specialized")
+    assert (plain[:, column] == 0).all() and (specialised[:, column] > 0).all()
+    others = [i for i in range(len(FEATURE_NAMES)) if i != column]
+    assert (plain[:, others] == specialised[:, others]).all()
     assert not wr.uses_warp_roles(device(state).kernels[0])
 
 
