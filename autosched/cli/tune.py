@@ -25,8 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pipeline",
         action="store_true",
-        help="search the next round while this one is built and timed (the search's workers "
-        "then share the cores with the compilers)",
+        help="search the next round while this one runs on the GPU (once its kernels are compiled)",
     )
     parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ class TuningOptions:
     measure_callbacks: Sequence[MeasureCallback] | None = ()
     verbose: int = 1
     measurer: Measurer | None = None  # a custom measurer (tests use a simulated one)
-    # search the next batch while this one is measured (see run_trials). Off by default: on
+    # search the next batch while this one runs on the GPU (see run_trials). Off by default: on
     # the simulated measurer it has not yet been shown to find states as good at equal trials
     pipeline: bool = False
 
@@ -142,14 +143,16 @@ def run_trials(
     record per round (`trials` counts from 0 in this call; see `progress.round_record`). The task
     scheduler calls it again and again on one policy and measurer, a few rounds at a time.
 
-    With `opts.pipeline` the next batch is searched while this one is measured (in a
-    background thread), so the GPU does not wait for the search: the batch measured in round k+1
-    was then chosen by the model of round k-1. The first batch of a call is measured alone, so
-    that the second is chosen by a model trained on it. A search is only started for trials this
-    call still has to measure, so no searched state is left unmeasured at the end (but for the
-    batch searched when early stopping ends the loop). Pipelined or not, Ctrl-C waits for the
-    batch being measured (its records are written) before it stops the loop; a second one stops
-    at once."""
+    With `opts.pipeline` the next batch is searched while this one runs on the GPU (the batch is
+    measured in a background thread): the search starts once this host's compilers are done
+    with the batch (`Measurer.measure`'s `on_built`), so that the search's workers and the
+    compilers do not share the cores, and the model update of round k runs while round k+1's
+    kernels compile. The batch measured in round k+1 was then chosen by the model of round k-1.
+    The first batch of a call is measured alone, so that the second is chosen by a model trained
+    on it. A search is only started for trials this call still has to measure, so no searched
+    state is left unmeasured at the end (but for the batch searched when early stopping ends the
+    loop). Pipelined or not, Ctrl-C waits for the batch being measured (its records are written)
+    before it stops the loop; a second one stops at once."""
     flop = task.compute_dag.flop_count
     total = opts.num_measure_trials
     done, rnd = 0, start_round
@@ -159,16 +162,21 @@ def run_trials(
     window_start = time.perf_counter()
     pending = _search(policy, min(opts.num_measures_per_round, total))
     searches = [pending.span]  # the searches run in this round's window
+    update = _ModelUpdate(policy)
     while pending.batch:
         rnd += 1
         batch, upcoming = pending.batch, None
         left = total - done - len(batch)
         # in a thread, so that Ctrl-C can wait for the batch; the first batch is measured alone
         # (no search beside it), so that the second is chosen by a trained model
-        measuring = Background(functools.partial(_measure, measurer, batch), "measure")
+        built = threading.Event()
+        measuring = Background(functools.partial(_measure, measurer, batch, built), "measure")
+        model_s = 0.0
         try:
             measuring.start()
             if opts.pipeline and left > 0 and rnd > start_round + 1:
+                model_s = update.run()  # the last round's, while this one compiles
+                _wait_for_builds(built, measuring)
                 upcoming = _search(policy, min(opts.num_measures_per_round, left))
                 searches.append(upcoming.span)
             results, measure_span, split = measuring.result()
@@ -179,8 +187,9 @@ def run_trials(
         for s, c in zip(batch, costs, strict=True):
             policy.add_measured(s, c)
             best.offer(c, s, rnd)
-        t0 = time.perf_counter()
-        policy.update_model(batch, costs)
+        update.add(batch, costs)
+        if upcoming is None:  # the next search (or the caller) needs the model now
+            model_s += update.run()
         window_end = time.perf_counter()
         done += len(batch)
         times = RoundTimes(
@@ -189,7 +198,7 @@ def run_trials(
             measure=measure_span,
             build=split["build"],
             run=split["run"],
-            model=window_end - t0,
+            model=model_s,
             searches=searches,
         )
         window_start, searches = window_end, []
@@ -200,13 +209,16 @@ def run_trials(
         if opts.early_stopping and rnd - best.round >= opts.early_stopping:
             if opts.verbose:
                 print(f"early stopping: no improvement in {opts.early_stopping} rounds")
+            update.run()
             return history
         if done >= total:
+            update.run()
             return history
         if upcoming is None:
             upcoming = _search(policy, min(opts.num_measures_per_round, total - done))
             searches.append(upcoming.span)
         pending = upcoming
+    update.run()
     if opts.verbose:
         print("search space exhausted: no new states to measure")
     return history
@@ -221,6 +233,32 @@ class _Searched:
     detail: dict[str, float]
 
 
+class _ModelUpdate:
+    """The measured batches the policy's model has not been trained on yet, and the update that
+    trains it on them (`run`, a no-op when there are none; it returns its seconds)."""
+
+    def __init__(self, policy: SearchPolicy) -> None:
+        self.policy = policy
+        self.batches: list[tuple[list[State], list[float]]] = []
+
+    def add(self, states: list[State], costs: list[float]) -> None:
+        self.batches.append((states, costs))
+
+    def run(self) -> float:
+        t0 = time.perf_counter()
+        for states, costs in self.batches:
+            self.policy.update_model(states, costs)
+        self.batches = []
+        return time.perf_counter() - t0
+
+
+def _wait_for_builds(built: threading.Event, measuring: Background) -> None:
+    """Until the batch's kernels are compiled (or its measurement ended, built or not), in short
+    waits so that Ctrl-C reaches the loop."""
+    while not built.wait(0.05) and not measuring.done():
+        pass
+
+
 def _search(policy: SearchPolicy, n: int) -> _Searched:
     t0 = time.perf_counter()
     batch = policy.search_one_round(n)
@@ -229,12 +267,16 @@ def _search(policy: SearchPolicy, n: int) -> _Searched:
 
 
 def _measure(
-    measurer: Measurer, batch: Sequence[State]
+    measurer: Measurer, batch: Sequence[State], built: threading.Event
 ) -> tuple[list[MeasureRecordResult], Span, dict[str, float]]:
     """Results, when the measurement ran, and the build / run split of its wall-clock time (all
-    of it counts as build for a measurer whose `last_times` is empty)."""
+    of it counts as build for a measurer whose `last_times` is empty). `built` is set once the
+    batch's kernels are compiled, at the latest when the measurement ends."""
     t0 = time.perf_counter()
-    results = measurer.measure(batch)
+    try:
+        results = measurer.measure(batch, built.set)
+    finally:
+        built.set()
     span = Span(t0, time.perf_counter())
     split = measurer.last_times
     if not split:

@@ -2,7 +2,7 @@
 wall-clock time went.
 
 A round's wall time runs from the end of the previous round to the end of this one. With a
-pipelined loop the search of the next batch runs while this batch is built and timed, so the
+pipelined loop the search of the next batch runs while this batch runs on the GPU, so the
 activities overlap; `split_s` therefore splits the wall time by what the loop was waiting on,
 so that its four parts add up to the wall time:
 

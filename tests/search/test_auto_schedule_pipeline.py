@@ -83,8 +83,9 @@ class CountingPolicy:
 
 class SleepingMeasurer:
     """Costs 1 us + state ns; the states in `failing` fail (a wrong answer). A call takes
-    `seconds`, half of them reported as running on the GPU; call `interrupt_at` presses Ctrl-C.
-    Call k ends only once `overlapped[k]` is set (when there is one)."""
+    `seconds`: the first half builds (then it calls `on_built`), the second is reported as
+    running on the GPU; call `interrupt_at` presses Ctrl-C. Call k ends only once
+    `overlapped[k]` is set (when there is one)."""
 
     def __init__(
         self,
@@ -102,12 +103,16 @@ class SleepingMeasurer:
         self.calls = 0
         self.last_times = {"build": 0.0, "run": 0.0}
 
-    def measure(self, states):
+    def measure(self, states, on_built=None):
         self.calls += 1
         self.log.add("measure start", self.calls)
         if self.calls == self.interrupt_at:
             _thread.interrupt_main()  # Ctrl-C, while the loop waits for this call
-        time.sleep(self.seconds)
+        time.sleep(self.seconds / 2)
+        self.log.add("built", self.calls)
+        if on_built is not None:
+            on_built()
+        time.sleep(self.seconds / 2)
         if self.calls in self.overlapped:
             # the next search runs meanwhile: wait for it to end, so that the test does not
             # depend on how the threads are scheduled (a loop that does not overlap makes this
@@ -159,6 +164,24 @@ def test_the_next_search_starts_before_the_measurement_ends():
     assert policy.updates_seen == [0, 1, 1, 2]
 
 
+def test_the_next_search_waits_for_the_builds_and_the_model_update_for_the_next_builds():
+    """The next search starts once the batch is compiled (not beside the compilers); the model
+    update of round k runs while round k+1 compiles, before the search that needs it."""
+    log = Log()
+    policy = CountingPolicy(log)
+    updates_at: list[float] = []
+    record = policy.update_model
+    policy.update_model = lambda s, c: (updates_at.append(time.perf_counter()), record(s, c))
+    measurer = SleepingMeasurer(log, overlapped={k: policy.searched[k + 1] for k in (2, 3)})
+    tune(policy, measurer, trials=64, per_round=16, pipeline=True)
+    for k in (2, 3):
+        assert log.at("built", k) <= log.at("search start", k + 1) < log.at("measure end", k)
+    # round 2's update (the second) runs while round 3 builds, before search 4
+    assert log.at("measure start", 3) <= updates_at[1] <= log.at("built", 3)
+    assert updates_at[1] < log.at("search start", 4)
+    assert len(updates_at) == 4 and updates_at[-1] > log.at("measure end", 4)
+
+
 def test_without_pipeline_each_search_sees_every_measured_round():
     log = Log()
     policy = CountingPolicy(log)
@@ -173,7 +196,7 @@ def test_without_pipeline_search_and_measurement_alternate():
     expected = []
     for k in (1, 2, 3):
         expected += [("search start", k), ("search end", k)]
-        expected += [("measure start", k), ("measure end", k)]
+        expected += [("measure start", k), ("built", k), ("measure end", k)]
     assert order == expected
 
 
