@@ -143,7 +143,7 @@ class StoreInfo:
     kernel_shared_bytes: int
     kernel_local_bytes: int
     unrolled_steps: int
-    async_copy: bool  # a cp.async copy: a store of global data into an `async_copy` buffer
+    async_copy: bool  # a cp.async copy: a store into a buffer that cp.async fills
     copy_engine: bool  # a TMA box copy: the copy engine moves it, not the block's threads
     warp_specialized: bool  # the kernel's TMA pipeline gets a producer warpgroup on the device
 
