@@ -262,26 +262,33 @@ def test_the_128x256_configuration_computes_a_one_block_product():
     tz.run_and_compare(dag, program)
 
 
-def fast_tma_states(dag, n: int = 600) -> dict[tuple, State]:
+def fast_tma_states(
+    dag, wanted: set[tuple[int, int, int]], n: int = 600, seeds: int = 4
+) -> dict[tuple, State]:
     """(block rows, columns, slots, unroll depth) -> the first state of that configuration among
-    `n` states the default SketchParams sample for `dag` (not lowered): the TMA-fed wgmma
-    states of 128x256 and 256x128 over 3 or 4 slots and of 128x128 over 4, K chunk 64."""
+    the states the default SketchParams sample for `dag` (not lowered): the TMA-fed wgmma
+    states of 128x256 and 256x128 over 3 or 4 slots and of 128x128 over 4, K chunk 64. Draws
+    `n` states a seed, up to `seeds` seeds, until every (rows, columns, slots) of `wanted` was
+    found: a change of what the rules draw elsewhere moves the configurations in the stream."""
     hw = HardwareParams()
     sampler = SketchSampler(generate_sketches(dag, hw), hw, verify=False)
     found: dict[tuple, State] = {}
-    for s in sampler.sample(n, 0):
-        (g,) = sampler.plans[sampler.sketch_of[s.key()]].tensor_core
-        (wm, rm, _), (wn, rn, _), (chunk, _) = group_lengths(s, g)
-        shared = s.stages[g.shared[0]]
-        slots, unroll = shared.pipeline_stages, s.stages[g.acc].auto_unroll_max_step
-        block = (wm * rm * 16, wn * rn * 16)
-        wide = block in ((128, 256), (256, 128)) and slots in (3, 4)
-        if (
-            shared.operand_copy == "tma"
-            and chunk == 4
-            and (wide or (block, slots) == ((128, 128), 4))
-        ):
-            found.setdefault((*block, slots, unroll), s)
+    for seed in range(seeds):
+        for s in sampler.sample(n, seed):
+            (g,) = sampler.plans[sampler.sketch_of[s.key()]].tensor_core
+            (wm, rm, _), (wn, rn, _), (chunk, _) = group_lengths(s, g)
+            shared = s.stages[g.shared[0]]
+            slots, unroll = shared.pipeline_stages, s.stages[g.acc].auto_unroll_max_step
+            block = (wm * rm * 16, wn * rn * 16)
+            wide = block in ((128, 256), (256, 128)) and slots in (3, 4)
+            if (
+                shared.operand_copy == "tma"
+                and chunk == 4
+                and (wide or (block, slots) == ((128, 128), 4))
+            ):
+                found.setdefault((*block, slots, unroll), s)
+        if wanted <= {key[:3] for key in found}:
+            break
     return found
 
 
@@ -296,8 +303,9 @@ def test_the_sampled_fast_tma_configurations_compile_for_sm_90a_at_4096_without_
         pytest.skip("compiling 4096^3 kernels takes seconds; run with -m slow")
 
     dag = matmul_dag(4096, 4096, 4096)
-    found = fast_tma_states(dag)
-    assert {(128, 256, 3), (256, 128, 3)} <= {key[:3] for key in found}
+    wanted = {(128, 256, 3), (256, 128, 3)}
+    found = fast_tma_states(dag, wanted)
+    assert wanted <= {key[:3] for key in found}
     for (rows, cols, _, _), state in found.items():
         source = build(dag, state).source
         assert "cp.async.bulk.tensor.2d" in source and f"m64n{cols}k16" in source
@@ -321,7 +329,7 @@ def test_the_cast_matmul_lays_its_epilogue_over_its_slots_and_compiles_at_4096(r
 
     dag = cast_matmul_dag(4096, 4096, 4096, cast=True)
     found: dict[tuple, State] = {}
-    for key, state in fast_tma_states(dag).items():
+    for key, state in fast_tma_states(dag, {(128, 256, 3)}).items():
         found.setdefault(key[:3], state)
     assert (128, 256, 3) in found
     limit = HardwareParams().max_shared_memory_per_block_optin
