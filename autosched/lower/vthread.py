@@ -44,7 +44,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir, stmt_walk
 from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
-from autosched.te.visitor import children, nodes, rebuild, rewrite, walk
+from autosched.te.visitor import children, loads, nodes, rebuild, rewrite, walk
 
 
 def inject_virtual_threads(kernel: ir.Kernel) -> ir.Kernel:
@@ -376,7 +376,6 @@ def _access_counts(s: ir.Stmt) -> Counter:
             for b in node.buffers():
                 counts[id(b)] += 1
         for e in _exprs(node):
-            for n in nodes(e):
-                if isinstance(n, Load):
-                    counts[id(n.buffer)] += 1
+            for n in loads(e):
+                counts[id(n.buffer)] += 1
     return counts
