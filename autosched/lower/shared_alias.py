@@ -35,8 +35,8 @@ from autosched.lower import ir, stmt_walk
 from autosched.lower import tma_ir as ti
 from autosched.lower import warp_roles_ir as wr
 from autosched.lower import wgmma_ir as wi
-from autosched.te.expr import Expr, Load
-from autosched.te.visitor import walk
+from autosched.te.expr import Expr
+from autosched.te.visitor import loads
 
 
 def _buffers_in(value: object) -> Iterator[ir.Buffer]:
@@ -45,15 +45,26 @@ def _buffers_in(value: object) -> Iterator[ir.Buffer]:
     if isinstance(value, ir.Buffer):
         yield value
     elif isinstance(value, Expr):
-        for node in walk(value):
-            if isinstance(node, Load) and isinstance(node.buffer, ir.Buffer):
+        for node in loads(value):
+            if isinstance(node.buffer, ir.Buffer):
                 yield node.buffer
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _buffers_in(item)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from _buffers_in(getattr(value, f.name))
+        for name in _field_names(type(value)):
+            yield from _buffers_in(getattr(value, name))
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass's field names (fields() is slow)
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The names of dataclass `cls`'s fields, in `dataclasses.fields` order."""
+    got = _FIELD_NAMES.get(cls)
+    if got is None:
+        got = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return got
 
 
 def _top_level(kernel: ir.Kernel) -> list[ir.Stmt]:
