@@ -23,7 +23,7 @@ from autosched.lower.plan import LoweringPlan
 from autosched.schedule.stage import ATTACHED, TENSORIZE, FuseRel, SplitRel
 from autosched.te.expr import BinOp, Expr, Load, Var
 from autosched.te.tensor import Operation, Tensor
-from autosched.te.visitor import nodes, substitute
+from autosched.te.visitor import loads, substitute
 
 # loops a stage computed at them is shared across, by the scope of its buffer
 RELAXED_TAGS = {
@@ -35,7 +35,7 @@ RELAXED_TAGS = {
 
 def tensor_loads(e: Expr) -> list[Load]:
     """The loads of tensors (not of IR buffers) in a stage body."""
-    return [n for n in nodes(e) if isinstance(n, Load) and isinstance(n.buffer, Tensor)]
+    return [n for n in loads(e) if isinstance(n.buffer, Tensor)]
 
 
 class ConsumerReads:

@@ -53,7 +53,7 @@ from autosched.lower.ir import BLOCK_TAGS, I32, int32
 from autosched.lower.plan import NO_LOOP_TAGS, LoweringPlan
 from autosched.schedule.stage import CLUSTER_RANK_TAG
 from autosched.te.expr import BinOp, Expr, Load, Var
-from autosched.te.visitor import rewrite, substitute
+from autosched.te.visitor import loads, rewrite, substitute
 
 SLOTS = 2  # the slots of a plain double-buffered stage
 
@@ -100,6 +100,10 @@ def _shift_accesses(s: ir.Stmt, offsets: dict[int, Expr]) -> ir.Stmt:
     fix = _ShiftLoads(offsets)
 
     def load(e: Expr) -> Expr:
+        # an expression without a load of those buffers is its own rewrite: found by one walk
+        # for its loads (the guards and indices of the loop body), cheaper than the rewrite
+        if not any(id(node.buffer) in offsets for node in loads(e)):
+            return e
         return rewrite(e, fix, fix.memo)
 
     def target(buffer: ir.Buffer, index: Expr):

@@ -139,7 +139,11 @@ class LoweringPlan:
         return attach
 
     def topo_order(self) -> list[int]:
-        """The stages that are not inlined, producers before their consumers."""
+        """The stages that are not inlined, producers before their consumers: read from
+        `topo_index` once `planning.order_attached` has set it (the stages' reads are final
+        then), sorted from the reads before."""
+        if self.topo_index:
+            return list(self.topo_index)
         graph = {
             i: set(self.info[i].reads) for i, s in enumerate(self.stages) if s.compute_at != INLINED
         }

@@ -29,31 +29,43 @@ alias again with the same proof.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 from autosched.lower import ir, stmt_walk
 from autosched.lower import tma_ir as ti
 from autosched.lower import warp_roles_ir as wr
 from autosched.lower import wgmma_ir as wi
-from autosched.te.expr import Expr, Load
-from autosched.te.visitor import walk
+from autosched.te.expr import Expr
+from autosched.te.visitor import loads
 
 
-def _buffers_in(value: object) -> Iterator[ir.Buffer]:
-    """Every IR buffer `value` names: its fields', its expressions' loads', its statements'
-    (a conservative walk over the dataclass fields, so that a new statement type is covered)."""
+def _buffer_ids(value: object, out: set[int]) -> set[int]:
+    """`out` with the ids of every IR buffer `value` names added: its fields', its
+    expressions' loads', its statements' (a conservative walk over the dataclass fields, so
+    that a new statement type is covered)."""
     if isinstance(value, ir.Buffer):
-        yield value
+        out.add(id(value))
     elif isinstance(value, Expr):
-        for node in walk(value):
-            if isinstance(node, Load) and isinstance(node.buffer, ir.Buffer):
-                yield node.buffer
+        for node in loads(value):
+            if isinstance(node.buffer, ir.Buffer):
+                out.add(id(node.buffer))
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _buffers_in(item)
+            _buffer_ids(item, out)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from _buffers_in(getattr(value, f.name))
+        for name in _field_names(type(value)):
+            _buffer_ids(getattr(value, name), out)
+    return out
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass's field names (fields() is slow)
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The names of dataclass `cls`'s fields, in `dataclasses.fields` order."""
+    got = _FIELD_NAMES.get(cls)
+    if got is None:
+        got = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return got
 
 
 def _top_level(kernel: ir.Kernel) -> list[ir.Stmt]:
@@ -98,7 +110,7 @@ def overlay_problem(kernel: ir.Kernel, alias: ir.SharedAlias) -> str | None:
     bars = {id(s.bars) for s in nested if isinstance(s, ti.TmaLoad) and id(s.dst) in hosts}
     guarded = hosts | bars
     top = _top_level(kernel)
-    touched = [{id(b) for b in _buffers_in(s)} for s in top]
+    touched = [_buffer_ids(s, set()) for s in top]
     last = max((i for i, t in enumerate(touched) if t & guarded), default=-1)
     first = min((i for i, t in enumerate(touched) if id(alias.tile) in t), default=len(top))
     if last >= first:

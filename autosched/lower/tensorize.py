@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from autosched.errors import LoweringError
 from autosched.lower import ir
-from autosched.lower.arith import is_multiple, simplify
+from autosched.lower.arith import MemoBounds, is_multiple, simplify
 from autosched.lower.bound_inference import loop_bounds
 from autosched.lower.guards import guards
 from autosched.lower.mma_layout import MMA_TYPES
@@ -143,9 +143,12 @@ def nest_vars(
     )
 
 
-def nest_bounds(plan: LoweringPlan, i: int):
+def nest_bounds(plan: LoweringPlan, i: int) -> MemoBounds:
+    """The bounds of stage i's loops and those it is computed inside, remembering the affine
+    form of each expression read under them (`arith.MemoBounds`): reading a tensorized nest
+    takes the coefficients of each access dimension once per tensorized loop."""
     st = plan.stages[i]
-    return loop_bounds(plan, plan.info[i].context + [(i, it.name) for it in st.iters])
+    return MemoBounds(loop_bounds(plan, plan.info[i].context + [(i, it.name) for it in st.iters]))
 
 
 def whole_tile_guard(

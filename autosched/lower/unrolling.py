@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from autosched.lower import ir, stmt_walk
 from autosched.te.expr import Load
-from autosched.te.visitor import free_vars, nodes
+from autosched.te.visitor import free_vars, loads
 
 
 def auto_unroll(s: ir.Stmt, max_step: int) -> ir.Stmt:
@@ -50,7 +50,7 @@ def unroll_register_indices(body: ir.Stmt) -> ir.Stmt:
 def _local_index_vars(exprs, out: set[int]) -> None:
     """Add to `out` the ids of the variables in the indices of local-buffer loads in `exprs`."""
     for e in exprs:
-        for node in nodes(e):
+        for node in loads(e):
             if type(node) is Load and getattr(node.buffer, "scope", None) == "local":
                 out.update(id(v) for i in node.indices for v in free_vars(i))
 

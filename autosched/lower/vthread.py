@@ -44,7 +44,7 @@ from autosched.errors import LoweringError
 from autosched.lower import ir, stmt_walk
 from autosched.lower.dispatch import TypeTable
 from autosched.te.expr import BinOp, Const, Expr, Load, Var
-from autosched.te.visitor import children, nodes, rebuild, rewrite, walk
+from autosched.te.visitor import children, loads, nodes, rebuild, rewrite, walk
 
 
 def inject_virtual_threads(kernel: ir.Kernel) -> ir.Kernel:
@@ -77,8 +77,16 @@ class _Injection:
     """Injects the vthread loops of one kernel body, innermost first."""
 
     def __init__(self, body: ir.Stmt) -> None:
-        self.total = _access_counts(body)  # accesses per buffer id over the whole kernel
+        self.body = body  # the kernel's body as it came in
+        self._total: Counter | None = None  # accesses per buffer id over it (`total`)
         self.expanded: dict[int, ir.Buffer] = {}  # id(old buffer) -> its expansion
+
+    @property
+    def total(self) -> Counter:
+        """Accesses per buffer id over the whole kernel, counted on first use."""
+        if self._total is None:
+            self._total = _access_counts(self.body)
+        return self._total
 
     def visit(self, s: ir.Stmt) -> ir.Stmt:
         """`s` with every vthread loop in it injected (children first)."""
@@ -97,8 +105,12 @@ class _Injection:
         """One vthread loop (with injected `body`) replaced by the pushed-down copies."""
         touched = _touched_buffers(body, loop.var)
         candidates = [b for b in touched.values() if b.scope != "global"]
-        inside = _access_counts(loop.body) if candidates else Counter()  # once for them all
-        private = [b for b in candidates if self.is_private(b, inside)]
+        outside = _access_counts_outside(self.body, loop) if candidates else Counter()
+        if outside is None:  # the loop met more than once: the counts over it and the kernel
+            inside = _access_counts(loop.body)
+            private = [b for b in candidates if self.is_private(b, inside)]
+        else:  # all accesses inside the loop, or a buffer an inner expansion made
+            private = [b for b in candidates if not outside.get(id(b))]
         swap = {id(b): self.expand(b, loop.extent) for b in private}
         body = _expand_accesses(body, swap, loop.var)
         ids = set(touched) | {id(b) for b in swap.values()}
@@ -370,13 +382,35 @@ def _access_counts(s: ir.Stmt) -> Counter:
     """Loads and stores per buffer id in `s`."""
     counts: Counter = Counter()
     for node in ir.iter_stmts(s):
-        if isinstance(node, (ir.Store, ir.AllReduce)):
-            counts[id(node.buffer)] += 1
-        elif isinstance(node, ir.WarpStmt):
-            for b in node.buffers():
-                counts[id(b)] += 1
-        for e in _exprs(node):
-            for n in nodes(e):
-                if isinstance(n, Load):
-                    counts[id(n.buffer)] += 1
+        _count_accesses(node, counts)
     return counts
+
+
+def _access_counts_outside(s: ir.Stmt, loop: ir.For) -> Counter | None:
+    """Loads and stores per buffer id in `s` outside `loop`: what `_access_counts(s)` counts
+    less what `_access_counts(loop.body)` does, without walking the loop (a vthread loop holds
+    most of its kernel); None when `s` holds `loop` more than once (then that difference is
+    not the count outside one of them)."""
+    counts: Counter = Counter()
+    met = 0
+    todo = [s]
+    while todo:
+        node = todo.pop()
+        if node is loop:
+            met += 1
+            continue
+        _count_accesses(node, counts)
+        todo.extend(reversed(_child_stmts(node)))
+    return counts if met == 1 else None
+
+
+def _count_accesses(node: ir.Stmt, counts: Counter) -> None:
+    """Add the accesses of one statement's own (not its sub-statements') to `counts`."""
+    if isinstance(node, (ir.Store, ir.AllReduce)):
+        counts[id(node.buffer)] += 1
+    elif isinstance(node, ir.WarpStmt):
+        for b in node.buffers():
+            counts[id(b)] += 1
+    for e in _exprs(node):
+        for n in loads(e):
+            counts[id(n.buffer)] += 1

@@ -26,19 +26,27 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# whether a `young_objects_only` block has frozen the objects and not unfrozen them yet: an
+# enclosing block is known without asking `gc.get_freeze_count`, which counts the frozen
+# objects one by one (the search's whole heap, at every chunk of candidates run in-process)
+_frozen_by_block = False
+
 
 @contextmanager
 def young_objects_only() -> Iterator[None]:
     """Within the block, the cycle collector walks only the objects made inside it. A no-op
     where objects are frozen already (an enclosing block, or a caller's own `gc.freeze`,
     which is left as it was)."""
-    if gc.get_freeze_count():
+    global _frozen_by_block
+    if _frozen_by_block or gc.get_freeze_count():
         yield
         return
     gc.freeze()
+    _frozen_by_block = True
     try:
         yield
     finally:
+        _frozen_by_block = False
         gc.unfreeze()
 
 

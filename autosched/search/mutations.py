@@ -81,12 +81,15 @@ def structure_key(records: Records) -> tuple:
 
 
 def _blank(record: tuple) -> tuple:
-    if record[0] == SplitStep.TAG:
+    tag = record[0]
+    if tag == SplitStep.TAG:
         return record[:4] + (None,) + record[5:]
-    if is_unroll_pragma(record):
+    if tag != PragmaStep.TAG:  # no decision in any other record
+        return record
+    if record[3].startswith(AUTO_UNROLL):  # `is_unroll_pragma`
         return record[:3] + (AUTO_UNROLL,)
     for drawn in DRAWN_PRAGMAS:
-        if record[0] == PragmaStep.TAG and record[3].startswith(drawn):
+        if record[3].startswith(drawn):
             return record[:3] + (drawn,)
     return record
 
@@ -172,16 +175,25 @@ class MutationContext:
     decisions: dict = field(default_factory=dict)
     # structure key -> fixed_levels of its records (filled on first use)
     fixed: dict = field(default_factory=dict)
+    # the last records asked about and their structure key (a mutation asks twice)
+    last_key: list = field(default_factory=lambda: [None, None], compare=False, repr=False)
+
+    def structure_key(self, records: Records) -> tuple:
+        """`structure_key(records)`, made once for the records asked about last."""
+        last = self.last_key
+        if last[0] is not records:
+            last[0], last[1] = records, structure_key(records)
+        return last[1]
 
     def decision_ids(self, records: Records) -> tuple[int, ...]:
-        key = structure_key(records)
+        key = self.structure_key(records)
         ids = self.decisions.get(key)
         if ids is None:
             ids = self.decisions[key] = tuple(k for k, r in enumerate(records) if is_decision(r))
         return ids
 
     def fixed_levels(self, records: Records) -> dict[int, int]:
-        key = structure_key(records)
+        key = self.structure_key(records)
         got = self.fixed.get(key)
         if got is None:
             got = self.fixed[key] = fixed_levels(records)

@@ -127,8 +127,25 @@ def free_vars(e: Expr) -> list[Var]:
 
 
 def loads(e: Expr) -> list[Load]:
-    """Every Load node in `e` (pre-order)."""
-    return [n for n in nodes(e) if isinstance(n, Load)]
+    """Every Load node in `e`, in `walk`'s order (shared subtrees once): `nodes` written out
+    with only the loads kept, as the passes that count or inspect the loads of every
+    expression of a kernel ask for them (a list of all nodes, read again, would cost more)."""
+    out: list[Load] = []
+    seen: set[int] = set()
+    stack = [e]
+    pop, push, add, keep = stack.pop, stack.extend, seen.add, out.append
+    while stack:
+        node = pop()
+        key = id(node)
+        if key in seen:
+            continue
+        add(key)
+        if isinstance(node, Load):
+            keep(node)
+        kids = node.children()
+        if kids:
+            push(reversed(kids))
+    return out
 
 
 __all__ = [

@@ -302,6 +302,22 @@ def test_a_buffer_used_outside_the_loop_is_not_expanded():
     assert arrays["O"][0] == 7.0
 
 
+def test_a_loop_met_twice_shares_its_buffer_and_one_met_once_expands_it():
+    """T is private to one vthread loop, and expanded; the same loop object placed twice (its
+    accesses then lie outside each of its places too) leaves T shared, as counting the
+    kernel's accesses against the loop's says."""
+    v = Var("v")
+    a = ir.Buffer("A", (2,), "float32")
+    o = ir.Buffer("O", (2,), "float32")
+    t = ir.Buffer("T", (1,), "float32", "local")
+    body = ir.Seq([ir.Store(t, _c(0), Load(a, (v,))), ir.Store(o, v, Load(t, (_c(0),)))])
+    loop = ir.For(v, 2, ir.VTHREAD_KIND, body)
+    once = inject_virtual_threads(_kernel(loop, [t]))
+    assert [b.shape for b in once.allocs] == [(2, 1)]
+    twice = inject_virtual_threads(_kernel(ir.Seq([loop, loop]), [t]))
+    assert twice.allocs == [t]
+
+
 def test_a_barrier_under_a_vthread_guard_is_an_error():
     v = Var("v")
     o = ir.Buffer("O", (2,), "float32")

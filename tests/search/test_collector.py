@@ -25,6 +25,17 @@ def test_unfreezes_when_the_block_raises():
     assert gc.get_freeze_count() == 0
 
 
+def test_a_nested_block_leaves_the_enclosing_freeze_in_place():
+    with young_objects_only():
+        with young_objects_only():
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() > 0  # the inner block did not unfreeze the outer's
+    assert gc.get_freeze_count() == 0
+    with young_objects_only():  # and a later block freezes again
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
 def test_a_callers_freeze_is_left_as_it_was():
     gc.freeze()
     try:

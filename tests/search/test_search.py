@@ -89,6 +89,14 @@ def _children(policy, fresh, name: str, n: int = 40, seed: int = 0) -> list[tupl
     return out
 
 
+def test_mutation_context_keys_each_candidate_by_its_own_structure(sampled):
+    policy, fresh = sampled
+    ctx = policy.mutation_ctx
+    for r in fresh + fresh[::-1]:  # the key remembered last is another candidate's
+        assert ctx.structure_key(r) == structure_key(r)
+        assert ctx.decision_ids(r) == tuple(k for k, x in enumerate(r) if is_decision(x))
+
+
 def test_tile_size_mutation_moves_one_factor_within_limits(sampled):
     policy, fresh = sampled
     ctx = policy.mutation_ctx

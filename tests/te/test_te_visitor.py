@@ -10,6 +10,7 @@ from autosched.te import expr as E
 from autosched.te.visitor import (
     children,
     free_vars,
+    loads,
     nodes,
     rebuild,
     rewrite,
@@ -110,6 +111,15 @@ def test_nodes_lists_the_tree_pre_order_left_first_shared_subtrees_once():
     e = (x2 + y) - x2
     expected = [e, e.a, x2, X, y]  # x2 and X once: where they are first met
     assert [id(n) for n in nodes(e)] == [id(n) for n in expected]
+
+
+def test_loads_are_the_loads_among_the_nodes_in_their_order():
+    B = te.placeholder((8,), name="B")
+    inner = B[AXIS]  # shared: met twice, listed once
+    e = te.if_then_else(AXIS < 3, A[AXIS, inner.astype("int32")] + inner, B[K])
+    expected = [n for n in nodes(e) if isinstance(n, E.Load)]
+    assert len(expected) == 3
+    assert [id(n) for n in loads(e)] == [id(n) for n in expected]
 
 
 def test_rewrite_and_substitute_rebuild_only_what_changes():
