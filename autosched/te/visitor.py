@@ -23,7 +23,13 @@ def nodes(e: Expr) -> list[Expr]:
     """`walk`'s nodes as a list, in its order: the form lowering's hot loops take (the passes
     look for the loads and variables of every expression they meet, and resuming a generator
     per node would cost more than the look)."""
-    out: list[Expr] = []
+    return _unique_nodes(e, None)
+
+
+def _unique_nodes(e: Expr, kind: type | None) -> list:
+    """The nodes of `e` (of type `kind` only, unless None) in `walk`'s order, shared subtrees
+    once: one loop for `nodes` and `loads`."""
+    out: list = []
     seen: set[int] = set()
     stack = [e]
     pop, push, add, keep = stack.pop, stack.extend, seen.add, out.append
@@ -33,7 +39,8 @@ def nodes(e: Expr) -> list[Expr]:
         if key in seen:
             continue
         add(key)
-        keep(node)
+        if kind is None or isinstance(node, kind):
+            keep(node)
         kids = node.children()
         if kids:
             push(reversed(kids))
@@ -127,25 +134,10 @@ def free_vars(e: Expr) -> list[Var]:
 
 
 def loads(e: Expr) -> list[Load]:
-    """Every Load node in `e`, in `walk`'s order (shared subtrees once): `nodes` written out
-    with only the loads kept, as the passes that count or inspect the loads of every
-    expression of a kernel ask for them (a list of all nodes, read again, would cost more)."""
-    out: list[Load] = []
-    seen: set[int] = set()
-    stack = [e]
-    pop, push, add, keep = stack.pop, stack.extend, seen.add, out.append
-    while stack:
-        node = pop()
-        key = id(node)
-        if key in seen:
-            continue
-        add(key)
-        if isinstance(node, Load):
-            keep(node)
-        kids = node.children()
-        if kids:
-            push(reversed(kids))
-    return out
+    """Every Load node in `e`, in `walk`'s order (shared subtrees once), found in the one walk:
+    the passes that count or inspect the loads of every expression of a kernel ask for them (a
+    list of all nodes, read again, would cost more)."""
+    return _unique_nodes(e, Load)
 
 
 __all__ = [
