@@ -34,6 +34,23 @@ def early_stop_factor(text: str) -> float | None:
     return factor
 
 
+def min_repeat_ms(text: str) -> float:
+    """argparse type: milliseconds a timing reading lasts at least (a finite number > 0)."""
+    try:
+        ms = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if not 0 < ms < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of milliseconds")
+    return ms
+
+
+def runner_options(ns: argparse.Namespace) -> dict[str, float]:
+    """The options of each GPU runner that the command line sets (`LocalRunner`'s keywords)."""
+    ms = getattr(ns, "min_repeat_ms", None)
+    return {} if ms is None else {"min_repeat_ms": ms}
+
+
 def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that say where and how candidates are measured."""
     from autosched.search.program_measurer import EARLY_STOP_FACTOR
@@ -45,6 +62,15 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FACTOR",
         help="stop timing a candidate once it shows slower than FACTOR times the task's best so "
         f"far, with fewer repeats (default {EARLY_STOP_FACTOR:g}; 0: time every one in full)",
+    )
+    parser.add_argument(
+        "--min-repeat-ms",
+        type=min_repeat_ms,
+        default=None,
+        metavar="MS",
+        help="how long each of a candidate's timed repeats lasts at least (default: the "
+        "runner's, measure.LocalRunner); shorter ones spend less GPU time a candidate and read "
+        "noisier",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -70,7 +96,7 @@ def cluster_context(ns: argparse.Namespace):
     from autosched.search.distributed import DaskMeasureContext
 
     try:
-        return DaskMeasureContext(ns.scheduler)
+        return DaskMeasureContext(ns.scheduler, runner_options=runner_options(ns) or None)
     except Exception as exc:  # no dask, an unreachable scheduler: one line
         raise AutoschedError(
             f"cannot use the Dask scheduler {ns.scheduler}: {type(exc).__name__}: {exc}"
@@ -78,9 +104,16 @@ def cluster_context(ns: argparse.Namespace):
 
 
 def measure_context(ns: argparse.Namespace):
-    """Where to measure: a DaskMeasureContext for `--scheduler`, else None (this host's GPUs,
-    whose tools are checked first: one clear error when nvcc or the driver is missing)."""
+    """Where to measure: a DaskMeasureContext for `--scheduler`; else this host's GPUs, whose
+    tools are checked first (one clear error when nvcc or the driver is missing): a
+    LocalMeasureContext when runner options are set, else None (the measurer's default)."""
     context = cluster_context(ns)
     if context is None:
         check_gpu_tools()
+        options = runner_options(ns)
+        if options:
+            from measure import LocalMeasureContext, local_runner
+
+            runner = local_runner(getattr(ns, "devices", None), **options)
+            return LocalMeasureContext(runner=runner)
     return context

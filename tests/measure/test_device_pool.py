@@ -207,9 +207,22 @@ def test_the_cli_takes_a_device_list_or_a_scheduler():
         (["--devices", "0,0"], "distinct device indices"),
         (["--devices", "x"], "not a list of device indices"),
         (["--devices", "0", "--scheduler", "a"], "not allowed with"),
+        (["--min-repeat-ms", "0"], "not a positive number of milliseconds"),
+        (["--min-repeat-ms", "fast"], "not a number of milliseconds"),
     ):
         with pytest.raises(AutoschedError, match=why):
             parser.parse_args(["tune", "matmul", *bad])
+
+
+def test_the_cli_sets_the_runners_shortest_repeat_where_asked():
+    from autosched.cli.app import build_parser
+    from autosched.cli.devices import runner_options
+
+    parser = build_parser()
+    assert runner_options(parser.parse_args(["tune", "matmul"])) == {}
+    for command in (["tune", "matmul"], ["tune-model", "m:f"]):
+        ns = parser.parse_args([*command, "--min-repeat-ms", "2"])
+        assert runner_options(ns) == {"min_repeat_ms": 2.0}
 
 
 class LostRunner(FakeRunner):
