@@ -329,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         "--model-minutes",
         type=float,
         default=None,
-        help="a time budget for each model tuning instead of --model-trials (trials/s compare)",
+        help="a time budget for each model tuning instead of --model-trials (its warm-up rounds "
+        "are then sized from each run's own rate, so one GPU and all GPUs tune in rounds of "
+        "different sizes: compare trials/s under --model-trials)",
     )
     ap.add_argument("--model-per-round", type=int, default=16)
     ap.add_argument(
