@@ -29,6 +29,7 @@ alias again with the same proof.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from autosched.lower import ir, stmt_walk
 from autosched.lower import tma_ir as ti
@@ -57,15 +58,11 @@ def _buffer_ids(value: object, out: set[int]) -> set[int]:
     return out
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass's field names (fields() is slow)
-
-
+@functools.cache
 def _field_names(cls: type) -> tuple[str, ...]:
-    """The names of dataclass `cls`'s fields, in `dataclasses.fields` order."""
-    got = _FIELD_NAMES.get(cls)
-    if got is None:
-        got = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return got
+    """The names of dataclass `cls`'s fields, in `dataclasses.fields` order (made once per
+    class: `fields()` is slow)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _top_level(kernel: ir.Kernel) -> list[ir.Stmt]:
