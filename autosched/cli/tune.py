@@ -24,8 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tf32_argument(parser)
     parser.add_argument(
         "--pipeline",
-        action="store_true",
-        help="search the next round while this one runs on the GPU (once its kernels are compiled)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="search the next round while this one runs on the GPU, once its kernels are "
+        "compiled (--no-pipeline: search, build and run one after the other)",
     )
     parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"

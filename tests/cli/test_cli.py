@@ -314,8 +314,8 @@ def test_tune_takes_a_population_and_the_pipelined_loop():
 
     parser = build_parser()
     plain = parser.parse_args(["tune", "matmul"])
-    assert not plain.pipeline
+    assert plain.pipeline
     assert search_params(plain).population == SearchParams().population
-    asked = parser.parse_args(["tune", "matmul", "--population", "256", "--pipeline"])
-    assert asked.pipeline
+    asked = parser.parse_args(["tune", "matmul", "--population", "256", "--no-pipeline"])
+    assert not asked.pipeline
     assert search_params(asked).population == 256
