@@ -11,6 +11,7 @@ so like Ansor every ``update`` retrains from scratch on all data seen so far.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
@@ -171,20 +172,41 @@ class XGBModel(CostModel):
         throughputs: Sequence[float] | np.ndarray,
         task_ids: Sequence[Any] | np.ndarray | None = None,
     ) -> None:
-        """Add these programs to all data seen so far and retrain from scratch on everything.
+        """Add these programs to all data seen so far and retrain from scratch on everything
+        (``add``, then ``retrain``: it may skip training, see ``params.retrain_min_growth``)."""
+        if self.add(features, throughputs, task_ids):
+            self.retrain()
 
-        With ``params.retrain_min_growth > 0`` the retraining is skipped until the data has grown
-        by that fraction since the last training run (the data is kept either way).
-        """
-        n_new = self._add(features, throughputs, task_ids)
-        if n_new == 0:
-            return
+    def add(
+        self,
+        features: Sequence[FeatureMatrix],
+        throughputs: Sequence[float] | np.ndarray,
+        task_ids: Sequence[Any] | np.ndarray | None = None,
+    ) -> int:
+        """``update`` without its training: keep these programs, retrain later (``retrain``, or
+        on a ``snapshot`` in another thread). Returns how many were kept."""
+        return self._add(features, throughputs, task_ids)
+
+    def retrain(self) -> None:
+        """Retrain from scratch on all data kept, unless it has grown by less than
+        ``params.retrain_min_growth`` since the last training run."""
         growth = self.n_programs - self._n_at_last_train
-        if self._booster is not None and growth < self.params.retrain_min_growth * (
+        if self._booster is None or growth >= self.params.retrain_min_growth * (
             self._n_at_last_train
         ):
-            return
-        self._train()
+            self._train()
+
+    def snapshot(self) -> XGBModel:
+        """A copy holding the data kept so far, to be retrained elsewhere (another thread) while
+        this model goes on predicting and keeping data; ``adopt`` takes its trees back."""
+        copied = copy.copy(self)
+        copied._chunks = list(self._chunks)
+        return copied
+
+    def adopt(self, trained: XGBModel) -> None:
+        """Predict with the trees of ``trained`` (a retrained ``snapshot``) from now on."""
+        self._booster, self.last_fit = trained._booster, trained.last_fit
+        self._n_at_last_train = trained._n_at_last_train
 
     def add_prior(
         self,

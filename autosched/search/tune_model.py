@@ -12,7 +12,8 @@ All tasks measure through ONE context (`measure_context`, e.g. a `DaskMeasureCon
 local one over `devices`, default every GPU of this host). By default one task more than there
 are GPUs is tuned at once (`parallel_tasks`), each round in its own thread: while the GPUs
 measure the batches of some tasks, the next task's batch is searched, so the GPUs do not wait
-for the search.
+for the search. They share one cost model, retrained in a thread of its own
+(`shared_measure.TrainedInBackground`), so no round waits for another's training.
 
 The budget is a trial count, a wall-clock time (`time_budget_s`), or both; the warm-up gives
 every task measured trials within it. `fallback_costs` (seconds per task: its subgraph's time
@@ -26,7 +27,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from autosched.errors import OptionError
 from autosched.records import load_records
@@ -149,7 +150,7 @@ def tune_tasks(
     from autosched.search.cost_model import default_cost_model, train_on_log
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
     from autosched.search.program_measurer import ProgramMeasurer
-    from autosched.search.shared_measure import locked
+    from autosched.search.shared_measure import TrainedInBackground, locked
     from autosched.search.task_list import write_task_list
     from autosched.search.workers import resolve_n_jobs
     from measure import LocalMeasureContext
@@ -183,8 +184,10 @@ def tune_tasks(
     else:
         parallel = parallel_tasks or 1
     parallel = max(1, min(parallel, len(tasks)))
+    shared: TrainedInBackground | None = None
     if parallel > 1:  # shared by the threads of tasks tuned at once
-        model, record = locked(model), locked(record)
+        shared = TrainedInBackground(model)
+        model, record = cast("CostModel", shared), locked(record)
     if verbose and parallel > 1:
         print(f"tuning {parallel} tasks at once")
 
@@ -229,3 +232,5 @@ def tune_tasks(
             t.close()
         if context is not None and measure_context is None:
             context.close()
+        if shared is not None:  # the caller's model has learnt from every measurement
+            shared.wait()

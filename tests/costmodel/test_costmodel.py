@@ -375,6 +375,23 @@ def test_retrain_min_growth_skips_small_updates():
     assert model.last_fit is not first and model.last_fit.n_programs == 130
 
 
+def test_a_snapshot_retrains_apart_and_its_trees_are_adopted():
+    features, throughputs = synthetic_programs(130, seed=8)
+    model = quick_model(few_shot_threshold=0)
+    model.fit(features[:100], throughputs[:100])
+    before = model.predict(features)
+    assert model.add(features[100:], throughputs[100:]) == 30
+    copy = model.snapshot()
+    copy.retrain()
+    assert copy.last_fit.n_programs == 130 and model.last_fit.n_programs == 100
+    assert np.array_equal(model.predict(features), before)  # untouched until it adopts
+    model.adopt(copy)
+    updated = quick_model(few_shot_threshold=0)
+    updated.fit(features[:100], throughputs[:100])
+    updated.update(features[100:], throughputs[100:])  # update = add + retrain
+    assert np.array_equal(model.predict(features), updated.predict(features))
+
+
 def test_few_shot_fallback_is_random_and_seeded():
     features, throughputs = synthetic_programs(120, seed=9)
     a, b, c = quick_model(seed=1), quick_model(seed=1), quick_model(seed=2)
