@@ -190,7 +190,7 @@ def model_tuning(
     label: str,
 ) -> dict:
     """A whole-model tuning on `devices` within `budget` (trials, seconds) with `parallel`
-    tasks' rounds in flight (None: one more than the GPUs): its trials per second and estimated
+    tasks' rounds in flight (None: two per GPU and one more): its trials per second and estimated
     latency."""
     import autosched.torch as at
     from autosched.search.policy import SearchParams
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model-parallel",
         type=int,
         default=None,
-        help="tasks' rounds in flight at once (default: one more than the GPUs used)",
+        help="tasks' rounds in flight at once (default: two per GPU used and one more)",
     )
     ap.add_argument(
         "--skip-measure",

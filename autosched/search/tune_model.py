@@ -9,10 +9,10 @@ first, each task's policy is preloaded with its records, and each tuner starts f
 best-so-far curve of its task's logged trials.
 
 All tasks measure through ONE context (`measure_context`, e.g. a `DaskMeasureContext`, else a
-local one over `devices`, default every GPU of this host). By default one task more than there
-are GPUs is tuned at once (`parallel_tasks`), each round in its own thread: while the GPUs
-measure the batches of some tasks, the next task's batch is searched, so the GPUs do not wait
-for the search. They share one cost model, retrained in a thread of its own
+local one over `devices`, default every GPU of this host). By default two tasks per GPU and one
+more are tuned at once (`parallel_tasks`), each round in its own thread: while the GPUs
+measure the batches of some tasks, the next tasks' batches are searched and built, so the GPUs
+do not wait for the search. They share one cost model, retrained in a thread of its own
 (`shared_measure.TrainedInBackground`), so no round waits for another's training.
 
 The budget is a trial count, a wall-clock time (`time_budget_s`), or both; the warm-up gives
@@ -140,7 +140,7 @@ def tune_tasks(
     starts after it), appending to `log`. `fallback_costs[i]`: seconds task i costs while it has
     no kernel (PyTorch's time), for the estimate. `measurer_factory(task, callbacks)` replaces
     the GPU measurer (tests pass a simulated one); `parallel_tasks` (default: 1 with a factory,
-    else one more than the GPUs) tasks are tuned at once. `early_stop_factor`: as
+    else two per GPU and one more) tasks are tuned at once. `early_stop_factor`: as
     `ProgramMeasurer`'s. Returns the scheduler's result: best
     cost and State per task, the estimated end-to-end latency, the tasks left to PyTorch and
     the trials per second. Ctrl-C ends it early with the result so far; calling it again on the
@@ -179,8 +179,9 @@ def tune_tasks(
     context: MeasureContext | None = None
     if measurer_factory is None:
         context = measure_context or LocalMeasureContext(builder, runner, devices=devices)
-        # one more task than GPUs: its search runs while the others' batches are measured
-        parallel = parallel_tasks or context.gpu_count() + 1
+        # a task round spends most of its time searching and compiling, a fifth or less on the
+        # GPU: two rounds a GPU (and one more) keep it measuring while the others search
+        parallel = parallel_tasks or 2 * context.gpu_count() + 1
     else:
         parallel = parallel_tasks or 1
     parallel = max(1, min(parallel, len(tasks)))
