@@ -181,6 +181,10 @@ class SketchParams:
     # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
     # per chunk of a row (sketch/parts_in_consumer.py)
     cross_block_parts_in_consumer: bool = True
+    # a row reduction's cross-block sketch also comes with its parts interleaved (block b reads
+    # chunks b, b + P, b + 2P, ... of this many bytes: a grid-stride loop), where P chunks
+    # divide the reduction (`CrossBlockReduction.interleaved`); 0: never
+    cross_block_interleave_bytes: int = 16384
     # the odds that a cross-block reduction's parts are summed in the same kernel, by its
     # last block to finish, rather than by a second kernel (init rule sketch/single_pass.py;
     # 0: never, 1: always)
@@ -275,6 +279,11 @@ class SketchParams:
             raise ValueError(
                 "SketchParams: wgmma_conv_macs_per_sm must be >= 0, got "
                 f"{self.wgmma_conv_macs_per_sm}"
+            )
+        if self.cross_block_interleave_bytes < 0:
+            raise ValueError(
+                "SketchParams: cross_block_interleave_bytes must be >= 0, got "
+                f"{self.cross_block_interleave_bytes}"
             )
         if self.min_threads_per_sm < 0:
             raise ValueError(
