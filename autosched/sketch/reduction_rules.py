@@ -64,7 +64,7 @@ class CrossThreadReduction(SketchRule):
     one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`;
     for a row sum, also 2 and 4 outputs per warp, read together).
     APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
-    as well."""
+    as well, but for a cross-block row reduction's partial sums (`row_parts`)."""
 
     # a warp per output only where the outputs give every SM this many warps: fewer rows (a
     # few long ones) leave most of the GPU idle, and are the cross-block reductions' case
@@ -85,7 +85,24 @@ class CrossThreadReduction(SketchRule):
             wanted = space < red and space <= ctx.hardware.max_threads_per_block
         else:
             wanted = red > ctx.hardware.warp_size
-        return Cond.APPLY if wanted else Cond.SKIP
+        if not wanted:
+            return Cond.SKIP
+        return Cond.APPLY_AND_SKIP_REST if self.row_parts(state, i) else Cond.APPLY
+
+    @staticmethod
+    def row_parts(state: State, i: int) -> bool:
+        """Is stage i the partial sums of a cross-block reduction along memory rows (a sum, a
+        norm, a few long rows, a matrix-vector product cut by CrossBlockReduction)? Those get
+        only this rule's sketches: the parts are as many as a few blocks per SM want, so that
+        left to one thread per part (the other rules) the whole GPU would run a few hundred
+        threads, each reading a long part of its own, no two of a warp in the same line. A
+        column reduction's parts keep their thread per (part, column)."""
+        stage = state.stages[i]
+        return (
+            stage.origin == "rfactor"
+            and not needs_multi_level_tiling(state, i)
+            and not is_column_reduction(stage)
+        )
 
     def apply(self, ctx, state, i):
         reduce_iters = [it.name for it in state.stages[i].iters if it.kind == REDUCE]
