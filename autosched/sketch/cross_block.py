@@ -40,7 +40,8 @@ class CrossBlockReduction(SketchRule):
     A row reduction that is no normalisation's statistics also gets the parts interleaved
     (`interleaved`): the grid-stride order of a hand-written sum, each block reading one chunk
     of every round of P chunks.
-    APPLY: the unsplit sketches are made as well."""
+    APPLY: the unsplit sketches are made as well, but for a long reduction of a handful of
+    outputs (`cut_only`)."""
 
     MIN_PARTS: ClassVar[int] = 4
 
@@ -52,7 +53,31 @@ class CrossBlockReduction(SketchRule):
             or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
         ):
             return Cond.SKIP
-        return Cond.APPLY if self.parts(ctx, stage, self.row_blocks(ctx, state, i)) else Cond.SKIP
+        if not self.parts(ctx, stage, self.row_blocks(ctx, state, i)):
+            return Cond.SKIP
+        return Cond.APPLY_AND_SKIP_REST if self.cut_only(ctx, state, i) else Cond.APPLY
+
+    # an uncut row reduction of at most num_sms // this outputs runs on at most an eighth of
+    # the SMs, a block each (`cut_only`)
+    UNCUT_SM_SHARE: ClassVar[int] = 8
+
+    def cut_only(self, ctx: SketchContext, state: State, i: int) -> bool:
+        """Whether stage i gets its cut sketches alone: a row reduction, no normalisation's
+        statistics, with at most `num_sms // UNCUT_SM_SHARE` outputs that each read at least
+        `SketchParams.cross_block_cut_only_bytes`. Uncut, such a reduction streams all its
+        input through a block per output, an SM's loads in flight per output: a whole 64 MB
+        matrix through one block, an order of magnitude slower than its parts over the GPU,
+        states a search would measure for nothing. A normalisation keeps its uncut sketches
+        (its rows split over clusters, row_cluster.py, are cut another way)."""
+        stage = state.stages[i]
+        least = ctx.params.cross_block_cut_only_bytes
+        if not least or is_column_reduction(stage) or self.row_blocks(ctx, state, i) is not None:
+            return False
+        space, red = spatial_and_reduce_length(stage)
+        lanes = vector_lanes(stage, ctx.params.max_vector_bytes, reads_only=True)
+        element = max(1, ctx.params.max_vector_bytes // lanes)
+        outputs = space // moments(stage)
+        return outputs <= ctx.hardware.num_sms // self.UNCUT_SM_SHARE and red * element >= least
 
     def parts(self, ctx: SketchContext, stage, per_sm: int | None = None) -> int:
         """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or

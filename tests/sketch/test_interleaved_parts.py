@@ -2,7 +2,8 @@
 reduction cut [rounds, P, chunk] and the P part factored out, so that each block reads one
 chunk of every round (a grid-stride loop). Sampled states of a whole sum, a 2-norm and a few
 long rows compute their DAG on the interpreter, in 16-byte vectors where drawn; the benchmark's
-full sizes compile for sm_90 without spills and with 16-byte loads."""
+full sizes compile for sm_90 without spills and with 16-byte loads. Long reductions of a
+handful of outputs get their cut sketches alone (`CrossBlockReduction.cut_only`)."""
 
 from __future__ import annotations
 
@@ -147,3 +148,30 @@ def test_full_size_interleaved_partial_sums_compile_to_vector_loads(dag):
         source = codegen_program(device_program(program))
         assert "float4 vec" in source
         assert "ld.global.nc.v4.f32" in ptx_of(source)
+
+
+def uncut(sketches) -> list:
+    return [s for s in sketches if not any(st.origin == "rfactor" for st in s.stages)]
+
+
+@pytest.mark.parametrize(
+    "dag, kept",
+    [
+        (full_sum(16384, 4096), False),  # one output reading 256 MB
+        (norm2(4096, 4096), False),
+        (row_sums((8, 1 << 21)), False),  # 8 outputs of 8 MB
+        (full_sum(64, 1024), True),  # 256 KB: a block may read it alone
+        (row_sums((32, 1 << 16)), True),  # 32 outputs: more than an eighth of 132 SMs
+        (rms_norm(16, 1 << 18), True),  # a normalisation: its rows over clusters are uncut
+    ],
+)
+def test_long_reductions_of_a_handful_of_outputs_get_only_cut_sketches(dag, kept):
+    """A block per output would stream a whole long reduction through a few SMs: where the
+    outputs are at most an eighth of the SMs and each reads 1 MB or more, the cut sketches
+    alone are made (`CrossBlockReduction.cut_only`); `cross_block_cut_only_bytes=0` keeps
+    the uncut ones."""
+    sketches = generate_sketches(dag, H100)
+    assert any(st.origin == "rfactor" for s in sketches for st in s.stages)
+    assert bool(uncut(sketches)) == kept
+    always = SketchParams(cross_block_cut_only_bytes=0)
+    assert uncut(generate_sketches(dag, H100, always))
