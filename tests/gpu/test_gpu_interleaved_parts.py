@@ -18,7 +18,7 @@ from autosched import build
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.task.evaluate import evaluate
 from tests.sketch.test_cross_block import row_sums
-from tests.sketch.test_interleaved_parts import full_sum, interleaved, norm2, partial_sums
+from tests.sketch.test_cross_block_parts import full_sum, interleaved, norm2, partial_sums
 from tests.sketch.test_single_pass import single_pass
 
 pytestmark = pytest.mark.gpu

@@ -1,9 +1,11 @@
-"""Cross-block reductions with interleaved parts (`CrossBlockReduction.interleaved`): the
-reduction cut [rounds, P, chunk] and the P part factored out, so that each block reads one
-chunk of every round (a grid-stride loop). Sampled states of a whole sum, a 2-norm and a few
-long rows compute their DAG on the interpreter, in 16-byte vectors where drawn; the benchmark's
-full sizes compile for sm_90 without spills and with 16-byte loads. Long reductions of a
-handful of outputs get their cut sketches alone (`CrossBlockReduction.cut_only`)."""
+"""How the search draws a cross-block reduction's parts. Interleaved parts
+(`CrossBlockReduction.interleaved`): the reduction cut [rounds, P, chunk] and the P part
+factored out, so that each block reads one chunk of every round (a grid-stride loop); sampled
+states of a whole sum, a 2-norm and a few long rows compute their DAG on the interpreter, in
+16-byte vectors where drawn, and at the benchmark's full sizes compile for sm_90 without spills
+and with 16-byte loads. Long reductions of a handful of outputs get their cut sketches alone
+(`CrossBlockReduction.cut_only`), and many parts of a few outputs are summed across threads
+(`CrossThreadReduction.many_parts`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from autosched import te, topi
 from autosched.codegen.cuda import codegen_program
 from autosched.lower.device_passes import device_program
 from autosched.schedule.compute_dag import ComputeDAG
+from autosched.schedule.stage import REDUCE
 from autosched.schedule.steps import print_python_schedule, replay
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.sketch.params import SketchParams
@@ -175,3 +178,30 @@ def test_long_reductions_of_a_handful_of_outputs_get_only_cut_sketches(dag, kept
     assert bool(uncut(sketches)) == kept
     always = SketchParams(cross_block_cut_only_bytes=0)
     assert uncut(generate_sketches(dag, H100, always))
+
+
+def final(sketch):
+    """The stage that sums a cut reduction's parts (rfactor puts the parts just before it)."""
+    stages = list(sketch.stages)
+    return stages[stages.index(partial_sums(sketch)) + 1]
+
+
+@pytest.mark.parametrize(
+    "dag, loop",
+    [
+        (full_sum(16384, 4096), False),  # 512 parts into one output
+        (norm2(4096, 4096), False),
+        (row_sums((8, 1 << 21)), True),  # 64 parts per row: a thread may sum them
+    ],
+)
+def test_many_parts_of_few_outputs_are_summed_across_threads(dag, loop):
+    """The parts' sum of a whole sum or norm (512 parts, one output) is a cross-thread
+    reduction in every sketch (`CrossThreadReduction.many_parts`): a thread per output would
+    load 512 parts some 70 at a time and add them in one chain. 64 parts per row may still be
+    a thread's loop."""
+    summed_by_loop = [
+        s
+        for s in generate_sketches(dag, H100)
+        if not any(it.annotation == "threadIdx.x" and it.kind == REDUCE for it in final(s).iters)
+    ]
+    assert bool(summed_by_loop) == loop
