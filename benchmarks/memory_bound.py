@@ -4,7 +4,7 @@ Reductions, normalisations, matrix-vector products, pooling and an element-wise 
 with PyTorch eager and `torch.compile` of the same function, in one process.
 
     python -m benchmarks.memory_bound --trials 64 --out runs/ [--quick] [--workloads NAME ...]
-        [--row-clusters 2 4 8 16] [--publish]
+        [--row-clusters 2 4 8 16] [--single-pass ODDS] [--interleave-bytes N] [--publish]
 
 Per workload: tune through `auto_schedule` (`--trials` records), run the best kernel and both
 PyTorch versions on the same random inputs (ours checked against eager), then time the three by
@@ -231,8 +231,9 @@ def task_of(name: str, small: bool = False):
 
 def sketch_params_of(task, ns):
     """The task's SketchParams, with the cluster sizes of `--row-clusters` (normalisations'
-    rows also split over thread-block clusters of that many blocks, sm_90) and the odds of
-    `--single-pass` (a cross-block reduction's parts summed by its last block)."""
+    rows also split over thread-block clusters of that many blocks, sm_90), the odds of
+    `--single-pass` (a cross-block reduction's parts summed by its last block) and the chunk of
+    `--interleave-bytes` (its parts also interleaved, a grid-stride order; 0: never)."""
     from autosched.sketch import SketchParams
 
     params = SketchParams.for_task(task)
@@ -240,6 +241,8 @@ def sketch_params_of(task, ns):
         params = replace(params, row_cluster_sizes=tuple(ns.row_clusters))
     if ns.single_pass is not None:
         params = replace(params, cross_block_single_pass=ns.single_pass)
+    if ns.interleave_bytes is not None:
+        params = replace(params, cross_block_interleave_bytes=ns.interleave_bytes)
     return params
 
 
@@ -401,6 +404,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the odds that a cross-block reduction's parts are summed by its last block, in "
         "one kernel (default: SketchParams'; 0: two kernels always, 1: one where it can)",
+    )
+    ap.add_argument(
+        "--interleave-bytes",
+        type=int,
+        default=None,
+        help="the chunk a cross-block reduction's parts are also sketched interleaved by (each "
+        "block reads every P-th chunk: a grid-stride loop; default: SketchParams'; 0: "
+        "contiguous parts only)",
     )
     report.add_publishing_arguments(ap, "memory_bound", "bench_out")
     ns = ap.parse_args(argv)

@@ -10,12 +10,14 @@ from autosched.schedule.stage import REDUCE
 from autosched.sketch.parts_in_consumer import sum_parts_in_consumer_warps
 from autosched.sketch.reduction_rules import CrossThreadReduction, SplitKReduction, moments
 from autosched.sketch.rule_base import Cond, SketchContext, SketchRule
+from autosched.sketch.stage_steps import level_names
 from autosched.sketch.utils import (
     direct_producers,
     is_column_reduction,
     reuses_inputs,
     spatial_and_reduce_length,
     untiled_dag_reduction,
+    vector_lanes,
 )
 
 
@@ -35,7 +37,11 @@ class CrossBlockReduction(SketchRule):
     rows); else the reduction axes are fused and cut. Where the parts' sum has an element-wise
     consumer along rows (RMSNorm of a few long rows), a second sketch sums the parts inside
     that consumer, a warp per chunk of a row (parts_in_consumer.py): two kernels, not three.
-    APPLY: the unsplit sketches are made as well."""
+    A row reduction that is no normalisation's statistics also gets the parts interleaved
+    (`interleaved`): the grid-stride order of a hand-written sum, each block reading one chunk
+    of every round of P chunks.
+    APPLY: the unsplit sketches are made as well, but for a long reduction of a handful of
+    outputs (`cut_only`)."""
 
     MIN_PARTS: ClassVar[int] = 4
 
@@ -47,7 +53,31 @@ class CrossBlockReduction(SketchRule):
             or any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
         ):
             return Cond.SKIP
-        return Cond.APPLY if self.parts(ctx, stage, self.row_blocks(ctx, state, i)) else Cond.SKIP
+        if not self.parts(ctx, stage, self.row_blocks(ctx, state, i)):
+            return Cond.SKIP
+        return Cond.APPLY_AND_SKIP_REST if self.cut_only(ctx, state, i) else Cond.APPLY
+
+    # an uncut row reduction of at most num_sms // this outputs runs on at most an eighth of
+    # the SMs, a block each (`cut_only`)
+    UNCUT_SM_SHARE: ClassVar[int] = 8
+
+    def cut_only(self, ctx: SketchContext, state: State, i: int) -> bool:
+        """Whether stage i gets its cut sketches alone: a row reduction, no normalisation's
+        statistics, with at most `num_sms // UNCUT_SM_SHARE` outputs that each read at least
+        `SketchParams.cross_block_cut_only_bytes`. Uncut, such a reduction streams all its
+        input through a block per output, an SM's loads in flight per output: a whole 64 MB
+        matrix through one block, an order of magnitude slower than its parts over the GPU,
+        states a search would measure for nothing. A normalisation keeps its uncut sketches
+        (its rows split over clusters, row_cluster.py, are cut another way)."""
+        stage = state.stages[i]
+        least = ctx.params.cross_block_cut_only_bytes
+        if not least or is_column_reduction(stage) or self.row_blocks(ctx, state, i) is not None:
+            return False
+        space, red = spatial_and_reduce_length(stage)
+        lanes = vector_lanes(stage, ctx.params.max_vector_bytes, reads_only=True)
+        element = max(1, ctx.params.max_vector_bytes // lanes)
+        outputs = space // moments(stage)
+        return outputs <= ctx.hardware.num_sms // self.UNCUT_SM_SHARE and red * element >= least
 
     def parts(self, ctx: SketchContext, stage, per_sm: int | None = None) -> int:
         """P for this stage, 0 when it has outputs enough (at least a quarter of the blocks or
@@ -95,12 +125,50 @@ class CrossBlockReduction(SketchRule):
         factored = split.rfactor(i, f"{name}_o", 0)  # stage i: the partial sums
         ordered = self.memory_order(factored, i, f"{name}_i")
         out = [(ordered, i + 1)]
+        grid_stride = self.interleaved(ctx, state, i, p)
+        if grid_stride is not None:
+            out.append((grid_stride, i + 1))
         if ctx.params.cross_block_parts_in_consumer:
             warp, vector = ctx.hardware.warp_size, ctx.params.max_vector_bytes
             placed = sum_parts_in_consumer_warps(ordered, i + 1, warp, vector)
             if placed is not None:
                 out.append((placed, i))  # the parts' sum placed: on to the partial sums
         return out
+
+    # an interleaved sketch only where each part takes at least this many chunks
+    MIN_ROUNDS: ClassVar[int] = 2
+
+    def interleaved(self, ctx: SketchContext, state: State, i: int, p: int) -> State | None:
+        """Stage i's reduction cut into P parts interleaved rather than contiguous: its
+        reduction axes fused and split [rounds, P, chunk], the P part factored out (rfactor),
+        so that part b reads chunks b, b + P, b + 2P, ... (`cross_block_interleave_bytes`
+        each, whole 16-byte vectors): the grid-stride loop of a hand-written sum, the blocks
+        sweeping memory together. The partial sums then reduce [rounds, chunk], in memory
+        order. None for a column reduction (its steps are not consecutive in memory), a
+        normalisation's statistics and moments (their consumers sum contiguous parts,
+        parts_in_consumer.py), and where P chunks do not divide the reduction at least
+        `MIN_ROUNDS` times: a remainder would guard every step, and a guarded load is a branch
+        that keeps the next load from issuing before it."""
+        stage = state.stages[i]
+        chunk_bytes = ctx.params.cross_block_interleave_bytes
+        lanes = vector_lanes(stage, ctx.params.max_vector_bytes, reads_only=True)
+        element = max(1, ctx.params.max_vector_bytes // lanes)
+        chunk = chunk_bytes // element
+        red = spatial_and_reduce_length(stage)[1]
+        if (
+            chunk < lanes
+            or chunk % lanes
+            or is_column_reduction(stage)
+            or self.row_blocks(ctx, state, i) is not None
+            or moments(stage) > 1
+            or red % (p * chunk)
+            or red // (p * chunk) < self.MIN_ROUNDS
+        ):
+            return None
+        reduce_iters = [it.name for it in stage.iters if it.kind == REDUCE]
+        cut, name = SplitKReduction.fused(state, i, reduce_iters)
+        _, part, _ = level_names(name, 3)
+        return cut.split(i, name, [p, chunk]).rfactor(i, part, 0)
 
     @staticmethod
     def memory_order(state: State, rf: int, rest: str) -> State:

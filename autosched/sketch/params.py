@@ -181,6 +181,14 @@ class SketchParams:
     # also sketch the parts' sum computed inside an element-wise consumer along rows, a warp
     # per chunk of a row (sketch/parts_in_consumer.py)
     cross_block_parts_in_consumer: bool = True
+    # a row reduction's cross-block sketch also comes with its parts interleaved (block b reads
+    # chunks b, b + P, b + 2P, ... of this many bytes: a grid-stride loop), where P chunks
+    # divide the reduction (`CrossBlockReduction.interleaved`); 0: never
+    cross_block_interleave_bytes: int = 16384
+    # a row reduction cut so (no normalisation's statistics) whose outputs are at most an
+    # eighth of the SMs and each read at least this many bytes gets no uncut sketch, a block
+    # per output (`CrossBlockReduction.cut_only`); 0: the uncut sketches always
+    cross_block_cut_only_bytes: int = 1 << 20
     # the odds that a cross-block reduction's parts are summed in the same kernel, by its
     # last block to finish, rather than by a second kernel (init rule sketch/single_pass.py;
     # 0: never, 1: always)
@@ -276,6 +284,9 @@ class SketchParams:
                 "SketchParams: wgmma_conv_macs_per_sm must be >= 0, got "
                 f"{self.wgmma_conv_macs_per_sm}"
             )
+        for name in ("cross_block_interleave_bytes", "cross_block_cut_only_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SketchParams: {name} must be >= 0, got {getattr(self, name)}")
         if self.min_threads_per_sm < 0:
             raise ValueError(
                 f"SketchParams: min_threads_per_sm must be >= 0, got {self.min_threads_per_sm}"

@@ -19,6 +19,7 @@ from autosched.sketch.tensor_core import (
 )
 from autosched.sketch.utils import (
     common_outer_iters,
+    direct_producers,
     elementwise_matched_consumer,
     has_cache_write_stage,
     has_reduce_iter,
@@ -64,7 +65,8 @@ class CrossThreadReduction(SketchRule):
     one more puts its outputs on the warps of a block, a warp per output (`rows_on_warps`;
     for a row sum, also 2 and 4 outputs per warp, read together).
     APPLY: the other rules (tiling, or leaving the stage to one thread per element) are tried
-    as well."""
+    as well, but for a cross-block row reduction's partial sums (`row_parts`) and the sum of
+    many parts into a few outputs (`many_parts`)."""
 
     # a warp per output only where the outputs give every SM this many warps: fewer rows (a
     # few long ones) leave most of the GPU idle, and are the cross-block reductions' case
@@ -85,7 +87,44 @@ class CrossThreadReduction(SketchRule):
             wanted = space < red and space <= ctx.hardware.max_threads_per_block
         else:
             wanted = red > ctx.hardware.warp_size
-        return Cond.APPLY if wanted else Cond.SKIP
+        if not wanted:
+            return Cond.SKIP
+        if self.row_parts(state, i) or self.many_parts(ctx, state, i):
+            return Cond.APPLY_AND_SKIP_REST
+        return Cond.APPLY
+
+    # the most parts of a cross-block reduction a thread may sum alone (`many_parts`)
+    MAX_LOOP_PARTS: ClassVar[int] = 64
+
+    @classmethod
+    def many_parts(cls, ctx: SketchContext, state: State, i: int) -> bool:
+        """Is stage i the sum of more than `MAX_LOOP_PARTS` parts of a cross-block reduction
+        (its producer an rfactor stage) for fewer outputs than a warp (a whole sum, a norm)?
+        Those get only this rule's sketches: left to a thread per output (the other rules),
+        each output is P loads from L2, issued some 70 at a time, then a chain of P dependent
+        additions: for 512 parts a microsecond or two at the end of every call, where a
+        cross-thread sum takes one round of loads and a few shuffles."""
+        space, red = spatial_and_reduce_length(state.stages[i])
+        return (
+            red > cls.MAX_LOOP_PARTS
+            and space < ctx.hardware.warp_size
+            and any(state.stages[p].origin == "rfactor" for p in direct_producers(state, i))
+        )
+
+    @staticmethod
+    def row_parts(state: State, i: int) -> bool:
+        """Is stage i the partial sums of a cross-block reduction along memory rows (a sum, a
+        norm, a few long rows, a matrix-vector product cut by CrossBlockReduction)? Those get
+        only this rule's sketches: the parts are as many as a few blocks per SM want, so that
+        left to one thread per part (the other rules) the whole GPU would run a few hundred
+        threads, each reading a long part of its own, no two of a warp in the same line. A
+        column reduction's parts keep their thread per (part, column)."""
+        stage = state.stages[i]
+        return (
+            stage.origin == "rfactor"
+            and not needs_multi_level_tiling(state, i)
+            and not is_column_reduction(stage)
+        )
 
     def apply(self, ctx, state, i):
         reduce_iters = [it.name for it in state.stages[i].iters if it.kind == REDUCE]

@@ -57,7 +57,7 @@ def test_row_clusters_add_the_cluster_sketches_of_long_rows():
     task = task_of("softmax_256x32768")
 
     def cluster_sizes(row_clusters: list[int]) -> set[int]:
-        ns = argparse.Namespace(row_clusters=row_clusters, single_pass=None)
+        ns = argparse.Namespace(row_clusters=row_clusters, single_pass=None, interleave_bytes=None)
         params = sketch_params_of(task, ns)
         sketches = generate_sketches(task.compute_dag, task.hardware_params, params)
         its = [it for s in sketches for st in s.stages for it in st.iters]
@@ -70,9 +70,17 @@ def test_row_clusters_add_the_cluster_sketches_of_long_rows():
 def test_single_pass_sets_the_odds_of_one_kernel_for_cross_block_reductions():
     task = task_of("norm2_4096x4096")
     for odds in (None, 0.0, 1.0):
-        ns = argparse.Namespace(row_clusters=None, single_pass=odds)
+        ns = argparse.Namespace(row_clusters=None, single_pass=odds, interleave_bytes=None)
         want = SketchParams().cross_block_single_pass if odds is None else odds
         assert sketch_params_of(task, ns).cross_block_single_pass == want
+
+
+def test_interleave_bytes_sets_the_chunk_of_interleaved_parts():
+    task = task_of("norm2_4096x4096")
+    for chunk in (None, 0, 4096):
+        ns = argparse.Namespace(row_clusters=None, single_pass=None, interleave_bytes=chunk)
+        want = SketchParams().cross_block_interleave_bytes if chunk is None else chunk
+        assert sketch_params_of(task, ns).cross_block_interleave_bytes == want
 
 
 def _run(name: str, ours_us: float, commit: str = "abc1234") -> dict:
