@@ -45,7 +45,7 @@ class TuningOptions:
     measurer: Measurer | None = None  # a custom measurer (tests use a simulated one)
     # search the next batch while this one runs on the GPU (see run_trials). Off by default,
     # so that a batch is always chosen by the model of the round before; `autosched tune`
-    # turns it on (the same bests within noise at 1000 trials, a tenth less wall time or more)
+    # turns it on (bests as good within noise at equal trials, in less wall time)
     pipeline: bool = False
 
     def __post_init__(self) -> None:
