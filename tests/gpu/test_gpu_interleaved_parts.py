@@ -17,6 +17,7 @@ import pytest
 from autosched import build
 from autosched.sketch import SketchSampler, generate_sketches
 from autosched.task.evaluate import evaluate
+from tests.gpu.test_gpu_single_pass import launched_twice
 from tests.sketch.test_cross_block import row_sums
 from tests.sketch.test_cross_block_parts import full_sum, interleaved, norm2, partial_sums
 from tests.sketch.test_single_pass import single_pass
@@ -48,15 +49,7 @@ def test_interleaved_states_match_numpy(dag, shape):
     want = evaluate(dag, {"A": a})[name]
     for state in states:
         kernel = build(dag, state)
-        out = torch.empty(want.shape, dtype=torch.float32, device="cuda")
-        tensors = {"A": torch.from_numpy(a).cuda(), name: out}
-        launch = kernel.launcher(*(tensors[arg.name] for arg in kernel.tensor_args))
-        got = []
-        for _ in range(2):
-            out.fill_(float("nan"))
-            launch()
-            torch.cuda.synchronize()
-            got.append(out.cpu().numpy().copy())
+        got = launched_twice(torch, kernel, a, name, want.shape)
         np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-6 * a.size)
         if single_pass(state):
             assert got[0].tobytes() == got[1].tobytes(), "two launches differ"

@@ -27,6 +27,20 @@ N = 4096
 
 
 @pytest.mark.parametrize("make", [full_sum, sum_of_squares])
+def launched_twice(torch, kernel, a: np.ndarray, name: str, shape) -> list[np.ndarray]:
+    """The output `name` of `kernel` run twice in a row on input A = `a` (NaN before each run)."""
+    out = torch.empty(shape, dtype=torch.float32, device="cuda")
+    tensors = {"A": torch.from_numpy(a).cuda(), name: out}
+    launch = kernel.launcher(*(tensors[arg.name] for arg in kernel.tensor_args))
+    got = []
+    for _ in range(2):
+        out.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        got.append(out.cpu().numpy().copy())
+    return got
+
+
 def test_single_pass_states_twice_in_a_row(make):
     torch = pytest.importorskip("torch")
     dag = make(N, N)
@@ -40,15 +54,6 @@ def test_single_pass_states_twice_in_a_row(make):
     for state in states:
         kernel = build(dag, state)
         assert any(arg.zeroed for arg in kernel.args)
-        tensors = {"A": torch.from_numpy(a).cuda()}
-        out = torch.empty(want.shape, dtype=torch.float32, device="cuda")
-        tensors[name] = out
-        launch = kernel.launcher(*(tensors[arg.name] for arg in kernel.tensor_args))
-        got = []
-        for _ in range(2):
-            out.fill_(float("nan"))
-            launch()
-            torch.cuda.synchronize()
-            got.append(out.cpu().numpy().copy())
+        got = launched_twice(torch, kernel, a, name, want.shape)
         np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-6 * N * N)
         assert got[0].tobytes() == got[1].tobytes(), "two launches differ"
