@@ -26,7 +26,6 @@ ALWAYS = SketchParams(cross_block_single_pass=1)
 N = 4096
 
 
-@pytest.mark.parametrize("make", [full_sum, sum_of_squares])
 def launched_twice(torch, kernel, a: np.ndarray, name: str, shape) -> list[np.ndarray]:
     """The output `name` of `kernel` run twice in a row on input A = `a` (NaN before each run)."""
     out = torch.empty(shape, dtype=torch.float32, device="cuda")
@@ -41,6 +40,7 @@ def launched_twice(torch, kernel, a: np.ndarray, name: str, shape) -> list[np.nd
     return got
 
 
+@pytest.mark.parametrize("make", [full_sum, sum_of_squares])
 def test_single_pass_states_twice_in_a_row(make):
     torch = pytest.importorskip("torch")
     dag = make(N, N)
