@@ -121,8 +121,3 @@ class TrainedInBackground(Locked):
         """Return once every program given so far has been trained on (or its training failed)."""
         with self._finished:
             self._finished.wait_for(lambda: self._trainer is None)
-
-
-def trained_in_background(model: T) -> T:
-    """`model` behind a `TrainedInBackground` proxy, typed as the model."""
-    return cast(T, TrainedInBackground(model))
