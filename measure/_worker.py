@@ -140,7 +140,7 @@ class Worker:
             want = np.ascontiguousarray(reference.inputs[name])
             held = np.empty(want.shape, want.dtype)
             self.drv.memcpy_dtoh(held, buf)
-            if not np.array_equal(held.view(np.uint8), want.view(np.uint8)):
+            if not np.array_equal(held.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)):
                 return True
         return False
 
