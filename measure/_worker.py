@@ -31,6 +31,7 @@ from measure.cluster_size import allow_clusters_pycuda
 from measure.cuda_graph import GraphDriver, GraphError, load_graph_driver
 from measure.errors import MeasureErrorKind
 from measure.framing import FrameEOF, read_frame, write_frame
+from measure.guard_bands import GuardedBuffer, stray_writes
 from measure.launch_state import LaunchSettler
 from measure.lead_in import LeadIn
 from measure.reference import Reference, compare_outputs, random_array
@@ -159,7 +160,7 @@ class Worker:
         # entry functions compiled apart: each from its own module (all kept alive to the end)
         apart = {name: drv.module_from_buffer(c) for name, c in req.get("entry_cubins", {}).items()}
         calls = [self._prepare(apart.get(x.kernel_name, module), x) for x in launches]
-        buffers = [drv.mem_alloc(max(1, a.nbytes)) for a in args]
+        buffers = [GuardedBuffer(drv, max(1, a.nbytes)) for a in args]
         rotated: list = []  # the extra buffer sets timing cycles through, freed with the rest
         try:
             self._upload(args, buffers, reference, req.get("seed", 0), req.get("ref_id"))
@@ -171,7 +172,7 @@ class Worker:
             sequences = [run_sequence]
             if copies > 1:
                 sizes = [a.nbytes for a in args]
-                rotated.append(copy_sets(drv, sizes, buffers, copies - 1))
+                rotated.append(copy_sets(drv, sizes, pointers, copies - 1))
                 sequences += [
                     _sequence(calls, p, self._maps(launches, args, p), offsets)
                     for p in set_pointers(sizes, rotated[-1], copies - 1)
@@ -183,12 +184,15 @@ class Worker:
                     drv.memset_d8(int(buf), 0xFF, arg.nbytes)  # NaN for floats, -1 for ints
             run_sequence()
             drv.Context.synchronize()
+            stray = stray_writes(drv, [a.name for a in args], buffers)
+            if stray:
+                raise _Failure(MeasureErrorKind.WRONG_ANSWER, stray)
             if req.get("check") and reference is not None:
                 outputs = {}
                 for arg, buf in zip(args, buffers, strict=True):
                     if arg.is_output:
                         host = np.empty(arg.shape, dtype=storage_dtype(arg.dtype))
-                        drv.memcpy_dtoh(host, buf)
+                        drv.memcpy_dtoh(host, int(buf))
                         outputs[arg.name] = host
                 message = compare_outputs(
                     outputs, reference, self.bounds.setdefault(req.get("ref_id"), {})
@@ -268,12 +272,12 @@ class Worker:
             if not data.size:
                 continue
             if reference is None:
-                self.drv.memcpy_htod(buf, data)
+                self.drv.memcpy_htod(int(buf), data)
                 continue
             if arg.name not in pristine:
                 pristine[arg.name] = self.drv.mem_alloc(data.nbytes)
                 self.drv.memcpy_htod(pristine[arg.name], data)
-            self.drv.memcpy_dtod(buf, pristine[arg.name], data.nbytes)
+            self.drv.memcpy_dtod(int(buf), pristine[arg.name], data.nbytes)
 
     def _time(self, run, launches_per_run: int, req: dict) -> Timing:
         """Seconds per run of the launch sequence (`run(stream, k)` enqueues the k-th), one per

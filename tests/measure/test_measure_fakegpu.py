@@ -118,6 +118,10 @@ class _Function:
             _at(ptrs[2], 4 * _N)[:] = out.tobytes()
             if self.behaviour == b"scribble":  # right answer, then garbage over its input
                 _at(ptrs[0], 4 * _N)[:] = (a + 7).tobytes()
+            if self.behaviour == b"overrun":  # right answer, then 4 bytes past its output
+                _at(ptrs[2] + 4 * _N, 4)[:] = bytes(4)
+            if self.behaviour == b"underrun":  # right answer, then 4 bytes before its input
+                _at(ptrs[0] - 4, 4)[:] = bytes(4)
             if self.behaviour == b"stomp":  # right answer, then out-of-bounds garbage elsewhere
                 for p in list(_memory):
                     if p not in ptrs and len(_memory[p]) == 4 * _N:
@@ -226,6 +230,20 @@ def test_inputs_spoiled_out_of_bounds_fail_no_correct_candidate(fake_pycuda):
         kinds = [r.error_kind for r in runner.run(arts, builds, refs)]
     ok, wrong = MeasureErrorKind.NO_ERROR, MeasureErrorKind.WRONG_ANSWER
     assert kinds == [ok, ok, ok, ok, wrong, ok]
+
+
+def test_a_kernel_writing_just_outside_its_arguments_is_wrong(fake_pycuda):
+    """Each argument lies between guard bands (measure/guard_bands.py): a store past either end
+    is refused where it happens, though the outputs match, and the next candidate is fine."""
+    refs = {"add": add_reference()}
+    names = ["overrun", "add", "underrun", "add"]
+    arts, builds = zip(*(candidate(n) for n in names), strict=True)
+    with LocalRunner(number=1, repeat=1, min_repeat_ms=0.0, rotate_inputs=False) as runner:
+        results = runner.run(arts, builds, refs)
+    ok, wrong = MeasureErrorKind.NO_ERROR, MeasureErrorKind.WRONG_ANSWER
+    assert [r.error_kind for r in results] == [wrong, ok, wrong, ok]
+    assert "out of bounds" in results[0].error_msg and "c (after)" in results[0].error_msg
+    assert "a (before)" in results[2].error_msg
 
 
 @pytest.mark.timeout(60)  # a runner that never kills the hang fails here
