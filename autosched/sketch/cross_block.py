@@ -17,7 +17,6 @@ from autosched.sketch.utils import (
     reuses_inputs,
     spatial_and_reduce_length,
     untiled_dag_reduction,
-    vector_lanes,
 )
 
 
@@ -74,8 +73,7 @@ class CrossBlockReduction(SketchRule):
         if not least or is_column_reduction(stage) or self.row_blocks(ctx, state, i) is not None:
             return False
         space, red = spatial_and_reduce_length(stage)
-        lanes = vector_lanes(stage, ctx.params.max_vector_bytes, reads_only=True)
-        element = max(1, ctx.params.max_vector_bytes // lanes)
+        _, element = self.read_vector(ctx, state, i)
         outputs = space // moments(stage)
         return outputs <= ctx.hardware.num_sms // self.UNCUT_SM_SHARE and red * element >= least
 
@@ -138,6 +136,13 @@ class CrossBlockReduction(SketchRule):
     # an interleaved sketch only where each part takes at least this many chunks
     MIN_ROUNDS: ClassVar[int] = 2
 
+    @staticmethod
+    def read_vector(ctx: SketchContext, state: State, i: int) -> tuple[int, int]:
+        """(lanes, bytes of an element) of stage i's reads as one vector
+        (`CrossThreadReduction.vector_lanes`)."""
+        lanes = CrossThreadReduction.vector_lanes(ctx, state, i)
+        return lanes, max(1, ctx.params.max_vector_bytes // lanes)
+
     def interleaved(self, ctx: SketchContext, state: State, i: int, p: int) -> State | None:
         """Stage i's reduction cut into P parts interleaved rather than contiguous: its
         reduction axes fused and split [rounds, P, chunk], the P part factored out (rfactor),
@@ -151,8 +156,7 @@ class CrossBlockReduction(SketchRule):
         that keeps the next load from issuing before it."""
         stage = state.stages[i]
         chunk_bytes = ctx.params.cross_block_interleave_bytes
-        lanes = vector_lanes(stage, ctx.params.max_vector_bytes, reads_only=True)
-        element = max(1, ctx.params.max_vector_bytes // lanes)
+        lanes, element = self.read_vector(ctx, state, i)
         chunk = chunk_bytes // element
         red = spatial_and_reduce_length(stage)[1]
         if (
