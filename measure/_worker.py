@@ -102,8 +102,7 @@ class Worker:
             if exc.kind == MeasureErrorKind.WRONG_ANSWER:
                 # A kernel writing out of bounds may have hit the pristine inputs (device memory
                 # too): upload them afresh for the next candidate.
-                for buf in self.pristine.pop(ref_id, {}).values():
-                    buf.free()
+                self._drop_pristine(ref_id)
             return _reply(exc.kind, str(exc))
         except self.drv.Error as exc:
             return _reply(MeasureErrorKind.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}", True)
@@ -131,8 +130,7 @@ class Worker:
                 raise
             if not self._pristine_spoiled(ref_id, reference):
                 raise
-            for buf in self.pristine.pop(ref_id, {}).values():
-                buf.free()
+            self._drop_pristine(ref_id)
         return self._measure(req, reference)
 
     def _pristine_spoiled(self, ref_id, reference: Reference) -> bool:
@@ -148,6 +146,10 @@ class Worker:
     def _forget(self, ref_id) -> None:
         self.references.pop(ref_id, None)
         self.bounds.pop(ref_id, None)
+        self._drop_pristine(ref_id)
+
+    def _drop_pristine(self, ref_id) -> None:
+        """Free the pristine inputs of `ref_id`: the next candidate uploads them afresh."""
         for buf in self.pristine.pop(ref_id, {}).values():
             buf.free()
 
