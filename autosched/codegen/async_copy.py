@@ -14,6 +14,11 @@ A kernel with cp.async group statements (`ir.AsyncCommit`, `ir.AsyncWait`: a mul
 pipeline, `autosched.lower.double_buffer`) waits where they say instead: `commit_group` and
 `wait_group N` print as such, and its barriers wait for nothing (the pipeline's wait precedes
 the barrier that publishes a tile, while the newest N groups stay in flight).
+
+A copy's shared address comes from `__cvta_generic_to_shared`, not from an inline `cvta` asm:
+through the asm, ptxas at -O2 and above could let a later shared load overwrite the copy's
+address register before the copy had read it (a pipelined TF32 convolution read out of bounds
+and returned wrong sums on the GPU, and matched at -O1). The cluster helpers do the same.
 """
 
 from __future__ import annotations
@@ -33,9 +38,7 @@ WAIT = "as_cp_async_wait_all();"
 
 HELPERS = """\
 __device__ __forceinline__ unsigned as_shared_address(const void* p) {
-  unsigned a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 #define AS_CP_ASYNC(BYTES, LEVEL, WORD) \\
   __device__ __forceinline__ void as_cp_async_##BYTES(void* dst, const void* src, bool copy) { \\

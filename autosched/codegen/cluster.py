@@ -33,8 +33,7 @@ __device__ __forceinline__ void as_cluster_sync() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");
 }
 __device__ __forceinline__ unsigned as_cluster_address(const void* p, int rank) {
-  unsigned local, remote;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
+  unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p)), remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"(remote) : "r"(local), "r"(rank));
   return remote;
 }
