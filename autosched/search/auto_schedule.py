@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -144,11 +143,13 @@ def run_trials(
     record per round (`trials` counts from 0 in this call; see `progress.round_record`). The task
     scheduler calls it again and again on one policy and measurer, a few rounds at a time.
 
-    With `opts.pipeline` the next batch is searched while this one runs on the GPU (the batch is
-    measured in a background thread): the search starts once this host's compilers are done
-    with the batch (`Measurer.measure`'s `on_built`), so that the search's workers and the
-    compilers do not share the cores, and the model update of round k runs while round k+1's
-    kernels compile. The batch measured in round k+1 was then chosen by the model of round k-1.
+    With `opts.pipeline` the next batch is searched while this one is built and runs on the GPU
+    (the batch is measured in a background thread): the model update of round k runs while
+    round k+1's kernels are generated, and the search starts right after it. The search's
+    workers step back behind the compilers (`process_pool.WORKER_NICENESS`), so the search takes
+    the cores that the compilers leave idle (a batch's last, slowest kernels compile on a few
+    cores) and the compilers keep theirs. The batch measured in round k+1 was then chosen by the
+    model of round k-1.
     The first batch of a call is measured alone, so that the second is chosen by a model trained
     on it. A search is only started for trials this call still has to measure, so no searched
     state is left unmeasured at the end (but for the batch searched when early stopping ends the
@@ -170,14 +171,12 @@ def run_trials(
         left = total - done - len(batch)
         # in a thread, so that Ctrl-C can wait for the batch; the first batch is measured alone
         # (no search beside it), so that the second is chosen by a trained model
-        built = threading.Event()
-        measuring = Background(functools.partial(_measure, measurer, batch, built), "measure")
+        measuring = Background(functools.partial(_measure, measurer, batch), "measure")
         model_s = 0.0
         try:
             measuring.start()
             if opts.pipeline and left > 0 and rnd > start_round + 1:
                 model_s = update.run()  # the last round's, while this one compiles
-                _wait_for_builds(built, measuring)
                 upcoming = _search(policy, min(opts.num_measures_per_round, left))
                 searches.append(upcoming.span)
             results, measure_span, split = measuring.result()
@@ -253,13 +252,6 @@ class _ModelUpdate:
         return time.perf_counter() - t0
 
 
-def _wait_for_builds(built: threading.Event, measuring: Background) -> None:
-    """Until the batch's kernels are compiled (or its measurement ended, built or not), in short
-    waits so that Ctrl-C reaches the loop."""
-    while not built.wait(0.05) and not measuring.done():
-        pass
-
-
 def _search(policy: SearchPolicy, n: int) -> _Searched:
     t0 = time.perf_counter()
     batch = policy.search_one_round(n)
@@ -268,16 +260,12 @@ def _search(policy: SearchPolicy, n: int) -> _Searched:
 
 
 def _measure(
-    measurer: Measurer, batch: Sequence[State], built: threading.Event
+    measurer: Measurer, batch: Sequence[State]
 ) -> tuple[list[MeasureRecordResult], Span, dict[str, float]]:
     """Results, when the measurement ran, and the build / run split of its wall-clock time (all
-    of it counts as build for a measurer whose `last_times` is empty). `built` is set once the
-    batch's kernels are compiled, at the latest when the measurement ends."""
+    of it counts as build for a measurer whose `last_times` is empty)."""
     t0 = time.perf_counter()
-    try:
-        results = measurer.measure(batch, built.set)
-    finally:
-        built.set()
+    results = measurer.measure(batch)
     span = Span(t0, time.perf_counter())
     split = measurer.last_times
     if not split:

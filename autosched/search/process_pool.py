@@ -14,6 +14,7 @@ serialised DAG), so they are started without it: scripts work as users write the
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 import types
@@ -22,6 +23,10 @@ from contextlib import contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
+# the workers' niceness: where the search shares the cores with the builder's compilers (the
+# tuning loop searches the next batch while this one compiles), the compilers, timed against a
+# wall-clock limit, come first and the search takes the cores they leave idle
+WORKER_NICENESS = 10
 # the tuning loop searches in one thread while it measures (lowering in the pool) in another
 _LOCK = threading.Lock()
 _MAIN_SWAP = threading.Lock()
@@ -60,9 +65,19 @@ def get_pool(n_jobs: int) -> ProcessPoolExecutor:
     with _LOCK:
         pool = _POOLS.get(n_jobs)
         if pool is None:
-            pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=_WorkerContext())
+            pool = ProcessPoolExecutor(
+                max_workers=n_jobs, mp_context=_WorkerContext(), initializer=_lower_priority
+            )
             _POOLS[n_jobs] = pool
         return pool
+
+
+def _lower_priority() -> None:
+    """A worker's first act: step back behind the compilers (`WORKER_NICENESS`)."""
+    try:
+        os.nice(WORKER_NICENESS)
+    except (AttributeError, OSError):  # no niceness on this platform
+        pass
 
 
 @atexit.register
