@@ -7,7 +7,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from measure.artifact import KernelArtifact
 from measure.builder import BuildResult, LocalBuilder
@@ -108,26 +108,6 @@ def _event(
     )
 
 
-class BuildsDone:
-    """Calls `on_built()` once, when `one()` was called `count` times (a build came out of the
-    compilers each time) or at `all()`, whichever comes first; an empty batch at once."""
-
-    def __init__(self, count: int, on_built: Callable[[], None] | None) -> None:
-        self.left, self.on_built = count, on_built
-        if count == 0:
-            self.all()
-
-    def one(self) -> None:
-        self.left -= 1
-        if self.left <= 0:
-            self.all()
-
-    def all(self) -> None:
-        if self.on_built is not None:
-            on_built, self.on_built = self.on_built, None
-            on_built()
-
-
 class LocalMeasureContext:
     """Builds a batch in parallel and runs each candidate as soon as its build finishes, so that
     the GPU times kernels while nvcc still compiles the rest: a batch costs about the longer of
@@ -162,19 +142,15 @@ class LocalMeasureContext:
         artifacts: Sequence[KernelArtifact],
         references: Mapping[str, Reference] | None = None,
         cost_bound: float | None = None,
-        on_built: Callable[[], None] | None = None,
     ) -> list[MeasureResult]:
         """Build and run every artifact; one result per artifact, in the artifacts' order.
-        `cost_bound` (seconds per run): a candidate shown slower stops timing early.
-        `on_built()`: called once the last artifact is compiled, before its run."""
+        `cost_bound` (seconds per run): a candidate shown slower stops timing early."""
         references = references or {}
-        built = BuildsDone(len(artifacts), on_built)
         if isinstance(self.runner, RunnerPool):
-            return self._measure_on_pool(self.runner, artifacts, references, cost_bound, built)
+            return self._measure_on_pool(self.runner, artifacts, references, cost_bound)
         results: dict[int, MeasureResult] = {}
         start, timeline = time.perf_counter(), []
         for i, build in self.builder.build_as_completed(artifacts):
-            built.one()
             run_start = run_end = None
             run = None
             if build.ok:
@@ -184,7 +160,6 @@ class LocalMeasureContext:
                 run_end = time.perf_counter()
             results[i] = MeasureResult.combine(build, run)
             timeline.append(_event(i, build, start, run_start, run_end))
-        built.all()
         self.timeline = timeline
         return [results[i] for i in range(len(artifacts))]
 
@@ -194,7 +169,6 @@ class LocalMeasureContext:
         artifacts: Sequence[KernelArtifact],
         references,
         cost_bound: float | None,
-        built: BuildsDone,
     ) -> list[MeasureResult]:
         """`measure_batch` over several GPUs: each candidate is queued as soon as it is built
         and runs on the first free runner while the others compile and run."""
@@ -220,14 +194,12 @@ class LocalMeasureContext:
         runs: dict[int, concurrent.futures.Future[RunResult]] = {}
         with concurrent.futures.ThreadPoolExecutor(len(pool.runners)) as waiters:
             for i, build in self.builder.build_as_completed(artifacts):
-                built.one()
                 builds[i] = build
                 if build.ok:
                     runs[i] = waiters.submit(run, i, build)
                 else:
                     with lock:
                         timeline.append(_event(i, build, start, None, None))
-            built.all()
         results = [
             MeasureResult.combine(builds[i], runs[i].result() if i in runs else None)
             for i in range(len(artifacts))

@@ -7,7 +7,7 @@ cluster. A measurer takes either and gets the same results, so the search never 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -26,15 +26,11 @@ class MeasureContext(Protocol):
         artifacts: Sequence[KernelArtifact],
         references: Mapping[str, Reference] | None = None,
         cost_bound: float | None = None,
-        on_built: Callable[[], None] | None = None,
     ) -> list[MeasureResult]:
         """Build and run every artifact (checked against its reference, by `reference_id`);
         one result per artifact, in order, a failure as a result that says why. With a
         `cost_bound` (seconds per run), a candidate shown slower than it may stop timing with
-        fewer repeats (`MeasureResult.stopped_early`); None times every candidate in full.
-        `on_built()` is called once, as soon as this host's compilers are done with the batch
-        (its runs may go on): a tuning loop then searches the next batch beside the runs
-        without competing with the compilers for the cores."""
+        fewer repeats (`MeasureResult.stopped_early`); None times every candidate in full."""
         ...
 
     def gpu_count(self) -> int:

@@ -35,17 +35,14 @@ class SimulatedMeasurer:
         self.fingerprints: list[str] = []
         self.last_times = {"build": 0.0, "run": 0.0}
 
-    def measure(self, states, on_built=None):
-        """Every state lowered, interpreted and costed in turn (`on_built()` at the end: the
-        interpreter builds and runs each state in one go)."""
+    def measure(self, states):
+        """Every state lowered, interpreted and costed in turn."""
         results = []
         self.last_times = {"build": 0.0, "run": 0.0}
         for s in states:
             self.fingerprints.append(s.fingerprint())
             self.count += 1
             results.append(self.measure_one(s))
-        if on_built is not None:
-            on_built()
         dag = self.task.compute_dag.serialized()  # as ProgramMeasurer's records carry it
         inputs = [MeasureInput(self.task.workload_key, s.key(), dag=dag) for s in states]
         for cb in self.callbacks:

@@ -200,15 +200,11 @@ class DaskMeasureContext:
         artifacts: Sequence[KernelArtifact],
         references: Mapping[str, Reference] | None = None,
         cost_bound: float | None = None,
-        on_built: Callable[[], None] | None = None,
     ) -> list[MeasureResult]:
         """Build and run every artifact on the cluster; one result per artifact, in order.
         At most one chunk per GPU worker is in flight at a time (the next goes out when one
         comes back), so that a lost worker takes only the chunk it was given. `cost_bound`
-        goes with every chunk (`MeasureContext.measure_batch`). The workers compile, so this
-        host is done with the batch at once (`on_built()` is called first)."""
-        if on_built is not None:
-            on_built()
+        goes with every chunk (`MeasureContext.measure_batch`)."""
         if not artifacts:
             return []
         workers = self._require_workers()  # refused now, not after `timeout`, when none

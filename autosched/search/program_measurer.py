@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autosched.records import MeasureInput, MeasureRecordResult, now
@@ -126,12 +126,8 @@ class ProgramMeasurer:
         self.time = {"codegen": 0.0, "build": 0.0, "run": 0.0}  # totals, wall-clock
         self.last_times = {"build": 0.0, "run": 0.0}
 
-    def measure(
-        self, states: Sequence[State], on_built: Callable[[], None] | None = None
-    ) -> list[MeasureRecordResult]:
-        """Build and run every state; one result per state, in order (never raises for one).
-        `on_built()`: called once this host is done generating and compiling the states'
-        kernels (`MeasureContext.measure_batch`)."""
+    def measure(self, states: Sequence[State]) -> list[MeasureRecordResult]:
+        """Build and run every state; one result per state, in order (never raises for one)."""
         t0 = time.perf_counter()
         if self.workers is None:
             self.workers = _local_workers(self.task)
@@ -153,7 +149,7 @@ class ProgramMeasurer:
         run = 0.0
         if artifacts and self.reference is not None:  # made from the first built artifact
             measured = self.context.measure_batch(
-                artifacts, {self.task.workload_key: self.reference}, self.cost_bound(), on_built
+                artifacts, {self.task.workload_key: self.reference}, self.cost_bound()
             )
             # the runners' seconds (each candidate's own) per GPU, as the GPUs run side by side;
             # the rest of the wall time waits for the compilers
@@ -169,8 +165,6 @@ class ProgramMeasurer:
                     m.stopped_early,
                 )
                 self.best_cost = min(self.best_cost, m.mean_cost)
-        elif on_built is not None:  # nothing to compile
-            on_built()
         wall = time.perf_counter() - t0
         self.last_times = {"build": wall - run, "run": run}
         self.time["codegen"] += codegen

@@ -59,17 +59,12 @@ class Measurer(Protocol):
 
     `measure` returns one result per State, in order, and never raises for one State's failure
     (a failed State's result says why); after each call it runs `callbacks(inputs, results)` and
-    leaves in `last_times` how the call's wall-clock seconds split into "build" and "run". It
-    calls `on_built()`, when given, once this host's cores are done with the batch (kernels
-    generated and compiled; the GPU may still be running them), at the latest before it
-    returns: the pipelined tuning loop starts the next search then."""
+    leaves in `last_times` how the call's wall-clock seconds split into "build" and "run"."""
 
     callbacks: list[MeasureCallback]
     last_times: dict[str, float]
 
-    def measure(
-        self, states: Sequence[State], on_built: Callable[[], None] | None = None
-    ) -> list[MeasureRecordResult]:
+    def measure(self, states: Sequence[State]) -> list[MeasureRecordResult]:
         """Build and run every State; one result per State, in order."""
         ...
 

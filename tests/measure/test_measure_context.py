@@ -159,24 +159,3 @@ def test_the_cost_bound_reaches_every_runner_and_stopped_early_comes_back(gpus):
         assert sorted(b for r in runners for b in r.bounds) == [1.5] * 4
         ctx.measure_batch(arts)
         assert sum(b is None for r in runners for b in r.bounds) == 4
-
-
-@pytest.mark.parametrize("gpus", [1, 2])
-def test_on_built_is_called_once_the_last_kernel_is_built_before_its_run(gpus):
-    from measure import RunnerPool
-
-    log: list = []
-    runners = [LoggingRunner(log) for _ in range(gpus)]
-    runner = runners[0] if gpus == 1 else RunnerPool(runners, check_models=False)
-    arts = [_artifact(f"k{i}") for i in range(4)]
-    ctx = LocalMeasureContext(ScriptedBuilder([2, 0, 3, 1], failing={"k3"}, log=log), runner)
-    with contextlib.closing(runner):
-        ctx.measure_batch(arts, on_built=lambda: log.append(("on_built", "")))
-        assert log.count(("on_built", "")) == 1
-        assert log.index(("on_built", "")) == log.index(("built", "k1")) + 1
-        if gpus == 1:  # the runs go on after it: the last kernel's is still to come
-            assert log[-1] == ("ran", "k1")
-        log.clear()
-        empty = LocalMeasureContext(ScriptedBuilder([], log=log), runner)
-        empty.measure_batch([], on_built=lambda: log.append(("on_built", "")))
-        assert log == [("on_built", "")]

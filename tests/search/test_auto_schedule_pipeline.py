@@ -83,7 +83,7 @@ class CountingPolicy:
 
 class SleepingMeasurer:
     """Costs 1 us + state ns; the states in `failing` fail (a wrong answer). A call takes
-    `seconds`: the first half builds (then it calls `on_built`), the second is reported as
+    `seconds`: the first half builds, the second is reported as
     running on the GPU; call `interrupt_at` presses Ctrl-C. Call k's build ends only once
     `built_after[k]` is set, and the call only once `overlapped[k]` is (when there are)."""
 
@@ -105,7 +105,7 @@ class SleepingMeasurer:
         self.calls = 0
         self.last_times = {"build": 0.0, "run": 0.0}
 
-    def measure(self, states, on_built=None):
+    def measure(self, states):
         self.calls += 1
         self.log.add("measure start", self.calls)
         if self.calls == self.interrupt_at:
@@ -114,8 +114,6 @@ class SleepingMeasurer:
         if self.calls in self.built_after:  # call k's kernels compile until that event
             assert self.built_after[self.calls].wait(timeout=5.0)
         self.log.add("built", self.calls)
-        if on_built is not None:
-            on_built()
         time.sleep(self.seconds / 2)
         if self.calls in self.overlapped:
             # the next search runs meanwhile: wait for it to end, so that the test does not

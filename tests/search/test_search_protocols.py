@@ -157,10 +157,8 @@ class FakeContext:
     def __init__(self) -> None:
         self.closed = False
 
-    def measure_batch(self, artifacts, references=None, cost_bound=None, on_built=None):
+    def measure_batch(self, artifacts, references=None, cost_bound=None):
         assert references, "the measurer hands its task's reference over"
-        if on_built is not None:
-            on_built()
         return [
             MeasureResult((c, c), MeasureErrorKind.NO_ERROR, "", 0.0, 0.0, {})
             for c in (1e-6 * (1 + len(a.source) % 89) for a in artifacts)
@@ -197,7 +195,4 @@ def test_a_measurer_gives_one_result_per_state_in_order_and_tells_its_callbacks(
     assert set(measurer.last_times) == {"build", "run"}
     assert all(v >= 0 for v in measurer.last_times.values())
     assert np.isfinite([r.mean_cost for r in results]).all()
-    built: list = []  # told once the batch is built, before the callbacks hear of it
-    measurer.measure(states[:2], on_built=lambda: built.append(len(seen)))
-    assert built == [1]
     measurer.close()
