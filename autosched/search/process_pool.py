@@ -25,7 +25,8 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 # the workers' niceness: where the search shares the cores with the builder's compilers (the
 # tuning loop searches the next batch while this one compiles), the compilers, timed against a
-# wall-clock limit, come first and the search takes the cores they leave idle
+# wall-clock limit, come first and the search takes the cores they leave idle (a batch's code
+# generation runs in these workers too, beside the search)
 WORKER_NICENESS = 10
 # the tuning loop searches in one thread while it measures (lowering in the pool) in another
 _LOCK = threading.Lock()
