@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pipeline",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="search the next round while this one runs on the GPU, once its kernels are "
-        "compiled (--no-pipeline: search, build and run one after the other)",
+        help="search the next round while this one compiles and runs on the GPU (--no-pipeline: "
+        "search, build and run one after the other)",
     )
     parser.add_argument(
         "--log", help="record log to append to (default: WORKLOAD.json in the current directory)"

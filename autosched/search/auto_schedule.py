@@ -42,7 +42,7 @@ class TuningOptions:
     measure_callbacks: Sequence[MeasureCallback] | None = ()
     verbose: int = 1
     measurer: Measurer | None = None  # a custom measurer (tests use a simulated one)
-    # search the next batch while this one runs on the GPU (see run_trials). Off by default,
+    # search the next batch while this one compiles and runs (see run_trials). Off by default,
     # so that a batch is always chosen by the model of the round before; `autosched tune`
     # turns it on (bests as good within noise at equal trials, in less wall time)
     pipeline: bool = False
