@@ -11,7 +11,10 @@ PyTorch versions on the same random inputs (ours checked against eager), then ti
 GPU time: 100 calls captured in one CUDA graph on one stream, replayed 20 times, median
 (benchmarks/timing.py, the suite's method), the inputs rotated past the L2 cache. Bandwidth is
 the bytes each input read once and each output written once take (autosched.roofline), over
-the time; the peak is the GPU's measured copy rate (`--peak-bandwidth` overrides it). Writes
+the time; the peak is the GPU's measured copy rate (`--peak-bandwidth` overrides it). A
+device-to-device copy that moves as many bytes is timed the same way beside them: at a few tens
+of MB, launch, ramp-up and tail keep even a copy below the peak, and the row says how close ours
+comes to what the GPU reaches at its size. Writes
 OUT/memory_bound/results.json and .md, updated after each workload (with `--publish`, to
 benchmarks/results/memory_bound/ and docs/PERFORMANCE.md).
 """
@@ -19,6 +22,7 @@ benchmarks/results/memory_bound/ and docs/PERFORMANCE.md).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -274,7 +278,8 @@ def tune(name: str, ns) -> tuple:
 
 def compare(name: str, kernel, seed: int = 0) -> dict:
     """Our kernel, PyTorch eager and torch.compile on the same inputs: ours checked against
-    eager, then GPU time of the three (µs)."""
+    eager, then GPU time of the three (µs), and of a copy that moves as many bytes (`copy_us`):
+    what the GPU reaches at this size, launch and tail included."""
     import torch
 
     from benchmarks.timing import kernel_rotation_copies, shared_stream, time_graph
@@ -308,13 +313,37 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
     ours = [lambda launch=launch: launch(ours_stream) for launch in launchers]
     theirs = [lambda ins=ins: eager(*ins) for ins, _ in sets]
     theirs_compiled = [lambda ins=ins: compiled(*ins) for ins, _ in sets]
+    copies = same_size_copies(bytes_of(inputs + outputs), len(sets))
     return {
         "ours_us": time_graph(ours, stream=stream) * 1e6,
         "eager_us": time_graph(theirs, stream=stream) * 1e6,
         "compile_us": time_graph(theirs_compiled, stream=stream) * 1e6,
+        "copy_us": time_graph(copies, stream=stream) * 1e6,
         "max_rel_err_vs_torch": err,
         "matches_torch": bool(torch.isfinite(got).all()) and err <= tolerance,
     }
+
+
+def bytes_of(args) -> int:
+    """The bytes of the kernel arguments `args` (each read or written once: what
+    autosched.roofline.dag_bytes counts for the operator's inputs and outputs)."""
+    from autosched.te.dtype import BYTES
+
+    return sum(math.prod(a.shape) * BYTES[a.dtype] for a in args)
+
+
+def same_size_copies(moved: int, rotation: int) -> list[Callable[[], object]]:
+    """Device-to-device copies of moved / 2 bytes each (half read, half written: `moved` in
+    all), over `rotation` buffer pairs as our kernel's inputs rotate, so each copy reads from
+    DRAM as the operator does."""
+    import torch
+
+    floats = max(1, moved // 2 // 4)
+    pairs = [
+        (torch.rand(floats, device="cuda"), torch.empty(floats, device="cuda"))
+        for _ in range(rotation)
+    ]
+    return [lambda src=src, dst=dst: dst.copy_(src) for src, dst in pairs]
 
 
 # ---- the tables (no GPU) --------------------------------------------------------------------
@@ -327,6 +356,8 @@ COLUMNS = [
     Column("torch.compile µs", "{:.1f}"),
     Column("autosched GB/s", "{:.0f}"),
     Column("% of peak", "{:.0f}"),
+    Column("copy µs", "{}"),
+    Column("% of a copy's speed", "{}"),
     Column("eager % / compile % of peak"),
     Column("best torch / ours speed", "{:.2f}"),
     Column("trials"),
@@ -336,7 +367,9 @@ NOTE = (
     "Bytes moved: each input read once and each output written once; % of peak against the"
     " GPU's measured copy bandwidth (peak column of the runs). eager: PyTorch's own kernels;"
     " torch.compile: the default inductor backend, the same function. Speed above 1: ours faster"
-    " than the faster of the two."
+    " than the faster of the two. copy: a device-to-device copy moving as many bytes (half read,"
+    " half written), timed the same way: the rate a kernel of this size reaches, launch and tail"
+    " included; % of a copy's speed: copy time over ours."
 )
 
 
@@ -354,6 +387,8 @@ def row(r: dict) -> list:
         r["compile_us"],
         gbps,
         percent["ours_us"],
+        f"{r['copy_us']:.1f}" if "copy_us" in r else "-",
+        f"{100 * r['copy_us'] / r['ours_us']:.0f}" if "copy_us" in r else "-",
         f"{percent['eager_us']:.0f} / {percent['compile_us']:.0f}",
         min(r["eager_us"], r["compile_us"]) / r["ours_us"],
         r["trials"],

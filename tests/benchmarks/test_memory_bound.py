@@ -90,6 +90,7 @@ def _run(name: str, ours_us: float, commit: str = "abc1234") -> dict:
         "ours_us": ours_us,
         "eager_us": 12.4,
         "compile_us": 11.0,
+        "copy_us": 8.5,
         "record_us": 9.5,
         "trials": 64,
         "matches_torch": True,
@@ -111,6 +112,8 @@ def test_table_gives_bandwidth_and_share_of_peak():
         11.0,
         pytest.approx(3355.4432),
         pytest.approx(79.89, abs=0.01),
+        "8.5",
+        "85",
         "64 / 73",
         pytest.approx(1.1),
         64,
@@ -121,5 +124,12 @@ def test_table_gives_bandwidth_and_share_of_peak():
     text = results.tables[0].markdown()
     assert "GB/s against a 4200 GB/s peak" in text
     assert (
-        "| gemv_fp16_4096x4096 | 32.0 | 10.0 | 12.4 | 11.0 | 3355 | 80 | 64 / 73 | 1.10 |" in text
+        "| gemv_fp16_4096x4096 | 32.0 | 10.0 | 12.4 | 11.0 | 3355 | 80 | 8.5 | 85 | 64 / 73 "
+        "| 1.10 |" in text
     )
+
+
+def test_a_run_without_a_copy_reading_shows_dashes():
+    run = _run("norm2_4096x4096", 20.0)
+    del run["copy_us"]
+    assert row(run)[7:9] == ["-", "-"]
