@@ -9,6 +9,9 @@ from costmodel.packsum import HESSIANS, LABELS
 from costmodel.program_rows import parse_program_rows
 from costmodel.ranking import OBJECTIVES
 
+# cores per training / prediction thread when ``nthread`` is not given (see ``XGBParams``)
+CORES_PER_THREAD = 4
+
 
 def available_cores() -> int:
     """CPU cores this process may run on (respects taskset / cgroup affinity where visible)."""
@@ -77,7 +80,13 @@ class XGBParams:
             second round is steered instead of random. 0 disables the fallback.
 
     Resources:
-        nthread: CPU threads for training and prediction; None = every core available.
+        nthread: CPU threads for training and prediction; None = a quarter of the cores
+            available (``CORES_PER_THREAD``), at least one. A search trains and predicts while
+            its compilers and lowering workers keep every core busy. XGBoost's OpenMP threads
+            meet at a barrier many times per tree, and one that the compilers preempt holds
+            the others there for a scheduler time slice: on a machine of two busy cores, two
+            threads make a training run of a second take minutes. The matrices are small (a
+            few tens of thousands of rows), so a few threads lose little where cores are many.
     """
 
     program_rows: str = "max"
@@ -139,8 +148,10 @@ class XGBParams:
 
     @property
     def threads(self) -> int:
-        """The thread count actually used: ``nthread``, or every available core."""
-        return self.nthread if self.nthread is not None else available_cores()
+        """The thread count actually used: ``nthread``, or a quarter of the available cores."""
+        if self.nthread is not None:
+            return self.nthread
+        return max(1, available_cores() // CORES_PER_THREAD)
 
     def booster_params(self, seed: int, base_score: float = 0.0) -> dict:
         """The parameter dict for ``xgb.train`` / ``xgb.Booster``.

@@ -55,3 +55,12 @@ def test_a_cost_model_learns_ranks_and_saves(make, tmp_path):
     loaded = type(model).load(path)
     assert isinstance(loaded, type(model))
     np.testing.assert_array_equal(loaded.predict(features), model.predict(features))
+
+
+def test_default_threads_are_a_quarter_of_the_cores(monkeypatch):
+    import costmodel.xgb_params as xgb_params
+
+    for cores, want in ((16, 4), (32, 8), (2, 1), (1, 1)):
+        monkeypatch.setattr(xgb_params, "available_cores", lambda cores=cores: cores)
+        assert xgb_params.XGBParams().threads == want
+        assert xgb_params.XGBParams(nthread=3).threads == 3
