@@ -484,7 +484,7 @@ class XGBModel(CostModel):
             # load_model, and a base_score among them would replace the trained one.
             booster = xgb.Booster({"verbosity": 0})
             booster.load_model(bytearray(arrays["booster"].tobytes()))
-            # The saved nthread was the saving machine's core count; use this machine's.
+            # The saved nthread was the saving machine's thread count; use this machine's.
             booster.set_param({"nthread": model.params.threads})
             model._booster = booster
         if "rows" in arrays:
