@@ -22,7 +22,6 @@ benchmarks/results/memory_bound/ and docs/PERFORMANCE.md).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -313,7 +312,7 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
     ours = [lambda launch=launch: launch(ours_stream) for launch in launchers]
     theirs = [lambda ins=ins: eager(*ins) for ins, _ in sets]
     theirs_compiled = [lambda ins=ins: compiled(*ins) for ins, _ in sets]
-    copies = same_size_copies(bytes_of(inputs + outputs), len(sets))
+    copies = same_size_copies(sum(a.nbytes for a in inputs + outputs), len(sets))
     return {
         "ours_us": time_graph(ours, stream=stream) * 1e6,
         "eager_us": time_graph(theirs, stream=stream) * 1e6,
@@ -322,14 +321,6 @@ def compare(name: str, kernel, seed: int = 0) -> dict:
         "max_rel_err_vs_torch": err,
         "matches_torch": bool(torch.isfinite(got).all()) and err <= tolerance,
     }
-
-
-def bytes_of(args) -> int:
-    """The bytes of the kernel arguments `args` (each read or written once: what
-    autosched.roofline.dag_bytes counts for the operator's inputs and outputs)."""
-    from autosched.te.dtype import BYTES
-
-    return sum(math.prod(a.shape) * BYTES[a.dtype] for a in args)
 
 
 def same_size_copies(moved: int, rotation: int) -> list[Callable[[], object]]:
