@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import os
+import threading
 import time
 import warnings
 import zlib
@@ -214,15 +215,21 @@ class RecordToFile:
     """Measure callback: append one line per measurement to `path` and flush.
 
     A path ending in `.gz` gets one gzip member per call, which `load_records` reads back. The
-    first record written of each task carries the task's serialised DAG.
+    first record written of each task carries the task's serialised DAG. Calls from several
+    threads (batches measured at once) append one after the other.
     """
 
     def __init__(self, path: str) -> None:
         self.path = str(path)
         self.compressed = self.path.endswith(".gz")
         self._dag_written: set[str] = set()
+        self._lock = threading.Lock()
 
     def __call__(self, inputs, results) -> None:
+        with self._lock:
+            self._append(inputs, results)
+
+    def _append(self, inputs, results) -> None:
         lines = []
         for inp, res in zip(inputs, results, strict=True):
             first = inp.dag is not None and inp.workload_key not in self._dag_written

@@ -4,6 +4,7 @@ it stands in for the GPU so the search mechanics can be tested in CI)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -26,19 +27,24 @@ def simulated_cost(program) -> float:
 
 
 class SimulatedMeasurer:
-    """Measures by interpreting; `last_times` splits a call into build (lowering) and run."""
+    """Measures by interpreting; `last_times` splits a call into build (lowering) and run (each
+    thread's own call's: the pipelined loop measures two batches at once)."""
 
     def __init__(self, task, callbacks=()):
         self.task = task
         self.callbacks = list(callbacks)
         self.count = 0
         self.fingerprints: list[str] = []
-        self.last_times = {"build": 0.0, "run": 0.0}
+        self._calls = threading.local()
+
+    @property
+    def last_times(self) -> dict[str, float]:
+        return getattr(self._calls, "times", {"build": 0.0, "run": 0.0})
 
     def measure(self, states):
         """Every state lowered, interpreted and costed in turn."""
         results = []
-        self.last_times = {"build": 0.0, "run": 0.0}
+        self._calls.times = {"build": 0.0, "run": 0.0}
         for s in states:
             self.fingerprints.append(s.fingerprint())
             self.count += 1

@@ -144,17 +144,21 @@ def run_trials(
     scheduler calls it again and again on one policy and measurer, a few rounds at a time.
 
     With `opts.pipeline` the next batch is searched while this one is built and runs on the GPU
-    (the batch is measured in a background thread): the model update of round k runs while
+    (each batch is measured in a background thread): the model update of round k runs while
     round k+1's kernels are generated, and the search starts right after it. The search's
     workers step back behind the compilers (`process_pool.WORKER_NICENESS`), so the search takes
-    the cores that the compilers leave idle (a batch's last, slowest kernels compile on a few
-    cores) and the compilers keep theirs. The batch measured in round k+1 was then chosen by the
-    model of round k-1.
+    the cores that the compilers leave idle. The batch measured in round k+1 was then chosen by
+    the model of round k-1. As soon as that search ends, its batch starts to compile, beside the
+    end of the batch before: a batch's last, slowest kernels compile on a few cores and its last
+    kernels run on the GPU, and the next batch's compilers take the other cores meanwhile
+    instead of waiting for them. So up to two batches are measured at once, and the measurer is
+    called from two threads (`protocols.Measurer`).
     The first batch of a call is measured alone, so that the second is chosen by a model trained
     on it. A search is only started for trials this call still has to measure, so no searched
-    state is left unmeasured at the end (but for the batch searched when early stopping ends the
-    loop). Pipelined or not, Ctrl-C waits for the batch being measured (its records are written)
-    before it stops the loop; a second one stops at once."""
+    state is left unmeasured at the end; when early stopping ends the loop, a batch already
+    being measured is waited for and counted as a round. Pipelined or not, Ctrl-C waits for the
+    batches being measured (their records are written) before it stops the loop; a second one
+    stops at once."""
     flop = task.compute_dag.flop_count
     total = opts.num_measure_trials
     done, rnd = 0, start_round
@@ -162,65 +166,73 @@ def run_trials(
     if total <= 0:
         return history
     window_start = time.perf_counter()
-    pending = _search(policy, min(opts.num_measures_per_round, total))
-    searches = [pending.span]  # the searches run in this round's window
     update = _ModelUpdate(policy)
-    while pending.batch:
-        rnd += 1
-        batch, upcoming = pending.batch, None
-        left = total - done - len(batch)
-        # in a thread, so that Ctrl-C can wait for the batch; the first batch is measured alone
-        # (no search beside it), so that the second is chosen by a trained model
-        measuring = Background(functools.partial(_measure, measurer, batch), "measure")
-        model_s = 0.0
-        try:
-            measuring.start()
-            if opts.pipeline and left > 0 and rnd > start_round + 1:
-                model_s = update.run()  # the last round's, while this one compiles
-                upcoming = _search(policy, min(opts.num_measures_per_round, left))
-                searches.append(upcoming.span)
-            results, measure_span, split = measuring.result()
-        except BaseException:  # Ctrl-C, or a failed search: keep the batch's records
-            _finish_after_interrupt(measuring, opts.verbose)
-            raise
-        costs = [r.mean_cost for r in results]
-        for s, c in zip(batch, costs, strict=True):
-            policy.add_measured(s, c)
-            best.offer(c, s, rnd)
-        update.add(batch, costs)
-        if upcoming is None:  # the next search (or the caller) needs the model now
-            model_s += update.run()
-        window_end = time.perf_counter()
-        done += len(batch)
-        times = RoundTimes(
-            window=Span(window_start, window_end),
-            search=pending.span.seconds,
-            measure=measure_span,
-            build=split["build"],
-            run=split["run"],
-            model=model_s,
-            searches=searches,
-        )
-        window_start, searches = window_end, []
-        history.append(round_record(rnd, done, costs, best.cost, flop, times))
-        history[-1]["search_detail"] = pending.detail
-        if opts.verbose:
-            print(progress_line(history[-1], len(batch)), flush=True)
-        if opts.early_stopping and rnd - best.round >= opts.early_stopping:
+    flying: list[_InFlight] = []  # the batches being measured, oldest first
+    searches: list[Span] = []  # the searches run in this round's window
+    searching = True  # until early stopping or an exhausted space ends the search
+
+    def search_and_start(n: int) -> None:
+        nonlocal searching
+        searched = _search(policy, n)
+        searches.append(searched.span)
+        if not searched.batch:
+            searching = False
             if opts.verbose:
-                print(f"early stopping: no improvement in {opts.early_stopping} rounds")
-            update.run()
-            return history
-        if done >= total:
-            update.run()
-            return history
-        if upcoming is None:
-            upcoming = _search(policy, min(opts.num_measures_per_round, total - done))
-            searches.append(upcoming.span)
-        pending = upcoming
+                print("search space exhausted: no new states to measure")
+            return
+        measuring = Background(functools.partial(_measure, measurer, searched.batch), "measure")
+        flying.append(_InFlight(searched, measuring))  # listed before it starts: see Background
+        measuring.start()
+
+    try:
+        search_and_start(min(opts.num_measures_per_round, total))
+        while flying:
+            rnd += 1
+            current = flying[0]
+            batch = current.searched.batch
+            left = total - done - len(batch)
+            model_s = 0.0
+            # the first batch is measured alone, so that the second is chosen by a trained model
+            if opts.pipeline and searching and left > 0 and rnd > start_round + 1:
+                model_s = update.run()  # the last round's, while this one compiles
+                search_and_start(min(opts.num_measures_per_round, left))
+            results, measure_span, split = current.measuring.result()
+            flying.pop(0)
+            costs = [r.mean_cost for r in results]
+            for s, c in zip(batch, costs, strict=True):
+                policy.add_measured(s, c)
+                best.offer(c, s, rnd)
+            update.add(batch, costs)
+            if not flying:  # the next search (or the caller) needs the model now
+                model_s += update.run()
+            window_end = time.perf_counter()
+            done += len(batch)
+            times = RoundTimes(
+                window=Span(window_start, window_end),
+                search=current.searched.span.seconds,
+                measure=measure_span,
+                build=split["build"],
+                run=split["run"],
+                model=model_s,
+                searches=list(searches),
+            )
+            window_start = window_end
+            searches.clear()
+            history.append(round_record(rnd, done, costs, best.cost, flop, times))
+            history[-1]["search_detail"] = current.searched.detail
+            if opts.verbose:
+                print(progress_line(history[-1], len(batch)), flush=True)
+            if searching and opts.early_stopping and rnd - best.round >= opts.early_stopping:
+                searching = False
+                if opts.verbose:
+                    print(f"early stopping: no improvement in {opts.early_stopping} rounds")
+            if not flying and searching and done < total:
+                search_and_start(min(opts.num_measures_per_round, total - done))
+    except BaseException:  # Ctrl-C, or a failed search: keep the batches' records
+        for f in flying:
+            _finish_after_interrupt(f.measuring, opts.verbose)
+        raise
     update.run()
-    if opts.verbose:
-        print("search space exhausted: no new states to measure")
     return history
 
 
@@ -231,6 +243,14 @@ class _Searched:
     batch: list[State]
     span: Span
     detail: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A searched batch and its measurement, running in a background thread."""
+
+    searched: _Searched
+    measuring: Background[tuple[list[MeasureRecordResult], Span, dict[str, float]]]
 
 
 class _ModelUpdate:

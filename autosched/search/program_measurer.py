@@ -3,7 +3,9 @@ measure/, results as records.
 
 `ProgramMeasurer` is the GPU's `protocols.Measurer`: `measure(states) -> [MeasureRecordResult]`,
 and after each call `last_times = {"build": s, "run": s}` (adding up to the call's wall-clock
-time), with which auto_schedule splits the round's measuring time.
+time), with which auto_schedule splits the round's measuring time. The pipelined tuning loop
+measures two batches at once, from two threads: `last_times` is then each thread's own call's,
+and the callbacks see one batch at a time.
 
 Where kernels are built and run is the measure context's business: `measure.LocalMeasureContext`
 (this host, every visible GPU by default) or `autosched.search.distributed.DaskMeasureContext`
@@ -19,6 +21,7 @@ and every candidate within the factor are still timed in full.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -124,10 +127,17 @@ class ProgramMeasurer:
         self.workers = workers
         self.reference: Reference | None = None
         self.time = {"codegen": 0.0, "build": 0.0, "run": 0.0}  # totals, wall-clock
-        self.last_times = {"build": 0.0, "run": 0.0}
+        self._calls = threading.local()  # each measuring thread's last call's times
+        self._lock = threading.Lock()  # the reference, totals, best cost and callbacks
+
+    @property
+    def last_times(self) -> dict[str, float]:
+        """The build / run split of this thread's last `measure` call's wall-clock seconds."""
+        return getattr(self._calls, "times", {"build": 0.0, "run": 0.0})
 
     def measure(self, states: Sequence[State]) -> list[MeasureRecordResult]:
-        """Build and run every state; one result per state, in order (never raises for one)."""
+        """Build and run every state; one result per state, in order (never raises for one).
+        Two threads may measure at once (see the module docstring)."""
         t0 = time.perf_counter()
         if self.workers is None:
             self.workers = _local_workers(self.task)
@@ -141,8 +151,9 @@ class ProgramMeasurer:
                     (), int(MeasureErrorKind.INSTANTIATION_ERROR), b, timestamp=now()
                 )
                 continue
-            if self.reference is None:
-                self.reference = task_reference(self.task, b.args)
+            with self._lock:
+                if self.reference is None:
+                    self.reference = task_reference(self.task, b.args)
             artifacts.append(b)
             slots.append(i)
         codegen = time.perf_counter() - t0
@@ -164,18 +175,20 @@ class ProgramMeasurer:
                     now(),
                     m.stopped_early,
                 )
-                self.best_cost = min(self.best_cost, m.mean_cost)
+                with self._lock:
+                    self.best_cost = min(self.best_cost, m.mean_cost)
         wall = time.perf_counter() - t0
-        self.last_times = {"build": wall - run, "run": run}
-        self.time["codegen"] += codegen
-        self.time["build"] += wall - run
-        self.time["run"] += run
+        self._calls.times = {"build": wall - run, "run": run}
         finished = [r for r in results if r is not None]
         assert len(finished) == len(states), "every state is either refused or measured"
         dag = self.task.compute_dag.serialized()
         inputs = [MeasureInput(self.task.workload_key, s.key(), dag=dag) for s in states]
-        for cb in self.callbacks:
-            cb(inputs, finished)
+        with self._lock:
+            self.time["codegen"] += codegen
+            self.time["build"] += wall - run
+            self.time["run"] += run
+            for cb in self.callbacks:
+                cb(inputs, finished)
         return finished
 
     def cost_bound(self) -> float | None:

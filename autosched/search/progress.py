@@ -2,9 +2,10 @@
 wall-clock time went.
 
 A round's wall time runs from the end of the previous round to the end of this one. With a
-pipelined loop the search of the next batch runs while this batch runs on the GPU, so the
-activities overlap; `split_s` therefore splits the wall time by what the loop was waiting on,
-so that its four parts add up to the wall time:
+pipelined loop the search of the next batch runs while this batch runs on the GPU, and the
+next batch starts to compile before this one ends, so the activities overlap; `split_s`
+therefore splits the wall time by what the loop was waiting on, so that its four parts add up
+to the wall time:
 
 - "gpu": the runners timing and checking kernels (per GPU, when there are several),
 - "build": the rest of the measurement (compilers, lowering, transfers),
@@ -53,11 +54,16 @@ class RoundTimes:
     searches: list[Span] = field(default_factory=list)
 
     def split(self) -> dict[str, float]:
-        """The window's seconds by what the loop waited on (see the module docstring)."""
+        """The window's seconds by what the loop waited on (see the module docstring). A
+        measurement that started before the window (beside the previous batch's) counts with
+        its part inside it; its GPU time is taken to lie there, as the runs follow the builds."""
         exposed = sum(max(0.0, s.seconds - s.overlap(self.measure)) for s in self.searches)
         wall = self.window.seconds
-        idle = max(0.0, wall - exposed - self.build - self.run)
-        return {"search": exposed, "build": self.build, "gpu": self.run, "idle": idle}
+        inside = self.measure.overlap(self.window)
+        run = min(self.run, inside)
+        build = min(self.build, inside - run)
+        idle = max(0.0, wall - exposed - build - run)
+        return {"search": exposed, "build": build, "gpu": run, "idle": idle}
 
 
 def round_record(

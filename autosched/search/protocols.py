@@ -59,10 +59,15 @@ class Measurer(Protocol):
 
     `measure` returns one result per State, in order, and never raises for one State's failure
     (a failed State's result says why); after each call it runs `callbacks(inputs, results)` and
-    leaves in `last_times` how the call's wall-clock seconds split into "build" and "run"."""
+    leaves in `last_times` how the call's wall-clock seconds split into "build" and "run".
+    The pipelined tuning loop calls `measure` from two threads at once (a batch starts to
+    compile beside the end of the one before) and reads `last_times` in the calling thread
+    right after its call: a measurer keeps it per thread to report each call's own."""
 
     callbacks: list[MeasureCallback]
-    last_times: dict[str, float]
+
+    @property
+    def last_times(self) -> dict[str, float]: ...
 
     def measure(self, states: Sequence[State]) -> list[MeasureRecordResult]:
         """Build and run every State; one result per State, in order."""
