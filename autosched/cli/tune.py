@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from autosched.cli.arguments import (
@@ -54,7 +55,7 @@ def run(ns: argparse.Namespace) -> int:
     )
     # a log that already holds searches of this task: never measure its states again
     policy = SketchPolicy(
-        task, params=search_params(ns), init_search_callbacks=[SkipLoggedStates(log)]
+        task, params=tune_search_params(ns), init_search_callbacks=[SkipLoggedStates(log)]
     )
     measurer = ProgramMeasurer(
         task,
@@ -79,6 +80,14 @@ def run(ns: argparse.Namespace) -> int:
             context.close()
     print_summary(task, res, log)
     return 0
+
+
+def tune_search_params(ns: argparse.Namespace):
+    """The search options' SearchParams; pipelined, the search's workers run level with the
+    compilers, as the next batch's search is what a round waits for
+    (`SearchParams.worker_niceness`)."""
+    params = search_params(ns)
+    return dataclasses.replace(params, worker_niceness=0) if ns.pipeline else params
 
 
 def check_log_path(log: str) -> None:

@@ -145,14 +145,15 @@ def run_trials(
 
     With `opts.pipeline` the next batch is searched while this one is built and runs on the GPU
     (each batch is measured in a background thread): the model update of round k runs while
-    round k+1's kernels are generated, and the search starts right after it. The search's
-    workers step back behind the compilers (`process_pool.WORKER_NICENESS`), so the search takes
-    the cores that the compilers leave idle. The batch measured in round k+1 was then chosen by
-    the model of round k-1. As soon as that search ends, its batch starts to compile, beside the
-    end of the batch before: a batch's last, slowest kernels compile on a few cores and its last
-    kernels run on the GPU, and the next batch's compilers take the other cores meanwhile
-    instead of waiting for them. So up to two batches are measured at once, and the measurer is
-    called from two threads (`protocols.Measurer`).
+    round k+1's kernels are generated, and the search starts right after it. The batch
+    measured in round k+1 was then chosen by the model of round k-1. As soon as that search
+    ends, its batch starts to compile, beside the end of the batch before: a batch's last,
+    slowest kernels compile on a few cores and its last kernels run on the GPU, and the next
+    batch's compilers take the other cores meanwhile instead of waiting for them. So up to two
+    batches are measured at once, and the measurer is called from two threads
+    (`protocols.Measurer`). The search is then what a round waits for, and the compilers keep
+    the cores busy beside it: `autosched tune` runs the search's workers level with them
+    (`SearchParams.worker_niceness`).
     The first batch of a call is measured alone, so that the second is chosen by a model trained
     on it. A search is only started for trials this call still has to measure, so no searched
     state is left unmeasured at the end; when early stopping ends the loop, a batch already

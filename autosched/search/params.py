@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from autosched.search import tensor_core_mutations  # noqa: F401  (registers its mutations)
 from autosched.search.mutations import MUTATIONS
+from autosched.search.process_pool import COMPILERS_FIRST
 
 
 def check_settings(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
@@ -72,6 +73,13 @@ class SearchParams:
     # worker processes (spawned without re-running the main script: no guard needed):
     # None = one per CPU core, 1 = all in this process
     n_jobs: int | None = None
+    # how far the worker processes step back behind the builder's compilers (a niceness, 0-19).
+    # Where the rounds of several tasks are in flight, the compilers come first and the search
+    # takes the cores they leave idle. In one task's pipelined loop (`autosched tune`) the
+    # search of the next batch is what a round waits for, and the compilers of the next batch
+    # fill the cores beside the end of the one before: there the search steps back for nothing
+    # and `autosched tune` uses 0
+    worker_niceness: int = COMPILERS_FIRST
     seed: int = 0
     # the search's default cost model ranks with the model shipped in the package, pre-trained
     # on other workloads' measurements, until it has trained on enough of the task's own
@@ -94,6 +102,7 @@ class SearchParams:
             (self.empty_round_retries >= 0, "empty_round_retries must be >= 0"),
             (self.feature_cache_size >= 1, "feature_cache_size must be >= 1"),
             (self.n_jobs is None or self.n_jobs >= 1, "n_jobs must be None or >= 1"),
+            (0 <= self.worker_niceness <= 19, "worker_niceness must be in [0, 19]"),
         ]
         check_settings("SearchParams", checks)
         unknown = [name for name, _ in self.mutation_weights if name not in MUTATIONS]

@@ -147,7 +147,7 @@ class SketchPolicy:
         context = TaskContext(task.compute_dag, task.hardware_params, sketch_params, self.sketches)
         self.sampler = context.sampler  # analyses each sketch once, for the whole search
         spec = TaskSpec.of(task.compute_dag, task.hardware_params, sketch_params)
-        self.workers = Workers(context, spec, self.params.n_jobs)
+        self.workers = Workers(context, spec, self.params.n_jobs, self.params.worker_niceness)
         self.mutation_ctx = MutationContext(
             sketch_params.max_innermost_split_factor,
             max(sketch_params.vector_lengths),

@@ -22,12 +22,12 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.context import SpawnContext, SpawnProcess
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-# the workers' niceness: where the search shares the cores with the builder's compilers (the
-# tuning loop searches the next batch while this one compiles), the compilers, timed against a
-# wall-clock limit, come first and the search takes the cores they leave idle (a batch's code
-# generation runs in these workers too, beside the search)
-WORKER_NICENESS = 10
+_POOLS: dict[tuple[int, int], ProcessPoolExecutor] = {}
+# the workers' default niceness (`SearchParams.worker_niceness`): where the search shares the
+# cores with the builder's compilers (the rounds of several tasks in flight at once), the
+# compilers, timed against a wall-clock limit, come first and the search takes the cores they
+# leave idle (a batch's code generation runs in these workers too, beside the search)
+COMPILERS_FIRST = 10
 # the tuning loop searches in one thread while it measures (lowering in the pool) in another
 _LOCK = threading.Lock()
 _MAIN_SWAP = threading.Lock()
@@ -61,22 +61,28 @@ class _WorkerContext(SpawnContext):
     Process = _WorkerProcess
 
 
-def get_pool(n_jobs: int) -> ProcessPoolExecutor:
-    """The pool of `n_jobs` spawned workers (started on first use)."""
+def get_pool(n_jobs: int, niceness: int = COMPILERS_FIRST) -> ProcessPoolExecutor:
+    """The pool of `n_jobs` spawned workers running `niceness` above this process (started on
+    first use)."""
     with _LOCK:
-        pool = _POOLS.get(n_jobs)
+        pool = _POOLS.get((n_jobs, niceness))
         if pool is None:
             pool = ProcessPoolExecutor(
-                max_workers=n_jobs, mp_context=_WorkerContext(), initializer=_lower_priority
+                max_workers=n_jobs,
+                mp_context=_WorkerContext(),
+                initializer=_lower_priority,
+                initargs=(niceness,),
             )
-            _POOLS[n_jobs] = pool
+            _POOLS[(n_jobs, niceness)] = pool
         return pool
 
 
-def _lower_priority() -> None:
-    """A worker's first act: step back behind the compilers (`WORKER_NICENESS`)."""
+def _lower_priority(niceness: int) -> None:
+    """A worker's first act: step back `niceness` behind the compilers."""
+    if not niceness:
+        return
     try:
-        os.nice(WORKER_NICENESS)
+        os.nice(niceness)
     except (AttributeError, OSError):  # no niceness on this platform
         pass
 

@@ -40,7 +40,7 @@ from autosched.features.extract import extract_features, state_features
 from autosched.schedule.compute_dag import ComputeDAG
 from autosched.search.collector import collector_paused, young_objects_only
 from autosched.search.mutations import Records
-from autosched.search.process_pool import get_pool, shutdown_pools
+from autosched.search.process_pool import COMPILERS_FIRST, get_pool, shutdown_pools
 from autosched.search.replay_cache import PrefixReplay
 from autosched.sketch import SketchParams, SketchSampler, generate_sketches
 from autosched.sketch.validity import check_candidate, reason_for
@@ -191,11 +191,19 @@ class TaskContext:
 
 class Workers:
     """Runs TaskContext methods on chunks of candidates, here or in a pool of n_jobs processes.
-    `n_jobs=None` means one process per CPU core; 1 means this process only."""
+    `n_jobs=None` means one process per CPU core; 1 means this process only. The pool's
+    processes run `niceness` above this one (`SearchParams.worker_niceness`)."""
 
-    def __init__(self, context: TaskContext, spec: TaskSpec | None, n_jobs: int | None = 1) -> None:
+    def __init__(
+        self,
+        context: TaskContext,
+        spec: TaskSpec | None,
+        n_jobs: int | None = 1,
+        niceness: int = COMPILERS_FIRST,
+    ) -> None:
         self.context = context
         self.spec = spec
+        self.niceness = niceness
         self.n_jobs = resolve_n_jobs(n_jobs)
         self.use_pool = self.n_jobs > 1 and spec is not None
         self.cpu_seconds = 0.0  # CPU time the chunks took, wherever they ran
@@ -269,7 +277,7 @@ class Workers:
 
     def _map_pool(self, method: str, chunks: list[tuple]) -> list:
         assert self.spec is not None, "a pool is used only with a spec (use_pool)"
-        pool = get_pool(self.n_jobs)
+        pool = get_pool(self.n_jobs, self.niceness)
         futures = [pool.submit(_work, self.spec, method, chunk) for chunk in chunks]
         out = []
         for fut in futures:

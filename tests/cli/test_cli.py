@@ -296,6 +296,20 @@ def test_help_seed_and_show_launch_configuration(tmp_path, seed_records):
     assert search_params(ns).seed == 7 and search_params(ns).n_jobs == 2
 
 
+def test_tune_runs_the_search_level_with_the_compilers_when_pipelined():
+    """Pipelined, the next batch's search is what a round waits for: `autosched tune` runs its
+    workers level with the compilers; `--no-pipeline` keeps the default step back."""
+    from autosched.cli.app import build_parser
+    from autosched.cli.tune import tune_search_params
+    from autosched.search.process_pool import COMPILERS_FIRST
+
+    parser = build_parser()
+    assert tune_search_params(parser.parse_args(["tune", "matmul"])).worker_niceness == 0
+    off = parser.parse_args(["tune", "matmul", "--no-pipeline", "--seed", "3"])
+    assert tune_search_params(off).worker_niceness == COMPILERS_FIRST
+    assert tune_search_params(off).seed == 3
+
+
 def test_no_pretrained_gives_a_random_first_round():
     from autosched.cli.app import build_parser
     from autosched.cli.arguments import search_params

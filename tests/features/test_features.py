@@ -355,11 +355,13 @@ def test_extraction_speed():
 
 
 def test_process_pool_workers_step_back_behind_the_compilers():
-    """The pool's workers run WORKER_NICENESS above this process (at most 19), so a search
-    beside the builder's compilers takes only the cores they leave idle."""
+    """The pool's workers run their niceness above this process (at most 19): by default
+    COMPILERS_FIRST, so that a search beside the builder's compilers takes only the cores they
+    leave idle; a pool asked for 0 runs level with it."""
     import os
 
-    from autosched.search.process_pool import WORKER_NICENESS, get_pool
+    from autosched.search.process_pool import COMPILERS_FIRST, get_pool
 
     mine = os.nice(0)
-    assert get_pool(2).submit(os.nice, 0).result() == min(19, mine + WORKER_NICENESS)
+    assert get_pool(2).submit(os.nice, 0).result() == min(19, mine + COMPILERS_FIRST)
+    assert get_pool(2, 0).submit(os.nice, 0).result() == mine

@@ -144,6 +144,7 @@ def test_the_feature_cache_drops_the_least_recently_used_half():
         ({"launch_cap": -1}, "launch_cap must be >= 0"),
         ({"carry_over": 1.5}, "carry_over must be in"),
         ({"n_jobs": 0}, "n_jobs must be None or >= 1"),
+        ({"worker_niceness": 20}, "worker_niceness must be in \\[0, 19\\]"),
         ({"mutation_weights": (("tile", 1.0),)}, r"names \['tile'\]; the mutations are"),
         ({"mutation_weights": (("tile_size", 0.0),)}, "positive sum"),
     ],
