@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autosched.records import load_records, seal_torn_line
+from autosched.search.background import Background
 from autosched.search.candidates import as_records, launch_shape, spread_over_sketches
 from autosched.search.collector import young_objects_only
 from autosched.search.cost_model import default_cost_model, train_on_measured
@@ -135,9 +136,13 @@ class SketchPolicy:
 
         self.task = task
         self.params = params or SearchParams()
-        self.cost_model: CostModel = cost_model or default_cost_model(
+        # a model made here trains in the background (`update_model`); a given one, which
+        # its owner may read or share, trains in the call
+        self._owns_model = cost_model is None
+        self._model: CostModel = cost_model or default_cost_model(
             self.params.seed, self.params.pretrained
         )
+        self._training: Background[None] | None = None
         self.rng = random.Random(self.params.seed)
         self.np_rng = np.random.default_rng(self.params.seed)
         self.verbose = verbose
@@ -171,6 +176,19 @@ class SketchPolicy:
         self.n_sampled = 0
         for cb in init_search_callbacks:
             cb(self)
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The search's cost model, once its training in progress (if any) has ended."""
+        if self._training is not None:
+            training, self._training = self._training, None
+            training.result()  # raises what the training raised
+        return self._model
+
+    @cost_model.setter
+    def cost_model(self, model: CostModel) -> None:
+        self.cost_model  # noqa: B018 (the training in progress ends first)
+        self._model = model
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def add_measured(self, state: State, cost: float) -> None:
@@ -411,11 +429,24 @@ class SketchPolicy:
         }
 
     def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
-        """Train the cost model on a measured batch (features from the cache)."""
-        t0 = time.perf_counter()
+        """Train the cost model on a measured batch (features from the cache). A model this
+        policy made trains in a background thread, until the search next reads it
+        (`cost_model`): the next round's fresh samples are drawn meanwhile, as they need no
+        model, and the round waits for the training only where it scores."""
         outcomes = self.outcomes([s.key() for s in states])
         keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
-        train_on_measured(
-            self.cost_model, self.task, [outcomes[i] for i in keep], [costs[i] for i in keep]
-        )
-        self.time["model"] += time.perf_counter() - t0
+        model = self.cost_model  # the last training ends first
+        features, kept_costs = [outcomes[i] for i in keep], [costs[i] for i in keep]
+
+        def train() -> None:
+            t0 = time.perf_counter()
+            try:
+                train_on_measured(model, self.task, features, kept_costs)
+            finally:
+                self.time["model"] += time.perf_counter() - t0
+
+        if not self._owns_model:
+            train()
+            return
+        self._training = Background(train, "cost-model-training")
+        self._training.start()

@@ -210,3 +210,53 @@ def test_without_the_pretrained_model_the_first_round_is_random_fresh_samples():
     assert policy.cost_model.pretrained is None and policy.model_guesses
     batch = policy.search_one_round(6)
     assert {s.key() for s in batch} <= set(policy.fresh_sketch) and not policy.scores
+
+
+# ---- the model a policy made trains in the background ----------------------------------------
+
+
+def test_a_policys_own_model_trains_while_the_next_round_samples(monkeypatch):
+    """update_model returns while the policy's own model trains; the next round draws its fresh
+    samples meanwhile and waits for the training only where it reads the model."""
+    import threading
+
+    import autosched.search.policy as policy_module
+
+    policy = SketchPolicy(small_task(), params=SMALL, verbose=0)
+    measured = policy.sample_fresh(8)
+    states = [policy.workers.context.replay(r) for r in measured]
+    release, trained = threading.Event(), []
+    train = policy_module.train_on_measured
+
+    def slow_training(model, task, features, costs):
+        assert release.wait(timeout=5.0)
+        train(model, task, features, costs)
+        trained.append(len(features))
+
+    monkeypatch.setattr(policy_module, "train_on_measured", slow_training)
+    policy.update_model(states, [1e-6] * len(states))
+    assert not trained, "update_model waited for the training"
+    assert len(policy.sample_fresh(4)) == 4  # no model needed: drawn while it trains
+    threading.Timer(0.05, release.set).start()
+    assert policy.cost_model is not None and trained == [len(states)]  # read after it ends
+
+
+def test_a_given_model_trains_in_the_call(monkeypatch):
+    """A model the caller gave (and may share or read) is trained before update_model
+    returns."""
+    import autosched.search.policy as policy_module
+
+    trained = []
+    train = policy_module.train_on_measured
+
+    def recorded(model, task, features, costs):
+        train(model, task, features, costs)
+        trained.append(len(features))
+
+    monkeypatch.setattr(policy_module, "train_on_measured", recorded)
+    policy = make_policy(small_task(), SMALL, autosched.XGBModel(nthread=1))
+    measured = policy.sample_fresh(6)
+    policy.update_model(
+        [policy.workers.context.replay(r) for r in measured], [1e-6] * len(measured)
+    )
+    assert trained == [len(measured)]
