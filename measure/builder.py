@@ -85,7 +85,8 @@ class LocalBuilder:
     NVRTC when `find_nvrtc()` finds the library, else nvcc. Both run the same NVVM and ptxas, with
     options that make them emit the same code (measure/compile_options.py), which is also what
     `compile_kernel` runs for a kernel's user. `compiler_used` says which one builds. A
-    compilation past `timeout` seconds (default 3) is a COMPILE_TIMEOUT: one huge unrolled kernel
+    compilation past `timeout` seconds (default 3; with NVRTC, of the compiler's own CPU time
+    where the OS tells it, see measure/nvrtc.py) is a COMPILE_TIMEOUT: one huge unrolled kernel
     must not hold up a whole batch (a batch of 64 takes at least as long as its slowest build);
     the fastest kernels that searches find compile well within it.
 

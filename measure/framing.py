@@ -101,12 +101,18 @@ class FdFrameReader:
         self._buffer = bytearray()
 
     def read(self, deadline: float | None) -> Any:
-        """Return the next frame's object; FrameTimeout past `deadline` (time.monotonic())."""
-        header = self._take(_HEADER.size, deadline)
-        (size,) = _HEADER.unpack(header)
-        return unpack(self._take(size, deadline))
+        """Return the next frame's object; FrameTimeout past `deadline` (time.monotonic()). A
+        timeout consumes nothing: reading again goes on with the same frame."""
+        self._fill(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack(self._buffer[: _HEADER.size])
+        end = _HEADER.size + size
+        self._fill(end, deadline)
+        data = bytes(self._buffer[_HEADER.size : end])
+        del self._buffer[:end]
+        return unpack(data)
 
-    def _take(self, size: int, deadline: float | None) -> bytes:
+    def _fill(self, size: int, deadline: float | None) -> None:
+        """Read until the buffer holds at least `size` bytes."""
         while len(self._buffer) < size:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self._fd], [], [], wait)
@@ -116,9 +122,6 @@ class FdFrameReader:
             if not chunk:
                 raise FrameEOF("the worker closed its output")
             self._buffer += chunk
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data
 
 
 def start_worker(module: str, *args: str) -> subprocess.Popen[bytes]:

@@ -9,7 +9,10 @@ still runs (in-process), and `--ptxas-options=--verbose` gives the same resource
 Each `NvrtcCompiler` owns one worker process (`python -m measure._nvrtc_worker`, like the
 runner's) that loads libnvrtc once, and a folder for the worker's precompiled headers (removed
 with the worker: NVRTC removes its files only when its process ends normally); a compilation
-that runs past its timeout kills the worker, and the next compilation starts a fresh one.
+that runs past its timeout kills the worker, and the next compilation starts a fresh one. The
+timeout is on the worker's CPU time, where the OS tells it (Linux): a kernel's own compile cost,
+not the wall time that the search's processes and the other compilers sharing the cores stretch
+it to (up to `WALL_LIMIT_FACTOR` times the timeout).
 `find_nvrtc()` locates the library: `$AUTOSCHED_NVRTC` (a path, or `0`/`off` to disable
 NVRTC), the CUDA toolkit next to nvcc, `$CUDA_HOME`, the NVIDIA pip wheels on `sys.path`, then
 the loader's search path.
@@ -45,8 +48,46 @@ from measure.ptxas import SOURCE_NAME, KernelResources, compile_failure, find_nv
 
 ENV_VAR = "AUTOSCHED_NVRTC"
 START_TIMEOUT = 60.0
+# a compilation slowed by other work on the cores gets at most this many times its timeout in
+# wall time
+WALL_LIMIT_FACTOR = 4.0
 _BUILD_COUNTER = itertools.count()
 NONCE_PREFIX = "autosched_nonce_"
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds (user + system) process `pid` has run, from /proc; None where the OS
+    does not tell (or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # the fields after the command name, which is in parentheses and may hold spaces
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_within_cpu_time(worker: ReadyWorker, timeout: float):
+    """The worker's reply, waiting while its CPU time since now stays under `timeout` seconds
+    (and the wall time under `WALL_LIMIT_FACTOR` times that); FrameTimeout past either, or past
+    `timeout` of wall time where its CPU time is unknown."""
+    start = time.monotonic()
+    cpu_start = process_cpu_seconds(worker.proc.pid)
+    wall_limit = start + WALL_LIMIT_FACTOR * timeout
+    deadline = start + timeout
+    while True:
+        try:
+            return worker.reader.read(deadline)
+        except FrameTimeout:
+            cpu_now = process_cpu_seconds(worker.proc.pid)
+            now = time.monotonic()
+            if cpu_start is None or cpu_now is None or now >= wall_limit:
+                raise
+            left = timeout - (cpu_now - cpu_start)
+            if left <= 0:
+                raise
+            deadline = min(wall_limit, now + left)
 
 
 def _toolkit_roots() -> list[str]:
@@ -222,7 +263,7 @@ class NvrtcCompiler:
         }
         try:
             write_frame(worker.stdin, request)
-            reply = worker.reader.read(time.monotonic() + timeout)
+            reply = _read_within_cpu_time(worker, timeout)
         except FrameTimeout:
             self.close()
             return MeasureErrorKind.COMPILE_TIMEOUT, f"NVRTC ran past {timeout:g} s", None, {}

@@ -109,3 +109,91 @@ def test_without_a_temporary_folder_the_worker_compiles_without_precompiled_head
         assert compiler.pch_dir is None and "pch" not in compiler.speed_options
     finally:
         compiler.close()
+
+
+# ---- the compile timeout is on the worker's CPU time -------------------------------------------
+
+
+def test_a_frame_read_past_its_deadline_is_read_whole_the_next_time():
+    """A FrameTimeout in the middle of a frame consumes nothing: reading again returns it."""
+    import io
+    import time
+
+    from measure.framing import FdFrameReader, FrameTimeout, write_frame
+
+    frame = io.BytesIO()
+    write_frame(frame, {"cubin": b"x" * 100})
+    data = frame.getvalue()
+    r, w = os.pipe()
+    try:
+        reader = FdFrameReader(r)
+        os.write(w, data[:10])  # the header and part of the payload
+        with pytest.raises(FrameTimeout):
+            reader.read(time.monotonic() + 0.05)
+        os.write(w, data[10:])
+        assert reader.read(time.monotonic() + 1.0) == {"cubin": b"x" * 100}
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="no /proc")
+def test_process_cpu_seconds_counts_a_processes_cpu_time():
+    import time
+
+    from measure.nvrtc import process_cpu_seconds
+
+    before = process_cpu_seconds(os.getpid())
+    start = time.process_time()
+    while time.process_time() - start < 0.3:
+        pass
+    after = process_cpu_seconds(os.getpid())
+    assert before is not None and after is not None and after - before >= 0.2
+    assert process_cpu_seconds(2**22 + 12345) is None  # no such process
+
+
+class _LateReader:
+    """Replies once `after` seconds of wall time have passed, FrameTimeout before."""
+
+    def __init__(self, after: float) -> None:
+        import time
+
+        self.ready_at = time.monotonic() + after
+
+    def read(self, deadline: float):
+        import time
+
+        from measure.framing import FrameTimeout
+
+        time.sleep(max(0.0, min(deadline, self.ready_at) - time.monotonic()))
+        if time.monotonic() < self.ready_at:
+            raise FrameTimeout("not yet")
+        return {"result": 0}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="no /proc")
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_compile_times_out_on_its_own_cpu_time_not_the_wall_time(busy):
+    """A worker that waits on the cores (here: sleeps) gets the wall time it needs, up to
+    WALL_LIMIT_FACTOR times the timeout; one that spends the timeout's CPU seconds times out."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from measure.framing import FrameTimeout
+    from measure.nvrtc import WALL_LIMIT_FACTOR, _read_within_cpu_time
+
+    code = "while True: pass" if busy else "import time; time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        timeout = 0.2
+        worker = SimpleNamespace(proc=proc, reader=_LateReader(after=timeout * 2))
+        assert WALL_LIMIT_FACTOR * timeout > timeout * 2
+        if busy:
+            with pytest.raises(FrameTimeout):
+                _read_within_cpu_time(worker, timeout)  # type: ignore[arg-type]
+        else:
+            assert _read_within_cpu_time(worker, timeout) == {"result": 0}  # type: ignore[arg-type]
+    finally:
+        proc.kill()
+        proc.wait()
