@@ -25,8 +25,8 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 _POOLS: dict[tuple[int, int], ProcessPoolExecutor] = {}
 # the workers' default niceness (`SearchParams.worker_niceness`): where the search shares the
 # cores with the builder's compilers (the rounds of several tasks in flight at once), the
-# compilers, timed against a wall-clock limit, come first and the search takes the cores they
-# leave idle (a batch's code generation runs in these workers too, beside the search)
+# compilers come first and the search takes the cores they leave idle (a batch's code
+# generation runs in these workers too, beside the search)
 COMPILERS_FIRST = 10
 # the tuning loop searches in one thread while it measures (lowering in the pool) in another
 _LOCK = threading.Lock()
