@@ -93,10 +93,12 @@ class LocalBuilder:
     Compiled kernels are kept (`kernel_cache`, measure/kernel_cache.py), keyed by source, arch,
     options and compiler: a source met again is not compiled again. In memory by default;
     `cache_dir` (e.g. `kernel_cache.DEFAULT_FOLDER`) keeps them on disk as well, for later
-    processes. `split_entries=True` compiles each entry function of a source of several apart
-    (measure/kernel_split.py), each its own cache entry: a candidate that changes only one
-    kernel of a program compiles only that one. The machine code is the same; the result then
-    holds one cubin per entry (`BuildResult.entry_cubins`). Off by default.
+    processes. `split_entries` (default) compiles each entry function of a source of several
+    apart (measure/kernel_split.py), each its own cache entry: a candidate that changes only one
+    kernel of a program compiles only that one (a split-K program's cheap epilogue, met again by
+    many candidates, is compiled once). The machine code is the same; the result then holds one
+    cubin per entry (`BuildResult.entry_cubins`). A program of small kernels that all change
+    pays one compiler call per entry instead of one in all.
 
     The architecture is `arch` when given, else that of the GPU pycuda sees (if any), else
     `hardware.arch`. Raises NvccNotFoundError at construction when neither compiler is found
@@ -113,7 +115,7 @@ class LocalBuilder:
         extra_flags: Sequence[str] = (),
         compiler: str = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
-        split_entries: bool = False,
+        split_entries: bool = True,
     ) -> None:
         if compiler not in COMPILERS:
             raise ValueError(f"compiler must be one of {COMPILERS}, got {compiler!r}")

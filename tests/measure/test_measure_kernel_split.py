@@ -56,7 +56,8 @@ def test_each_part_is_the_shared_text_and_one_entry():
 
 @needs_nvrtc
 def test_a_candidate_that_changes_one_kernel_compiles_only_that_one():
-    with LocalBuilder(n_parallel=1, compiler="nvrtc", arch="sm_90", split_entries=True) as builder:
+    """So a builder does by default: a search's split-K programs share their epilogues."""
+    with LocalBuilder(n_parallel=1, compiler="nvrtc", arch="sm_90") as builder:
         first = builder.build([two_kernels(32)])[0]
         assert first.ok, first.error_msg
         assert list(first.entry_cubins) == ["epi"] and set(first.kernels) == {"main_k", "epi"}
