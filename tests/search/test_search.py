@@ -464,6 +464,27 @@ def test_search_end_to_end_reports_the_time_split(tmp_path, capsys):
     assert out.count("search ") == 2 and "build " in out and "run " in out and "model " in out
 
 
+def test_a_pipelined_search_with_its_own_model_measures_every_trial_once(tmp_path):
+    """The pipelined loop with the real policy: batches measured two at a time (the simulated
+    measurer from two threads), the policy's own model trained in the background; every trial
+    is measured once and logged whole, and each round's wall split adds up."""
+    log = tmp_path / "matmul.json"
+    task = small_task()
+    measurer = SimulatedMeasurer(task, [autosched.RecordToFile(str(log))])
+    opts = autosched.TuningOptions(
+        num_measure_trials=32, num_measures_per_round=8, measurer=measurer, pipeline=True
+    )
+    policy = SketchPolicy(task, params=SMALL, verbose=0)  # its own model: trained in a thread
+    res = autosched.auto_schedule(task, policy, opts)
+    assert measurer.count == 32 and len(set(measurer.fingerprints)) == 32
+    logged = list(load_records(str(log)))
+    assert len(logged) == 32 and len({tuple(map(str, i.steps)) for i, _ in logged}) == 32
+    assert math.isfinite(res.best_cost) and [r["trials"] for r in res.history] == [8, 16, 24, 32]
+    for rec in res.history:
+        assert rec["wall_s"] == pytest.approx(sum(rec["split_s"].values()))
+    assert policy.cost_model is not None and len(policy.measured) == 32
+
+
 # ---- never a state measured twice ------------------------------------------------------------
 
 
