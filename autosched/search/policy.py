@@ -180,15 +180,19 @@ class SketchPolicy:
     @property
     def cost_model(self) -> CostModel:
         """The search's cost model, once its training in progress (if any) has ended."""
-        if self._training is not None:
-            training, self._training = self._training, None
-            training.result()  # raises what the training raised
+        self._finish_training()
         return self._model
 
     @cost_model.setter
     def cost_model(self, model: CostModel) -> None:
-        self.cost_model  # noqa: B018 (the training in progress ends first)
+        self._finish_training()
         self._model = model
+
+    def _finish_training(self) -> None:
+        """Wait for the model's training in progress, if any (raising what it raised)."""
+        if self._training is not None:
+            training, self._training = self._training, None
+            training.result()
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def add_measured(self, state: State, cost: float) -> None:
