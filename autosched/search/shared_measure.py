@@ -4,17 +4,16 @@ thread-safe handles on the cost model and the record log.
 `tune_model.tune_tasks` tunes several tasks at once when there are several GPUs (or a
 cluster's workers): each task keeps its own policy and measurer, but all measure through one
 context (one builder, one runner per GPU), learn in one cost model and append to one log. The
-context is thread-safe; the log writer is wrapped in `Locked`, which runs one call at a time,
-and the model in `TrainedInBackground`, which also retrains it outside the lock.
+context and the log writer (`records.RecordToFile`) are thread-safe; the model is wrapped in
+`TrainedInBackground`, a `Locked` proxy that also retrains it outside the lock.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -41,11 +40,6 @@ class Locked:
     def __call__(self, *args, **kwargs):
         with self._lock:
             return self._target(*args, **kwargs)
-
-
-def locked(target: T) -> T:
-    """`target` behind a `Locked` proxy, typed as the target (the proxy has all its methods)."""
-    return cast(T, Locked(target))
 
 
 @runtime_checkable

@@ -150,7 +150,7 @@ def tune_tasks(
     from autosched.search.cost_model import default_cost_model, train_on_log
     from autosched.search.policy import PreloadMeasuredStates, SearchParams, SketchPolicy
     from autosched.search.program_measurer import ProgramMeasurer
-    from autosched.search.shared_measure import TrainedInBackground, locked
+    from autosched.search.shared_measure import TrainedInBackground
     from autosched.search.task_list import write_task_list
     from autosched.search.workers import resolve_n_jobs
     from measure import LocalMeasureContext
@@ -188,7 +188,7 @@ def tune_tasks(
     shared: TrainedInBackground | None = None
     if parallel > 1:  # shared by the threads of tasks tuned at once
         shared = TrainedInBackground(model)
-        model, record = cast("CostModel", shared), locked(record)
+        model = cast("CostModel", shared)  # the log writer takes calls from threads itself
     if verbose and parallel > 1:
         print(f"tuning {parallel} tasks at once")
 
