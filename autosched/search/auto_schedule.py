@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autosched.errors import AutoschedError, OptionError
-from autosched.search.background import Background
+from autosched.search.background import Background, first_done
 from autosched.search.progress import RoundTimes, Span, progress_line, round_record
 from autosched.search.protocols import MeasureCallback, Measurer, SearchPolicy
 
@@ -154,6 +154,9 @@ def run_trials(
     (`protocols.Measurer`). The search is then what a round waits for, and the compilers keep
     the cores busy beside it: `autosched tune` runs the search's workers level with them
     (`SearchParams.worker_niceness`).
+    A round ends with whichever batch in flight ends first: a batch held up by one slow compile
+    (a kernel that runs into the compile timeout) then holds up neither the model update nor
+    the next search, whose model lacks only the batch still being measured.
     The first batch of a call is measured alone, so that the second is chosen by a model trained
     on it. A search is only started for trials this call still has to measure, so no searched
     state is left unmeasured at the end; when early stopping ends the loop, a batch already
@@ -189,16 +192,18 @@ def run_trials(
         search_and_start(min(opts.num_measures_per_round, total))
         while flying:
             rnd += 1
-            current = flying[0]
-            batch = current.searched.batch
-            left = total - done - len(batch)
+            left = total - done - sum(len(f.searched.batch) for f in flying)
             model_s = 0.0
             # the first batch is measured alone, so that the second is chosen by a trained model
             if opts.pipeline and searching and left > 0 and rnd > start_round + 1:
                 model_s = update.run()  # the last round's, while this one compiles
                 search_and_start(min(opts.num_measures_per_round, left))
-            results, measure_span, split = current.measuring.result()
-            flying.pop(0)
+            # whichever batch ends first: a batch held up by a slow compile holds up no search
+            measuring = first_done([f.measuring for f in flying])
+            current = next(f for f in flying if f.measuring is measuring)
+            flying.remove(current)
+            batch = current.searched.batch
+            results, measure_span, split = measuring.result()
             costs = [r.mean_cost for r in results]
             for s, c in zip(batch, costs, strict=True):
                 policy.add_measured(s, c)

@@ -4,7 +4,7 @@ tuning loop measures a batch while it searches the next one."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -37,6 +37,11 @@ class Background(Generic[T]):
         """True once `fn` returned or raised, or when it was never started."""
         return not self._thread.is_alive()
 
+    def wait(self, seconds: float) -> None:
+        """Wait up to `seconds` for `fn` to end."""
+        if self._thread.is_alive():
+            self._thread.join(seconds)
+
     def result(self) -> T:
         """`fn()`'s value (waiting for it), or its exception raised here."""
         while self._thread.is_alive():
@@ -44,3 +49,15 @@ class Background(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
+
+
+def first_done(tasks: Sequence[Background[T]], poll: float = 0.02) -> Background[T]:
+    """The first of the started `tasks` to end (the earliest listed, when several have), waited
+    for in short joins, so that Ctrl-C reaches the caller."""
+    if not tasks:
+        raise ValueError("first_done needs at least one task")
+    while True:
+        for task in tasks:
+            if task.done():
+                return task
+        tasks[0].wait(poll)

@@ -215,6 +215,24 @@ def test_the_next_batch_compiles_beside_the_end_of_this_one():
         assert sum(rec["split_s"].values()) == pytest.approx(rec["wall_s"])
 
 
+def test_a_batch_held_up_by_a_slow_compile_holds_up_no_search():
+    """Batch 2 ends only once search 4 has: the loop takes batch 3, which ends first, trains
+    on it and searches batch 4 beside batch 2's last compile. A loop that waits for the oldest
+    batch first hangs (and fails the wait)."""
+    log = Log()
+    policy = CountingPolicy(log)
+    measurer = SleepingMeasurer(log, ends_after={2: policy.searched[4]})
+    history = tune(policy, measurer, trials=80, per_round=16, pipeline=True)
+    assert log.at("search end", 4) < log.at("measure end", 2)
+    assert log.at("measure end", 3) < log.at("search start", 4)
+    assert sorted(policy.measured) == list(range(80))
+    assert [r["trials"] for r in history] == [16, 32, 48, 64, 80]
+    # rounds end in the order their batches did: 1, 3, 2, ...
+    assert [r["search_detail"]["search"] for r in history][:3] == [1, 3, 2]
+    # search 4 saw the updates of rounds 1 and 3; round 2's came later
+    assert policy.updates_seen[3] == 2 and list(range(16, 32)) not in policy.updates[:2]
+
+
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_early_stopping_measures_the_batch_in_flight_and_searches_no_more(pipeline):
     """The costs rise with the state, so round 1 holds the best: early stopping after 2 rounds
