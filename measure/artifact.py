@@ -10,7 +10,6 @@ All classes here are frozen values with `to_dict()`/`from_dict()` (msgpack- and 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from collections.abc import Sequence
 
@@ -266,14 +265,6 @@ class KernelArtifact:
     def __post_init__(self) -> None:
         object.__setattr__(self, "launches", tuple(self.launches))
         object.__setattr__(self, "args", tuple(self.args))
-
-    @property
-    def program_digest(self) -> str:
-        """A hash of what runs: the source, the launches and the arguments. Two artifacts with
-        the same digest are the same program, whatever states or tags they came from (a search
-        measures each program once)."""
-        text = "\x1f".join((self.source, repr(self.launches), repr(self.args)))
-        return hashlib.sha256(text.encode()).hexdigest()
 
     def validate(self) -> str | None:
         """Return why the artifact is malformed (independently of any hardware), or None."""

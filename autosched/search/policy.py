@@ -1,6 +1,5 @@
 """The sketch search policy: sketches once, then rounds of evolutionary search guided by the
-cost model, an epsilon-greedy share of random states, and never a state, nor a program (the
-printed kernels of a state), measured twice.
+cost model, an epsilon-greedy share of random states, and never a state measured twice.
 
 Inside the search a candidate is its tuple of step records (see mutations.py); only the states
 picked for measurement are replayed into States. Per-candidate work (sampling, lowering, GPU
@@ -19,7 +18,6 @@ states, and fewer generations per round reach the same scores.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import os
 import random
@@ -97,7 +95,6 @@ class PreloadMeasuredStates(LogCallback):
     def __call__(self, policy: SketchPolicy) -> None:
         for inp, res in logged_records(self.path, policy.task.workload_key):
             policy.add_measured_records(inp.steps, res.mean_cost)
-            policy.add_logged(inp.steps)
 
 
 class SkipLoggedStates(LogCallback):
@@ -111,7 +108,7 @@ class SkipLoggedStates(LogCallback):
     def __call__(self, policy: SketchPolicy) -> None:
         if os.path.exists(self.path):
             for inp, _ in logged_records(self.path, policy.task.workload_key):
-                policy.add_logged(inp.steps)
+                policy.picked.add(as_records(inp.steps))
 
 
 def logged_records(path: str, workload_key: str) -> Iterator:
@@ -166,9 +163,6 @@ class SketchPolicy:
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
-        self.programs: set[str] = set()  # the digests of the programs handed out, likewise
-        self._logged: list[Records] = []  # logged states whose programs are not yet known
-        self.n_same_program = 0  # candidates passed over as programs handed out before
         self.fresh_sketch: dict[Records, int] = {}  # the last fresh samples' sketch indices
         self.scores: dict[Records, float] = {}  # this round's model scores
         # the last evolution's best-scored candidates, best first: the next round starts there
@@ -211,13 +205,6 @@ class SketchPolicy:
         records = as_records(records)
         self.measured[records] = cost
         self.picked.add(records)
-
-    def add_logged(self, records: Iterable) -> None:
-        """Never hand out a logged state (step records in any form `as_records` reads), nor
-        its program: the logged states are built, for their programs, at the next pick."""
-        records = as_records(records)
-        self.picked.add(records)
-        self._logged.append(records)
 
     def best_measured(self, k: int) -> list[Records]:
         """The records of the k fastest correct measured states."""
@@ -366,54 +353,24 @@ class SketchPolicy:
         return self.cost_model.uses_random_fallback
 
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
-        """num unmeasured candidates, each a program not handed out before: the best ranked,
-        and an eps-greedy share of fresh random states (Ansor's PickStatesWithEpsGreedy), those
-        taking each sketch in turn; all fresh when nothing is ranked (`distinct_programs`)."""
+        """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
+        states (Ansor's PickStatesWithEpsGreedy), those taking each sketch in turn; all fresh
+        when nothing is ranked."""
         n_random = max(1, int(self.params.eps_greedy * num)) if num > 1 else 0
         randoms = spread_over_sketches(
             [r for r in fresh if r not in self.picked], self.fresh_sketch, self.rng
         )
-        best, rest = iter(ranked), iter(randoms)
-        out = self.distinct_programs(best, num - n_random)
-        out += self.distinct_programs(rest, num - len(out))
-        return out + self.distinct_programs(best, num - len(out))
-
-    def distinct_programs(self, candidates: Iterator[Records], num: int) -> list[Records]:
-        """Up to num of `candidates`, in their order, each never handed out before and of a
-        program never handed out before; what the iterator holds past them stays in it.
-
-        Different steps often make the same program: an unroll limit above or below every loop
-        nest of a stage, for one, unrolls the same loops. Such a candidate is passed over (and
-        never handed out), so a trial is never spent on a program measured before. Telling the
-        programs apart takes building each pick (lowering and printing it), which the
-        measurement needs next: the artifacts go to it (`Workers.keep`)."""
-        self._learn_logged_programs()
         out: list[Records] = []
+        sources = (iter(ranked), iter(randoms))
         while len(out) < num:
-            unseen = (r for r in candidates if r not in self.picked)
-            chunk = list(itertools.islice(unseen, num - len(out)))
-            if not chunk:
+            first = 0 if len(out) < num - n_random else 1
+            r = next(sources[first], None) or next(sources[1 - first], None)
+            if r is None:
                 break
-            self.picked.update(chunk)
-            for r, built in zip(chunk, self.workers.build(chunk, [""] * len(chunk)), strict=True):
-                digest = None if isinstance(built, str) else built.program_digest
-                if digest in self.programs:
-                    self.n_same_program += 1
-                    continue
-                if digest is not None:
-                    self.programs.add(digest)
-                self.workers.keep(r, built)
+            if r not in self.picked:
+                self.picked.add(r)
                 out.append(r)
         return out
-
-    def _learn_logged_programs(self) -> None:
-        """Add the programs of the logged states (`add_logged`) to those handed out."""
-        if not self._logged:
-            return
-        logged, self._logged = self._logged, []
-        for built in self.workers.build(logged, [""] * len(logged)):
-            if not isinstance(built, str):
-                self.programs.add(built.program_digest)
 
     def population_for(self, num_measure: int) -> int:
         """The population a round that measures num_measure candidates evolves:
@@ -453,8 +410,7 @@ class SketchPolicy:
             if self.model_guesses:
                 ranked = []
             else:
-                # more than a batch: the pick passes over candidates of programs met before
-                wanted = (8 if self.params.launch_cap else 4) * num_measure
+                wanted = (4 if self.params.launch_cap else 2) * num_measure
                 ranked = self.capped(self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
@@ -474,7 +430,6 @@ class SketchPolicy:
             "evaluated": self.features.misses,
             "invalid": self.features.invalid,
             "cache_hits": self.features.hits,
-            "same_program": self.n_same_program,
         }
 
     def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:

@@ -29,7 +29,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -189,10 +189,6 @@ class TaskContext:
         return out
 
 
-# artifacts `Workers.keep` holds at most: a few batches in flight; the oldest go first
-KEPT_ARTIFACTS = 512
-
-
 class Workers:
     """Runs TaskContext methods on chunks of candidates, here or in a pool of n_jobs processes.
     `n_jobs=None` means one process per CPU core; 1 means this process only. The pool's
@@ -211,9 +207,6 @@ class Workers:
         self.n_jobs = resolve_n_jobs(n_jobs)
         self.use_pool = self.n_jobs > 1 and spec is not None
         self.cpu_seconds = 0.0  # CPU time the chunks took, wherever they ran
-        # artifacts built ahead (`keep`), by records; the search's thread adds, a measuring
-        # thread takes (single dict operations: atomic)
-        self._kept: dict[Records, Any] = {}
         if self.n_jobs > 1 and not self.use_pool:
             warnings.warn(
                 f"the DAG of {context.dag.workload_key!r} cannot be serialised for worker "
@@ -249,31 +242,12 @@ class Workers:
         return [o for part in self.map(method, chunks) for o in part]
 
     def build(self, candidates: Sequence[Records], tags: Sequence[str]) -> list[Any]:
-        """KernelArtifact (or error text) per candidate, in order. A candidate's artifact that
-        `keep` holds is handed out (once, with this call's tag) instead of being built again."""
+        """KernelArtifact (or error text) per candidate, in order."""
         candidates, tags = list(candidates), list(tags)
-        out: list[Any] = [self._kept.pop(r, None) for r in candidates]
-        todo = [i for i, b in enumerate(out) if b is None]
-        size = max(1, -(-len(todo) // self.n_jobs))
-        chunks = [
-            ([candidates[i] for i in todo[k : k + size]], [tags[i] for i in todo[k : k + size]])
-            for k in range(0, len(todo), size)
-        ]
-        made = (a for part in self.map("build", chunks) for a in part)
-        for i in todo:
-            out[i] = next(made)
-        return [
-            b if isinstance(b, str) or b.tag == tag else replace(b, tag=tag)
-            for b, tag in zip(out, tags, strict=True)
-        ]
-
-    def keep(self, records: Records, built: Any) -> None:
-        """Hold what `build` gave for `records` until the next `build` of them: the search
-        builds the candidates it picks, to tell their programs apart, and the measurer then
-        builds the same candidates."""
-        if len(self._kept) >= KEPT_ARTIFACTS:  # a measurer with workers of its own takes none
-            del self._kept[next(iter(self._kept))]
-        self._kept[records] = built
+        size = max(1, -(-len(candidates) // self.n_jobs))
+        starts = range(0, len(candidates), size)
+        chunks = [(candidates[k : k + size], tags[k : k + size]) for k in starts]
+        return [a for part in self.map("build", chunks) for a in part]
 
     def map(self, method: str, chunks: list[tuple]) -> list:
         """`context.<method>(*chunk)` for every chunk, results in chunk order."""

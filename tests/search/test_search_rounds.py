@@ -53,24 +53,14 @@ def test_spread_over_sketches_takes_each_sketch_in_turn():
 
 def test_a_round_the_model_cannot_steer_is_drawn_evenly_over_the_sketches():
     """The small dense layer's multi-level tiling has far more distinct states than its
-    cross-thread reductions; the first round still measures each sketch as often, as far as
-    its distinct programs go (several of its states print the same kernels)."""
+    cross-thread reductions; the first round still measures each sketch as often."""
     policy = make_policy(small_task("dense_bias"), PARAMS)
     assert policy.model_guesses and len(policy.sketches) == 5
     batch = policy.search_one_round(12)
     drawn = collections.Counter(policy.fresh_sketch.values())
     assert max(drawn.values()) > 2 * min(drawn.values())  # what the sampler's dedupe leaves
-    fresh = list(policy.fresh_sketch)
-    programs = collections.defaultdict(set)
-    for r, built in zip(fresh, policy.workers.build(fresh, [""] * len(fresh)), strict=True):
-        programs[policy.fresh_sketch[r]].add(built.program_digest)
     picked = collections.Counter(policy.fresh_sketch[s.key()] for s in batch)
-    assert len(batch) == 12 and len(picked) == 5, picked
-    most = max(picked.values())
-    for sketch, count in picked.items():  # one more than another, or out of programs
-        assert count <= len(programs[sketch])
-        assert count >= most - 1 or count == len(programs[sketch]), (picked, programs)
-    assert sum(len(p) for p in programs.values()) < len(fresh)  # some states share a program
+    assert sorted(picked.values()) == [2, 2, 2, 3, 3], picked
 
 
 def test_block_shape_reads_the_thread_level_of_each_spatial_split():
