@@ -155,8 +155,8 @@ def run_trials(
     the cores busy beside it: `autosched tune` runs the search's workers level with them
     (`SearchParams.worker_niceness`).
     A round ends with whichever batch in flight ends first: a batch held up by one slow compile
-    (a kernel that runs into the compile timeout) then holds up neither the model update nor
-    the next search, whose model lacks only the batch still being measured.
+    (a kernel that spills, or runs into the compile timeout) then holds up neither the model
+    update nor the next search, whose model lacks only the batch still being measured.
     The first batch of a call is measured alone, so that the second is chosen by a model trained
     on it. A search is only started for trials this call still has to measure, so no searched
     state is left unmeasured at the end; when early stopping ends the loop, a batch already
