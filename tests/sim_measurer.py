@@ -36,6 +36,7 @@ class SimulatedMeasurer:
         self.count = 0
         self.fingerprints: list[str] = []
         self._calls = threading.local()
+        self._counting = threading.Lock()  # two measuring threads count into one tally
 
     @property
     def last_times(self) -> dict[str, float]:
@@ -46,8 +47,9 @@ class SimulatedMeasurer:
         results = []
         self._calls.times = {"build": 0.0, "run": 0.0}
         for s in states:
-            self.fingerprints.append(s.fingerprint())
-            self.count += 1
+            with self._counting:
+                self.fingerprints.append(s.fingerprint())
+                self.count += 1
             results.append(self.measure_one(s))
         dag = self.task.compute_dag.serialized()  # as ProgramMeasurer's records carry it
         inputs = [MeasureInput(self.task.workload_key, s.key(), dag=dag) for s in states]
