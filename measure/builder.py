@@ -198,6 +198,8 @@ class LocalBuilder:
         if problem:
             return BuildResult(None, {}, MeasureErrorKind.INSTANTIATION_ERROR, problem)
         apart = self._compile_apart(artifact.source) if self.split_entries else None
+        if isinstance(apart, BuildResult):  # a part ran past the timeout
+            return apart
         if apart is not None:
             first, entry_cubins, every_kernel = apart
             kind, message = check_resources(artifact, every_kernel, self.hardware)
@@ -269,11 +271,13 @@ class LocalBuilder:
 
     def _compile_apart(
         self, source: str
-    ) -> tuple[bytes, dict[str, bytes], dict[str, KernelResources]] | None:
+    ) -> tuple[bytes, dict[str, bytes], dict[str, KernelResources]] | BuildResult | None:
         """(the first entry's cubin, the other entries' cubins by name, every entry's resources)
         with each entry function compiled apart (and cached), or None when the source does not
         split or a part does not compile: then the whole source is compiled, and reports its
-        errors as it would unsplit."""
+        errors as it would unsplit. A part that runs past the timeout ends the build (the
+        failed BuildResult): the whole source holds that part and would run past it too, so
+        compiling it as well would only spend a second timeout on the same kernel."""
         parts = split_entries(source)
         if not parts:
             return None
@@ -281,7 +285,9 @@ class LocalBuilder:
         entry_cubins: dict[str, bytes] = {}
         kernels: dict[str, KernelResources] = {}
         for part in parts:
-            kind, _, cubin, part_kernels = self._compile_cached(part)
+            kind, message, cubin, part_kernels = self._compile_cached(part)
+            if kind == MeasureErrorKind.COMPILE_TIMEOUT:
+                return BuildResult(None, part_kernels, kind, message)
             if kind != MeasureErrorKind.NO_ERROR or cubin is None:
                 return None
             if first is None:

@@ -84,3 +84,29 @@ def test_a_part_that_does_not_compile_alone_sends_the_whole_source_to_the_compil
         result = builder.build([art])[0]
     assert result.ok, result.error_msg
     assert result.entry_cubins == {} and set(result.kernels) == {"main_k", "epi"}
+
+
+def test_a_part_past_the_timeout_ends_the_build_without_compiling_the_whole(monkeypatch):
+    """The whole source holds that part and would run past the timeout too."""
+    compiled = []
+
+    def compile_cached(self, source):
+        compiled.append(source)
+        if " main_k(" in source:
+            return MeasureErrorKind.COMPILE_TIMEOUT, "NVRTC ran past 3 s", None, {}
+        return MeasureErrorKind.NO_ERROR, "", b"cubin", {}
+
+    monkeypatch.setattr(LocalBuilder, "_compile_cached", compile_cached)
+    with LocalBuilder(n_parallel=1, arch="sm_90") as builder:
+        result = builder.build([two_kernels(32)])[0]
+    assert result.error_kind == MeasureErrorKind.COMPILE_TIMEOUT
+    assert result.error_msg == "NVRTC ran past 3 s"
+    assert compiled == split_entries(two_kernels(32).source)[:1]
+
+
+@needs_nvrtc
+def test_a_kernel_past_the_timeout_is_compiled_once():
+    with LocalBuilder(n_parallel=1, compiler="nvrtc", arch="sm_90", timeout=1e-3) as builder:
+        result = builder.build([two_kernels(32)])[0]
+        assert result.error_kind == MeasureErrorKind.COMPILE_TIMEOUT, result.error_msg
+        assert builder.kernel_cache.misses == 1
