@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-round", type=int, default=64)
     ap.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
     ap.add_argument(
-        "--parallel-tasks", type=int, default=None, help="default: two per GPU and one more"
+        "--parallel-tasks", type=int, default=None, help="default: two per GPU and five more"
     )
     report.add_publishing_arguments(ap, "models", "model_out")
     ns = ap.parse_args(argv)

@@ -21,9 +21,9 @@ results.md as soon as it ends; with `--publish`, to benchmarks/results/multi_gpu
 - `dask` (with `--dask`): the throughput again through a local Dask cluster, one worker per GPU
   (`local_dask.gpu_cluster`; needs the `distributed` extra).
 - `model_1gpu` / `model_all`: a short whole-model tuning (`--model`, `--model-trials` or
-  `--model-minutes`) on device 0 alone, then on all devices (one more task in flight than
-  GPUs): tuning seconds, trials per second and the estimated end-to-end latency. With
-  `--skip-measure` only these two run.
+  `--model-minutes`) on device 0 alone, then on all devices (as many tasks in flight as
+  `tune_model.default_parallel_tasks` gives): tuning seconds, trials per second and the
+  estimated end-to-end latency. With `--skip-measure` only these two run.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def model_tuning(
     label: str,
 ) -> dict:
     """A whole-model tuning on `devices` within `budget` (trials, seconds) with `parallel`
-    tasks' rounds in flight (None: two per GPU and one more): its trials per second and estimated
+    tasks' rounds in flight (None: two per GPU and five more): its trials per second and estimated
     latency."""
     import autosched.torch as at
     from autosched.search.policy import SearchParams
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model-parallel",
         type=int,
         default=None,
-        help="tasks' rounds in flight at once (default: two per GPU used and one more)",
+        help="tasks' rounds in flight at once (default: two per GPU used and five more)",
     )
     ap.add_argument(
         "--skip-measure",

@@ -123,7 +123,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
         "--parallel-tasks",
         type=positive_int,
         default=None,
-        help="tasks tuned at once (default: two per GPU and one more)",
+        help="tasks tuned at once (default: two per GPU and five more)",
     )
 
 

@@ -9,11 +9,12 @@ first, each task's policy is preloaded with its records, and each tuner starts f
 best-so-far curve of its task's logged trials.
 
 All tasks measure through ONE context (`measure_context`, e.g. a `DaskMeasureContext`, else a
-local one over `devices`, default every GPU of this host). By default two tasks per GPU and one
-more are tuned at once (`parallel_tasks`), each round in its own thread: while the GPUs
-measure the batches of some tasks, the next tasks' batches are searched and built, so the GPUs
-do not wait for the search. They share one cost model, retrained in a thread of its own
-(`shared_measure.TrainedInBackground`), so no round waits for another's training.
+local one over `devices`, default every GPU of this host). By default two tasks per GPU and five
+more are tuned at once (`parallel_tasks`, `default_parallel_tasks`), each round in its own
+thread: while the GPUs measure the batches of some tasks, the next tasks' batches are searched
+and built, so the GPUs do not wait for the search. They share one cost model, retrained in a
+thread of its own (`shared_measure.TrainedInBackground`), so no round waits for another's
+training.
 
 The budget is a trial count, a wall-clock time (`time_budget_s`), or both; the warm-up gives
 every task measured trials within it. `fallback_costs` (seconds per task: its subgraph's time
@@ -111,6 +112,20 @@ class PolicyTuner:
             self.measurer.close()
 
 
+# tasks tuned at once by default: per GPU, and more whatever the GPU count
+TASKS_PER_GPU = 2
+EXTRA_TASKS = 5
+
+
+def default_parallel_tasks(gpus: int) -> int:
+    """How many tasks `tune_tasks` tunes at once on `gpus` GPUs by default: `TASKS_PER_GPU` a GPU
+    and `EXTRA_TASKS` more. A task round spends most of its time searching and compiling, a
+    fifth or less on the GPU, and a round of few candidates waits for its slowest compile: the
+    rounds a GPU needs to stay busy are not enough to keep the host's compilers and search
+    workers busy too, which the extra rounds do."""
+    return TASKS_PER_GPU * max(1, gpus) + EXTRA_TASKS
+
+
 def tune_tasks(
     tasks: Sequence[SearchTask],
     weights: Sequence[float] | None,
@@ -140,7 +155,7 @@ def tune_tasks(
     starts after it), appending to `log`. `fallback_costs[i]`: seconds task i costs while it has
     no kernel (PyTorch's time), for the estimate. `measurer_factory(task, callbacks)` replaces
     the GPU measurer (tests pass a simulated one); `parallel_tasks` (default: 1 with a factory,
-    else two per GPU and one more) tasks are tuned at once. `early_stop_factor`: as
+    else `default_parallel_tasks`) tasks are tuned at once. `early_stop_factor`: as
     `ProgramMeasurer`'s. Returns the scheduler's result: best
     cost and State per task, the estimated end-to-end latency, the tasks left to PyTorch and
     the trials per second. Ctrl-C ends it early with the result so far; calling it again on the
@@ -179,9 +194,7 @@ def tune_tasks(
     context: MeasureContext | None = None
     if measurer_factory is None:
         context = measure_context or LocalMeasureContext(builder, runner, devices=devices)
-        # a task round spends most of its time searching and compiling, a fifth or less on the
-        # GPU: two rounds a GPU (and one more) keep it measuring while the others search
-        parallel = parallel_tasks or 2 * context.gpu_count() + 1
+        parallel = parallel_tasks or default_parallel_tasks(context.gpu_count())
     else:
         parallel = parallel_tasks or 1
     parallel = max(1, min(parallel, len(tasks)))

@@ -131,3 +131,11 @@ def test_ctrl_c_or_a_failed_round_waits_for_the_others_and_keeps_their_trials():
     with pytest.raises(RuntimeError, match="a bug in the search"):
         sched.tune(400)
     assert sum(sched.trials) == sum(t.trials for t in tuners) > 0
+
+
+def test_by_default_two_tasks_a_gpu_and_five_more_are_tuned_at_once():
+    """The GPUs' rounds, and rounds enough to keep the host's compilers and search busy too."""
+    from autosched.search.tune_model import default_parallel_tasks
+
+    assert [default_parallel_tasks(g) for g in (1, 2, 4)] == [7, 9, 13]
+    assert default_parallel_tasks(0) == 7  # a context that counts no GPU measures on one
