@@ -7,7 +7,6 @@ these tests take milliseconds; tests/test_search.py runs the real search end to 
 
 from __future__ import annotations
 
-import _thread
 import collections
 import math
 import threading
@@ -18,7 +17,9 @@ import pytest
 
 from autosched.errors import OptionError
 from autosched.records import MeasureRecordResult, now
+from autosched.search import auto_schedule
 from autosched.search.auto_schedule import BestSoFar, TuningOptions, run_trials
+from autosched.search.background import first_done
 from autosched.search.progress import RoundTimes, Span, progress_line
 from measure import MeasureErrorKind
 
@@ -84,7 +85,7 @@ class CountingPolicy:
 class SleepingMeasurer:
     """Costs 1 us + state ns; the states in `failing` fail (a wrong answer). A call takes
     `seconds`: the first half builds, the second is reported as
-    running on the GPU; call `interrupt_at` presses Ctrl-C. Call k's build ends only once
+    running on the GPU. Call k's build ends only once
     `built_after[k]` is set, and the call only once `overlapped[k]` and `ends_after[k]` are
     (when there are). `started[k]` is set as call k starts."""
 
@@ -94,12 +95,11 @@ class SleepingMeasurer:
         failing=(),
         callbacks=(),
         seconds: float = STEP,
-        interrupt_at: int = 0,
         overlapped: dict[int, threading.Event] | None = None,
         built_after: dict[int, threading.Event] | None = None,
         ends_after: dict[int, threading.Event] | None = None,
     ) -> None:
-        self.log, self.seconds, self.interrupt_at = log, seconds, interrupt_at
+        self.log, self.seconds = log, seconds
         self.overlapped = overlapped or {}
         self.built_after = built_after or {}
         self.ends_after = ends_after or {}
@@ -116,8 +116,6 @@ class SleepingMeasurer:
             call = self.calls
         self.log.add("measure start", call)
         self.started[call].set()
-        if call == self.interrupt_at:
-            _thread.interrupt_main()  # Ctrl-C, while the loop waits for this call
         time.sleep(self.seconds / 2)
         if call in self.built_after:  # call k's kernels compile until that event
             assert self.built_after[call].wait(timeout=5.0)
@@ -292,14 +290,31 @@ def test_an_interrupt_during_the_next_search_keeps_the_batch_being_measured(erro
 
 
 @pytest.mark.parametrize("pipeline", [True, False])
-def test_ctrl_c_while_a_batch_is_measured_waits_for_its_records(pipeline):
+def test_ctrl_c_while_a_batch_is_measured_waits_for_its_records(pipeline, monkeypatch):
+    """Ctrl-C comes while the loop waits for the second time (for the second batch and,
+    pipelined, the third): every batch in flight is waited for and its records written. The
+    KeyboardInterrupt is raised where the loop waits, as a SIGINT raises it there: an interrupt
+    sent from the measuring thread (`_thread.interrupt_main`) was now and then lost."""
     log = Log()
     written = []
-    measurer = SleepingMeasurer(log, callbacks=[lambda i, r: written.extend(i)], interrupt_at=2)
+    measurer = SleepingMeasurer(log, callbacks=[lambda i, r: written.extend(i)])
     policy = CountingPolicy(log)
+
+    waits = []
+
+    def ctrl_c_in_the_second_wait(tasks, poll=0.02):
+        waits.append(len(tasks))
+        if len(waits) == 2:
+            raise KeyboardInterrupt
+        return first_done(tasks, poll)
+
+    monkeypatch.setattr(auto_schedule, "first_done", ctrl_c_in_the_second_wait)
     with pytest.raises(KeyboardInterrupt):
         tune(policy, measurer, trials=64, per_round=8, pipeline=pipeline)
-    assert written == list(range(16))
+    assert waits == ([1, 2] if pipeline else [1, 1])
+    in_flight = 3 if pipeline else 2  # the batches measured or started when Ctrl-C came
+    assert measurer.calls == in_flight
+    assert sorted(written) == list(range(8 * in_flight))
     assert sorted(policy.measured) == list(range(8)), "the loop stopped at the interrupt"
 
 
