@@ -1,5 +1,6 @@
 """The sketch search policy: sketches once, then rounds of evolutionary search guided by the
-cost model, an epsilon-greedy share of random states, and never a state measured twice.
+cost model, an epsilon-greedy share of random states, and never a state measured twice, nor
+two states that compile to one kernel.
 
 Inside the search a candidate is its tuple of step records (see mutations.py); only the states
 picked for measurement are replayed into States. Per-candidate work (sampling, lowering, GPU
@@ -40,7 +41,7 @@ from autosched.search.mutations import (
     tensorized_stages,
 )
 from autosched.search.params import SearchParams
-from autosched.search.workers import TaskContext, TaskSpec, Workers
+from autosched.search.workers import Lowered, TaskContext, TaskSpec, Workers
 from autosched.sketch import SketchParams
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ InitCallback = Callable[["SketchPolicy"], None]
 
 
 class FeatureCache:
-    """Features (or the reason a candidate is invalid) by records; the least recently used half
+    """Lowered candidates (or the reason a candidate is invalid) by records; the least recently
+    used half
     is dropped when it is full (an entry read is moved to the recent end, so the candidates a
     search carries from round to round stay)."""
 
@@ -163,6 +165,10 @@ class SketchPolicy:
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
+        # the keys of the kernels handed out: a candidate that compiles to one of them
+        # (`workers.Lowered.kernel`) would time that kernel again, so it is never handed out
+        self.picked_kernels: set[bytes] = set()
+        self.same_kernel = 0  # candidates passed over as one of picked_kernels, in all
         self.fresh_sketch: dict[Records, int] = {}  # the last fresh samples' sketch indices
         self.scores: dict[Records, float] = {}  # this round's model scores
         # the last evolution's best-scored candidates, best first: the next round starts there
@@ -205,6 +211,9 @@ class SketchPolicy:
         records = as_records(records)
         self.measured[records] = cost
         self.picked.add(records)
+        lowered = self.features.get(records)
+        if isinstance(lowered, Lowered):  # else its key is taken when it is evaluated
+            self.picked_kernels.add(lowered.kernel)
 
     def best_measured(self, k: int) -> list[Records]:
         """The records of the k fastest correct measured states."""
@@ -233,18 +242,21 @@ class SketchPolicy:
             for r, o in zip(todo, self.workers.evaluate(todo), strict=True):
                 known[r] = o
                 self.features.put(r, o)
-                self.features.invalid += not isinstance(o, np.ndarray)
+                self.features.invalid += not isinstance(o, Lowered)
+                if isinstance(o, Lowered) and r in self.picked:  # a measured state read back
+                    self.picked_kernels.add(o.kernel)
             self.time["evaluate"] += time.perf_counter() - t0
         return [known[r] for r in candidates]
 
     def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
         """The valid candidates and their model scores (this round's model)."""
         outcomes = zip(candidates, self.outcomes(candidates), strict=True)
-        valid = {r: o for r, o in outcomes if isinstance(o, np.ndarray)}
+        valid = {r: o for r, o in outcomes if isinstance(o, Lowered)}
         new = [r for r in valid if r not in self.scores]
         if new:
             t0 = time.perf_counter()
-            predicted = np.asarray(self.cost_model.predict([valid[r] for r in new]), dtype=float)
+            features = [valid[r].features for r in new]
+            predicted = np.asarray(self.cost_model.predict(features), dtype=float)
             self.scores.update(zip(new, predicted.tolist(), strict=True))
             self.time["predict"] += time.perf_counter() - t0
         kept = [r for r in candidates if r in valid]
@@ -258,7 +270,7 @@ class SketchPolicy:
         fresh = []
         self.fresh_sketch.clear()
         for sampled in self.workers.sample(n, self.rng):
-            self.features.put(sampled.records, sampled.features)
+            self.features.put(sampled.records, sampled.lowered)
             self.fresh_sketch[sampled.records] = sampled.sketch
             fresh.append(sampled.records)
         self.n_sampled += len(fresh)
@@ -337,7 +349,8 @@ class SketchPolicy:
         within: list[Records] = []
         beyond: list[Records] = []
         for r in ranked:
-            shape = launch_shape(self.features.get(r))
+            lowered = self.features.get(r)
+            shape = launch_shape(lowered.features if isinstance(lowered, Lowered) else None)
             count[shape] = count.get(shape, 0) + 1
             (within if count[shape] <= cap else beyond).append(r)
         return within + beyond
@@ -355,10 +368,14 @@ class SketchPolicy:
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
         """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
         states (Ansor's PickStatesWithEpsGreedy), those taking each sketch in turn; all fresh
-        when nothing is ranked."""
+        when nothing is ranked. A candidate that compiles to a kernel handed out before is
+        passed over (and never handed out): states that differ only where lowering makes no
+        difference score alike, and would otherwise take neighbouring places in a batch."""
         n_random = max(1, int(self.params.eps_greedy * num)) if num > 1 else 0
         randoms = spread_over_sketches(
-            [r for r in fresh if r not in self.picked], self.fresh_sketch, self.rng
+            self.new_kernels([r for r in fresh if r not in self.picked]),
+            self.fresh_sketch,
+            self.rng,
         )
         out: list[Records] = []
         sources = (iter(ranked), iter(randoms))
@@ -367,9 +384,31 @@ class SketchPolicy:
             r = next(sources[first], None) or next(sources[1 - first], None)
             if r is None:
                 break
-            if r not in self.picked:
-                self.picked.add(r)
-                out.append(r)
+            if r in self.picked:
+                continue
+            self.picked.add(r)
+            lowered = self.features.get(r)
+            if isinstance(lowered, Lowered):
+                if lowered.kernel in self.picked_kernels:
+                    self.same_kernel += 1
+                    continue
+                self.picked_kernels.add(lowered.kernel)
+            out.append(r)
+        return out
+
+    def new_kernels(self, candidates: list[Records]) -> list[Records]:
+        """The candidates less those that compile to a kernel handed out before or to one of an
+        earlier candidate (in order; a candidate not in the cache stays): the sketches then take
+        turns in `pick` over kernels, not over names of one kernel."""
+        seen = set(self.picked_kernels)
+        out = []
+        for r in candidates:
+            lowered = self.features.get(r)
+            if isinstance(lowered, Lowered):
+                if lowered.kernel in seen:
+                    continue
+                seen.add(lowered.kernel)
+            out.append(r)
         return out
 
     def population_for(self, num_measure: int) -> int:
@@ -430,6 +469,7 @@ class SketchPolicy:
             "evaluated": self.features.misses,
             "invalid": self.features.invalid,
             "cache_hits": self.features.hits,
+            "same_kernel": self.same_kernel,
         }
 
     def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
@@ -438,9 +478,9 @@ class SketchPolicy:
         (`cost_model`): the next round's fresh samples are drawn meanwhile, as they need no
         model, and the round waits for the training only where it scores."""
         outcomes = self.outcomes([s.key() for s in states])
-        keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
+        keep = [i for i, o in enumerate(outcomes) if isinstance(o, Lowered)]
         model = self.cost_model  # the last training ends first
-        features, kept_costs = [outcomes[i] for i in keep], [costs[i] for i in keep]
+        features, kept_costs = [outcomes[i].features for i in keep], [costs[i] for i in keep]
 
         def train() -> None:
             t0 = time.perf_counter()
