@@ -157,11 +157,8 @@ def run_trials(
     A round ends with whichever batch in flight ends first: a batch held up by one slow compile
     (a kernel that spills, or runs into the compile timeout) then holds up neither the model
     update nor the next search, whose model lacks only the batch still being measured.
-    The second batch is searched while the first is measured, with the model the call started
-    with (the shipped pre-trained one in a new search): the first batch holds the slowest
-    compiles of a search (its kernels are the least tuned, and a few run into the compile
-    timeout), and the host would otherwise wait for them with the search's workers idle. A
-    search is only started for trials this call still has to measure, so no searched
+    The first batch of a call is measured alone, so that the second is chosen by a model trained
+    on it. A search is only started for trials this call still has to measure, so no searched
     state is left unmeasured at the end; when early stopping ends the loop, a batch already
     being measured is waited for and counted as a round. Pipelined or not, Ctrl-C waits for the
     batches being measured (their records are written) before it stops the loop; a second one
@@ -197,7 +194,8 @@ def run_trials(
             rnd += 1
             left = total - done - sum(len(f.searched.batch) for f in flying)
             model_s = 0.0
-            if opts.pipeline and searching and left > 0:
+            # the first batch is measured alone, so that the second is chosen by a trained model
+            if opts.pipeline and searching and left > 0 and rnd > start_round + 1:
                 model_s = update.run()  # the last round's, while this one compiles
                 search_and_start(min(opts.num_measures_per_round, left))
             # whichever batch ends first: a batch held up by a slow compile holds up no search
