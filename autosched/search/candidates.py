@@ -50,9 +50,10 @@ def kernel_key(records: Records, program: ir.Program) -> bytes:
     Why these two: the records fix the program but for the unroll limits, whose only effect is
     which loops lowering marks unrolled (`lower/unrolling.auto_unroll`), so candidates with one
     key lower to one program and print one source. A limit above every loop's steps unrolls what
-    a lower one does: such records are distinct states of one kernel, about one in seven of a
-    long conv2d search's picks before the search told them apart. Printing the source would
-    say the same at about a third of a lowering's cost; this costs a walk of the loops."""
+    a lower one does: such records are distinct states of one kernel (one in eight to one in
+    five of a long conv2d search's picks, before the search told them apart). Printing the
+    source would say the same at about a third of a lowering's cost; this costs a walk of the
+    loops."""
     plain = tuple(
         r[:3] + (UNROLL_LIMIT,) if r[0] == "PR" and r[3].startswith(UNROLL_LIMIT + "$") else r
         for r in records
