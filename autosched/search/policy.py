@@ -55,9 +55,8 @@ InitCallback = Callable[["SketchPolicy"], None]
 
 class FeatureCache:
     """Lowered candidates (or the reason a candidate is invalid) by records; the least recently
-    used half
-    is dropped when it is full (an entry read is moved to the recent end, so the candidates a
-    search carries from round to round stay)."""
+    used half is dropped when it is full (an entry read is moved to the recent end, so the
+    candidates a search carries from round to round stay)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
