@@ -397,8 +397,9 @@ class SketchPolicy:
 
     def new_kernels(self, candidates: list[Records]) -> list[Records]:
         """The candidates less those that compile to a kernel handed out before or to one of an
-        earlier candidate (in order; a candidate not in the cache stays): the sketches then take
-        turns in `pick` over kernels, not over names of one kernel."""
+        earlier candidate (in order; a candidate not in the cache stays): the launch cap then
+        counts a round's ranked candidates, and the sketches take turns in `pick`, by kernel,
+        not by each name of one kernel."""
         seen = set(self.picked_kernels)
         out = []
         for r in candidates:
@@ -449,7 +450,7 @@ class SketchPolicy:
                 ranked = []
             else:
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
-                ranked = self.capped(self.evolutionary_search(init, wanted))
+                ranked = self.capped(self.new_kernels(self.evolutionary_search(init, wanted)))
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
