@@ -167,7 +167,7 @@ class SketchPolicy:
         # the keys of the kernels handed out: a candidate that compiles to one of them
         # (`workers.Lowered.kernel`) would time that kernel again, so it is never handed out
         self.picked_kernels: set[bytes] = set()
-        self.same_kernel = 0  # candidates passed over as one of picked_kernels, in all
+        self.same_kernel = 0  # candidates passed over as another name of a kernel, in all
         self.fresh_sketch: dict[Records, int] = {}  # the last fresh samples' sketch indices
         self.scores: dict[Records, float] = {}  # this round's model scores
         # the last evolution's best-scored candidates, best first: the next round starts there
@@ -406,6 +406,7 @@ class SketchPolicy:
             lowered = self.features.get(r)
             if isinstance(lowered, Lowered):
                 if lowered.kernel in seen:
+                    self.same_kernel += 1
                     continue
                 seen.add(lowered.kernel)
             out.append(r)

@@ -296,11 +296,12 @@ def test_a_kernel_is_handed_out_once_under_any_of_its_names():
     a, b, c = _kernel_twins(policy, fresh, 3)
     other = next(r for r in fresh if policy.features.get(r).kernel != policy.features.get(a).kernel)
     assert policy.new_kernels([a, b, other, c]) == [a, other]  # what the launch cap counts
-    assert policy.pick([a, b, other], [], 2) == [a, other]
-    assert policy.same_kernel == 1
-    assert policy.pick([c], [], 1) == []  # a later round
     assert policy.same_kernel == 2
-    assert policy.new_kernels([c, other]) == []
+    assert policy.pick([a, b, other], [], 2) == [a, other]
+    assert policy.same_kernel == 3
+    assert policy.pick([c], [], 1) == []  # a later round
+    assert policy.same_kernel == 4
+    assert policy.new_kernels([c, other]) == [] and policy.same_kernel == 6
 
     resumed = make_policy(small_task("dense_bias"), PARAMS)
     resumed.add_measured_records(a, 1e-5)  # read from a log: not evaluated yet
