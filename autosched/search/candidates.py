@@ -1,12 +1,10 @@
 """What the search policy keys and orders candidates by. A candidate is its tuple of step
 records (`as_records` gives any step list that form); candidates are grouped by their launch
 shape (from their features), their block shape (from their split records) or the sketch they
-come from, and groups are taken in turns (`in_turns`, `spread_over_sketches`). Candidates that
-compile to one kernel share their `kernel_key`."""
+come from, and groups are taken in turns (`in_turns`, `spread_over_sketches`)."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import random
 from collections.abc import Iterable, Sequence
@@ -14,7 +12,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from autosched.features import FEATURE_NAMES
-from autosched.lower import ir
 from autosched.schedule.steps import SplitStep
 from autosched.search.mutations import Records
 from autosched.sketch import SketchParams
@@ -38,30 +35,6 @@ def launch_shape(features) -> tuple:
     if not isinstance(features, np.ndarray) or not features.size:
         return ()
     return tuple(np.round(features[:, _LAUNCH_COLUMNS].max(axis=0), 4).tolist())
-
-
-UNROLL_LIMIT = "auto_unroll_max_step"  # the pragma whose value kernel_key leaves out
-
-
-def kernel_key(records: Records, program: ir.Program) -> bytes:
-    """The identity of the kernel a candidate compiles to: a digest of its records, with the
-    value of every unroll limit left out, and of the loops its lowered `program` unrolls.
-
-    Why these two: the records fix the program but for the unroll limits, whose only effect is
-    which loops lowering marks unrolled (`lower/unrolling.auto_unroll`), so candidates with one
-    key lower to one program and print one source. A limit above every loop's steps unrolls what
-    a lower one does: such records are distinct states of one kernel (one in eight to one in
-    five of a long conv2d search's picks, before the search told them apart). Printing the
-    source would say the same at about a third of a lowering's cost; this costs a walk of the
-    loops."""
-    plain = tuple(
-        r[:3] + (UNROLL_LIMIT,) if r[0] == "PR" and r[3].startswith(UNROLL_LIMIT + "$") else r
-        for r in records
-    )
-    unrolled = tuple(
-        s.kind for k in program.kernels for s in ir.iter_stmts(k.body) if isinstance(s, ir.For)
-    )
-    return hashlib.blake2b(repr((plain, unrolled)).encode(), digest_size=16).digest()
 
 
 def spread_over_sketches(

@@ -1,6 +1,5 @@
 """The sketch search policy: sketches once, then rounds of evolutionary search guided by the
-cost model, an epsilon-greedy share of random states, and never a state measured twice, nor
-two states that compile to one kernel.
+cost model, an epsilon-greedy share of random states, and never a state measured twice.
 
 Inside the search a candidate is its tuple of step records (see mutations.py); only the states
 picked for measurement are replayed into States. Per-candidate work (sampling, lowering, GPU
@@ -41,7 +40,7 @@ from autosched.search.mutations import (
     tensorized_stages,
 )
 from autosched.search.params import SearchParams
-from autosched.search.workers import Lowered, TaskContext, TaskSpec, Workers
+from autosched.search.workers import TaskContext, TaskSpec, Workers
 from autosched.sketch import SketchParams
 
 if TYPE_CHECKING:
@@ -54,9 +53,9 @@ InitCallback = Callable[["SketchPolicy"], None]
 
 
 class FeatureCache:
-    """Lowered candidates (or the reason a candidate is invalid) by records; the least recently
-    used half is dropped when it is full (an entry read is moved to the recent end, so the
-    candidates a search carries from round to round stay)."""
+    """Features (or the reason a candidate is invalid) by records; the least recently used half
+    is dropped when it is full (an entry read is moved to the recent end, so the candidates a
+    search carries from round to round stay)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -164,10 +163,6 @@ class SketchPolicy:
         self.features = FeatureCache(self.params.feature_cache_size)
         self.measured: dict[Records, float] = {}  # records -> mean cost (inf: failed)
         self.picked: set[Records] = set()  # handed out for measurement, never again
-        # the keys of the kernels handed out: a candidate that compiles to one of them
-        # (`workers.Lowered.kernel`) would time that kernel again, so it is never handed out
-        self.picked_kernels: set[bytes] = set()
-        self.same_kernel = 0  # candidates passed over as another name of a kernel, in all
         self.fresh_sketch: dict[Records, int] = {}  # the last fresh samples' sketch indices
         self.scores: dict[Records, float] = {}  # this round's model scores
         # the last evolution's best-scored candidates, best first: the next round starts there
@@ -210,9 +205,6 @@ class SketchPolicy:
         records = as_records(records)
         self.measured[records] = cost
         self.picked.add(records)
-        lowered = self.features.get(records)
-        if isinstance(lowered, Lowered):  # else its key is taken when it is evaluated
-            self.picked_kernels.add(lowered.kernel)
 
     def best_measured(self, k: int) -> list[Records]:
         """The records of the k fastest correct measured states."""
@@ -241,21 +233,18 @@ class SketchPolicy:
             for r, o in zip(todo, self.workers.evaluate(todo), strict=True):
                 known[r] = o
                 self.features.put(r, o)
-                self.features.invalid += not isinstance(o, Lowered)
-                if isinstance(o, Lowered) and r in self.picked:  # a measured state read back
-                    self.picked_kernels.add(o.kernel)
+                self.features.invalid += not isinstance(o, np.ndarray)
             self.time["evaluate"] += time.perf_counter() - t0
         return [known[r] for r in candidates]
 
     def score(self, candidates: Sequence[Records]) -> tuple[list[Records], np.ndarray]:
         """The valid candidates and their model scores (this round's model)."""
         outcomes = zip(candidates, self.outcomes(candidates), strict=True)
-        valid = {r: o for r, o in outcomes if isinstance(o, Lowered)}
+        valid = {r: o for r, o in outcomes if isinstance(o, np.ndarray)}
         new = [r for r in valid if r not in self.scores]
         if new:
             t0 = time.perf_counter()
-            features = [valid[r].features for r in new]
-            predicted = np.asarray(self.cost_model.predict(features), dtype=float)
+            predicted = np.asarray(self.cost_model.predict([valid[r] for r in new]), dtype=float)
             self.scores.update(zip(new, predicted.tolist(), strict=True))
             self.time["predict"] += time.perf_counter() - t0
         kept = [r for r in candidates if r in valid]
@@ -269,7 +258,7 @@ class SketchPolicy:
         fresh = []
         self.fresh_sketch.clear()
         for sampled in self.workers.sample(n, self.rng):
-            self.features.put(sampled.records, sampled.lowered)
+            self.features.put(sampled.records, sampled.features)
             self.fresh_sketch[sampled.records] = sampled.sketch
             fresh.append(sampled.records)
         self.n_sampled += len(fresh)
@@ -348,8 +337,7 @@ class SketchPolicy:
         within: list[Records] = []
         beyond: list[Records] = []
         for r in ranked:
-            lowered = self.features.get(r)
-            shape = launch_shape(lowered.features if isinstance(lowered, Lowered) else None)
+            shape = launch_shape(self.features.get(r))
             count[shape] = count.get(shape, 0) + 1
             (within if count[shape] <= cap else beyond).append(r)
         return within + beyond
@@ -367,14 +355,10 @@ class SketchPolicy:
     def pick(self, ranked: list[Records], fresh: list[Records], num: int) -> list[Records]:
         """num unmeasured candidates: the best ranked, and an eps-greedy share of fresh random
         states (Ansor's PickStatesWithEpsGreedy), those taking each sketch in turn; all fresh
-        when nothing is ranked. A candidate that compiles to a kernel handed out before is
-        passed over (and never handed out): states that differ only where lowering makes no
-        difference score alike, and would otherwise take neighbouring places in a batch."""
+        when nothing is ranked."""
         n_random = max(1, int(self.params.eps_greedy * num)) if num > 1 else 0
         randoms = spread_over_sketches(
-            self.new_kernels([r for r in fresh if r not in self.picked]),
-            self.fresh_sketch,
-            self.rng,
+            [r for r in fresh if r not in self.picked], self.fresh_sketch, self.rng
         )
         out: list[Records] = []
         sources = (iter(ranked), iter(randoms))
@@ -383,33 +367,9 @@ class SketchPolicy:
             r = next(sources[first], None) or next(sources[1 - first], None)
             if r is None:
                 break
-            if r in self.picked:
-                continue
-            self.picked.add(r)
-            lowered = self.features.get(r)
-            if isinstance(lowered, Lowered):
-                if lowered.kernel in self.picked_kernels:
-                    self.same_kernel += 1
-                    continue
-                self.picked_kernels.add(lowered.kernel)
-            out.append(r)
-        return out
-
-    def new_kernels(self, candidates: list[Records]) -> list[Records]:
-        """The candidates less those that compile to a kernel handed out before or to one of an
-        earlier candidate (in order; a candidate not in the cache stays): the launch cap then
-        counts a round's ranked candidates, and the sketches take turns in `pick`, by kernel,
-        not by each name of one kernel."""
-        seen = set(self.picked_kernels)
-        out = []
-        for r in candidates:
-            lowered = self.features.get(r)
-            if isinstance(lowered, Lowered):
-                if lowered.kernel in seen:
-                    self.same_kernel += 1
-                    continue
-                seen.add(lowered.kernel)
-            out.append(r)
+            if r not in self.picked:
+                self.picked.add(r)
+                out.append(r)
         return out
 
     def population_for(self, num_measure: int) -> int:
@@ -451,7 +411,7 @@ class SketchPolicy:
                 ranked = []
             else:
                 wanted = (4 if self.params.launch_cap else 2) * num_measure
-                ranked = self.capped(self.new_kernels(self.evolutionary_search(init, wanted)))
+                ranked = self.capped(self.evolutionary_search(init, wanted))
             batch = self.pick(ranked, fresh, num_measure)
             if batch:
                 break
@@ -470,7 +430,6 @@ class SketchPolicy:
             "evaluated": self.features.misses,
             "invalid": self.features.invalid,
             "cache_hits": self.features.hits,
-            "same_kernel": self.same_kernel,
         }
 
     def update_model(self, states: Sequence[State], costs: Sequence[float]) -> None:
@@ -479,9 +438,9 @@ class SketchPolicy:
         (`cost_model`): the next round's fresh samples are drawn meanwhile, as they need no
         model, and the round waits for the training only where it scores."""
         outcomes = self.outcomes([s.key() for s in states])
-        keep = [i for i, o in enumerate(outcomes) if isinstance(o, Lowered)]
+        keep = [i for i, o in enumerate(outcomes) if isinstance(o, np.ndarray)]
         model = self.cost_model  # the last training ends first
-        features, kept_costs = [outcomes[i].features for i in keep], [costs[i] for i in keep]
+        features, kept_costs = [outcomes[i] for i in keep], [costs[i] for i in keep]
 
         def train() -> None:
             t0 = time.perf_counter()

@@ -7,13 +7,11 @@ cross the process boundary as step-record tuples; a worker rebuilds the task onc
 `TaskSpec` (the serialised DAG; the sketches and the sampler when it first samples) and keeps
 it, so a workload defined anywhere, a script's `__main__` included, runs in parallel. A
 candidate is lowered once: sampling keeps the program it lowered to check the GPU limits and
-extracts features from it, and evaluation checks limits and extracts from one lowering. Each
-valid candidate comes back with the key of the kernel it compiles to, so that the search never
-measures one kernel twice under two names.
+extracts features from it, and evaluation checks limits and extracts from one lowering.
 
     workers = Workers(TaskContext(dag, hardware), TaskSpec.of(dag, hardware), n_jobs=16)
     fresh = workers.sample(512, rng)             # [Sampled], valid and distinct
-    outcomes = workers.evaluate(candidates)      # Lowered, or the reason a candidate is invalid
+    outcomes = workers.evaluate(candidates)      # features, or the reason a candidate is invalid
     feats = features_for_states(states, n_jobs)  # features of States (None where they fail)
 
 Results do not depend on n_jobs: sampling is cut into fixed-size chunks with their own seeds.
@@ -39,9 +37,7 @@ import numpy as np
 from autosched.codegen.build import build
 from autosched.errors import AutoschedError, TEError, WorkloadError
 from autosched.features.extract import extract_features, state_features
-from autosched.lower import ir
 from autosched.schedule.compute_dag import ComputeDAG
-from autosched.search.candidates import kernel_key
 from autosched.search.collector import collector_paused, young_objects_only
 from autosched.search.mutations import Records
 from autosched.search.process_pool import COMPILERS_FIRST, get_pool, shutdown_pools
@@ -54,26 +50,16 @@ from measure.hardware import HardwareParams
 log = logging.getLogger(__name__)
 
 SAMPLE_CHUNK = 8  # states per sampling job (fixed, so results do not depend on n_jobs)
-
-
-class Lowered(NamedTuple):
-    """A valid candidate: the features of its program and the key of the kernel it compiles to
-    (`candidates.kernel_key`; candidates with one key are one kernel)."""
-
-    features: np.ndarray
-    kernel: bytes
-
-
-Outcome = Lowered | str  # a valid candidate's Lowered, or the reason it is invalid
+Outcome = Any  # np.ndarray (features) for a valid candidate, str (the reason) for an invalid one
 
 
 class Sampled(NamedTuple):
-    """A fresh state: its records, its Lowered and the index of the sketch it was drawn from
-    (in the task's sketch list), so that a search can spread what it draws at random over the
-    sketches."""
+    """A fresh state: its records, the features of its program and the index of the sketch it
+    was drawn from (in the task's sketch list), so that a search can spread what it draws at
+    random over the sketches."""
 
     records: Records
-    lowered: Lowered
+    features: np.ndarray
     sketch: int
 
 
@@ -150,7 +136,7 @@ class TaskContext:
             states = sampler.sample(n, random.Random(seed))
             programs = sampler.programs  # what the sampler lowered to check them
             return [
-                Sampled(s.key(), _lowered(s.key(), programs[s.key()]), sampler.sketch_of[s.key()])
+                Sampled(s.key(), extract_features(programs[s.key()]), sampler.sketch_of[s.key()])
                 for s in states
             ]
 
@@ -164,17 +150,15 @@ class TaskContext:
         return out
 
     def evaluate_one(self, records: Records) -> Outcome:
-        """Replay, check validity (lowering once), extract features and the kernel's key from
-        that lowering."""
+        """Replay, check validity (lowering once), extract features from that lowering."""
         try:
             state = self.replay(records)
         except Exception as exc:
             return reason_for(exc, "replaying a candidate")
         program, reason = check_candidate(state, self.hardware, self.params)
         if program is None:
-            assert reason is not None  # check_candidate gives one or the other
             return reason
-        return _lowered(records, program)
+        return extract_features(program)
 
     def features(self, candidates: Sequence[Records]) -> list[np.ndarray | None]:
         """Per candidate: the features of its lowered program, with no GPU limit checked; None
@@ -324,10 +308,6 @@ def features_for_states(states: Sequence, n_jobs: int = 1) -> list[np.ndarray | 
     return out
 
 
-def _lowered(records: Records, program: ir.Program) -> Lowered:
-    return Lowered(extract_features(program), kernel_key(records, program))
-
-
 def resolve_n_jobs(n_jobs: int | None) -> int:
     """None -> the CPU cores this process may use; otherwise at least 1."""
     return available_cores() if n_jobs is None else max(1, n_jobs)
@@ -352,7 +332,6 @@ def _work(spec: TaskSpec, method: str, chunk: tuple) -> tuple[Any, float]:
 
 
 __all__ = [
-    "Lowered",
     "Outcome",
     "TaskContext",
     "TaskSpec",
