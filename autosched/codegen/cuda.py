@@ -6,12 +6,13 @@ for more: one block per SM is enough for most kernels, and without the bound ptx
 registers for occupancy and spills; a reduction of a few hundred blocks may need two or more per
 SM to run in one wave, `sketch/launch_bounds.py`), `local` buffers as register arrays, `__shared__`
 arrays (or pointers into dynamic shared memory: `shared_memory.py`), loops with
-`#pragma unroll`, float4/float2/half2/__nv_bfloat162 and packed 8- and 16-byte half accesses for
-aligned `vectorize` loops (`vectors.py`), a block reduction for `AllReduce` (`allreduce.py`),
-nvcuda::wmma calls for the warp-collective Tensor Core statements (`wmma.py`), and `cp.async`
-for copies into double-buffered shared buffers (`async_copy.py`), and the cluster attribute,
-rank, barrier and distributed-shared-memory loads of a thread-block cluster kernel
-(`cluster.py`). Statements are printed
+`#pragma unroll` (in them, elements of global and shared buffers as a pointer plus a constant
+offset where the index splits so: `index_forms.py`), float4/float2/half2/__nv_bfloat162 and
+packed 8- and 16-byte half accesses for aligned `vectorize` loops (`vectors.py`), a block
+reduction for `AllReduce` (`allreduce.py`), nvcuda::wmma calls for the warp-collective Tensor
+Core statements (`wmma.py`), and `cp.async` for copies into double-buffered shared buffers
+(`async_copy.py`), and the cluster attribute, rank, barrier and distributed-shared-memory loads
+of a thread-block cluster kernel (`cluster.py`). Statements are printed
 through a table from node type to printer, expressions through `expr_printer.ExprPrinter`; the
 spellings that depend on the target are class attributes of `target.CUDATarget`. The helper
 printers take the `context.PrintContext` this printer is, and import nothing from here.
@@ -38,7 +39,8 @@ from autosched.codegen.cluster import HELPER as CLUSTER_HELPER
 from autosched.codegen.cluster import HELPERS as CLUSTER_HELPERS
 from autosched.codegen.cluster import ClusterPrinter
 from autosched.codegen.context import PrintContext, StmtTable
-from autosched.codegen.expr_printer import FLOOR_HELPERS, is_nonneg, literal
+from autosched.codegen.expr_printer import FLOOR_HELPERS, literal
+from autosched.codegen.index_forms import is_nonneg
 from autosched.codegen.lanes import aligned_unit_stride, linear_form
 from autosched.codegen.shared_memory import (
     DYNAMIC_SHARED_NAME,
@@ -150,7 +152,7 @@ class KernelPrinter(PrintContext):
         if copy is not None:
             self.emit(d, copy)
             return
-        at = f"{self.ex.buffer_names[id(s.buffer)]}[{self.ex(s.index)}]"
+        at = self.ex.element(s.buffer, s.index)
         self.emit(d, store_line(self, s.buffer, at, self.ex(s.value)))
 
     def _barrier(self, s: ir.Barrier, d: int) -> None:
@@ -184,7 +186,10 @@ class KernelPrinter(PrintContext):
         if pragma:
             self.emit(d, pragma)
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")
+        if s.kind != "serial":  # printed with `#pragma unroll`: its accesses may split
+            self.ex.unrolled.add(id(s.var))
         self.stmt(s.body, d + 1)
+        self.ex.unrolled.discard(id(s.var))
         self.emit(d, "}")
 
 

@@ -12,8 +12,10 @@ import math
 
 import numpy as np
 
+from autosched.codegen.index_forms import is_nonneg, split_unrolled
 from autosched.codegen.target import HALF_ARITH, HALF_CONVERT, INFINITY_BITS, CUDATarget
 from autosched.errors import LoweringError
+from autosched.lower import ir
 from autosched.lower.dispatch import TypeTable
 from autosched.te.dtype import is_float, is_half
 from autosched.te.expr import BinOp, Call, Cast, Const, Expr, IterVar, Load, Not, Select, Var
@@ -34,17 +36,6 @@ __device__ __forceinline__ float as_floormod(float a, float b) { return a - floo
 __device__ __forceinline__ double as_floordiv(double a, double b) { return floor(a / b); }
 __device__ __forceinline__ double as_floormod(double a, double b) { return a - floor(a / b) * b; }
 """
-
-
-def is_nonneg(e: Expr) -> bool:
-    """True when `e` is provably >= 0 in a lowered kernel: loop and thread variables (all start
-    at 0), non-negative literals, and +, *, floordiv, floormod, min, max, select of such."""
-    if isinstance(e, (Const, Var)):
-        return isinstance(e, Var) or e.value >= 0
-    if isinstance(e, BinOp) and e.op in ("+", "*", "floordiv", "floormod", "min", "max"):
-        both = is_nonneg(e.a), is_nonneg(e.b)
-        return any(both) if e.op == "max" else all(both)
-    return isinstance(e, Select) and is_nonneg(e.t) and is_nonneg(e.f)
 
 
 def literal(c: Const) -> str:
@@ -80,6 +71,9 @@ def _via_float(template: str, args: list[str], dtype: str) -> str:
 STREAMED_SCALARS = ("float32", "float64", "int32")
 # the vector types `__ldcs` takes
 STREAMED_VECTORS = ("float2", "float4", "double2", "int2", "int4", "uint2", "uint4")
+# the scopes whose elements print as a pointer plus an offset inside unrolled loops (a register
+# array keeps its constant subscripts: `index_forms`)
+SPLIT_SCOPES = ("global", "shared")
 
 
 class ExprPrinter:
@@ -105,6 +99,8 @@ class ExprPrinter:
         self.table.register(Cast, self._cast)
         self.table.register(Call, self._call)
         self.table.register(Load, self._load)
+        # ids of the variables of the unrolled loops around what is being printed
+        self.unrolled: set[int] = set()
 
     def __call__(self, e: Expr) -> str:
         name = self.names.get(id(e))
@@ -165,9 +161,19 @@ class ExprPrinter:
             raise LoweringError(f"unknown math function {e.func!r}")
         return _via_float(template, args, e.dtype) if is_half(e.dtype) else template.format(*args)
 
+    def element(self, buffer: ir.Buffer, index: Expr) -> str:
+        """Element `index` of `buffer`: `name[index]`, or inside unrolled loops
+        `(name + invariant)[offset]` where the index splits so (`index_forms.split_unrolled`)."""
+        name = self.buffer_names[id(buffer)]
+        split = split_unrolled(index, self.unrolled) if buffer.scope in SPLIT_SCOPES else None
+        if split is None:
+            return f"{name}[{self(index)}]"
+        invariant, offset = split
+        return f"({name} + {self(invariant)})[{self(offset)}]"
+
     def _load(self, e: Load) -> str:
         (index,) = e.indices  # lowered loads take one flat index (the verifier checks)
-        at = f"{self.buffer_names[id(e.buffer)]}[{self(index)}]"
+        at = self.element(e.buffer, index)
         if id(e.buffer) in self.streamed and e.buffer.dtype in STREAMED_SCALARS:
             return f"__ldcs(&{at})"
         return at

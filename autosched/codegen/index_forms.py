@@ -1,0 +1,90 @@
+"""Facts about the index expressions the printer prints: which are provably non-negative
+(`is_nonneg`), and how an element of a global or shared buffer is printed inside unrolled
+loops (`split_unrolled`): as a constant offset from a pointer that is the same in every
+unrolled copy.
+
+NVRTC's optimizer (NVVM) unrolls every loop printed with `#pragma unroll` in full, and most of a
+kernel's compile time goes to the copies it makes. An access printed as `buf[index]` holds the
+whole flat index as one 32-bit sum, so each copy carries its own sum of the loop-invariant part
+(thread and block indices, outer loops) and its constant, and its own widening to a 64-bit
+address, which the optimizer then folds again copy by copy. Printed as
+`(buf + invariant)[offset]`, every copy is the same pointer plus a constant: the optimizer has
+less to fold, and the machine code is the same in most kernels (ptxas allocates registers anew,
+so the registers of a kernel may differ by a few). The program is unchanged; only
+its spelling is: `(buf + a)[b]` is `buf[a + b]`.
+
+The split is made only where it is safe and pays:
+
+- each term of the index that names a variable of an enclosing unrolled loop is that variable
+  or a constant multiple of it, so that the offset is a constant once the loop is unrolled (a
+  term such as `(i * 4 + t) / 32` would leave a different pointer in every copy);
+- every term is provably non-negative, so the pointer `buf + invariant` lies inside the buffer
+  (C++ leaves pointer arithmetic outside an array undefined);
+- both parts are non-empty (the constant of the sum goes to the offset).
+"""
+
+from __future__ import annotations
+
+from autosched.te.expr import BinOp, Const, Expr, Select, Var
+from autosched.te.visitor import children
+
+
+def is_nonneg(e: Expr) -> bool:
+    """True when `e` is provably >= 0 in a lowered kernel: loop and thread variables (all start
+    at 0), non-negative literals, and +, *, floordiv, floormod, min, max, select of such."""
+    if isinstance(e, (Const, Var)):
+        return isinstance(e, Var) or e.value >= 0
+    if isinstance(e, BinOp) and e.op in ("+", "*", "floordiv", "floormod", "min", "max"):
+        both = is_nonneg(e.a), is_nonneg(e.b)
+        return any(both) if e.op == "max" else all(both)
+    return isinstance(e, Select) and is_nonneg(e.t) and is_nonneg(e.f)
+
+
+def split_unrolled(index: Expr, unrolled: set[int]) -> tuple[Expr, Expr] | None:
+    """(invariant, offset) whose sum is `index`, the offset naming only the variables whose
+    ids are in `unrolled`, linearly; None where the index does not split so (module doc)."""
+    if not unrolled:
+        return None
+    terms = _sum_terms(index)
+    varying = [t for t in terms if _names(t, unrolled)]
+    invariant = [t for t in terms if not _names(t, unrolled) and not isinstance(t, Const)]
+    constants: list[Expr] = [t for t in terms if isinstance(t, Const)]
+    if not varying or not invariant:
+        return None
+    if not all(_linear_in(t, unrolled) for t in varying) or not all(map(is_nonneg, terms)):
+        return None
+    return _sum(invariant), _sum(varying + constants)
+
+
+def _sum_terms(e: Expr) -> list[Expr]:
+    """The terms of a (nested) sum, left to right."""
+    if isinstance(e, BinOp) and e.op == "+":
+        return _sum_terms(e.a) + _sum_terms(e.b)
+    return [e]
+
+
+def _sum(terms: list[Expr]) -> Expr:
+    out = terms[0]
+    for term in terms[1:]:
+        out = BinOp("+", out, term, out.dtype)
+    return out
+
+
+def _names(e: Expr, ids: set[int]) -> bool:
+    """`e` names one of the variables whose ids are in `ids`."""
+    if isinstance(e, Var):
+        return id(e) in ids
+    return any(_names(c, ids) for c in children(e))
+
+
+def _linear_in(e: Expr, ids: set[int]) -> bool:
+    """`e` is one of the variables in `ids`, or a constant multiple of one."""
+    if isinstance(e, Var):
+        return id(e) in ids
+    if isinstance(e, BinOp) and e.op == "*":
+        var, factor = (e.a, e.b) if isinstance(e.b, Const) else (e.b, e.a)
+        return isinstance(factor, Const) and isinstance(var, Var) and id(var) in ids
+    return False
+
+
+__all__ = ["is_nonneg", "split_unrolled"]

@@ -1,0 +1,123 @@
+"""Elements of global and shared buffers inside unrolled loops print as a pointer plus a constant
+offset (`autosched.codegen.index_forms.split_unrolled`): where the index splits so, the two parts
+sum to the index; where it does not (a varying term that is not linear, a term that may be
+negative, a register array), the element prints as `name[index]`."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autosched.codegen.cuda import codegen_program
+from autosched.codegen.index_forms import split_unrolled
+from autosched.lower import ir
+from autosched.lower.arith import to_affine
+from autosched.te.expr import BinOp, Expr, Load, Var
+from autosched.te.visitor import children
+from tests.lower.test_interpreter import BX, TX, ld, loop, st
+from tests.workloads_for_tests import suite_dag
+
+
+def _value(e: Expr, env: dict[int, int]) -> int:
+    """`e` evaluated with the variables' values in `env` (ids), + * // % only."""
+    if isinstance(e, Var):
+        return env[id(e)]
+    if not children(e):
+        return int(e.value)
+    a, b = (_value(c, env) for c in children(e))
+    ops = {"+": a + b, "*": a * b, "floordiv": a // b if b else 0, "floormod": a % b if b else 0}
+    return ops[e.op]
+
+
+def test_an_index_splits_into_invariant_and_a_linear_offset():
+    i, j, o = Var("i"), Var("j"), Var("o")
+    index = i * 81 + j * 9 + TX % 7 + 3 + o * 648
+    invariant, offset = split_unrolled(index, {id(i), id(j)})
+    assert {id(v) for v in _vars(invariant)} == {id(TX), id(o)}
+    assert {id(v) for v in _vars(offset)} == {id(i), id(j)}  # the constant goes with them
+    rng = random.Random(0)
+    for _ in range(20):
+        env = {id(v): rng.randrange(50) for v in (i, j, o, TX)}
+        assert _value(invariant, env) + _value(offset, env) == _value(index, env)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["nonlinear", "negative", "only varying", "only invariant", "nothing unrolled"],
+)
+def test_an_index_that_does_not_split(case):
+    i = Var("i")
+    index, unrolled = {
+        "nonlinear": ((i * 4 + TX) // 32 * 1001 + BX * 128, {id(i)}),
+        "negative": (i * 9 + TX - 1, {id(i)}),
+        "only varying": (i * 9 + 4, {id(i)}),
+        "only invariant": (TX * 9 + BX, {id(i)}),
+        "nothing unrolled": (i * 9 + TX, set()),
+    }[case]
+    assert split_unrolled(index, unrolled) is None
+
+
+def test_the_printer_splits_global_and_shared_elements_in_unrolled_loops_only():
+    A = ir.Buffer("A", (4096,), "float32")
+    S = ir.Buffer("S", (256,), "float32", "shared")
+    R = ir.Buffer("R", (8,), "float32", "local")
+
+    def body(i):
+        return [st(S, TX * 8 + i, ld(A, BX * 256 + TX * 8 + i)), st(R, i, ld(S, TX * 8 + i))]
+
+    serial = loop("s", 8, lambda s: st(A, BX * 256 + TX * 8 + s, ld(R, s)))
+    kernel_body = ir.seq([loop("i", 8, body, kind="unroll"), serial])
+    k = ir.Kernel("k", (16, 1, 1), (32, 1, 1), [S, R], kernel_body)
+    src = codegen_program(ir.Program([k], [A], [A]))
+    assert "(S + (((int)threadIdx.x) * 8))[i] = (A + " in src, src
+    assert "R[i] = (S + (((int)threadIdx.x) * 8))[i];" in src, src
+    assert "A[(((((int)blockIdx.x) * 256) + (((int)threadIdx.x) * 8)) + s)] = R[s];" in src, src
+
+
+def test_every_split_of_a_conv_sums_to_its_index():
+    """Over sampled seed-conv states: every access inside an unrolled loop that splits, splits
+    into two parts whose affine sum equals the index (the printed element is the same one)."""
+    from autosched.sketch import SketchSampler, generate_sketches
+
+    sampler = SketchSampler(generate_sketches(suite_dag("conv2d_bias_relu")))
+    splits = 0
+    for state in sampler.sample(4, 0):
+        for kernel in sampler.programs[state.key()].kernels:
+            for index, unrolled in _accesses(kernel.body, set()):
+                split = split_unrolled(index, unrolled)
+                if split is not None:
+                    splits += 1
+                    total = BinOp("+", split[0], split[1], index.dtype)
+                    difference = to_affine(BinOp("-", total, index, index.dtype), {})
+                    assert difference.is_const() and difference.const == 0
+    assert splits > 0
+
+
+def _accesses(s: ir.Stmt, unrolled: set[int]):
+    """(flat index, ids of the enclosing unrolled loops' variables) of every Store and Load."""
+    if isinstance(s, ir.For):
+        inner = unrolled | {id(s.var)} if s.kind != "serial" else unrolled
+        yield from _accesses(s.body, inner)
+        return
+    if isinstance(s, ir.Store):
+        yield s.index, unrolled
+        for e in _walk(s.value):
+            if isinstance(e, Load):
+                yield e.indices[0], unrolled
+    for child in getattr(s, "stmts", ()) or ():
+        yield from _accesses(child, unrolled)
+    for attr in ("then_case", "else_case", "body"):
+        child = getattr(s, attr, None)
+        if isinstance(child, ir.Stmt) and not isinstance(s, ir.For):
+            yield from _accesses(child, unrolled)
+
+
+def _walk(e: Expr):
+    yield e
+    for c in children(e):
+        yield from _walk(c)
+
+
+def _vars(e: Expr) -> list[Var]:
+    return [x for x in _walk(e) if isinstance(x, Var)]
