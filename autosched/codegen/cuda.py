@@ -6,8 +6,8 @@ for more: one block per SM is enough for most kernels, and without the bound ptx
 registers for occupancy and spills; a reduction of a few hundred blocks may need two or more per
 SM to run in one wave, `sketch/launch_bounds.py`), `local` buffers as register arrays, `__shared__`
 arrays (or pointers into dynamic shared memory: `shared_memory.py`), loops with
-`#pragma unroll` (in them, elements of global and shared buffers as a pointer plus a constant
-offset where the index splits so: `index_forms.py`), float4/float2/half2/__nv_bfloat162 and
+`#pragma unroll` (in long unrolled nests, elements of shared buffers as a pointer plus a
+constant offset where the index splits so: `index_forms.py`), float4/float2/half2/__nv_bfloat162 and
 packed 8- and 16-byte half accesses for aligned `vectorize` loops (`vectors.py`), a block
 reduction for `AllReduce` (`allreduce.py`), nvcuda::wmma calls for the warp-collective Tensor
 Core statements (`wmma.py`), and `cp.async` for copies into double-buffered shared buffers
@@ -187,9 +187,9 @@ class KernelPrinter(PrintContext):
             self.emit(d, pragma)
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")
         if s.kind != "serial":  # printed with `#pragma unroll`: its accesses may split
-            self.ex.unrolled.add(id(s.var))
+            self.ex.unrolled[id(s.var)] = s.extent
         self.stmt(s.body, d + 1)
-        self.ex.unrolled.discard(id(s.var))
+        self.ex.unrolled.pop(id(s.var), None)
         self.emit(d, "}")
 
 

@@ -71,9 +71,6 @@ def _via_float(template: str, args: list[str], dtype: str) -> str:
 STREAMED_SCALARS = ("float32", "float64", "int32")
 # the vector types `__ldcs` takes
 STREAMED_VECTORS = ("float2", "float4", "double2", "int2", "int4", "uint2", "uint4")
-# the scopes whose elements print as a pointer plus an offset inside unrolled loops (a register
-# array keeps its constant subscripts: `index_forms`)
-SPLIT_SCOPES = ("global", "shared")
 
 
 class ExprPrinter:
@@ -99,8 +96,8 @@ class ExprPrinter:
         self.table.register(Cast, self._cast)
         self.table.register(Call, self._call)
         self.table.register(Load, self._load)
-        # ids of the variables of the unrolled loops around what is being printed
-        self.unrolled: set[int] = set()
+        # the unrolled loops around what is being printed: their variables' ids -> extents
+        self.unrolled: dict[int, int] = {}
 
     def __call__(self, e: Expr) -> str:
         name = self.names.get(id(e))
@@ -162,10 +159,10 @@ class ExprPrinter:
         return _via_float(template, args, e.dtype) if is_half(e.dtype) else template.format(*args)
 
     def element(self, buffer: ir.Buffer, index: Expr) -> str:
-        """Element `index` of `buffer`: `name[index]`, or inside unrolled loops
-        `(name + invariant)[offset]` where the index splits so (`index_forms.split_unrolled`)."""
+        """Element `index` of `buffer`: `name[index]`, or inside long unrolled loops
+        `(name + invariant)[offset]` where it splits so (`index_forms.split_unrolled`)."""
         name = self.buffer_names[id(buffer)]
-        split = split_unrolled(index, self.unrolled) if buffer.scope in SPLIT_SCOPES else None
+        split = split_unrolled(index, buffer.scope, self.unrolled)
         if split is None:
             return f"{name}[{self(index)}]"
         invariant, offset = split

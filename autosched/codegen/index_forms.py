@@ -1,22 +1,27 @@
 """Facts about the index expressions the printer prints: which are provably non-negative
-(`is_nonneg`), and how an element of a global or shared buffer is printed inside unrolled
-loops (`split_unrolled`): as a constant offset from a pointer that is the same in every
-unrolled copy.
+(`is_nonneg`), and how an element of a shared buffer is printed inside unrolled loops
+(`split_unrolled`): as a constant offset from a pointer that is the same in every unrolled copy.
 
 NVRTC's optimizer (NVVM) unrolls every loop printed with `#pragma unroll` in full, and most of a
 kernel's compile time goes to the copies it makes. An access printed as `buf[index]` holds the
 whole flat index as one 32-bit sum, so each copy carries its own sum of the loop-invariant part
-(thread and block indices, outer loops) and its constant, and its own widening to a 64-bit
-address, which the optimizer then folds again copy by copy. Printed as
-`(buf + invariant)[offset]`, every copy is the same pointer plus a constant: the optimizer has
-less to fold, and the machine code is the same in most kernels (ptxas allocates registers anew,
-so the registers of a kernel may differ by a few). The program is unchanged; only
-its spelling is: `(buf + a)[b]` is `buf[a + b]`.
+(thread and block indices, outer loops) and its constant, and its own widening to an address,
+which the optimizer then folds again copy by copy. Printed as `(buf + invariant)[offset]`, every
+copy is the same pointer plus a constant: the optimizer has less to fold. The program is
+unchanged; only its spelling is: `(buf + a)[b]` is `buf[a + b]`. The machine code often stays
+the same, but not always (ptxas then allocates registers and schedules anew), so a kernel may
+come out a little faster or slower; the split is kept to where the compile time it saves is
+large.
 
 The split is made only where it is safe and pays:
 
+- the buffer is in shared memory, which the long unrolled loops of a tile's products read (the
+  global accesses in unrolled loops are short copies; splitting them saves no compile time);
+- the access sits in at least `MIN_COPIES` unrolled copies (the product of the extents of the
+  unrolled loops around it): in a small nest the time saved is small, and a different register
+  allocation can still cost a small kernel its speed;
 - each term of the index that names a variable of an enclosing unrolled loop is that variable
-  or a constant multiple of it, so that the offset is a constant once the loop is unrolled (a
+  or a constant multiple of it, so that the offset is a constant once the loops are unrolled (a
   term such as `(i * 4 + t) / 32` would leave a different pointer in every copy);
 - every term is provably non-negative, so the pointer `buf + invariant` lies inside the buffer
   (C++ leaves pointer arithmetic outside an array undefined);
@@ -25,8 +30,14 @@ The split is made only where it is safe and pays:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 from autosched.te.expr import BinOp, Const, Expr, Select, Var
 from autosched.te.visitor import children
+
+SPLIT_SCOPES = ("shared",)  # the scopes whose elements may split (module doc)
+MIN_COPIES = 64  # the unrolled copies an access needs around it before it splits (module doc)
 
 
 def is_nonneg(e: Expr) -> bool:
@@ -40,10 +51,13 @@ def is_nonneg(e: Expr) -> bool:
     return isinstance(e, Select) and is_nonneg(e.t) and is_nonneg(e.f)
 
 
-def split_unrolled(index: Expr, unrolled: set[int]) -> tuple[Expr, Expr] | None:
-    """(invariant, offset) whose sum is `index`, the offset naming only the variables whose
-    ids are in `unrolled`, linearly; None where the index does not split so (module doc)."""
-    if not unrolled:
+def split_unrolled(
+    index: Expr, scope: str, unrolled: Mapping[int, int]
+) -> tuple[Expr, Expr] | None:
+    """(invariant, offset) whose sum is `index`, an element of a buffer in `scope` inside the
+    unrolled loops `unrolled` (their variables' ids -> extents), the offset naming only their
+    variables, linearly; None where the element does not split so (module doc)."""
+    if scope not in SPLIT_SCOPES or math.prod(unrolled.values()) < MIN_COPIES:
         return None
     terms = _sum_terms(index)
     varying = [t for t in terms if _names(t, unrolled)]
@@ -70,14 +84,14 @@ def _sum(terms: list[Expr]) -> Expr:
     return out
 
 
-def _names(e: Expr, ids: set[int]) -> bool:
+def _names(e: Expr, ids: Mapping[int, int]) -> bool:
     """`e` names one of the variables whose ids are in `ids`."""
     if isinstance(e, Var):
         return id(e) in ids
     return any(_names(c, ids) for c in children(e))
 
 
-def _linear_in(e: Expr, ids: set[int]) -> bool:
+def _linear_in(e: Expr, ids: Mapping[int, int]) -> bool:
     """`e` is one of the variables in `ids`, or a constant multiple of one."""
     if isinstance(e, Var):
         return id(e) in ids
@@ -87,4 +101,4 @@ def _linear_in(e: Expr, ids: set[int]) -> bool:
     return False
 
 
-__all__ = ["is_nonneg", "split_unrolled"]
+__all__ = ["MIN_COPIES", "SPLIT_SCOPES", "is_nonneg", "split_unrolled"]

@@ -6,7 +6,6 @@ rejected by the verifier on a kernel that reads no such buffer."""
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import pytest
 
@@ -41,8 +40,8 @@ def test_a_row_sum_may_read_its_rows_with_streaming_loads(shape, vector):
         if vector == "float4":
             assert "__ldcs(reinterpret_cast<const float4*>(&A[" in source, source
         else:
-            assert re.search(r"__ldcs\(&(A\[|\(A \+ )", source), source
-        assert "__ldcs(&rows" not in source and re.search(r"(^|[^\w])(rows\[|\(rows \+ )", source)
+            assert "__ldcs(&A[" in source, source
+        assert "__ldcs(&rows" not in source and "rows[" in source
         interpret_and_compare(dag, program, rtol=1e-4)
     assert '.pragma(rows_i0_o_o, "stream_reads", 1)' in print_python_schedule(states[0])
     assert replay(dag, states[0].steps) == states[0]
