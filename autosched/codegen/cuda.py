@@ -186,7 +186,7 @@ class KernelPrinter(PrintContext):
         if pragma:
             self.emit(d, pragma)
         self.emit(d, f"for ({self.index_type} {name} = 0; {name} < {s.extent}; ++{name}) {{")
-        if pragma and pragma == self.t.loop_pragma["unroll"]:  # unrolled in full: may split
+        if pragma == self.t.loop_pragma["unroll"]:  # unrolled in full: its accesses may split
             self.ex.unrolled[id(s.var)] = s.extent
         self.stmt(s.body, d + 1)
         self.ex.unrolled.pop(id(s.var), None)

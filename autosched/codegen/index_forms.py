@@ -34,7 +34,7 @@ import math
 from collections.abc import Mapping
 
 from autosched.te.expr import BinOp, Const, Expr, Select, Var
-from autosched.te.visitor import children
+from autosched.te.visitor import free_vars
 
 SPLIT_SCOPES = ("shared",)  # the scopes whose elements may split (module doc)
 MIN_COPIES = 64  # the unrolled copies an access needs around it before it splits (module doc)
@@ -59,13 +59,19 @@ def split_unrolled(
     variables, linearly; None where the element does not split so (module doc)."""
     if scope not in SPLIT_SCOPES or math.prod(unrolled.values()) < MIN_COPIES:
         return None
-    terms = _sum_terms(index)
-    varying = [t for t in terms if _names(t, unrolled)]
-    invariant = [t for t in terms if not _names(t, unrolled) and not isinstance(t, Const)]
-    constants: list[Expr] = [t for t in terms if isinstance(t, Const)]
-    if not varying or not invariant:
+    varying: list[Expr] = []
+    invariant: list[Expr] = []
+    constants: list[Expr] = []
+    for term in _sum_terms(index):
+        if isinstance(term, Const):
+            constants.append(term)
+        elif any(id(v) in unrolled for v in free_vars(term)):
+            varying.append(term)
+        else:
+            invariant.append(term)
+    if not varying or not invariant or not all(_linear_in(t, unrolled) for t in varying):
         return None
-    if not all(_linear_in(t, unrolled) for t in varying) or not all(map(is_nonneg, terms)):
+    if not all(map(is_nonneg, varying + invariant + constants)):
         return None
     return _sum(invariant), _sum(varying + constants)
 
@@ -82,13 +88,6 @@ def _sum(terms: list[Expr]) -> Expr:
     for term in terms[1:]:
         out = BinOp("+", out, term, out.dtype)
     return out
-
-
-def _names(e: Expr, ids: Mapping[int, int]) -> bool:
-    """`e` names one of the variables whose ids are in `ids`."""
-    if isinstance(e, Var):
-        return id(e) in ids
-    return any(_names(c, ids) for c in children(e))
 
 
 def _linear_in(e: Expr, ids: Mapping[int, int]) -> bool:

@@ -13,8 +13,8 @@ from autosched.codegen.cuda import codegen_program
 from autosched.codegen.index_forms import MIN_COPIES, split_unrolled
 from autosched.lower import ir
 from autosched.lower.arith import to_affine
-from autosched.te.expr import BinOp, Expr, Load, Var
-from autosched.te.visitor import children
+from autosched.te.expr import BinOp, Expr, Var
+from autosched.te.visitor import children, free_vars, loads
 from tests.lower.test_interpreter import BX, TX, ld, loop, st
 from tests.workloads_for_tests import suite_dag
 
@@ -34,8 +34,8 @@ def test_an_index_splits_into_invariant_and_a_linear_offset():
     i, j, o = Var("i"), Var("j"), Var("o")
     index = i * 81 + j * 9 + TX % 7 + 3 + o * 648
     invariant, offset = split_unrolled(index, "shared", {id(i): 8, id(j): 8})
-    assert {id(v) for v in _vars(invariant)} == {id(TX), id(o)}
-    assert {id(v) for v in _vars(offset)} == {id(i), id(j)}  # the constant goes with them
+    assert {id(v) for v in free_vars(invariant)} == {id(TX), id(o)}
+    assert {id(v) for v in free_vars(offset)} == {id(i), id(j)}  # the constant goes with them
     rng = random.Random(0)
     for _ in range(20):
         env = {id(v): rng.randrange(50) for v in (i, j, o, TX)}
@@ -123,22 +123,11 @@ def _accesses(s: ir.Stmt, unrolled: dict[int, int]):
         return
     if isinstance(s, ir.Store):
         yield s.index, unrolled
-        for e in _walk(s.value):
-            if isinstance(e, Load):
-                yield e.indices[0], unrolled
+        for load in loads(s.value):
+            yield load.indices[0], unrolled
     for child in getattr(s, "stmts", ()) or ():
         yield from _accesses(child, unrolled)
     for attr in ("then_case", "else_case", "body"):
         child = getattr(s, attr, None)
-        if isinstance(child, ir.Stmt) and not isinstance(s, ir.For):
+        if isinstance(child, ir.Stmt):
             yield from _accesses(child, unrolled)
-
-
-def _walk(e: Expr):
-    yield e
-    for c in children(e):
-        yield from _walk(c)
-
-
-def _vars(e: Expr) -> list[Var]:
-    return [x for x in _walk(e) if isinstance(x, Var)]
